@@ -1,0 +1,21 @@
+"""Engine adapters; `get_engine(name)` is the only way the rest of the code reaches one."""
+
+from __future__ import annotations
+
+from cluster.engines.base import Engine
+
+
+def get_engine(name: str) -> Engine:
+    if name == "sglang":
+        from cluster.engines.sglang import SGLangEngine
+
+        return SGLangEngine()
+    if name == "sim":
+        from cluster.engines.sim_adapter import SimEngine
+
+        return SimEngine()
+    if name == "vllm":
+        from cluster.engines.vllm import VLLMEngine
+
+        return VLLMEngine()
+    raise ValueError(f"unknown engine {name!r} (expected sglang, sim or vllm)")

@@ -1,0 +1,170 @@
+"""The engine adapter interface: launch argv + env, health/info/flush/metrics endpoints, request bodies, stream parsing.
+
+Every engine (sglang, sim, vllm) implements `Engine`. The load generator and the actors only talk to engines
+through this interface, so adding an engine never touches them. Contract:
+
+- `launch()` returns an argv list (never a shell string) and the env additions for the server process. The
+  server must listen on the given host/port and serve until SIGTERM/SIGKILL of its process group.
+- `health_path` answers 200 once the server can serve; `info_paths()` are GETs whose JSON is stored in provenance;
+  `flush_path` (POST) resets caches and speculative counters before each measured window (None if the engine
+  has none); `metrics_path` is Prometheus text.
+- `build_request()` returns the path and JSON body of one streaming request for a prompt.
+- `new_parser()` returns a `StreamParser` fed with each SSE `data:` payload (bytes, without the `data: ` prefix
+  and never the `[DONE]` sentinel). `feed()` returns how many new output tokens that chunk carried (0 for a
+  chunk that carries no tokens, e.g. a usage-only chunk). After the stream, the parser's `meta()` gives the
+  server-reported per-request fields in `RequestMeta`.
+- `spec_counters()` parses engine counters from Prometheus text into run-scoped speculative counters
+  (`drafts`, `draft_tokens`, `accepted_tokens`, per-position `accepted_pos_<i>`), which the runner diffs
+  around each measured window. Engines without such counters return {}.
+"""
+
+from __future__ import annotations
+
+import shlex
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Sequence
+
+from cluster.plan import ResolvedVariant
+from cluster.spec import EngineLauncher
+
+SECRET_ENV_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
+SECRET_ARGS = ("api-key", "admin-api-key", "api_key", "admin_api_key")
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    """Environment safe to store or print: values of secret-looking variables are replaced."""
+    return {k: ("***" if any(m in k.upper() for m in SECRET_ENV_MARKERS) else v) for k, v in env.items()}
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    out = list(argv)
+    for i, a in enumerate(out):
+        flag = a.lstrip("-")
+        if a.startswith("--") and "=" in flag and flag.split("=", 1)[0] in SECRET_ARGS:
+            out[i] = a.split("=", 1)[0] + "=***"
+        elif a.startswith("--") and flag in SECRET_ARGS and i + 1 < len(out):
+            out[i + 1] = "***"
+    return out
+
+
+@dataclass(frozen=True)
+class LaunchCommand:
+    argv: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    """Additions to the inherited environment (CUDA_VISIBLE_DEVICES is set by the actor, not here)."""
+
+    def display(self) -> str:
+        """One shell-quoted line for humans (secrets redacted); never executed."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(redact_env(self.env).items()))
+        cmd = shlex.join(redact_argv(self.argv))
+        return f"{env} {cmd}".strip()
+
+
+@dataclass(frozen=True)
+class HttpRequest:
+    path: str
+    body: bytes
+
+
+@dataclass
+class RequestMeta:
+    """Server-reported per-request fields; None where the engine does not report them."""
+
+    prompt_tokens: Optional[int] = None
+    completion_tokens: Optional[int] = None
+    cached_tokens: Optional[int] = None
+    spec_verify_ct: Optional[int] = None
+    spec_accept_length_server: Optional[float] = None
+    finish_reason: Optional[str] = None
+    error: Optional[str] = None
+    server_e2e_s: Optional[float] = None
+    request_id: Optional[str] = None
+    output_ids_tail: Optional[list[int]] = None
+
+
+class StreamParser(ABC):
+    @abstractmethod
+    def feed(self, payload: bytes) -> int:
+        """Take one SSE data payload; return the number of new output tokens it carried."""
+
+    @abstractmethod
+    def meta(self) -> RequestMeta:
+        """Per-request server meta after the stream ended."""
+
+    def text(self) -> str:
+        """Output text (only parsers built with keep_text=True keep it; used by the correctness gate)."""
+        return ""
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One prompt: token ids (exact input length) and/or text."""
+
+    input_ids: Optional[tuple[int, ...]] = None
+    text: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.input_ids is None and self.text is None:
+            raise ValueError("a prompt needs input_ids or text")
+
+
+class Engine(ABC):
+    name: str = ""
+    module: str = ""
+    """`python -m <module>` starts the server when no launcher is given."""
+    health_path: str = "/health"
+    flush_path: Optional[str] = "/flush_cache"
+    metrics_path: str = "/metrics"
+
+    def program(self, launcher: Optional[EngineLauncher], default_python: str) -> list[str]:
+        if launcher is not None and launcher.launcher:
+            return list(launcher.launcher)
+        py = launcher.python if launcher is not None and launcher.python else default_python
+        return [py, "-m", self.module]
+
+    @abstractmethod
+    def server_args(self, variant: ResolvedVariant, host: str, port: int, version: Optional[str]) -> list[str]:
+        """The server's own argv after the program (full flag names only)."""
+
+    def server_env(self, variant: ResolvedVariant, version: Optional[str]) -> dict[str, str]:
+        return dict(variant.env)
+
+    def launch(
+        self,
+        variant: ResolvedVariant,
+        host: str,
+        port: int,
+        launcher: Optional[EngineLauncher],
+        default_python: str,
+        version: Optional[str] = None,
+    ) -> LaunchCommand:
+        v = version or (launcher.version if launcher else None)
+        argv = self.program(launcher, default_python) + self.server_args(variant, host, port, v)
+        return LaunchCommand(argv=tuple(argv), env=self.server_env(variant, v))
+
+    def info_paths(self, version: Optional[str]) -> dict[str, str]:
+        """name → GET path of JSON documents recorded in provenance (e.g. server_info)."""
+        return {}
+
+    @abstractmethod
+    def build_request(
+        self,
+        api: str,
+        prompt: Prompt,
+        max_tokens: int,
+        ignore_eos: bool,
+        temperature: float,
+        model_name: str,
+        rid: Optional[str] = None,
+    ) -> HttpRequest: ...
+
+    @abstractmethod
+    def new_parser(self, api: str, keep_text: bool = False) -> StreamParser: ...
+
+    def resolved_args(self, infos: Mapping[str, Any]) -> dict[str, Any]:
+        """Resolved server args from the recorded info documents (engine-specific)."""
+        return {}
+
+    def spec_counters(self, metrics_text: str) -> dict[str, float]:
+        return {}

@@ -1,0 +1,200 @@
+"""SGLang adapter: version-aware argv with full flag names only, /server_info parsing, native and OpenAI requests."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Mapping, Optional
+
+from cluster.engines.base import Engine, HttpRequest, Prompt, StreamParser
+from cluster.engines.streams import OpenAIStreamParser, SGLangNativeParser
+from cluster.plan import ResolvedVariant
+from cluster.spec import ArgValue
+
+DEFAULT_VERSION = "0.5.23"
+"""The SGLang release this tool's launch commands target when the version is not known otherwise."""
+
+CUDA_GRAPH_REFACTOR = (0, 5, 15)
+"""First release assumed to have `--cuda-graph-max-bs-decode` (a v0.5.15 recipe uses it; the refactor landed
+around 2026-06 in PR #23906). Older images only accept `--cuda-graph-max-bs`; 0.5.23 rejects that spelling
+as ambiguous. See ../shared/reference/sglang-0.5.23.md §1.2."""
+
+SERVER_INFO_RENAME = (0, 5, 0)
+"""Releases from here on serve /server_info; older ones only /get_server_info (still an alias in 0.5.23)."""
+
+SPEC_V2_DEFAULT = (0, 5, 13)
+"""Releases before this need SGLANG_ENABLE_SPEC_V2=1 for overlap scheduling with speculative decoding; newer
+ones ignore the variable (0.5.23 does not contain it)."""
+
+
+def parse_version(v: Optional[str]) -> tuple[int, ...]:
+    if not v:
+        return tuple(int(x) for x in DEFAULT_VERSION.split("."))
+    nums = re.findall(r"\d+", v.split("+")[0])[:3]
+    return tuple(int(x) for x in nums) if nums else parse_version(None)
+
+
+def flag_name(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+def render_args(args: Mapping[str, ArgValue]) -> list[str]:
+    """Server args dict → argv words: True → bare flag, False/None → omitted, list → repeated values."""
+    out: list[str] = []
+    for key in sorted(args):
+        val = args[key]
+        if val is None or val is False:
+            continue
+        f = flag_name(key)
+        if val is True:
+            out.append(f)
+        elif isinstance(val, list):
+            out.append(f)
+            out.extend(str(x) for x in val)
+        elif isinstance(val, (dict,)):
+            out.extend([f, json.dumps(val, sort_keys=True)])
+        else:
+            out.extend([f, str(val)])
+    return out
+
+
+def version_adjusted_args(args: Mapping[str, ArgValue], version: tuple[int, ...]) -> dict[str, ArgValue]:
+    """Rename flags whose spelling depends on the release (both spellings are accepted in the spec)."""
+    out = {k.replace("_", "-"): v for k, v in args.items()}
+    new_style = version >= CUDA_GRAPH_REFACTOR
+    pairs = (("cuda-graph-max-bs", "cuda-graph-max-bs-decode"), ("cuda-graph-bs", "cuda-graph-bs-decode"))
+    for old, new in pairs:
+        if new_style and old in out:
+            out.setdefault(new, out.pop(old))
+        elif not new_style and new in out:
+            out.setdefault(old, out.pop(new))
+    return out
+
+
+class SGLangEngine(Engine):
+    name = "sglang"
+    module = "sglang.launch_server"
+    health_path = "/health"
+    flush_path = "/flush_cache"
+    metrics_path = "/metrics"
+
+    def server_args(self, variant: ResolvedVariant, host: str, port: int, version: Optional[str]) -> list[str]:
+        ver = parse_version(version)
+        args: dict[str, ArgValue] = version_adjusted_args(variant.args, ver)
+        for reserved in ("model-path", "model", "host", "port", "tp-size", "tp", "tensor-parallel-size"):
+            args.pop(reserved, None)
+        sp = variant.speculative
+        if sp is not None:
+            for k in list(args):
+                if k.startswith("speculative-") and k in _SPEC_KEYS:
+                    args.pop(k)
+            args["speculative-algorithm"] = sp.algorithm
+            args["speculative-num-steps"] = sp.num_steps
+            args["speculative-eagle-topk"] = sp.eagle_topk
+            args["speculative-num-draft-tokens"] = sp.num_draft_tokens
+            if sp.draft_model_path:
+                args["speculative-draft-model-path"] = sp.draft_model_path
+        head = [
+            "--model-path", variant.model_path,
+            "--host", host,
+            "--port", str(port),
+            "--tp-size", str(variant.tp),
+        ]
+        return head + render_args(args)
+
+    def server_env(self, variant: ResolvedVariant, version: Optional[str]) -> dict[str, str]:
+        env = dict(variant.env)
+        ver = parse_version(version)
+        if variant.speculative is not None and ver < SPEC_V2_DEFAULT:
+            env.setdefault("SGLANG_ENABLE_SPEC_V2", "1")
+        elif ver >= SPEC_V2_DEFAULT:
+            env.pop("SGLANG_ENABLE_SPEC_V2", None)
+        return env
+
+    def info_paths(self, version: Optional[str]) -> dict[str, str]:
+        ver = parse_version(version)
+        if ver >= SERVER_INFO_RENAME:
+            return {"server_info": "/server_info", "model_info": "/model_info"}
+        return {"server_info": "/get_server_info", "model_info": "/get_model_info"}
+
+    def build_request(
+        self,
+        api: str,
+        prompt: Prompt,
+        max_tokens: int,
+        ignore_eos: bool,
+        temperature: float,
+        model_name: str,
+        rid: Optional[str] = None,
+    ) -> HttpRequest:
+        return build_sglang_request(api, prompt, max_tokens, ignore_eos, temperature, model_name, rid)
+
+    def new_parser(self, api: str, keep_text: bool = False) -> StreamParser:
+        return SGLangNativeParser(keep_text) if api == "native" else OpenAIStreamParser(keep_text)
+
+    def resolved_args(self, infos: Mapping[str, Any]) -> dict[str, Any]:
+        si = infos.get("server_info")
+        if not isinstance(si, dict):
+            return {}
+        return {k: v for k, v in si.items() if k not in ("internal_states", "launch_command", "kv_events")}
+
+    def spec_counters(self, metrics_text: str) -> dict[str, float]:
+        # SGLang exposes a verify-call counter; accepted tokens come per request from meta_info instead.
+        from cluster.engines.prometheus import parse_prometheus, sum_metric
+
+        samples = parse_prometheus(metrics_text)
+        v = sum_metric(samples, "sglang:spec_verify_calls_total")
+        gen = sum_metric(samples, "sglang:generation_tokens_total")
+        out: dict[str, float] = {}
+        if v is not None:
+            out["verify_calls"] = v
+        if gen is not None:
+            out["generation_tokens"] = gen
+        return out
+
+
+_SPEC_KEYS = {
+    "speculative-algorithm",
+    "speculative-num-steps",
+    "speculative-eagle-topk",
+    "speculative-num-draft-tokens",
+}
+
+
+def build_sglang_request(
+    api: str,
+    prompt: Prompt,
+    max_tokens: int,
+    ignore_eos: bool,
+    temperature: float,
+    model_name: str,
+    rid: Optional[str] = None,
+) -> HttpRequest:
+    """A streaming request to SGLang's native /generate or its OpenAI endpoints (the sim serves the same)."""
+    if api == "native":
+        body: dict[str, Any] = {
+            "sampling_params": {"max_new_tokens": max_tokens, "temperature": temperature, "ignore_eos": ignore_eos},
+            "stream": True,
+        }
+        if prompt.input_ids is not None:
+            body["input_ids"] = list(prompt.input_ids)
+        else:
+            body["text"] = prompt.text
+        if rid:
+            body["rid"] = rid
+        return HttpRequest("/generate", json.dumps(body, separators=(",", ":")).encode())
+    common: dict[str, Any] = {
+        "model": model_name,
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        "ignore_eos": ignore_eos,
+        "return_spec_tokens_details": True,
+    }
+    if api == "chat":
+        text = prompt.text if prompt.text is not None else " ".join(str(t) for t in prompt.input_ids or ())
+        common["messages"] = [{"role": "user", "content": text}]
+        return HttpRequest("/v1/chat/completions", json.dumps(common, separators=(",", ":")).encode())
+    common["prompt"] = list(prompt.input_ids) if prompt.input_ids is not None else prompt.text
+    return HttpRequest("/v1/completions", json.dumps(common, separators=(",", ":")).encode())

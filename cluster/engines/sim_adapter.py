@@ -1,0 +1,22 @@
+"""Adapter for the simulated engine: SGLang's own argv and wire format, served by `python -m cluster.engines.sim`."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+from cluster.engines.sglang import SGLangEngine
+from cluster.plan import ResolvedVariant
+
+SIM_ENV = "SGLBENCH_SIM"
+"""Environment variable carrying the simulator's knobs as JSON (the argv stays exactly SGLang's)."""
+
+
+class SimEngine(SGLangEngine):
+    name = "sim"
+    module = "cluster.engines.sim"
+
+    def server_env(self, variant: ResolvedVariant, version: Optional[str]) -> dict[str, str]:
+        env = super().server_env(variant, version)
+        env[SIM_ENV] = json.dumps(variant.sim, sort_keys=True)
+        return env

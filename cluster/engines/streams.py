@@ -1,0 +1,181 @@
+"""Per-request SSE payload parsers: SGLang native /generate and the OpenAI-compatible endpoints (SGLang, vLLM)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+from cluster.engines.base import RequestMeta, StreamParser
+
+_CT = b'"completion_tokens":'
+_FIN_NULL = b'"finish_reason":null'
+_FIN_NULL_SP = b'"finish_reason": null'
+
+
+def _int_after(buf: bytes, start: int) -> int:
+    i = start
+    n = len(buf)
+    while i < n and buf[i] == 0x20:
+        i += 1
+    j = i
+    while j < n and 0x30 <= buf[j] <= 0x39:
+        j += 1
+    return int(buf[i:j]) if j > i else 0
+
+
+def _finish_str(fr: Any) -> Optional[str]:
+    if fr is None:
+        return None
+    if isinstance(fr, dict):
+        return str(fr.get("type"))
+    return str(fr)
+
+
+class SGLangNativeParser(StreamParser):
+    """SGLang /generate stream: cumulative (default) or incremental chunks; meta_info.completion_tokens is cumulative.
+
+    Hot path: each chunk costs one `rfind` for `"completion_tokens":` in meta_info (which SGLang writes after
+    `text` and `output_ids`, so the last match is the real one) and a digit scan; only the finishing chunk
+    (finish_reason not null) or an error chunk is JSON-decoded in full.
+    """
+
+    __slots__ = ("_ct", "_meta", "_keep_text", "_text")
+
+    def __init__(self, keep_text: bool = False) -> None:
+        self._ct = 0
+        self._meta = RequestMeta()
+        self._keep_text = keep_text
+        self._text = ""
+
+    def feed(self, payload: bytes) -> int:
+        final = _FIN_NULL not in payload and _FIN_NULL_SP not in payload
+        if final or self._keep_text:
+            return self._feed_full(payload)
+        pos = payload.rfind(_CT)
+        if pos < 0:
+            return self._feed_full(payload)
+        ct = _int_after(payload, pos + len(_CT))
+        delta = ct - self._ct
+        self._ct = ct
+        return delta if delta > 0 else 0
+
+    def _feed_full(self, payload: bytes) -> int:
+        try:
+            obj = json.loads(payload)
+        except ValueError:
+            self._meta.error = f"undecodable chunk: {payload[:80]!r}"
+            return 0
+        if not isinstance(obj, dict):
+            self._meta.error = "chunk is not a JSON object"
+            return 0
+        if "error" in obj:
+            err = obj["error"]
+            self._meta.error = str(err.get("message", err) if isinstance(err, dict) else err)
+            return 0
+        mi = obj.get("meta_info") or {}
+        ct = int(mi.get("completion_tokens") or 0)
+        delta = max(0, ct - self._ct)
+        self._ct = max(ct, self._ct)
+        if self._keep_text and isinstance(obj.get("text"), str):
+            # cumulative by default; incremental servers send deltas (detected by shrinking length)
+            t = obj["text"]
+            self._text = t if t.startswith(self._text) else self._text + t
+        m = self._meta
+        m.completion_tokens = self._ct
+        m.prompt_tokens = mi.get("prompt_tokens", m.prompt_tokens)
+        m.cached_tokens = mi.get("cached_tokens", m.cached_tokens)
+        m.request_id = mi.get("id", m.request_id)
+        fr = mi.get("finish_reason")
+        if fr is not None:
+            m.finish_reason = _finish_str(fr)
+            m.spec_verify_ct = mi.get("spec_verify_ct", m.spec_verify_ct)
+            m.spec_accept_length_server = mi.get("spec_accept_length", m.spec_accept_length_server)
+            m.server_e2e_s = mi.get("e2e_latency", m.server_e2e_s)
+            if isinstance(fr, dict) and fr.get("type") == "abort":
+                m.error = str(fr.get("message") or "aborted")
+            ids = obj.get("output_ids")
+            if isinstance(ids, list):
+                m.output_ids_tail = ids[-8:]
+        return delta
+
+    def meta(self) -> RequestMeta:
+        if self._meta.completion_tokens is None and self._ct:
+            self._meta.completion_tokens = self._ct
+        return self._meta
+
+    def text(self) -> str:
+        return self._text
+
+
+class OpenAIStreamParser(StreamParser):
+    """/v1/completions and /v1/chat/completions streams with `stream_options.include_usage` (+ continuous usage).
+
+    Token counts per chunk come from continuous usage stats when the server sends them (vLLM, SGLang);
+    otherwise each chunk with non-empty content counts as one token and the final usage chunk gives the total.
+    SGLang's `sglext.spec_tokens_details` (return_spec_tokens_details) supplies spec_verify_ct.
+    """
+
+    __slots__ = ("_ct", "_meta", "_keep_text", "_parts", "_counted")
+
+    def __init__(self, keep_text: bool = False) -> None:
+        self._ct = 0
+        self._counted = 0
+        self._meta = RequestMeta()
+        self._keep_text = keep_text
+        self._parts: list[str] = []
+
+    def feed(self, payload: bytes) -> int:
+        try:
+            obj = json.loads(payload)
+        except ValueError:
+            self._meta.error = f"undecodable chunk: {payload[:80]!r}"
+            return 0
+        if not isinstance(obj, dict):
+            return 0
+        if "error" in obj:
+            err = obj["error"]
+            self._meta.error = str(err.get("message", err) if isinstance(err, dict) else err)
+            return 0
+        m = self._meta
+        m.request_id = obj.get("id", m.request_id)
+        delta = 0
+        content = ""
+        for ch in obj.get("choices") or []:
+            if "text" in ch and ch["text"]:
+                content += ch["text"]
+            delta_obj = ch.get("delta") or {}
+            c = delta_obj.get("content") or delta_obj.get("reasoning_content")
+            if c:
+                content += c
+            if ch.get("finish_reason") is not None:
+                m.finish_reason = str(ch["finish_reason"])
+        if self._keep_text and content:
+            self._parts.append(content)
+        usage = obj.get("usage")
+        sglext = obj.get("sglext") or {}
+        details = sglext.get("spec_tokens_details") if isinstance(sglext, dict) else None
+        if isinstance(details, dict):
+            m.spec_verify_ct = details.get("spec_verify_ct", m.spec_verify_ct)
+            m.spec_accept_length_server = details.get("spec_accept_length", m.spec_accept_length_server)
+        if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
+            ct = int(usage["completion_tokens"])
+            m.prompt_tokens = usage.get("prompt_tokens", m.prompt_tokens)
+            ptd = usage.get("prompt_tokens_details") or {}
+            if isinstance(ptd, dict) and ptd.get("cached_tokens") is not None:
+                m.cached_tokens = ptd["cached_tokens"]
+            if obj.get("choices"):
+                # continuous usage: the cumulative count tells how many tokens this chunk carried
+                delta = max(0, ct - self._ct)
+            # a usage-only chunk (choices == []) carries no new tokens: they arrived earlier
+            self._ct = max(self._ct, ct)
+        elif content:
+            delta = 1
+        self._counted += delta
+        return delta
+
+    def meta(self) -> RequestMeta:
+        self._meta.completion_tokens = self._ct or self._counted or self._meta.completion_tokens
+        return self._meta
+
+    def text(self) -> str:
+        return "".join(self._parts)
