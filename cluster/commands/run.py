@@ -1,0 +1,149 @@
+"""`sglbench validate | plan | run`: load the spec, preflight it, show the plan, run it on Ray."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from cluster.engines import get_engine
+from cluster.plan import expand_variants, make_plan
+from cluster.spec import ExperimentSpec, SpecError, load_spec
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _load(path: Path) -> ExperimentSpec:
+    try:
+        return load_spec(path)
+    except SpecError as e:
+        err_console.print(f"[red]error:[/] {e}", highlight=False, markup=True, soft_wrap=True)
+        raise typer.Exit(2)
+
+
+def _local_checks(spec: ExperimentSpec, quiet: bool = False) -> dict[str, Any]:
+    """Fairness rules and the checkpoint probe, where this machine can read the checkpoint."""
+    variants = expand_variants(spec)
+    findings: list[Any] = []
+    try:
+        from cluster.fairness import check_fairness
+
+        findings = check_fairness(variants)
+    except ModuleNotFoundError:
+        pass
+    errors = [f for f in findings if getattr(f, "level", "") == "error"]
+    if not quiet:
+        for f in findings:
+            colour = "red" if f.level == "error" else "yellow"
+            err_console.print(f"[{colour}]{f.level}[/] [{f.variant}] {f.rule}: {f.message}", soft_wrap=True)
+    if errors:
+        raise typer.Exit(2)
+    probes: dict[str, Any] = {}
+    try:
+        from cluster.preflight import PreflightError, check_speculative_support
+    except ModuleNotFoundError:
+        return probes
+    if not Path(spec.model.path).exists():
+        if spec.model.engine != "sim" and not quiet:
+            err_console.print(f"[yellow]note[/] checkpoint {spec.model.path} is not readable here; "
+                              "it is probed on a GPU node before any GPU is reserved", soft_wrap=True)
+        return probes
+    try:
+        probes = {k: v.to_json() for k, v in check_speculative_support(spec, variants).items()}
+    except PreflightError as e:
+        err_console.print(f"[red]preflight:[/] {e}", soft_wrap=True)
+        raise typer.Exit(2)
+    return probes
+
+
+def validate(experiment: Path = typer.Argument(..., help="experiment YAML")) -> None:
+    """Check an experiment file against the spec (no cluster, no GPU)."""
+    spec = _load(experiment)
+    variants = expand_variants(spec)
+    console.print(f"[green]ok[/] {experiment}: experiment {spec.name!r}, {len(variants)} variant(s), "
+                  f"{len(make_plan(spec))} run(s)")
+
+
+def plan(experiment: Path = typer.Argument(..., help="experiment YAML"),
+         port: int = typer.Option(30000, help="port shown in the printed commands")) -> None:
+    """List every run and print each variant's exact server command line and environment."""
+    spec = _load(experiment)
+    _local_checks(spec)
+    runs = make_plan(spec)
+    variants = expand_variants(spec)
+    for v in variants:
+        launcher = spec.engines.get(v.engine)
+        cmd = get_engine(v.engine).launch(v, "127.0.0.1", port, launcher, "python")
+        base = " (baseline)" if v.is_baseline else ""
+        console.print(f"[bold]{v.name}[/]{base} engine={v.engine} tp={v.tp}")
+        for k, val in sorted(cmd.env.items()):
+            console.print(f"  env {k}={val}", highlight=False, soft_wrap=True)
+        console.print("  " + " ".join(cmd.argv), highlight=False, soft_wrap=True)
+    t = Table(title=f"{spec.name}: {len(runs)} runs ({spec.order} order, isolation={spec.isolation})")
+    for col in ("#", "run key", "variant", "workload", "load", "repeat"):
+        t.add_column(col)
+    for r in runs:
+        t.add_row(str(r.order_index), r.run_key, r.variant.name, r.workload.name, r.load.label, str(r.repeat))
+    console.print(t)
+
+
+def run(
+    experiment: Path = typer.Argument(..., help="experiment YAML"),
+    output: Optional[str] = typer.Option(None, help="dataset root (default: the spec's output)"),
+    address: Optional[str] = typer.Option(None, help="Ray address (default: RAY_ADDRESS or a local cluster)"),
+    progress: bool = typer.Option(True, help="show a progress display"),
+) -> None:
+    """Run an experiment end to end and print the comparison table."""
+    spec = _load(experiment)
+    _local_checks(spec, quiet=False)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from cluster.distributed.driver import PlacementError, init_ray, run_experiment
+
+    init_ray(address)
+    total = len(make_plan(spec))
+    prog = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TextColumn("{task.fields[last]}"), console=console, disable=not progress)
+    with prog:
+        task = prog.add_task(spec.name, total=total, last="")
+
+        def on_run(p: Any, status: str) -> None:
+            prog.update(task, advance=1, last=f"{p.variant.name} {p.workload.name} {p.load.label} r{p.repeat}: {status}")
+
+        def log(msg: str) -> None:
+            prog.console.print(msg, highlight=False, soft_wrap=True)
+
+        try:
+            # relative paths in a spec (output, prompt files) are taken from the working directory, as they
+            # are under `ray job submit --working-dir .`
+            result = run_experiment(spec, base_dir=Path.cwd(), output_root=output, log=log, on_run=on_run)
+        except (PlacementError, ValueError) as e:
+            err_console.print(f"[red]error:[/] {e}", soft_wrap=True)
+            raise typer.Exit(2)
+        prog.update(task, completed=total)
+    counts = result.counts()
+    console.print(f"dataset: {result.dataset_root}/{spec.name}  runs: " +
+                  ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
+    try:
+        from cluster.commands.results import print_compare
+
+        print_compare(result.dataset_root, spec.name, None, "table")
+    except ImportError:
+        pass
+    if counts.get("failed"):
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(validate)
+    app.command()(plan)
+    app.command()(run)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(0)

@@ -1,0 +1,175 @@
+"""Ray actors: EngineActor owns one server subprocess on its GPUs; LoadActor drives load at it from the same node."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import ray
+
+from cluster import __version__
+from cluster.engines import get_engine
+from cluster.engines.base import redact_argv, redact_env
+from cluster.plan import LoadPoint, ResolvedVariant
+from cluster.server_process import ServerProcess, ServerStartError, free_port, http_get_json, kill_group, pid_alive
+from cluster.spec import EngineLauncher, WorkloadSpec
+
+MAX_PORT_TRIES = 3
+
+
+class EngineActorImpl:
+    """Launches the variant's server on the GPUs Ray gave this actor; kills its process group on stop or error."""
+
+    def __init__(self, variant: ResolvedVariant, launcher: Optional[EngineLauncher], log_dir: str,
+                 host: str = "127.0.0.1", python: Optional[str] = None) -> None:
+        self.variant = variant
+        self.launcher = launcher
+        self.log_dir = Path(log_dir)
+        self.host = host
+        self.python = python or sys.executable
+        self.engine = get_engine(variant.engine)
+        self.server: Optional[ServerProcess] = None
+        self.base_url = ""
+
+    def gpu_ids(self) -> list[str]:
+        return [str(g) for g in ray.get_gpu_ids()]
+
+    def start(self, health_timeout_s: float, port: Optional[int] = None) -> dict[str, Any]:
+        gpu_ids = self.gpu_ids()
+        last_err: Optional[ServerStartError] = None
+        for attempt in range(MAX_PORT_TRIES):
+            p = port if (port is not None and attempt == 0) else free_port(self.host)
+            cmd = self.engine.launch(self.variant, self.host, p, self.launcher, self.python)
+            env = dict(os.environ)
+            env.update(cmd.env)
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
+            env.pop("RAY_ADDRESS", None)
+            log_path = self.log_dir / f"{self.variant.name}-{int(time.time() * 1000)}.log"
+            self.server = ServerProcess(cmd.argv, env, log_path)
+            t0 = time.time()
+            self.server.start()
+            self.base_url = f"http://{self.host}:{p}"
+            try:
+                waited = self.server.wait_healthy(self.base_url, self.engine.health_path, health_timeout_s)
+            except ServerStartError as e:
+                tail = self.server.log_tail()
+                self.server.stop(grace_s=5)
+                last_err = e
+                if "address already in use" in tail.lower() or "errno 98" in tail.lower():
+                    continue  # another process took the port between our probe and the bind: try another
+                raise ServerStartError(str(e), tail, e.exit_code) from None
+            infos: dict[str, Any] = {}
+            for name, path in self.engine.info_paths(self.launcher.version if self.launcher else None).items():
+                try:
+                    infos[name] = http_get_json(self.base_url + path, timeout_s=10)
+                except Exception as e:  # noqa: BLE001 - an info endpoint missing is recorded, not fatal
+                    infos[name] = {"error": f"{type(e).__name__}: {e}"}
+            return {
+                "base_url": self.base_url,
+                "pid": self.server.pid,
+                "pgid": self.server.pid,
+                "argv": redact_argv(cmd.argv),
+                "env": redact_env(cmd.env),
+                "cuda_visible_devices": env["CUDA_VISIBLE_DEVICES"],
+                "gpu_ids": gpu_ids,
+                "node_id": ray.get_runtime_context().get_node_id(),
+                "hostname": socket.gethostname(),
+                "startup_s": waited,
+                "started_unix_s": t0,
+                "infos": infos,
+                "resolved_args": self.engine.resolved_args(infos),
+                "log_path": str(log_path),
+                "server_saw_cuda_visible_devices": _env_of(self.server.pid or 0).get("CUDA_VISIBLE_DEVICES"),
+            }
+        assert last_err is not None
+        raise ServerStartError(f"could not bind a free port after {MAX_PORT_TRIES} tries: {last_err}",
+                               last_err.log_tail)
+
+    def alive(self) -> bool:
+        return self.server is not None and self.server.alive()
+
+    def log_tail(self, max_bytes: int = 8000) -> str:
+        return self.server.log_tail(max_bytes) if self.server else ""
+
+    def stop(self) -> dict[str, Any]:
+        if self.server is None:
+            return {"stopped": False}
+        code = self.server.stop()
+        return {"stopped": True, "exit_code": code, "pid": self.server.pid, "log_tail": self.server.log_tail()}
+
+
+class LoadActorImpl:
+    """Runs every load point of one server in one long-lived process (never a Ray call per request)."""
+
+    def __init__(self, engine_name: str, base_dir: str) -> None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # zero-GPU actors must not see the node's GPUs
+        self.engine = get_engine(engine_name)
+        self.base_dir = Path(base_dir)
+
+    def visible_gpus(self) -> str:
+        return os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
+
+    def ping(self) -> bool:
+        return True
+
+    def run_point(self, base_url: str, workload: WorkloadSpec, load: LoadPoint, seed: int, warmup_requests: int,
+                  model_name: str, request_timeout_s: float, flush_timeout_s: float = 60.0) -> dict[str, Any]:
+        import asyncio
+
+        from cluster.loadgen.datasets import build_prompts
+        from cluster.loadgen.runner import flush, run_load_point, warmup
+
+        prompts = build_prompts(workload, workload.num_requests, seed, self.base_dir)
+        conc = int(load.value) if load.kind == "concurrency" else (load.max_concurrency or 8)
+        warm_ok = 0
+        flushed = True
+        if warmup_requests > 0:
+            warm_prompts = build_prompts(workload, warmup_requests, seed ^ 0x5EED, self.base_dir)
+            warm_ok = asyncio.run(warmup(self.engine, base_url, workload.api, warm_prompts, workload.output_tokens,
+                                         max(1, min(conc, warmup_requests)), workload.ignore_eos,
+                                         workload.temperature, model_name, request_timeout_s))
+        flushed = asyncio.run(flush(self.engine, base_url, flush_timeout_s))
+        res = run_load_point(self.engine, base_url, workload.api, prompts, workload.output_tokens, load, seed,
+                             workload.ignore_eos, workload.temperature, model_name, request_timeout_s)
+        return {
+            "requests": res.requests,
+            "chunks": res.chunks,
+            "window_start_unix_s": res.window_start_unix_s,
+            "duration_s": res.duration_s,
+            "lag_p50_ns": res.lag_p50_ns,
+            "lag_p99_ns": res.lag_p99_ns,
+            "counters_before": res.counters_before,
+            "counters_after": res.counters_after,
+            "warmup_ok": warm_ok,
+            "flushed": flushed,
+        }
+
+
+def _env_of(pid: int) -> dict[str, str]:
+    """The environment a process really started with (Linux /proc), as evidence of its GPU pinning."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    out = {}
+    for item in raw.split(b"\0"):
+        k, sep, v = item.partition(b"=")
+        if sep:
+            out[k.decode("utf-8", "replace")] = v.decode("utf-8", "replace")
+    return out
+
+
+def cleanup_group(pgid: int) -> bool:
+    """Kill a server's process group on this node (after its actor died); True if nothing is left."""
+    kill_group(pgid, grace_s=5.0)
+    return not pid_alive(pgid)
+
+
+EngineActor = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=4)(EngineActorImpl)
+LoadActor = ray.remote(max_restarts=0)(LoadActorImpl)
+cleanup_task = ray.remote(num_cpus=0, max_retries=0)(cleanup_group)
+__all__ = ["EngineActor", "LoadActor", "cleanup_task", "__version__"]

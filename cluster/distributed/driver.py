@@ -1,0 +1,352 @@
+"""Ray driver: plans an experiment, places one server per variant segment, drives load, writes the dataset.
+
+Entry point for `ray job submit ... -- python -m cluster.distributed.driver EXPERIMENT.yaml`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+
+from cluster import __version__
+from cluster.distributed.actors import EngineActor, LoadActor, cleanup_task
+from cluster.distributed.cluster_state import gpu_nodes, resolve_output_root
+from cluster.plan import ResolvedVariant, RunPlan, expand_variants, make_plan, server_segments
+from cluster.run_rows import build_run_row, failed_run_row
+from cluster.schedule import reservation, unplaceable
+from cluster.spec import ExperimentSpec, SpecError, load_spec
+
+LOAD_ACTOR_CPUS = 1.0
+PLACEMENT_PROGRESS_S = 10.0
+
+
+@dataclass
+class ExperimentResult:
+    dataset_root: str
+    statuses: dict[str, str] = field(default_factory=dict)
+    skipped: int = 0
+    servers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """variant → server facts (pid, node, GPU ids) of its (last) server start."""
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for s in self.statuses.values():
+            out[s] = out.get(s, 0) + 1
+        return out
+
+
+class _Shared:
+    """Thread-shared bookkeeping: which variants run on which node right now (for `shared_node_with`)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.active: dict[str, str] = {}
+
+    def enter(self, variant: str, node_id: str) -> None:
+        with self.lock:
+            self.active[variant] = node_id
+
+    def leave(self, variant: str) -> None:
+        with self.lock:
+            self.active.pop(variant, None)
+
+    def neighbours(self, variant: str, node_id: str) -> set[str]:
+        with self.lock:
+            return {v for v, n in self.active.items() if n == node_id and v != variant}
+
+
+def _git_sha(base_dir: Path) -> Optional[str]:
+    try:
+        out = subprocess.run(["git", "-C", str(base_dir), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=5, check=False)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _error_text(e: BaseException) -> tuple[str, str]:
+    """(reason, log tail) from a Ray error wrapping a ServerStartError or anything else."""
+    cause = e.cause if isinstance(e, RayTaskError) and getattr(e, "cause", None) is not None else e
+    tail = getattr(cause, "log_tail", "") or ""
+    msg = str(cause).strip().splitlines()
+    return (f"{type(cause).__name__}: {msg[-1] if msg else ''}"[:500], tail)
+
+
+class Driver:
+    def __init__(self, spec: ExperimentSpec, base_dir: Path, output_root: Optional[str],
+                 log: Callable[[str], None], on_run: Callable[[RunPlan, str], None]) -> None:
+        from cluster.store import DatasetStore
+
+        self.spec = spec
+        self.base_dir = base_dir
+        self.root = resolve_output_root(output_root or spec.output, base_dir)
+        self.store = DatasetStore(self.root, spec.name)
+        self.log = log
+        self.on_run = on_run
+        self.shared = _Shared()
+        self.result = ExperimentResult(dataset_root=self.root)
+        self.git_sha = _git_sha(base_dir)
+        self.log_dir = Path(os.environ.get("SGLBENCH_LOG_DIR", "/tmp/sglbench-logs")) / spec.name
+
+    # ------------------------------------------------------------------ planning
+    def runs_to_do(self, plans: list[RunPlan]) -> set[str]:
+        """Runs not yet finished (ok or invalid); failed runs are retried on resubmission."""
+        table = self.store.read_table("runs")
+        done: set[str] = set()
+        if table.num_rows:
+            keys = table.column("run_key").to_pylist()
+            st = table.column("status").to_pylist()
+            done = {k for k, s in zip(keys, st) if s in ("ok", "invalid")}
+        todo = {p.run_key for p in plans if p.run_key not in done}
+        self.result.skipped = len(plans) - len(todo)
+        for p in plans:
+            if p.run_key in done:
+                self.result.statuses[p.run_key] = "skipped"
+        return todo
+
+    def run(self) -> ExperimentResult:
+        plans = make_plan(self.spec)
+        nodes = gpu_nodes()
+        node_gpus = [n["gpus"] for n in nodes]
+        gpn = max(node_gpus, default=0)
+        variants = expand_variants(self.spec)
+        res = [reservation(v.name, v.tp, self.spec.isolation, gpn, LOAD_ACTOR_CPUS) for v in variants]
+        problems = unplaceable(res, node_gpus)
+        if problems:
+            raise PlacementError("; ".join(problems))
+        todo = self.runs_to_do(plans)
+        self.store.write_experiment_meta({
+            "spec": self.spec.model_dump(mode="json"),
+            "sglbench_version": __version__,
+            "git_sha": self.git_sha,
+            "nodes": nodes,
+            "planned_runs": len(plans),
+            "started_unix_s": time.time(),
+            "preflight": getattr(self, "preflight", None),
+        })
+        segments = [(v, runs) for v, runs in server_segments(plans) if any(r.run_key in todo for r in runs)]
+        if not segments:
+            self.log("every planned run is already in the dataset; nothing to do")
+            return self.result
+        # node isolation: at most one server per node at a time; gpus: as many as fit (Ray queues the rest)
+        workers = max(1, len(nodes)) if self.spec.isolation == "node" else max(1, len(segments))
+        with ThreadPoolExecutor(max_workers=min(workers, 64), thread_name_prefix="segment") as pool:
+            futs = [pool.submit(self._segment, v, runs, todo, res_for(v, res)) for v, runs in segments]
+            for f in futs:
+                f.result()
+        return self.result
+
+    # ------------------------------------------------------------------ one server start
+    def _wait_pg(self, pg: Any, variant: str, gpus: int) -> None:
+        t0 = time.monotonic()
+        while True:
+            ready, _ = ray.wait([pg.ready()], timeout=PLACEMENT_PROGRESS_S)
+            if ready:
+                return
+            free = ray.available_resources().get("GPU", 0)
+            self.log(f"[{variant}] waiting {time.monotonic() - t0:.0f} s for {gpus} GPU(s) on one node "
+                     f"({free:g} GPU free cluster-wide; other variants are still running)")
+
+    def _segment(self, variant: ResolvedVariant, runs: list[RunPlan], todo: set[str], r: Any) -> None:
+        runs = [p for p in runs if p.run_key in todo]
+        bundles = [{"GPU": float(r.gpus)}, {"CPU": float(r.cpus_for_load)}]
+        pg = placement_group(bundles, strategy="STRICT_PACK", name=f"sglbench-{self.spec.name}-{variant.name}")
+        engine = load = None
+        info: dict[str, Any] = {}
+        try:
+            self._wait_pg(pg, variant.name, r.gpus)
+            launcher = self.spec.engines.get(variant.engine)
+            engine = EngineActor.options(
+                num_gpus=variant.tp,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0),
+            ).remote(variant, launcher, str(self.log_dir), "127.0.0.1", None)
+            try:
+                info = ray.get(engine.start.remote(self.spec.health_timeout_s))
+            except (RayTaskError, RayActorError) as e:
+                reason, tail = _error_text(e)
+                self.log(f"[{variant.name}] server failed to start: {reason}")
+                for p in runs:
+                    self._record_failed(p, f"server start failed: {reason}", tail, {})
+                return
+            self.result.servers[variant.name] = info
+            self.shared.enter(variant.name, info["node_id"])
+            self.log(f"[{variant.name}] server healthy in {info['startup_s']:.1f} s on GPUs "
+                     f"{info['cuda_visible_devices'] or '-'} (pid {info['pid']})")
+            load = self._new_load_actor(pg, variant)
+            info["load_actor_cuda_visible_devices"] = ray.get(load.visible_gpus.remote())
+            server_dead = False
+            for p in runs:
+                if server_dead:
+                    self._record_failed(p, "server died during an earlier run of this variant",
+                                        info.get("last_log_tail", ""), info)
+                    continue
+                load, server_dead = self._one_run(p, engine, load, pg, info)
+        finally:
+            self.shared.leave(variant.name)
+            self._teardown(engine, load, pg, info)
+            info["stopped_unix_s"] = time.time()
+
+    def _new_load_actor(self, pg: Any, variant: ResolvedVariant) -> Any:
+        return LoadActor.options(
+            num_cpus=LOAD_ACTOR_CPUS,
+            num_gpus=0,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=1),
+            runtime_env={"env_vars": {"CUDA_VISIBLE_DEVICES": ""}},
+        ).remote(variant.engine, str(self.base_dir))
+
+    def _one_run(self, p: RunPlan, engine: Any, load: Any, pg: Any, info: dict[str, Any]) -> tuple[Any, bool]:
+        neighbours = self.shared.neighbours(p.variant.name, info["node_id"])
+        model_name = self.spec.model.served_name or self.spec.model.path
+        try:
+            out = ray.get(load.run_point.remote(
+                info["base_url"], p.workload, p.load, p.seed, self.spec.warmup_requests, model_name,
+                self.spec.request_timeout_s))
+        except (RayActorError, RayTaskError) as e:
+            reason, _ = _error_text(e)
+            alive = self._engine_alive(engine)
+            tail = self._engine_tail(engine)
+            if not alive:
+                info["last_log_tail"] = tail
+                self._record_failed(p, f"server died: {reason}", tail, info)
+                return load, True
+            self._record_failed(p, f"load actor failed: {reason}", tail, info)
+            try:
+                ray.kill(load)
+            except Exception:  # noqa: BLE001
+                pass
+            return self._new_load_actor(pg, p.variant), False
+        alive = self._engine_alive(engine)
+        neighbours |= self.shared.neighbours(p.variant.name, info["node_id"])
+        if not alive:
+            tail = self._engine_tail(engine)
+            info["last_log_tail"] = tail
+            self._record_failed(p, "server died during the measured window", tail, info, out)
+            return load, True
+        row = build_run_row(p, out, info, self.spec, sorted(neighbours), self.git_sha)
+        self.store.write_run(p, row, out["requests"], out["chunks"])
+        self._finish(p, row["status"])
+        return load, False
+
+    def _engine_alive(self, engine: Any) -> bool:
+        try:
+            return bool(ray.get(engine.alive.remote(), timeout=30))
+        except (RayActorError, RayTaskError, GetTimeoutError):
+            return False
+
+    def _engine_tail(self, engine: Any) -> str:
+        try:
+            return str(ray.get(engine.log_tail.remote(), timeout=30))
+        except (RayActorError, RayTaskError, GetTimeoutError):
+            return ""
+
+    def _record_failed(self, p: RunPlan, reason: str, tail: str, info: dict[str, Any],
+                       out: Optional[dict[str, Any]] = None) -> None:
+        row = failed_run_row(p, reason, tail, info, self.spec, self.git_sha)
+        self.store.write_run(p, row, out["requests"] if out else None, out["chunks"] if out else None)
+        self._finish(p, "failed")
+
+    def _finish(self, p: RunPlan, status: str) -> None:
+        self.result.statuses[p.run_key] = status
+        self.on_run(p, status)
+
+    def _teardown(self, engine: Any, load: Any, pg: Any, info: dict[str, Any]) -> None:
+        if engine is not None:
+            stopped = False
+            try:
+                ray.get(engine.stop.remote(), timeout=60)
+                stopped = True
+            except (RayActorError, RayTaskError, GetTimeoutError):
+                pass
+            if not stopped and info.get("pgid"):
+                # the actor is gone: kill its server's process group on that node so nothing outlives it
+                try:
+                    ray.get(cleanup_task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+                        info["node_id"], soft=False)).remote(info["pgid"]), timeout=60)
+                except Exception as e:  # noqa: BLE001
+                    self.log(f"cleanup of server pgid {info['pgid']} failed: {e}")
+            for a in (engine, load):
+                if a is not None:
+                    try:
+                        ray.kill(a)
+                    except Exception:  # noqa: BLE001
+                        pass
+        elif load is not None:
+            ray.kill(load)
+        try:
+            remove_placement_group(pg)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def res_for(v: ResolvedVariant, res: list[Any]) -> Any:
+    return next(r for r in res if r.variant == v.name)
+
+
+class PlacementError(RuntimeError):
+    """A variant can never be placed on this cluster."""
+
+
+def run_experiment(spec: ExperimentSpec, *, base_dir: Path, output_root: Optional[str] = None,
+                   log: Optional[Callable[[str], None]] = None,
+                   on_run: Optional[Callable[[RunPlan, str], None]] = None,
+                   preflight: bool = True) -> ExperimentResult:
+    """Run every planned run not already in the dataset. Ray must be initialised by the caller."""
+    drv = Driver(spec, Path(base_dir), output_root, log or (lambda s: print(s, flush=True)),
+                 on_run or (lambda p, s: None))
+    if preflight:
+        from cluster.distributed.cluster_state import remote_preflight
+
+        drv.preflight = remote_preflight(spec, Path(base_dir))  # type: ignore[attr-defined]
+    return drv.run()
+
+
+def init_ray(address: Optional[str] = None) -> None:
+    """Join a running cluster (RAY_ADDRESS / --address) or start a local one bound to 127.0.0.1."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if ray.is_initialized():
+        return
+    addr = address or os.environ.get("RAY_ADDRESS")
+    if addr:
+        ray.init(address=addr, log_to_driver=True)
+    else:
+        ray.init(include_dashboard=False, dashboard_host="127.0.0.1", log_to_driver=True)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m cluster.distributed.driver",
+                                 description="Run an sglbench experiment on the current Ray cluster.")
+    ap.add_argument("experiment", help="experiment YAML")
+    ap.add_argument("--address", default=None, help="Ray address (default: RAY_ADDRESS or a local cluster)")
+    ap.add_argument("--output", default=None, help="dataset root (overrides the spec's output)")
+    args = ap.parse_args(argv)
+    try:
+        spec = load_spec(args.experiment)
+    except SpecError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    init_ray(args.address)
+    try:
+        result = run_experiment(spec, base_dir=Path.cwd(), output_root=args.output)
+    except (PlacementError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps({"dataset_root": result.dataset_root, "counts": result.counts(), "skipped": result.skipped}))
+    return 0 if result.counts().get("failed", 0) == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
