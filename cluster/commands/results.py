@@ -1,0 +1,164 @@
+"""`sglbench results compare | list | show | query`: read an experiment's dataset and render it."""
+
+from __future__ import annotations
+
+import enum
+import math
+from contextlib import contextmanager
+from typing import Any, Iterator, Optional
+
+import pandas as pd
+import typer
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+err_console = Console(stderr=True)
+
+results_app = typer.Typer(no_args_is_help=True, help="Compare, list, inspect and query result datasets.")
+
+
+class Format(str, enum.Enum):
+    table = "table"
+    csv = "csv"
+    markdown = "markdown"
+    json = "json"
+
+
+ROOT_OPT = typer.Option("results", "--root", help="Dataset root: a local path or a pyarrow filesystem URI.")
+
+
+@contextmanager
+def _clear_errors() -> Iterator[None]:
+    """Known failures (missing experiment, bad SQL, bad baseline or names) → one line on stderr, exit 2."""
+    from cluster.query import QueryError
+    from cluster.store import ExperimentNotFound, StoreError
+
+    try:
+        yield
+    except (ExperimentNotFound, QueryError, StoreError, FileNotFoundError, OSError) as e:
+        msg = e.args[0] if isinstance(e, LookupError) and e.args else str(e)
+        err_console.print(f"[red]error:[/] {msg}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
+def _cell(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.3f}" if abs(v) < 10 else f"{v:.1f}"
+    return str(v)
+
+
+def _markdown(df: pd.DataFrame) -> str:
+    lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
+    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def _emit(df: pd.DataFrame, fmt: Format, title: str = "") -> None:
+    if fmt is Format.csv:
+        typer.echo(df.to_csv(index=False), nl=False)
+    elif fmt is Format.json:
+        typer.echo(df.to_json(orient="records", indent=2))
+    elif fmt is Format.markdown:
+        typer.echo(_markdown(df))
+    else:
+        t = Table(title=title or None, show_lines=False)
+        for c in df.columns:
+            t.add_column(str(c), justify="right" if pd.api.types.is_numeric_dtype(df[c]) else "left")
+        for row in df.itertuples(index=False):
+            t.add_row(*(_cell(v) for v in row))
+        console.print(t)
+
+
+@results_app.command("compare")
+def compare_cmd(
+    experiment: str = typer.Argument(..., help="Experiment name (a directory under --root)."),
+    root: str = ROOT_OPT,
+    baseline: str = typer.Option(None, "--baseline", help="Variant to compute speedups against."),
+    fmt: Format = typer.Option(Format.table, "--format", help="Output format."),
+) -> None:
+    """Per load point and variant: means over ok repeats and output tok/s speedup over the baseline."""
+    print_compare(root, experiment, baseline, fmt.value)
+
+
+def print_compare(root: str, experiment: str, baseline: Optional[str], fmt_name: str) -> None:
+    """Render the compare table (also used by `sglbench run` after an experiment)."""
+    from cluster.query import compare_table
+
+    fmt = Format(fmt_name)
+    with _clear_errors():
+        df = compare_table(root, experiment, baseline)
+    if df.empty:
+        err_console.print(f"no runs recorded for experiment {experiment!r} under {root!r}")
+        raise typer.Exit(2)
+    if fmt is Format.table:
+        t = pd.DataFrame({
+            "workload": df["workload"],
+            "load": [f"c{v:g}" if k == "concurrency" else f"r{v:g}" for k, v in zip(df["load_kind"], df["load_value"])],
+            "variant": [f"{v}{'*' if b else ''} ({e})" for v, e, b in zip(df["variant"], df["engine"], df["is_baseline"])],
+            "ok/fail/inv": [f"{a}/{b}/{c}" for a, b, c in zip(df["n_runs"], df["n_failed"], df["n_invalid"])],
+            "req/s": df["request_throughput_rps"], "tok/s": df["output_tok_s"],
+            "TTFT p50": df["ttft_ms_p50"], "TTFT p99": df["ttft_ms_p99"],
+            "TPOT mean": df["tpot_ms_mean"], "TPOT p50": df["tpot_ms_p50"],
+            "ITL/chunk p50": df["itl_chunk_ms_p50"], "ITL/token p50": df["itl_token_ms_p50"],
+            "accept": df["accept_length"], "speedup": df["speedup_output_tok_s"],
+        })
+        _emit(t, fmt, title=f"{experiment}: means over ok repeats; latencies in ms; * = baseline; "
+                            "speedup = output tok/s over the baseline")
+    else:
+        _emit(df, fmt)
+
+
+@results_app.command("list")
+def list_cmd(root: str = ROOT_OPT, fmt: Format = typer.Option(Format.table, "--format")) -> None:
+    """Experiments under the root, with run counts by status."""
+    from cluster.store import DatasetStore, list_experiments
+
+    with _clear_errors():
+        rows = []
+        for name in list_experiments(root):
+            st = DatasetStore(root, name).read_table("runs", columns=["status"]).column("status").to_pylist()
+            rows.append({"experiment": name, "runs": len(st), "ok": st.count("ok"),
+                         "invalid": st.count("invalid"), "failed": st.count("failed")})
+    if not rows:
+        err_console.print(f"no experiments under {root!r}")
+        raise typer.Exit(2)
+    _emit(pd.DataFrame(rows), fmt, title=f"experiments under {root}")
+
+
+@results_app.command("show")
+def show_cmd(
+    experiment: str = typer.Argument(...),
+    root: str = ROOT_OPT,
+    fmt: Format = typer.Option(Format.table, "--format"),
+) -> None:
+    """Every run of an experiment: status, and why a run failed or is invalid."""
+    from cluster.query import query
+
+    sql = ("SELECT order_index, variant, engine, workload, load_kind, load_value, repeat, status, "
+           "coalesce(failure_reason, invalid_reasons) AS reason, m_output_tok_s AS output_tok_s, run_key "
+           "FROM runs ORDER BY order_index")
+    with _clear_errors():
+        df = query(root, experiment, sql)
+    _emit(df, fmt, title=f"{experiment}: runs")
+
+
+@results_app.command("query")
+def query_cmd(
+    experiment: str = typer.Argument(...),
+    sql: str = typer.Argument(..., help="SQL over the views runs, requests, chunks (DuckDB dialect)."),
+    root: str = ROOT_OPT,
+    fmt: Format = typer.Option(Format.table, "--format"),
+) -> None:
+    """Free SQL over the experiment's tables."""
+    from cluster.query import query
+
+    with _clear_errors():
+        df = query(root, experiment, sql)
+    _emit(df, fmt)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(results_app, name="results")

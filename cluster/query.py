@@ -1,0 +1,124 @@
+"""DuckDB views over an experiment's dataset, the per-load-point compare table, and free SQL."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import duckdb
+import pandas as pd
+import pyarrow.dataset as pads
+
+from cluster.store import TABLE_SCHEMAS, DatasetStore, ExperimentNotFound
+
+BASE_TABLES = ("runs", "requests", "chunks")
+
+COMPARE_METRICS: tuple[tuple[str, str], ...] = (
+    ("request_throughput_rps", "m_request_throughput_rps"),
+    ("output_tok_s", "m_output_tok_s"),
+    ("ttft_ms_p50", "m_ttft_ms_p50"),
+    ("ttft_ms_p99", "m_ttft_ms_p99"),
+    ("tpot_ms_mean", "m_tpot_ms_mean"),
+    ("tpot_ms_p50", "m_tpot_ms_p50"),
+    ("itl_chunk_ms_p50", "m_itl_chunk_ms_p50"),
+    ("itl_token_ms_p50", "m_itl_token_ms_p50"),
+    ("accept_length", "m_accept_length"),
+)
+"""(compare-table column, runs-table column): each is the mean over a point's ok repeats."""
+
+POINT_KEYS = ("workload", "load_kind", "load_value")
+
+
+class QueryError(ValueError):
+    """Bad SQL, or a baseline that is not a variant of the experiment."""
+
+
+def _store(root: str, experiment: str) -> DatasetStore:
+    store = DatasetStore(root, experiment)
+    if not store.exists():
+        raise ExperimentNotFound(f"experiment {experiment!r} not found under {root!r}")
+    return store
+
+
+def _sql_str(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def connect(root: str, experiment: str) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with one view per table (runs, requests, chunks, and any others).
+
+    Only committed runs' files are visible. Local datasets are scanned with read_parquet (hive partitioning,
+    union_by_name); datasets on other filesystems are scanned lazily through pyarrow datasets.
+    """
+    store = _store(root, experiment)
+    con = duckdb.connect()
+    for table in sorted(set(BASE_TABLES) | set(store.tables())):
+        files = store.table_files(table)
+        if not files:
+            empty = TABLE_SCHEMAS.get(table)
+            if empty is not None:
+                con.register(table, empty.empty_table())
+            continue
+        if store.is_local:
+            listing = ", ".join(_sql_str(f) for f in files)
+            con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet([{listing}], "
+                        "hive_partitioning = true, union_by_name = true)")
+        else:
+            schema = TABLE_SCHEMAS.get(table)
+            con.register(table, pads.dataset(files, filesystem=store.fs, format="parquet", schema=schema))
+    return con
+
+
+def query(root: str, experiment: str, sql: str) -> pd.DataFrame:
+    """Run free SQL against the experiment's views."""
+    con = connect(root, experiment)
+    try:
+        return con.execute(sql).df()
+    except duckdb.Error as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise QueryError(f"SQL error: {first}") from None
+    finally:
+        con.close()
+
+
+def compare_table(root: str, experiment: str, baseline: Optional[str] = None) -> pd.DataFrame:
+    """Per load point and variant: run counts, mean metrics over ok repeats, and output tok/s speedup vs baseline.
+
+    The baseline is the variant whose runs have is_baseline (overridden by `baseline`). Rows are ordered by
+    workload, load kind and value, then by the variant's first run in the plan.
+    """
+    runs = _store(root, experiment).read_table("runs")
+    df = runs.to_pandas()
+    cols = list(POINT_KEYS) + ["variant", "engine", "is_baseline", "n_runs", "n_failed", "n_invalid"]
+    cols += [c for c, _ in COMPARE_METRICS] + ["speedup_output_tok_s"]
+    if df.empty:
+        return pd.DataFrame(columns=cols)
+    variants = list(dict.fromkeys(df.sort_values("order_index")["variant"]))
+    if baseline is None:
+        marked = df.loc[df["is_baseline"].fillna(False).astype(bool), "variant"].unique().tolist()
+        baseline = marked[0] if marked else None
+    elif baseline not in variants:
+        raise QueryError(f"baseline {baseline!r} is not a variant of {experiment!r}; variants: {', '.join(variants)}")
+    for _, mcol in COMPARE_METRICS:
+        if mcol not in df.columns:
+            df[mcol] = float("nan")
+    df["_ok"] = df["status"] == "ok"
+    keys = list(POINT_KEYS) + ["variant"]
+    counts = df.groupby(keys, sort=False).agg(
+        engine_name=("engine", "first"),  # not `engine=`: that is agg()'s own keyword
+        n_runs=("_ok", "sum"),
+        n_failed=("status", lambda s: int((s == "failed").sum())),
+        n_invalid=("status", lambda s: int((s == "invalid").sum())),
+    )
+    ok = df[df["_ok"]]
+    means = ok.groupby(keys, sort=False)[[m for _, m in COMPARE_METRICS]].mean()
+    means.columns = [c for c, _ in COMPARE_METRICS]
+    out = counts.join(means, how="left").reset_index().rename(columns={"engine_name": "engine"})
+    out["n_runs"] = out["n_runs"].astype(int)
+    out["is_baseline"] = out["variant"] == baseline
+    base = out.loc[out["is_baseline"], list(POINT_KEYS) + ["output_tok_s"]].rename(
+        columns={"output_tok_s": "_base_tok_s"})
+    out = out.merge(base, on=list(POINT_KEYS), how="left")
+    out["speedup_output_tok_s"] = out["output_tok_s"] / out["_base_tok_s"]
+    out["_vorder"] = out["variant"].map({v: i for i, v in enumerate(variants)})
+    out = out.sort_values(list(POINT_KEYS) + ["_vorder"], kind="stable").reset_index(drop=True)
+    return out[cols]
