@@ -1,0 +1,374 @@
+"""Pure step/timing model of the simulated SGLang engine: knobs, step times, speculative acceptance, outputs, batching.
+
+No I/O and no event loop here: `Scheduler.plan_step()` admits requests and says how long the next forward
+takes (model milliseconds, before `time_scale`), `Scheduler.commit_step()` applies it. The HTTP server in
+`sim.py` sleeps between the two.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections import deque
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
+
+EOS_ID = 0
+OK_ID = 1
+ANSWER_323_ID = 2
+GARBAGE_ID = 3
+VOCAB_BASE = 100
+VOCAB_SIZE = 32000
+SPECIAL_PIECES = {EOS_ID: "", OK_ID: "OK", ANSWER_323_ID: "323", GARBAGE_ID: "NaN"}
+MULTIPLY_MARKERS = ("17*19", "17 × 19", "17x19", "17 x 19")
+
+
+class KnobError(ValueError):
+    """A bad simulator knob (from env SGLBENCH_SIM)."""
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """Simulator knobs; defaults are calibrated to the Qwen3.5 NVFP4 story (≈13.9 ms/step → ≈72 tok/s at batch 1)."""
+
+    seed: int = 0
+    time_scale: float = 1.0
+    tuned_speed_factor: float = 1.0
+    decode_base_ms: float = 13.85
+    decode_per_req_ms: float = 0.05
+    prefill_per_token_ms: float = 0.02
+    draft_step_ms: float = 0.9
+    verify_per_draft_token_ms: float = 0.3
+    accept_probs: tuple[float, ...] = (0.8, 0.65, 0.5)
+    answers: bool = True
+    late_divergence_after: Optional[int] = None
+    crash_after_requests: Optional[int] = None
+    start_delay_s: float = 0.0
+    fail_start: Union[bool, str] = False
+    garbage_output: bool = False
+    mtp_absent: bool = False
+    radix_cache: bool = True
+    max_total_num_tokens: int = 1_000_000
+    default_max_running_requests: int = 1024
+    context_length: int = 262144
+    decode_log_interval: int = 40
+
+    @classmethod
+    def from_mapping(cls, raw: Optional[Mapping[str, Any]]) -> "Knobs":
+        raw = dict(raw or {})
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(raw) - set(known))
+        if unknown:
+            raise KnobError(f"SGLBENCH_SIM: unknown knob(s) {unknown}; expected some of {sorted(known)}")
+        kw: dict[str, Any] = {}
+        for name, val in raw.items():
+            default = getattr(cls, name)
+            try:
+                kw[name] = _coerce(name, val, default)
+            except (TypeError, ValueError) as e:
+                raise KnobError(f"SGLBENCH_SIM: knob {name!r}: {e}") from None
+        k = cls(**kw)
+        if k.time_scale < 0 or k.tuned_speed_factor <= 0:
+            raise KnobError("SGLBENCH_SIM: time_scale must be >= 0 and tuned_speed_factor > 0")
+        if any(not 0.0 <= p <= 1.0 for p in k.accept_probs):
+            raise KnobError("SGLBENCH_SIM: knob 'accept_probs': expected probabilities in [0, 1]")
+        return k
+
+
+def _coerce(name: str, val: Any, default: Any) -> Any:
+    if name == "accept_probs":
+        if not isinstance(val, (list, tuple)) or not val:
+            raise ValueError("expected a non-empty list of probabilities")
+        return tuple(float(x) for x in val)
+    if name == "fail_start":
+        if not isinstance(val, (bool, str)):
+            raise ValueError("expected true/false or an error message")
+        return val
+    if name in ("late_divergence_after", "crash_after_requests"):
+        if val is None:
+            return None
+        if isinstance(val, bool) or not isinstance(val, int) or val < 0:
+            raise ValueError("expected a non-negative integer or null")
+        return val
+    if isinstance(default, bool):
+        if not isinstance(val, bool):
+            raise ValueError("expected true or false")
+        return val
+    if isinstance(default, int):
+        if isinstance(val, bool) or not isinstance(val, int):
+            raise ValueError("expected an integer")
+        return val
+    if isinstance(default, float):
+        if isinstance(val, bool) or not isinstance(val, (int, float)):
+            raise ValueError("expected a number")
+        return float(val)
+    return val
+
+
+@dataclass(frozen=True)
+class SpecParams:
+    """Resolved speculative configuration (NEXTN is already rewritten to EAGLE)."""
+
+    algorithm: str
+    num_steps: int
+    eagle_topk: int
+    num_draft_tokens: int
+
+
+def accept_probs_for(knobs: Knobs, num_steps: int) -> tuple[float, ...]:
+    """Per-draft-position acceptance probabilities (the last one repeated), zeros when the MTP head is absent."""
+    if knobs.mtp_absent:
+        return (0.0,) * num_steps
+    p = list(knobs.accept_probs)
+    while len(p) < num_steps:
+        p.append(p[-1])
+    return tuple(p[:num_steps])
+
+
+def expected_accept_length(probs: Sequence[float]) -> float:
+    """Expected tokens per verify step: 1 + p1 + p1·p2 + … (stop at the first rejection)."""
+    total, run = 1.0, 1.0
+    for p in probs:
+        run *= p
+        total += run
+    return total
+
+
+def draw_accepted(rng: random.Random, probs: Sequence[float]) -> int:
+    """Accepted draft tokens in one verify step: accept position i with probability p_i, stop at the first rejection."""
+    n = 0
+    for p in probs:
+        if rng.random() >= p:
+            break
+        n += 1
+    return n
+
+
+def step_time_ms(knobs: Knobs, decode_batch: int, prefill_tokens: int, spec: Optional[SpecParams]) -> float:
+    """Model time of one scheduler step (before time_scale): a + b·batch, prefill per token, draft and verify costs."""
+    t = knobs.decode_base_ms + knobs.decode_per_req_ms * decode_batch + knobs.prefill_per_token_ms * prefill_tokens
+    if spec is not None and decode_batch > 0:
+        t += knobs.draft_step_ms * spec.num_steps
+        t += knobs.verify_per_draft_token_ms * (spec.num_draft_tokens - 1) * decode_batch
+    return t * knobs.tuned_speed_factor
+
+
+def _seed_from(*parts: Any) -> int:
+    h = hashlib.blake2b(repr(parts).encode(), digest_size=8)
+    return int.from_bytes(h.digest(), "little")
+
+
+def prompt_key(input_ids: Optional[Sequence[int]], text: Optional[str]) -> str:
+    """A stable key for a prompt (its ids or its text)."""
+    if input_ids is not None:
+        return "ids:" + ",".join(str(i) for i in input_ids)
+    return "text:" + (text or "")
+
+
+def piece(token_id: int) -> str:
+    """Deterministic decode of one token id (ASCII only, never needs JSON escaping)."""
+    sp = SPECIAL_PIECES.get(token_id)
+    return sp if sp is not None else f"tok{token_id} "
+
+
+def _chain(seed: int, n: int) -> list[int]:
+    rng = random.Random(seed)
+    return [VOCAB_BASE + rng.randrange(VOCAB_SIZE) for _ in range(n)]
+
+
+def output_ids(
+    knobs: Knobs, key: str, text: Optional[str], max_new_tokens: int, ignore_eos: bool, speculative: bool
+) -> tuple[list[int], bool]:
+    """Greedy output ids for a prompt and whether they end on EOS (a 'stop' finish); identical across variants
+    except after `late_divergence_after` tokens on speculative ones."""
+    n = max(0, max_new_tokens)
+    if knobs.garbage_output:
+        return [GARBAGE_ID] * n, False
+    answer: list[int] = []
+    if knobs.answers and text is not None:
+        if "Reply with OK" in text:
+            answer = [OK_ID]
+        elif any(m in text for m in MULTIPLY_MARKERS):
+            answer = [ANSWER_323_ID]
+    if answer and not ignore_eos:
+        ids = (answer + [EOS_ID])[:n]
+        return ids, len(ids) == len(answer) + 1
+    base = _seed_from(knobs.seed, key)
+    ids = answer + _chain(base, n)
+    ids = ids[:n]
+    div = knobs.late_divergence_after
+    if speculative and div is not None and div < n:
+        ids[div:] = _chain(_seed_from(knobs.seed, key, "late-divergence"), n - div)
+    return ids, False
+
+
+@dataclass
+class SimRequest:
+    """One request's state inside the scheduler."""
+
+    rid: str
+    prompt_tokens: int
+    key: str
+    out_ids: list[int]
+    stops_on_eos: bool
+    accept_rng: random.Random
+    cached_tokens: int = 0
+    generated: int = 0
+    spec_verify_ct: int = 0
+    spec_num_correct_drafts: int = 0
+    spec_num_proposed_drafts: int = 0
+    finished: bool = False
+    admitted: bool = False
+    on_progress: Optional[Callable[[], None]] = None
+    """Called by the server after a step gave this request tokens (wakes its HTTP handler)."""
+
+    @property
+    def target(self) -> int:
+        return len(self.out_ids)
+
+    def finish_reason(self) -> Optional[dict[str, Any]]:
+        if not self.finished:
+            return None
+        if self.stops_on_eos:
+            return {"type": "stop", "matched": EOS_ID}
+        return {"type": "length", "length": self.target}
+
+
+@dataclass
+class Counters:
+    """Server-lifetime counters (the spec ones are reset by /flush_cache)."""
+
+    spec_accept_tokens: int = 0
+    spec_forward_ct: int = 0
+    spec_verify_calls_total: int = 0
+    generation_tokens_total: int = 0
+    prompt_tokens_total: int = 0
+    num_requests_total: int = 0
+    interval_tokens: int = 0
+    interval_verify: int = 0
+    interval_accept_tokens: int = 0
+    interval_steps: int = 0
+    last_interval_accept_length: Optional[float] = None
+
+
+class Scheduler:
+    """Continuous batching: running requests advance together, one step at a time; the rest wait in FIFO order."""
+
+    def __init__(self, knobs: Knobs, max_running: int, spec: Optional[SpecParams]) -> None:
+        self.knobs = knobs
+        self.max_running = max(1, max_running)
+        self.spec = spec
+        self.probs = accept_probs_for(knobs, spec.num_steps) if spec else ()
+        self.waiting: deque[SimRequest] = deque()
+        self.running: list[SimRequest] = []
+        self.counters = Counters()
+        self._cache: dict[str, int] = {}
+        self._new: list[SimRequest] = []
+
+    def new_request(
+        self, rid: str, input_ids: Optional[Sequence[int]], text: Optional[str], max_new_tokens: int, ignore_eos: bool
+    ) -> SimRequest:
+        key = prompt_key(input_ids, text)
+        n_prompt = len(input_ids) if input_ids is not None else max(1, len((text or "").split()))
+        ids, stops = output_ids(self.knobs, key, text, max_new_tokens, ignore_eos, self.spec is not None)
+        rng = random.Random(_seed_from(self.knobs.seed, key, "accept"))
+        return SimRequest(rid=rid, prompt_tokens=n_prompt, key=key, out_ids=ids, stops_on_eos=stops, accept_rng=rng)
+
+    def submit(self, req: SimRequest) -> None:
+        if req.target == 0:
+            req.finished = True
+            return
+        self.waiting.append(req)
+
+    def abort(self, req: SimRequest) -> None:
+        if req in self.waiting:
+            self.waiting.remove(req)
+        elif req in self.running:
+            self.running.remove(req)
+        req.finished = True
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def plan_step(self) -> Optional[float]:
+        """Admit waiting requests; return the next step's model time in ms, or None when idle."""
+        while self.waiting and len(self.running) + len(self._new) < self.max_running:
+            req = self.waiting.popleft()
+            if self.knobs.radix_cache and req.key in self._cache:
+                req.cached_tokens = max(0, req.prompt_tokens - 1)
+            self._new.append(req)
+        if not self.running and not self._new:
+            return None
+        prefill = sum(r.prompt_tokens - r.cached_tokens for r in self._new)
+        return step_time_ms(self.knobs, len(self.running), prefill, self.spec)
+
+    def commit_step(self) -> list[SimRequest]:
+        """Apply the planned step; return every request that got tokens (finished ones leave the batch)."""
+        touched: list[SimRequest] = []
+        c = self.counters
+        gen = 0
+        for req in self.running:
+            if self.spec is not None:
+                acc = draw_accepted(req.accept_rng, self.probs)
+                n = min(1 + acc, req.target - req.generated)
+                req.spec_verify_ct += 1
+                req.spec_num_correct_drafts += n - 1
+                req.spec_num_proposed_drafts += self.spec.num_draft_tokens - 1
+                c.spec_accept_tokens += n
+                c.spec_forward_ct += 1
+                c.spec_verify_calls_total += 1
+                c.interval_verify += 1
+                c.interval_accept_tokens += n
+            else:
+                n = 1
+            req.generated += n
+            gen += n
+            touched.append(req)
+        for req in self._new:
+            req.admitted = True
+            req.generated = 1
+            gen += 1
+            c.prompt_tokens_total += req.prompt_tokens
+            c.num_requests_total += 1
+            if self.knobs.radix_cache:
+                if len(self._cache) > 100_000:
+                    self._cache.clear()
+                self._cache[req.key] = req.prompt_tokens
+            touched.append(req)
+        self.running.extend(self._new)
+        self._new = []
+        c.generation_tokens_total += gen
+        c.interval_tokens += gen
+        c.interval_steps += 1
+        if c.interval_steps >= self.knobs.decode_log_interval:
+            if c.interval_verify:
+                c.last_interval_accept_length = c.interval_accept_tokens / c.interval_verify
+            c.interval_steps = c.interval_verify = c.interval_accept_tokens = 0
+        still: list[SimRequest] = []
+        for req in self.running:
+            if req.generated >= req.target:
+                req.finished = True
+            else:
+                still.append(req)
+        self.running = still
+        return touched
+
+    def flush(self) -> None:
+        """Drop the prefix cache and reset the speculative counters (SGLang's /flush_cache)."""
+        self._cache.clear()
+        c = self.counters
+        c.spec_accept_tokens = c.spec_forward_ct = 0
+        c.interval_verify = c.interval_accept_tokens = 0
+        c.last_interval_accept_length = None
+
+    def avg_spec_accept_length(self) -> Optional[float]:
+        c = self.counters
+        if self.spec is None or c.spec_forward_ct == 0:
+            return None
+        return c.spec_accept_tokens / c.spec_forward_ct
+
+    def tokens_in_use(self) -> int:
+        return sum(r.prompt_tokens + r.generated for r in self.running)
+
+
