@@ -124,6 +124,10 @@ class DatasetStore:
             raise
 
     def _write_parquet(self, path: str, table: pa.Table) -> None:
+        # The partition column lives in the path only (variant=<name>/): a copy inside the file would clash with
+        # the partition pyarrow/pandas infer from the path (string vs dictionary) and break plain readers.
+        if PARTITION_COLUMN in table.column_names:
+            table = table.drop_columns([PARTITION_COLUMN])
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink, compression="zstd")
         self._write_bytes(path, sink.getvalue().to_pybytes())
@@ -261,8 +265,27 @@ class DatasetStore:
             schema = TABLE_SCHEMAS.get(name, pa.schema(KEY_FIELDS))
             empty = schema.empty_table()
             return empty.select([c for c in cols if c in schema.names]) if cols else empty
-        parts = [pq.read_table(p, filesystem=self.fs, columns=cols, partitioning=None) for p in files]
+        file_cols = [c for c in cols if c != PARTITION_COLUMN] if cols is not None else None
+        parts = []
+        for p in files:
+            t = pq.read_table(p, filesystem=self.fs, columns=file_cols, partitioning=None)
+            if cols is None or PARTITION_COLUMN in cols:
+                value = _partition_value(p)
+                pos = min(2, t.num_columns) if cols is None else cols.index(PARTITION_COLUMN)
+                t = t.add_column(pos, pa.field(PARTITION_COLUMN, pa.string(), nullable=False),
+                                 pa.array([value] * t.num_rows, pa.string()))
+            parts.append(t)
         return pa.concat_tables(parts, promote_options="permissive")
+
+
+PARTITION_COLUMN = "variant"
+
+
+def _partition_value(path: str) -> str:
+    for seg in path.split("/"):
+        if seg.startswith(PARTITION_COLUMN + "="):
+            return seg.split("=", 1)[1]
+    raise StoreError(f"{path}: no {PARTITION_COLUMN}= partition in the path")
 
 
 def _as_float(val: Any) -> Optional[float]:

@@ -16,13 +16,13 @@ def tier_required(name: str) -> bool:
     return name in {t.strip() for t in os.environ.get("SGLBENCH_REQUIRE_TIERS", "").split(",")}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_local() -> Iterator[None]:
-    """One local Ray cluster per test session (8 logical GPUs, no dashboard, small object store)."""
+    """One local Ray cluster per test module (8 logical GPUs, no dashboard, small object store)."""
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_gpus=8, num_cpus=8, include_dashboard=False, object_store_memory=100 * 1024**2,
-                 log_to_driver=False)
+        ray.init(address="local", num_gpus=8, num_cpus=8, include_dashboard=False,
+                 object_store_memory=100 * 1024**2, log_to_driver=False, _node_ip_address="127.0.0.1")
     yield
     ray.shutdown()

@@ -1,0 +1,1 @@
+"""Command modules of the `sglbench` CLI; each exposes register(app)."""

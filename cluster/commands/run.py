@@ -97,15 +97,17 @@ def run(
     output: Optional[str] = typer.Option(None, help="dataset root (default: the spec's output)"),
     address: Optional[str] = typer.Option(None, help="Ray address (default: RAY_ADDRESS or a local cluster)"),
     progress: bool = typer.Option(True, help="show a progress display"),
+    gpus: Optional[int] = typer.Option(None, help="logical GPUs for a local cluster (default: detected, or 8 "
+                                       "for an all-simulated experiment)"),
 ) -> None:
     """Run an experiment end to end and print the comparison table."""
     spec = _load(experiment)
     _local_checks(spec, quiet=False)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from cluster.distributed.driver import PlacementError, init_ray, run_experiment
+    from cluster.distributed.driver import PlacementError, init_ray, logical_gpus_for, run_experiment
 
-    init_ray(address)
+    init_ray(address, gpus if gpus is not None else logical_gpus_for(spec))
     total = len(make_plan(spec))
     prog = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     TextColumn("{task.fields[last]}"), console=console, disable=not progress)

@@ -113,8 +113,8 @@ class LoadActorImpl:
     def visible_gpus(self) -> str:
         return os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
 
-    def ping(self) -> bool:
-        return True
+    def node_id(self) -> str:
+        return str(ray.get_runtime_context().get_node_id())
 
     def run_point(self, base_url: str, workload: WorkloadSpec, load: LoadPoint, seed: int, warmup_requests: int,
                   model_name: str, request_timeout_s: float, flush_timeout_s: float = 60.0) -> dict[str, Any]:

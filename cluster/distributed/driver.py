@@ -188,6 +188,7 @@ class Driver:
                      f"{info['cuda_visible_devices'] or '-'} (pid {info['pid']})")
             load = self._new_load_actor(pg, variant)
             info["load_actor_cuda_visible_devices"] = ray.get(load.visible_gpus.remote())
+            info["load_actor_node_id"] = ray.get(load.node_id.remote())
             server_dead = False
             for p in runs:
                 if server_dead:
@@ -314,7 +315,16 @@ def run_experiment(spec: ExperimentSpec, *, base_dir: Path, output_root: Optiona
     return drv.run()
 
 
-def init_ray(address: Optional[str] = None) -> None:
+def logical_gpus_for(spec: ExperimentSpec) -> Optional[int]:
+    """A local cluster for an all-simulated experiment gets logical GPUs (8, or the largest tp) so the
+    placement logic runs exactly as on a GPU node; otherwise Ray detects the real GPUs."""
+    variants = expand_variants(spec)
+    if variants and all(v.engine == "sim" for v in variants):
+        return max([8] + [v.tp for v in variants])
+    return None
+
+
+def init_ray(address: Optional[str] = None, num_gpus: Optional[int] = None) -> None:
     """Join a running cluster (RAY_ADDRESS / --address) or start a local one bound to 127.0.0.1."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if ray.is_initialized():
@@ -323,7 +333,8 @@ def init_ray(address: Optional[str] = None) -> None:
     if addr:
         ray.init(address=addr, log_to_driver=True)
     else:
-        ray.init(include_dashboard=False, dashboard_host="127.0.0.1", log_to_driver=True)
+        ray.init(address="local", include_dashboard=False, dashboard_host="127.0.0.1", log_to_driver=False,
+                 num_gpus=num_gpus, object_store_memory=256 * 1024**2, _node_ip_address="127.0.0.1")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -338,7 +349,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     except SpecError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    init_ray(args.address)
+    init_ray(args.address, logical_gpus_for(spec))
     try:
         result = run_experiment(spec, base_dir=Path.cwd(), output_root=args.output)
     except (PlacementError, ValueError) as e:

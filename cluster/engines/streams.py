@@ -10,6 +10,10 @@ from cluster.engines.base import RequestMeta, StreamParser
 _CT = b'"completion_tokens":'
 _FIN_NULL = b'"finish_reason":null'
 _FIN_NULL_SP = b'"finish_reason": null'
+_USAGE_OBJ = b'"usage":{'
+_USAGE_OBJ_SP = b'"usage": {'
+_SGLEXT = b'"sglext"'
+_ERROR = b'"error"'
 
 
 def _int_after(buf: bytes, start: int) -> int:
@@ -125,6 +129,26 @@ class OpenAIStreamParser(StreamParser):
         self._parts: list[str] = []
 
     def feed(self, payload: bytes) -> int:
+        # Hot path: a mid-stream chunk with continuous usage stats (what our requests ask for) only needs the
+        # cumulative usage.completion_tokens; `"completion_tokens":` can only occur as a key (quotes inside JSON
+        # strings are escaped). Final, usage-only, error and sglext chunks take the full JSON path.
+        if (
+            not self._keep_text
+            and (_FIN_NULL in payload or _FIN_NULL_SP in payload)
+            and (_USAGE_OBJ in payload or _USAGE_OBJ_SP in payload)
+            and _SGLEXT not in payload
+            and _ERROR not in payload
+        ):
+            pos = payload.rfind(_CT)
+            if pos >= 0:
+                ct = _int_after(payload, pos + len(_CT))
+                delta = ct - self._ct if ct > self._ct else 0
+                self._ct = ct if ct > self._ct else self._ct
+                self._counted += delta
+                return delta
+        return self._feed_full(payload)
+
+    def _feed_full(self, payload: bytes) -> int:
         try:
             obj = json.loads(payload)
         except ValueError:

@@ -1,0 +1,172 @@
+"""Submit, follow and stop sglbench experiments through Ray's job API (a thin JobSubmissionClient wrapper)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shlex
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional
+
+from ray.job_submission import JobStatus, JobSubmissionClient
+
+DEFAULT_ADDRESS = "http://127.0.0.1:8265"
+DEFAULT_TOKEN_ENV = "RAY_AUTH_TOKEN"
+DRIVER_MODULE = "cluster.distributed.driver"
+WORKING_DIR_EXCLUDES = (
+    "/results/", "/.ci/", "/.git/", "/venv/", ".venv*/", "__pycache__/", "*.pyc", "*.parquet",
+    ".pytest_cache/", ".mypy_cache/", ".hypothesis/", "/build/", "/dist/", "*.egg-info/", "/.whl/", "/tmp/",
+)
+"""Never uploaded with the working dir: datasets, CI venvs and caches (the upload limit is small and they are big)."""
+TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|API_KEY|CREDENTIAL", re.IGNORECASE)
+
+
+class JobError(RuntimeError):
+    """A job request that cannot be made, or a job API that cannot be reached: one line for the user."""
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """What `sglbench submit` sends: an experiment YAML run by the sglbench driver on the cluster."""
+
+    experiment: str
+    """The YAML's path as the cluster sees it (relative to working_dir when one is uploaded)."""
+    working_dir: Optional[Path] = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    output: Optional[str] = None
+    """Dataset root override passed to the driver (`--output`)."""
+    submission_id: Optional[str] = None
+
+    def entrypoint_argv(self) -> list[str]:
+        argv = ["python", "-m", DRIVER_MODULE, self.experiment]
+        return argv + ["--output", self.output] if self.output else argv
+
+    def entrypoint(self) -> str:
+        # The job API takes a shell string; quote every word so paths with spaces stay one argument.
+        return shlex.join(self.entrypoint_argv())
+
+    def runtime_env(self) -> dict[str, Any]:
+        """Working dir and env vars only: no pip/conda/uv, dependencies are baked into the image or node."""
+        env: dict[str, Any] = {}
+        if self.working_dir is not None:
+            env["working_dir"] = str(self.working_dir)
+            env["excludes"] = list(WORKING_DIR_EXCLUDES)
+        if self.env:
+            env["env_vars"] = dict(self.env)
+        return env
+
+
+def parse_env(pairs: list[str]) -> dict[str, str]:
+    """`K=V` words → dict; refuses bad names and secrets (runtime-env vars are visible in the job's metadata)."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not _ENV_NAME.match(name):
+            raise JobError(f"--env {pair.split('=')[0]!r}: expected NAME=VALUE with NAME matching [A-Za-z_][A-Za-z0-9_]*")
+        if _SECRET_NAME.search(name):
+            raise JobError(f"--env {name}: secrets must not travel in the job's runtime env (it is stored and shown "
+                           "by the dashboard); set them on the cluster (e.g. a Kubernetes Secret)")
+        out[name] = value
+    return out
+
+
+def auth_headers(token_env: Optional[str], environ: Mapping[str, str], required: bool = False) -> dict[str, str]:
+    """The bearer header for a token-authenticated cluster, read from the named env var (the value is never printed)."""
+    if not token_env:
+        return {}
+    token = environ.get(token_env, "").strip()
+    if not token:
+        if required:
+            raise JobError(f"--token-env {token_env}: that environment variable is empty or not set")
+        return {}
+    return {"Authorization": f"Bearer {token}"}
+
+
+def cluster_path(experiment: Path, working_dir: Optional[Path]) -> str:
+    """The experiment's path as the job sees it: relative to the uploaded working dir, which must contain it."""
+    if working_dir is None:
+        return str(experiment)
+    exp, wd = experiment.resolve(), working_dir.resolve()
+    try:
+        return exp.relative_to(wd).as_posix()
+    except ValueError:
+        raise JobError(f"{experiment}: the experiment must be inside the working dir {working_dir} "
+                       "(only the working dir is uploaded)") from None
+
+
+class JobClient:
+    """JobSubmissionClient with sglbench's entrypoint, auth header, log following and one-line errors."""
+
+    def __init__(self, address: str = DEFAULT_ADDRESS, headers: Optional[dict[str, str]] = None) -> None:
+        self.address = address
+        try:
+            self._client = JobSubmissionClient(address, headers=headers or None)
+        except ConnectionError as e:
+            raise JobError(f"cannot reach the Ray job API at {address}: {_first_line(e)}") from None
+        except RuntimeError as e:  # e.g. 401 from a token-authenticated cluster
+            raise JobError(f"Ray job API at {address} refused the connection: {_first_line(e)}") from None
+
+    def __repr__(self) -> str:
+        return f"JobClient({self.address!r})"
+
+    def submit(self, request: JobRequest, agent_wait_s: float = 60.0) -> str:
+        """Submit; a head that has just started may have no job agent yet, so that one answer is retried."""
+        deadline = time.monotonic() + agent_wait_s
+        while True:
+            try:
+                return str(self._client.submit_job(entrypoint=request.entrypoint(), runtime_env=request.runtime_env(),
+                                                   submission_id=request.submission_id,
+                                                   metadata={"tool": "sglbench", "experiment": request.experiment}))
+            except (RuntimeError, ValueError, ConnectionError) as e:
+                if "No available agent" in str(e) and time.monotonic() < deadline:
+                    time.sleep(1.0)
+                    continue
+                raise JobError(f"submitting {request.experiment} to {self.address} failed: {_first_line(e)}") from None
+
+    def status(self, job_id: str) -> str:
+        return str(JobStatus(self._client.get_job_status(job_id)).value)
+
+    def logs(self, job_id: str) -> str:
+        return str(self._client.get_job_logs(job_id))
+
+    def stop(self, job_id: str) -> bool:
+        try:
+            return bool(self._client.stop_job(job_id))
+        except RuntimeError as e:
+            raise JobError(f"stopping {job_id} failed: {_first_line(e)}") from None
+
+    def wait(self, job_id: str, timeout_s: float, poll_s: float = 1.0) -> str:
+        """Poll until the job is terminal; returns its status, raises JobError on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            status = self.status(job_id)
+            if status in TERMINAL:
+                return status
+            if time.monotonic() > deadline:
+                raise JobError(f"job {job_id} still {status} after {timeout_s:.0f} s")
+            time.sleep(poll_s)
+
+    def follow(self, job_id: str, write: Callable[[str], object] = sys.stdout.write) -> str:
+        """Stream the job's logs until it ends; returns its terminal status."""
+
+        async def _tail() -> None:
+            async for chunk in self._client.tail_job_logs(job_id):
+                write(chunk)
+
+        asyncio.run(_tail())
+        return self.wait(job_id, timeout_s=60.0, poll_s=0.5)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def client_from_env(address: str, token_env: Optional[str] = DEFAULT_TOKEN_ENV, token_required: bool = False) -> JobClient:
+    return JobClient(address, auth_headers(token_env, os.environ, required=token_required))

@@ -1,0 +1,34 @@
+"""Seeded arrival schedules: open-loop Poisson send offsets; closed loop needs none (send when a slot frees)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+NS_PER_S = 1_000_000_000
+
+
+def poisson_offsets_ns(n: int, rate_per_s: float, rng: np.random.Generator) -> np.ndarray:
+    """Intended send offsets (int64 ns from window start) of `n` Poisson arrivals at `rate_per_s`.
+
+    The first request is sent at offset 0 (the window starts with a send); request i > 0 is sent after the sum
+    of i exponential gaps of mean 1/rate. So the realised rate over the schedule is (n - 1) / offsets[-1].
+    The same generator state gives the same schedule, which keeps arrivals identical across variants.
+    """
+    if n < 0:
+        raise ValueError(f"number of arrivals must be >= 0, got {n}")
+    if not rate_per_s > 0 or not np.isfinite(rate_per_s):
+        raise ValueError(f"request rate must be a positive finite number of requests/s, got {rate_per_s}")
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    gaps_ns = rng.exponential(scale=NS_PER_S / rate_per_s, size=n - 1)
+    out = np.zeros(n, dtype=np.int64)
+    # cumulative sum in float64 then round once, so rounding errors do not accumulate across gaps
+    out[1:] = np.rint(np.cumsum(gaps_ns)).astype(np.int64)
+    return out
+
+
+def mean_rate_per_s(offsets_ns: np.ndarray) -> float:
+    """Realised arrival rate of a schedule: (n - 1) gaps over the span from the first to the last send."""
+    if len(offsets_ns) < 2 or offsets_ns[-1] <= offsets_ns[0]:
+        return 0.0
+    return float((len(offsets_ns) - 1) * NS_PER_S / (offsets_ns[-1] - offsets_ns[0]))

@@ -1,0 +1,106 @@
+"""Prompt sources: seeded random token ids of exact length, JSONL files; the same (workload, n, seed) gives the same prompts."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Any
+
+import numpy as np
+
+from cluster.engines.base import Prompt
+from cluster.spec import WorkloadSpec
+
+RANDOM_ID_LOW = 100
+"""Lowest random token id: the first ids of common vocabularies are special tokens (BOS/EOS/pad, control)."""
+
+
+class DatasetError(ValueError):
+    """A prompt source that cannot be read; the message names the file, the line and what was expected."""
+
+
+def build_prompts(workload: WorkloadSpec, n: int, seed: int, base_dir: pathlib.Path) -> list[Prompt]:
+    """`n` prompts for `workload`, deterministic in (workload, n, seed); relative paths resolve against `base_dir`."""
+    if n < 0:
+        raise ValueError(f"number of prompts must be >= 0, got {n}")
+    src = workload.prompts
+    if src.source == "random_ids":
+        return random_id_prompts(n, workload.input_tokens, src.vocab_size, np.random.default_rng(seed))
+    if src.source == "jsonl":
+        assert src.path is not None  # PromptSource validation guarantees a path
+        path = pathlib.Path(src.path)
+        if not path.is_absolute():
+            path = base_dir / path
+        return sample_jsonl(load_jsonl_prompts(path), n, np.random.default_rng(seed))
+    if src.source == "text":
+        raise NotImplementedError(
+            f"workload {workload.name!r}: prompt source 'text' (a corpus tokenized on the node) is not implemented "
+            "yet; use 'random_ids' or 'jsonl'"
+        )
+    raise DatasetError(f"workload {workload.name!r}: unknown prompt source {src.source!r}")
+
+
+def random_id_prompts(n: int, input_tokens: int, vocab_size: int, rng: np.random.Generator) -> list[Prompt]:
+    """`n` prompts of exactly `input_tokens` ids drawn uniformly from [RANDOM_ID_LOW, vocab_size).
+
+    Vocabularies too small for that range (toy models) draw from [vocab_size // 4, vocab_size) instead.
+    """
+    low = RANDOM_ID_LOW if vocab_size > 2 * RANDOM_ID_LOW else vocab_size // 4
+    out: list[Prompt] = []
+    for _ in range(n):
+        # one row at a time keeps peak memory at one prompt for long inputs × many requests
+        row = rng.integers(low, vocab_size, size=input_tokens, dtype=np.int64)
+        out.append(Prompt(input_ids=tuple(row.tolist())))
+    return out
+
+
+def load_jsonl_prompts(path: pathlib.Path) -> list[Prompt]:
+    """Every prompt of a JSONL file: one object per non-blank line with `prompt` (str) or `input_ids` (list of ints)."""
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DatasetError(f"{path}: prompt file not found") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise DatasetError(f"{path}: cannot read prompt file: {e}") from None
+    prompts: list[Prompt] = []
+    for lineno, line in enumerate(raw.splitlines(), start=1):
+        if not line.strip():
+            continue
+        prompts.append(_parse_line(path, lineno, line))
+    if not prompts:
+        raise DatasetError(f"{path}: no prompts (expected one JSON object per line with 'prompt' or 'input_ids')")
+    return prompts
+
+
+def _parse_line(path: pathlib.Path, lineno: int, line: str) -> Prompt:
+    where = f"{path}:{lineno}"
+    try:
+        obj: Any = json.loads(line)
+    except ValueError as e:
+        raise DatasetError(f"{where}: invalid JSON ({e.args[0] if e.args else e})") from None
+    if not isinstance(obj, dict):
+        raise DatasetError(f"{where}: expected a JSON object with 'prompt' or 'input_ids', got {type(obj).__name__}")
+    if "input_ids" in obj:
+        ids = obj["input_ids"]
+        if (
+            not isinstance(ids, list)
+            or not ids
+            or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids)
+        ):
+            raise DatasetError(f"{where}: field 'input_ids' must be a non-empty list of non-negative integers")
+        return Prompt(input_ids=tuple(ids))
+    if "prompt" in obj:
+        text = obj["prompt"]
+        if not isinstance(text, str) or not text:
+            raise DatasetError(f"{where}: field 'prompt' must be a non-empty string")
+        return Prompt(text=text)
+    raise DatasetError(f"{where}: expected field 'prompt' (string) or 'input_ids' (list of ints), got keys {sorted(obj)}")
+
+
+def sample_jsonl(prompts: list[Prompt], n: int, rng: np.random.Generator) -> list[Prompt]:
+    """`n` prompts: a seeded permutation of the file's prompts, cycled (each pass reshuffled) when n exceeds them."""
+    out: list[Prompt] = []
+    while len(out) < n:
+        order = rng.permutation(len(prompts))
+        out.extend(prompts[int(i)] for i in order[: n - len(out)])
+    return out

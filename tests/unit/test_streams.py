@@ -1,0 +1,156 @@
+"""SSE payload parsers on hand-written SGLang native and OpenAI-compatible chunks."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from cluster.engines.streams import OpenAIStreamParser, SGLangNativeParser
+
+
+def _native(text: str, ids: list[int], ct: int, finish: Any = None, **extra: Any) -> bytes:
+    meta: dict[str, Any] = {
+        "id": "r1", "finish_reason": finish, "prompt_tokens": 7, "weight_version": "default",
+        "num_retractions": 0, "reasoning_tokens": 0, "completion_tokens": ct, "cached_tokens": 2,
+    }
+    meta.update(extra)
+    return json.dumps({"text": text, "output_ids": ids, "meta_info": meta}).encode()
+
+
+def test_native_cumulative_one_token_per_chunk() -> None:
+    p = SGLangNativeParser()
+    counts = [p.feed(_native("a" * k, list(range(k)), k)) for k in range(1, 5)]
+    counts.append(p.feed(_native("a" * 5, list(range(5)), 5, {"type": "length", "length": 5}, e2e_latency=0.5)))
+    assert counts == [1, 1, 1, 1, 1]
+    m = p.meta()
+    assert (m.completion_tokens, m.prompt_tokens, m.cached_tokens) == (5, 7, 2)
+    assert m.finish_reason == "length"
+    assert m.server_e2e_s == 0.5
+    assert m.error is None
+    assert m.output_ids_tail == [0, 1, 2, 3, 4]
+
+
+def test_native_speculative_chunks_carry_several_tokens() -> None:
+    p = SGLangNativeParser(keep_text=True)
+    counts = [
+        p.feed(_native("x", [1], 1)),
+        p.feed(_native("xyz", [1, 2, 3], 3)),
+        p.feed(_native("xyzuvw", [1, 2, 3, 4, 5, 6], 6)),
+        p.feed(_native("xyzuvwq", [1, 2, 3, 4, 5, 6, 7], 7, {"type": "stop", "matched": 2},
+                       spec_verify_ct=3, spec_accept_length=7 / 3)),
+    ]
+    assert counts == [1, 2, 3, 1]
+    m = p.meta()
+    assert m.completion_tokens == 7 and m.spec_verify_ct == 3
+    assert m.finish_reason == "stop"
+    assert abs((m.spec_accept_length_server or 0) - 7 / 3) < 1e-9
+    assert p.text() == "xyzuvwq"
+
+
+def test_native_fast_path_with_spaces_and_without() -> None:
+    p = SGLangNativeParser()
+    spaced = b'{"text": "ab", "output_ids": [1, 2], "meta_info": {"finish_reason": null, "completion_tokens": 2}}'
+    compact = b'{"text":"abcd","output_ids":[1,2,3,4],"meta_info":{"finish_reason":null,"completion_tokens":4}}'
+    assert p.feed(spaced) == 2
+    assert p.feed(compact) == 2
+    assert p.meta().completion_tokens == 4
+
+
+def test_native_incremental_chunks() -> None:
+    # --incremental-streaming-output: text/ids are deltas but completion_tokens stays cumulative
+    p = SGLangNativeParser(keep_text=True)
+    assert p.feed(_native("he", [1], 1)) == 1
+    assert p.feed(_native("llo", [2, 3], 3)) == 2
+    assert p.feed(_native("!", [4], 4, {"type": "length", "length": 4})) == 1
+    assert p.text() == "hello!"
+    assert p.meta().completion_tokens == 4
+
+
+def test_native_error_and_abort_chunks() -> None:
+    p = SGLangNativeParser()
+    assert p.feed(_native("a", [1], 1)) == 1
+    err = {"error": {"message": "prompt too long", "type": "invalid_request_error", "code": 400}}
+    assert p.feed(json.dumps(err).encode()) == 0
+    assert p.meta().error == "prompt too long"
+
+    p2 = SGLangNativeParser()
+    assert p2.feed(_native("a", [1], 1, {"type": "abort", "message": "server shutting down"})) == 1
+    assert p2.meta().error == "server shutting down"
+    assert p2.meta().finish_reason == "abort"
+
+    p3 = SGLangNativeParser()
+    assert p3.feed(b"{truncated") == 0
+    assert "undecodable" in (p3.meta().error or "")
+
+
+def _oai(content: str | None, usage_ct: int | None = None, finish: str | None = None, chat: bool = True,
+         choices: bool = True, **extra: Any) -> bytes:
+    obj: dict[str, Any] = {"id": "cmpl-1", "object": "chat.completion.chunk" if chat else "text_completion"}
+    if choices:
+        ch: dict[str, Any] = {"index": 0, "finish_reason": finish}
+        if chat:
+            ch["delta"] = {"content": content} if content is not None else {"role": "assistant"}
+        else:
+            ch["text"] = content or ""
+        obj["choices"] = [ch]
+    else:
+        obj["choices"] = []
+    if usage_ct is not None:
+        obj["usage"] = {"prompt_tokens": 9, "completion_tokens": usage_ct, "total_tokens": 9 + usage_ct,
+                        "prompt_tokens_details": {"cached_tokens": 4}}
+    obj.update(extra)
+    return json.dumps(obj).encode()
+
+
+def test_openai_continuous_usage_spec_chunks_and_usage_chunk() -> None:
+    p = OpenAIStreamParser(keep_text=True)
+    counts = [
+        p.feed(_oai(None, 0)),  # role-only first chunk carries no token
+        p.feed(_oai("a", 1)),
+        p.feed(_oai("bcd", 4)),  # speculative chunk: three tokens
+        p.feed(_oai("e", 5, finish="length")),
+        p.feed(_oai(None, 5, choices=False)),  # final usage chunk
+        p.feed(_oai(None, choices=False, sglext={"spec_tokens_details": {"spec_verify_ct": 3,
+                                                                          "spec_accept_length": 5 / 3}})),
+    ]
+    assert counts == [0, 1, 3, 1, 0, 0]
+    m = p.meta()
+    assert (m.completion_tokens, m.prompt_tokens, m.cached_tokens, m.spec_verify_ct) == (5, 9, 4, 3)
+    assert m.finish_reason == "length"
+    assert p.text() == "abcde"
+
+
+def test_openai_without_continuous_usage_counts_content_chunks() -> None:
+    p = OpenAIStreamParser()
+    counts = [p.feed(_oai(t, chat=False)) for t in ["a", "b", "c"]]
+    counts.append(p.feed(_oai("", chat=False, finish="stop")))
+    counts.append(p.feed(_oai(None, 4, choices=False, chat=False)))
+    assert counts == [1, 1, 1, 0, 0]
+    m = p.meta()
+    assert m.completion_tokens == 4  # the server's usage wins over the client's chunk count
+    assert m.finish_reason == "stop"
+
+
+def test_openai_error_chunk() -> None:
+    p = OpenAIStreamParser()
+    assert p.feed(_oai("a", 1)) == 1
+    assert p.feed(json.dumps({"error": {"message": "boom", "code": 500}}).encode()) == 0
+    assert p.meta().error == "boom"
+
+
+def test_fast_paths_agree_with_full_json_path() -> None:
+    """keep_text=True forces the full JSON decode of every chunk: counts and meta must match the hot path."""
+    oai = [
+        _oai(None, 0), _oai("a", 1), _oai('say "error" and "completion_tokens": 9', 3), _oai("bcd", 6),
+        _oai("", 6), _oai("e", 7, finish="stop"), _oai(None, 7, choices=False),
+    ]
+    compact = [json.dumps(json.loads(c), separators=(",", ":")).encode() for c in oai]
+    for seq in (oai, compact):
+        fast, full = OpenAIStreamParser(), OpenAIStreamParser(keep_text=True)
+        assert [fast.feed(c) for c in seq] == [full.feed(c) for c in seq] == [0, 1, 2, 3, 0, 1, 0]
+        assert fast.meta() == full.meta()
+    native = [_native("a", [1], 1), _native('"completion_tokens": 99', [1, 2, 3], 3),
+              _native("abcd", [1, 2, 3, 4], 4, {"type": "length", "length": 4}, spec_verify_ct=2)]
+    fast_n, full_n = SGLangNativeParser(), SGLangNativeParser(keep_text=True)
+    assert [fast_n.feed(c) for c in native] == [full_n.feed(c) for c in native] == [1, 2, 1]
+    assert fast_n.meta() == full_n.meta()
