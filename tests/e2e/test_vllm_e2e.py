@@ -1,0 +1,243 @@
+"""e2e tier: a real vLLM CPU server on a tiny locally built model, driven directly and through the Ray driver."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pytest
+
+from cluster.engines.base import Prompt
+from cluster.engines.vllm import VLLMEngine, acceptance_from_counters
+from cluster.plan import LoadPoint, ResolvedVariant, SpecDecode, make_plan
+from cluster.spec import EngineLauncher, ExperimentSpec
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+HEALTH_TIMEOUT_S = 300.0
+STOP_GRACE_S = 30.0
+OUTPUT_TOKENS = 32
+PROMPT_VOCAB = 900
+"""Prompt ids stay below the tiny tokenizer's ~980 entries."""
+SERVER_ARGS: dict[str, Any] = {"enforce-eager": True, "max-model-len": 2048, "max-running-requests": 8}
+SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes whose process group is pgid, from /proc."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_bytes()
+        except OSError:
+            continue
+        fields = stat.rsplit(b")", 1)[1].split()
+        if int(fields[2]) == pgid and fields[0] != b"Z":
+            out.append(int(d.name))
+    return out
+
+
+def _wait_gone(pgid: int, timeout_s: float) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    left = _group_members(pgid)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = _group_members(pgid)
+    return left
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------- a server started by the test itself
+
+
+@pytest.fixture
+def ngram_server(vllm_python: str, tiny_model: Path, tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    variant = ResolvedVariant(
+        name="ngram", engine="vllm", tp=1, model_path=str(tiny_model), args=dict(SERVER_ARGS), env=dict(SERVER_ENV),
+        speculative=SpecDecode("NGRAM", 3, 1, 4),
+    )
+    engine = VLLMEngine()
+    port = _free_port()
+    cmd = engine.launch(variant, "127.0.0.1", port, EngineLauncher(python=vllm_python), vllm_python)
+    env = dict(os.environ)
+    env.update(cmd.env)
+    log_path = tmp_path / "vllm-ngram.log"
+    t0 = time.monotonic()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(list(cmd.argv), env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        while not _healthy(base_url + engine.health_path):
+            tail = log_path.read_text(errors="replace")[-3000:]
+            assert proc.poll() is None, f"vLLM exited with {proc.returncode} before healthy:\n{tail}"
+            assert time.monotonic() - t0 < HEALTH_TIMEOUT_S, f"vLLM not healthy after {HEALTH_TIMEOUT_S} s:\n{tail}"
+            time.sleep(0.5)
+        print(f"[e2e] vLLM ngram server healthy in {time.monotonic() - t0:.1f} s (pid {proc.pid})")
+        yield base_url, proc
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        if _wait_gone(proc.pid, STOP_GRACE_S):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait(timeout=30)
+        assert _wait_gone(proc.pid, 10) == [], "vLLM processes outlived SIGKILL of their group"
+
+
+def test_ngram_server_direct_load(ngram_server: tuple[str, subprocess.Popen[bytes]], tiny_model: Path) -> None:
+    from cluster.loadgen.runner import flush, run_load_point
+
+    base_url, proc = ngram_server
+    engine = VLLMEngine()
+    assert asyncio.run(flush(engine, base_url, 30.0)) is True
+    rng = np.random.default_rng(7)
+    prompts = [Prompt(input_ids=tuple(int(x) for x in rng.integers(3, PROMPT_VOCAB, 24))) for _ in range(8)]
+    t0 = time.monotonic()
+    res = run_load_point(engine, base_url, "completions", prompts, OUTPUT_TOKENS, LoadPoint("concurrency", 4.0), 7,
+                         True, 0.0, str(tiny_model), 120.0)
+    print(f"[e2e] 8 requests at concurrency 4 in {time.monotonic() - t0:.1f} s")
+    rows = res.requests.to_pylist()
+    assert len(rows) == len(prompts)
+    for r in rows:
+        assert r["error"] is None, r["error"]
+        assert r["http_status"] == 200
+        ttft_ns = r["first_chunk_ns"] - r["actual_send_ns"]
+        e2e_ns = r["last_chunk_ns"] - r["actual_send_ns"]
+        assert 0 < ttft_ns < e2e_ns
+        assert r["completion_tokens"] == OUTPUT_TOKENS  # ignore_eos: exactly max_tokens
+        assert r["client_tokens"] == r["completion_tokens"]
+        assert r["prompt_tokens"] == 24
+        assert r["finish_reason"] == "length"
+    # a speculative chunk carries several tokens: fewer token-carrying chunks than tokens overall
+    assert res.chunks.num_rows < len(prompts) * OUTPUT_TOKENS
+    assert {"drafts", "draft_tokens", "accepted_tokens", "accepted_pos_0", "accepted_pos_2"} <= set(res.counters_after)
+    acc = acceptance_from_counters(res.counters_before, res.counters_after)
+    assert 1.0 <= acc["accept_length"] <= 4.0
+    assert 0.0 <= acc["acceptance_rate"] <= 1.0
+    assert {"accept_rate_pos_0", "accept_rate_pos_1", "accept_rate_pos_2"} <= set(acc)
+    assert acc["accept_rate_pos_0"] >= acc["accept_rate_pos_2"]  # a later position is accepted only after earlier ones
+    print(f"[e2e] ngram window acceptance: {json.dumps(acc, sort_keys=True)}")
+    assert proc.poll() is None
+
+
+# ---------------------------------------------------------------- the whole pipeline through the Ray driver
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    import ray
+
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    ray.init(num_gpus=8, num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def _spec(model: Path, python: str, out: Path, n_requests: int) -> ExperimentSpec:
+    return ExperimentSpec.model_validate({
+        "name": "vllm-e2e",
+        "model": {"path": str(model), "engine": "vllm", "tp": 1},
+        "engines": {"vllm": {"python": python}},
+        "server": {"args": dict(SERVER_ARGS), "env": dict(SERVER_ENV)},
+        "variants": [
+            {"name": "baseline", "engine": "vllm", "baseline": True},
+            {"name": "ngram", "engine": "vllm", "speculative": {"algorithm": "NGRAM", "num_steps": 3}},
+        ],
+        "workloads": [{
+            "name": "short", "input_tokens": 24, "output_tokens": OUTPUT_TOKENS, "num_requests": n_requests,
+            "api": "completions", "prompts": {"source": "random_ids", "vocab_size": PROMPT_VOCAB},
+        }],
+        "load": {"concurrency": [1, 4]},
+        "warmup_requests": 2,
+        "output": str(out),
+        "health_timeout_s": HEALTH_TIMEOUT_S,
+        "request_timeout_s": 120.0,
+        # two shared CPU cores run the server and the client: judge the server, not the machine's neighbours
+        "max_client_lag_ms": 500.0,
+    })
+
+
+@pytest.mark.ray
+def test_experiment_through_driver(local_ray: None, vllm_python: str, tiny_model: Path, tmp_path: Path,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from cluster.distributed.driver import run_experiment
+    from cluster.store import DatasetStore
+
+    monkeypatch.setenv("SGLBENCH_LOG_DIR", str(tmp_path / "logs"))
+    n_requests = 12
+    spec = _spec(tiny_model, vllm_python, tmp_path / "results", n_requests)
+    plans = make_plan(spec)
+    t0 = time.monotonic()
+    result = run_experiment(spec, base_dir=tmp_path, output_root=str(tmp_path / "results"))
+    print(f"[e2e] driver ran {len(plans)} runs in {time.monotonic() - t0:.1f} s; servers: "
+          + ", ".join(f"{v}: healthy in {s.get('startup_s', float('nan')):.1f} s" for v, s in result.servers.items()))
+
+    store = DatasetStore(result.dataset_root, spec.name)
+    runs = store.read_table("runs").to_pylist()
+    reasons = {r["variant"] + "/" + str(r["load_value"]): (r["status"], r["failure_reason"], r["invalid_reasons"],
+                                                          (r["log_tail"] or "")[-1500:]) for r in runs}
+    assert {p.run_key for p in plans} == set(result.statuses), result.statuses
+    assert all(s == "ok" for s in result.statuses.values()), reasons
+    assert len(runs) == len(plans) and {r["run_key"] for r in runs} == {p.run_key for p in plans}
+
+    reqs = store.read_table("requests").to_pylist()
+    per_run: dict[str, int] = {}
+    for r in reqs:
+        per_run[r["run_key"]] = per_run.get(r["run_key"], 0) + 1
+        assert r["engine"] == "vllm"
+        assert r["error"] is None, r["error"]
+        assert r["first_chunk_ns"] - r["actual_send_ns"] < r["last_chunk_ns"] - r["actual_send_ns"]  # TTFT < E2E
+        assert r["completion_tokens"] == OUTPUT_TOKENS
+        assert r["client_tokens"] == r["completion_tokens"]
+    assert per_run == {p.run_key: n_requests for p in plans}
+
+    for r in runs:
+        metrics = json.loads(r["metrics_json"])
+        counters = json.loads(r["server_counters_json"])
+        accept = metrics.get("accept_length")
+        if accept is None:
+            accept = metrics.get("accept_length_server_counters")
+        if r["variant"] == "ngram":
+            assert accept is not None and 1.0 < accept <= 4.0, metrics
+            acc = acceptance_from_counters(counters["before"], counters["after"])
+            assert acc["accept_length"] == pytest.approx(accept)
+            assert "accept_rate_pos_2" in acc
+        else:
+            assert accept is None, metrics
+            assert "drafts" not in counters.get("after", {})
+
+    assert set(result.servers) == {"baseline", "ngram"}
+    for variant, info in result.servers.items():
+        assert _group_members(int(info["pgid"])) == [], f"{variant}: server processes still alive after the run"
