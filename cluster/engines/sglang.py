@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+import subprocess
 from typing import Any, Mapping, Optional
 
-from cluster.engines.base import Engine, HttpRequest, Prompt, StreamParser
+from cluster.engines.base import Engine, HttpRequest, LaunchCommand, Prompt, StreamParser
 from cluster.engines.streams import OpenAIStreamParser, SGLangNativeParser
 from cluster.plan import ResolvedVariant
-from cluster.spec import ArgValue
+from cluster.spec import ArgValue, EngineLauncher
 
 DEFAULT_VERSION = "0.5.23"
 """The SGLang release this tool's launch commands target when the version is not known otherwise."""
@@ -19,23 +21,94 @@ CUDA_GRAPH_REFACTOR = (0, 5, 15)
 around 2026-06 in PR #23906). Older images only accept `--cuda-graph-max-bs`; 0.5.23 rejects that spelling
 as ambiguous. See ../shared/reference/sglang-0.5.23.md §1.2."""
 
-SERVER_INFO_RENAME = (0, 5, 0)
-"""Releases from here on serve /server_info; older ones only /get_server_info (still an alias in 0.5.23)."""
+SERVER_INFO_RENAME = CUDA_GRAPH_REFACTOR
+"""Releases from here on are asked for /server_info and /model_info; older ones for /get_server_info and
+/get_model_info. The exact release that added the new names is UNCONFIRMED, but the old names remain deprecated
+aliases through 0.5.23, so erring towards them is safe."""
 
 SPEC_V2_DEFAULT = (0, 5, 13)
 """Releases before this need SGLANG_ENABLE_SPEC_V2=1 for overlap scheduling with speculative decoding; newer
 ones ignore the variable (0.5.23 does not contain it)."""
 
 
+FLAG_ALIASES = {
+    "model": "model-path",
+    "tp": "tp-size",
+    "tensor-parallel-size": "tp-size",
+    "dp": "dp-size",
+    "data-parallel-size": "dp-size",
+    "ep": "ep-size",
+    "expert-parallel-size": "ep-size",
+    "speculative-algo": "speculative-algorithm",
+    "speculative-draft-model": "speculative-draft-model-path",
+    "mem-frac": "mem-fraction-static",
+    "disable-radix": "disable-radix-cache",
+}
+"""Short spellings users copy from recipes → the full flag name this tool always emits (0.5.23 parses the short
+ones only by argparse prefix matching, which breaks whenever a new flag shares the prefix)."""
+
+AMBIGUOUS_PREFIXES = {
+    "speculative-draft": "speculative-draft-model-path",
+    "quant": "quantization",
+    "attention": "attention-backend",
+}
+"""Prefixes 0.5.23 rejects as ambiguous (reference §1.2): refused with the full name to use instead."""
+
+
+SPECULATIVE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
+"""Names 0.5.23 resolves (NEXTN is an alias of EAGLE); anything else must be a plugin, so it fails on launch."""
+
+
 def parse_version(v: Optional[str]) -> tuple[int, ...]:
+    """'0.5.10.post1' → (0, 5, 10); None or unparsable → DEFAULT_VERSION."""
     if not v:
         return tuple(int(x) for x in DEFAULT_VERSION.split("."))
     nums = re.findall(r"\d+", v.split("+")[0])[:3]
     return tuple(int(x) for x in nums) if nums else parse_version(None)
 
 
+@functools.lru_cache(maxsize=32)
+def detect_version(python: str, timeout_s: float = 60.0) -> Optional[str]:
+    """The `sglang` version installed for an interpreter, or None when it is absent or cannot be run."""
+    argv = [python, "-c", "import importlib.metadata as m; print(m.version('sglang'))"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    out = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not out or not re.match(r"^\d+\.\d+", out[-1]):
+        return None
+    return out[-1].strip()
+
+
+def resolve_version(declared: Optional[str], python: Optional[str]) -> str:
+    """Version to build argv for: declared in the spec, else installed for `python`, else DEFAULT_VERSION."""
+    if declared:
+        return declared
+    if python:
+        found = detect_version(python)
+        if found:
+            return found
+    return DEFAULT_VERSION
+
+
+def uses_decode_graph_flags(version: Optional[str]) -> bool:
+    """True when the release spells the CUDA-graph batch flags `--cuda-graph-max-bs-decode` (the 2026-06 refactor)."""
+    return parse_version(version) >= CUDA_GRAPH_REFACTOR
+
+
 def flag_name(key: str) -> str:
     return "--" + key.replace("_", "-")
+
+
+def canonical_key(key: str) -> str:
+    """A spec arg key → its full 0.5.23 flag name without dashes; ValueError for a prefix SGLang finds ambiguous."""
+    k = key.replace("_", "-")
+    if k in AMBIGUOUS_PREFIXES:
+        raise ValueError(
+            f"server arg {key!r} is an abbreviation SGLang rejects as ambiguous; write {AMBIGUOUS_PREFIXES[k]!r}"
+        )
+    return FLAG_ALIASES.get(k, k)
 
 
 def render_args(args: Mapping[str, ArgValue]) -> list[str]:
@@ -59,8 +132,8 @@ def render_args(args: Mapping[str, ArgValue]) -> list[str]:
 
 
 def version_adjusted_args(args: Mapping[str, ArgValue], version: tuple[int, ...]) -> dict[str, ArgValue]:
-    """Rename flags whose spelling depends on the release (both spellings are accepted in the spec)."""
-    out = {k.replace("_", "-"): v for k, v in args.items()}
+    """Full flag names, and the spelling of release-dependent flags (both spellings are accepted in the spec)."""
+    out = {canonical_key(k): v for k, v in args.items()}
     new_style = version >= CUDA_GRAPH_REFACTOR
     pairs = (("cuda-graph-max-bs", "cuda-graph-max-bs-decode"), ("cuda-graph-bs", "cuda-graph-bs-decode"))
     for old, new in pairs:
@@ -94,6 +167,9 @@ class SGLangEngine(Engine):
             args["speculative-num-draft-tokens"] = sp.num_draft_tokens
             if sp.draft_model_path:
                 args["speculative-draft-model-path"] = sp.draft_model_path
+            elif ver < CUDA_GRAPH_REFACTOR and sp.algorithm in ("NEXTN", "MTP"):
+                # Old images were reported to need the draft path for built-in MTP heads (UNCONFIRMED; harmless).
+                args["speculative-draft-model-path"] = variant.model_path
         head = [
             "--model-path", variant.model_path,
             "--host", host,
@@ -110,6 +186,22 @@ class SGLangEngine(Engine):
         elif ver >= SPEC_V2_DEFAULT:
             env.pop("SGLANG_ENABLE_SPEC_V2", None)
         return env
+
+    def launch(
+        self,
+        variant: ResolvedVariant,
+        host: str,
+        port: int,
+        launcher: Optional[EngineLauncher],
+        default_python: str,
+        version: Optional[str] = None,
+    ) -> LaunchCommand:
+        """As Engine.launch, but a real SGLang with no declared version is asked for its installed one."""
+        declared = version or (launcher.version if launcher else None)
+        if declared is None and self.name == "sglang" and not (launcher and launcher.launcher):
+            python = launcher.python if launcher and launcher.python else default_python
+            declared = resolve_version(None, python)
+        return super().launch(variant, host, port, launcher, default_python, declared)
 
     def info_paths(self, version: Optional[str]) -> dict[str, str]:
         ver = parse_version(version)
@@ -198,3 +290,25 @@ def build_sglang_request(
         return HttpRequest("/v1/chat/completions", json.dumps(common, separators=(",", ":")).encode())
     common["prompt"] = list(prompt.input_ids) if prompt.input_ids is not None else prompt.text
     return HttpRequest("/v1/completions", json.dumps(common, separators=(",", ":")).encode())
+
+
+SERVER_INFO_KEYS = ("version", "internal_states", "max_running_requests", "speculative_algorithm")
+"""Top-level /server_info keys this tool reads (the resolved server args are the rest of the document)."""
+
+
+def server_info_summary(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The few resolved values a run records up front, from a /server_info document (missing → None)."""
+    states = doc.get("internal_states")
+    first = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
+    return {
+        "version": doc.get("version"),
+        "max_running_requests": doc.get("max_running_requests"),
+        "effective_max_running_requests_per_dp": first.get("effective_max_running_requests_per_dp"),
+        "speculative_algorithm": doc.get("speculative_algorithm"),
+        "speculative_num_steps": doc.get("speculative_num_steps"),
+        "speculative_eagle_topk": doc.get("speculative_eagle_topk"),
+        "speculative_num_draft_tokens": doc.get("speculative_num_draft_tokens"),
+        "attention_backend": doc.get("attention_backend"),
+        "kv_cache_dtype": doc.get("kv_cache_dtype"),
+        "avg_spec_accept_length": first.get("avg_spec_accept_length"),
+    }

@@ -1,0 +1,34 @@
+"""`sglbench smoke URL`: check a live SGLang server against every assumption sglbench makes; exit 1 on any miss."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("smoke")
+    def smoke(
+        url: str = typer.Argument(..., help="Base URL of an idle SGLang server, e.g. http://127.0.0.1:30000"),
+        timeout: float = typer.Option(30.0, "--timeout", help="Seconds per HTTP call"),
+    ) -> None:
+        """Endpoints, /server_info keys, stream framing, meta_info, spec_verify_ct, /flush_cache: expected vs found."""
+        from rich.console import Console
+        from rich.table import Table
+
+        from cluster.engines.smoke import run_smoke
+
+        if not url.startswith(("http://", "https://")):
+            typer.echo(f"smoke: URL: expected http://host:port, got {url!r}", err=True)
+            raise typer.Exit(2)
+        checks = run_smoke(url, timeout)
+        table = Table(title=f"sglbench smoke {url}")
+        for col in ("check", "result", "expected", "found"):
+            table.add_column(col)
+        for c in checks:
+            table.add_row(c.name, "[green]ok[/green]" if c.ok else "[red]FAIL[/red]", c.expected, c.found)
+        console = Console()
+        console.print(table)
+        failed = [c for c in checks if not c.ok]
+        console.print(f"{len(checks) - len(failed)} passed, {len(failed)} failed")
+        if failed:
+            raise typer.Exit(1)

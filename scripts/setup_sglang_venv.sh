@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Builds a CPU-only venv holding SGLang 0.5.23's own argument parser and protocol models (no GPU deps), idempotently.
+set -euo pipefail
+
+VENV_DIR="${1:-$(cd "$(dirname "$0")/.." && pwd)/.ci/venvs/sglang}"
+PYTHON="${PYTHON:-python3}"
+SGLANG_VERSION="0.5.23"
+TORCH_VERSION="2.13.0"
+STAMP="$VENV_DIR/.sglbench-sglang-$SGLANG_VERSION-ok"
+
+if [[ -f "$STAMP" ]]; then
+    echo "sglang venv ready: $VENV_DIR"
+    exit 0
+fi
+
+start_s=$(date +%s)
+"$PYTHON" -m venv "$VENV_DIR"
+PIP=("$VENV_DIR/bin/python" -m pip install --quiet --no-input)
+# pip's notes about file:// index locations and about sglang's unmet GPU pins are expected: keep the log readable.
+quiet() {
+    "$@" 2>&1 | { grep -v -e "is ignored: it is neither" -e "^sglang .* requires" -e "dependency resolver" || true; }
+    return "${PIPESTATUS[0]}"
+}
+
+# The CPU torch wheel: --no-deps keeps pip from pulling any nvidia-* packages; its real deps are listed here.
+quiet "${PIP[@]}" --no-deps "torch==$TORCH_VERSION"
+quiet "${PIP[@]}" filelock typing-extensions sympy networkx jinja2 fsspec "setuptools>=77.0.3"
+# SGLang itself without its metadata's GPU pins (torch 2.14.1, flashinfer, sglang-kernel).
+quiet "${PIP[@]}" --no-deps "sglang==$SGLANG_VERSION"
+# What sglang.srt.server_args imports at module load (triton: the real wheel, a stub breaks torch's flop_counter).
+quiet "${PIP[@]}" aiohttp anyio fastapi starlette uvicorn huggingface_hub msgspec numpy orjson packaging pillow psutil \
+    pybase64 pydantic pyzmq requests tqdm ipython PyYAML rich typer triton
+# What the OpenAI protocol models and io_struct import.
+# (pins follow sglang 0.5.23's own metadata where it pins)
+quiet "${PIP[@]}" "openai==2.8.0" "transformers==5.19.0" "tokenizers==0.23.2" dill "apache-tvm-ffi==0.1.11" \
+    "sentencepiece==0.2.1" "compressed-tensors==0.18.0" gguf partial-json-parser safetensors
+
+"$VENV_DIR/bin/python" - <<'PY'
+import torch
+assert torch.version.cuda is None, f"expected a CPU torch build, got CUDA {torch.version.cuda}"
+import importlib.metadata as m
+bad = [d.metadata["Name"] for d in m.distributions() if d.metadata["Name"].lower().startswith("nvidia")]
+assert not bad, f"CUDA packages pulled into the venv: {bad}"
+print("torch", torch.__version__, "sglang", m.version("sglang"))
+PY
+touch "$STAMP"
+echo "sglang venv built in $(( $(date +%s) - start_s )) s, $(du -sh "$VENV_DIR" | cut -f1): $VENV_DIR"

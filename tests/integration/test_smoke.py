@@ -1,0 +1,159 @@
+"""`sglbench smoke` against a tiny in-test fake SGLang (good and broken) and against the simulator."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Iterator
+
+import pytest
+from typer.testing import CliRunner
+
+from cluster.engines.smoke import run_smoke
+
+
+class FakeSGLang(BaseHTTPRequestHandler):
+    speculative = True
+    server_info_path = "/server_info"
+    drop_done = False
+    mrr = 64
+
+    def log_message(self, *a: Any) -> None:
+        pass
+
+    def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        if self.path == "/health":
+            self._send(200, b"")
+        elif self.path == "/model_info":
+            self._send(200, json.dumps({"model_path": "/m", "is_generation": True}).encode())
+        elif self.path == self.server_info_path:
+            doc: dict[str, Any] = {"version": "0.5.23", "max_running_requests": self.mrr,
+                                   "internal_states": [{"avg_spec_accept_length": 2.5}]}
+            if self.speculative:
+                doc.update(speculative_algorithm="EAGLE", speculative_num_steps=2, speculative_eagle_topk=1,
+                           speculative_num_draft_tokens=3)
+            self._send(200, json.dumps(doc).encode())
+        else:
+            self._send(404, b'{"detail":"Not Found"}')
+
+    def do_POST(self) -> None:
+        n = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(n)
+        if self.path == "/flush_cache":
+            self._send(200, b"Cache flushed.", "text/plain")
+            return
+        if self.path != "/generate":
+            self._send(404, b"")
+            return
+        events = []
+        for ct in (1, 4, 7, 10, 13, 16):
+            meta = {"id": "r", "finish_reason": None if ct < 16 else {"type": "length", "length": 16},
+                    "prompt_tokens": 8, "completion_tokens": ct, "cached_tokens": 0}
+            if ct == 16 and self.speculative:
+                meta["spec_verify_ct"] = 5
+            events.append(b"data: " + json.dumps({"text": "OK" * ct, "meta_info": meta}).encode() + b"\n\n")
+        if not self.drop_done:
+            events.append(b"data: [DONE]\n\n")
+        self._send(200, b"".join(events), "text/event-stream")
+
+
+@pytest.fixture
+def fake() -> Iterator[tuple[str, type[FakeSGLang]]]:
+    handler = type("H", (FakeSGLang,), {})
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}", handler
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def failed(url: str) -> set[str]:
+    return {c.name for c in run_smoke(url, 5.0) if not c.ok}
+
+
+def test_good_speculative_server_passes(fake: tuple[str, type[FakeSGLang]]) -> None:
+    url, _ = fake
+    checks = run_smoke(url, 5.0)
+    assert [c.name for c in checks if not c.ok] == []
+    assert "meta_info.spec_verify_ct" in {c.name for c in checks}
+
+
+def test_each_broken_assumption_is_reported(fake: tuple[str, type[FakeSGLang]]) -> None:
+    url, h = fake
+    h.drop_done = True
+    assert failed(url) == {"stream ends with [DONE]"}
+    h.drop_done, h.mrr = False, 48
+    assert failed(url) == {"max_running_requests not silently capped"}
+    h.mrr, h.server_info_path = 64, "/get_server_info"
+    assert failed(url) == {"GET /server_info"}
+
+
+def test_unreachable_server_fails_fast() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    checks = run_smoke(f"http://127.0.0.1:{port}", 2.0)
+    assert len(checks) == 1 and not checks[0].ok
+
+
+def test_cli_prints_table_and_exits_1_on_failure(fake: tuple[str, type[FakeSGLang]]) -> None:
+    from cluster.cli import app
+
+    url, h = fake
+    res = CliRunner().invoke(app, ["smoke", url, "--timeout", "5"])
+    assert res.exit_code == 0, res.output
+    assert "18 passed, 0 failed" in res.output
+    h.drop_done = True
+    res = CliRunner().invoke(app, ["smoke", url])
+    assert res.exit_code == 1 and "FAIL" in res.output and "17 passed, 1 failed" in res.output
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("spec", [False, True])
+def test_smoke_against_the_simulator(spec: bool) -> None:
+    pytest.importorskip("cluster.engines.sim")
+    port = _free_port()
+    argv = [sys.executable, "-m", "cluster.engines.sim", "--model-path", "sim://q", "--host", "127.0.0.1",
+            "--port", str(port), "--max-running-requests", "64"]
+    if spec:
+        argv += ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", "2", "--speculative-eagle-topk", "1",
+                 "--speculative-num-draft-tokens", "3"]
+    env = {**os.environ, "SGLBENCH_SIM": json.dumps({"time_scale": 0.05})}
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).close()
+                break
+            except OSError:
+                assert proc.poll() is None, "simulator exited"
+                time.sleep(0.1)
+        checks = run_smoke(f"http://127.0.0.1:{port}", 10.0)
+        assert [(c.name, c.expected, c.found) for c in checks if not c.ok] == []
+        assert ("meta_info.spec_verify_ct" in {c.name for c in checks}) is spec
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
