@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+import reprlib
 from pathlib import Path
-from typing import Any, Literal, Mapping, Optional, Union
+from typing import Any, Literal, Mapping, Optional, Union, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 SPEC_VERSION = 1
 """The only experiment-spec version this release reads (`version:` in the YAML)."""
@@ -19,6 +20,14 @@ ArgValue = Union[bool, int, float, str, list[Union[int, float, str]], None]
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _FLAG_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class FieldProblem(ValueError):
+    """A validator's complaint about a sub-field: `loc` is appended to the field's location in the error."""
+
+    def __init__(self, loc: tuple[Union[str, int], ...], message: str) -> None:
+        super().__init__(message)
+        self.loc = loc
 
 
 class SpecError(ValueError):
@@ -40,23 +49,39 @@ def check_name(value: str, what: str = "name") -> str:
     return value
 
 
+def _allows_bool(annotation: Any) -> bool:
+    if annotation is bool or annotation is Any:
+        return True
+    return any(_allows_bool(a) for a in get_args(annotation))
+
+
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, v: Any, info: ValidationInfo) -> Any:
+        # YAML turns `yes`/`on`/`true` into booleans, which pydantic would silently read as 1.
+        values = v if isinstance(v, list) else [v]
+        if any(isinstance(x, bool) for x in values) and info.field_name is not None:
+            if not _allows_bool(cls.model_fields[info.field_name].annotation):
+                raise ValueError("expected a number or string, got a boolean (YAML reads yes/no/on/off as booleans)")
+        return v
 
 
 def _check_args(args: Mapping[str, ArgValue]) -> Mapping[str, ArgValue]:
     for key in args:
         if key.startswith("-"):
-            raise ValueError(f"server arg {key!r}: write the flag without leading dashes, e.g. 'tp-size'")
+            raise FieldProblem((key,), f"server arg {key!r}: write the flag without leading dashes, e.g. 'tp-size'")
         if not _FLAG_RE.match(key):
-            raise ValueError(f"server arg {key!r} is not a flag name (lowercase letters, digits, '-' or '_')")
+            raise FieldProblem((key,), f"server arg {key!r} is not a flag name (lowercase letters, digits, '-' or '_')")
     return args
 
 
 def _check_env(env: Mapping[str, str]) -> Mapping[str, str]:
     for key in env:
         if not _ENV_RE.match(key):
-            raise ValueError(f"environment variable name {key!r} is not valid")
+            raise FieldProblem((key,), f"environment variable name {key!r} is not valid (expected [A-Za-z_][A-Za-z0-9_]*)")
     return env
 
 
@@ -73,14 +98,15 @@ class EngineLauncher(_Frozen):
     @model_validator(mode="after")
     def _one_way(self) -> "EngineLauncher":
         if self.python and self.launcher:
-            raise ValueError("give either 'python' or 'launcher', not both")
+            raise FieldProblem(("launcher",), "give either 'python' or 'launcher', not both")
         if self.launcher is not None and not self.launcher:
-            raise ValueError("'launcher' must be a non-empty list of argv words")
+            raise FieldProblem(("launcher",), "'launcher' must be a non-empty list of argv words")
         return self
 
 
 class ModelSpec(_Frozen):
     path: str = Field(min_length=1)
+    """Checkpoint directory as seen on the GPU node (e.g. the model volume's mount point in k8s/)."""
     engine: EngineName = "sglang"
     tp: int = Field(default=1, ge=1, le=64)
     served_name: Optional[str] = None
@@ -115,10 +141,11 @@ class SpeculativeSpec(_Frozen):
     def _steps(cls, v: Union[int, list[int]]) -> Union[int, list[int]]:
         steps = v if isinstance(v, list) else [v]
         if not steps:
-            raise ValueError("num_steps must not be empty")
-        for s in steps:
+            raise ValueError("num_steps must not be empty (expected an integer 1-16 or a list of them)")
+        for i, s in enumerate(steps):
             if not 1 <= s <= 16:
-                raise ValueError(f"num_steps value {s} must be between 1 and 16")
+                where: tuple[Union[str, int], ...] = (i,) if isinstance(v, list) else ()
+                raise FieldProblem(where, f"num_steps value {s} must be between 1 and 16")
         if len(set(steps)) != len(steps):
             raise ValueError(f"num_steps has duplicates: {steps}")
         return v
@@ -128,14 +155,15 @@ class SpeculativeSpec(_Frozen):
         if self.num_draft_tokens is not None and self.eagle_topk == 1:
             steps = self.num_steps if isinstance(self.num_steps, list) else [self.num_steps]
             if len(steps) > 1:
-                raise ValueError("num_draft_tokens cannot be fixed when num_steps is a list (it is steps + 1 at topk 1)")
+                raise FieldProblem(("num_draft_tokens",), "cannot be fixed when num_steps is a list (it is steps + 1 at topk 1)")
             if self.num_draft_tokens != steps[0] + 1:
-                raise ValueError(
+                raise FieldProblem(
+                    ("num_draft_tokens",),
                     f"num_draft_tokens {self.num_draft_tokens} is inconsistent with num_steps {steps[0]} at "
                     f"eagle_topk 1 (it must be num_steps + 1 = {steps[0] + 1}; SGLang would silently override it)"
                 )
         if self.algorithm in ("EAGLE3", "STANDALONE") and not self.draft_model_path:
-            raise ValueError(f"{self.algorithm} needs draft_model_path")
+            raise FieldProblem(("draft_model_path",), f"{self.algorithm} needs draft_model_path (a draft checkpoint directory)")
         return self
 
     def steps(self) -> list[int]:
@@ -180,7 +208,7 @@ class PromptSource(_Frozen):
     @model_validator(mode="after")
     def _path(self) -> "PromptSource":
         if self.source in ("jsonl", "text") and not self.path:
-            raise ValueError(f"prompt source {self.source!r} needs 'path'")
+            raise FieldProblem(("path",), f"prompt source {self.source!r} needs 'path'")
         return self
 
 
@@ -208,9 +236,9 @@ class LoadSpec(_Frozen):
     @field_validator("concurrency")
     @classmethod
     def _conc(cls, v: list[int]) -> list[int]:
-        for c in v:
+        for i, c in enumerate(v):
             if c < 1:
-                raise ValueError(f"concurrency {c} must be at least 1")
+                raise FieldProblem((i,), f"concurrency {c} must be at least 1")
         if len(set(v)) != len(v):
             raise ValueError(f"concurrency has duplicates: {v}")
         return v
@@ -218,9 +246,9 @@ class LoadSpec(_Frozen):
     @field_validator("request_rate")
     @classmethod
     def _rate(cls, v: list[float]) -> list[float]:
-        for r in v:
+        for i, r in enumerate(v):
             if not r > 0:
-                raise ValueError(f"request_rate {r} must be positive")
+                raise FieldProblem((i,), f"request_rate {r} must be a positive number of requests/s")
         return v
 
     @model_validator(mode="after")
@@ -234,6 +262,13 @@ class SLOSpec(_Frozen):
     ttft_ms: Optional[float] = Field(default=None, gt=0)
     tpot_ms: Optional[float] = Field(default=None, gt=0)
     e2e_ms: Optional[float] = Field(default=None, gt=0)
+
+
+class ClusterSpec(_Frozen):
+    """What the experiment assumes about the cluster; checked again against the live cluster at preflight."""
+
+    gpus_per_node: int = Field(default=8, ge=1, le=64)
+    """GPUs on the largest node: a variant's tensor-parallel group must fit on one node."""
 
 
 class ExperimentSpec(_Frozen):
@@ -250,11 +285,12 @@ class ExperimentSpec(_Frozen):
     order: Literal["grouped", "interleaved"] = "grouped"
     """grouped: each server starts once and runs all its points; interleaved: ABAB across repeats (restarts)."""
     warmup_requests: int = Field(default=2, ge=0, le=100_000)
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, le=2**63 - 1)
     isolation: Literal["node", "gpus"] = "node"
     output: str = "results"
     """Dataset root: a local path or a pyarrow filesystem URI (s3://, gs://, ...)."""
     slo: Optional[SLOSpec] = None
+    cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     health_timeout_s: float = Field(default=1800.0, gt=0)
     request_timeout_s: float = Field(default=600.0, gt=0)
     max_client_lag_ms: float = Field(default=10.0, gt=0)
@@ -264,123 +300,199 @@ class ExperimentSpec(_Frozen):
 
     @model_validator(mode="after")
     def _unique(self) -> "ExperimentSpec":
-        for what, names in (("variant", [v.name for v in self.variants]), ("workload", [w.name for w in self.workloads])):
-            seen: set[str] = set()
-            for n in names:
-                if n in seen:
-                    raise ValueError(f"duplicate {what} name {n!r}")
-                seen.add(n)
-        if sum(1 for v in self.variants if v.baseline) > 1:
-            raise ValueError("at most one variant may set baseline: true")
+        for what, names in (("variants", [v.name for v in self.variants]), ("workloads", [w.name for w in self.workloads])):
+            for i, n in enumerate(names):
+                if n in names[:i]:
+                    raise FieldProblem((what, i, "name"), f"duplicate {what[:-1]} name {n!r} (names must be unique)")
+        baselines = [i for i, v in enumerate(self.variants) if v.baseline]
+        if len(baselines) > 1:
+            raise FieldProblem(("variants", baselines[1], "baseline"), "at most one variant may set baseline: true")
+        node = self.cluster.gpus_per_node
+        if self.model.tp > node:
+            raise FieldProblem(("model", "tp"), f"tp {self.model.tp} is larger than cluster.gpus_per_node {node}")
+        for i, v in enumerate(self.variants):
+            if v.tp is not None and v.tp > node:
+                raise FieldProblem(("variants", i, "tp"), f"tp {v.tp} is larger than cluster.gpus_per_node {node}")
         return self
 
 
 # ---------------------------------------------------------------- loading with line numbers
 
+MAX_SPEC_BYTES = 1_000_000
+MAX_NESTING = 64
+_Path = tuple[str, ...]
 
-class _LineLoader(yaml.SafeLoader):
-    """SafeLoader that refuses aliases (no billion-laughs) and duplicate keys."""
 
+def _scan_events(text: str) -> None:
+    """Refuse anchors/aliases (no billion laughs), deep nesting and bad syntax, naming the field being read."""
+    stack: list[list[Any]] = []  # per open collection: [is_mapping, key or index, expecting a key]
 
-def _no_alias(self: Any, node: Any) -> Any:  # pragma: no cover - exercised through compose
-    raise yaml.constructor.ConstructorError(None, None, "YAML aliases/anchors are not allowed", node.start_mark)
+    def field() -> str:
+        return ".".join(str(f[1]) for f in stack if f[1] is not None)
+
+    def consumed_value() -> None:
+        if stack and stack[-1][0]:
+            stack[-1][2] = True
+        elif stack:
+            stack[-1][1] = 0 if stack[-1][1] is None else stack[-1][1] + 1
+
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            line = event.start_mark.line + 1 if event.start_mark is not None else 1
+            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+                raise SpecError("", line, field(), "YAML anchors and aliases are not allowed")
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                if stack and not stack[-1][0]:
+                    consumed_value()
+                stack.append([isinstance(event, yaml.MappingStartEvent), None, True])
+                if len(stack) > MAX_NESTING:
+                    raise SpecError("", line, field(), f"document nests more than {MAX_NESTING} levels")
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                stack.pop()
+                if stack and stack[-1][0]:
+                    stack[-1][2] = True
+            elif isinstance(event, yaml.ScalarEvent) and stack and stack[-1][0] and stack[-1][2]:
+                stack[-1][1], stack[-1][2] = event.value, False
+            elif isinstance(event, yaml.ScalarEvent):
+                consumed_value()
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line = mark.line + 1 if mark is not None else 1
+        raise SpecError("", line, field(), f"invalid YAML: {e.problem or e}") from None
 
 
 def _compose(text: str) -> Any:
-    loader = _LineLoader(text)
+    loader = yaml.SafeLoader(text)
     try:
-        node = loader.get_single_node()
+        return loader.get_single_node()
     finally:
         loader.dispose()
-    return node
 
 
-def _walk_lines(node: Any, path: tuple[Any, ...], out: dict[tuple[Any, ...], int], depth: int = 0) -> None:
-    if depth > 64:
-        raise yaml.YAMLError("document nests more than 64 levels")
+def _walk_lines(node: Any, path: _Path, out: dict[_Path, int]) -> None:
+    """Map every field path (keys and list indices as strings) to its 1-based line; refuse duplicate keys."""
     out[path] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
-        seen: set[Any] = set()
+        seen: set[str] = set()
         for k, v in node.value:
-            key = k.value
+            key = str(k.value) if isinstance(k, yaml.ScalarNode) else f"<{k.id} key>"
             if key in seen:
-                raise SpecError("", k.start_mark.line + 1, ".".join(map(str, path + (key,))), "duplicate key")
+                raise SpecError("", k.start_mark.line + 1, ".".join(path + (key,)), "duplicate key (each key may appear once)")
             seen.add(key)
+            _walk_lines(v, path + (key,), out)
             out[path + (key,)] = k.start_mark.line + 1
-            _walk_lines(v, path + (key,), out, depth + 1)
     elif isinstance(node, yaml.SequenceNode):
         for i, v in enumerate(node.value):
-            _walk_lines(v, path + (i,), out, depth + 1)
+            _walk_lines(v, path + (str(i),), out)
 
 
-def _check_no_aliases(text: str) -> None:
-    for event in yaml.parse(text, Loader=yaml.SafeLoader):
-        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-            mark = event.start_mark
-            raise SpecError("", mark.line + 1, "", "YAML anchors and aliases are not allowed in experiment files")
+def _line_for(lines: dict[_Path, int], loc: tuple[Any, ...]) -> int:
+    path = tuple(str(p) for p in loc)
+    while path:
+        if path in lines:
+            return lines[path]
+        path = path[:-1]
+    return lines.get((), 1)
 
 
-def _line_for(lines: dict[tuple[Any, ...], int], loc: tuple[Any, ...]) -> Optional[int]:
-    loc = tuple(loc)
-    while loc:
-        if loc in lines:
-            return lines[loc]
-        loc = loc[:-1]
-    return lines.get(())
+def _model_at(loc: tuple[Any, ...]) -> Optional[type[BaseModel]]:
+    """The pydantic model that owns the last element of `loc`, following nested models, lists and dicts."""
+    model: type[BaseModel] = ExperimentSpec
+    skip = False
+    for part in loc[:-1]:
+        if skip:  # a list index or a dict key
+            skip = False
+            continue
+        if part not in model.model_fields:
+            return None
+        ann = model.model_fields[part].annotation
+        found = _unwrap_model(ann)
+        if found is None:
+            return None
+        model, skip = found, found is not ann and ann is not Optional[found]
+    return model
 
 
-MAX_SPEC_BYTES = 1_000_000
+def _unwrap_model(ann: Any) -> Any:
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return ann
+    for a in get_args(ann):
+        found = _unwrap_model(a)
+        if found is not None:
+            return found
+    return None
+
+
+def _describe(err: Any) -> tuple[tuple[Any, ...], str]:
+    """Turn one pydantic error into (location, message that says what was expected)."""
+    loc = tuple(p for p in err["loc"] if p != "[key]")
+    kind = err["type"]
+    msg = str(err["msg"])
+    if kind == "value_error":
+        cause = err.get("ctx", {}).get("error")
+        if isinstance(cause, FieldProblem):
+            loc = loc + cause.loc
+        msg = str(cause) if cause is not None else msg.removeprefix("Value error, ")
+    elif kind == "extra_forbidden":
+        owner = _model_at(loc)
+        allowed = f"; expected one of: {', '.join(owner.model_fields)}" if owner else ""
+        msg = f"unknown field{allowed}"
+    elif kind == "missing":
+        msg = "required field is missing"
+    elif "input" in err and not isinstance(err["input"], (dict, list)):
+        msg = f"{msg} (got {reprlib.repr(err['input'])})"
+    return loc, msg
 
 
 def parse_spec_text(text: str, file: str = "<string>") -> ExperimentSpec:
     """Parse and validate YAML text; every failure is a SpecError naming file, line and field."""
     if len(text) > MAX_SPEC_BYTES:
-        raise SpecError(file, None, "", f"file is larger than {MAX_SPEC_BYTES} bytes")
+        line = text[:MAX_SPEC_BYTES].count("\n") + 1
+        raise SpecError(file, line, "", f"file is larger than {MAX_SPEC_BYTES} characters (the limit is crossed on this line)")
+    lines: dict[_Path, int] = {}
     try:
-        _check_no_aliases(text)
+        _scan_events(text)
         root = _compose(text)
-        lines: dict[tuple[Any, ...], int] = {}
         if root is not None:
             _walk_lines(root, (), lines)
         data = yaml.safe_load(text)
     except SpecError as e:
         raise SpecError(file, e.line, e.field, e.message) from None
+    except yaml.reader.ReaderError as e:
+        line = text[: e.position].count("\n") + 1
+        raise SpecError(file, line, "", f"invalid YAML: {e.reason} (character {e.character!r})") from None
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        problem = getattr(e, "problem", None) or str(e)
-        raise SpecError(file, line, "", f"invalid YAML: {problem}") from None
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        line = mark.line + 1 if mark is not None else 1
+        named = [path for path, n in lines.items() if n == line and path]  # parents come before children
+        field = ".".join(named[0]) if named else ""
+        raise SpecError(file, line, field, f"invalid YAML: {getattr(e, 'problem', None) or e}") from None
     if not isinstance(data, dict):
-        raise SpecError(file, 1, "", f"expected a mapping at the top level, got {type(data).__name__}")
+        got = "an empty document" if data is None else f"a {type(data).__name__}"
+        raise SpecError(file, lines.get((), 1), "", f"expected a mapping of experiment fields at the top level, got {got}")
     try:
         return ExperimentSpec.model_validate(data)
     except ValidationError as e:
-        err = e.errors()[0]
-        loc = tuple(err["loc"])
-        field = ".".join(str(p) for p in loc)
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = "unknown field"
-        elif err["type"] == "missing":
-            msg = "required field is missing"
-        if "input" in err and err["type"] not in ("missing", "extra_forbidden") and not isinstance(err["input"], (dict, list)):
-            msg = f"{msg} (got {err['input']!r})"
-        more = f" (and {len(e.errors()) - 1} more problem(s))" if len(e.errors()) > 1 else ""
-        raise SpecError(file, _line_for(lines, loc), field, msg + more) from None
+        errors = e.errors()
+        loc, msg = _describe(errors[0])
+        more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+        raise SpecError(file, _line_for(lines, loc), ".".join(str(p) for p in loc), msg + more) from None
 
 
 def load_spec(path: Union[str, Path]) -> ExperimentSpec:
     """Read an experiment YAML file (UTF-8) and validate it."""
     p = Path(path)
     try:
+        if p.stat().st_size > 4 * MAX_SPEC_BYTES:
+            raise SpecError(str(p), 1, "", f"file is larger than {MAX_SPEC_BYTES} characters")
         raw = p.read_bytes()
     except OSError as e:
-        raise SpecError(str(p), None, "", f"cannot read file: {e.strerror or e}") from None
+        raise SpecError(str(p), 1, "", f"cannot read file: {e.strerror or e}") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         line = raw[: e.start].count(b"\n") + 1
-        raise SpecError(str(p), line, "", "file is not valid UTF-8") from None
+        raise SpecError(str(p), line, "", f"file is not valid UTF-8 (byte 0x{raw[e.start]:02x} at offset {e.start})") from None
     return parse_spec_text(text, str(p))
 
 
