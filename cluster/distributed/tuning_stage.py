@@ -77,7 +77,7 @@ def facts_for(spec: ExperimentSpec, variant: ResolvedVariant, given: Optional[Gp
               cache: dict[str, GpuFacts]) -> GpuFacts:
     """The simulated GPU for sim variants; otherwise `given`, else probed once on a GPU node."""
     if variant.engine == "sim":
-        return sim_gpu_facts(variant.sim, spec.cluster.gpus_per_node)  # type: ignore[no-any-return]
+        return sim_gpu_facts(variant.sim, spec.cluster.gpus_per_node)
     if given is not None:
         return given
     if variant.engine not in cache:
