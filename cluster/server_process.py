@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -58,13 +59,18 @@ class ServerProcess:
     env: Mapping[str, str]
     log_path: Path
     proc: Optional[subprocess.Popen[bytes]] = None
+    watchdog: bool = True
+    """Run the server under cluster.server_watchdog, which kills the group if this process dies."""
 
     def start(self) -> int:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
+        argv = list(self.argv)
+        if self.watchdog:
+            argv = [sys.executable, "-m", "cluster.server_watchdog", str(os.getpid()), "--", *argv]
         try:
             self.proc = subprocess.Popen(
-                list(self.argv),
+                argv,
                 env=dict(self.env),
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -78,7 +84,20 @@ class ServerProcess:
 
     @property
     def pid(self) -> Optional[int]:
+        """The process-group leader (the watchdog, or the server itself without one)."""
         return self.proc.pid if self.proc else None
+
+    def server_pid(self, wait_s: float = 5.0) -> Optional[int]:
+        """The server process itself (the watchdog's child)."""
+        if self.proc is None or not self.watchdog:
+            return self.pid
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            kids = children_of(self.proc.pid)
+            if kids:
+                return kids[0]
+            time.sleep(0.02)
+        return None
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -156,6 +175,30 @@ def kill_group(pgid: int, grace_s: float = 15.0, proc: Optional[subprocess.Popen
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:  # pragma: no cover
             pass
+
+
+def children_of(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
+def group_members(pgid: int) -> list[int]:
+    """Pids whose process group is pgid (Linux /proc scan); used to prove nothing outlived a server."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            if int(fields[2]) == pgid and fields[0] != b"Z":
+                out.append(int(name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
 
 
 def pid_alive(pid: int) -> bool:

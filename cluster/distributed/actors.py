@@ -69,6 +69,8 @@ class EngineActorImpl:
                 except Exception as e:  # noqa: BLE001 - an info endpoint missing is recorded, not fatal
                     infos[name] = {"error": f"{type(e).__name__}: {e}"}
             return {
+                "port": p,
+                "port_attempts": attempt + 1,
                 "base_url": self.base_url,
                 "pid": self.server.pid,
                 "pgid": self.server.pid,
@@ -83,7 +85,8 @@ class EngineActorImpl:
                 "infos": infos,
                 "resolved_args": self.engine.resolved_args(infos),
                 "log_path": str(log_path),
-                "server_saw_cuda_visible_devices": _env_of(self.server.pid or 0).get("CUDA_VISIBLE_DEVICES"),
+                "server_pid": self.server.server_pid(),
+                "server_saw_cuda_visible_devices": _env_of(self.server.server_pid() or 0).get("CUDA_VISIBLE_DEVICES"),
             }
         assert last_err is not None
         raise ServerStartError(f"could not bind a free port after {MAX_PORT_TRIES} tries: {last_err}",

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,11 +172,14 @@ class Driver:
             self._wait_pg(pg, variant.name, r.gpus)
             launcher = self.spec.engines.get(variant.engine)
             engine = EngineActor.options(
+                name=actor_name("engine", self.spec.name, variant.name),
                 num_gpus=variant.tp,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0),
             ).remote(variant, launcher, str(self.log_dir), "127.0.0.1", None)
             try:
-                info = ray.get(engine.start.remote(self.spec.health_timeout_s))
+                port = variant.args.get("port")
+                info = ray.get(engine.start.remote(self.spec.health_timeout_s,
+                                                   int(port) if isinstance(port, (int, str)) else None))
             except (RayTaskError, RayActorError) as e:
                 reason, tail = _error_text(e)
                 self.log(f"[{variant.name}] server failed to start: {reason}")
@@ -203,6 +207,7 @@ class Driver:
 
     def _new_load_actor(self, pg: Any, variant: ResolvedVariant) -> Any:
         return LoadActor.options(
+            name=actor_name("load", self.spec.name, variant.name),
             num_cpus=LOAD_ACTOR_CPUS,
             num_gpus=0,
             scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=1),
@@ -291,6 +296,11 @@ class Driver:
             remove_placement_group(pg)
         except Exception:  # noqa: BLE001
             pass
+
+
+def actor_name(role: str, experiment: str, variant: str) -> str:
+    """Named actors let an operator (or a fault test) find a variant's actors: sglbench-<role>-<exp>-<variant>-<id>."""
+    return f"sglbench-{role}-{experiment}-{variant}-{uuid.uuid4().hex[:8]}"
 
 
 def res_for(v: ResolvedVariant, res: list[Any]) -> Any:

@@ -1,0 +1,96 @@
+"""Two nodes of 8 logical GPUs: TP=8 variants one per node, TP=4 variants two per node, load actors co-located."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from cluster.server_process import pid_alive
+from cluster.spec import parse_spec_text
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(scope="module")
+def two_nodes() -> Iterator[None]:
+    import ray
+    from ray.cluster_utils import Cluster
+
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    if ray.is_initialized():
+        ray.shutdown()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 0,
+                                                            "include_dashboard": False,
+                                                            "object_store_memory": 100 * 1024**2})
+    nodes = [cluster.add_node(num_cpus=4, num_gpus=8, object_store_memory=100 * 1024**2) for _ in range(2)]
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        for n in nodes:
+            cluster.remove_node(n)
+        cluster.shutdown()
+
+
+def _spec(tmp: Path, variants: str, name: str) -> str:
+    return f"""
+version: 1
+name: {name}
+model: {{path: sim://tiny, engine: sim}}
+server: {{args: {{max-running-requests: 8, kv-cache-dtype: bf16, attention-backend: flashinfer}}}}
+sim: {{time_scale: 0.02}}
+variants:
+{variants}
+workloads:
+  - {{name: w, input_tokens: 16, output_tokens: 16, num_requests: 6}}
+load: {{concurrency: [2]}}
+warmup_requests: 0
+isolation: gpus
+output: {tmp / 'results'}
+"""
+
+
+def test_tp8_one_per_node_and_tp4_two_per_node(two_nodes: None, tmp_path: Path) -> None:
+    from cluster.distributed.driver import run_experiment
+
+    variants = "\n".join([
+        "  - {name: big-a, tp: 8, baseline: true}",
+        "  - {name: big-b, tp: 8}",
+    ])
+    spec = parse_spec_text(_spec(tmp_path, variants, "two-tp8"))
+    result = run_experiment(spec, base_dir=tmp_path)
+    assert set(result.counts()) == {"ok"}, result.statuses
+    nodes = {v: i["node_id"] for v, i in result.servers.items()}
+    assert nodes["big-a"] != nodes["big-b"], "two TP=8 variants must land on different nodes"
+    a, b = result.servers["big-a"], result.servers["big-b"]
+    assert max(a["started_unix_s"], b["started_unix_s"]) < min(a["stopped_unix_s"], b["stopped_unix_s"])
+
+    variants = "\n".join(f"  - {{name: v{i}, tp: 4{', baseline: true' if i == 0 else ''}}}" for i in range(4))
+    spec = parse_spec_text(_spec(tmp_path, variants, "four-tp4"))
+    result = run_experiment(spec, base_dir=tmp_path)
+    assert set(result.counts()) == {"ok"}, result.statuses
+    per_node: dict[str, list[set[str]]] = {}
+    for v, info in result.servers.items():
+        assert info["load_actor_node_id"] == info["node_id"], f"{v}: load actor not on its server's node"
+        per_node.setdefault(info["node_id"], []).append(set(info["gpu_ids"]))
+        assert not pid_alive(info["pid"])
+    assert sorted(len(x) for x in per_node.values()) == [2, 2]
+    for sets in per_node.values():
+        assert sets[0].isdisjoint(sets[1])
+
+
+def test_unplaceable_fails_fast(two_nodes: None, tmp_path: Path) -> None:
+    import time
+
+    from cluster.distributed.driver import PlacementError, run_experiment
+
+    spec = parse_spec_text(_spec(tmp_path, "  - {name: huge, tp: 16}", "too-big"))
+    t0 = time.monotonic()
+    with pytest.raises(PlacementError, match="tp=16.*largest node has 8 GPUs"):
+        run_experiment(spec, base_dir=tmp_path, preflight=False)
+    assert time.monotonic() - t0 < 10
