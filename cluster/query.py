@@ -1,4 +1,4 @@
-"""DuckDB views over an experiment's dataset, the per-load-point compare table, and free SQL."""
+"""DuckDB views over an experiment's dataset, the per-load-point compare tables, and free SQL."""
 
 from __future__ import annotations
 
@@ -11,6 +11,25 @@ import pyarrow.dataset as pads
 from cluster.store import TABLE_SCHEMAS, DatasetStore, ExperimentNotFound
 
 BASE_TABLES = ("runs", "requests", "chunks")
+
+VARIANTS_VIEW_SQL = """
+CREATE VIEW variants AS
+SELECT variant,
+       any_value(engine) AS engine,
+       any_value(tp) AS tp,
+       any_value(variant_family) AS family,
+       any_value(spec_algorithm) AS spec_algorithm,
+       any_value(spec_num_steps) AS spec_num_steps,
+       any_value(spec_num_draft_tokens) AS spec_num_draft_tokens,
+       bool_or(coalesce(is_baseline, false)) AS is_baseline,
+       count(*) AS n_runs,
+       count(*) FILTER (WHERE status = 'ok') AS n_ok,
+       count(*) FILTER (WHERE status = 'invalid') AS n_invalid,
+       count(*) FILTER (WHERE status = 'failed') AS n_failed,
+       min(order_index) AS first_order_index
+FROM runs GROUP BY variant
+"""
+"""One row per variant: engine, tp, family, speculative settings, baseline flag, run counts by status."""
 
 COMPARE_METRICS: tuple[tuple[str, str], ...] = (
     ("request_throughput_rps", "m_request_throughput_rps"),
@@ -44,7 +63,8 @@ def _sql_str(s: str) -> str:
 
 
 def connect(root: str, experiment: str) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with one view per table (runs, requests, chunks, and any others).
+    """An in-memory DuckDB connection with one view per table (runs, requests, chunks, and any others such as
+    correctness or server_metrics when their files exist), plus the derived view `variants`.
 
     Only committed runs' files are visible. Local datasets are scanned with read_parquet (hive partitioning,
     union_by_name); datasets on other filesystems are scanned lazily through pyarrow datasets.
@@ -65,6 +85,7 @@ def connect(root: str, experiment: str) -> duckdb.DuckDBPyConnection:
         else:
             schema = TABLE_SCHEMAS.get(table)
             con.register(table, pads.dataset(files, filesystem=store.fs, format="parquet", schema=schema))
+    con.execute(VARIANTS_VIEW_SQL)
     return con
 
 
@@ -122,3 +143,72 @@ def compare_table(root: str, experiment: str, baseline: Optional[str] = None) ->
     out["_vorder"] = out["variant"].map({v: i for i, v in enumerate(variants)})
     out = out.sort_values(list(POINT_KEYS) + ["_vorder"], kind="stable").reset_index(drop=True)
     return out[cols]
+
+
+_REQUEST_COMPARE_SQL = """
+WITH ok AS (
+    SELECT run_key, actual_send_ns, first_chunk_ns, last_chunk_ns,
+           coalesce(completion_tokens, client_tokens) AS out_tok
+    FROM requests
+    WHERE error IS NULL AND first_chunk_ns IS NOT NULL AND last_chunk_ns IS NOT NULL
+), per_run AS (
+    SELECT run_key,
+           count(*) AS n_ok,
+           sum(out_tok) AS out_tokens,
+           -- one sort per run for both percentiles (integer ns; linear interpolation like numpy)
+           quantile_cont(first_chunk_ns - actual_send_ns, [0.5, 0.99]) AS ttft_ns_q,
+           avg(CASE WHEN out_tok > 1 THEN (last_chunk_ns - first_chunk_ns) / 1e6 / (out_tok - 1) END)
+               AS tpot_ms_mean
+    FROM ok GROUP BY run_key
+)
+SELECT r.workload, r.load_kind, r.load_value, r.variant,
+       any_value(r.engine) AS engine,
+       bool_or(coalesce(r.is_baseline, false)) AS is_baseline,
+       min(r.order_index) AS first_order_index,
+       count(*) AS n_runs,
+       avg(p.n_ok / r.duration_s) AS request_throughput_rps,
+       avg(p.out_tokens / r.duration_s) AS output_tok_s,
+       avg(p.ttft_ns_q[1] / 1e6) AS ttft_ms_p50,
+       avg(p.ttft_ns_q[2] / 1e6) AS ttft_ms_p99,
+       avg(p.tpot_ms_mean) AS tpot_ms_mean
+FROM runs r JOIN per_run p USING (run_key)
+WHERE r.status = 'ok' AND r.duration_s > 0
+GROUP BY r.workload, r.load_kind, r.load_value, r.variant
+"""
+
+REQUEST_COMPARE_COLUMNS = ("request_throughput_rps", "output_tok_s", "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_mean")
+"""Point estimates compare_from_requests computes from the request rows (per run, then the mean over ok runs)."""
+
+
+def compare_from_requests(root: str, experiment: str, baseline: Optional[str] = None) -> pd.DataFrame:
+    """Per load point and variant, point estimates computed in DuckDB from the `requests` rows.
+
+    Per ok run: TTFT p50/p99 (first chunk − send; the runs table's m_ttft uses the first token-bearing chunk,
+    which differs only when a stream opens with a token-less chunk), TPOT mean ((last − first chunk)/(tokens − 1)
+    over requests with > 1 token), output tok/s and req/s over the run's duration_s; then the mean over ok runs,
+    and the output tok/s speedup over the baseline. Only the needed columns are scanned.
+    """
+    con = connect(root, experiment)
+    try:
+        df = con.execute(_REQUEST_COMPARE_SQL).df()
+    finally:
+        con.close()
+    cols = list(POINT_KEYS) + ["variant", "engine", "is_baseline", "n_runs", *REQUEST_COMPARE_COLUMNS,
+                               "speedup_output_tok_s"]
+    if df.empty:
+        return pd.DataFrame(columns=cols)
+    variants = list(dict.fromkeys(df.sort_values("first_order_index")["variant"]))
+    if baseline is None:
+        marked = df.loc[df["is_baseline"].astype(bool), "variant"].unique().tolist()
+        baseline = marked[0] if marked else None
+    elif baseline not in variants:
+        raise QueryError(f"baseline {baseline!r} is not a variant of {experiment!r}; variants: {', '.join(variants)}")
+    df["is_baseline"] = df["variant"] == baseline
+    base = df.loc[df["is_baseline"], list(POINT_KEYS) + ["output_tok_s"]].rename(
+        columns={"output_tok_s": "_base_tok_s"})
+    df = df.merge(base, on=list(POINT_KEYS), how="left")
+    df["speedup_output_tok_s"] = df["output_tok_s"] / df["_base_tok_s"]
+    df["_vorder"] = df["variant"].map({v: i for i, v in enumerate(variants)})
+    df = df.sort_values(list(POINT_KEYS) + ["_vorder"], kind="stable").reset_index(drop=True)
+    df["n_runs"] = df["n_runs"].astype(int)
+    return df[cols]

@@ -1,4 +1,4 @@
-"""`sglbench results compare | list | show | query`: read an experiment's dataset and render it."""
+"""`sglbench results compare | list | show | query | report`: read an experiment's dataset and render it."""
 
 from __future__ import annotations
 
@@ -78,9 +78,49 @@ def compare_cmd(
     root: str = ROOT_OPT,
     baseline: str = typer.Option(None, "--baseline", help="Variant to compute speedups against."),
     fmt: Format = typer.Option(Format.table, "--format", help="Output format."),
+    ci: bool = typer.Option(False, "--ci", help="95% confidence intervals, speedup verdicts and quality warnings."),
+    n_boot: int = typer.Option(2000, "--n-boot", min=100, help="Bootstrap resamples (with --ci)."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed (with --ci)."),
 ) -> None:
     """Per load point and variant: means over ok repeats and output tok/s speedup over the baseline."""
-    print_compare(root, experiment, baseline, fmt.value)
+    if ci:
+        print_compare_ci(root, experiment, baseline, fmt.value, n_boot, seed)
+    else:
+        print_compare(root, experiment, baseline, fmt.value)
+
+
+def print_compare_ci(root: str, experiment: str, baseline: Optional[str], fmt_name: str, n_boot: int = 2000,
+                     seed: int = 0) -> None:
+    """Render compare_with_ci: 'estimate [lo, hi]' cells, speedup verdicts, then the warnings."""
+    from cluster.comparison import compare_view, compare_with_ci
+
+    fmt = Format(fmt_name)
+    with _clear_errors():
+        df = compare_with_ci(root, experiment, baseline, n_boot=n_boot, seed=seed)
+    if df.empty:
+        err_console.print(f"no runs recorded for experiment {experiment!r} under {root!r}")
+        raise typer.Exit(2)
+    if fmt is not Format.table:
+        out = df.copy()
+        out["warnings"] = ["; ".join(w) for w in out["warnings"]]
+        _emit(out, fmt)
+        return
+    view = compare_view(df)
+    view["variant"] = [f"{v}{'*' if b else ''}{' (sim)' if e == 'sim' else ''}"
+                       for v, b, e in zip(df["variant"], df["is_baseline"], df["engine"])]
+    keep = ["load", "variant", "ok/failed/invalid", "output tok/s", "TTFT p99 ms", "TPOT mean ms",
+            "accept length", "speedup tok/s", "speedup TPOT"]
+    if df["workload"].nunique() > 1:
+        keep.insert(0, "workload")
+    if df["goodput_rps"].notna().any():
+        keep.append("goodput req/s")
+    _emit(view[keep].rename(columns={"ok/failed/invalid": "ok/f/inv"}), fmt,
+          title=f"{experiment}: estimate [95% CI]; latencies in ms; * = baseline; (sim) = simulated engine")
+    console.print(df.attrs.get("ci_method", ""), highlight=False, soft_wrap=True)
+    for r in df.itertuples(index=False):
+        for w in r.warnings:
+            console.print(f"[yellow]warning[/] {r.workload} {r.load_kind}={r.load_value:g} {r.variant}: {w}",
+                          highlight=False, soft_wrap=True)
 
 
 def print_compare(root: str, experiment: str, baseline: Optional[str], fmt_name: str) -> None:
@@ -158,6 +198,29 @@ def query_cmd(
     with _clear_errors():
         df = query(root, experiment, sql)
     _emit(df, fmt)
+
+
+@results_app.command("report")
+def report_cmd(
+    experiment: str = typer.Argument(...),
+    root: str = ROOT_OPT,
+    out: Optional[str] = typer.Option(None, "--out", help="Output directory (default <root>/reports/<experiment>)."),
+    n_boot: int = typer.Option(1000, "--n-boot", min=100, help="Bootstrap resamples for the intervals."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    bytes_per_token: Optional[float] = typer.Option(
+        None, "--bytes-per-token", min=1.0,
+        help="Decode bytes per token for the bandwidth bound (default: experiment.json's probe report)."),
+) -> None:
+    """An HTML page with PNG plots: throughput, TTFT/TPOT CDFs, acceptance, speedups, bandwidth bound."""
+    from cluster.report import build_report
+
+    with _clear_errors():
+        try:
+            path = build_report(root, experiment, out, n_boot=n_boot, seed=seed, bytes_per_token=bytes_per_token)
+        except ValueError as e:
+            err_console.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+    console.print(f"report written to {path}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

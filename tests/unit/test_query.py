@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from cluster.plan import RunPlan, make_plan
-from cluster.query import QueryError, compare_table, connect, query
+from cluster.query import QueryError, compare_from_requests, compare_table, connect, query
 from cluster.records import RequestRecord, request_batches
 from cluster.spec import parse_spec_text
 from cluster.store import DatasetStore, ExperimentNotFound
@@ -107,3 +107,50 @@ def test_errors(root: str, tmp_path: Path) -> None:
         query(root, "cmp", "SELEC nonsense")
     with pytest.raises(ExperimentNotFound):
         compare_table(str(tmp_path / "nowhere"), "cmp")
+
+
+def test_variants_view(root: str) -> None:
+    df = query(root, "cmp", "SELECT * FROM variants ORDER BY first_order_index")
+    assert list(df["variant"]) == ["base", "nextn"]
+    r = df.set_index("variant")
+    assert bool(r.loc["base", "is_baseline"]) and not bool(r.loc["nextn", "is_baseline"])
+    assert r.loc["nextn", "spec_algorithm"] == "NEXTN" and r.loc["nextn", "spec_num_steps"] == 2
+    assert pd_isna(r.loc["base", "spec_num_steps"])
+    assert (r.loc["nextn", "n_runs"], r.loc["nextn", "n_ok"], r.loc["nextn", "n_failed"]) == (4, 3, 1)
+    assert r.loc["base", "n_ok"] == 4 and r.loc["base", "n_invalid"] == 0
+    assert r.loc["base", "engine"] == "sim" and r.loc["base", "tp"] == 1 and r.loc["nextn", "family"] == "nextn"
+
+
+def test_extra_tables_get_views(root: str) -> None:
+    store = DatasetStore(root, "cmp")
+    plan = _plans()[("base", 1.0, 0)]
+    store.write_table_rows("correctness", plan, pa.table({"prompt_id": ["p1", "p2"], "passed": [True, False]}))
+    df = query(root, "cmp", "SELECT variant, sum(CAST(passed AS INT)) AS n FROM correctness GROUP BY variant")
+    assert df.to_dict("records") == [{"variant": "base", "n": 1}]
+    with pytest.raises(QueryError, match="server_metrics"):
+        query(root, "cmp", "SELECT * FROM server_metrics")
+
+
+def test_compare_from_requests(tmp_path: Path) -> None:
+    store = DatasetStore(str(tmp_path), "req")
+    plans = _plans()
+    # request i: send 0, first chunk at (10 + i) ms, 5 tokens ending 8 ms later → TPOT 2 ms; window 2 s
+    for (v, c, r), p in plans.items():
+        speed = 2.0 if v == "nextn" else 1.0
+        recs = [RequestRecord(request_index=i, intended_send_ns=0, actual_send_ns=0, prompt_tokens_sent=16,
+                              max_tokens=8, chunk_arrival_ns=[int((10 + i) * 1e6), int((10 + i + 8 / speed) * 1e6)],
+                              chunk_tokens=[1, 4], completion_tokens=5)
+                for i in range(101)]
+        recs.append(RequestRecord(request_index=101, intended_send_ns=0, actual_send_ns=0, prompt_tokens_sent=16,
+                                  max_tokens=8, error="HTTP 500"))
+        reqs, chunks = request_batches(recs)
+        store.write_run(p, {"status": "ok", "duration_s": 2.0 / speed}, reqs, chunks)
+    df = compare_from_requests(str(tmp_path), "req")
+    r = df.set_index(["variant", "load_value"])
+    base, nx = r.loc[("base", 1.0)], r.loc[("nextn", 4.0)]
+    assert base["ttft_ms_p50"] == pytest.approx(60.0) and base["ttft_ms_p99"] == pytest.approx(109.0)
+    assert base["tpot_ms_mean"] == pytest.approx(2.0) and nx["tpot_ms_mean"] == pytest.approx(1.0)
+    assert base["output_tok_s"] == pytest.approx(101 * 5 / 2.0)
+    assert base["request_throughput_rps"] == pytest.approx(101 / 2.0)
+    assert nx["speedup_output_tok_s"] == pytest.approx(2.0) and base["n_runs"] == 2
+    assert list(df["variant"]) == ["base", "nextn", "base", "nextn"]

@@ -1,0 +1,169 @@
+"""The report's matplotlib figures (Agg backend), each returned as PNG bytes."""
+
+from __future__ import annotations
+
+import io
+import math
+from typing import Any, Optional, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+DPI = 110
+
+
+def variant_colors(variants: Sequence[str]) -> dict[str, tuple[float, float, float, float]]:
+    """One stable colour per variant (plan order), shared by every figure."""
+    cmap = plt.get_cmap("tab10")
+    return {v: cmap(i % 10) for i, v in enumerate(variants)}
+
+
+def _png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _load_label(kind: str) -> str:
+    return "concurrency (requests in flight)" if kind == "concurrency" else "request rate (req/s)"
+
+
+def throughput_plot(ci: pd.DataFrame, title: str, labels: dict[str, str], colors: dict[str, Any]) -> bytes:
+    """Output tok/s vs load per variant, with its 95% CI as a band. ci: one workload and load kind."""
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    for v, g in ci.groupby("variant", sort=False):
+        g = g.sort_values("load_value")
+        x = g["load_value"].to_numpy(float)
+        ax.plot(x, g["output_tok_s"], marker="o", color=colors[v], label=labels[v])
+        lo, hi = g["output_tok_s_lo"].to_numpy(float), g["output_tok_s_hi"].to_numpy(float)
+        ok = np.isfinite(lo) & np.isfinite(hi)
+        if ok.any():
+            ax.fill_between(x[ok], lo[ok], hi[ok], color=colors[v], alpha=0.18, linewidth=0)
+    kind = str(ci["load_kind"].iloc[0])
+    ax.set_xlabel(_load_label(kind))
+    ax.set_ylabel("output throughput (tok/s)")
+    if ci["load_value"].max() / max(ci["load_value"].min(), 1e-9) >= 8:
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.set_xticks(sorted(ci["load_value"].unique()))
+    ax.set_title(title + "\nmean over repeats; band = 95% CI (bootstrap over repeats)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8, loc="best")
+    return _png(fig)
+
+
+def cdf_plot(per_point: list[tuple[str, dict[str, np.ndarray]]], metric: str, unit: str, title: str,
+             labels: dict[str, str], colors: dict[str, Any]) -> bytes:
+    """Empirical CDFs (requests pooled over ok repeats) of one latency, one panel per load point."""
+    n = len(per_point)
+    cols = min(n, 3)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False, sharey=True)
+    for ax, (point, data) in zip(axes.ravel(), per_point):
+        lo = min((float(a.min()) for a in data.values() if a.size), default=1.0)
+        hi = max((float(a.max()) for a in data.values() if a.size), default=10.0)
+        for v, vals in data.items():
+            if not vals.size:
+                continue
+            x = np.sort(vals)
+            ax.step(x, np.arange(1, x.size + 1) / x.size, where="post", color=colors[v], label=labels[v])
+        if lo > 0 and hi / lo > 20:
+            ax.set_xscale("log")
+        ax.set_title(point, fontsize=9)
+        ax.set_xlabel(f"{metric} ({unit})")
+        ax.grid(alpha=0.3)
+        ax.axhline(0.99, color="grey", linewidth=0.6, linestyle=":")
+    for ax in axes.ravel()[n:]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("fraction of requests ≤ x")
+    axes.ravel()[0].legend(fontsize=7, loc="best")
+    fig.suptitle(title + " (dotted line: p99)", fontsize=10)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def accept_hist_plot(by_depth: list[tuple[int, str, np.ndarray, float]], title: str) -> bytes:
+    """Per-request acceptance length (tokens per verify step after the prefill token), one panel per depth.
+
+    by_depth: (num_steps, label, per-request values, run-scoped Σ-ratio mean)."""
+    n = len(by_depth)
+    fig, axes = plt.subplots(1, n, figsize=(4.4 * n, 3.6), squeeze=False, sharey=True)
+    cmap = plt.get_cmap("viridis")
+    for i, (ax, (depth, label, vals, mean)) in enumerate(zip(axes.ravel(), by_depth)):
+        top = depth + 1
+        bins = np.linspace(1.0, top, 10 * depth + 1) if depth >= 1 else 10
+        ax.hist(np.clip(vals, 1.0, top), bins=bins, color=cmap(0.2 + 0.6 * i / max(n - 1, 1)), alpha=0.85,
+                weights=np.full(vals.size, 1.0 / max(vals.size, 1)))
+        if math.isfinite(mean):
+            ax.axvline(mean, color="black", linestyle="--", linewidth=1, label=f"Σ-ratio = {mean:.2f}")
+            ax.legend(fontsize=8, loc="upper left")
+        ax.set_xlim(1.0, top)
+        ax.set_title(f"{label}: {vals.size} requests", fontsize=9)
+        ax.set_xlabel("accept length (tokens / verify step)")
+        ax.grid(alpha=0.3)
+    axes[0, 0].set_ylabel("fraction of requests")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def speedup_plot(ci: pd.DataFrame, column: str, what: str, title: str, labels: dict[str, str],
+                 colors: dict[str, Any]) -> bytes:
+    """Speedup over the baseline vs load with 95% CI error bars; hollow markers = not significant."""
+    fig, ax = plt.subplots(figsize=(7.5, 4.4))
+    others = ci[~ci["is_baseline"].astype(bool)]
+    variants = list(dict.fromkeys(others["variant"]))
+    width = 0.06 * max(len(variants) - 1, 1)
+    for j, v in enumerate(variants):
+        g = others[others["variant"] == v].sort_values("load_value")
+        x = g["load_value"].to_numpy(float) * (1 + (j - (len(variants) - 1) / 2) * width / max(len(variants), 1))
+        y = g[column].to_numpy(float)
+        lo, hi = g[f"{column}_lo"].to_numpy(float), g[f"{column}_hi"].to_numpy(float)
+        err = np.vstack([np.where(np.isfinite(lo), y - lo, 0), np.where(np.isfinite(hi), hi - y, 0)])
+        sig = g[f"{column}_verdict"].isin(["faster", "slower"]).to_numpy()
+        ax.errorbar(x, y, yerr=err, color=colors[v], capsize=4, linestyle="-", linewidth=1, label=labels[v])
+        ax.scatter(x[sig], y[sig], color=colors[v], s=36, zorder=3)
+        ax.scatter(x[~sig], y[~sig], facecolors="white", edgecolors=[colors[v]], s=36, zorder=3)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    kind = str(ci["load_kind"].iloc[0])
+    ax.set_xlabel(_load_label(kind))
+    if ci["load_value"].max() / max(ci["load_value"].min(), 1e-9) >= 8:
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.set_xticks(sorted(ci["load_value"].unique()))
+    ax.set_ylabel(f"speedup over baseline ({what}, ×)")
+    ax.set_title(title + "\nbars = 95% CI; filled = significant, hollow = no significant difference",
+                 fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    return _png(fig)
+
+
+def bandwidth_plot(rows: pd.DataFrame, title: str, colors: dict[str, Any]) -> bytes:
+    """% of the memory-bandwidth bound per variant at batch 1 (bars), 100% line."""
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(rows) + 2), 4.0))
+    x = np.arange(len(rows))
+    pct = rows["pct_of_bound"].to_numpy(float)
+    ax.bar(x, pct, color=[colors[v] for v in rows["variant"]])
+    for xi, p in zip(x, pct):
+        ax.text(float(xi), p, f"{p:.0f}%", ha="center", va="bottom", fontsize=8)
+    ax.axhline(100.0, color="black", linewidth=0.8, linestyle="--")
+    ax.set_xticks(x, rows["variant"], rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("% of bound (decode tok/s, batch 1)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3, axis="y")
+    return _png(fig)
+
+
+def pooled(arrays: Sequence[Optional[np.ndarray]]) -> np.ndarray:
+    """Concatenate the present arrays (an empty float array when none)."""
+    got = [a for a in arrays if a is not None and a.size]
+    return np.concatenate(got) if got else np.empty(0)
