@@ -126,11 +126,11 @@ def _single_variant_rules(chk: _Check, v: ResolvedVariant, args: Mapping[str, An
         except ValueError as e:
             chk.add(v, "error", "full-flag-names", str(e))
     algo = v.speculative.algorithm if v.speculative is not None else args.get("speculative-algorithm")
-    if _is_set(algo) and str(algo).upper() not in SPECULATIVE_ALGORITHMS:
+    if _is_set(algo) and str(algo).upper() not in SPECULATIVE_ALGORITHMS and str(algo).upper() != "MTP":
         chk.add(
             v, "error", "speculative-algorithm",
             f"speculative algorithm {algo!r} is not one SGLang knows ({', '.join(SPECULATIVE_ALGORITHMS)}); "
-            "built-in MTP heads are served with NEXTN",
+            "built-in MTP heads are served with NEXTN (the spec's MTP is launched as NEXTN)",
         )
     spec_in_args = _is_set(args.get("speculative-algorithm"))
     speculative = v.speculative is not None or spec_in_args

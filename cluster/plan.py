@@ -79,9 +79,12 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 def expand_variants(spec: ExperimentSpec) -> list[ResolvedVariant]:
     """Expand spec variants: a speculative block with a list of num_steps gives one variant per value."""
+    from cluster.tuning import expand_backend_sweeps
+
     out: list[ResolvedVariant] = []
     for v in spec.variants:
         out.extend(_expand_one(spec, v))
+    out = expand_backend_sweeps(out)
     names = [v.name for v in out]
     dup = {n for n in names if names.count(n) > 1}
     if dup:

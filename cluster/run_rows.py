@@ -17,16 +17,6 @@ def counter_deltas(before: dict[str, float], after: dict[str, float]) -> dict[st
     return {k: after[k] - before.get(k, 0.0) for k in after if isinstance(after.get(k), (int, float))}
 
 
-def counter_acceptance(deltas: dict[str, float], n_requests: int) -> Optional[float]:
-    """Run-scoped acceptance length from server counters, on the same definition as the per-request one:
-    tokens per verify step after the prefill token (vLLM: 1 + accepted/drafts; SGLang: (gen − n)/verify)."""
-    if deltas.get("drafts", 0) > 0:
-        return 1.0 + deltas.get("accepted_tokens", 0.0) / deltas["drafts"]
-    if deltas.get("verify_calls", 0) > 0 and "generation_tokens" in deltas:
-        return (deltas["generation_tokens"] - n_requests) / deltas["verify_calls"]
-    return None
-
-
 def _common(p: RunPlan, spec: ExperimentSpec, info: dict[str, Any], git_sha: Optional[str]) -> dict[str, Any]:
     v = p.variant
     infos = info.get("infos") or {}
@@ -89,9 +79,19 @@ def build_run_row(p: RunPlan, out: dict[str, Any], info: dict[str, Any], spec: E
     from cluster.metrics import summarize_run
 
     m = summarize_run(out["requests"], out["chunks"], out["duration_s"], spec.slo)
-    deltas = counter_deltas(out.get("counters_before") or {}, out.get("counters_after") or {})
+    before, after = out.get("counters_before") or {}, out.get("counters_after") or {}
+    deltas = counter_deltas(before, after)
     n_req = int(out["requests"].num_rows)
-    m["accept_length_server_counters"] = counter_acceptance(deltas, n_req)
+    from cluster.engines import get_engine
+
+    window = get_engine(p.variant.engine).window_acceptance(before, after, n_req)
+    m["accept_length_server_counters"] = window.get("accept_length")
+    if m.get("accept_length") is None and window.get("accept_length") is not None:
+        # engines without per-request verify counts (vLLM): the run-scoped counter figure is the metric
+        m["accept_length"] = window["accept_length"]
+    for k, v in window.items():
+        if k != "accept_length":
+            m[k] = v
     n_ok = int(m.get("n_ok") or 0)
     invalid: list[str] = []
     lag_p99_ms = out.get("lag_p99_ns", 0) / 1e6

@@ -168,6 +168,14 @@ class DatasetStore:
         self._write_parquet(path, self._with_keys(table_name, plan, batch))
         return path
 
+    def write_variant_table(self, table_name: str, variant: str, key: str, table: pa.Table) -> str:
+        """Rows that belong to a variant rather than a run (e.g. the correctness gate); the same key replaces."""
+        if table_name not in VARIANT_TABLES:
+            raise StoreError(f"table {table_name!r} is not a per-variant table ({sorted(VARIANT_TABLES)})")
+        path = self._path(table_name, variant, key)
+        self._write_parquet(path, table)
+        return path
+
     def runs_row(self, plan: RunPlan, run_row: dict[str, Any]) -> pa.Table:
         """The one-row runs table: KEY_FIELDS + RUN_FIELDS (defaults from the plan) + m_<metric> columns.
 
@@ -246,7 +254,7 @@ class DatasetStore:
     def table_files(self, table: str) -> list[str]:
         """Data files of a table that belong to committed runs (a crash before the runs row hides the rest)."""
         files = self._data_files(table)
-        if table == "runs":
+        if table == "runs" or table in VARIANT_TABLES:
             return files
         done = self.completed_run_keys()
         return [p for p in files if p.rsplit("/", 1)[-1][: -len(".parquet")] in done]
@@ -279,6 +287,8 @@ class DatasetStore:
 
 
 PARTITION_COLUMN = "variant"
+VARIANT_TABLES = frozenset({"correctness"})
+"""Tables written per variant (not per run): visible without a committed run."""
 
 
 def _partition_value(path: str) -> str:

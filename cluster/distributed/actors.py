@@ -68,7 +68,14 @@ class EngineActorImpl:
                     infos[name] = http_get_json(self.base_url + path, timeout_s=10)
                 except Exception as e:  # noqa: BLE001 - an info endpoint missing is recorded, not fatal
                     infos[name] = {"error": f"{type(e).__name__}: {e}"}
+            try:
+                from cluster.engines.environment import capture_environment
+
+                environment = capture_environment(self.launcher.python if self.launcher else None, timeout_s=30)
+            except Exception as e:  # noqa: BLE001 - environment capture is evidence, never a reason to fail
+                environment = {"error": f"{type(e).__name__}: {e}"}
             return {
+                "environment": environment,
                 "port": p,
                 "port_attempts": attempt + 1,
                 "base_url": self.base_url,
@@ -112,6 +119,13 @@ class LoadActorImpl:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # zero-GPU actors must not see the node's GPUs
         self.engine = get_engine(engine_name)
         self.base_dir = Path(base_dir)
+
+    def run_gate(self, base_url: str, model_name: str, timeout_s: float = 300.0) -> dict[str, Any]:
+        import asyncio
+
+        from cluster.loadgen.gate import collect_gate_outputs
+
+        return asyncio.run(collect_gate_outputs(self.engine, base_url, model_name, timeout_s))
 
     def visible_gpus(self) -> str:
         return os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")

@@ -6,6 +6,7 @@ Entry point for `ray job submit ... -- python -m cluster.distributed.driver EXPE
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -29,6 +30,7 @@ from cluster.distributed.cluster_state import gpu_nodes, resolve_output_root
 from cluster.plan import ResolvedVariant, RunPlan, expand_variants, make_plan, server_segments
 from cluster.run_rows import build_run_row, failed_run_row
 from cluster.schedule import reservation, unplaceable
+from cluster.tuning import with_artifact
 from cluster.spec import ExperimentSpec, SpecError, load_spec
 
 LOAD_ACTOR_CPUS = 1.0
@@ -48,6 +50,24 @@ class ExperimentResult:
         for s in self.statuses.values():
             out[s] = out.get(s, 0) + 1
         return out
+
+
+class GateBoard:
+    """Gate answers per variant, shared between segment threads (None: the variant gave none)."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.outputs: dict[str, Any] = {}
+
+    def put(self, variant: str, outputs: Any) -> None:
+        with self.cond:
+            self.outputs[variant] = outputs
+            self.cond.notify_all()
+
+    def wait(self, variant: str, timeout_s: float) -> Any:
+        with self.cond:
+            self.cond.wait_for(lambda: variant in self.outputs, timeout=timeout_s)
+            return self.outputs.get(variant)
 
 
 class _Shared:
@@ -102,6 +122,10 @@ class Driver:
         self.result = ExperimentResult(dataset_root=self.root)
         self.git_sha = _git_sha(base_dir)
         self.log_dir = Path(os.environ.get("SGLBENCH_LOG_DIR", "/tmp/sglbench-logs")) / spec.name
+        self.artifacts: dict[str, Any] = {}
+        self.tuning_failures: dict[str, str] = {}
+        self.baseline_name: Optional[str] = None
+        self.gates = GateBoard()
 
     # ------------------------------------------------------------------ planning
     def runs_to_do(self, plans: list[RunPlan]) -> set[str]:
@@ -140,6 +164,14 @@ class Driver:
             "preflight": getattr(self, "preflight", None),
         })
         segments = [(v, runs) for v, runs in server_segments(plans) if any(r.run_key in todo for r in runs)]
+        # the baseline's gate answers are what other variants are compared with: start it first
+        segments.sort(key=lambda seg: 0 if seg[0].is_baseline else 1)
+        self.baseline_name = next((v.name for v in variants if v.is_baseline), None)
+        if segments:
+            from cluster.distributed.tuning_stage import run_tuning_stage
+
+            needed = [v for v in variants if any(seg[0].name == v.name for seg in segments)]
+            self.artifacts = run_tuning_stage(self.spec, needed, self.root, None, self.log, self.tuning_failures)
         if not segments:
             self.log("every planned run is already in the dataset; nothing to do")
             return self.result
@@ -169,13 +201,22 @@ class Driver:
         engine = load = None
         info: dict[str, Any] = {}
         try:
+            art = self.artifacts.get(variant.name)
+            if variant.tuning is not None and variant.tuning.kind in ("flashinfer_autotune", "triton_moe") \
+                    and art is None:
+                reason = self.tuning_failures.get(variant.name, "no tuning artifact was produced")
+                for p in runs:
+                    self._record_failed(p, f"tuning stage failed: {reason}", "", {})
+                self.gates.put(variant.name, None)
+                return
             self._wait_pg(pg, variant.name, r.gpus)
             launcher = self.spec.engines.get(variant.engine)
+            launch_variant = with_artifact(variant, art)
             engine = EngineActor.options(
                 name=actor_name("engine", self.spec.name, variant.name),
                 num_gpus=variant.tp,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0),
-            ).remote(variant, launcher, str(self.log_dir), "127.0.0.1", None)
+            ).remote(launch_variant, launcher, str(self.log_dir), "127.0.0.1", None)
             try:
                 port = variant.args.get("port")
                 info = ray.get(engine.start.remote(self.spec.health_timeout_s,
@@ -185,7 +226,10 @@ class Driver:
                 self.log(f"[{variant.name}] server failed to start: {reason}")
                 for p in runs:
                     self._record_failed(p, f"server start failed: {reason}", tail, {})
+                self.gates.put(variant.name, None)
                 return
+            if art is not None:
+                info["tuning_artifact"] = art.hash
             self.result.servers[variant.name] = info
             self.shared.enter(variant.name, info["node_id"])
             self.log(f"[{variant.name}] server healthy in {info['startup_s']:.1f} s on GPUs "
@@ -193,6 +237,13 @@ class Driver:
             load = self._new_load_actor(pg, variant)
             info["load_actor_cuda_visible_devices"] = ray.get(load.visible_gpus.remote())
             info["load_actor_node_id"] = ray.get(load.node_id.remote())
+            gate = self._gate(variant, load, info, runs[0])
+            info["correctness"] = gate
+            if not gate["passed"]:
+                self.log(f"[{variant.name}] correctness gate FAILED: {'; '.join(gate['reasons'])}")
+                for p in runs:
+                    self._record_invalid(p, "correctness gate failed: " + "; ".join(gate["reasons"]), info)
+                return
             server_dead = False
             for p in runs:
                 if server_dead:
@@ -246,6 +297,40 @@ class Driver:
         self.store.write_run(p, row, out["requests"], out["chunks"])
         self._finish(p, row["status"])
         return load, False
+
+    def _gate(self, variant: ResolvedVariant, load: Any, info: dict[str, Any], first: RunPlan) -> dict[str, Any]:
+        """Ask the fixed gate prompts greedily; judge against the baseline's answers; store the evidence."""
+        from cluster.correctness import correctness_rows, evaluate_gate
+        from cluster.loadgen.gate import gate_accept_length, to_gate_outputs
+
+        model_name = self.spec.model.served_name or self.spec.model.path
+        try:
+            raw = ray.get(load.run_gate.remote(info["base_url"], model_name, self.spec.request_timeout_s))
+        except (RayActorError, RayTaskError) as e:
+            raw = {"_": {"error": _error_text(e)[0]}}
+        outputs = to_gate_outputs(raw)
+        self.gates.put(variant.name, outputs)
+        base = None
+        if self.baseline_name and self.baseline_name != variant.name:
+            base = self.gates.wait(self.baseline_name, self.spec.health_timeout_s + 600)
+        sp = variant.speculative
+        is_nextn = sp is not None and (sp.algorithm in ("NEXTN", "MTP") or
+                                       (sp.algorithm == "EAGLE" and not sp.draft_model_path))
+        result = evaluate_gate(outputs, base, gate_accept_length(raw), is_nextn)
+        reasons = list(result.reasons)
+        if base is None and self.baseline_name and self.baseline_name != variant.name:
+            reasons.append("note: the baseline gave no gate answers, so no prefix comparison was made")
+        table = correctness_rows(self.spec.name, variant.name, variant.engine, result, outputs)
+        key = "gate-" + hashlib.sha256(json.dumps(variant.identity(), sort_keys=True, default=str).encode()
+                                       ).hexdigest()[:16]
+        self.store.write_variant_table("correctness", variant.name, key, table)
+        return {"passed": result.passed, "reasons": reasons, "accept_length": result.accept_length}
+
+    def _record_invalid(self, p: RunPlan, reason: str, info: dict[str, Any]) -> None:
+        row = failed_run_row(p, reason, "", info, self.spec, self.git_sha)
+        row.update({"status": "invalid", "failure_reason": None, "invalid_reasons": reason})
+        self.store.write_run(p, row, None, None)
+        self._finish(p, "invalid")
 
     def _engine_alive(self, engine: Any) -> bool:
         try:

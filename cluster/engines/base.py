@@ -20,6 +20,7 @@ through this interface, so adding an engine never touches them. Contract:
 
 from __future__ import annotations
 
+import json
 import shlex
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -162,9 +163,28 @@ class Engine(ABC):
     @abstractmethod
     def new_parser(self, api: str, keep_text: bool = False) -> StreamParser: ...
 
+    def gate_request(self, text: str, max_tokens: int, model_name: str) -> HttpRequest:
+        """A non-streaming greedy request for one correctness-gate prompt (OpenAI completions by default)."""
+        body = {"model": model_name, "prompt": text, "max_tokens": max_tokens, "temperature": 0.0, "stream": False}
+        return HttpRequest("/v1/completions", json.dumps(body).encode())
+
+    def parse_gate_response(self, doc: Any) -> dict[str, Any]:
+        """text, token_ids (or None), completion_tokens, finish_reason, spec_verify_ct from a gate response."""
+        choice = (doc.get("choices") or [{}])[0] if isinstance(doc, dict) else {}
+        usage = doc.get("usage") or {} if isinstance(doc, dict) else {}
+        return {"text": choice.get("text") or "", "token_ids": None,
+                "completion_tokens": usage.get("completion_tokens"), "finish_reason": choice.get("finish_reason"),
+                "spec_verify_ct": None}
+
     def resolved_args(self, infos: Mapping[str, Any]) -> dict[str, Any]:
         """Resolved server args from the recorded info documents (engine-specific)."""
         return {}
 
     def spec_counters(self, metrics_text: str) -> dict[str, float]:
+        return {}
+
+    def window_acceptance(self, before: Mapping[str, float], after: Mapping[str, float],
+                          n_requests: int) -> dict[str, float]:
+        """Run-scoped speculative metrics from counters diffed around a window ({} when the engine has none).
+        `accept_length` here follows the per-request definition: tokens per verify step after the prefill token."""
         return {}

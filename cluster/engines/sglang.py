@@ -161,7 +161,8 @@ class SGLangEngine(Engine):
             for k in list(args):
                 if k.startswith("speculative-") and k in _SPEC_KEYS:
                     args.pop(k)
-            args["speculative-algorithm"] = sp.algorithm
+            # "MTP" is the spec's engine-neutral name for a built-in MTP head; SGLang calls that NEXTN
+            args["speculative-algorithm"] = "NEXTN" if sp.algorithm == "MTP" else sp.algorithm
             args["speculative-num-steps"] = sp.num_steps
             args["speculative-eagle-topk"] = sp.eagle_topk
             args["speculative-num-draft-tokens"] = sp.num_draft_tokens
@@ -221,6 +222,20 @@ class SGLangEngine(Engine):
     ) -> HttpRequest:
         return build_sglang_request(api, prompt, max_tokens, ignore_eos, temperature, model_name, rid)
 
+    def gate_request(self, text: str, max_tokens: int, model_name: str) -> HttpRequest:
+        body = {"text": text, "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0.0}, "stream": False}
+        return HttpRequest("/generate", json.dumps(body).encode())
+
+    def parse_gate_response(self, doc: Any) -> dict[str, Any]:
+        if isinstance(doc, list):
+            doc = doc[0] if doc else {}
+        mi = doc.get("meta_info") or {}
+        fr = mi.get("finish_reason")
+        return {"text": doc.get("text") or "", "token_ids": doc.get("output_ids"),
+                "completion_tokens": mi.get("completion_tokens"),
+                "finish_reason": fr.get("type") if isinstance(fr, dict) else fr,
+                "spec_verify_ct": mi.get("spec_verify_ct")}
+
     def new_parser(self, api: str, keep_text: bool = False) -> StreamParser:
         return SGLangNativeParser(keep_text) if api == "native" else OpenAIStreamParser(keep_text)
 
@@ -229,6 +244,15 @@ class SGLangEngine(Engine):
         if not isinstance(si, dict):
             return {}
         return {k: v for k, v in si.items() if k not in ("internal_states", "launch_command", "kv_events")}
+
+    def window_acceptance(self, before: Mapping[str, float], after: Mapping[str, float],
+                          n_requests: int) -> dict[str, float]:
+        """Cross-check from counters: (generated − one prefill token per request) / verify calls."""
+        verify = after.get("verify_calls", 0.0) - before.get("verify_calls", 0.0)
+        gen = after.get("generation_tokens", 0.0) - before.get("generation_tokens", 0.0)
+        if verify <= 0 or "generation_tokens" not in after:
+            return {}
+        return {"accept_length": (gen - n_requests) / verify}
 
     def spec_counters(self, metrics_text: str) -> dict[str, float]:
         # SGLang exposes a verify-call counter; accepted tokens come per request from meta_info instead.

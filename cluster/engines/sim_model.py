@@ -17,10 +17,14 @@ EOS_ID = 0
 OK_ID = 1
 ANSWER_323_ID = 2
 GARBAGE_ID = 3
+ANSWER_10_ID = 4
 VOCAB_BASE = 100
 VOCAB_SIZE = 32000
-SPECIAL_PIECES = {EOS_ID: "", OK_ID: "OK", ANSWER_323_ID: "323", GARBAGE_ID: "NaN"}
-MULTIPLY_MARKERS = ("17*19", "17 × 19", "17x19", "17 x 19")
+SPECIAL_PIECES = {EOS_ID: "", OK_ID: "OK", ANSWER_323_ID: "323", GARBAGE_ID: "NaN", ANSWER_10_ID: "10"}
+MULTIPLY_MARKERS = ("17*19", "17 × 19", "17x19", "17 x 19", "17 multiplied by 19")
+REASONING_THOUGHT_TOKENS = 48
+"""The apples prompt of the correctness gate is answered after this many 'thinking' tokens, so a speculative
+variant runs enough verify steps during the gate for its acceptance length to be judged."""
 
 
 class KnobError(ValueError):
@@ -186,10 +190,12 @@ def output_ids(
         return [GARBAGE_ID] * n, False
     answer: list[int] = []
     if knobs.answers and text is not None:
-        if "Reply with OK" in text:
+        if "Reply with OK" in text or ("Reply" in text and text.rstrip().endswith("OK")):
             answer = [OK_ID]
         elif any(m in text for m in MULTIPLY_MARKERS):
             answer = [ANSWER_323_ID]
+        elif "apples" in text:
+            answer = _chain(_seed_from(knobs.seed, key, "thought"), REASONING_THOUGHT_TOKENS) + [ANSWER_10_ID]
     if answer and not ignore_eos:
         ids = (answer + [EOS_ID])[:n]
         return ids, len(ids) == len(answer) + 1

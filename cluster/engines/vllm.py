@@ -137,6 +137,10 @@ class VLLMEngine(Engine):
             out["engine_version"] = ver["version"]
         return out
 
+    def window_acceptance(self, before: Mapping[str, float], after: Mapping[str, float],
+                          n_requests: int) -> dict[str, float]:
+        return acceptance_from_counters(before, after)
+
     def spec_counters(self, metrics_text: str) -> dict[str, float]:
         samples = parse_prometheus(metrics_text)
         out: dict[str, float] = {}

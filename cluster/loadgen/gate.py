@@ -1,0 +1,58 @@
+"""Sends the correctness gate's fixed prompts greedily to a server and collects the answers (no statistics)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import aiohttp
+
+from cluster.correctness import GATE_PROMPTS, GateOutput
+from cluster.engines.base import Engine
+
+
+async def _ask(session: aiohttp.ClientSession, engine: Engine, base_url: str, text: str, max_tokens: int,
+               model_name: str, timeout_s: float) -> dict[str, Any]:
+    req = engine.gate_request(text, max_tokens, model_name)
+    try:
+        async with session.post(base_url + req.path, data=req.body, headers={"Content-Type": "application/json"},
+                                timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            raw = await resp.read()
+            if resp.status != 200:
+                return {"error": f"HTTP {resp.status}: {raw[:200]!r}"}
+            return engine.parse_gate_response(json.loads(raw))
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+async def collect_gate_outputs(engine: Engine, base_url: str, model_name: str,
+                               timeout_s: float = 120.0) -> dict[str, dict[str, Any]]:
+    """prompt_id → {text, token_ids, completion_tokens, finish_reason, spec_verify_ct, error?}, one at a time."""
+    out: dict[str, dict[str, Any]] = {}
+    async with aiohttp.ClientSession() as session:
+        for p in GATE_PROMPTS:
+            out[p.prompt_id] = await _ask(session, engine, base_url, p.text, p.max_tokens, model_name, timeout_s)
+    return out
+
+
+def to_gate_outputs(raw: dict[str, dict[str, Any]]) -> dict[str, GateOutput]:
+    return {
+        pid: GateOutput(
+            text=str(r.get("text") or ""),
+            token_ids=tuple(r["token_ids"]) if r.get("token_ids") else None,
+            completion_tokens=r.get("completion_tokens"),
+            finish_reason=r.get("finish_reason"),
+            error=r.get("error"),
+        )
+        for pid, r in raw.items()
+    }
+
+
+def gate_accept_length(raw: dict[str, dict[str, Any]]) -> float | None:
+    """Σ(completion_tokens − 1)/Σspec_verify_ct over the gate answers (the run metric's definition)."""
+    ct = [(r.get("completion_tokens"), r.get("spec_verify_ct")) for r in raw.values()]
+    pairs = [(c, v) for c, v in ct if isinstance(c, int) and isinstance(v, int) and v > 0]
+    if not pairs or sum(v for _, v in pairs) < 8:
+        return None  # too few verify steps to judge
+    return sum(c - 1 for c, _ in pairs) / sum(v for _, v in pairs)
