@@ -2,12 +2,14 @@
 
 No I/O and no event loop here: `Scheduler.plan_step()` admits requests and says how long the next forward
 takes (model milliseconds, before `time_scale`), `Scheduler.commit_step()` applies it. The HTTP server in
-`sim.py` sleeps between the two.
+`sim.py` sleeps between the two. `resolve_args` applies SGLang 0.5.23's launch rules to the simulator's argv.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
+import logging
 import random
 from collections import deque
 from dataclasses import dataclass, fields
@@ -56,6 +58,10 @@ class Knobs:
     default_max_running_requests: int = 1024
     context_length: int = 262144
     decode_log_interval: int = 40
+    fixed_ttft_ms: Optional[float] = None
+    """Fixed-latency mode (native streams; set either knob): exact TTFT from receipt, independent of batch."""
+    fixed_itl_ms: Optional[float] = None
+    """Fixed-latency mode: one token per chunk, one chunk per write, this many ms apart."""
 
     @classmethod
     def from_mapping(cls, raw: Optional[Mapping[str, Any]]) -> "Knobs":
@@ -88,6 +94,12 @@ def _coerce(name: str, val: Any, default: Any) -> Any:
         if not isinstance(val, (bool, str)):
             raise ValueError("expected true/false or an error message")
         return val
+    if name in ("fixed_ttft_ms", "fixed_itl_ms"):
+        if val is None:
+            return None
+        if isinstance(val, bool) or not isinstance(val, (int, float)) or val < 0:
+            raise ValueError("expected a non-negative number of milliseconds or null")
+        return float(val)
     if name in ("late_divergence_after", "crash_after_requests"):
         if val is None:
             return None
@@ -196,13 +208,16 @@ def output_ids(
             answer = [ANSWER_323_ID]
         elif "apples" in text:
             answer = _chain(_seed_from(knobs.seed, key, "thought"), REASONING_THOUGHT_TOKENS) + [ANSWER_10_ID]
+    div = knobs.late_divergence_after
     if answer and not ignore_eos:
+        if speculative and div is not None and div < len(answer) - 1:
+            # drift inside the "thinking" part only: the final answer token stays right, as a harmless drift does
+            answer[div:-1] = _chain(_seed_from(knobs.seed, key, "late-divergence"), len(answer) - 1 - div)
         ids = (answer + [EOS_ID])[:n]
         return ids, len(ids) == len(answer) + 1
     base = _seed_from(knobs.seed, key)
     ids = answer + _chain(base, n)
     ids = ids[:n]
-    div = knobs.late_divergence_after
     if speculative and div is not None and div < n:
         ids[div:] = _chain(_seed_from(knobs.seed, key, "late-divergence"), n - div)
     return ids, False
@@ -378,3 +393,51 @@ class Scheduler:
         return sum(r.prompt_tokens + r.generated for r in self.running)
 
 
+SPEC_MAX_RUNNING_DEFAULT = 48
+log = logging.getLogger("sglbench.sim")
+
+
+class LaunchError(Exception):
+    """A launch argument SGLang itself would refuse; printed as one line, exit 1."""
+
+
+def resolve_args(ns: argparse.Namespace, knobs: Knobs) -> tuple[dict[str, Any], Optional[SpecParams]]:
+    """Apply SGLang 0.5.23's launch rules (NEXTN→EAGLE, auto spec triple, topk=1 ⇒ draft=steps+1, cap 48)."""
+    args = dict(vars(ns))
+    spec: Optional[SpecParams] = None
+    algo = args.get("speculative_algorithm")
+    if algo:
+        algo = str(algo).upper()
+        if algo == "NEXTN":
+            algo = "EAGLE"
+        steps, topk, draft = (args["speculative_num_steps"], args["speculative_eagle_topk"],
+                              args["speculative_num_draft_tokens"])
+        if steps is None:
+            if topk is not None or draft is not None:
+                raise LaunchError("--speculative-num-steps is unset but --speculative-eagle-topk or "
+                                  "--speculative-num-draft-tokens is set: set all three or none")
+            steps, topk, draft = 3, 1, 4
+        topk = 1 if topk is None else topk
+        if topk == 1 and draft != steps + 1:
+            if draft is not None:
+                log.warning("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when topk == 1")
+            draft = steps + 1
+        if steps < 1 or draft is None or draft < 2:
+            raise LaunchError("--speculative-num-steps must be >= 1 and --speculative-num-draft-tokens >= 2")
+        args.update(speculative_algorithm=algo, speculative_num_steps=steps, speculative_eagle_topk=topk,
+                     speculative_num_draft_tokens=draft)
+        spec = SpecParams(algo, steps, topk, draft)
+        if args["max_running_requests"] is None:
+            log.warning("Max running requests is reset to %d for speculative decoding.", SPEC_MAX_RUNNING_DEFAULT)
+            args["max_running_requests"] = SPEC_MAX_RUNNING_DEFAULT
+    if args["max_running_requests"] is None:
+        args["max_running_requests"] = knobs.default_max_running_requests
+    if args["served_model_name"] is None:
+        args["served_model_name"] = args["model_path"]
+    if args["random_seed"] is None:
+        args["random_seed"] = knobs.seed
+    if args["stream_interval"] < 1:
+        raise LaunchError("--stream-interval must be >= 1")
+    args["tokenizer_path"] = args["model_path"]
+    args["context_length"] = knobs.context_length
+    return args, spec

@@ -1,0 +1,72 @@
+"""The demo experiment on the simulator: NEXTN beats the baseline at concurrency 1 and acceptance lengths of NEXTN
+1, 2, 3 strictly increase, each within three standard errors of the step model's 1 + p1 + p1·p2 + …"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from cluster.spec import ExperimentSpec, load_spec
+
+pytestmark = pytest.mark.ray
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def expected_accept_length(probs: list[float], steps: int) -> float:
+    total, run = 1.0, 1.0
+    for i in range(steps):
+        run *= probs[min(i, len(probs) - 1)]
+        total += run
+    return total
+
+
+def ratio_se(x: np.ndarray, v: np.ndarray) -> float:
+    """Standard error of the ratio estimator Σx/Σv over requests (delta method)."""
+    r = x.sum() / v.sum()
+    n = len(x)
+    resid = x - r * v
+    return float(math.sqrt((resid**2).sum() / (n * (n - 1))) / v.mean())
+
+
+def test_demo_acceptance_and_speedup(ray_local: None, tmp_path: Path) -> None:
+    from cluster.distributed.driver import run_experiment
+
+    demo = load_spec(REPO / "experiments" / "demo-sim.yaml")
+    # Same experiment, run faster: simulated time scaled down, and enough requests that k=2 and k=3 cannot be
+    # confused (expected gap 0.26 tokens/step is > 6 combined standard errors at 64 requests of 64 tokens).
+    data = demo.model_dump(mode="json")
+    data["sim"]["time_scale"] = 0.05
+    data["workloads"][0]["num_requests"] = 64
+    data["load"]["concurrency"] = [1]
+    data["output"] = str(tmp_path / "results")
+    data["max_client_lag_ms"] = 1000.0
+    spec = ExperimentSpec.model_validate(data)
+    result = run_experiment(spec, base_dir=tmp_path)
+    assert set(result.counts()) == {"ok"}, result.statuses
+
+    root = Path(result.dataset_root) / spec.name
+    runs = pd.read_parquet(root / "runs").set_index("variant")
+    reqs = pd.read_parquet(root / "requests")
+    probs = list(spec.sim["accept_probs"])
+    base_tok_s = runs.loc["baseline", "m_output_tok_s"]
+    prev = 1.0
+    for k in (1, 2, 3):
+        name = f"nextn-{k}"
+        assert runs.loc[name, "m_output_tok_s"] > base_tok_s, f"{name} must beat the baseline at concurrency 1"
+        r = reqs[reqs["variant"] == name]
+        x = (r["completion_tokens"] - 1).to_numpy(float)
+        v = r["spec_verify_ct"].to_numpy(float)
+        al = runs.loc[name, "m_accept_length"]
+        assert al == pytest.approx(x.sum() / v.sum())
+        se = ratio_se(x, v)
+        exp = expected_accept_length(probs, k)
+        assert abs(al - exp) <= 3 * se, f"{name}: accept length {al:.3f} vs expected {exp:.3f} (SE {se:.3f})"
+        assert al > prev
+        prev = al
+    # the step model separates the depths by far more than the noise
+    assert expected_accept_length(probs, 3) - expected_accept_length(probs, 2) > 6 * se

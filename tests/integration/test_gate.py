@@ -1,0 +1,60 @@
+"""The correctness gate through the driver: garbage output and a NEXTN variant whose MTP weights are missing are
+marked invalid with evidence before any load runs; a harmless late divergence passes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from cluster.spec import parse_spec_text
+
+pytestmark = pytest.mark.ray
+
+SPEC = """
+version: 1
+name: gate
+model: {{path: sim://gate, engine: sim}}
+server: {{args: {{max-running-requests: 8, kv-cache-dtype: bf16, attention-backend: flashinfer}}}}
+sim: {{time_scale: 0.02}}
+variants:
+  - {{name: baseline, baseline: true}}
+  - {{name: garbage, sim: {{garbage_output: true}}}}
+  - {{name: no-mtp, speculative: {{algorithm: NEXTN, num_steps: 2}}, sim: {{mtp_absent: true}}}}
+  - {{name: drifts-late, speculative: {{algorithm: NEXTN, num_steps: 2}}, sim: {{late_divergence_after: 24}}}}
+workloads:
+  - {{name: w, input_tokens: 16, output_tokens: 16, num_requests: 4}}
+load: {{concurrency: [2]}}
+warmup_requests: 0
+isolation: gpus
+max_client_lag_ms: 1000
+output: {out}
+"""
+
+
+def test_gate_marks_bad_variants_invalid(ray_local: None, tmp_path: Path) -> None:
+    from cluster.distributed.driver import run_experiment
+
+    spec = parse_spec_text(SPEC.format(out=tmp_path / "results"))
+    result = run_experiment(spec, base_dir=tmp_path)
+    root = Path(result.dataset_root) / spec.name
+    runs = pd.read_parquet(root / "runs").set_index("variant")
+    assert runs.loc["baseline", "status"] == "ok"
+    assert runs.loc["drifts-late", "status"] == "ok", runs.loc["drifts-late", "invalid_reasons"]
+    assert runs.loc["garbage", "status"] == "invalid"
+    assert "correctness gate failed" in runs.loc["garbage", "invalid_reasons"]
+    assert runs.loc["no-mtp", "status"] == "invalid"
+    assert "accept" in runs.loc["no-mtp", "invalid_reasons"].lower()
+    # invalid variants spent no time on load: no request rows
+    reqs = pd.read_parquet(root / "requests")
+    assert set(reqs["variant"].astype(str)) == {"baseline", "drifts-late"}
+
+    gate = pd.read_parquet(root / "correctness")
+    assert set(gate["variant"].astype(str)) == {"baseline", "garbage", "no-mtp", "drifts-late"}
+    g = gate[gate["variant"] == "garbage"]
+    assert not g["variant_passed"].any() and g["evidence"].str.len().gt(0).all()
+    late = gate[gate["variant"] == "drifts-late"].set_index("prompt_id")
+    # the drift shows up as a shorter common prefix on the long answer, but stays above the threshold
+    assert late.loc["reasoning", "common_prefix_tokens"] == 24
+    assert late["variant_passed"].all()
