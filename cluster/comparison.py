@@ -304,3 +304,42 @@ def compare_view(ci: pd.DataFrame) -> pd.DataFrame:
         "goodput req/s": [format_estimate(*t, digits=2) for t in
                           zip(ci["goodput_rps"], ci["goodput_rps_lo"], ci["goodput_rps_hi"])],
     })
+
+
+def unintended_differences(root: str, experiment: str) -> dict[str, dict[str, tuple[Any, Any]]]:
+    """variant → resolved server args (from /server_info, stored per run) that differ from the baseline's, minus
+    the speculative settings and every arg the spec itself declares differently for that variant."""
+    import json as _json
+
+    from cluster.fairness import resolved_differences
+    from cluster.plan import expand_variants
+    from cluster.spec import ExperimentSpec
+    from cluster.store import DatasetStore
+
+    store = DatasetStore(root, experiment)
+    meta = store.read_experiment_meta() or {}
+    runs = store.read_table("runs", columns=["variant", "status", "is_baseline", "resolved_args_json"]).to_pylist()
+    resolved: dict[str, dict[str, Any]] = {}
+    baseline = None
+    for r in runs:
+        if r["status"] == "failed" or not r["resolved_args_json"]:
+            continue
+        resolved.setdefault(r["variant"], _json.loads(r["resolved_args_json"]))
+        if r["is_baseline"]:
+            baseline = r["variant"]
+    if baseline is None or baseline not in resolved:
+        return {}
+    declared: dict[str, dict[str, Any]] = {}
+    if "spec" in meta:
+        for v in expand_variants(ExperimentSpec.model_validate(meta["spec"])):
+            declared[v.name] = {k.replace("-", "_"): val for k, val in v.args.items()}
+    out: dict[str, dict[str, tuple[Any, Any]]] = {}
+    for name, args in resolved.items():
+        if name == baseline:
+            continue
+        base_decl, own = declared.get(baseline, {}), declared.get(name, {})
+        intended = {"speculative_*"} | {k for k in set(base_decl) | set(own) if base_decl.get(k) != own.get(k)}
+        d = resolved_differences(resolved[baseline], args, intended)
+        if d:
+            out[name] = d
+    return out

@@ -47,6 +47,7 @@ def _common(p: RunPlan, spec: ExperimentSpec, info: dict[str, Any], git_sha: Opt
         "git_sha": git_sha,
         "tuning": v.tuning.model_dump(mode="json") if v.tuning else None,
         "tuning_artifact": info.get("tuning_artifact"),
+        "correctness": info.get("correctness"),
         "isolation": spec.isolation,
     }
     sp = v.speculative

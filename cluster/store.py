@@ -277,7 +277,7 @@ class DatasetStore:
         parts = []
         for p in files:
             t = pq.read_table(p, filesystem=self.fs, columns=file_cols, partitioning=None)
-            if cols is None or PARTITION_COLUMN in cols:
+            if (cols is None or PARTITION_COLUMN in cols) and PARTITION_COLUMN not in t.column_names:
                 value = _partition_value(p)
                 pos = min(2, t.num_columns) if cols is None else cols.index(PARTITION_COLUMN)
                 t = t.add_column(pos, pa.field(PARTITION_COLUMN, pa.string(), nullable=False),

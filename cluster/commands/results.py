@@ -134,21 +134,49 @@ def print_compare(root: str, experiment: str, baseline: Optional[str], fmt_name:
         err_console.print(f"no runs recorded for experiment {experiment!r} under {root!r}")
         raise typer.Exit(2)
     if fmt is Format.table:
-        t = pd.DataFrame({
-            "workload": df["workload"],
-            "load": [f"c{v:g}" if k == "concurrency" else f"r{v:g}" for k, v in zip(df["load_kind"], df["load_value"])],
-            "variant": [f"{v}{'*' if b else ''} ({e})" for v, e, b in zip(df["variant"], df["engine"], df["is_baseline"])],
-            "ok/fail/inv": [f"{a}/{b}/{c}" for a, b, c in zip(df["n_runs"], df["n_failed"], df["n_invalid"])],
-            "req/s": df["request_throughput_rps"], "tok/s": df["output_tok_s"],
-            "TTFT p50": df["ttft_ms_p50"], "TTFT p99": df["ttft_ms_p99"],
-            "TPOT mean": df["tpot_ms_mean"], "TPOT p50": df["tpot_ms_p50"],
-            "ITL/chunk p50": df["itl_chunk_ms_p50"], "ITL/token p50": df["itl_token_ms_p50"],
-            "accept": df["accept_length"], "speedup": df["speedup_output_tok_s"],
-        })
-        _emit(t, fmt, title=f"{experiment}: means over ok repeats; latencies in ms; * = baseline; "
-                            "speedup = output tok/s over the baseline")
+        from rich import box
+
+        engines = sorted(set(df["engine"]))
+        one_engine = len(engines) == 1
+        label = {"sim": "sim (simulated engine, not GPU numbers)"}
+        for wl, part in df.groupby("workload", sort=False):
+            eng = f"; engine {label.get(engines[0], engines[0])}" if one_engine else ""
+            t = Table(title=f"{experiment} / {wl}: means over ok repeats; ms; * = baseline{eng}", box=box.SIMPLE_HEAD,
+                      pad_edge=False,
+                      title_justify="left")
+            width = max(len(str(v)) + 1 for v in part["variant"])
+            for col in ("load", "variant", "ok/f/i", "tok/s", "TTFT50", "TPOT", "ITL/tok", "accept", "×base"):
+                t.add_column(col, justify="left" if col in ("load", "variant") else "right", no_wrap=True,
+                             min_width=width if col == "variant" else None)
+            for r in part.itertuples(index=False):
+                load = f"c{r.load_value:g}" if r.load_kind == "concurrency" else f"r{r.load_value:g}"
+                name = f"{r.variant}{'*' if r.is_baseline else ''}" + ("" if one_engine else f" ({r.engine})")
+                t.add_row(load, name, f"{r.n_runs}/{r.n_failed}/{r.n_invalid}", _cell(r.output_tok_s),
+                          _cell(r.ttft_ms_p50), _cell(r.tpot_ms_mean), _cell(r.itl_token_ms_p50),
+                          _cell(r.accept_length), _cell(r.speedup_output_tok_s))
+            console.print(t)
+        console.print("×base = output tok/s over the baseline at the same load; TTFT50 = median TTFT; TPOT = mean (E2E − TTFT)/(tokens − 1); "
+                      "ITL/tok = chunk gaps split over the tokens each chunk carried; accept = tokens per verify "
+                      "step. --ci gives confidence intervals (needs repeats), --format csv|markdown|json every "
+                      "column.", highlight=False, soft_wrap=True)
+        print_resolved_differences(root, experiment)
     else:
         _emit(df, fmt)
+
+
+def print_resolved_differences(root: str, experiment: str) -> None:
+    """Name every resolved server arg that differs from the baseline's besides what the variant declared."""
+    from cluster.comparison import unintended_differences
+
+    try:
+        diffs = unintended_differences(root, experiment)
+    except Exception as e:  # noqa: BLE001 - a missing provenance field must not hide the table above
+        err_console.print(f"[yellow]note[/] resolved-args comparison unavailable: {e}", soft_wrap=True)
+        return
+    for variant, d in diffs.items():
+        items = "; ".join(f"{k}: {a!r} (baseline) vs {b!r}" for k, (a, b) in d.items())
+        console.print(f"[yellow]warning[/] {variant}: resolved server args differ from the baseline's beyond "
+                      f"what the spec declares: {items}", highlight=False, soft_wrap=True)
 
 
 @results_app.command("list")

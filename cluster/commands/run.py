@@ -118,7 +118,7 @@ def run(
             prog.update(task, advance=1, last=f"{p.variant.name} {p.workload.name} {p.load.label} r{p.repeat}: {status}")
 
         def log(msg: str) -> None:
-            prog.console.print(msg, highlight=False, soft_wrap=True)
+            prog.console.print(msg, highlight=False, markup=False, soft_wrap=True)
 
         try:
             # relative paths in a spec (output, prompt files) are taken from the working directory, as they

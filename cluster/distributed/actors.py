@@ -15,7 +15,9 @@ from cluster import __version__
 from cluster.engines import get_engine
 from cluster.engines.base import redact_argv, redact_env
 from cluster.plan import LoadPoint, ResolvedVariant
-from cluster.server_process import ServerProcess, ServerStartError, free_port, http_get_json, kill_group, pid_alive
+from cluster.loadgen.server_metrics import MetricsScraper
+from cluster.server_process import (ServerProcess, ServerStartError, free_port, http_get_json, http_status, kill_group,
+                                    pid_alive)
 from cluster.spec import EngineLauncher, WorkloadSpec
 
 MAX_PORT_TRIES = 3
@@ -115,10 +117,20 @@ class EngineActorImpl:
 class LoadActorImpl:
     """Runs every load point of one server in one long-lived process (never a Ray call per request)."""
 
-    def __init__(self, engine_name: str, base_dir: str) -> None:
+    def __init__(self, engine_name: str, base_dir: str, model_path: str = "") -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # zero-GPU actors must not see the node's GPUs
         self.engine = get_engine(engine_name)
         self.base_dir = Path(base_dir)
+        self.model_path = model_path
+
+    def _prompts(self, workload: WorkloadSpec, n: int, seed: int) -> list[Any]:
+        if workload.prompts.source == "text":
+            from cluster.loadgen.text_prompts import build_text_prompts
+
+            return build_text_prompts(workload, n, seed, self.base_dir, self.model_path)
+        from cluster.loadgen.datasets import build_prompts
+
+        return build_prompts(workload, n, seed, self.base_dir)
 
     def run_gate(self, base_url: str, model_name: str, timeout_s: float = 300.0) -> dict[str, Any]:
         import asyncio
@@ -134,24 +146,32 @@ class LoadActorImpl:
         return str(ray.get_runtime_context().get_node_id())
 
     def run_point(self, base_url: str, workload: WorkloadSpec, load: LoadPoint, seed: int, warmup_requests: int,
-                  model_name: str, request_timeout_s: float, flush_timeout_s: float = 60.0) -> dict[str, Any]:
+                  model_name: str, request_timeout_s: float, flush_timeout_s: float = 60.0,
+                  scrape_interval_s: float = 1.0) -> dict[str, Any]:
         import asyncio
 
-        from cluster.loadgen.datasets import build_prompts
         from cluster.loadgen.runner import flush, run_load_point, warmup
 
-        prompts = build_prompts(workload, workload.num_requests, seed, self.base_dir)
+        prompts = self._prompts(workload, workload.num_requests, seed)
         conc = int(load.value) if load.kind == "concurrency" else (load.max_concurrency or 8)
         warm_ok = 0
         flushed = True
         if warmup_requests > 0:
-            warm_prompts = build_prompts(workload, warmup_requests, seed ^ 0x5EED, self.base_dir)
+            warm_prompts = self._prompts(workload, warmup_requests, seed ^ 0x5EED)
             warm_ok = asyncio.run(warmup(self.engine, base_url, workload.api, warm_prompts, workload.output_tokens,
                                          max(1, min(conc, warmup_requests)), workload.ignore_eos,
                                          workload.temperature, model_name, request_timeout_s))
         flushed = asyncio.run(flush(self.engine, base_url, flush_timeout_s))
-        res = run_load_point(self.engine, base_url, workload.api, prompts, workload.output_tokens, load, seed,
-                             workload.ignore_eos, workload.temperature, model_name, request_timeout_s)
+        scraper = None
+        if scrape_interval_s and self.engine.metrics_path and http_status(base_url + self.engine.metrics_path) == 200:
+            scraper = MetricsScraper(base_url + self.engine.metrics_path, scrape_interval_s).start()
+        try:
+            res = run_load_point(self.engine, base_url, workload.api, prompts, workload.output_tokens, load, seed,
+                                 workload.ignore_eos, workload.temperature, model_name, request_timeout_s)
+        finally:
+            if scraper is not None:
+                scraper.halt()
+        server_metrics = scraper.batch(res.window_start_unix_s) if scraper is not None else None
         return {
             "requests": res.requests,
             "chunks": res.chunks,
@@ -161,6 +181,7 @@ class LoadActorImpl:
             "lag_p99_ns": res.lag_p99_ns,
             "counters_before": res.counters_before,
             "counters_after": res.counters_after,
+            "server_metrics": server_metrics,
             "warmup_ok": warm_ok,
             "flushed": flushed,
         }

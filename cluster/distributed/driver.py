@@ -237,7 +237,8 @@ class Driver:
             load = self._new_load_actor(pg, variant)
             info["load_actor_cuda_visible_devices"] = ray.get(load.visible_gpus.remote())
             info["load_actor_node_id"] = ray.get(load.node_id.remote())
-            gate = self._gate(variant, load, info, runs[0])
+            gate = self._gate(variant, load, info, runs[0]) if self.spec.correctness.enabled else \
+                {"passed": True, "skipped": True, "reasons": ["correctness gate disabled in the spec"]}
             info["correctness"] = gate
             if not gate["passed"]:
                 self.log(f"[{variant.name}] correctness gate FAILED: {'; '.join(gate['reasons'])}")
@@ -263,7 +264,7 @@ class Driver:
             num_gpus=0,
             scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=1),
             runtime_env={"env_vars": {"CUDA_VISIBLE_DEVICES": ""}},
-        ).remote(variant.engine, str(self.base_dir))
+        ).remote(variant.engine, str(self.base_dir), variant.model_path)
 
     def _one_run(self, p: RunPlan, engine: Any, load: Any, pg: Any, info: dict[str, Any]) -> tuple[Any, bool]:
         neighbours = self.shared.neighbours(p.variant.name, info["node_id"])
@@ -294,6 +295,8 @@ class Driver:
             self._record_failed(p, "server died during the measured window", tail, info, out)
             return load, True
         row = build_run_row(p, out, info, self.spec, sorted(neighbours), self.git_sha)
+        if out.get("server_metrics") is not None and out["server_metrics"].num_rows:
+            self.store.write_table_rows("server_metrics", p, out["server_metrics"])
         self.store.write_run(p, row, out["requests"], out["chunks"])
         self._finish(p, row["status"])
         return load, False
@@ -316,7 +319,8 @@ class Driver:
         sp = variant.speculative
         is_nextn = sp is not None and (sp.algorithm in ("NEXTN", "MTP") or
                                        (sp.algorithm == "EAGLE" and not sp.draft_model_path))
-        result = evaluate_gate(outputs, base, gate_accept_length(raw), is_nextn)
+        result = evaluate_gate(outputs, base, gate_accept_length(raw), is_nextn,
+                               min_prefix_tokens=self.spec.correctness.min_prefix_tokens)
         reasons = list(result.reasons)
         if base is None and self.baseline_name and self.baseline_name != variant.name:
             reasons.append("note: the baseline gave no gate answers, so no prefix comparison was made")

@@ -1,0 +1,87 @@
+"""Scrapes an engine's Prometheus /metrics on a background thread during a measured window (server_metrics table)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any, Optional
+
+import pyarrow as pa
+
+from cluster.engines.prometheus import parse_prometheus
+
+SERVER_METRICS_FIELDS = [
+    pa.field("t_ns", pa.int64(), nullable=False),
+    pa.field("metric", pa.string(), nullable=False),
+    pa.field("labels", pa.string()),
+    pa.field("value", pa.float64()),
+]
+"""One row per (scrape time, sample); t_ns is wall-clock ns relative to the run's window start."""
+SERVER_METRICS_BATCH_SCHEMA = pa.schema(SERVER_METRICS_FIELDS)
+
+DEFAULT_PREFIXES = (
+    "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:gen_throughput", "sglang:token_usage",
+    "sglang:spec_accept_length", "sglang:spec_accept_rate", "sglang:cache_hit_rate", "sglang:utilization",
+    "sglang:num_used_tokens", "sglang:spec_verify_calls_total", "sglang:generation_tokens_total",
+    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+    "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_drafts_total",
+    "vllm:generation_tokens_total",
+)
+"""Gauges and counters worth a time series; histograms are left to the engine's own dashboards."""
+
+
+class MetricsScraper:
+    """GET base_url + path every interval_s until stopped; keeps the samples whose names are listed."""
+
+    def __init__(self, url: str, interval_s: float = 1.0, names: tuple[str, ...] = DEFAULT_PREFIXES,
+                 max_rows: int = 2_000_000) -> None:
+        self.url = url
+        self.interval_s = interval_s
+        self.names = set(names)
+        self.max_rows = max_rows
+        self.rows: list[tuple[int, str, str, float]] = []
+        self.errors = 0
+        self.t0_ns = time.time_ns()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def start(self) -> "MetricsScraper":
+        self._thread = threading.Thread(target=self._loop, name="metrics-scraper", daemon=True)
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.scrape_once()
+            self._stop.wait(self.interval_s)
+
+    def scrape_once(self) -> None:
+        t = time.time_ns()
+        try:
+            with urllib.request.urlopen(self.url, timeout=5) as resp:
+                text = resp.read().decode("utf-8", "replace")
+        except (urllib.error.URLError, OSError, TimeoutError):
+            self.errors += 1
+            return
+        for name, labels, value in parse_prometheus(text):
+            if name in self.names and len(self.rows) < self.max_rows:
+                lab = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+                self.rows.append((t, name, lab, value))
+
+    def halt(self) -> None:
+        """Stop scraping (one last scrape closes the series)."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self.scrape_once()
+
+    def batch(self, window_start_unix_s: float) -> pa.RecordBatch:
+        """The samples, times as ns relative to the window start (negative: scraped before it opened)."""
+        t0 = int(window_start_unix_s * 1e9)
+        cols: dict[str, Any] = {"t_ns": [r[0] - t0 for r in self.rows], "metric": [r[1] for r in self.rows],
+                                "labels": [r[2] for r in self.rows], "value": [r[3] for r in self.rows]}
+        return pa.RecordBatch.from_pydict(cols, schema=SERVER_METRICS_BATCH_SCHEMA)
