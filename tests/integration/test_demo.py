@@ -68,5 +68,10 @@ def test_demo_acceptance_and_speedup(ray_local: None, tmp_path: Path) -> None:
         assert abs(al - exp) <= 3 * se, f"{name}: accept length {al:.3f} vs expected {exp:.3f} (SE {se:.3f})"
         assert al > prev
         prev = al
+    # --enable-metrics in the demo: /metrics was scraped during every window into the server_metrics table
+    sm = pd.read_parquet(root / "server_metrics")
+    assert set(sm["run_key"]) == set(runs["run_key"])
+    running = sm[sm["metric"] == "sglang:num_running_reqs"]
+    assert len(running) >= len(runs) and running["value"].max() >= 1
     # the step model separates the depths by far more than the noise
     assert expected_accept_length(probs, 3) - expected_accept_length(probs, 2) > 6 * se
