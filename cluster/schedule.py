@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal, Optional, Sequence
 
 
 @dataclass(frozen=True)
@@ -40,3 +40,124 @@ def unplaceable(reservations: Sequence[Reservation], node_gpus: Sequence[int]) -
 def node_gpus_for_isolation(node_gpus: Sequence[int]) -> int:
     """GPUs a node-isolated reservation asks for: the size of the largest node."""
     return max(node_gpus, default=0)
+
+
+# --------------------------------------------------------------------------- accounting of a finished schedule
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A closed time interval in seconds on one clock (unix seconds in practice)."""
+
+    start_s: float
+    end_s: float
+
+    def __post_init__(self) -> None:
+        if not self.end_s >= self.start_s:
+            raise ValueError(f"interval ends before it starts: start_s={self.start_s}, end_s={self.end_s}")
+
+    @property
+    def length_s(self) -> float:
+        return self.end_s - self.start_s
+
+    def overlap_s(self, other: "Interval") -> float:
+        return max(0.0, min(self.end_s, other.end_s) - max(self.start_s, other.start_s))
+
+
+@dataclass(frozen=True)
+class HeldReservation:
+    """One placement group's life: `gpus` held over `reserved`, of which the server's `tp` were in use over
+    `serving` (None: no server ever ran in it)."""
+
+    variant: str
+    gpus: int
+    tp: int
+    reserved: Interval
+    serving: Optional[Interval] = None
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.tp <= self.gpus:
+            raise ValueError(f"variant {self.variant!r}: tp={self.tp} must be between 1 and the {self.gpus} "
+                             "GPUs reserved")
+
+
+@dataclass(frozen=True)
+class GpuTimeAccount:
+    """Where the GPU-seconds of an experiment span went. idle = reserved but not used by a running server;
+    split into spare (reserved GPUs beyond the server's tp) and gap (the server's own GPUs before it was
+    launched or after its last run ended)."""
+
+    span_s: float
+    total_gpus: int
+    reserved_gpu_s: float
+    serving_gpu_s: float
+    idle_spare_gpu_s: float
+    idle_gap_gpu_s: float
+
+    @property
+    def total_gpu_s(self) -> float:
+        return self.span_s * self.total_gpus
+
+    @property
+    def idle_gpu_s(self) -> float:
+        return self.idle_spare_gpu_s + self.idle_gap_gpu_s
+
+    @property
+    def unreserved_gpu_s(self) -> float:
+        return self.total_gpu_s - self.reserved_gpu_s
+
+    def share(self, gpu_s: float) -> float:
+        return gpu_s / self.total_gpu_s if self.total_gpu_s > 0 else 0.0
+
+    def share_idle(self) -> float:
+        return self.share(self.idle_gpu_s)
+
+
+def makespan_s(intervals: Sequence[Interval]) -> float:
+    """Length from the earliest start to the latest end (0 for no intervals)."""
+    if not intervals:
+        return 0.0
+    return max(i.end_s for i in intervals) - min(i.start_s for i in intervals)
+
+
+def span_of(intervals: Sequence[Interval]) -> Interval:
+    """The smallest interval covering all of them."""
+    if not intervals:
+        raise ValueError("no intervals to span")
+    return Interval(min(i.start_s for i in intervals), max(i.end_s for i in intervals))
+
+
+def gpu_time_account(held: Sequence[HeldReservation], total_gpus: int, span: Interval) -> GpuTimeAccount:
+    """Account every reservation's GPU-seconds inside `span`: the server's tp GPUs while it ran are serving,
+    everything else the reservation held is idle. Time outside `span` is not counted."""
+    if total_gpus < 1:
+        raise ValueError(f"total_gpus must be at least 1, got {total_gpus}")
+    reserved = serving = spare = 0.0
+    for h in held:
+        held_s = h.reserved.overlap_s(span)
+        busy_s = 0.0
+        if h.serving is not None and held_s > 0:
+            # a server only counts while its reservation is held, and only inside the span
+            held_in_span = Interval(max(h.reserved.start_s, span.start_s), min(h.reserved.end_s, span.end_s))
+            busy_s = h.serving.overlap_s(held_in_span)
+        reserved += h.gpus * held_s
+        serving += h.tp * busy_s
+        spare += (h.gpus - h.tp) * held_s
+    gap = reserved - serving - spare
+    return GpuTimeAccount(span_s=span.length_s, total_gpus=total_gpus, reserved_gpu_s=reserved,
+                          serving_gpu_s=serving, idle_spare_gpu_s=spare, idle_gap_gpu_s=max(0.0, gap))
+
+
+def idle_gpu_share(held: Sequence[HeldReservation], total_gpus: int, span: Interval) -> float:
+    """Allocated-but-idle GPU-seconds as a share of total_gpus × span (see gpu_time_account)."""
+    return gpu_time_account(held, total_gpus, span).share_idle()
+
+
+def peak_reserved_gpus(held: Sequence[HeldReservation]) -> int:
+    """The most GPUs reserved at one instant (a release and a reservation at the same instant do not overlap)."""
+    events = sorted([(h.reserved.start_s, 1, h.gpus) for h in held] + [(h.reserved.end_s, 0, -h.gpus) for h in held])
+    peak = now = 0
+    for _, _, delta in events:
+        now += delta
+        peak = max(peak, now)
+    return peak
