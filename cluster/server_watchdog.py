@@ -3,7 +3,9 @@
 `python -m cluster.server_watchdog OWNER_PID -- ARGV...`. Ray reaps an actor's plain children when the actor
 exits cleanly, but a SIGKILLed actor, a crashed raylet or a killed driver can leave a server running with
 GPUs held. The watchdog polls its owner's pid; when the owner is gone (or sends SIGTERM) it terminates the
-process group — SGLang's per-rank scheduler processes included — then exits with the server's code.
+process group — SGLang's per-rank scheduler processes included — then exits with the server's code. If the
+watchdog itself is SIGKILLed (Ray does that to a dead worker's children), the kernel kills the server through
+PR_SET_PDEATHSIG.
 """
 
 from __future__ import annotations
@@ -17,6 +19,21 @@ from typing import Optional
 
 POLL_S = 0.25
 GRACE_S = 10.0
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the server (before exec): the kernel SIGKILLs it if this watchdog dies, even by SIGKILL.
+
+    Ray kills a dead worker's direct children with SIGKILL — that is this watchdog, which then cannot react — so
+    the server must not depend on the watchdog's cleanup code alone. (Safe as a preexec_fn: the watchdog is
+    single-threaded.) SGLang's own per-rank processes watch their parent the same way."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # pragma: no cover - non-Linux: the owner poll below still applies
+        pass
 
 
 def _owner_alive(owner_pid: int) -> bool:
@@ -60,7 +77,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     owner = int(args[0])
     if os.getpid() != os.getpgid(0):
         os.setpgid(0, 0)
-    child = subprocess.Popen(args[2:], stdin=subprocess.DEVNULL)
+    child = subprocess.Popen(args[2:], stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
     stop = {"requested": False}
 
     def on_term(signum: int, frame: object) -> None:

@@ -37,7 +37,7 @@ def two_nodes() -> Iterator[None]:
         cluster.shutdown()
 
 
-def _spec(tmp: Path, variants: str, name: str) -> str:
+def _spec(tmp: Path, variants: str, name: str, extra: str = "") -> str:
     return f"""
 version: 1
 name: {name}
@@ -52,6 +52,7 @@ load: {{concurrency: [2]}}
 warmup_requests: 0
 isolation: gpus
 output: {tmp / 'results'}
+{extra}
 """
 
 
@@ -89,7 +90,8 @@ def test_unplaceable_fails_fast(two_nodes: None, tmp_path: Path) -> None:
 
     from cluster.distributed.driver import PlacementError, run_experiment
 
-    spec = parse_spec_text(_spec(tmp_path, "  - {name: huge, tp: 16}", "too-big"))
+    # the spec's own bound (cluster.gpus_per_node) allows it; the cluster's largest node does not
+    spec = parse_spec_text(_spec(tmp_path, "  - {name: huge, tp: 16}", "too-big", "cluster: {gpus_per_node: 16}"))
     t0 = time.monotonic()
     with pytest.raises(PlacementError, match="tp=16.*largest node has 8 GPUs"):
         run_experiment(spec, base_dir=tmp_path, preflight=False)
