@@ -207,7 +207,8 @@ def cleanup_group(pgid: int) -> bool:
     return not pid_alive(pgid)
 
 
-EngineActor = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=4)(EngineActorImpl)
+# max_concurrency lets alive()/log_tail() answer while start() waits for health (a threaded actor)
+EngineActor = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=4)(EngineActorImpl)  # type: ignore[call-overload]
 LoadActor = ray.remote(max_restarts=0)(LoadActorImpl)
 cleanup_task = ray.remote(num_cpus=0, max_retries=0)(cleanup_group)
 __all__ = ["EngineActor", "LoadActor", "cleanup_task", "__version__"]

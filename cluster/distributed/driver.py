@@ -237,8 +237,8 @@ class Driver:
             load = self._new_load_actor(pg, variant)
             info["load_actor_cuda_visible_devices"] = ray.get(load.visible_gpus.remote())
             info["load_actor_node_id"] = ray.get(load.node_id.remote())
-            gate = self._gate(variant, load, info, runs[0]) if self.spec.correctness.enabled else \
-                {"passed": True, "skipped": True, "reasons": ["correctness gate disabled in the spec"]}
+            gate: dict[str, Any] = self._gate(variant, load, info, runs[0]) if self.spec.correctness.enabled \
+                else {"passed": True, "skipped": True, "reasons": ["correctness gate disabled in the spec"]}
             info["correctness"] = gate
             if not gate["passed"]:
                 self.log(f"[{variant.name}] correctness gate FAILED: {'; '.join(gate['reasons'])}")
