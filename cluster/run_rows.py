@@ -48,6 +48,8 @@ def _common(p: RunPlan, spec: ExperimentSpec, info: dict[str, Any], git_sha: Opt
         "tuning": v.tuning.model_dump(mode="json") if v.tuning else None,
         "tuning_artifact": info.get("tuning_artifact"),
         "correctness": info.get("correctness"),
+        "load_actors": info.get("load_actors"),
+        "load_actor_peak_buffered_rows": info.get("load_actor_peak_buffered_rows"),
         "isolation": spec.isolation,
     }
     sp = v.speculative

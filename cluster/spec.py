@@ -231,6 +231,8 @@ class LoadSpec(_Frozen):
     """Open-loop Poisson arrival rates in requests/s."""
     max_concurrency: Optional[int] = Field(default=None, ge=1)
     """Cap on in-flight requests for open-loop load points."""
+    actors_per_server: int = Field(default=1, ge=1, le=64)
+    """Load actors driving one server together (each a shard of every window) when one core is not enough."""
 
     @field_validator("concurrency")
     @classmethod
@@ -249,6 +251,17 @@ class LoadSpec(_Frozen):
             if not r > 0:
                 raise FieldProblem((i,), f"request_rate {r} must be a positive number of requests/s")
         return v
+
+    @model_validator(mode="after")
+    def _shards(self) -> "LoadSpec":
+        n = self.actors_per_server
+        for i, c in enumerate(self.concurrency):
+            if c % n:
+                raise FieldProblem(("concurrency", i), f"concurrency {c} must be a multiple of actors_per_server={n} "
+                                   "(each load actor runs an equal share of the closed loop)")
+        if self.max_concurrency is not None and self.max_concurrency % n:
+            raise FieldProblem(("max_concurrency",), f"max_concurrency must be a multiple of actors_per_server={n}")
+        return self
 
     @model_validator(mode="after")
     def _some(self) -> "LoadSpec":

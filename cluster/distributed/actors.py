@@ -123,14 +123,14 @@ class LoadActorImpl:
         self.base_dir = Path(base_dir)
         self.model_path = model_path
 
-    def _prompts(self, workload: WorkloadSpec, n: int, seed: int) -> list[Any]:
+    def _prompts(self, workload: WorkloadSpec, n: int, seed: int) -> Any:
         if workload.prompts.source == "text":
             from cluster.loadgen.text_prompts import build_text_prompts
 
             return build_text_prompts(workload, n, seed, self.base_dir, self.model_path)
-        from cluster.loadgen.datasets import build_prompts
+        from cluster.loadgen.datasets import build_prompt_sequence
 
-        return build_prompts(workload, n, seed, self.base_dir)
+        return build_prompt_sequence(workload, n, seed, self.base_dir)
 
     def run_gate(self, base_url: str, model_name: str, timeout_s: float = 300.0) -> dict[str, Any]:
         import asyncio
@@ -145,46 +145,79 @@ class LoadActorImpl:
     def node_id(self) -> str:
         return str(ray.get_runtime_context().get_node_id())
 
-    def run_point(self, base_url: str, workload: WorkloadSpec, load: LoadPoint, seed: int, warmup_requests: int,
-                  model_name: str, request_timeout_s: float, flush_timeout_s: float = 60.0,
-                  scrape_interval_s: float = 1.0) -> dict[str, Any]:
+    def prepare(self, base_url: str, workload: WorkloadSpec, load: LoadPoint, seed: int, warmup_requests: int,
+                model_name: str, request_timeout_s: float, flush_timeout_s: float = 60.0) -> dict[str, Any]:
+        """Warmup at the point's concurrency, then flush caches and speculative counters before the window."""
         import asyncio
 
-        from cluster.loadgen.runner import flush, run_load_point, warmup
+        from cluster.loadgen.runner import flush, warmup
 
-        prompts = self._prompts(workload, workload.num_requests, seed)
         conc = int(load.value) if load.kind == "concurrency" else (load.max_concurrency or 8)
         warm_ok = 0
-        flushed = True
         if warmup_requests > 0:
             warm_prompts = self._prompts(workload, warmup_requests, seed ^ 0x5EED)
             warm_ok = asyncio.run(warmup(self.engine, base_url, workload.api, warm_prompts, workload.output_tokens,
                                          max(1, min(conc, warmup_requests)), workload.ignore_eos,
                                          workload.temperature, model_name, request_timeout_s))
         flushed = asyncio.run(flush(self.engine, base_url, flush_timeout_s))
+        return {"warmup_ok": warm_ok, "flushed": flushed}
+
+    def run_point_stream(self, base_url: str, workload: WorkloadSpec, load: LoadPoint, seed: int, model_name: str,
+                         request_timeout_s: float, shard_index: int = 0, num_shards: int = 1,
+                         start_unix_s: Optional[float] = None, scrape_interval_s: float = 1.0,
+                         batch_rows: int = 4096) -> Any:
+        """A generator (call with num_returns="streaming"): ("batch", requests, chunks) as records accumulate, so
+        this process never holds a whole long window; then ("summary", {...}) last."""
+        import queue
+        import threading
+
+        from cluster.loadgen.runner import run_load_point
+
+        prompts = self._prompts(workload, workload.num_requests, seed)
+        q: "queue.Queue[Any]" = queue.Queue()  # unbounded: blocking here would stall the event loop's timing
         scraper = None
-        if scrape_interval_s and self.engine.metrics_path and http_status(base_url + self.engine.metrics_path) == 200:
+        if shard_index == 0 and scrape_interval_s and self.engine.metrics_path \
+                and http_status(base_url + self.engine.metrics_path) == 200:
             scraper = MetricsScraper(base_url + self.engine.metrics_path, scrape_interval_s).start()
+        box: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                box["res"] = run_load_point(
+                    self.engine, base_url, workload.api, prompts, workload.output_tokens, load, seed,
+                    workload.ignore_eos, workload.temperature, model_name, request_timeout_s,
+                    scrape_metrics=shard_index == 0, on_batch=lambda r, c: q.put(("batch", r, c)),
+                    batch_rows=batch_rows, shard_index=shard_index, num_shards=num_shards,
+                    start_unix_s=start_unix_s)
+            except BaseException as e:  # noqa: BLE001 - re-raised in the generator below
+                box["error"] = e
+            finally:
+                q.put(None)
+
+        t = threading.Thread(target=work, name=f"load-shard-{shard_index}", daemon=True)
+        t.start()
         try:
-            res = run_load_point(self.engine, base_url, workload.api, prompts, workload.output_tokens, load, seed,
-                                 workload.ignore_eos, workload.temperature, model_name, request_timeout_s)
+            while (item := q.get()) is not None:
+                yield item
         finally:
+            t.join()
             if scraper is not None:
                 scraper.halt()
-        server_metrics = scraper.batch(res.window_start_unix_s) if scraper is not None else None
-        return {
-            "requests": res.requests,
-            "chunks": res.chunks,
+        if "error" in box:
+            raise box["error"]
+        res = box["res"]
+        yield ("summary", {
             "window_start_unix_s": res.window_start_unix_s,
             "duration_s": res.duration_s,
             "lag_p50_ns": res.lag_p50_ns,
             "lag_p99_ns": res.lag_p99_ns,
             "counters_before": res.counters_before,
             "counters_after": res.counters_after,
-            "server_metrics": server_metrics,
-            "warmup_ok": warm_ok,
-            "flushed": flushed,
-        }
+            "n_requests": res.n_requests,
+            "n_chunks": res.n_chunks,
+            "peak_buffered_rows": res.peak_buffered_rows,
+            "server_metrics": scraper.batch(res.window_start_unix_s) if scraper is not None else None,
+        })
 
 
 def _env_of(pid: int) -> dict[str, str]:

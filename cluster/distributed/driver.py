@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+import pyarrow.compute as pc
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.placement_group import placement_group, remove_placement_group
@@ -30,6 +31,7 @@ from cluster.distributed.cluster_state import gpu_nodes, resolve_output_root
 from cluster.plan import ResolvedVariant, RunPlan, expand_variants, make_plan, server_segments
 from cluster.run_rows import build_run_row, failed_run_row
 from cluster.schedule import reservation, unplaceable
+from cluster.store_writer import RunWriter
 from cluster.tuning import with_artifact
 from cluster.spec import ExperimentSpec, SpecError, load_spec
 
@@ -126,6 +128,8 @@ class Driver:
         self.tuning_failures: dict[str, str] = {}
         self.baseline_name: Optional[str] = None
         self.gates = GateBoard()
+        self.batch_rows = 4096
+        """Finished requests per Arrow batch leaving a load actor."""
 
     # ------------------------------------------------------------------ planning
     def runs_to_do(self, plans: list[RunPlan]) -> set[str]:
@@ -196,9 +200,11 @@ class Driver:
 
     def _segment(self, variant: ResolvedVariant, runs: list[RunPlan], todo: set[str], r: Any) -> None:
         runs = [p for p in runs if p.run_key in todo]
-        bundles = [{"GPU": float(r.gpus)}, {"CPU": float(r.cpus_for_load)}]
+        n_load = self.spec.load.actors_per_server
+        bundles = [{"GPU": float(r.gpus)}] + [{"CPU": float(r.cpus_for_load)}] * n_load
         pg = placement_group(bundles, strategy="STRICT_PACK", name=f"sglbench-{self.spec.name}-{variant.name}")
-        engine = load = None
+        engine = None
+        loads: list[Any] = []
         info: dict[str, Any] = {}
         try:
             art = self.artifacts.get(variant.name)
@@ -234,10 +240,11 @@ class Driver:
             self.shared.enter(variant.name, info["node_id"])
             self.log(f"[{variant.name}] server healthy in {info['startup_s']:.1f} s on GPUs "
                      f"{info['cuda_visible_devices'] or '-'} (pid {info['pid']})")
-            load = self._new_load_actor(pg, variant)
-            info["load_actor_cuda_visible_devices"] = ray.get(load.visible_gpus.remote())
-            info["load_actor_node_id"] = ray.get(load.node_id.remote())
-            gate: dict[str, Any] = self._gate(variant, load, info, runs[0]) if self.spec.correctness.enabled \
+            loads = [self._new_load_actor(pg, variant, i) for i in range(n_load)]
+            info["load_actor_cuda_visible_devices"] = ray.get(loads[0].visible_gpus.remote())
+            info["load_actor_node_id"] = ray.get(loads[0].node_id.remote())
+            info["load_actors"] = n_load
+            gate: dict[str, Any] = self._gate(variant, loads[0], info, runs[0]) if self.spec.correctness.enabled \
                 else {"passed": True, "skipped": True, "reasons": ["correctness gate disabled in the spec"]}
             info["correctness"] = gate
             if not gate["passed"]:
@@ -251,55 +258,95 @@ class Driver:
                     self._record_failed(p, "server died during an earlier run of this variant",
                                         info.get("last_log_tail", ""), info)
                     continue
-                load, server_dead = self._one_run(p, engine, load, pg, info)
+                loads, server_dead = self._one_run(p, engine, loads, pg, info)
         finally:
             self.shared.leave(variant.name)
-            self._teardown(engine, load, pg, info)
+            self._teardown(engine, loads, pg, info)
             info["stopped_unix_s"] = time.time()
 
-    def _new_load_actor(self, pg: Any, variant: ResolvedVariant) -> Any:
+    def _new_load_actor(self, pg: Any, variant: ResolvedVariant, index: int) -> Any:
         return LoadActor.options(
             name=actor_name("load", self.spec.name, variant.name),
             num_cpus=LOAD_ACTOR_CPUS,
             num_gpus=0,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=1),
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=1 + index),
             runtime_env={"env_vars": {"CUDA_VISIBLE_DEVICES": ""}},
         ).remote(variant.engine, str(self.base_dir), variant.model_path)
 
-    def _one_run(self, p: RunPlan, engine: Any, load: Any, pg: Any, info: dict[str, Any]) -> tuple[Any, bool]:
-        neighbours = self.shared.neighbours(p.variant.name, info["node_id"])
+    def _stream_window(self, p: RunPlan, loads: list[Any], info: dict[str, Any], writer: RunWriter
+                       ) -> dict[str, Any]:
+        """Warmup and flush (first load actor), then every load actor runs its shard of the window; record batches
+        are written as they arrive, so neither the actors nor the driver hold a whole long window."""
         model_name = self.spec.model.served_name or self.spec.model.path
+        prep = ray.get(loads[0].prepare.remote(info["base_url"], p.workload, p.load, p.seed,
+                                               self.spec.warmup_requests, model_name, self.spec.request_timeout_s))
+        n = len(loads)
+        start = time.time() + 1.0 if n > 1 else None  # shards start their windows together
+        gens = [a.run_point_stream.options(num_returns="streaming").remote(
+            info["base_url"], p.workload, p.load, p.seed, model_name, self.spec.request_timeout_s, i, n, start,
+            batch_rows=self.batch_rows)
+            for i, a in enumerate(loads)]
+        summaries: list[dict[str, Any]] = []
+        for gen in gens:
+            for ref in gen:
+                item = ray.get(ref)
+                if item[0] == "batch":
+                    writer.write("requests", item[1])
+                    writer.write("chunks", item[2])
+                else:
+                    summaries.append(item[1])
+        first = summaries[0]
+        t0 = min(s["window_start_unix_s"] for s in summaries)
+        out = dict(first)
+        out.update(prep)
+        out["window_start_unix_s"] = t0
+        out["duration_s"] = max(s["window_start_unix_s"] + s["duration_s"] for s in summaries) - t0
+        out["load_actor_peak_buffered_rows"] = max(s["peak_buffered_rows"] for s in summaries)
+        out["requests"] = writer.read("requests")
+        out["chunks"] = writer.read("chunks")
+        if n > 1:
+            lag = pc.subtract(out["requests"].column("actual_send_ns"), out["requests"].column("intended_send_ns"))
+            qs = pc.quantile(lag, q=[0.5, 0.99]).to_pylist() if len(lag) else [0, 0]
+            out["lag_p50_ns"], out["lag_p99_ns"] = int(qs[0]), int(qs[1])
+        return out
+
+    def _one_run(self, p: RunPlan, engine: Any, loads: list[Any], pg: Any, info: dict[str, Any]
+                 ) -> tuple[list[Any], bool]:
+        neighbours = self.shared.neighbours(p.variant.name, info["node_id"])
+        writer = RunWriter(self.store, p)
         try:
-            out = ray.get(load.run_point.remote(
-                info["base_url"], p.workload, p.load, p.seed, self.spec.warmup_requests, model_name,
-                self.spec.request_timeout_s))
+            out = self._stream_window(p, loads, info, writer)
         except (RayActorError, RayTaskError) as e:
+            writer.abort()
             reason, _ = _error_text(e)
             alive = self._engine_alive(engine)
             tail = self._engine_tail(engine)
             if not alive:
                 info["last_log_tail"] = tail
                 self._record_failed(p, f"server died: {reason}", tail, info)
-                return load, True
+                return loads, True
             self._record_failed(p, f"load actor failed: {reason}", tail, info)
-            try:
-                ray.kill(load)
-            except Exception:  # noqa: BLE001
-                pass
-            return self._new_load_actor(pg, p.variant), False
+            for a in loads:
+                try:
+                    ray.kill(a)
+                except Exception:  # noqa: BLE001
+                    pass
+            return [self._new_load_actor(pg, p.variant, i) for i in range(len(loads))], False
         alive = self._engine_alive(engine)
         neighbours |= self.shared.neighbours(p.variant.name, info["node_id"])
         if not alive:
             tail = self._engine_tail(engine)
             info["last_log_tail"] = tail
-            self._record_failed(p, "server died during the measured window", tail, info, out)
-            return load, True
-        row = build_run_row(p, out, info, self.spec, sorted(neighbours), self.git_sha)
-        if out.get("server_metrics") is not None and out["server_metrics"].num_rows:
-            self.store.write_table_rows("server_metrics", p, out["server_metrics"])
-        self.store.write_run(p, row, out["requests"], out["chunks"])
+            writer.commit(failed_run_row(p, "server died during the measured window", tail, info, self.spec,
+                                         self.git_sha))
+            self._finish(p, "failed")
+            return loads, True
+        run_info = dict(info, load_actor_peak_buffered_rows=out.get("load_actor_peak_buffered_rows"))
+        row = build_run_row(p, out, run_info, self.spec, sorted(neighbours), self.git_sha)
+        sm = out.get("server_metrics")
+        writer.commit(row, {"server_metrics": sm} if sm is not None and sm.num_rows else None)
         self._finish(p, row["status"])
-        return load, False
+        return loads, False
 
     def _gate(self, variant: ResolvedVariant, load: Any, info: dict[str, Any], first: RunPlan) -> dict[str, Any]:
         """Ask the fixed gate prompts greedily; judge against the baseline's answers; store the evidence."""
@@ -358,7 +405,7 @@ class Driver:
         self.result.statuses[p.run_key] = status
         self.on_run(p, status)
 
-    def _teardown(self, engine: Any, load: Any, pg: Any, info: dict[str, Any]) -> None:
+    def _teardown(self, engine: Any, loads: list[Any], pg: Any, info: dict[str, Any]) -> None:
         if engine is not None:
             stopped = False
             try:
@@ -373,14 +420,12 @@ class Driver:
                         info["node_id"], soft=False)).remote(info["pgid"]), timeout=60)
                 except Exception as e:  # noqa: BLE001
                     self.log(f"cleanup of server pgid {info['pgid']} failed: {e}")
-            for a in (engine, load):
-                if a is not None:
-                    try:
-                        ray.kill(a)
-                    except Exception:  # noqa: BLE001
-                        pass
-        elif load is not None:
-            ray.kill(load)
+        for a in [engine, *loads]:
+            if a is not None:
+                try:
+                    ray.kill(a)
+                except Exception:  # noqa: BLE001
+                    pass
         try:
             remove_placement_group(pg)
         except Exception:  # noqa: BLE001

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -19,21 +20,18 @@ from typing import Any, Optional, Sequence
 
 from aiohttp import web
 
-from cluster.engines.sim_model import Knobs, KnobError, Scheduler, SimRequest, SpecParams
-from cluster.engines.sim_wire import ChunkWriter, metrics_text
+from cluster.engines import sim_tuning
+from cluster.engines.sim_model import (Knobs, KnobError, LaunchError, Scheduler, SimRequest, SpecParams,
+                                       resolve_args)
+from cluster.engines.sim_wire import ChunkWriter, Pacer, metrics_text
 
 VERSION = "0.5.23"
 SIM_ENV = "SGLBENCH_SIM"
 READY_LINE = "The server is fired up and ready to roll!"
-SPEC_MAX_RUNNING_DEFAULT = 48
 NATIVE_MAX_NEW_TOKENS_DEFAULT = 128
 COMPLETIONS_MAX_TOKENS_DEFAULT = 16
 
 log = logging.getLogger("sglbench.sim")
-
-
-class LaunchError(Exception):
-    """A launch argument SGLang itself would refuse; printed as one line, exit 1."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,48 +56,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--attention-backend", default=None)
     p.add_argument("--random-seed", type=int, default=None)
     return p
-
-
-def resolve_args(ns: argparse.Namespace, knobs: Knobs) -> tuple[dict[str, Any], Optional[SpecParams]]:
-    """Apply SGLang 0.5.23's launch rules (NEXTN→EAGLE, auto spec triple, topk=1 ⇒ draft=steps+1, cap 48)."""
-    args = dict(vars(ns))
-    spec: Optional[SpecParams] = None
-    algo = args.get("speculative_algorithm")
-    if algo:
-        algo = str(algo).upper()
-        if algo == "NEXTN":
-            algo = "EAGLE"
-        steps, topk, draft = (args["speculative_num_steps"], args["speculative_eagle_topk"],
-                              args["speculative_num_draft_tokens"])
-        if steps is None:
-            if topk is not None or draft is not None:
-                raise LaunchError("--speculative-num-steps is unset but --speculative-eagle-topk or "
-                                  "--speculative-num-draft-tokens is set: set all three or none")
-            steps, topk, draft = 3, 1, 4
-        topk = 1 if topk is None else topk
-        if topk == 1 and draft != steps + 1:
-            if draft is not None:
-                log.warning("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when topk == 1")
-            draft = steps + 1
-        if steps < 1 or draft is None or draft < 2:
-            raise LaunchError("--speculative-num-steps must be >= 1 and --speculative-num-draft-tokens >= 2")
-        args.update(speculative_algorithm=algo, speculative_num_steps=steps, speculative_eagle_topk=topk,
-                     speculative_num_draft_tokens=draft)
-        spec = SpecParams(algo, steps, topk, draft)
-        if args["max_running_requests"] is None:
-            log.warning("Max running requests is reset to %d for speculative decoding.", SPEC_MAX_RUNNING_DEFAULT)
-            args["max_running_requests"] = SPEC_MAX_RUNNING_DEFAULT
-    if args["max_running_requests"] is None:
-        args["max_running_requests"] = knobs.default_max_running_requests
-    if args["served_model_name"] is None:
-        args["served_model_name"] = args["model_path"]
-    if args["random_seed"] is None:
-        args["random_seed"] = knobs.seed
-    if args["stream_interval"] < 1:
-        raise LaunchError("--stream-interval must be >= 1")
-    args["tokenizer_path"] = args["model_path"]
-    args["context_length"] = knobs.context_length
-    return args, spec
 
 
 def _err(status: int, message: str) -> web.Response:
@@ -127,6 +83,7 @@ class SimServer:
         self._loop_task: Optional[asyncio.Task[None]] = None
         self._streaming_tokens = 0
         self._created = int(time.time())
+        self.pacer = Pacer.from_knobs(knobs.fixed_ttft_ms, knobs.fixed_itl_ms)
 
     # ---- scheduler loop -------------------------------------------------------------------------------------
     async def run_scheduler(self) -> None:
@@ -221,6 +178,24 @@ class SimServer:
         self._on_finished()
         return resp
 
+    async def _stream_fixed(self, request: web.Request, body: dict[str, Any], ids: Optional[list[int]],
+                            text: Optional[str], max_new: int, ignore_eos: bool, t_recv_ns: int) -> web.StreamResponse:
+        """Fixed-latency mode: the step model is bypassed; each token is its own chunk, written when due."""
+        pacer = self.pacer
+        assert pacer is not None
+        req = self.sched.new_request(body.get("rid") or uuid.uuid4().hex, ids, text, max_new, ignore_eos)
+        writer = self._writer(req, "native")
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        n = await pacer.stream(resp.write, writer, req, t_recv_ns)
+        self._streaming_tokens += n
+        self._on_finished()
+        return resp
+
+    async def sim_pacing(self, request: web.Request) -> web.Response:
+        """The fixed-latency pacer's own write lateness since start or the last /flush_cache (sim only)."""
+        return web.json_response(self.pacer.stats() if self.pacer is not None else {"writes": 0, "fixed": False})
+
     def _writer(self, req: SimRequest, api: str, **kw: Any) -> ChunkWriter:
         return ChunkWriter(req, time.monotonic(), time.monotonic, api=api, spec=self.spec, created=int(time.time()),
                            incremental=api == "native" and bool(self.args["incremental_streaming_output"]), **kw)
@@ -283,6 +258,8 @@ class SimServer:
             log.warning(msg)
             return web.Response(status=400, text=msg)
         self.sched.flush()
+        if self.pacer is not None:
+            self.pacer.reset()
         log.info("Cache flushed successfully.")
         return web.Response(status=200, text="Cache flushed.\nSimulated radix cache and speculative counters reset.\n")
 
@@ -294,6 +271,7 @@ class SimServer:
                             self._streaming_tokens, self.knobs.max_total_num_tokens)
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
+        t_recv_ns = time.monotonic_ns()
         try:
             body = await request.json()
             if not isinstance(body, dict):
@@ -315,6 +293,9 @@ class SimServer:
                 [(None, t) for t in text] if isinstance(text, list) else [(list(i), None) for i in ids or []])
             return web.json_response([await self._generate_one(p_ids, p_text, max_new, ignore_eos, None)
                                       for p_ids, p_text in prompts])
+        if stream and self.pacer is not None:
+            return await self._stream_fixed(request, body, list(ids) if ids is not None else None, text, max_new,
+                                            ignore_eos, t_recv_ns)
         req, ev = self._submit(list(ids) if ids is not None else None, text, max_new, ignore_eos, body.get("rid"))
         writer = self._writer(req, "native")
         if stream:
@@ -402,6 +383,7 @@ def build_app(server: SimServer) -> web.Application:
     for path in ("/server_info", "/get_server_info"):
         r.add_get(path, server.server_info)
     r.add_get("/v1/models", server.models)
+    r.add_get("/sim_pacing", server.sim_pacing)
     r.add_route("GET", "/flush_cache", server.flush_cache)
     r.add_route("POST", "/flush_cache", server.flush_cache)
     r.add_post("/generate", server.generate)
@@ -454,7 +436,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="[%(asctime)s] %(message)s")
     ns, unknown = build_parser().parse_known_args(argv)
     try:
-        knobs = Knobs.from_mapping(json.loads(os.environ.get(SIM_ENV) or "{}"))
+        raw = json.loads(os.environ.get(SIM_ENV) or "{}")
+        tuning_knobs, raw = sim_tuning.split_knobs(raw if isinstance(raw, dict) else {})
+        knobs = Knobs.from_mapping(raw)
     except ValueError as e:
         msg = str(e) if isinstance(e, KnobError) else f"{SIM_ENV}: not valid JSON ({e})"
         print(f"error: {msg}", file=sys.stderr, flush=True)
@@ -468,6 +452,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except LaunchError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         return 1
+    # GEMM tuning contract: a tuned speed factor only with a valid artifact; some back ends give garbage
+    eff = sim_tuning.startup_effect(args, os.environ, tuning_knobs, knobs.time_scale, log.info)
+    knobs = dataclasses.replace(knobs, tuned_speed_factor=knobs.tuned_speed_factor * eff.speed_factor,
+                                garbage_output=knobs.garbage_output or eff.garbage)
     if unknown:
         log.info("accepted but not modelled: %s", " ".join(unknown))
     try:

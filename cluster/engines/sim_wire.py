@@ -1,9 +1,16 @@
-"""Wire rendering for the simulated SGLang engine: SSE chunks and response bodies in SGLang 0.5.23's shapes (pure)."""
+"""Wire rendering for the simulated SGLang engine: SSE chunks and response bodies in SGLang 0.5.23's shapes,
+and the pacer of its fixed-latency mode (exact TTFT, one token per write at a fixed inter-chunk delay)."""
 
 from __future__ import annotations
 
+import asyncio
+import heapq
 import json
-from typing import Any, Callable, Mapping, Optional
+import time
+from array import array
+from typing import Any, Awaitable, Callable, Mapping, Optional
+
+import numpy as np
 
 from cluster.engines.sim_model import Scheduler, SimRequest, SpecParams, piece
 
@@ -197,3 +204,110 @@ def metrics_text(sched: Scheduler, spec: Optional[SpecParams], model_name: str, 
             out.append(f"# TYPE {full} {kind}")
         out.append(f"{full}{{{labels}}} {float(val)!r}")
     return "\n".join(out) + "\n"
+
+
+PACE_SPIN_NS = 1_500_000
+"""Event-loop timers wake on a 1 ms grid: the last stretch before a due write is waited by yielding to the loop."""
+PACE_MAX_SAMPLES = 4_000_000
+
+
+class Pacer:
+    """Fixed-latency streams: chunk k (1-based) of a request is due at receipt + ttft + (k - 1) × itl.
+
+    One ticker task releases every due write (a heap of waiting streams): it sleeps on a timer until shortly
+    before the earliest due time and yields to the loop for the last stretch, so only one task spins however
+    many streams are paced. Records each write's lateness (write end − due, ns) on the simulator's own clock,
+    so a benchmark can tell which chunk rate the simulator still paces accurately.
+    """
+
+    def __init__(self, ttft_ms: float, itl_ms: float) -> None:
+        self.ttft_ns = int(round(ttft_ms * 1e6))
+        self.itl_ns = int(round(itl_ms * 1e6))
+        self.late_ns = array("q")
+        self._heap: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._seq = 0
+        self._wake: Optional[asyncio.Event] = None
+        self._ticker: Optional[asyncio.Task[None]] = None
+
+    @classmethod
+    def from_knobs(cls, ttft_ms: Optional[float], itl_ms: Optional[float]) -> Optional["Pacer"]:
+        """The pacer of the fixed-latency knobs (either one missing takes the other's value); None when both unset."""
+        if ttft_ms is None and itl_ms is None:
+            return None
+        return cls(ttft_ms if ttft_ms is not None else itl_ms or 0.0, itl_ms if itl_ms is not None else ttft_ms or 0.0)
+
+    def due_ns(self, t_recv_ns: int, k: int) -> int:
+        return t_recv_ns + self.ttft_ns + (k - 1) * self.itl_ns
+
+    async def until(self, due_ns: int) -> None:
+        """Return at `due_ns` (monotonic ns), released by the ticker together with every other stream then due."""
+        if due_ns <= time.monotonic_ns():
+            return
+        loop = asyncio.get_running_loop()
+        if self._ticker is None or self._ticker.done():
+            self._wake = asyncio.Event()
+            self._ticker = loop.create_task(self._tick())
+        fut: asyncio.Future[None] = loop.create_future()
+        self._seq += 1
+        heapq.heappush(self._heap, (due_ns, self._seq, fut))
+        if self._heap[0][2] is fut and self._wake is not None:
+            self._wake.set()  # a new earliest deadline: the ticker re-plans its sleep
+        await fut
+
+    async def _tick(self) -> None:
+        clock = time.monotonic_ns
+        heap = self._heap
+        wake = self._wake
+        assert wake is not None
+        while True:
+            if not heap:
+                wake.clear()
+                await wake.wait()
+                continue
+            left = heap[0][0] - clock()
+            if left > PACE_SPIN_NS:
+                wake.clear()
+                try:
+                    await asyncio.wait_for(wake.wait(), (left - PACE_SPIN_NS) / 1e9)
+                except asyncio.TimeoutError:
+                    pass
+                continue
+            if left > 0:
+                await asyncio.sleep(0)
+                continue
+            now = clock()
+            while heap and heap[0][0] <= now:
+                fut = heapq.heappop(heap)[2]
+                if not fut.done():
+                    fut.set_result(None)
+            await asyncio.sleep(0)
+
+    async def stream(self, write: Callable[[bytes], Awaitable[None]], writer: ChunkWriter, req: SimRequest,
+                     t_recv_ns: int) -> int:
+        """Write every token of `req` as its own chunk when due, then [DONE]; return the token count."""
+        n = req.target
+        clock = time.monotonic_ns
+        for k in range(1, n + 1):
+            due = self.due_ns(t_recv_ns, k)
+            await self.until(due)
+            req.generated, req.finished = k, k == n
+            await write(writer.chunk(k - 1, k, k == n))
+            self.record(due, clock())
+        await write(b"data: [DONE]\n\n")
+        return n
+
+    def record(self, due_ns: int, written_ns: int) -> None:
+        if len(self.late_ns) < PACE_MAX_SAMPLES:
+            self.late_ns.append(written_ns - due_ns)
+
+    def reset(self) -> None:
+        self.late_ns = array("q")
+
+    def stats(self) -> dict[str, Any]:
+        late = np.frombuffer(self.late_ns, dtype=np.int64)
+        if not len(late):
+            return {"writes": 0}
+        p50, p99, p999 = np.percentile(late, [50, 99, 99.9])
+        return {"writes": int(len(late)), "late_p50_us": float(p50) / 1e3, "late_p99_us": float(p99) / 1e3,
+                "late_p999_us": float(p999) / 1e3, "late_max_us": float(late.max()) / 1e3,
+                "ttft_ms": self.ttft_ns / 1e6, "itl_ms": self.itl_ns / 1e6}

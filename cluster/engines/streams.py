@@ -8,6 +8,9 @@ from typing import Any, Optional
 from cluster.engines.base import RequestMeta, StreamParser
 
 _CT = b'"completion_tokens":'
+_FIN = b'"finish_reason":'
+_NULL = b"null"
+_NULL_SP = b" null"
 _FIN_NULL = b'"finish_reason":null'
 _FIN_NULL_SP = b'"finish_reason": null'
 _USAGE_OBJ = b'"usage":{'
@@ -16,15 +19,16 @@ _SGLEXT = b'"sglext"'
 _ERROR = b'"error"'
 
 
-def _int_after(buf: bytes, start: int) -> int:
-    i = start
-    n = len(buf)
-    while i < n and buf[i] == 0x20:
-        i += 1
-    j = i
-    while j < n and 0x30 <= buf[j] <= 0x39:
-        j += 1
-    return int(buf[i:j]) if j > i else 0
+def _int_at(buf: bytes, start: int) -> int:
+    """The JSON integer starting at `start` (after optional spaces), -1 when there is none."""
+    end = buf.find(b",", start)
+    brace = buf.find(b"}", start)
+    if end < 0 or 0 <= brace < end:
+        end = brace
+    try:
+        return int(buf[start:end]) if end > start else -1
+    except ValueError:
+        return -1
 
 
 def _finish_str(fr: Any) -> Optional[str]:
@@ -52,16 +56,25 @@ class SGLangNativeParser(StreamParser):
         self._text = ""
 
     def feed(self, payload: bytes) -> int:
-        final = _FIN_NULL not in payload and _FIN_NULL_SP not in payload
-        if final or self._keep_text:
+        if self._keep_text:
             return self._feed_full(payload)
+        # meta_info is the last object of the chunk, so searching from the end finds its keys after ~100 bytes
+        # instead of scanning the cumulative text and output_ids before them
+        fpos = payload.rfind(_FIN)
+        if fpos < 0:
+            return self._feed_full(payload)
+        v = fpos + len(_FIN)
+        if not (payload.startswith(_NULL, v) or payload.startswith(_NULL_SP, v)):
+            return self._feed_full(payload)  # the finishing chunk: decode it whole for the final meta
         pos = payload.rfind(_CT)
-        if pos < 0:
+        ct = _int_at(payload, pos + len(_CT)) if pos >= 0 else -1
+        if ct < 0:
             return self._feed_full(payload)
-        ct = _int_after(payload, pos + len(_CT))
         delta = ct - self._ct
-        self._ct = ct
-        return delta if delta > 0 else 0
+        if delta > 0:
+            self._ct = ct
+            return delta
+        return 0
 
     def _feed_full(self, payload: bytes) -> int:
         try:
@@ -140,8 +153,8 @@ class OpenAIStreamParser(StreamParser):
             and _ERROR not in payload
         ):
             pos = payload.rfind(_CT)
-            if pos >= 0:
-                ct = _int_after(payload, pos + len(_CT))
+            ct = _int_at(payload, pos + len(_CT)) if pos >= 0 else -1
+            if ct >= 0:
                 delta = ct - self._ct if ct > self._ct else 0
                 self._ct = ct if ct > self._ct else self._ct
                 self._counted += delta

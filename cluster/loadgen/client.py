@@ -22,6 +22,7 @@ READ_BUFSIZE = 4 * 1024 * 1024
 ERROR_BODY_CHARS = 300
 
 _SEP = b"\n\n"
+_NL = b"\n"
 _DATA = b"data: "
 _DONE = b"[DONE]"
 
@@ -85,16 +86,22 @@ async def stream_request(
                     data = b"".join(parts)
                     parts.clear()
                 start = 0
+                n_data = len(data)
                 while True:
-                    end = data.find(_SEP, start)
-                    if end < 0:
+                    # JSON never holds a raw newline, so the first "\n" ends a plain one-line event; a one-byte
+                    # find is a memchr, several times faster than searching for the two-byte separator
+                    nl = data.find(_NL, start)
+                    if nl < 0 or nl + 1 >= n_data:
                         break
-                    event = data[start:end]
-                    start = end + 2
-                    if event.startswith(_DATA) and b"\n" not in event:
-                        payload = event[6:]
+                    if data[nl + 1] == 10 and data.startswith(_DATA, start):
+                        payload = data[start + 6 : nl]
+                        start = nl + 2
                     else:
-                        slow = _slow_payload(event)
+                        end = data.find(_SEP, start)
+                        if end < 0:
+                            break
+                        slow = _slow_payload(data[start:end])
+                        start = end + 2
                         if slow is None:
                             continue
                         payload = slow

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import pathlib
-from typing import Any
+from typing import Any, Sequence, Union, overload
 
 import numpy as np
 
@@ -38,6 +38,51 @@ def build_prompts(workload: WorkloadSpec, n: int, seed: int, base_dir: pathlib.P
             "yet; use 'random_ids' or 'jsonl'"
         )
     raise DatasetError(f"workload {workload.name!r}: unknown prompt source {src.source!r}")
+
+
+def build_prompt_sequence(workload: WorkloadSpec, n: int, seed: int, base_dir: pathlib.Path) -> Sequence[Prompt]:
+    """The prompts of `build_prompts`, identical, but random-id prompts kept as one int32 array (long windows).
+
+    A million 128-token prompts as tuples of Python ints take ~4.7 GB; as a `PromptArray` 0.5 GB, and each
+    Prompt is built when its request is sent.
+    """
+    src = workload.prompts
+    if src.source == "random_ids":
+        if n < 0:
+            raise ValueError(f"number of prompts must be >= 0, got {n}")
+        return random_id_prompt_array(n, workload.input_tokens, src.vocab_size, np.random.default_rng(seed))
+    return build_prompts(workload, n, seed, base_dir)
+
+
+class PromptArray(Sequence[Prompt]):
+    """Token-id prompts of one length in one (n, input_tokens) integer array; items are built on access."""
+
+    def __init__(self, ids: np.ndarray) -> None:
+        self.ids = ids
+
+    def __len__(self) -> int:
+        return int(self.ids.shape[0])
+
+    @overload
+    def __getitem__(self, i: int) -> Prompt: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> "PromptArray": ...
+
+    def __getitem__(self, i: Union[int, slice]) -> Union[Prompt, "PromptArray"]:
+        if isinstance(i, slice):
+            return PromptArray(self.ids[i])
+        return Prompt(input_ids=tuple(self.ids[i].tolist()))
+
+
+def random_id_prompt_array(n: int, input_tokens: int, vocab_size: int, rng: np.random.Generator) -> PromptArray:
+    """`random_id_prompts` (same draws, same prompts) stored as one int32 array."""
+    low = RANDOM_ID_LOW if vocab_size > 2 * RANDOM_ID_LOW else vocab_size // 4
+    dtype = np.int32 if vocab_size < 2**31 else np.int64
+    out = np.empty((n, input_tokens), dtype=dtype)
+    for r in range(n):
+        out[r] = rng.integers(low, vocab_size, size=input_tokens, dtype=np.int64)
+    return PromptArray(out)
 
 
 def random_id_prompts(n: int, input_tokens: int, vocab_size: int, rng: np.random.Generator) -> list[Prompt]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Optional
+from typing import Any, Awaitable, Callable, Optional, Sequence
 
 import aiohttp
 import numpy as np
@@ -20,7 +20,8 @@ from cluster.engines.base import Engine, HttpRequest, Prompt
 from cluster.loadgen.arrivals import poisson_offsets_ns
 from cluster.loadgen.client import new_session, stream_request
 from cluster.plan import LoadPoint
-from cluster.records import RequestRecord, request_batches
+from cluster.loadgen.sink import DEFAULT_BATCH_ROWS, BatchCallback, RecordSink
+from cluster.records import RequestRecord
 
 METRICS_TIMEOUT_S = 10.0
 FLUSH_RETRY_S = 0.25
@@ -31,16 +32,27 @@ SPIN_NS = 1_500_000
 @dataclass
 class WindowResult:
     requests: pa.RecordBatch
-    """cluster.records.REQUEST_BATCH_SCHEMA, one row per request sent, in request_index order."""
+    """cluster.records.REQUEST_BATCH_SCHEMA, one row per request sent, in request_index order.
+
+    Empty when the window streamed its rows out through `on_batch` (then `n_requests` says how many left)."""
     chunks: pa.RecordBatch
-    """cluster.records.CHUNK_BATCH_SCHEMA: token-carrying chunks only."""
+    """cluster.records.CHUNK_BATCH_SCHEMA: token-carrying chunks only (empty when streamed out)."""
     window_start_unix_s: float
     duration_s: float
-    """First intended send → end of the last response of the window."""
+    """First intended send → end of the last response of the window (of this shard)."""
     lag_p50_ns: int
     lag_p99_ns: int
     counters_before: dict[str, float]
     counters_after: dict[str, float]
+    n_requests: int = 0
+    n_chunks: int = 0
+    batches: int = 0
+    """Arrow batch pairs the window produced (handed to on_batch, or concatenated into requests/chunks)."""
+    peak_buffered_rows: int = 0
+    """Most finished requests held in the sink's columnar buffers at once (≤ batch_rows)."""
+    lag_max_ns: int = 0
+    shard_index: int = 0
+    num_shards: int = 1
 
 
 def _prompt_len(p: Prompt) -> int:
@@ -62,62 +74,84 @@ async def _scrape(session: aiohttp.ClientSession, engine: Engine, base_url: str)
     return dict(engine.spec_counters(text))
 
 
+def shard_concurrency(total: int, shard_index: int, num_shards: int) -> int:
+    """This shard's share of a closed-loop concurrency (shares differ by at most one and sum to `total`).
+
+    Each shard sends ~n/num_shards requests, so unequal shares finish at different times: use a concurrency
+    divisible by the number of shards for a window whose concurrency holds to its end."""
+    return total // num_shards + (1 if shard_index < total % num_shards else 0)
+
+
+def _check_shard(shard_index: int, num_shards: int) -> None:
+    if num_shards < 1 or not 0 <= shard_index < num_shards:
+        raise ValueError(f"shard_index must be in [0, num_shards) and num_shards >= 1, got {shard_index}/{num_shards}")
+
+
 async def _dispatch(
     session: aiohttp.ClientSession,
     engine: Engine,
     base_url: str,
     api: str,
-    reqs: list[HttpRequest],
-    prompt_lens: list[int],
+    request_for: Callable[[int], HttpRequest],
+    prompt_len_for: Callable[[int], int],
+    indices: range,
+    n_total: int,
     max_tokens: int,
     load: LoadPoint,
     seed: int,
     request_timeout_s: float,
     t0_ns: int,
-) -> tuple[list[RequestRecord], list[int]]:
-    """Send every request of the window; return records and response-end times (ns from t0), by request index."""
-    n = len(reqs)
-    records: list[Optional[RequestRecord]] = [None] * n
-    ends = [0] * n
+    sink: RecordSink,
+    num_shards: int,
+    shard_index: int,
+) -> None:
+    """Send every request of this shard of the window; each finished record goes to `sink` exactly once."""
     timeout = aiohttp.ClientTimeout(total=request_timeout_s)
-    urls = {r.path: base_url + r.path for r in reqs}
+    urls: dict[str, str] = {}
+    new_parser = engine.new_parser
+    clock = time.monotonic_ns
 
     async def one(i: int, intended_ns: int) -> None:
         rec = RequestRecord(
             request_index=i,
             intended_send_ns=intended_ns,
             actual_send_ns=intended_ns,
-            prompt_tokens_sent=prompt_lens[i],
+            prompt_tokens_sent=prompt_len_for(i),
             max_tokens=max_tokens,
         )
-        records[i] = rec
-        r = reqs[i]
         try:
-            ends[i] = await stream_request(session, urls[r.path], r.body, engine.new_parser(api), t0_ns, timeout, rec)
+            r = request_for(i)
+            url = urls.get(r.path)
+            if url is None:
+                url = urls[r.path] = base_url + r.path
+            end_ns = await stream_request(session, url, r.body, new_parser(api), t0_ns, timeout, rec)
         except Exception as e:  # a parser or client bug must not lose the record of a request already sent
             rec.error = rec.error or f"client error: {type(e).__name__}: {e}"
-            ends[i] = time.monotonic_ns() - t0_ns
+            end_ns = clock() - t0_ns
+        sink.add(rec, end_ns)
 
     if load.kind == "concurrency":
-        workers = int(load.value)
-        if workers < 1:
+        total_workers = int(load.value)
+        if total_workers < 1:
             raise ValueError(f"concurrency must be >= 1, got {load.value}")
-        next_index = 0
+        if total_workers < num_shards:
+            raise ValueError(f"closed-loop concurrency {total_workers} is below the number of shards {num_shards}")
+        workers = shard_concurrency(total_workers, shard_index, num_shards)
+        it = iter(indices)
 
         async def worker() -> None:
-            nonlocal next_index
             intended = 0  # each worker's slot is free at window start
-            while next_index < n:
-                i = next_index
-                next_index += 1
+            for i in it:
                 await one(i, intended)
-                intended = time.monotonic_ns() - t0_ns
+                intended = clock() - t0_ns
 
-        await asyncio.gather(*(worker() for _ in range(min(workers, n))))
+        await asyncio.gather(*(worker() for _ in range(min(workers, len(indices)))))
     elif load.kind == "rate":
-        offsets = poisson_offsets_ns(n, load.value, np.random.default_rng(seed)).tolist()
-        cap = asyncio.Semaphore(load.max_concurrency) if load.max_concurrency else None
-        tasks: list[asyncio.Task[None]] = []
+        # the global schedule of all n requests, of which this shard sends its own indices
+        offsets = poisson_offsets_ns(n_total, load.value, np.random.default_rng(seed))[indices.start::indices.step]
+        cap = (asyncio.Semaphore(max(1, shard_concurrency(int(load.max_concurrency), shard_index, num_shards)))
+               if load.max_concurrency else None)
+        tasks: set[asyncio.Task[None]] = set()
         late_ns = 0
 
         async def capped(i: int, intended: int) -> None:
@@ -127,36 +161,36 @@ async def _dispatch(
             finally:
                 cap.release()
 
-        for i, off in enumerate(offsets):
+        for i, off in zip(indices, offsets.tolist()):
             target_ns = t0_ns + off
             spin_ns = SPIN_NS if late_ns < SPIN_NS else 0
-            delay_ns = target_ns - time.monotonic_ns()
+            delay_ns = target_ns - clock()
             if delay_ns > spin_ns:
                 await asyncio.sleep((delay_ns - spin_ns) / 1e9)
             # event-loop timers fire on a 1 ms grid: finish the wait by yielding, which still serves other tasks;
             # a loop that is already late skips this (spinning would only take CPU from the streams)
-            while spin_ns and time.monotonic_ns() < target_ns:
+            while spin_ns and clock() < target_ns:
                 await asyncio.sleep(0)
-            late_ns = time.monotonic_ns() - target_ns
+            late_ns = clock() - target_ns
             if cap is not None:
                 # a request held back by the cap keeps its intended time: the wait shows up as lag
                 await cap.acquire()
-                tasks.append(asyncio.create_task(capped(i, off)))
+                task = asyncio.create_task(capped(i, off))
             else:
-                tasks.append(asyncio.create_task(one(i, off)))
-        await asyncio.gather(*tasks)
+                task = asyncio.create_task(one(i, off))
+            tasks.add(task)  # finished tasks leave the set, so a long window keeps only those in flight
+            task.add_done_callback(tasks.discard)
+        while tasks:
+            await asyncio.gather(*list(tasks))
     else:
         raise ValueError(f"unknown load kind {load.kind!r} (expected 'concurrency' or 'rate')")
-    done = [r for r in records if r is not None]
-    assert len(done) == n, "every request must have exactly one record"
-    return done, ends
 
 
 async def run_window(
     engine: Engine,
     base_url: str,
     api: str,
-    prompts: list[Prompt],
+    prompts: Sequence[Prompt],
     max_tokens: int,
     load: LoadPoint,
     seed: int,
@@ -165,29 +199,61 @@ async def run_window(
     model_name: str,
     request_timeout_s: float,
     scrape_metrics: bool = True,
+    *,
+    on_batch: Optional[BatchCallback] = None,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    shard_index: int = 0,
+    num_shards: int = 1,
+    start_unix_s: Optional[float] = None,
 ) -> WindowResult:
-    """One measured window: one request per prompt, raw records as Arrow batches, client lag and server counters."""
+    """One measured window: one request per prompt, raw records as Arrow batches, client lag and server counters.
+
+    Records leave in batches of at most `batch_rows` finished requests: to `on_batch` when given (the result's
+    requests/chunks are then empty), else kept as Arrow and returned sorted by request_index. A shard sends the
+    requests i with i % num_shards == shard_index at their place in the global schedule (open loop) or with its
+    share of the concurrency (closed loop); `start_unix_s` lets several shards start their windows together.
+    """
+    _check_shard(shard_index, num_shards)
     base_url = base_url.rstrip("/")
-    reqs = [engine.build_request(api, p, max_tokens, ignore_eos, temperature, model_name) for p in prompts]
-    prompt_lens = [_prompt_len(p) for p in prompts]
-    limit = int(load.value) if load.kind == "concurrency" else (load.max_concurrency or 0)
-    async with new_session(limit) as session:
+    n_total = len(prompts)
+    indices = range(shard_index, n_total, num_shards)
+
+    def request_for(i: int) -> HttpRequest:
+        # built at send time: a long window never holds every request body at once
+        return engine.build_request(api, prompts[i], max_tokens, ignore_eos, temperature, model_name)
+
+    def prompt_len_for(i: int) -> int:
+        return _prompt_len(prompts[i])
+
+    if load.kind == "concurrency":
+        limit = shard_concurrency(int(load.value), shard_index, num_shards)
+    else:
+        limit = shard_concurrency(int(load.max_concurrency), shard_index, num_shards) if load.max_concurrency else 0
+    sink = RecordSink(len(indices), batch_rows, on_batch)
+    async with new_session(max(limit, 1) if limit else 0) as session:
         before = await _scrape(session, engine, base_url) if scrape_metrics else {}
+        if start_unix_s is not None:
+            # shards of one window start together: a timer to within a few ms, then a short spin on the clock
+            wait_s = start_unix_s - time.time()
+            if wait_s > 0.005:
+                await asyncio.sleep(wait_s - 0.005)
+            while time.time() < start_unix_s:
+                pass
         window_start_unix_s = time.time()
         t0_ns = time.monotonic_ns()
-        records, ends = await _dispatch(
-            session, engine, base_url, api, reqs, prompt_lens, max_tokens, load, seed, request_timeout_s, t0_ns
-        )
+        await _dispatch(session, engine, base_url, api, request_for, prompt_len_for, indices, n_total, max_tokens,
+                        load, seed, request_timeout_s, t0_ns, sink, num_shards, shard_index)
+        sink.flush()
         after = await _scrape(session, engine, base_url) if scrape_metrics else {}
-    requests, chunks = request_batches(records)
-    if records:
-        first_intended = min(r.intended_send_ns for r in records)
-        last_end = max(max(ends), max((r.chunk_arrival_ns[-1] for r in records if r.chunk_arrival_ns), default=0))
-        duration_s = (last_end - first_intended) / 1e9
-        lags = np.fromiter((r.actual_send_ns - r.intended_send_ns for r in records), dtype=np.int64, count=len(records))
+    assert sink.rows == len(indices), "every request must have exactly one record"
+    requests, chunks = sink.kept_batches()
+    lags = sink.lags()
+    if len(lags):
+        duration_s = sink.last_end_ns / 1e9  # the window's first intended send is its start (offset 0)
         lag_p50, lag_p99 = (int(x) for x in np.percentile(lags, [50, 99]))
+        lag_max = int(lags.max())
     else:
-        duration_s, lag_p50, lag_p99 = 0.0, 0, 0
+        duration_s, lag_p50, lag_p99, lag_max = 0.0, 0, 0, 0
     return WindowResult(
         requests=requests,
         chunks=chunks,
@@ -197,6 +263,13 @@ async def run_window(
         lag_p99_ns=lag_p99,
         counters_before=before,
         counters_after=after,
+        n_requests=sink.rows,
+        n_chunks=sink.chunk_rows,
+        batches=sink.batches,
+        peak_buffered_rows=sink.peak_buffered_rows,
+        lag_max_ns=lag_max,
+        shard_index=shard_index,
+        num_shards=num_shards,
     )
 
 
@@ -267,7 +340,7 @@ def run_load_point(
     engine: Engine,
     base_url: str,
     api: str,
-    prompts: list[Prompt],
+    prompts: Sequence[Prompt],
     max_tokens: int,
     load: LoadPoint,
     seed: int,
@@ -276,12 +349,16 @@ def run_load_point(
     model_name: str,
     request_timeout_s: float,
     scrape_metrics: bool = True,
+    **window_kw: Any,
 ) -> WindowResult:
-    """Synchronous `run_window` on its own event loop (for a sync actor method or a script)."""
+    """Synchronous `run_window` on its own event loop (for a sync actor method or a script).
+
+    `window_kw`: run_window's keyword-only options (on_batch, batch_rows, shard_index, num_shards, start_unix_s).
+    """
     result: WindowResult = _run(
         lambda: run_window(
             engine, base_url, api, prompts, max_tokens, load, seed, ignore_eos, temperature, model_name,
-            request_timeout_s, scrape_metrics,
+            request_timeout_s, scrape_metrics, **window_kw,
         )
     )
     return result

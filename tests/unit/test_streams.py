@@ -154,3 +154,32 @@ def test_fast_paths_agree_with_full_json_path() -> None:
     fast_n, full_n = SGLangNativeParser(), SGLangNativeParser(keep_text=True)
     assert [fast_n.feed(c) for c in native] == [full_n.feed(c) for c in native] == [1, 2, 1]
     assert fast_n.meta() == full_n.meta()
+
+
+def test_native_fast_path_reads_meta_from_the_end_and_never_decodes_mid_stream_chunks() -> None:
+    p = SGLangNativeParser()
+    decoded: list[bytes] = []
+    full = p._feed_full
+
+    def spy(payload: bytes) -> int:
+        decoded.append(payload)
+        return full(payload)
+
+    p._feed_full = spy  # type: ignore[method-assign]
+    # text that quotes the key names (escaped in JSON) must not fool the search from the end
+    tricky = json.dumps({"text": 'say \\"completion_tokens\\": 99, \\"finish_reason\\": 1', "output_ids": [1, 2, 3],
+                         "meta_info": {"id": "r", "finish_reason": None, "completion_tokens": 3}}).encode()
+    last_key = b'{"text":"a","meta_info":{"finish_reason":null,"completion_tokens":  5}}'
+    assert p.feed(tricky) == 3
+    assert p.feed(last_key) == 2
+    assert decoded == []  # both took the fast path
+    fin = _native("abcdef", [1, 2, 3, 4, 5, 6], 6, {"type": "length", "length": 6})
+    assert p.feed(fin) == 1 and len(decoded) == 1  # only the finishing chunk is decoded in full
+    assert p.meta().finish_reason == "length" and p.meta().completion_tokens == 6
+
+
+def test_native_malformed_count_falls_back_to_full_decode() -> None:
+    p = SGLangNativeParser()
+    assert p.feed(b'{"meta_info":{"finish_reason":null,"completion_tokens":"7"}}') == 7
+    assert p.feed(b'{"meta_info":{"finish_reason":null,"completion_tokens":8') == 0  # truncated: undecodable
+    assert "undecodable" in (p.meta().error or "")

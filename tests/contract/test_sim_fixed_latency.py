@@ -1,0 +1,56 @@
+"""The simulator's fixed-latency mode: one token per chunk at a fixed pace, its own pacing stats, knob validation."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+from cluster.engines.base import Prompt
+from cluster.engines.sglang import SGLangEngine
+from cluster.engines.sim_model import Knobs, KnobError
+from cluster.engines.sim_wire import Pacer
+from cluster.loadgen.runner import run_load_point
+from cluster.plan import LoadPoint
+
+from conftest import SimHandle
+
+
+def test_fixed_mode_streams_one_token_per_chunk_on_its_schedule(sim_factory: Callable[..., SimHandle]) -> None:
+    h = sim_factory(knobs={"fixed_ttft_ms": 30.0, "fixed_itl_ms": 8.0})
+    n_tokens, n_req = 12, 6
+    prompts = [Prompt(input_ids=(100 + i, 101, 102)) for i in range(n_req)]
+    res = run_load_point(SGLangEngine(), h.base, "native", prompts, n_tokens, LoadPoint("concurrency", 3.0), 0,
+                         True, 0.0, "m", 30.0, scrape_metrics=False)
+    req = res.requests.to_pylist()
+    assert all(r["error"] is None and r["num_chunks"] == n_tokens for r in req)
+    assert all(r["completion_tokens"] == n_tokens and r["finish_reason"] == "length" for r in req)
+    assert set(res.chunks.column("tokens").to_pylist()) == {1}
+    ttft_ms = np.array([r["first_chunk_ns"] - r["actual_send_ns"] for r in req]) / 1e6
+    assert ttft_ms.min() >= 30.0  # never early: the first chunk is due 30 ms after receipt
+    t = res.chunks.column("arrival_ns").to_numpy().reshape(n_req, n_tokens)
+    gaps_ms = np.diff(t, axis=1) / 1e6
+    # the gaps are paced at 8 ms (loose bounds: a shared CI machine may delay single writes)
+    assert 7.0 < float(np.median(gaps_ms)) < 9.5
+    status, body = h.get("/sim_pacing")
+    stats = json.loads(body)
+    assert status == 200 and stats["writes"] == n_req * n_tokens
+    assert stats["late_p50_us"] >= 0 and stats["itl_ms"] == 8.0 and stats["ttft_ms"] == 30.0
+    assert h.post("/flush_cache")[0] == 200
+    assert json.loads(h.get("/sim_pacing")[1]) == {"writes": 0}
+
+
+def test_fixed_knobs_validate_and_default_to_each_other() -> None:
+    k = Knobs.from_mapping({"fixed_itl_ms": 10})
+    assert k.fixed_itl_ms == 10.0 and k.fixed_ttft_ms is None
+    p = Pacer.from_knobs(k.fixed_ttft_ms, k.fixed_itl_ms)
+    assert p is not None and p.ttft_ns == p.itl_ns == 10_000_000
+    assert p.due_ns(1_000, 3) == 1_000 + 10_000_000 + 2 * 10_000_000
+    assert Pacer.from_knobs(None, None) is None
+    with pytest.raises(KnobError, match="fixed_ttft_ms"):
+        Knobs.from_mapping({"fixed_ttft_ms": -1})
+    bad: Any = "fast"
+    with pytest.raises(KnobError, match="fixed_itl_ms"):
+        Knobs.from_mapping({"fixed_itl_ms": bad})
