@@ -13,15 +13,8 @@ import math
 import random
 from typing import Any, Mapping, Optional
 
-SEARCH_SPACE: dict[str, tuple[int, ...]] = {
-    "BLOCK_SIZE_M": (16, 32, 64, 128, 256),
-    "BLOCK_SIZE_N": (32, 64, 128, 256),
-    "BLOCK_SIZE_K": (64, 128, 256),
-    "GROUP_SIZE_M": (1, 16, 32, 64),
-    "num_warps": (4, 8),
-    "num_stages": (2, 3, 4, 5),
-}
-"""SGLang's CUDA search space (1,920 configs); mirrored in cluster.engines.sglang_tuning.SEARCH_SPACE."""
+from cluster.engines.sglang_tuning import SEARCH_SPACE  # SGLang's CUDA search space (1,920 configs)
+
 SIM_DEVICE = "simulated"
 
 

@@ -39,6 +39,24 @@ def _finish_str(fr: Any) -> Optional[str]:
     return str(fr)
 
 
+def _decode_chunk(payload: bytes, meta: RequestMeta) -> Optional[dict[str, Any]]:
+    """A chunk as a JSON object, or None after recording why it is not one (undecodable, not an object, or an
+    error chunk, which both protocols send as {"error": {...}} before [DONE])."""
+    try:
+        obj = json.loads(payload)
+    except ValueError:
+        meta.error = f"undecodable chunk: {payload[:80]!r}"
+        return None
+    if not isinstance(obj, dict):
+        meta.error = "chunk is not a JSON object"
+        return None
+    if "error" in obj:
+        err = obj["error"]
+        meta.error = str(err.get("message", err) if isinstance(err, dict) else err)
+        return None
+    return obj
+
+
 class SGLangNativeParser(StreamParser):
     """SGLang /generate stream: cumulative (default) or incremental chunks; meta_info.completion_tokens is cumulative.
 
@@ -77,17 +95,8 @@ class SGLangNativeParser(StreamParser):
         return 0
 
     def _feed_full(self, payload: bytes) -> int:
-        try:
-            obj = json.loads(payload)
-        except ValueError:
-            self._meta.error = f"undecodable chunk: {payload[:80]!r}"
-            return 0
-        if not isinstance(obj, dict):
-            self._meta.error = "chunk is not a JSON object"
-            return 0
-        if "error" in obj:
-            err = obj["error"]
-            self._meta.error = str(err.get("message", err) if isinstance(err, dict) else err)
+        obj = _decode_chunk(payload, self._meta)
+        if obj is None:
             return 0
         mi = obj.get("meta_info") or {}
         ct = int(mi.get("completion_tokens") or 0)
@@ -162,16 +171,8 @@ class OpenAIStreamParser(StreamParser):
         return self._feed_full(payload)
 
     def _feed_full(self, payload: bytes) -> int:
-        try:
-            obj = json.loads(payload)
-        except ValueError:
-            self._meta.error = f"undecodable chunk: {payload[:80]!r}"
-            return 0
-        if not isinstance(obj, dict):
-            return 0
-        if "error" in obj:
-            err = obj["error"]
-            self._meta.error = str(err.get("message", err) if isinstance(err, dict) else err)
+        obj = _decode_chunk(payload, self._meta)
+        if obj is None:
             return 0
         m = self._meta
         m.request_id = obj.get("id", m.request_id)

