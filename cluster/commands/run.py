@@ -78,7 +78,10 @@ def plan(experiment: Path = typer.Argument(..., help="experiment YAML"),
     variants = expand_variants(spec)
     for v in variants:
         launcher = spec.engines.get(v.engine)
-        cmd = get_engine(v.engine).launch(v, "127.0.0.1", port, launcher, "python")
+        from cluster.tuning import with_artifact
+
+        # a tuned variant launches with its artifact, which exists only at run time: shown as a placeholder
+        cmd = get_engine(v.engine).launch(with_artifact(v, None), "127.0.0.1", port, launcher, "python")
         base = " (baseline)" if v.is_baseline else ""
         console.print(f"[bold]{v.name}[/]{base} engine={v.engine} tp={v.tp}")
         for k, val in sorted(cmd.env.items()):
