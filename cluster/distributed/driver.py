@@ -312,6 +312,13 @@ class Driver:
 
     def _one_run(self, p: RunPlan, engine: Any, loads: list[Any], pg: Any, info: dict[str, Any]
                  ) -> tuple[list[Any], bool]:
+        if not self._engine_alive(engine):
+            # found dead between runs (its actor was killed, or it crashed after the last window): no warmup or
+            # flush retries against a server that is gone
+            tail = self._engine_tail(engine)
+            info["last_log_tail"] = tail
+            self._record_failed(p, "server died before this run started", tail, info)
+            return loads, True
         neighbours = self.shared.neighbours(p.variant.name, info["node_id"])
         writer = RunWriter(self.store, p)
         try:

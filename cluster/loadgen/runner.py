@@ -24,6 +24,7 @@ from cluster.loadgen.sink import DEFAULT_BATCH_ROWS, BatchCallback, RecordSink
 from cluster.records import RequestRecord
 
 METRICS_TIMEOUT_S = 10.0
+FLUSH_REFUSED_GIVE_UP_S = 3.0
 FLUSH_RETRY_S = 0.25
 SPIN_NS = 1_500_000
 """Open loop: the last stretch before an intended send is waited by yielding to the loop, not by a timer."""
@@ -306,6 +307,7 @@ async def flush(engine: Engine, base_url: str, timeout_s: float) -> bool:
         return True
     url = base_url.rstrip("/") + engine.flush_path
     deadline = time.monotonic() + timeout_s
+    refused_since: Optional[float] = None
     async with new_session(1) as session:
         while True:
             left = deadline - time.monotonic()
@@ -313,9 +315,17 @@ async def flush(engine: Engine, base_url: str, timeout_s: float) -> bool:
                 return False
             try:
                 async with session.post(url, timeout=aiohttp.ClientTimeout(total=max(0.1, left))) as resp:
-                    await resp.read()
-                    if resp.status == 200:
+                    body = await resp.read()
+                    refused_since = None
+                    # vLLM answers 200 with {"success": false} when blocks are still held: not flushed yet
+                    if resp.status == 200 and b'"success":false' not in body.replace(b" ", b""):
                         return True
+            except aiohttp.ClientConnectorError:
+                # nothing listens: a healthy server that stops accepting connections has died; do not wait it out
+                now = time.monotonic()
+                refused_since = refused_since if refused_since is not None else now
+                if now - refused_since > FLUSH_REFUSED_GIVE_UP_S:
+                    return False
             except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
                 pass
             await asyncio.sleep(min(FLUSH_RETRY_S, max(0.0, deadline - time.monotonic())))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import json
 import socket
 import threading
@@ -299,3 +300,18 @@ def test_run_load_point_sync_with_server_thread() -> None:
 def test_empty_window() -> None:
     res = asyncio.run(_window("http://127.0.0.1:9", [], LoadPoint("concurrency", 2)))
     assert res.requests.num_rows == 0 and res.chunks.num_rows == 0 and res.duration_s == 0.0
+
+
+def test_flush_gives_up_quickly_when_nothing_listens() -> None:
+    """A server that died refuses connections: flush reports failure in seconds, not after its whole timeout."""
+    import socket
+
+    from cluster.engines.sglang import SGLangEngine
+    from cluster.loadgen.runner import FLUSH_REFUSED_GIVE_UP_S, flush
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again when the block ends: nothing listens there
+    t0 = time.monotonic()
+    assert asyncio.run(flush(SGLangEngine(), f"http://127.0.0.1:{port}", timeout_s=60)) is False
+    assert time.monotonic() - t0 < FLUSH_REFUSED_GIVE_UP_S + 5
