@@ -23,7 +23,7 @@ from aiohttp import web
 from cluster.engines import sim_tuning
 from cluster.engines.sim_model import (Knobs, KnobError, LaunchError, Scheduler, SimRequest, SpecParams,
                                        resolve_args)
-from cluster.engines.sim_wire import ChunkWriter, Pacer, metrics_text
+from cluster.engines.sim_wire import ChunkWriter, Pacer, fine_timer_slack, metrics_text
 
 VERSION = "0.5.23"
 SIM_ENV = "SGLBENCH_SIM"
@@ -183,18 +183,35 @@ class SimServer:
         """Fixed-latency mode: the step model is bypassed; each token is its own chunk, written when due."""
         pacer = self.pacer
         assert pacer is not None
+        # let every other request that arrived in the same burst take its receipt time before this one's set-up
+        # (output ids, writer): that work runs inside the TTFT, not between the client's send and the receipt
+        await asyncio.sleep(0)
         req = self.sched.new_request(body.get("rid") or uuid.uuid4().hex, ids, text, max_new, ignore_eos)
         writer = self._writer(req, "native")
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
-        n = await pacer.stream(resp.write, writer, req, t_recv_ns)
+        await resp.write(b"")  # puts the buffered status line and headers on the wire now
+        transport = request.transport
+        if transport is None or transport.is_closing():
+            return resp
+        # aiohttp already sets TCP_NODELAY on accepted connections; the pacer writes framed chunks itself
+        chunked = resp.headers.get("Transfer-Encoding", "").lower() == "chunked"
+        n = await pacer.stream(transport, chunked, writer, req, t_recv_ns, list((ids or [])[:8]))
         self._streaming_tokens += n
         self._on_finished()
         return resp
 
     async def sim_pacing(self, request: web.Request) -> web.Response:
-        """The fixed-latency pacer's own write lateness since start or the last /flush_cache (sim only)."""
-        return web.json_response(self.pacer.stats() if self.pacer is not None else {"writes": 0, "fixed": False})
+        """The fixed-latency pacer's own write lateness since start or the last /flush_cache (sim only).
+
+        With `?requests=1`, also each finished stream's rid, first prompt ids, receipt and write times (monotonic
+        ns, the same clock as any client on this machine)."""
+        if self.pacer is None:
+            return web.json_response({"writes": 0, "fixed": False})
+        out = self.pacer.stats()
+        if request.query.get("requests") in ("1", "true"):
+            out["requests"] = self.pacer.request_log()
+        return web.json_response(out)
 
     def _writer(self, req: SimRequest, api: str, **kw: Any) -> ChunkWriter:
         return ChunkWriter(req, time.monotonic(), time.monotonic, api=api, spec=self.spec, created=int(time.time()),
@@ -458,6 +475,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                 garbage_output=knobs.garbage_output or eff.garbage)
     if unknown:
         log.info("accepted but not modelled: %s", " ".join(unknown))
+    if knobs.fixed_ttft_ms is not None or knobs.fixed_itl_ms is not None:
+        fine_timer_slack()
     try:
         import uvloop
 

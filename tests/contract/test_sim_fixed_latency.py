@@ -38,6 +38,19 @@ def test_fixed_mode_streams_one_token_per_chunk_on_its_schedule(sim_factory: Cal
     stats = json.loads(body)
     assert status == 200 and stats["writes"] == n_req * n_tokens
     assert stats["late_p50_us"] >= 0 and stats["itl_ms"] == 8.0 and stats["ttft_ms"] == 30.0
+    assert stats["write_call_p50_us"] > 0 and "requests" not in stats
+    # the per-request write log: receipt and write times on the monotonic clock this client shares
+    log = json.loads(h.get("/sim_pacing?requests=1")[1])["requests"]
+    assert sorted(tuple(e["head"]) for e in log) == [(100 + i, 101, 102) for i in range(n_req)]
+    send_ns = {r["request_index"]: r["actual_send_ns"] for r in req}
+    for e in log:
+        w = np.array(e["writes_ns"])
+        assert len(w) == n_tokens and w[0] - e["recv_ns"] >= 30_000_000
+        assert 7.0 < float(np.median(np.diff(w))) / 1e6 < 9.5
+        i = e["head"][0] - 100
+        first = next(r["first_chunk_ns"] for r in req if r["request_index"] == i)
+        # the client saw the first chunk after the simulator wrote it: same clock, offsets cancel
+        assert first - send_ns[i] >= w[0] - e["recv_ns"] - 1_000_000
     assert h.post("/flush_cache")[0] == 200
     assert json.loads(h.get("/sim_pacing")[1]) == {"writes": 0}
 
