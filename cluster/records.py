@@ -7,7 +7,7 @@ Times are int64 nanoseconds on the load actor's monotonic clock, relative to the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Iterable, Optional
 
 import pyarrow as pa
 
@@ -87,41 +87,16 @@ class RequestRecord:
 
 
 def request_batches(records: Iterable[RequestRecord]) -> tuple[pa.RecordBatch, pa.RecordBatch]:
-    """RequestRecords → (requests batch, chunks batch) in REQUEST_BATCH_SCHEMA / CHUNK_BATCH_SCHEMA."""
+    """RequestRecords → (requests batch, chunks batch), sorted by request_index, through the load generator's own
+    columnar sink (cluster/loadgen/sink.py), so hand-built records in tests take the production path."""
+    from cluster.loadgen.sink import RecordSink
+
     recs = list(records)
-    req_cols: dict[str, list[Any]] = {f.name: [] for f in REQUEST_FIELDS}
-    ch_req: list[int] = []
-    ch_idx: list[int] = []
-    ch_t: list[int] = []
-    ch_tok: list[int] = []
+    sink = RecordSink(len(recs), batch_rows=max(1, len(recs)))
     for r in recs:
-        req_cols["request_index"].append(r.request_index)
-        req_cols["intended_send_ns"].append(r.intended_send_ns)
-        req_cols["actual_send_ns"].append(r.actual_send_ns)
-        req_cols["first_chunk_ns"].append(r.chunk_arrival_ns[0] if r.chunk_arrival_ns else None)
-        req_cols["last_chunk_ns"].append(r.chunk_arrival_ns[-1] if r.chunk_arrival_ns else None)
-        req_cols["num_chunks"].append(len(r.chunk_arrival_ns))
-        req_cols["client_tokens"].append(sum(r.chunk_tokens))
-        req_cols["prompt_tokens_sent"].append(r.prompt_tokens_sent)
-        req_cols["max_tokens"].append(r.max_tokens)
-        req_cols["prompt_tokens"].append(r.prompt_tokens)
-        req_cols["completion_tokens"].append(r.completion_tokens)
-        req_cols["cached_tokens"].append(r.cached_tokens)
-        req_cols["spec_verify_ct"].append(r.spec_verify_ct)
-        req_cols["finish_reason"].append(r.finish_reason)
-        req_cols["error"].append(r.error)
-        req_cols["http_status"].append(r.http_status)
-        n = len(r.chunk_arrival_ns)
-        ch_req.extend([r.request_index] * n)
-        ch_idx.extend(range(n))
-        ch_t.extend(r.chunk_arrival_ns)
-        ch_tok.extend(r.chunk_tokens)
-    reqs = pa.RecordBatch.from_pydict(req_cols, schema=REQUEST_BATCH_SCHEMA)
-    chunks = pa.RecordBatch.from_pydict(
-        {"request_index": ch_req, "chunk_index": ch_idx, "arrival_ns": ch_t, "tokens": ch_tok},
-        schema=CHUNK_BATCH_SCHEMA,
-    )
-    return reqs, chunks
+        sink.add(r, r.chunk_arrival_ns[-1] if r.chunk_arrival_ns else r.actual_send_ns)
+    sink.flush()
+    return sink.kept_batches()
 
 
 RUN_FIELDS = [
