@@ -33,6 +33,15 @@ def bench_ms(fn: Any, iters: int = 20) -> float:
     return float(start.elapsed_time(end)) / iters
 
 
+def copy_ms(n_bytes: int) -> float:
+    """Device-to-device copy time of n_bytes (the buffers are freed when this returns)."""
+    import torch
+
+    src = torch.empty(n_bytes, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    return bench_ms(lambda: dst.copy_(src), 10)
+
+
 def main() -> int:
     try:
         import torch
@@ -56,11 +65,7 @@ def main() -> int:
     except ImportError:
         rows.append(("triton", "missing"))
     n_bytes = 1 << 30
-    src = torch.empty(n_bytes, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    ms = bench_ms(lambda: dst.copy_(src), 10)
-    rows.append(("d2d copy GB/s (read+write)", f"{2 * n_bytes / ms / 1e6:.0f}"))
-    del src, dst
+    rows.append(("d2d copy GB/s (read+write)", f"{2 * n_bytes / copy_ms(n_bytes) / 1e6:.0f}"))
     for m in (16, 4096):
         a = torch.randn(m, 8192, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)

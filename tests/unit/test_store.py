@@ -54,7 +54,7 @@ def _write(store: DatasetStore, plan: RunPlan, n: int = 3) -> dict[str, float | 
 def test_round_trip_and_layout(tmp_path: Path, plans: list[RunPlan]) -> None:
     store = DatasetStore(str(tmp_path), "exp1")
     p = plans[0]
-    m = _write(store, p)
+    _write(store, p)
     assert (tmp_path / "exp1" / "runs" / f"variant={p.variant.name}" / f"{p.run_key}.parquet").is_file()
     assert (tmp_path / "exp1" / "chunks" / f"variant={p.variant.name}" / f"{p.run_key}.parquet").is_file()
     runs = store.read_table("runs")
