@@ -29,18 +29,14 @@ def _load(path: Path) -> ExperimentSpec:
 def _local_checks(spec: ExperimentSpec, quiet: bool = False) -> dict[str, Any]:
     """Fairness rules and the checkpoint probe, where this machine can read the checkpoint."""
     variants = expand_variants(spec)
-    findings: list[Any] = []
-    try:
-        from cluster.fairness import check_fairness
+    from cluster.fairness import check_fairness, format_findings
 
-        findings = check_fairness(variants)
-    except ModuleNotFoundError:
-        pass
-    errors = [f for f in findings if getattr(f, "level", "") == "error"]
+    findings = check_fairness(variants)
+    errors = [f for f in findings if f.level == "error"]
     if not quiet:
-        for f in findings:
-            colour = "red" if f.level == "error" else "yellow"
-            err_console.print(f"[{colour}]{f.level}[/] [{f.variant}] {f.rule}: {f.message}", soft_wrap=True)
+        for f, line in zip(findings, format_findings(findings)):
+            # markup off: variant names and flag values must print literally
+            err_console.print(line, style="red" if f.level == "error" else "yellow", markup=False, soft_wrap=True)
     if errors:
         raise typer.Exit(2)
     probes: dict[str, Any] = {}

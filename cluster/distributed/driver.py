@@ -402,10 +402,9 @@ class Driver:
         except (RayActorError, RayTaskError, GetTimeoutError):
             return ""
 
-    def _record_failed(self, p: RunPlan, reason: str, tail: str, info: dict[str, Any],
-                       out: Optional[dict[str, Any]] = None) -> None:
+    def _record_failed(self, p: RunPlan, reason: str, tail: str, info: dict[str, Any]) -> None:
         row = failed_run_row(p, reason, tail, info, self.spec, self.git_sha)
-        self.store.write_run(p, row, out["requests"] if out else None, out["chunks"] if out else None)
+        self.store.write_run(p, row, None, None)
         self._finish(p, "failed")
 
     def _finish(self, p: RunPlan, status: str) -> None:

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from cluster.engines.sim_model import expected_accept_length
 from cluster.spec import ExperimentSpec, load_spec
 
 pytestmark = pytest.mark.ray
@@ -17,12 +18,9 @@ pytestmark = pytest.mark.ray
 REPO = Path(__file__).resolve().parents[2]
 
 
-def expected_accept_length(probs: list[float], steps: int) -> float:
-    total, run = 1.0, 1.0
-    for i in range(steps):
-        run *= probs[min(i, len(probs) - 1)]
-        total += run
-    return total
+def expected_for(probs: list[float], steps: int) -> float:
+    """The step model's expectation for k steps (the simulator repeats the last probability past its list)."""
+    return expected_accept_length([probs[min(i, len(probs) - 1)] for i in range(steps)])
 
 
 def ratio_se(x: np.ndarray, v: np.ndarray) -> float:
@@ -64,7 +62,7 @@ def test_demo_acceptance_and_speedup(ray_local: None, tmp_path: Path) -> None:
         al = runs.loc[name, "m_accept_length"]
         assert al == pytest.approx(x.sum() / v.sum())
         se = ratio_se(x, v)
-        exp = expected_accept_length(probs, k)
+        exp = expected_for(probs, k)
         assert abs(al - exp) <= 3 * se, f"{name}: accept length {al:.3f} vs expected {exp:.3f} (SE {se:.3f})"
         assert al > prev
         prev = al
@@ -74,4 +72,4 @@ def test_demo_acceptance_and_speedup(ray_local: None, tmp_path: Path) -> None:
     running = sm[sm["metric"] == "sglang:num_running_reqs"]
     assert len(running) >= len(runs) and running["value"].max() >= 1
     # the step model separates the depths by far more than the noise
-    assert expected_accept_length(probs, 3) - expected_accept_length(probs, 2) > 6 * se
+    assert expected_for(probs, 3) - expected_for(probs, 2) > 6 * se
