@@ -18,7 +18,7 @@ version: 1
 name: {name}
 model: {{path: /models/sim-qwen35, engine: sim, tp: 4}}
 server: {{args: {{max-running-requests: 8, kv-cache-dtype: bf16, attention-backend: flashinfer}}}}
-sim: {{time_scale: 0.05, autotune_time_s: 0.0, autotune_speed_factor: 0.5, garbage_backends: [marlin]}}
+sim: {{time_scale: 0.25, autotune_time_s: 0.0, autotune_speed_factor: 0.5, garbage_backends: [marlin]}}
 variants:
   - {{name: base, baseline: true, args: {{disable-flashinfer-autotune: true, moe-runner-backend: flashinfer_cutlass}}}}
   - name: at
@@ -61,12 +61,13 @@ def test_tuning_stage_through_the_driver_then_reuse(ray_local: None, tmp_path: P
     assert art_at and art_moe and art_at != art_moe and prov["base"]["tuning_artifact"] is None
     assert runs.loc["at", "tuning_artifact"] == art_at
     # the autotuned variant is faster only because its artifact is present: the server says it loaded the cache
-    # (deterministic), and the speed-up is large enough (factor 0.5) that a busy 2-core CI box cannot flip it
+    # (deterministic), and the speed-up (factor 0.5 on ~3.7 ms steps) is far larger than a busy 2-core box's
+    # scheduling overhead per step (~0.2 ms measured), so noise cannot flip it
     at_logs = "".join(p.read_text() for p in (tmp_path / "logs" / "tune-a").glob("at-*.log"))
     assert "Loaded FlashInfer autotune cache" in at_logs
     base_logs = "".join(p.read_text() for p in (tmp_path / "logs" / "tune-a").glob("base-*.log"))
     assert "autotune cache" not in base_logs
-    assert runs.loc["at", "m_tpot_ms_p50"] < 0.85 * runs.loc["base", "m_tpot_ms_p50"]
+    assert runs.loc["at", "m_tpot_ms_p50"] < 0.7 * runs.loc["base", "m_tpot_ms_p50"]
     # the sweep: one variant per back end; the garbage one never gets its speed counted
     swept = [v for v in runs.index if v.startswith("sweep-")]
     assert len(swept) == 2
