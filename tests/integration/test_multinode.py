@@ -51,6 +51,7 @@ workloads:
 load: {{concurrency: [2]}}
 warmup_requests: 0
 isolation: gpus
+max_client_lag_ms: 1000  # placement test: four servers and two Ray nodes share a 2-core CI box
 output: {tmp / 'results'}
 {extra}
 """
