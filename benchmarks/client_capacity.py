@@ -127,12 +127,6 @@ def sglbench_worker(port: int, concurrency: int, n: int, shard_index: int, num_s
     }))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _pin(pid: int, cores: Optional[set[int]]) -> None:
     if cores:
         try:
@@ -173,13 +167,15 @@ class Stub:
     """nginx serving the SGLang stub; started and stopped by its own Popen handle."""
 
     def __init__(self, cores: Optional[set[int]]) -> None:
+        from cluster.server_process import free_port  # not at the top: --sglang-entry runs in SGLang's venv
+
         nginx = shutil.which("nginx") or "/usr/sbin/nginx"
         if not Path(nginx).exists():
             raise SystemExit("nginx not found: apt-get install -y nginx (Debian's nginx)")
         self.dir = tempfile.mkdtemp(prefix="sglbench-stub-")
         os.chmod(self.dir, 0o755)  # nginx started as root serves files as its unprivileged worker user
-        self.port = _free_port()
-        subprocess.run([sys.executable, str(STUB), self.dir, str(self.port), str(_free_port())], check=True,
+        self.port = free_port()
+        subprocess.run([sys.executable, str(STUB), self.dir, str(self.port), str(free_port())], check=True,
                        stdout=subprocess.DEVNULL)
         self.proc = subprocess.Popen([nginx, "-c", f"{self.dir}/nginx.conf", "-p", self.dir],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

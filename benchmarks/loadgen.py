@@ -13,7 +13,6 @@ import asyncio
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -25,14 +24,9 @@ from cluster.engines.sglang import SGLangEngine
 from cluster.loadgen import runner
 from cluster.loadgen.runner import run_load_point
 from cluster.plan import LoadPoint
+from cluster.server_process import free_port
 
 SPEC_PATTERN = [1, 3, 2, 4]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def serve_fake(port: int) -> None:
@@ -141,7 +135,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"{'server':6} {'spin us':>7} {'load':>6} {'chunks/s':>9} {'tok/s':>9} {'cpu us/chunk':>12} {'lag p50 ms':>10} "
           f"{'lag p99 ms':>10} {'errors':>6} {'dur s':>6}")
     for kind in kinds:
-        port = _free_port()
+        port = free_port()
         proc = start_server(kind, port)
         try:
             url = f"http://127.0.0.1:{port}"

@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -36,6 +35,7 @@ from cluster.engines.base import Prompt
 from cluster.engines.sglang import SGLangEngine
 from cluster.loadgen.runner import WindowResult, run_load_point
 from cluster.plan import LoadPoint
+from cluster.server_process import free_port
 
 MAX_CLIENT_LAG_MS = 10.0
 """The runs table's default `max_client_lag_ms` (cluster/spec.py): a run past it is flagged invalid."""
@@ -43,17 +43,11 @@ ACCURATE_LATE_P99_US = 250.0
 """A chunk rate counts as paced accurately when the simulator's own write lateness p99 stays under this."""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Sim:
     """The simulator in fixed-latency mode, pinned to `cores`; stopped by its own Popen handle."""
 
     def __init__(self, ttft_ms: float, itl_ms: float, cores: Optional[set[int]]) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         env = dict(os.environ, SGLBENCH_SIM=json.dumps({"fixed_ttft_ms": ttft_ms, "fixed_itl_ms": itl_ms}))
         self.proc = subprocess.Popen([sys.executable, "-m", "cluster.engines.sim", "--model-path", "sim", "--port",
                                       str(self.port), "--max-running-requests", "4096"],

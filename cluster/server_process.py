@@ -201,6 +201,16 @@ def group_members(pgid: int) -> list[int]:
     return out
 
 
+def wait_group_gone(pgid: int, timeout_s: float, poll_s: float = 0.1) -> list[int]:
+    """Poll until no live process of group pgid is left or timeout_s passes; return the pids still alive."""
+    deadline = time.monotonic() + timeout_s
+    left = group_members(pgid)
+    while left and time.monotonic() < deadline:
+        time.sleep(poll_s)
+        left = group_members(pgid)
+    return left
+
+
 def pid_alive(pid: int) -> bool:
     """True if a process with this pid exists and is not a zombie."""
     try:

@@ -5,10 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
-import subprocess
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -18,6 +15,7 @@ import pytest
 from cluster.engines.base import Prompt
 from cluster.engines.vllm import VLLMEngine, acceptance_from_counters
 from cluster.plan import LoadPoint, ResolvedVariant, SpecDecode, make_plan
+from cluster.server_process import ServerProcess, ServerStartError, free_port, group_members, wait_group_gone
 from cluster.spec import EngineLauncher, ExperimentSpec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -31,93 +29,39 @@ SERVER_ARGS: dict[str, Any] = {"enforce-eager": True, "max-model-len": 2048, "ma
 SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
 
 
-def _group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes whose process group is pgid, from /proc."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_bytes()
-        except OSError:
-            continue
-        fields = stat.rsplit(b")", 1)[1].split()
-        if int(fields[2]) == pgid and fields[0] != b"Z":
-            out.append(int(d.name))
-    return out
-
-
-def _wait_gone(pgid: int, timeout_s: float) -> list[int]:
-    deadline = time.monotonic() + timeout_s
-    left = _group_members(pgid)
-    while left and time.monotonic() < deadline:
-        time.sleep(0.1)
-        left = _group_members(pgid)
-    return left
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return bool(resp.status == 200)
-    except OSError:
-        return False
-
-
 # ---------------------------------------------------------------- a server started by the test itself
 
 
 @pytest.fixture
-def ngram_server(vllm_python: str, tiny_model: Path, tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def ngram_server(vllm_python: str, tiny_model: Path, tmp_path: Path) -> Iterator[tuple[str, ServerProcess]]:
     variant = ResolvedVariant(
         name="ngram", engine="vllm", tp=1, model_path=str(tiny_model), args=dict(SERVER_ARGS), env=dict(SERVER_ENV),
         speculative=SpecDecode("NGRAM", 3, 1, 4),
     )
     engine = VLLMEngine()
-    port = _free_port()
+    port = free_port()
     cmd = engine.launch(variant, "127.0.0.1", port, EngineLauncher(python=vllm_python), vllm_python)
     env = dict(os.environ)
     env.update(cmd.env)
-    log_path = tmp_path / "vllm-ngram.log"
-    t0 = time.monotonic()
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(list(cmd.argv), env=env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+    server = ServerProcess(cmd.argv, env, tmp_path / "vllm-ngram.log", watchdog=False)
+    server.start()
     base_url = f"http://127.0.0.1:{port}"
     try:
-        while not _healthy(base_url + engine.health_path):
-            tail = log_path.read_text(errors="replace")[-3000:]
-            assert proc.poll() is None, f"vLLM exited with {proc.returncode} before healthy:\n{tail}"
-            assert time.monotonic() - t0 < HEALTH_TIMEOUT_S, f"vLLM not healthy after {HEALTH_TIMEOUT_S} s:\n{tail}"
-            time.sleep(0.5)
-        print(f"[e2e] vLLM ngram server healthy in {time.monotonic() - t0:.1f} s (pid {proc.pid})")
-        yield base_url, proc
+        waited_s = server.wait_healthy(base_url, engine.health_path, HEALTH_TIMEOUT_S, poll_s=0.5)
+        print(f"[e2e] vLLM ngram server healthy in {waited_s:.1f} s (pid {server.pid})")
+        yield base_url, server
+    except ServerStartError as e:
+        pytest.fail(f"vLLM: {e}:\n{e.log_tail[-3000:]}")
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        if _wait_gone(proc.pid, STOP_GRACE_S):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        proc.wait(timeout=30)
-        assert _wait_gone(proc.pid, 10) == [], "vLLM processes outlived SIGKILL of their group"
+        pgid = server.pid
+        server.stop(STOP_GRACE_S)  # SIGTERM to the group, SIGKILL after the grace period
+        assert pgid is not None and wait_group_gone(pgid, 10) == [], "vLLM processes outlived SIGKILL of their group"
 
 
-def test_ngram_server_direct_load(ngram_server: tuple[str, subprocess.Popen[bytes]], tiny_model: Path) -> None:
+def test_ngram_server_direct_load(ngram_server: tuple[str, ServerProcess], tiny_model: Path) -> None:
     from cluster.loadgen.runner import flush, run_load_point
 
-    base_url, proc = ngram_server
+    base_url, server = ngram_server
     engine = VLLMEngine()
     assert asyncio.run(flush(engine, base_url, 30.0)) is True
     rng = np.random.default_rng(7)
@@ -147,7 +91,7 @@ def test_ngram_server_direct_load(ngram_server: tuple[str, subprocess.Popen[byte
     assert {"accept_rate_pos_0", "accept_rate_pos_1", "accept_rate_pos_2"} <= set(acc)
     assert acc["accept_rate_pos_0"] >= acc["accept_rate_pos_2"]  # a later position is accepted only after earlier ones
     print(f"[e2e] ngram window acceptance: {json.dumps(acc, sort_keys=True)}")
-    assert proc.poll() is None
+    assert server.alive()
 
 
 # ---------------------------------------------------------------- the whole pipeline through the Ray driver
@@ -242,4 +186,4 @@ def test_experiment_through_driver(local_ray: None, vllm_python: str, tiny_model
 
     assert set(result.servers) == {"baseline", "ngram"}
     for variant, info in result.servers.items():
-        assert _group_members(int(info["pgid"])) == [], f"{variant}: server processes still alive after the run"
+        assert group_members(int(info["pgid"])) == [], f"{variant}: server processes still alive after the run"

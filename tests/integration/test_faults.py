@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from cluster.plan import RunPlan, make_plan
-from cluster.server_process import group_members, pid_alive
+from cluster.server_process import pid_alive, wait_group_gone
 from cluster.spec import ExperimentSpec, parse_spec_text
 
 pytestmark = pytest.mark.ray
@@ -70,10 +70,7 @@ def assert_consistent(spec: ExperimentSpec, root: str, result: Any) -> pd.DataFr
     got = reqs[reqs["run_key"].isin(ok["run_key"])].groupby("run_key").size()
     assert (got == 6).all() and len(got) == len(ok)
     for info in result.servers.values():
-        deadline = time.monotonic() + 15
-        while group_members(info["pgid"]) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert group_members(info["pgid"]) == [], f"server group {info['pgid']} survived"
+        assert wait_group_gone(info["pgid"], 15, poll_s=0.2) == [], f"server group {info['pgid']} survived"
         assert not pid_alive(info["server_pid"])
     return runs
 
@@ -162,9 +159,7 @@ def test_engine_actor_killed(ray_local: None, tmp_path: Path) -> None:
                         if n["name"].startswith("sglbench-engine-enginekill-a-"))
             ray.kill(ray.get_actor(name), no_restart=True)
             done.append(drv.result.servers["a"]["pgid"])
-            deadline = time.monotonic() + 10  # the watchdog notices its owner is gone
-            while group_members(done[0]) and time.monotonic() < deadline:
-                time.sleep(0.1)
+            wait_group_gone(done[0], 10)  # the watchdog notices its owner is gone
 
     result = run(spec, tmp_path, on_run)
     runs = assert_consistent(spec, result.dataset_root, result)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 from typing import Iterator
 
 import pytest
+
+from cluster.server_process import free_port
 
 EXPERIMENT = """\
 version: 1
@@ -39,7 +40,7 @@ def job_api() -> Iterator[str]:
         ray.shutdown()
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 2, "num_gpus": 8, "include_dashboard": True, "dashboard_host": "127.0.0.1",
-        "dashboard_port": _free_port(), "dashboard_agent_listen_port": _free_port(),
+        "dashboard_port": free_port(), "dashboard_agent_listen_port": free_port(),
         "object_store_memory": 100 * 1024**2,
     })
     try:
@@ -54,12 +55,6 @@ def job_api() -> Iterator[str]:
 def _submit(args: list[str], env: dict[str, str], cwd: Path, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "cluster.cli", "submit", *args], capture_output=True, text=True,
                           env=env, cwd=cwd, timeout=timeout_s)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.mark.ray

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -17,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cluster.engines.smoke import run_smoke
+from cluster.server_process import free_port
 
 
 class FakeSGLang(BaseHTTPRequestHandler):
@@ -106,9 +106,7 @@ def test_each_broken_assumption_is_reported(fake: tuple[str, type[FakeSGLang]]) 
 
 
 def test_unreachable_server_fails_fast() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # bound and released: nothing listens there
     checks = run_smoke(f"http://127.0.0.1:{port}", 2.0)
     assert len(checks) == 1 and not checks[0].ok
 
@@ -125,16 +123,10 @@ def test_cli_prints_table_and_exits_1_on_failure(fake: tuple[str, type[FakeSGLan
     assert res.exit_code == 1 and "FAIL" in res.output and "17 passed, 1 failed" in res.output
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.parametrize("spec", [False, True])
 def test_smoke_against_the_simulator(spec: bool) -> None:
     pytest.importorskip("cluster.engines.sim")
-    port = _free_port()
+    port = free_port()
     argv = [sys.executable, "-m", "cluster.engines.sim", "--model-path", "sim://q", "--host", "127.0.0.1",
             "--port", str(port), "--max-running-requests", "64"]
     if spec:
