@@ -114,11 +114,7 @@ def compare_table(root: str, experiment: str, baseline: Optional[str] = None) ->
     if df.empty:
         return pd.DataFrame(columns=cols)
     variants = list(dict.fromkeys(df.sort_values("order_index")["variant"]))
-    if baseline is None:
-        marked = df.loc[df["is_baseline"].fillna(False).astype(bool), "variant"].unique().tolist()
-        baseline = marked[0] if marked else None
-    elif baseline not in variants:
-        raise QueryError(f"baseline {baseline!r} is not a variant of {experiment!r}; variants: {', '.join(variants)}")
+    baseline = _resolve_baseline(df, variants, baseline, experiment)
     for _, mcol in COMPARE_METRICS:
         if mcol not in df.columns:
             df[mcol] = float("nan")
@@ -134,15 +130,31 @@ def compare_table(root: str, experiment: str, baseline: Optional[str] = None) ->
     means = ok.groupby(keys, sort=False)[[m for _, m in COMPARE_METRICS]].mean()
     means.columns = [c for c, _ in COMPARE_METRICS]
     out = counts.join(means, how="left").reset_index().rename(columns={"engine_name": "engine"})
-    out["n_runs"] = out["n_runs"].astype(int)
-    out["is_baseline"] = out["variant"] == baseline
-    base = out.loc[out["is_baseline"], list(POINT_KEYS) + ["output_tok_s"]].rename(
+    return _with_speedup(out, baseline, variants)[cols]
+
+
+def _resolve_baseline(df: pd.DataFrame, variants: list[str], baseline: Optional[str], experiment: str
+                      ) -> Optional[str]:
+    """`baseline` when given (it must be a variant), else the first variant whose rows are marked is_baseline."""
+    if baseline is None:
+        marked = df.loc[df["is_baseline"].fillna(False).astype(bool), "variant"].unique().tolist()
+        return marked[0] if marked else None
+    if baseline not in variants:
+        raise QueryError(f"baseline {baseline!r} is not a variant of {experiment!r}; variants: {', '.join(variants)}")
+    return baseline
+
+
+def _with_speedup(df: pd.DataFrame, baseline: Optional[str], variants: list[str]) -> pd.DataFrame:
+    """Mark the baseline, add output tok/s speedup over it at the same load point, order rows by point then plan."""
+    df["is_baseline"] = df["variant"] == baseline
+    base = df.loc[df["is_baseline"], list(POINT_KEYS) + ["output_tok_s"]].rename(
         columns={"output_tok_s": "_base_tok_s"})
-    out = out.merge(base, on=list(POINT_KEYS), how="left")
-    out["speedup_output_tok_s"] = out["output_tok_s"] / out["_base_tok_s"]
-    out["_vorder"] = out["variant"].map({v: i for i, v in enumerate(variants)})
-    out = out.sort_values(list(POINT_KEYS) + ["_vorder"], kind="stable").reset_index(drop=True)
-    return out[cols]
+    df = df.merge(base, on=list(POINT_KEYS), how="left")
+    df["speedup_output_tok_s"] = df["output_tok_s"] / df["_base_tok_s"]
+    df["_vorder"] = df["variant"].map({v: i for i, v in enumerate(variants)})
+    df = df.sort_values(list(POINT_KEYS) + ["_vorder"], kind="stable").reset_index(drop=True)
+    df["n_runs"] = df["n_runs"].astype(int)
+    return df
 
 
 _REQUEST_COMPARE_SQL = """
@@ -198,17 +210,5 @@ def compare_from_requests(root: str, experiment: str, baseline: Optional[str] = 
     if df.empty:
         return pd.DataFrame(columns=cols)
     variants = list(dict.fromkeys(df.sort_values("first_order_index")["variant"]))
-    if baseline is None:
-        marked = df.loc[df["is_baseline"].astype(bool), "variant"].unique().tolist()
-        baseline = marked[0] if marked else None
-    elif baseline not in variants:
-        raise QueryError(f"baseline {baseline!r} is not a variant of {experiment!r}; variants: {', '.join(variants)}")
-    df["is_baseline"] = df["variant"] == baseline
-    base = df.loc[df["is_baseline"], list(POINT_KEYS) + ["output_tok_s"]].rename(
-        columns={"output_tok_s": "_base_tok_s"})
-    df = df.merge(base, on=list(POINT_KEYS), how="left")
-    df["speedup_output_tok_s"] = df["output_tok_s"] / df["_base_tok_s"]
-    df["_vorder"] = df["variant"].map({v: i for i, v in enumerate(variants)})
-    df = df.sort_values(list(POINT_KEYS) + ["_vorder"], kind="stable").reset_index(drop=True)
-    df["n_runs"] = df["n_runs"].astype(int)
-    return df[cols]
+    baseline = _resolve_baseline(df, variants, baseline, experiment)
+    return _with_speedup(df, baseline, variants)[cols]
