@@ -314,7 +314,11 @@ class SimServer:
             return await self._stream_fixed(request, body, list(ids) if ids is not None else None, text, max_new,
                                             ignore_eos, t_recv_ns)
         req, ev = self._submit(list(ids) if ids is not None else None, text, max_new, ignore_eos, body.get("rid"))
-        writer = self._writer(req, "native")
+        return await self._respond(request, req, ev, self._writer(req, "native"), stream)
+
+    async def _respond(self, request: web.Request, req: SimRequest, ev: asyncio.Event, writer: ChunkWriter,
+                       stream: bool) -> web.StreamResponse:
+        """Stream the request's chunks, or wait for it to finish and answer with one JSON object."""
         if stream:
             resp = await self._stream(request, req, ev, writer, int(self.args["stream_interval"]))
             self._streaming_tokens += req.generated
@@ -369,13 +373,7 @@ class SimServer:
             req, "chat" if chat else "completions", model=str(body.get("model") or self.args["served_model_name"]),
             include_usage=bool(opts.get("include_usage")), continuous_usage=bool(opts.get("continuous_usage_stats")),
             spec_details=bool(body.get("return_spec_tokens_details")))
-        if body.get("stream"):
-            resp = await self._stream(request, req, ev, writer, int(self.args["stream_interval"]))
-            self._streaming_tokens += req.generated
-            return resp
-        await self._wait(req, ev)
-        self._on_finished()
-        return web.json_response(writer.final_object())
+        return await self._respond(request, req, ev, writer, bool(body.get("stream")))
 
 
 def _content_text(content: Any) -> str:
