@@ -277,7 +277,7 @@ _SPEC_KEYS = {
 }
 
 
-def build_sglang_request(
+def sglang_request_body(
     api: str,
     prompt: Prompt,
     max_tokens: int,
@@ -285,8 +285,8 @@ def build_sglang_request(
     temperature: float,
     model_name: str,
     rid: Optional[str] = None,
-) -> HttpRequest:
-    """A streaming request to SGLang's native /generate or its OpenAI endpoints (the sim serves the same)."""
+) -> tuple[str, dict[str, Any]]:
+    """Path and JSON body of a streaming request to SGLang's native /generate or its OpenAI endpoints."""
     if api == "native":
         body: dict[str, Any] = {
             "sampling_params": {"max_new_tokens": max_tokens, "temperature": temperature, "ignore_eos": ignore_eos},
@@ -298,7 +298,7 @@ def build_sglang_request(
             body["text"] = prompt.text
         if rid:
             body["rid"] = rid
-        return HttpRequest("/generate", json.dumps(body, separators=(",", ":")).encode())
+        return "/generate", body
     common: dict[str, Any] = {
         "model": model_name,
         "max_tokens": max_tokens,
@@ -311,9 +311,26 @@ def build_sglang_request(
     if api == "chat":
         text = prompt.text if prompt.text is not None else " ".join(str(t) for t in prompt.input_ids or ())
         common["messages"] = [{"role": "user", "content": text}]
-        return HttpRequest("/v1/chat/completions", json.dumps(common, separators=(",", ":")).encode())
+        return "/v1/chat/completions", common
     common["prompt"] = list(prompt.input_ids) if prompt.input_ids is not None else prompt.text
-    return HttpRequest("/v1/completions", json.dumps(common, separators=(",", ":")).encode())
+    return "/v1/completions", common
+
+
+def encode_request(path: str, body: Mapping[str, Any]) -> HttpRequest:
+    return HttpRequest(path, json.dumps(body, separators=(",", ":")).encode())
+
+
+def build_sglang_request(
+    api: str,
+    prompt: Prompt,
+    max_tokens: int,
+    ignore_eos: bool,
+    temperature: float,
+    model_name: str,
+    rid: Optional[str] = None,
+) -> HttpRequest:
+    """A streaming request to SGLang's native /generate or its OpenAI endpoints (the sim serves the same)."""
+    return encode_request(*sglang_request_body(api, prompt, max_tokens, ignore_eos, temperature, model_name, rid))
 
 
 SERVER_INFO_KEYS = ("version", "internal_states", "max_running_requests", "speculative_algorithm")

@@ -8,7 +8,7 @@ from typing import Any, Mapping, Optional
 
 from cluster.engines.base import Engine, HttpRequest, Prompt, StreamParser
 from cluster.engines.prometheus import parse_prometheus, sum_metric
-from cluster.engines.sglang import build_sglang_request, render_args
+from cluster.engines.sglang import encode_request, render_args, sglang_request_body
 from cluster.engines.streams import OpenAIStreamParser
 from cluster.plan import ResolvedVariant, SpecDecode
 from cluster.spec import ArgValue
@@ -114,11 +114,10 @@ class VLLMEngine(Engine):
             raise ValueError(
                 f"workload api {api!r} is not served by vLLM: use api: completions or api: chat"
             )
-        req = build_sglang_request(api, prompt, max_tokens, ignore_eos, temperature, model_name, rid)
-        body = json.loads(req.body)
+        path, body = sglang_request_body(api, prompt, max_tokens, ignore_eos, temperature, model_name, rid)
         for key in _SGLANG_ONLY_FIELDS:
             body.pop(key, None)
-        return HttpRequest(req.path, json.dumps(body, separators=(",", ":")).encode())
+        return encode_request(path, body)
 
     def new_parser(self, api: str, keep_text: bool = False) -> StreamParser:
         return OpenAIStreamParser(keep_text)
