@@ -6,7 +6,6 @@ import json
 import threading
 import time
 
-from conftest import SimHandle
 from sglang_wire_contract import (
     check_flush,
     check_model_info,
@@ -16,6 +15,7 @@ from sglang_wire_contract import (
     check_server_info,
     split_sse,
 )
+from sim_process import SimHandle
 
 from cluster.engines.base import Prompt
 from cluster.engines.prometheus import parse_prometheus, sum_metric

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from conftest import SimHandle, start_sim, stop_sim
+from sim_process import SimHandle, start_sim, stop_sim
 
 
 def _gen(h: SimHandle, n: int = 20, text: str = "hello") -> dict:

@@ -15,7 +15,7 @@ from cluster.engines.sim_wire import Pacer
 from cluster.loadgen.runner import run_load_point
 from cluster.plan import LoadPoint
 
-from conftest import SimHandle
+from sim_process import SimHandle
 
 
 def test_fixed_mode_streams_one_token_per_chunk_on_its_schedule(sim_factory: Callable[..., SimHandle]) -> None:
