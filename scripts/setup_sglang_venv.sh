@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Builds a CPU-only venv holding SGLang 0.5.23's own argument parser and protocol models (no GPU deps), idempotently.
+# Builds a CPU-only venv holding SGLang 0.5.23 that parses its own arguments and also serves a tiny model (no GPU deps), idempotently.
 set -euo pipefail
 
 VENV_DIR="${1:-$(cd "$(dirname "$0")/.." && pwd)/.ci/venvs/sglang}"
 PYTHON="${PYTHON:-python3}"
 SGLANG_VERSION="0.5.23"
 TORCH_VERSION="2.13.0"
-STAMP="$VENV_DIR/.sglbench-sglang-$SGLANG_VERSION-ok"
+REPO_DIR="$(cd "$(dirname "$0")/.." && pwd)"
+# "-server" in the stamp: a venv stamped by the parser-only script lacks the server's packages and is upgraded in place.
+STAMP="$VENV_DIR/.sglbench-sglang-$SGLANG_VERSION-server-ok"
 
 if [[ -f "$STAMP" ]]; then
     echo "sglang venv ready: $VENV_DIR"
@@ -34,6 +36,12 @@ quiet "${PIP[@]}" aiohttp anyio fastapi starlette uvicorn huggingface_hub msgspe
 # (pins follow sglang 0.5.23's own metadata where it pins)
 quiet "${PIP[@]}" "openai==2.8.0" "transformers==5.19.0" "tokenizers==0.23.2" dill "apache-tvm-ffi==0.1.11" \
     "sentencepiece==0.2.1" "compressed-tensors==0.18.0" gguf partial-json-parser safetensors
+# What launch_server, the scheduler and the tokenizer manager import before a server is healthy (each found by a
+# failing import on a CPU server start; docs/sglang-cpu-tier.md).
+quiet "${PIP[@]}" uvloop prometheus-client setproctitle einops jsonschema xgrammar soundfile python-multipart
+# The CPU test stand-ins (sgl_kernel, torchvision, the has_amx hook): --no-deps, they need only the torch above.
+# Not editable: the .pth hook must be a real file in site-packages; --force-reinstall picks up source edits.
+quiet "${PIP[@]}" --no-deps --force-reinstall "$REPO_DIR/sglang_cpu_standins"
 
 "$VENV_DIR/bin/python" - <<'PY'
 import torch
@@ -41,7 +49,12 @@ assert torch.version.cuda is None, f"expected a CPU torch build, got CUDA {torch
 import importlib.metadata as m
 bad = [d.metadata["Name"] for d in m.distributions() if d.metadata["Name"].lower().startswith("nvidia")]
 assert not bad, f"CUDA packages pulled into the venv: {bad}"
-print("torch", torch.__version__, "sglang", m.version("sglang"))
+print("torch", torch.__version__, "sglang", m.version("sglang"), "stand-ins", m.version("sglbench-cpu-standins"))
 PY
+installed="$("$VENV_DIR/bin/python" -c 'import importlib.metadata as m; print(m.version("sglang"))')"
+if [[ "$installed" != "$SGLANG_VERSION" ]]; then
+    echo "FATAL: $VENV_DIR has sglang $installed, the CPU tier's stand-ins are written for exactly $SGLANG_VERSION" >&2
+    exit 1
+fi
 touch "$STAMP"
 echo "sglang venv built in $(( $(date +%s) - start_s )) s, $(du -sh "$VENV_DIR" | cut -f1): $VENV_DIR"
