@@ -1,0 +1,63 @@
+"""Each sgl_kernel CPU test stand-in equals SGLang 0.5.23's own reference kernel (Triton interpreter / torch SDPA)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+CHECKER = Path(__file__).with_name("check_standin_ops.py")
+CHECK_TIMEOUT_S = 400
+OPS = [
+    "assign_req_to_token_pool_cpu",
+    "assign_extend_cache_locs_cpu",
+    "assign_draft_cache_locs_contiguous_cpu",
+    "fill_bonus_tokens_cpu",
+    "fill_accept_out_cache_loc_cpu",
+    "rotate_input_ids_cpu",
+    "build_draft_decode_metadata_cpu",
+    "copy_all_layer_kv_cache_cpu",
+    "build_tree_kernel_efficient_cpu",
+    "verify_tree_greedy_cpu",
+    "extend_attention_cpu",
+    "decode_attention_cpu",
+    "strict_namespace",
+]
+
+
+@pytest.fixture(scope="module")
+def op_results(sglang_cpu_python: Path) -> dict:
+    """One venv subprocess runs every comparison (the main test env has no torch)."""
+    proc = subprocess.run([str(sglang_cpu_python), str(CHECKER)], capture_output=True, text=True,
+                          timeout=CHECK_TIMEOUT_S)
+    assert proc.returncode == 0, f"checker crashed:\n{proc.stderr[-4000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_standin_matches_sglang_reference(op_results: dict, op: str) -> None:
+    assert op in op_results, f"checker did not run {op}"
+    res = op_results[op]
+    assert res["ok"], f"{op}: {res['detail']}"
+
+
+def test_every_checked_op_is_listed(op_results: dict) -> None:
+    assert sorted(op_results) == sorted(OPS)
+
+
+def test_platform_hook_is_gated(sglang_cpu_python: Path) -> None:
+    """has_amx turns true only with SGLBENCH_CPU_STANDINS=1; without it SGLang sees this machine as it is."""
+    code = ("import sglang.srt.runtime_context as rc; from sglang.srt.utils import common; "
+            "print(rc.get_platform().has_amx, common.cpu_has_amx_support())")
+    seen = {}
+    for flag in ("1", "0"):
+        env = {"PATH": "/usr/bin:/bin", "SGLBENCH_CPU_STANDINS": flag, "SGLANG_USE_CPU_ENGINE": "1"}
+        proc = subprocess.run([str(sglang_cpu_python), "-c", code], capture_output=True, text=True, env=env,
+                              timeout=CHECK_TIMEOUT_S)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        seen[flag] = proc.stdout.strip().splitlines()[-1]
+    assert seen["1"].split()[0] == "True"
+    has_amx, probe = seen["0"].split()
+    assert has_amx == probe, "without the flag SGLang's platform fact must be the machine's own probe"
