@@ -95,7 +95,7 @@ def sglbench_worker(port: int, concurrency: int, n: int, shard_index: int, num_s
     from cluster.engines.sglang import SGLangEngine
     from cluster.loadgen.datasets import PromptArray
     from cluster.loadgen.runner import run_load_point
-    from cluster.plan import LoadPoint
+    from cluster.plan.runs import LoadPoint
 
     rng = np.random.default_rng(0)
     prompts = PromptArray(rng.integers(100, 32000, (n, INPUT_TOKENS), dtype=np.int32))  # built on send
@@ -167,7 +167,7 @@ class Stub:
     """nginx serving the SGLang stub; started and stopped by its own Popen handle."""
 
     def __init__(self, cores: Optional[set[int]]) -> None:
-        from cluster.server_process import free_port  # not at the top: --sglang-entry runs in SGLang's venv
+        from cluster.server.process import free_port  # not at the top: --sglang-entry runs in SGLang's venv
 
         nginx = shutil.which("nginx") or "/usr/sbin/nginx"
         if not Path(nginx).exists():

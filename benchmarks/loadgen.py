@@ -1,6 +1,6 @@
 """How many stream chunks/s one load generator sustains, and its client lag, against a near-zero-step-time server.
 
-Server: the simulator (`python -m cluster.engines.sim`, SGLBENCH_SIM time_scale 0) when it imports, else a
+Server: the simulator (`python -m cluster.sim.server`, SGLBENCH_SIM time_scale 0) when it imports, else a
 minimal in-file fake SGLang server in a subprocess. Both run on this machine, so they share its CPUs with the client.
 
     python benchmarks/loadgen.py [--server auto|sim|fake|both] [--requests 400] [--max-tokens 128]
@@ -23,8 +23,8 @@ from cluster.engines.base import Prompt
 from cluster.engines.sglang import SGLangEngine
 from cluster.loadgen import runner
 from cluster.loadgen.runner import run_load_point
-from cluster.plan import LoadPoint
-from cluster.server_process import free_port
+from cluster.plan.runs import LoadPoint
+from cluster.server.process import free_port
 
 SPEC_PATTERN = [1, 3, 2, 4]
 
@@ -64,7 +64,7 @@ def serve_fake(port: int) -> None:
 
 def start_server(kind: str, port: int) -> subprocess.Popen[bytes]:
     if kind == "sim":
-        argv = [sys.executable, "-m", "cluster.engines.sim", "--model-path", "sim", "--port", str(port)]
+        argv = [sys.executable, "-m", "cluster.sim.server", "--model-path", "sim", "--port", str(port)]
         env = dict(os.environ, SGLBENCH_SIM=json.dumps({"time_scale": 0.0}))
     else:
         argv = [sys.executable, os.path.abspath(__file__), "--serve-fake", str(port)]
@@ -128,7 +128,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.serve_fake is not None:
         serve_fake(args.serve_fake)
         return 0
-    has_sim = importlib.util.find_spec("cluster.engines.sim") is not None
+    has_sim = importlib.util.find_spec("cluster.sim.server") is not None
     kinds = {"auto": ["sim" if has_sim else "fake"], "both": ["sim", "fake"]}.get(args.server, [args.server])
     loads = [LoadPoint("concurrency", float(c)) for c in args.concurrency] + [LoadPoint("rate", r) for r in args.rate]
     print(f"requests={args.requests} max_tokens={args.max_tokens} cpus={os.cpu_count()} (server shares them)")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cluster.probe import probe_checkpoint  # noqa: E402
+from cluster.probe.checkpoint import probe_checkpoint  # noqa: E402
 from tests.checkpoints import qwen35_nvfp4  # noqa: E402
 
 TARGET_S = 1.0

@@ -20,12 +20,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from cluster.comparison import compare_with_ci
-from cluster.plan import make_plan
-from cluster.query import compare_from_requests, compare_table, query
-from cluster.records import REQUESTS_SCHEMA
-from cluster.spec import parse_spec_text
-from cluster.store import DatasetStore
+from cluster.analysis.comparison import compare_with_ci
+from cluster.plan.runs import make_plan
+from cluster.analysis.query import compare_from_requests, compare_table, query
+from cluster.dataset.records import REQUESTS_SCHEMA
+from cluster.spec.loader import parse_spec_text
+from cluster.dataset.store import DatasetStore
 
 SPEC = """
 version: 1

@@ -22,10 +22,11 @@ from typing import Any, Optional
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-from cluster.plan import ResolvedVariant, RunPlan, expand_variants, make_plan  # noqa: E402
-from cluster.schedule import (GpuTimeAccount, HeldReservation, Interval, gpu_time_account,  # noqa: E402
+from cluster.plan.runs import ResolvedVariant, RunPlan, expand_variants, make_plan  # noqa: E402
+from cluster.plan.schedule import (GpuTimeAccount, HeldReservation, Interval, gpu_time_account,  # noqa: E402
                               peak_reserved_gpus, span_of)
-from cluster.spec import ExperimentSpec, parse_spec_text  # noqa: E402
+from cluster.spec.models import ExperimentSpec  # noqa: E402
+from cluster.spec.loader import parse_spec_text  # noqa: E402
 
 TOTAL_GPUS = 8
 IDLE_GOAL_SHARE = 0.05
@@ -91,7 +92,7 @@ def run_one(isolation: str, time_scale: float, out_dir: Path) -> dict[str, Any]:
     import pyarrow.parquet as pq
 
     from cluster.distributed.cluster_state import remote_preflight
-    from cluster.schedule import reservation
+    from cluster.plan.schedule import reservation
 
     spec = parse_spec_text(SPEC.format(isolation=isolation, time_scale=time_scale, output=out_dir))
     drv = TimedDriver.make(spec, out_dir, str(out_dir))

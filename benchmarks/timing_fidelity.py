@@ -1,6 +1,6 @@
 """Timing fidelity of the load generator against the simulator's fixed-latency mode (exact TTFT, fixed ITL).
 
-The simulator (`python -m cluster.engines.sim`, knobs fixed_ttft_ms / fixed_itl_ms) runs pinned to core 0 and
+The simulator (`python -m cluster.sim.server`, knobs fixed_ttft_ms / fixed_itl_ms) runs pinned to core 0 and
 this client to core 1 (when there are two). Four parts:
   1. the simulator's own pacing ceiling: chunks/s against its own write timestamps (GET /sim_pacing), streams up
      (Poisson arrivals, so request handling is spread out as in a steady state);
@@ -34,11 +34,11 @@ import cluster.loadgen.runner as loadgen_runner
 from cluster.engines.base import Prompt
 from cluster.engines.sglang import SGLangEngine
 from cluster.loadgen.runner import WindowResult, run_load_point
-from cluster.plan import LoadPoint
-from cluster.server_process import free_port
+from cluster.plan.runs import LoadPoint
+from cluster.server.process import free_port
 
 MAX_CLIENT_LAG_MS = 10.0
-"""The runs table's default `max_client_lag_ms` (cluster/spec.py): a run past it is flagged invalid."""
+"""The runs table's default `max_client_lag_ms` (cluster/spec/models.py): a run past it is flagged invalid."""
 ACCURATE_LATE_P99_US = 250.0
 """A chunk rate counts as paced accurately when the simulator's own write lateness p99 stays under this."""
 
@@ -49,7 +49,7 @@ class Sim:
     def __init__(self, ttft_ms: float, itl_ms: float, cores: Optional[set[int]]) -> None:
         self.port = free_port()
         env = dict(os.environ, SGLBENCH_SIM=json.dumps({"fixed_ttft_ms": ttft_ms, "fixed_itl_ms": itl_ms}))
-        self.proc = subprocess.Popen([sys.executable, "-m", "cluster.engines.sim", "--model-path", "sim", "--port",
+        self.proc = subprocess.Popen([sys.executable, "-m", "cluster.sim.server", "--model-path", "sim", "--port",
                                       str(self.port), "--max-running-requests", "4096"],
                                      env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         if cores:

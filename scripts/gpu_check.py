@@ -81,7 +81,7 @@ def main() -> int:
             rows.append(("FP8 GEMM M=4096 K=N=8192", f"{2 * 4096 * 8192 * 8192 / ms / 1e9:.1f} TFLOP/s"))
         except Exception as e:  # noqa: BLE001 - report, keep going
             rows.append(("FP8 GEMM", f"unavailable: {type(e).__name__}"))
-    from cluster.tuning_moe import tune_batch_sizes
+    from cluster.tuning.moe_search import tune_batch_sizes
 
     shape = {"num_experts": 64, "shard_n": 128, "hidden_size": 2048, "top_k": 8, "dtype": "auto"}
     t0 = time.monotonic()

@@ -8,7 +8,7 @@ from math import prod
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from cluster.safetensors_header import DTYPE_BITS
+from cluster.probe.safetensors_header import DTYPE_BITS
 
 Tensors = dict[str, tuple[str, list[int]]]
 """name → (safetensors dtype, shape)."""

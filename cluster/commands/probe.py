@@ -9,7 +9,8 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from cluster.probe import CheckpointError, ProbeReport, probe_checkpoint
+from cluster.probe.safetensors_header import CheckpointError
+from cluster.probe.checkpoint import ProbeReport, probe_checkpoint
 
 
 def _num(n: float) -> str:

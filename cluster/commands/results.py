@@ -31,8 +31,8 @@ ROOT_OPT = typer.Option("results", "--root", help="Dataset root: a local path or
 @contextmanager
 def _clear_errors() -> Iterator[None]:
     """Known failures (missing experiment, bad SQL, bad baseline or names) → one line on stderr, exit 2."""
-    from cluster.query import QueryError
-    from cluster.store import ExperimentNotFound, StoreError
+    from cluster.analysis.query import QueryError
+    from cluster.dataset.store import ExperimentNotFound, StoreError
 
     try:
         yield
@@ -92,7 +92,7 @@ def compare_cmd(
 def print_compare_ci(root: str, experiment: str, baseline: Optional[str], fmt_name: str, n_boot: int = 2000,
                      seed: int = 0) -> None:
     """Render compare_with_ci: 'estimate [lo, hi]' cells, speedup verdicts, then the warnings."""
-    from cluster.comparison import compare_view, compare_with_ci
+    from cluster.analysis.comparison import compare_view, compare_with_ci
 
     fmt = Format(fmt_name)
     with _clear_errors():
@@ -125,7 +125,7 @@ def print_compare_ci(root: str, experiment: str, baseline: Optional[str], fmt_na
 
 def print_compare(root: str, experiment: str, baseline: Optional[str], fmt_name: str) -> None:
     """Render the compare table (also used by `sglbench run` after an experiment)."""
-    from cluster.query import compare_table
+    from cluster.analysis.query import compare_table
 
     fmt = Format(fmt_name)
     with _clear_errors():
@@ -166,7 +166,7 @@ def print_compare(root: str, experiment: str, baseline: Optional[str], fmt_name:
 
 def print_resolved_differences(root: str, experiment: str) -> None:
     """Name every resolved server arg that differs from the baseline's besides what the variant declared."""
-    from cluster.comparison import unintended_differences
+    from cluster.analysis.comparison import unintended_differences
 
     try:
         diffs = unintended_differences(root, experiment)
@@ -182,7 +182,7 @@ def print_resolved_differences(root: str, experiment: str) -> None:
 @results_app.command("list")
 def list_cmd(root: str = ROOT_OPT, fmt: Format = typer.Option(Format.table, "--format")) -> None:
     """Experiments under the root, with run counts by status."""
-    from cluster.store import DatasetStore, list_experiments
+    from cluster.dataset.store import DatasetStore, list_experiments
 
     with _clear_errors():
         rows = []
@@ -203,7 +203,7 @@ def show_cmd(
     fmt: Format = typer.Option(Format.table, "--format"),
 ) -> None:
     """Every run of an experiment: status, and why a run failed or is invalid."""
-    from cluster.query import query
+    from cluster.analysis.query import query
 
     sql = ("SELECT order_index, variant, engine, workload, load_kind, load_value, repeat, status, "
            "coalesce(failure_reason, invalid_reasons) AS reason, m_output_tok_s AS output_tok_s, run_key "
@@ -221,7 +221,7 @@ def query_cmd(
     fmt: Format = typer.Option(Format.table, "--format"),
 ) -> None:
     """Free SQL over the experiment's tables."""
-    from cluster.query import query
+    from cluster.analysis.query import query
 
     with _clear_errors():
         df = query(root, experiment, sql)
@@ -240,7 +240,7 @@ def report_cmd(
         help="Decode bytes per token for the bandwidth bound (default: experiment.json's probe report)."),
 ) -> None:
     """An HTML page with PNG plots: throughput, TTFT/TPOT CDFs, acceptance, speedups, bandwidth bound."""
-    from cluster.report import build_report
+    from cluster.analysis.report import build_report
 
     with _clear_errors():
         try:

@@ -11,8 +11,9 @@ from rich.console import Console
 from rich.table import Table
 
 from cluster.engines import get_engine
-from cluster.plan import expand_variants, make_plan
-from cluster.spec import ExperimentSpec, SpecError, load_spec
+from cluster.plan.runs import expand_variants, make_plan
+from cluster.spec.models import ExperimentSpec, SpecError
+from cluster.spec.loader import load_spec
 
 console = Console()
 err_console = Console(stderr=True)
@@ -29,7 +30,7 @@ def _load(path: Path) -> ExperimentSpec:
 def _local_checks(spec: ExperimentSpec, quiet: bool = False) -> dict[str, Any]:
     """Fairness rules and the checkpoint probe, where this machine can read the checkpoint."""
     variants = expand_variants(spec)
-    from cluster.fairness import check_fairness, format_findings
+    from cluster.plan.fairness import check_fairness, format_findings
 
     findings = check_fairness(variants)
     errors = [f for f in findings if f.level == "error"]
@@ -41,7 +42,7 @@ def _local_checks(spec: ExperimentSpec, quiet: bool = False) -> dict[str, Any]:
         raise typer.Exit(2)
     probes: dict[str, Any] = {}
     try:
-        from cluster.preflight import PreflightError, check_speculative_support
+        from cluster.plan.preflight import PreflightError, check_speculative_support
     except ModuleNotFoundError:
         return probes
     if not Path(spec.model.path).exists():
@@ -74,7 +75,7 @@ def plan(experiment: Path = typer.Argument(..., help="experiment YAML"),
     variants = expand_variants(spec)
     for v in variants:
         launcher = spec.engines.get(v.engine)
-        from cluster.tuning import with_artifact
+        from cluster.tuning.stage import with_artifact
 
         # a tuned variant launches with its artifact, which exists only at run time: shown as a placeholder
         cmd = get_engine(v.engine).launch(with_artifact(v, None), "127.0.0.1", port, launcher, "python")

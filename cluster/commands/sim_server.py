@@ -13,6 +13,6 @@ def register(app: typer.Typer) -> None:
     )
     def sim_server(ctx: typer.Context) -> None:
         """Serve the simulated engine; every argument is SGLang's own server argv (knobs: env SGLBENCH_SIM)."""
-        from cluster.engines.sim import main
+        from cluster.sim.server import main
 
         raise typer.Exit(main(list(ctx.args)))

@@ -10,7 +10,8 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from cluster.spec import SpecError, load_spec
+from cluster.spec.models import SpecError
+from cluster.spec.loader import load_spec
 
 err_console = Console(stderr=True)
 

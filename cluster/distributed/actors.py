@@ -14,11 +14,11 @@ import ray
 from cluster import __version__
 from cluster.engines import get_engine
 from cluster.engines.base import redact_argv, redact_env
-from cluster.plan import LoadPoint, ResolvedVariant
+from cluster.plan.runs import LoadPoint, ResolvedVariant
 from cluster.loadgen.server_metrics import MetricsScraper
-from cluster.server_process import (ServerProcess, ServerStartError, free_port, http_get_json, http_status, kill_group,
+from cluster.server.process import (ServerProcess, ServerStartError, free_port, http_get_json, http_status, kill_group,
                                     pid_alive)
-from cluster.spec import EngineLauncher, WorkloadSpec
+from cluster.spec.models import EngineLauncher, WorkloadSpec
 
 MAX_PORT_TRIES = 3
 

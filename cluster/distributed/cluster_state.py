@@ -9,7 +9,7 @@ from typing import Any, Optional
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from cluster.spec import ExperimentSpec
+from cluster.spec.models import ExperimentSpec
 
 
 def gpu_nodes() -> list[dict[str, Any]]:
@@ -36,9 +36,9 @@ def resolve_output_root(output: str, base_dir: Path) -> str:
 
 
 def _probe_on_node(spec_json: dict[str, Any], base_dir: str) -> dict[str, Any]:
-    from cluster.plan import expand_variants
-    from cluster.preflight import check_speculative_support
-    from cluster.spec import ExperimentSpec as _Spec
+    from cluster.plan.runs import expand_variants
+    from cluster.plan.preflight import check_speculative_support
+    from cluster.spec.models import ExperimentSpec as _Spec
 
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
     spec = _Spec.model_validate(spec_json)
@@ -50,7 +50,7 @@ def remote_preflight(spec: ExperimentSpec, base_dir: Path) -> Optional[dict[str,
     """Probe every checkpoint on a GPU node (weights often live only there) before any GPU is reserved.
     Raises the probe's PreflightError (a ValueError) unchanged."""
     try:
-        import cluster.preflight  # noqa: F401
+        import cluster.plan.preflight  # noqa: F401
     except ModuleNotFoundError:
         return None
     nodes = gpu_nodes()

@@ -28,12 +28,13 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, Place
 from cluster import __version__
 from cluster.distributed.actors import EngineActor, LoadActor, cleanup_task
 from cluster.distributed.cluster_state import gpu_nodes, resolve_output_root
-from cluster.plan import ResolvedVariant, RunPlan, expand_variants, make_plan, server_segments
-from cluster.run_rows import build_run_row, failed_run_row
-from cluster.schedule import reservation, unplaceable
-from cluster.store_writer import RunWriter
-from cluster.tuning import with_artifact
-from cluster.spec import ExperimentSpec, SpecError, load_spec
+from cluster.plan.runs import ResolvedVariant, RunPlan, expand_variants, make_plan, server_segments
+from cluster.dataset.run_rows import build_run_row, failed_run_row
+from cluster.plan.schedule import reservation, unplaceable
+from cluster.dataset.writer import RunWriter
+from cluster.tuning.stage import with_artifact
+from cluster.spec.models import ExperimentSpec, SpecError
+from cluster.spec.loader import load_spec
 
 LOAD_ACTOR_CPUS = 1.0
 PLACEMENT_PROGRESS_S = 10.0
@@ -112,7 +113,7 @@ def _error_text(e: BaseException) -> tuple[str, str]:
 class Driver:
     def __init__(self, spec: ExperimentSpec, base_dir: Path, output_root: Optional[str],
                  log: Callable[[str], None], on_run: Callable[[RunPlan, str], None]) -> None:
-        from cluster.store import DatasetStore
+        from cluster.dataset.store import DatasetStore
 
         self.spec = spec
         self.base_dir = base_dir
@@ -357,7 +358,7 @@ class Driver:
 
     def _gate(self, variant: ResolvedVariant, load: Any, info: dict[str, Any], first: RunPlan) -> dict[str, Any]:
         """Ask the fixed gate prompts greedily; judge against the baseline's answers; store the evidence."""
-        from cluster.correctness import correctness_rows, evaluate_gate
+        from cluster.analysis.correctness import correctness_rows, evaluate_gate
         from cluster.loadgen.gate import gate_accept_length, to_gate_outputs
 
         model_name = self.spec.model.served_name or self.spec.model.path

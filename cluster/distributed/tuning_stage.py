@@ -24,13 +24,13 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from cluster.engines import get_engine
 from cluster.engines import sglang_tuning as sgt
 from cluster.engines.base import Prompt
-from cluster.engines.sim_tuning import sim_gpu_facts, sim_model_config, split_knobs
-from cluster.plan import ResolvedVariant
-from cluster.spec import ExperimentSpec
-from cluster.tuning import (ARTIFACT_KINDS, GpuFacts, TuningError, artifact_key, autotune_run_variant,
+from cluster.sim.tuning import sim_gpu_facts, sim_model_config, split_knobs
+from cluster.plan.runs import ResolvedVariant
+from cluster.spec.models import ExperimentSpec
+from cluster.tuning.stage import (ARTIFACT_KINDS, GpuFacts, TuningError, artifact_key, autotune_run_variant,
                             load_model_config, merge_moe_configs, moe_shape, split_batch_sizes, tuning_options_check)
-from cluster.tuning_artifacts import ArtifactStore, TuningArtifact
-from cluster.tuning_moe import tune_batch_sizes
+from cluster.tuning.artifacts import ArtifactStore, TuningArtifact
+from cluster.tuning.moe_search import tune_batch_sizes
 
 STAGE_STATS: dict[str, int] = {"triton_tasks": 0, "autotune_launches": 0}
 """Counters of real tuning work done by this process (tests assert that a reuse launched nothing)."""

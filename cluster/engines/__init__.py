@@ -11,7 +11,7 @@ def get_engine(name: str) -> Engine:
 
         return SGLangEngine()
     if name == "sim":
-        from cluster.engines.sim_adapter import SimEngine
+        from cluster.engines.sim import SimEngine
 
         return SimEngine()
     if name == "vllm":

@@ -26,8 +26,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
-from cluster.plan import ResolvedVariant
-from cluster.spec import EngineLauncher
+from cluster.plan.runs import ResolvedVariant
+from cluster.spec.models import EngineLauncher
 
 SECRET_ENV_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
 SECRET_ARGS = ("api-key", "admin-api-key", "api_key", "admin_api_key")

@@ -10,8 +10,8 @@ from typing import Any, Mapping, Optional
 
 from cluster.engines.base import Engine, HttpRequest, LaunchCommand, Prompt, StreamParser
 from cluster.engines.streams import OpenAIStreamParser, SGLangNativeParser
-from cluster.plan import ResolvedVariant
-from cluster.spec import ArgValue, EngineLauncher
+from cluster.plan.runs import ResolvedVariant
+from cluster.spec.models import ArgValue, EngineLauncher
 
 DEFAULT_VERSION = "0.5.23"
 """The SGLang release this tool's launch commands target when the version is not known otherwise."""

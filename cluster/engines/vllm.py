@@ -10,8 +10,8 @@ from cluster.engines.base import Engine, HttpRequest, Prompt, StreamParser
 from cluster.engines.prometheus import parse_prometheus, sum_metric
 from cluster.engines.sglang import encode_request, render_args, sglang_request_body
 from cluster.engines.streams import OpenAIStreamParser
-from cluster.plan import ResolvedVariant, SpecDecode
-from cluster.spec import ArgValue
+from cluster.plan.runs import ResolvedVariant, SpecDecode
+from cluster.spec.models import ArgValue
 
 NGRAM_PROMPT_LOOKUP_MAX = 4
 NGRAM_PROMPT_LOOKUP_MIN = 2

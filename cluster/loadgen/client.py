@@ -14,7 +14,7 @@ from typing import Optional
 import aiohttp
 
 from cluster.engines.base import StreamParser
-from cluster.records import RequestRecord
+from cluster.dataset.records import RequestRecord
 
 READ_BUFSIZE = 4 * 1024 * 1024
 """Per-connection read buffer: cumulative SGLang chunks of long outputs are large, and small buffers stall readers."""

@@ -9,7 +9,7 @@ from typing import Any, Sequence, Union, overload
 import numpy as np
 
 from cluster.engines.base import Prompt
-from cluster.spec import WorkloadSpec
+from cluster.spec.models import WorkloadSpec
 
 RANDOM_ID_LOW = 100
 """Lowest random token id: the first ids of common vocabularies are special tokens (BOS/EOS/pad, control)."""

@@ -8,7 +8,7 @@ from typing import Any
 
 import aiohttp
 
-from cluster.correctness import GATE_PROMPTS, GateOutput
+from cluster.analysis.correctness import GATE_PROMPTS, GateOutput
 from cluster.engines.base import Engine
 
 

@@ -19,9 +19,9 @@ import pyarrow as pa
 from cluster.engines.base import Engine, HttpRequest, Prompt
 from cluster.loadgen.arrivals import poisson_offsets_ns
 from cluster.loadgen.client import new_session, stream_request
-from cluster.plan import LoadPoint
+from cluster.plan.runs import LoadPoint
 from cluster.loadgen.sink import DEFAULT_BATCH_ROWS, BatchCallback, RecordSink
-from cluster.records import RequestRecord
+from cluster.dataset.records import RequestRecord
 
 METRICS_TIMEOUT_S = 10.0
 FLUSH_REFUSED_GIVE_UP_S = 3.0
@@ -33,11 +33,11 @@ SPIN_NS = 1_500_000
 @dataclass
 class WindowResult:
     requests: pa.RecordBatch
-    """cluster.records.REQUEST_BATCH_SCHEMA, one row per request sent, in request_index order.
+    """cluster.dataset.records.REQUEST_BATCH_SCHEMA, one row per request sent, in request_index order.
 
     Empty when the window streamed its rows out through `on_batch` (then `n_requests` says how many left)."""
     chunks: pa.RecordBatch
-    """cluster.records.CHUNK_BATCH_SCHEMA: token-carrying chunks only (empty when streamed out)."""
+    """cluster.dataset.records.CHUNK_BATCH_SCHEMA: token-carrying chunks only (empty when streamed out)."""
     window_start_unix_s: float
     duration_s: float
     """First intended send → end of the last response of the window (of this shard)."""

@@ -17,7 +17,7 @@ from typing import Any, Optional
 import numpy as np
 
 from cluster.engines.base import Prompt
-from cluster.spec import WorkloadSpec
+from cluster.spec.models import WorkloadSpec
 
 
 class TextPromptError(ValueError):

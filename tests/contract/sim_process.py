@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from cluster.server_process import free_port
+from cluster.server.process import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -47,7 +47,7 @@ class SimHandle:
 def start_sim(argv: list[str], knobs: dict[str, Any], wait_healthy: bool = True) -> SimHandle:
     port = free_port()
     env = dict(os.environ, SGLBENCH_SIM=json.dumps(knobs), PYTHONPATH=str(REPO))
-    cmd = [sys.executable, "-m", "cluster.engines.sim", "--model-path", "sim-model", "--port", str(port), *argv]
+    cmd = [sys.executable, "-m", "cluster.sim.server", "--model-path", "sim-model", "--port", str(port), *argv]
     proc = subprocess.Popen(cmd, env=env, cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     h = SimHandle(proc, port)
     if wait_healthy:

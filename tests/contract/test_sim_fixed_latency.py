@@ -10,10 +10,10 @@ import pytest
 
 from cluster.engines.base import Prompt
 from cluster.engines.sglang import SGLangEngine
-from cluster.engines.sim_model import Knobs, KnobError
-from cluster.engines.sim_wire import Pacer
+from cluster.sim.model import Knobs, KnobError
+from cluster.sim.wire import Pacer
 from cluster.loadgen.runner import run_load_point
-from cluster.plan import LoadPoint
+from cluster.plan.runs import LoadPoint
 
 from sim_process import SimHandle
 

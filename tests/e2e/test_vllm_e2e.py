@@ -14,9 +14,9 @@ import pytest
 
 from cluster.engines.base import Prompt
 from cluster.engines.vllm import VLLMEngine, acceptance_from_counters
-from cluster.plan import LoadPoint, ResolvedVariant, SpecDecode, make_plan
-from cluster.server_process import ServerProcess, ServerStartError, free_port, group_members, wait_group_gone
-from cluster.spec import EngineLauncher, ExperimentSpec
+from cluster.plan.runs import LoadPoint, ResolvedVariant, SpecDecode, make_plan
+from cluster.server.process import ServerProcess, ServerStartError, free_port, group_members, wait_group_gone
+from cluster.spec.models import EngineLauncher, ExperimentSpec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -139,7 +139,7 @@ def _spec(model: Path, python: str, out: Path, n_requests: int) -> ExperimentSpe
 def test_experiment_through_driver(local_ray: None, vllm_python: str, tiny_model: Path, tmp_path: Path,
                                    monkeypatch: pytest.MonkeyPatch) -> None:
     from cluster.distributed.driver import run_experiment
-    from cluster.store import DatasetStore
+    from cluster.dataset.store import DatasetStore
 
     monkeypatch.setenv("SGLBENCH_LOG_DIR", str(tmp_path / "logs"))
     n_requests = 12

@@ -12,8 +12,8 @@ SHAPE = {"num_experts": 16, "shard_n": 64, "hidden_size": 512, "top_k": 4, "dtyp
 
 
 def test_kernel_matches_reference_for_several_configs() -> None:
-    from cluster.tuning_moe import candidate_configs
-    from cluster.tuning_moe_kernel import moe_gemm, reference_moe_gemm, routing
+    from cluster.tuning.moe_search import candidate_configs
+    from cluster.tuning.moe_kernel import moe_gemm, reference_moe_gemm, routing
 
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(33, 512, generator=gen).cuda().bfloat16()
@@ -33,8 +33,8 @@ def test_kernel_matches_reference_for_several_configs() -> None:
 
 def test_search_returns_sglang_format() -> None:
     from cluster.engines.sglang_tuning import valid_moe_config
-    from cluster.tuning import merge_moe_configs
-    from cluster.tuning_moe import tune_batch_sizes
+    from cluster.tuning.stage import merge_moe_configs
+    from cluster.tuning.moe_search import tune_batch_sizes
 
     res = tune_batch_sizes(SHAPE, [1, 8], mode="cuda", max_configs=8)
     assert res["mode"] == "cuda" and res["device_name"] == torch.cuda.get_device_name()

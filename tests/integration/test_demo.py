@@ -10,8 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cluster.engines.sim_model import expected_accept_length
-from cluster.spec import ExperimentSpec, load_spec
+from cluster.sim.model import expected_accept_length
+from cluster.spec.models import ExperimentSpec
+from cluster.spec.loader import load_spec
 
 pytestmark = pytest.mark.ray
 

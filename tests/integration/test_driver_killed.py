@@ -14,8 +14,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cluster.plan import make_plan
-from cluster.spec import load_spec
+from cluster.plan.runs import make_plan
+from cluster.spec.loader import load_spec
 
 pytestmark = pytest.mark.ray
 

@@ -14,9 +14,10 @@ from typing import Any, Callable
 import pandas as pd
 import pytest
 
-from cluster.plan import RunPlan, make_plan
-from cluster.server_process import pid_alive, wait_group_gone
-from cluster.spec import ExperimentSpec, parse_spec_text
+from cluster.plan.runs import RunPlan, make_plan
+from cluster.server.process import pid_alive, wait_group_gone
+from cluster.spec.models import ExperimentSpec
+from cluster.spec.loader import parse_spec_text
 
 pytestmark = pytest.mark.ray
 

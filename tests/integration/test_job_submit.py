@@ -10,7 +10,7 @@ from typing import Iterator
 
 import pytest
 
-from cluster.server_process import free_port
+from cluster.server.process import free_port
 
 EXPERIMENT = """\
 version: 1

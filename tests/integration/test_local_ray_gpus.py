@@ -9,9 +9,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from cluster.plan import make_plan
-from cluster.server_process import pid_alive
-from cluster.spec import parse_spec_text
+from cluster.plan.runs import make_plan
+from cluster.server.process import pid_alive
+from cluster.spec.loader import parse_spec_text
 
 pytestmark = pytest.mark.ray
 

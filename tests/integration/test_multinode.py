@@ -8,8 +8,8 @@ from typing import Iterator
 
 import pytest
 
-from cluster.server_process import pid_alive
-from cluster.spec import parse_spec_text
+from cluster.server.process import pid_alive
+from cluster.spec.loader import parse_spec_text
 
 pytestmark = pytest.mark.ray
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.spec import parse_spec_text
+from cluster.spec.loader import parse_spec_text
 from tests.checkpoints import qwen35_nvfp4, qwen35_nvfp4_mtp_stripped
 
 pytestmark = pytest.mark.ray
@@ -37,7 +37,7 @@ def test_nextn_refused_on_stripped_checkpoint_before_any_gpu(ray_local: None, tm
     import ray
 
     from cluster.distributed.driver import run_experiment
-    from cluster.preflight import PreflightError
+    from cluster.plan.preflight import PreflightError
 
     model = qwen35_nvfp4_mtp_stripped(tmp_path / "stripped")
     spec = parse_spec_text(_spec(model, tmp_path / "out"))

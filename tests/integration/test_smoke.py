@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cluster.engines.smoke import run_smoke
-from cluster.server_process import free_port
+from cluster.server.process import free_port
 
 
 class FakeSGLang(BaseHTTPRequestHandler):
@@ -125,9 +125,9 @@ def test_cli_prints_table_and_exits_1_on_failure(fake: tuple[str, type[FakeSGLan
 
 @pytest.mark.parametrize("spec", [False, True])
 def test_smoke_against_the_simulator(spec: bool) -> None:
-    pytest.importorskip("cluster.engines.sim")
+    pytest.importorskip("cluster.sim.server")
     port = free_port()
-    argv = [sys.executable, "-m", "cluster.engines.sim", "--model-path", "sim://q", "--host", "127.0.0.1",
+    argv = [sys.executable, "-m", "cluster.sim.server", "--model-path", "sim://q", "--host", "127.0.0.1",
             "--port", str(port), "--max-running-requests", "64"]
     if spec:
         argv += ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", "2", "--speculative-eagle-topk", "1",

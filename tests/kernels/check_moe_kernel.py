@@ -11,8 +11,8 @@ sys.path.insert(0, sys.argv[1])
 
 import torch  # noqa: E402
 
-from cluster.tuning_moe import candidate_configs  # noqa: E402
-from cluster.tuning_moe_kernel import moe_gemm, reference_moe_gemm, routing  # noqa: E402
+from cluster.tuning.moe_search import candidate_configs  # noqa: E402
+from cluster.tuning.moe_kernel import moe_gemm, reference_moe_gemm, routing  # noqa: E402
 
 gen = torch.Generator().manual_seed(0)
 x = torch.randn(9, 64, generator=gen)

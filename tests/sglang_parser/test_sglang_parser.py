@@ -12,8 +12,9 @@ import pytest
 
 from cluster.engines.base import Prompt
 from cluster.engines.sglang import SGLangEngine, build_sglang_request
-from cluster.plan import ResolvedVariant, expand_variants
-from cluster.spec import ExperimentSpec, load_spec
+from cluster.plan.runs import ResolvedVariant, expand_variants
+from cluster.spec.models import ExperimentSpec
+from cluster.spec.loader import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
 VERSION = "0.5.23"
@@ -163,7 +164,7 @@ def sim_chunks() -> list[dict[str, Any]]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    argv = [sys.executable, "-m", "cluster.engines.sim", "--model-path", "sim://q", "--host", "127.0.0.1",
+    argv = [sys.executable, "-m", "cluster.sim.server", "--model-path", "sim://q", "--host", "127.0.0.1",
             "--port", str(port), "--max-running-requests", "8", "--speculative-algorithm", "NEXTN",
             "--speculative-num-steps", "2", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3"]
     env = {**os.environ, "SGLBENCH_SIM": json.dumps({"time_scale": 0.05})}

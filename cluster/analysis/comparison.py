@@ -1,0 +1,345 @@
+"""The compare table with confidence intervals: per load point and variant, estimates, speedups and warnings."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+import pandas as pd
+
+from cluster.analysis import stats
+from cluster.analysis.query import POINT_KEYS, QueryError, connect
+from cluster.dataset.store import DatasetStore, ExperimentNotFound
+
+MIN_DURATION_S = 10.0
+"""A measured window shorter than this is flagged: warm-up transients and scheduling noise dominate it."""
+
+CI_LEVEL = 0.95
+
+
+@dataclass(frozen=True)
+class CiMetric:
+    """One compare column: where its per-run data comes from and which statistic is estimated."""
+
+    name: str
+    request_field: Optional[str]  # per-request array (hierarchical bootstrap), or None for run level only
+    run_column: str  # runs-table column used at run level
+    stat: str
+
+
+CI_METRICS: tuple[CiMetric, ...] = (
+    CiMetric("output_tok_s", None, "m_output_tok_s", "mean"),
+    CiMetric("ttft_ms_p50", "ttft_ms", "m_ttft_ms_p50", "p50"),
+    CiMetric("ttft_ms_p99", "ttft_ms", "m_ttft_ms_p99", "p99"),
+    CiMetric("tpot_ms_mean", "tpot_ms", "m_tpot_ms_mean", "mean"),
+    CiMetric("e2e_ms_p99", "e2e_ms", "m_e2e_ms_p99", "p99"),
+    CiMetric("accept_length", None, "m_accept_length", "mean"),
+    CiMetric("itl_chunk_ms_p50", None, "m_itl_chunk_ms_p50", "mean"),
+    CiMetric("itl_token_ms_p50", None, "m_itl_token_ms_p50", "mean"),
+    CiMetric("tokens_per_chunk_mean", None, "m_tokens_per_chunk_mean", "mean"),
+    CiMetric("per_user_tok_s_mean", None, "m_per_user_tok_s_mean", "mean"),
+    CiMetric("goodput_rps", None, "m_goodput_rps", "mean"),
+    CiMetric("slo_attainment", None, "m_slo_attainment", "mean"),
+)
+"""Run-level metrics are bootstrapped over one value per run; request-level ones over runs, then requests."""
+
+SPEEDUPS: tuple[tuple[str, str, bool], ...] = (
+    ("speedup_tok_s", "output_tok_s", True),
+    ("speedup_tpot", "tpot_ms_mean", False),
+)
+"""(column, metric, higher is better): a speedup > 1 always means the variant is better than the baseline."""
+
+CI_METHOD = (
+    "95% intervals: hierarchical bootstrap (resample repeats, then requests within each drawn repeat) for "
+    "request-level statistics (TTFT, TPOT, E2E), bootstrap over repeats of the per-run value for run-level ones "
+    "(output tok/s, acceptance length, ITL medians, tokens per chunk, per-user tok/s, goodput), "
+    "percentile intervals widened by a Student-t factor for few repeats. Speedups: ratio of the variant's to the "
+    "baseline's statistic at the same workload and load point, paired by repeat when both have the same repeats, "
+    "on the log scale; verdicts after Holm correction across the table; an interval that includes 1.0 is "
+    "'no significant difference'."
+)
+
+_REQ_SQL = """
+SELECT run_key, actual_send_ns, first_chunk_ns, last_chunk_ns,
+       coalesce(completion_tokens, client_tokens) AS out_tok, spec_verify_ct
+FROM requests
+WHERE run_key IN (SELECT unnest(?)) AND error IS NULL
+  AND first_chunk_ns IS NOT NULL AND last_chunk_ns IS NOT NULL
+"""
+
+
+def request_arrays(root: str, experiment: str, run_keys: list[str]) -> dict[str, dict[str, np.ndarray]]:
+    """Per run key: ok requests' ttft_ms, tpot_ms (requests with > 1 token), e2e_ms and accept (per request
+    (tokens − 1)/spec_verify_ct where spec_verify_ct > 0), read through DuckDB with only the needed columns."""
+    out: dict[str, dict[str, np.ndarray]] = {}
+    if not run_keys:
+        return out
+    con = connect(root, experiment)
+    try:
+        df = con.execute(_REQ_SQL, [run_keys]).df()
+    finally:
+        con.close()
+    if df.empty:
+        return out
+    keys = df["run_key"].to_numpy()
+    order = np.argsort(keys, kind="stable")
+    keys = keys[order]
+    send = df["actual_send_ns"].to_numpy(np.int64)[order]
+    first = df["first_chunk_ns"].to_numpy(np.int64)[order]
+    last = df["last_chunk_ns"].to_numpy(np.int64)[order]
+    tok = df["out_tok"].fillna(0).to_numpy(np.int64)[order]
+    svc = df["spec_verify_ct"].fillna(0).to_numpy(np.int64)[order]
+    bounds = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1], True])
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        ttft_ms = (first[a:b] - send[a:b]) / 1e6
+        e2e_ms = (last[a:b] - send[a:b]) / 1e6
+        n = tok[a:b]
+        multi = n > 1
+        spec = svc[a:b] > 0
+        out[str(keys[a])] = {
+            "ttft_ms": ttft_ms,
+            "e2e_ms": e2e_ms,
+            "tpot_ms": (e2e_ms[multi] - ttft_ms[multi]) / (n[multi] - 1),
+            "accept": (n[spec] - 1) / svc[a:b][spec],
+        }
+    return out
+
+
+def _est_cols(prefix: str, est: Optional[stats.Estimate]) -> dict[str, float]:
+    if est is None:
+        return {prefix: math.nan, f"{prefix}_lo": math.nan, f"{prefix}_hi": math.nan}
+    return {prefix: est.point, f"{prefix}_lo": est.lo, f"{prefix}_hi": est.hi}
+
+
+def _run_values(runs: pd.DataFrame, column: str) -> list[np.ndarray]:
+    if column not in runs.columns:
+        return []
+    vals = pd.to_numeric(runs[column], errors="coerce").to_numpy(np.float64)
+    return [np.array([v]) for v in vals if np.isfinite(v)]
+
+
+def _metric_runs(m: CiMetric, runs: pd.DataFrame, arrays: dict[str, dict[str, np.ndarray]],
+                 request_level: bool) -> list[np.ndarray]:
+    if request_level and m.request_field is not None:
+        got = [arrays.get(k, {}).get(m.request_field) for k in runs["run_key"]]
+        return [a for a in got if a is not None and a.size and np.all(np.isfinite(a))]
+    return _run_values(runs, m.run_column)
+
+
+def _status_warnings(cell: pd.DataFrame) -> list[str]:
+    out = []
+    for row in cell.sort_values("repeat").itertuples(index=False):
+        if row.status == "invalid":
+            out.append(f"repeat {row.repeat} invalid: {row.invalid_reasons or 'no reason stored'}")
+        elif row.status == "failed":
+            out.append(f"repeat {row.repeat} failed: {row.failure_reason or 'no reason stored'}")
+    ok = cell[cell["status"] == "ok"]
+    dur = pd.to_numeric(ok["duration_s"], errors="coerce")
+    short = int((dur < MIN_DURATION_S).sum())
+    if short:
+        out.append(f"{short} run(s) measured for less than {MIN_DURATION_S:g} s: too short for a steady state")
+    return out
+
+
+def _quality(per_metric: dict[str, list[np.ndarray]]) -> list[str]:
+    out: list[str] = []
+    for name, stat, keep in (("output_tok_s", "mean", ("repeat", "CV")), ("ttft_ms_p99", "p99", ("requests",)),
+                             ("tpot_ms_mean", "mean", ("CV",))):
+        runs = per_metric.get(name) or []
+        if not runs:
+            continue
+        for w in stats.quality_warnings(runs, stat):
+            if any(k in w for k in keep):
+                out.append(name + w[len(stat):] if w.startswith(stat + ":") else w)
+    return out
+
+
+def _speedup(base: list[np.ndarray], var: list[np.ndarray], base_rep: list[int], var_rep: list[int],
+             higher: bool, n_boot: int, rng: np.random.Generator) -> Optional[stats.RatioEstimate]:
+    if not base or not var:
+        return None
+    paired = (len(base) == len(var) == len(base_rep) == len(var_rep) and sorted(base_rep) == sorted(var_rep)
+              and len(set(base_rep)) == len(base_rep))
+    if paired:
+        base = [base[i] for i in np.argsort(base_rep)]
+        var = [var[i] for i in np.argsort(var_rep)]
+    try:
+        return stats.ratio_estimate(base, var, "mean", n_boot, higher_is_better=higher, rng=rng,
+                                    level=CI_LEVEL, paired=paired)
+    except ValueError:
+        return None
+
+
+def compare_with_ci(root: str, experiment: str, baseline: Optional[str] = None, n_boot: int = 2000,
+                    seed: int = 0, request_level: bool = True) -> pd.DataFrame:
+    """Per (workload, load point) and variant: point estimates with 95% CIs, speedups over the baseline at equal
+    load with a verdict, and quality warnings. request_level=False uses run-level summaries only (faster)."""
+    store = DatasetStore(root, experiment)
+    if not store.exists():
+        raise ExperimentNotFound(f"experiment {experiment!r} not found under {root!r}")
+    runs = store.read_table("runs").to_pandas()
+    if runs.empty:
+        return pd.DataFrame()
+    variants = list(dict.fromkeys(runs.sort_values("order_index")["variant"]))
+    if baseline is None:
+        marked = runs.loc[runs["is_baseline"].fillna(False).astype(bool), "variant"].unique().tolist()
+        baseline = marked[0] if marked else None
+    elif baseline not in variants:
+        raise QueryError(f"baseline {baseline!r} is not a variant of {experiment!r}; variants: {', '.join(variants)}")
+    ok_runs = runs[runs["status"] == "ok"]
+    arrays = request_arrays(root, experiment, ok_runs["run_key"].tolist()) if request_level else {}
+    rows: list[dict[str, Any]] = []
+    cells: dict[tuple[Any, ...], dict[str, list[np.ndarray]]] = {}
+    repeats: dict[tuple[Any, ...], list[int]] = {}
+    keys = list(POINT_KEYS) + ["variant"]
+    for i, (key, cell) in enumerate(runs.groupby(keys, sort=False)):
+        ok = cell[cell["status"] == "ok"]
+        rng = np.random.default_rng([seed, i])
+        per_metric = {m.name: _metric_runs(m, ok, arrays, request_level) for m in CI_METRICS}
+        row: dict[str, Any] = dict(zip(keys, key))
+        row.update(engine=cell["engine"].iloc[0], is_baseline=key[-1] == baseline, n_runs=len(ok),
+                   n_failed=int((cell["status"] == "failed").sum()),
+                   n_invalid=int((cell["status"] == "invalid").sum()))
+        for m in CI_METRICS:
+            data = per_metric[m.name]
+            est: Optional[stats.Estimate] = None
+            if data:
+                est = (stats.hierarchical_bootstrap(data, m.stat, n_boot, rng=rng, level=CI_LEVEL)
+                       if request_level and m.request_field else
+                       stats.run_level_bootstrap(np.concatenate(data), "mean", n_boot, rng=rng, level=CI_LEVEL))
+            row.update(_est_cols(m.name, est))
+        row["warnings"] = _status_warnings(cell) + _quality(per_metric)
+        cells[tuple(key)] = per_metric
+        repeats[tuple(key)] = [int(r) for r in ok["repeat"]]
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    for n_sp, (col, metric, higher) in enumerate(SPEEDUPS):
+        ests: list[tuple[int, stats.RatioEstimate]] = []
+        for idx, row in out.iterrows():
+            key = tuple(row[k] for k in keys)
+            bkey = key[:-1] + (baseline,)
+            if baseline is None or bkey not in cells:
+                continue
+            b_runs, v_runs = cells[bkey][metric], cells[key][metric]
+            rng = np.random.default_rng([seed, 1_000_003, int(idx), n_sp])
+            ratio = _speedup(b_runs, v_runs, repeats[bkey] if len(b_runs) == len(repeats[bkey]) else [],
+                           repeats[key] if len(v_runs) == len(repeats[key]) else [], higher, n_boot, rng)
+            if ratio is not None:
+                ests.append((int(idx), ratio))
+        comparisons = [(i, e) for i, e in ests if not out.loc[i, "is_baseline"]]
+        adjusted = stats.adjust_family([e for _, e in comparisons], CI_LEVEL)
+        final = dict(ests)
+        final.update({i: e for (i, _), e in zip(comparisons, adjusted)})
+        out[col] = [final[i].point if i in final else math.nan for i in out.index]
+        out[f"{col}_lo"] = [final[i].lo if i in final else math.nan for i in out.index]
+        out[f"{col}_hi"] = [final[i].hi if i in final else math.nan for i in out.index]
+        out[f"{col}_p"] = [final[i].p_value if i in final else math.nan for i in out.index]
+        out[f"{col}_verdict"] = [("baseline" if out.loc[i, "is_baseline"] else final[i].verdict) if i in final
+                                 else "" for i in out.index]
+    out["_vorder"] = out["variant"].map({v: i for i, v in enumerate(variants)})
+    out = out.sort_values(list(POINT_KEYS) + ["_vorder"], kind="stable").drop(columns="_vorder")
+    out = out.reset_index(drop=True)
+    out.attrs["ci_method"] = CI_METHOD
+    out.attrs["baseline"] = baseline
+    return out
+
+
+def format_estimate(point: float, lo: float, hi: float, digits: int = 1) -> str:
+    """'123.4 [110.2, 130.1]', or the point alone when there is no interval, '-' when there is no value."""
+    if point is None or not math.isfinite(point):
+        return "-"
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+        return f"{point:.{digits}f} [no CI]"
+    return f"{point:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def format_speedup(point: float, lo: float, hi: float, verdict: str) -> str:
+    """'1.38× [1.21, 1.55] faster', 'no significant difference (1.02× [0.95, 1.09])', or '-'."""
+    if verdict == "baseline":
+        return "baseline"
+    if point is None or not math.isfinite(point):
+        return "-"
+    ci = f"{point:.2f}× [{lo:.2f}, {hi:.2f}]" if math.isfinite(lo) and math.isfinite(hi) else f"{point:.2f}×"
+    if verdict in (stats.VERDICT_FASTER, stats.VERDICT_SLOWER):
+        return f"{ci} {verdict}"
+    if verdict == stats.VERDICT_NO_DIFFERENCE:
+        return f"no significant difference ({ci})"
+    return f"{ci} ({verdict})" if verdict else ci
+
+
+def point_label(kind: str, value: float) -> str:
+    """'concurrency 8' or 'rate 2.5 req/s'."""
+    return f"concurrency {value:g}" if kind == "concurrency" else f"rate {value:g} req/s"
+
+
+def compare_view(ci: pd.DataFrame) -> pd.DataFrame:
+    """The CI compare table as display strings: 'estimate [lo, hi]' and speedup verdicts."""
+    return pd.DataFrame({
+        "workload": ci["workload"],
+        "load": [point_label(k, v) for k, v in zip(ci["load_kind"], ci["load_value"])],
+        "variant": [f"{v}{' (baseline)' if b else ''}" for v, b in zip(ci["variant"], ci["is_baseline"])],
+        "engine": ["sim (simulated)" if e == "sim" else e for e in ci["engine"]],
+        "ok/failed/invalid": [f"{a}/{b}/{c}" for a, b, c in zip(ci["n_runs"], ci["n_failed"], ci["n_invalid"])],
+        "output tok/s": [format_estimate(p, lo, hi) for p, lo, hi in
+                         zip(ci["output_tok_s"], ci["output_tok_s_lo"], ci["output_tok_s_hi"])],
+        "TTFT p50 ms": [format_estimate(*t) for t in zip(ci["ttft_ms_p50"], ci["ttft_ms_p50_lo"], ci["ttft_ms_p50_hi"])],
+        "TTFT p99 ms": [format_estimate(*t) for t in zip(ci["ttft_ms_p99"], ci["ttft_ms_p99_lo"], ci["ttft_ms_p99_hi"])],
+        "TPOT mean ms": [format_estimate(*t, digits=2) for t in
+                         zip(ci["tpot_ms_mean"], ci["tpot_ms_mean_lo"], ci["tpot_ms_mean_hi"])],
+        "E2E p99 ms": [format_estimate(*t, digits=0) for t in zip(ci["e2e_ms_p99"], ci["e2e_ms_p99_lo"], ci["e2e_ms_p99_hi"])],
+        "ITL/chunk p50 ms": [format_estimate(*t, digits=2) for t in
+                             zip(ci["itl_chunk_ms_p50"], ci["itl_chunk_ms_p50_lo"], ci["itl_chunk_ms_p50_hi"])],
+        "ITL/token p50 ms": [format_estimate(*t, digits=2) for t in
+                             zip(ci["itl_token_ms_p50"], ci["itl_token_ms_p50_lo"], ci["itl_token_ms_p50_hi"])],
+        "tokens/chunk": [format_estimate(*t, digits=2) for t in zip(
+            ci["tokens_per_chunk_mean"], ci["tokens_per_chunk_mean_lo"], ci["tokens_per_chunk_mean_hi"])],
+        "accept length": [format_estimate(*t, digits=2) for t in
+                          zip(ci["accept_length"], ci["accept_length_lo"], ci["accept_length_hi"])],
+        "speedup tok/s": [format_speedup(*t) for t in zip(ci["speedup_tok_s"], ci["speedup_tok_s_lo"],
+                                                          ci["speedup_tok_s_hi"], ci["speedup_tok_s_verdict"])],
+        "speedup TPOT": [format_speedup(*t) for t in zip(ci["speedup_tpot"], ci["speedup_tpot_lo"],
+                                                         ci["speedup_tpot_hi"], ci["speedup_tpot_verdict"])],
+        "goodput req/s": [format_estimate(*t, digits=2) for t in
+                          zip(ci["goodput_rps"], ci["goodput_rps_lo"], ci["goodput_rps_hi"])],
+    })
+
+
+def unintended_differences(root: str, experiment: str) -> dict[str, dict[str, tuple[Any, Any]]]:
+    """variant → resolved server args (from /server_info, stored per run) that differ from the baseline's, minus
+    the speculative settings and every arg the spec itself declares differently for that variant."""
+    import json as _json
+
+    from cluster.plan.fairness import resolved_differences
+    from cluster.plan.runs import expand_variants
+    from cluster.spec.models import ExperimentSpec
+    from cluster.dataset.store import DatasetStore
+
+    store = DatasetStore(root, experiment)
+    meta = store.read_experiment_meta() or {}
+    runs = store.read_table("runs", columns=["variant", "status", "is_baseline", "resolved_args_json"]).to_pylist()
+    resolved: dict[str, dict[str, Any]] = {}
+    baseline = None
+    for r in runs:
+        if r["status"] == "failed" or not r["resolved_args_json"]:
+            continue
+        resolved.setdefault(r["variant"], _json.loads(r["resolved_args_json"]))
+        if r["is_baseline"]:
+            baseline = r["variant"]
+    if baseline is None or baseline not in resolved:
+        return {}
+    declared: dict[str, dict[str, Any]] = {}
+    if "spec" in meta:
+        for v in expand_variants(ExperimentSpec.model_validate(meta["spec"])):
+            declared[v.name] = {k.replace("-", "_"): val for k, val in v.args.items()}
+    out: dict[str, dict[str, tuple[Any, Any]]] = {}
+    for name, args in resolved.items():
+        if name == baseline:
+            continue
+        base_decl, own = declared.get(baseline, {}), declared.get(name, {})
+        intended = {"speculative_*"} | {k for k in set(base_decl) | set(own) if base_decl.get(k) != own.get(k)}
+        d = resolved_differences(resolved[baseline], args, intended)
+        if d:
+            out[name] = d
+    return out

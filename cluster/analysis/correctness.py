@@ -1,0 +1,245 @@
+"""The correctness gate: a fixed greedy prompt set every variant answers before its speed counts (pure logic).
+
+A variant fails on wrong task answers, NaN/empty/degenerate output, a common prefix with the baseline shorter
+than a threshold on most prompts, or an acceptance length ≈ 1.0 on a NEXTN variant (MTP weights not loaded).
+Token equality with the baseline is NOT required: speculative and re-tuned kernels change floating-point results,
+so greedy outputs may drift late in a sequence.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Sequence
+
+import pyarrow as pa
+
+from cluster.plan.runs import RECORD_SCHEMA_VERSION
+
+
+@dataclass(frozen=True)
+class GatePrompt:
+    prompt_id: str
+    text: str
+    answer_pattern: str
+    """Regex that a correct answer matches (searched case-insensitively after any <think> block)."""
+    max_tokens: int
+
+
+GATE_PROMPTS: tuple[GatePrompt, ...] = (
+    GatePrompt("reply_ok", "Reply with exactly one word: OK", r"\bOK\b", 32),
+    GatePrompt("multiply", "What is 17 multiplied by 19? Answer with the number only.", r"\b323\b", 64),
+    GatePrompt(
+        "reasoning",
+        "Tom has 3 boxes with 4 apples in each box. He eats 2 apples. How many apples are left? "
+        "Think briefly, then give the final answer as a number.",
+        r"\b10\b",
+        256,
+    ),
+)
+"""Short, checkable, greedy-decodable prompts (the seed's smoke tests)."""
+
+ACCEPT_LENGTH_FLOOR = 1.05
+"""A NEXTN variant at or below this acceptance length is drafting nothing useful (MTP weights dropped)."""
+
+DEGENERATE_SHARE = 0.6
+"""One token (or word) making up at least this share of an output of MIN_DEGENERATE_UNITS or more is degenerate."""
+
+MIN_DEGENERATE_UNITS = 8
+
+PREFIX_FAIL_SHARE = 0.5
+"""The prefix rule fails a variant when more than this share of prompts diverge from the baseline too early."""
+
+
+@dataclass(frozen=True)
+class GateOutput:
+    """One greedy answer: the text and, when the server returned them, the output token ids."""
+
+    text: str
+    token_ids: Optional[tuple[int, ...]] = None
+    completion_tokens: Optional[int] = None
+    finish_reason: Optional[str] = None
+    error: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class PromptVerdict:
+    prompt_id: str
+    passed: bool
+    answer_ok: Optional[bool]
+    common_prefix_tokens: Optional[int]
+    """Leading tokens (words when ids are absent) shared with the baseline; None without a baseline."""
+    evidence: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class GateResult:
+    passed: bool
+    reasons: tuple[str, ...]
+    prompts: tuple[PromptVerdict, ...] = field(default_factory=tuple)
+    accept_length: Optional[float] = None
+
+
+def _strip_think(text: str) -> str:
+    if "</think>" in text:
+        return text.rsplit("</think>", 1)[1]
+    return text
+
+
+def _units(out: GateOutput) -> list[Any]:
+    return list(out.token_ids) if out.token_ids is not None else out.text.split()
+
+
+def degeneracy(out: GateOutput) -> Optional[str]:
+    """Why an output is unusable (empty, NaN, undecodable, one token repeated), or None when it looks sane."""
+    if out.error:
+        return f"request failed: {out.error}"
+    text = out.text
+    if not text.strip() and not out.token_ids:
+        return "empty output"
+    if "\ufffd" in text:
+        return f"undecodable text ({text.count(chr(0xFFFD))} replacement characters)"
+    if re.search(r"(?<![A-Za-z])nan(?![A-Za-z])", text, re.IGNORECASE) and not re.search(r"[A-Za-z]{4,}", text):
+        return "output is 'nan'"
+    if sum(1 for c in text if ord(c) < 32 and c not in "\n\r\t") > max(2, len(text) // 10):
+        return "control characters in output"
+    units = _units(out)
+    if len(units) >= MIN_DEGENERATE_UNITS:
+        unit, count = Counter(units).most_common(1)[0]
+        if count / len(units) >= DEGENERATE_SHARE:
+            return f"one token ({unit!r}) is {count}/{len(units)} of the output"
+    return None
+
+
+def common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def evaluate_gate(
+    variant_outputs: Mapping[str, GateOutput],
+    baseline_outputs: Optional[Mapping[str, GateOutput]],
+    accept_length: Optional[float],
+    is_nextn: bool,
+    min_prefix_tokens: int = 8,
+    prompts: Sequence[GatePrompt] = GATE_PROMPTS,
+) -> GateResult:
+    """Judge one variant's answers to the gate prompts (keyed by prompt_id) against the baseline's."""
+    reasons: list[str] = []
+    verdicts: list[PromptVerdict] = []
+    short_prefix = 0
+    compared = 0
+    for p in prompts:
+        out = variant_outputs.get(p.prompt_id)
+        if out is None:
+            verdicts.append(PromptVerdict(p.prompt_id, False, None, None, ("no output",)))
+            reasons.append(f"{p.prompt_id}: no output")
+            continue
+        evidence: list[str] = []
+        ok = True
+        bad = degeneracy(out)
+        if bad:
+            evidence.append(bad)
+            reasons.append(f"{p.prompt_id}: {bad}")
+            ok = False
+        answer_ok = re.search(p.answer_pattern, _strip_think(out.text), re.IGNORECASE) is not None
+        if not answer_ok:
+            ok = False
+            msg = f"wrong answer (expected /{p.answer_pattern}/): {out.text[:80]!r}"
+            evidence.append(msg)
+            reasons.append(f"{p.prompt_id}: {msg}")
+        prefix: Optional[int] = None
+        base = baseline_outputs.get(p.prompt_id) if baseline_outputs else None
+        if base is not None:
+            # token ids when both sides have them, else whitespace words (never mix the two)
+            both_ids = out.token_ids is not None and base.token_ids is not None
+            a = _units(out) if both_ids else out.text.split()
+            b = _units(base) if both_ids else base.text.split()
+            prefix = common_prefix(a, b)
+            compared += 1
+            need = min(min_prefix_tokens, len(a), len(b))
+            if prefix < need:
+                short_prefix += 1
+                evidence.append(f"common prefix with baseline {prefix} < {need}")
+            else:
+                evidence.append(f"common prefix with baseline {prefix}")
+        verdicts.append(PromptVerdict(p.prompt_id, ok, answer_ok, prefix, tuple(evidence)))
+    if compared and short_prefix / compared > PREFIX_FAIL_SHARE:
+        reasons.append(
+            f"diverges from the baseline within {min_prefix_tokens} tokens on {short_prefix}/{compared} prompts"
+        )
+    if is_nextn:
+        if accept_length is None or (isinstance(accept_length, float) and math.isnan(accept_length)):
+            reasons.append("NEXTN variant without a measured acceptance length")
+        elif accept_length <= ACCEPT_LENGTH_FLOOR:
+            reasons.append(
+                f"acceptance length {accept_length:.3f} <= {ACCEPT_LENGTH_FLOOR}: the MTP draft accepts nothing "
+                "(weights not loaded? SGLang #35797)"
+            )
+    return GateResult(not reasons, tuple(reasons), tuple(verdicts), accept_length)
+
+
+CORRECTNESS_SCHEMA = pa.schema(
+    [
+        pa.field("experiment", pa.string(), nullable=False),
+        pa.field("variant", pa.string(), nullable=False),
+        pa.field("engine", pa.string(), nullable=False),
+        pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("prompt_passed", pa.bool_(), nullable=False),
+        pa.field("answer_ok", pa.bool_()),
+        pa.field("common_prefix_tokens", pa.int32()),
+        pa.field("output_tokens", pa.int32()),
+        pa.field("output_text", pa.string()),
+        pa.field("evidence", pa.string(), nullable=False),
+        pa.field("variant_passed", pa.bool_(), nullable=False),
+        pa.field("variant_reasons", pa.string(), nullable=False),
+        pa.field("accept_length", pa.float64()),
+        pa.field("schema_version", pa.int32(), nullable=False),
+    ]
+)
+"""The `correctness` table: one row per (variant, gate prompt); the variant verdict repeats on each row."""
+
+MAX_STORED_TEXT = 2000
+
+
+def correctness_rows(
+    experiment: str,
+    variant: str,
+    engine: str,
+    result: GateResult,
+    outputs: Mapping[str, GateOutput],
+) -> pa.Table:
+    """The gate's result for one variant as rows of CORRECTNESS_SCHEMA."""
+    rows: list[dict[str, Any]] = []
+    for v in result.prompts:
+        out = outputs.get(v.prompt_id)
+        n_out = None
+        if out is not None:
+            n_out = out.completion_tokens if out.completion_tokens is not None else (
+                len(out.token_ids) if out.token_ids is not None else None
+            )
+        rows.append(
+            {
+                "experiment": experiment,
+                "variant": variant,
+                "engine": engine,
+                "prompt_id": v.prompt_id,
+                "prompt_passed": v.passed,
+                "answer_ok": v.answer_ok,
+                "common_prefix_tokens": v.common_prefix_tokens,
+                "output_tokens": n_out,
+                "output_text": out.text[:MAX_STORED_TEXT] if out is not None else None,
+                "evidence": "; ".join(v.evidence),
+                "variant_passed": result.passed,
+                "variant_reasons": "; ".join(result.reasons),
+                "accept_length": result.accept_length,
+                "schema_version": RECORD_SCHEMA_VERSION,
+            }
+        )
+    return pa.Table.from_pylist(rows, schema=CORRECTNESS_SCHEMA)

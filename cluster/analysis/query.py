@@ -1,0 +1,214 @@
+"""DuckDB views over an experiment's dataset, the per-load-point compare tables, and free SQL."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import duckdb
+import pandas as pd
+import pyarrow.dataset as pads
+
+from cluster.dataset.store import TABLE_SCHEMAS, DatasetStore, ExperimentNotFound
+
+BASE_TABLES = ("runs", "requests", "chunks")
+
+VARIANTS_VIEW_SQL = """
+CREATE VIEW variants AS
+SELECT variant,
+       any_value(engine) AS engine,
+       any_value(tp) AS tp,
+       any_value(variant_family) AS family,
+       any_value(spec_algorithm) AS spec_algorithm,
+       any_value(spec_num_steps) AS spec_num_steps,
+       any_value(spec_num_draft_tokens) AS spec_num_draft_tokens,
+       bool_or(coalesce(is_baseline, false)) AS is_baseline,
+       count(*) AS n_runs,
+       count(*) FILTER (WHERE status = 'ok') AS n_ok,
+       count(*) FILTER (WHERE status = 'invalid') AS n_invalid,
+       count(*) FILTER (WHERE status = 'failed') AS n_failed,
+       min(order_index) AS first_order_index
+FROM runs GROUP BY variant
+"""
+"""One row per variant: engine, tp, family, speculative settings, baseline flag, run counts by status."""
+
+COMPARE_METRICS: tuple[tuple[str, str], ...] = (
+    ("request_throughput_rps", "m_request_throughput_rps"),
+    ("output_tok_s", "m_output_tok_s"),
+    ("ttft_ms_p50", "m_ttft_ms_p50"),
+    ("ttft_ms_p99", "m_ttft_ms_p99"),
+    ("tpot_ms_mean", "m_tpot_ms_mean"),
+    ("tpot_ms_p50", "m_tpot_ms_p50"),
+    ("itl_chunk_ms_p50", "m_itl_chunk_ms_p50"),
+    ("itl_token_ms_p50", "m_itl_token_ms_p50"),
+    ("accept_length", "m_accept_length"),
+)
+"""(compare-table column, runs-table column): each is the mean over a point's ok repeats."""
+
+POINT_KEYS = ("workload", "load_kind", "load_value")
+
+
+class QueryError(ValueError):
+    """Bad SQL, or a baseline that is not a variant of the experiment."""
+
+
+def _store(root: str, experiment: str) -> DatasetStore:
+    store = DatasetStore(root, experiment)
+    if not store.exists():
+        raise ExperimentNotFound(f"experiment {experiment!r} not found under {root!r}")
+    return store
+
+
+def _sql_str(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def connect(root: str, experiment: str) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with one view per table (runs, requests, chunks, and any others such as
+    correctness or server_metrics when their files exist), plus the derived view `variants`.
+
+    Only committed runs' files are visible. Local datasets are scanned with read_parquet (hive partitioning,
+    union_by_name); datasets on other filesystems are scanned lazily through pyarrow datasets.
+    """
+    store = _store(root, experiment)
+    con = duckdb.connect()
+    for table in sorted(set(BASE_TABLES) | set(store.tables())):
+        files = store.table_files(table)
+        if not files:
+            empty = TABLE_SCHEMAS.get(table)
+            if empty is not None:
+                con.register(table, empty.empty_table())
+            continue
+        if store.is_local:
+            listing = ", ".join(_sql_str(f) for f in files)
+            con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet([{listing}], "
+                        "hive_partitioning = true, union_by_name = true)")
+        else:
+            schema = TABLE_SCHEMAS.get(table)
+            con.register(table, pads.dataset(files, filesystem=store.fs, format="parquet", schema=schema))
+    con.execute(VARIANTS_VIEW_SQL)
+    return con
+
+
+def query(root: str, experiment: str, sql: str) -> pd.DataFrame:
+    """Run free SQL against the experiment's views."""
+    con = connect(root, experiment)
+    try:
+        return con.execute(sql).df()
+    except duckdb.Error as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise QueryError(f"SQL error: {first}") from None
+    finally:
+        con.close()
+
+
+def compare_table(root: str, experiment: str, baseline: Optional[str] = None) -> pd.DataFrame:
+    """Per load point and variant: run counts, mean metrics over ok repeats, and output tok/s speedup vs baseline.
+
+    The baseline is the variant whose runs have is_baseline (overridden by `baseline`). Rows are ordered by
+    workload, load kind and value, then by the variant's first run in the plan.
+    """
+    runs = _store(root, experiment).read_table("runs")
+    df = runs.to_pandas()
+    cols = list(POINT_KEYS) + ["variant", "engine", "is_baseline", "n_runs", "n_failed", "n_invalid"]
+    cols += [c for c, _ in COMPARE_METRICS] + ["speedup_output_tok_s"]
+    if df.empty:
+        return pd.DataFrame(columns=cols)
+    variants = list(dict.fromkeys(df.sort_values("order_index")["variant"]))
+    baseline = _resolve_baseline(df, variants, baseline, experiment)
+    for _, mcol in COMPARE_METRICS:
+        if mcol not in df.columns:
+            df[mcol] = float("nan")
+    df["_ok"] = df["status"] == "ok"
+    keys = list(POINT_KEYS) + ["variant"]
+    counts = df.groupby(keys, sort=False).agg(
+        engine_name=("engine", "first"),  # not `engine=`: that is agg()'s own keyword
+        n_runs=("_ok", "sum"),
+        n_failed=("status", lambda s: int((s == "failed").sum())),
+        n_invalid=("status", lambda s: int((s == "invalid").sum())),
+    )
+    ok = df[df["_ok"]]
+    means = ok.groupby(keys, sort=False)[[m for _, m in COMPARE_METRICS]].mean()
+    means.columns = [c for c, _ in COMPARE_METRICS]
+    out = counts.join(means, how="left").reset_index().rename(columns={"engine_name": "engine"})
+    return _with_speedup(out, baseline, variants)[cols]
+
+
+def _resolve_baseline(df: pd.DataFrame, variants: list[str], baseline: Optional[str], experiment: str
+                      ) -> Optional[str]:
+    """`baseline` when given (it must be a variant), else the first variant whose rows are marked is_baseline."""
+    if baseline is None:
+        marked = df.loc[df["is_baseline"].fillna(False).astype(bool), "variant"].unique().tolist()
+        return marked[0] if marked else None
+    if baseline not in variants:
+        raise QueryError(f"baseline {baseline!r} is not a variant of {experiment!r}; variants: {', '.join(variants)}")
+    return baseline
+
+
+def _with_speedup(df: pd.DataFrame, baseline: Optional[str], variants: list[str]) -> pd.DataFrame:
+    """Mark the baseline, add output tok/s speedup over it at the same load point, order rows by point then plan."""
+    df["is_baseline"] = df["variant"] == baseline
+    base = df.loc[df["is_baseline"], list(POINT_KEYS) + ["output_tok_s"]].rename(
+        columns={"output_tok_s": "_base_tok_s"})
+    df = df.merge(base, on=list(POINT_KEYS), how="left")
+    df["speedup_output_tok_s"] = df["output_tok_s"] / df["_base_tok_s"]
+    df["_vorder"] = df["variant"].map({v: i for i, v in enumerate(variants)})
+    df = df.sort_values(list(POINT_KEYS) + ["_vorder"], kind="stable").reset_index(drop=True)
+    df["n_runs"] = df["n_runs"].astype(int)
+    return df
+
+
+_REQUEST_COMPARE_SQL = """
+WITH ok AS (
+    SELECT run_key, actual_send_ns, first_chunk_ns, last_chunk_ns,
+           coalesce(completion_tokens, client_tokens) AS out_tok
+    FROM requests
+    WHERE error IS NULL AND first_chunk_ns IS NOT NULL AND last_chunk_ns IS NOT NULL
+), per_run AS (
+    SELECT run_key,
+           count(*) AS n_ok,
+           sum(out_tok) AS out_tokens,
+           -- one sort per run for both percentiles (integer ns; linear interpolation like numpy)
+           quantile_cont(first_chunk_ns - actual_send_ns, [0.5, 0.99]) AS ttft_ns_q,
+           avg(CASE WHEN out_tok > 1 THEN (last_chunk_ns - first_chunk_ns) / 1e6 / (out_tok - 1) END)
+               AS tpot_ms_mean
+    FROM ok GROUP BY run_key
+)
+SELECT r.workload, r.load_kind, r.load_value, r.variant,
+       any_value(r.engine) AS engine,
+       bool_or(coalesce(r.is_baseline, false)) AS is_baseline,
+       min(r.order_index) AS first_order_index,
+       count(*) AS n_runs,
+       avg(p.n_ok / r.duration_s) AS request_throughput_rps,
+       avg(p.out_tokens / r.duration_s) AS output_tok_s,
+       avg(p.ttft_ns_q[1] / 1e6) AS ttft_ms_p50,
+       avg(p.ttft_ns_q[2] / 1e6) AS ttft_ms_p99,
+       avg(p.tpot_ms_mean) AS tpot_ms_mean
+FROM runs r JOIN per_run p USING (run_key)
+WHERE r.status = 'ok' AND r.duration_s > 0
+GROUP BY r.workload, r.load_kind, r.load_value, r.variant
+"""
+
+REQUEST_COMPARE_COLUMNS = ("request_throughput_rps", "output_tok_s", "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_mean")
+"""Point estimates compare_from_requests computes from the request rows (per run, then the mean over ok runs)."""
+
+
+def compare_from_requests(root: str, experiment: str, baseline: Optional[str] = None) -> pd.DataFrame:
+    """Per load point and variant, point estimates computed in DuckDB from the `requests` rows.
+
+    Per ok run: TTFT p50/p99 (first chunk − send; the runs table's m_ttft uses the first token-bearing chunk,
+    which differs only when a stream opens with a token-less chunk), TPOT mean ((last − first chunk)/(tokens − 1)
+    over requests with > 1 token), output tok/s and req/s over the run's duration_s; then the mean over ok runs,
+    and the output tok/s speedup over the baseline. Only the needed columns are scanned.
+    """
+    con = connect(root, experiment)
+    try:
+        df = con.execute(_REQUEST_COMPARE_SQL).df()
+    finally:
+        con.close()
+    cols = list(POINT_KEYS) + ["variant", "engine", "is_baseline", "n_runs", *REQUEST_COMPARE_COLUMNS,
+                               "speedup_output_tok_s"]
+    if df.empty:
+        return pd.DataFrame(columns=cols)
+    variants = list(dict.fromkeys(df.sort_values("first_order_index")["variant"]))
+    baseline = _resolve_baseline(df, variants, baseline, experiment)
+    return _with_speedup(df, baseline, variants)[cols]

@@ -1,0 +1,289 @@
+"""`sglbench results report`: an HTML page with PNG plots and the CI compare table of one experiment."""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+import re
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import pandas as pd
+
+from cluster.analysis import report_plots as rp
+from cluster.analysis.comparison import CI_METRICS, compare_view, compare_with_ci, point_label, request_arrays
+from cluster.analysis.metrics import METRIC_DEFINITIONS
+from cluster.dataset.store import DatasetStore, ExperimentNotFound
+
+GPU_BANDWIDTH_GBS: dict[str, float] = {
+    "RTX PRO 6000 Blackwell": 1792.0,
+    "H200": 4800.0,
+    "H100 SXM": 3350.0,
+    "B200": 8000.0,
+}
+"""Peak HBM/GDDR bandwidth per GPU, GB/s (vendor datasheets)."""
+
+_GPU_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("RTX PRO 6000 Blackwell", re.compile(r"rtx\s*pro\s*6000", re.I)),
+    ("H200", re.compile(r"\bh200\b", re.I)),
+    ("H100 SXM", re.compile(r"\bh100\b.*(sxm|hbm3)", re.I)),
+    ("B200", re.compile(r"\bb200\b", re.I)),
+)
+SIM_REFERENCE_GPU = "RTX PRO 6000 Blackwell"
+"""The simulator is calibrated to the reference node (8× RTX PRO 6000 Blackwell); its bound uses that GPU."""
+
+_REPORT_METRICS = ("output_tok_s", "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_mean", "e2e_ms_p99", "itl_chunk_ms_p50",
+                   "itl_token_ms_p50", "tokens_per_chunk_mean", "per_user_tok_s_mean", "accept_length",
+                   "goodput_rps", "slo_attainment")
+
+
+def known_gpu(text: str) -> Optional[str]:
+    """The GPU_BANDWIDTH_GBS key a GPU name (e.g. 'NVIDIA H200', 'NVIDIA H100 80GB HBM3') refers to."""
+    for key, pat in _GPU_PATTERNS:
+        if pat.search(text):
+            return key
+    return None
+
+
+def _strings(obj: Any) -> list[str]:
+    if isinstance(obj, str):
+        return [obj]
+    if isinstance(obj, dict):
+        return [s for v in obj.values() for s in _strings(v)]
+    if isinstance(obj, list):
+        return [s for v in obj for s in _strings(v)]
+    return []
+
+
+def gpu_of_run(engine: str, provenance_json: Optional[str]) -> Optional[str]:
+    """The known GPU a run ran on: any known GPU name in its provenance; the reference GPU for the simulator."""
+    if engine == "sim":
+        return SIM_REFERENCE_GPU
+    try:
+        prov = json.loads(provenance_json) if provenance_json else {}
+    except ValueError:
+        return None
+    for s in _strings(prov):
+        got = known_gpu(s)
+        if got:
+            return got
+    return None
+
+
+def decode_bytes_per_token(meta: Optional[dict[str, Any]]) -> Optional[float]:
+    """decode_bytes_per_token from experiment.json's preflight probe report ({model path: probe JSON})."""
+    pre = (meta or {}).get("preflight") or {}
+    if not isinstance(pre, dict) or not pre:
+        return None
+    model = (((meta or {}).get("spec") or {}).get("model") or {}).get("path")
+    report = pre.get(model) if model in pre else next(iter(pre.values()))
+    val = ((report or {}).get("params") or {}).get("decode_bytes_per_token") if isinstance(report, dict) else None
+    return float(val) if isinstance(val, (int, float)) and val > 0 else None
+
+
+def bandwidth_table(ci: pd.DataFrame, runs: pd.DataFrame, bytes_per_token: float) -> pd.DataFrame:
+    """Per variant at batch 1 (concurrency 1, else the lowest concurrency): decode tok/s = 1000 / TPOT mean vs the
+    bound N·BW / bytes_per_token, N = the variant's tp (the GPUs its weights are split over)."""
+    conc = ci[ci["load_kind"] == "concurrency"]
+    if conc.empty:
+        return pd.DataFrame()
+    rows = []
+    ok = runs[runs["status"] == "ok"]
+    for (workload, v), g in conc.groupby(["workload", "variant"], sort=False):
+        g = g.sort_values("load_value").iloc[0]
+        vr = ok[(ok["variant"] == v) & (ok["workload"] == workload)]
+        if vr.empty or not math.isfinite(g["tpot_ms_mean"]) or g["tpot_ms_mean"] <= 0:
+            continue
+        gpu = gpu_of_run(str(vr["engine"].iloc[0]), vr["provenance_json"].dropna().iloc[0]
+                         if vr["provenance_json"].notna().any() else None)
+        if gpu is None:
+            continue
+        n_gpus = int(vr["tp"].fillna(1).iloc[0])
+        bound = n_gpus * GPU_BANDWIDTH_GBS[gpu] * 1e9 / bytes_per_token
+        decode = 1000.0 / float(g["tpot_ms_mean"])
+        rows.append({"workload": workload, "variant": v, "engine": g["engine"], "concurrency": g["load_value"],
+                     "gpu": gpu + (" (assumed: simulator reference node)" if g["engine"] == "sim" else ""),
+                     "n_gpus": n_gpus, "bound_tok_s": bound, "decode_tok_s": decode,
+                     "pct_of_bound": 100.0 * decode / bound})
+    return pd.DataFrame(rows)
+
+
+def _slug(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]+", "_", s).strip("_") or "x"
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+@dataclass
+class _Figure:
+    file: str
+    caption: str
+
+
+def _table_html(df: pd.DataFrame) -> str:
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>"
+                   for row in df.itertuples(index=False))
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _figures(ci: pd.DataFrame, runs: pd.DataFrame, arrays: dict[str, dict[str, np.ndarray]], out: Path,
+             labels: dict[str, str], colors: dict[str, Any], bw: pd.DataFrame) -> list[_Figure]:
+    figs: list[_Figure] = []
+    ok = runs[runs["status"] == "ok"]
+
+    def save(name: str, data: bytes, caption: str) -> None:
+        _write_atomic(out / name, data)
+        figs.append(_Figure(name, caption))
+
+    for (workload, kind), g in ci.groupby(["workload", "load_kind"], sort=False):
+        tag = f"{_slug(str(workload))}_{kind}"
+        title = f"{workload}: {'closed loop' if kind == 'concurrency' else 'Poisson arrivals'}"
+        save(f"throughput_{tag}.png", rp.throughput_plot(g, f"{title}: output throughput", labels, colors),
+             f"{workload}: output tok/s vs {kind} per variant, 95% CI band.")
+        for metric, field, unit in (("TTFT", "ttft_ms", "ms"), ("TPOT", "tpot_ms", "ms")):
+            per_point = []
+            for value in sorted(g["load_value"].unique()):
+                sel = ok[(ok["workload"] == workload) & (ok["load_kind"] == kind) & (ok["load_value"] == value)]
+                data = {v: rp.pooled([arrays.get(k, {}).get(field) for k in s["run_key"]])
+                        for v, s in sel.groupby("variant", sort=False)}
+                per_point.append((point_label(kind, value), data))
+            save(f"{field}_cdf_{tag}.png",
+                 rp.cdf_plot(per_point, metric, unit, f"{title}: {metric} CDF per variant", labels, colors),
+                 f"{workload}: {metric} CDF per variant at each load point (requests pooled over ok repeats).")
+        if (~g["is_baseline"].astype(bool)).any() and g["speedup_tok_s"].notna().any():
+            save(f"speedup_{tag}.png", rp.speedup_plot(g, "speedup_tok_s", "output tok/s",
+                                                       f"{title}: speedup over the baseline", labels, colors),
+                 f"{workload}: output tok/s speedup over the baseline at equal load, 95% CI.")
+        spec_runs = ok[(ok["workload"] == workload) & (ok["load_kind"] == kind) & ok["spec_num_steps"].notna()]
+        by_depth = []
+        for depth, s in spec_runs.groupby("spec_num_steps"):
+            vals = rp.pooled([arrays.get(k, {}).get("accept") for k in s["run_key"]])
+            if vals.size:
+                mean = float(pd.to_numeric(s["m_accept_length"], errors="coerce").mean())
+                names = ", ".join(dict.fromkeys(s["variant"]))
+                by_depth.append((int(depth), f"{names} (steps={int(depth)})", vals, mean))
+        if by_depth:
+            save(f"accept_hist_{tag}.png",
+                 rp.accept_hist_plot(by_depth, f"{title}: per-request acceptance length by NEXTN depth "
+                                     "(all load points; dashed: run-scoped Σ-ratio, mean over runs)"),
+                 f"{workload}: distribution of per-request (tokens − 1)/spec_verify_ct per speculative depth.")
+    if not bw.empty:
+        for workload, g in bw.groupby("workload", sort=False):
+            first = g.iloc[0]
+            gpu = str(first["gpu"]).replace(" (assumed: simulator reference node)", "")
+            title = (f"{workload}: % of the memory-bandwidth bound at batch 1\n"
+                     f"bound = {first['n_gpus']}× {gpu} BW / bytes per token = {first['bound_tok_s']:.0f} tok/s"
+                     + ("\n(GPU assumed for the simulator: the reference node)" if first["engine"] == "sim" else ""))
+            save(f"bandwidth_{_slug(str(workload))}.png", rp.bandwidth_plot(g, title, colors),
+                 f"{workload}: decode tok/s at batch 1 (1000 / TPOT mean) as % of N·BW / bytes per token.")
+    return figs
+
+
+_CSS = ("body{font-family:sans-serif;margin:1.5em;max-width:1400px}table{border-collapse:collapse;font-size:12px;"
+        "margin-bottom:1em}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}th{background:#eee}"
+        "img{max-width:100%;border:1px solid #ddd;margin:.3em 0}.sim{color:#a40;font-weight:bold}"
+        "figure{margin:0 0 1.5em 0}")
+
+
+def build_report(root: str, experiment: str, out_dir: Optional[str] = None, n_boot: int = 1000, seed: int = 0,
+                 bytes_per_token: Optional[float] = None) -> Path:
+    """Write index.html and its PNGs to out_dir (default <root>/reports/<experiment>); returns the HTML path."""
+    store = DatasetStore(root, experiment)
+    if not store.exists():
+        raise ExperimentNotFound(f"experiment {experiment!r} not found under {root!r}")
+    if out_dir is None:
+        if not store.is_local:
+            raise ValueError("--out: a local directory is needed when the dataset root is not a local path")
+        out_dir = os.path.join(root, "reports", experiment)
+    out = Path(out_dir)
+    runs = store.read_table("runs").to_pandas()
+    if runs.empty:
+        raise ValueError(f"experiment {experiment!r} under {root!r} has no runs to report")
+    ci = compare_with_ci(root, experiment, n_boot=n_boot, seed=seed)
+    arrays = request_arrays(root, experiment, runs.loc[runs["status"] == "ok", "run_key"].tolist())
+    variants = list(dict.fromkeys(runs.sort_values("order_index")["variant"]))
+    engines = runs.groupby("variant")["engine"].first().to_dict()
+    labels = {v: f"{v} [{'simulated' if engines[v] == 'sim' else engines[v]}]" for v in variants}
+    colors = rp.variant_colors(variants)
+    meta = store.read_experiment_meta()
+    bpt = bytes_per_token or decode_bytes_per_token(meta)
+    bw = bandwidth_table(ci, runs, bpt) if bpt else pd.DataFrame()
+    figs = _figures(ci, runs, arrays, out, labels, colors, bw)
+    page = _html(experiment, root, ci, runs, figs, engines, bw, bpt)
+    path = out / "index.html"
+    _write_atomic(path, page.encode())
+    return path
+
+
+def _html(experiment: str, root: str, ci: pd.DataFrame, runs: pd.DataFrame, figs: list[_Figure],
+          engines: dict[str, str], bw: pd.DataFrame, bpt: Optional[float]) -> str:
+    e = html.escape
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>sglbench: {e(experiment)}</title>"
+             f"<style>{_CSS}</style></head><body><h1>sglbench report: {e(experiment)}</h1>",
+             f"<p>Dataset root: <code>{e(root)}</code>. Baseline: <b>{e(str(ci.attrs.get('baseline')))}</b>. "
+             f"Runs: {len(runs)} ({int((runs['status'] == 'ok').sum())} ok).</p>"]
+    eng = ", ".join(f"{e(v)}: {e(x)}" for v, x in engines.items())
+    parts.append(f"<p>Engines: {eng}.</p>")
+    if "sim" in engines.values():
+        parts.append("<p class='sim'>Runs with engine <code>sim</code> are SIMULATED: numbers from sglbench's "
+                     "simulated SGLang server (a step-time model), not measurements of a GPU.</p>")
+    parts.append(f"<h2>Comparison</h2><p>{e(str(ci.attrs.get('ci_method', '')))}</p>")
+    parts.append(_table_html(compare_view(ci)))
+    warn = [(r.workload, point_label(r.load_kind, r.load_value), r.variant, w)
+            for r in ci.itertuples(index=False) for w in r.warnings]
+    if warn:
+        parts.append("<h3>Warnings</h3><ul>" + "".join(
+            f"<li>{e(str(a))} / {e(b)} / {e(str(c))}: {e(w)}</li>" for a, b, c, w in warn) + "</ul>")
+    parts.append("<h2>Plots</h2>")
+    for f in figs:
+        parts.append(f"<figure><img src='{e(f.file)}' alt='{e(f.caption)}'><figcaption>{e(f.caption)}"
+                     "</figcaption></figure>")
+    if not bw.empty:
+        parts.append(f"<h2>Memory-bandwidth bound</h2><p>Bound = N·BW / decode bytes per token "
+                     f"({(bpt or 0) / 1e9:.2f} GB/token: checkpoint probe or --bytes-per-token), N = tensor-parallel GPUs. "
+                     "Speculative variants can exceed 100%: one weight read verifies several tokens.</p>")
+        shown = bw.assign(bound_tok_s=bw["bound_tok_s"].round(1), decode_tok_s=bw["decode_tok_s"].round(1),
+                          pct_of_bound=bw["pct_of_bound"].round(1))
+        parts.append(_table_html(shown))
+    elif bpt is None:
+        parts.append("<p>No memory-bandwidth bound: experiment.json has no probe decode_bytes_per_token.</p>")
+    bad = runs[runs["status"] != "ok"].sort_values("order_index")
+    parts.append("<h2>Invalid and failed runs</h2>")
+    if bad.empty:
+        parts.append("<p>None.</p>")
+    else:
+        view = pd.DataFrame({
+            "variant": bad["variant"], "workload": bad["workload"],
+            "load": [point_label(k, v) for k, v in zip(bad["load_kind"], bad["load_value"])],
+            "repeat": bad["repeat"], "status": bad["status"],
+            "reason": [r if isinstance(r, str) and r else (i if isinstance(i, str) and i else "no reason stored")
+                       for r, i in zip(bad["failure_reason"], bad["invalid_reasons"])],
+            "run_key": bad["run_key"]})
+        parts.append(_table_html(view))
+    parts.append("<h2>Metric definitions</h2>")
+    defs = {m: METRIC_DEFINITIONS[m] for m in _REPORT_METRICS if m in METRIC_DEFINITIONS}
+    defs["speedup"] = ("variant over baseline at the same workload and load point: output tok/s ratio, "
+                       "or baseline TPOT / variant TPOT; > 1 means the variant is better")
+    defs["TTFT/TPOT/E2E in the compare table"] = (
+        "statistics of the requests pooled over ok repeats (the runs table's m_ columns are per run); TTFT here "
+        "is requests.first_chunk_ns - actual_send_ns, which differs from the token-bearing-chunk TTFT only when "
+        "a stream opens with a token-less chunk")
+    defs["ITL, tokens/chunk, accept length, goodput in the compare table"] = "mean over ok repeats of the per-run value"
+    parts.append(_table_html(pd.DataFrame({"metric": list(defs), "definition": list(defs.values())})))
+    parts.append(f"<p>CI columns computed: {', '.join(m.name for m in CI_METRICS)}.</p></body></html>")
+    return "\n".join(parts)

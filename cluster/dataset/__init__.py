@@ -1,0 +1,1 @@
+"""The results dataset: record schemas, the Parquet store, the incremental writer and the runs rows."""

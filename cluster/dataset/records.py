@@ -1,0 +1,135 @@
+"""Record schemas (Arrow) of the dataset tables, with the raw per-request record the load generator fills.
+
+Times are int64 nanoseconds on the load actor's monotonic clock, relative to the run's measured-window start
+(`runs.window_start_unix_s` anchors that instant to wall-clock). Every table carries `schema_version`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Optional
+
+import pyarrow as pa
+
+from cluster.plan.runs import RECORD_SCHEMA_VERSION
+
+SCHEMA_VERSION = RECORD_SCHEMA_VERSION
+
+# columns every table shares, filled by the store from the RunPlan
+KEY_FIELDS = [
+    pa.field("run_key", pa.string(), nullable=False),
+    pa.field("experiment", pa.string(), nullable=False),
+    pa.field("variant", pa.string(), nullable=False),
+    pa.field("engine", pa.string(), nullable=False),
+    pa.field("workload", pa.string(), nullable=False),
+    pa.field("load_kind", pa.string(), nullable=False),
+    pa.field("load_value", pa.float64(), nullable=False),
+    pa.field("repeat", pa.int32(), nullable=False),
+    pa.field("schema_version", pa.int32(), nullable=False),
+]
+
+REQUEST_FIELDS = [
+    pa.field("request_index", pa.int32(), nullable=False),
+    pa.field("intended_send_ns", pa.int64(), nullable=False),
+    pa.field("actual_send_ns", pa.int64(), nullable=False),
+    pa.field("first_chunk_ns", pa.int64()),
+    pa.field("last_chunk_ns", pa.int64()),
+    pa.field("num_chunks", pa.int32(), nullable=False),
+    pa.field("client_tokens", pa.int32(), nullable=False),
+    pa.field("prompt_tokens_sent", pa.int32(), nullable=False),
+    pa.field("max_tokens", pa.int32(), nullable=False),
+    pa.field("prompt_tokens", pa.int32()),
+    pa.field("completion_tokens", pa.int32()),
+    pa.field("cached_tokens", pa.int32()),
+    pa.field("spec_verify_ct", pa.int32()),
+    pa.field("finish_reason", pa.string()),
+    pa.field("error", pa.string()),
+    pa.field("http_status", pa.int32()),
+]
+"""Scalar per-request columns (the `requests` table, after KEY_FIELDS)."""
+
+CHUNK_FIELDS = [
+    pa.field("request_index", pa.int32(), nullable=False),
+    pa.field("chunk_index", pa.int32(), nullable=False),
+    pa.field("arrival_ns", pa.int64(), nullable=False),
+    pa.field("tokens", pa.int32(), nullable=False),
+]
+"""Per-chunk arrivals (the `chunks` table, after KEY_FIELDS): kept apart so summaries never scan them."""
+
+REQUEST_BATCH_SCHEMA = pa.schema(REQUEST_FIELDS)
+CHUNK_BATCH_SCHEMA = pa.schema(CHUNK_FIELDS)
+REQUESTS_SCHEMA = pa.schema(KEY_FIELDS + REQUEST_FIELDS)
+CHUNKS_SCHEMA = pa.schema(KEY_FIELDS + CHUNK_FIELDS)
+
+
+@dataclass
+class RequestRecord:
+    """The raw record of one request, as the load generator sees it."""
+
+    request_index: int
+    intended_send_ns: int
+    actual_send_ns: int
+    prompt_tokens_sent: int
+    max_tokens: int
+    chunk_arrival_ns: list[int] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    prompt_tokens: Optional[int] = None
+    completion_tokens: Optional[int] = None
+    cached_tokens: Optional[int] = None
+    spec_verify_ct: Optional[int] = None
+    finish_reason: Optional[str] = None
+    error: Optional[str] = None
+    http_status: Optional[int] = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and bool(self.chunk_arrival_ns)
+
+
+def request_batches(records: Iterable[RequestRecord]) -> tuple[pa.RecordBatch, pa.RecordBatch]:
+    """RequestRecords → (requests batch, chunks batch), sorted by request_index, through the load generator's own
+    columnar sink (cluster/loadgen/sink.py), so hand-built records in tests take the production path."""
+    from cluster.loadgen.sink import RecordSink
+
+    recs = list(records)
+    sink = RecordSink(len(recs), batch_rows=max(1, len(recs)))
+    for r in recs:
+        sink.add(r, r.chunk_arrival_ns[-1] if r.chunk_arrival_ns else r.actual_send_ns)
+    sink.flush()
+    return sink.kept_batches()
+
+
+RUN_FIELDS = [
+    pa.field("status", pa.string(), nullable=False),  # ok | failed | invalid
+    pa.field("failure_reason", pa.string()),
+    pa.field("invalid_reasons", pa.string()),
+    pa.field("log_tail", pa.string()),
+    pa.field("seed", pa.int64(), nullable=False),
+    pa.field("order_index", pa.int32(), nullable=False),
+    pa.field("window_start_unix_s", pa.float64()),
+    pa.field("duration_s", pa.float64()),
+    pa.field("n_requests", pa.int32()),
+    pa.field("n_ok", pa.int32()),
+    pa.field("n_errors", pa.int32()),
+    pa.field("input_tokens", pa.int32()),
+    pa.field("output_tokens", pa.int32()),
+    pa.field("max_tokens", pa.int32()),
+    pa.field("tp", pa.int32()),
+    pa.field("variant_family", pa.string()),
+    pa.field("is_baseline", pa.bool_()),
+    pa.field("spec_algorithm", pa.string()),
+    pa.field("spec_num_steps", pa.int32()),
+    pa.field("spec_num_draft_tokens", pa.int32()),
+    pa.field("metrics_json", pa.string()),  # every metric of cluster.analysis.metrics.summarize_run (also m_* columns)
+    pa.field("server_counters_json", pa.string()),
+    pa.field("provenance_json", pa.string()),
+    pa.field("launch_argv_json", pa.string()),
+    pa.field("resolved_args_json", pa.string()),
+    pa.field("shared_node_with", pa.string()),
+    pa.field("gpu_ids", pa.string()),
+    pa.field("node", pa.string()),
+    pa.field("engine_version", pa.string()),
+    pa.field("sglbench_version", pa.string()),
+    pa.field("git_sha", pa.string()),
+    pa.field("tuning_artifact", pa.string()),
+]

@@ -1,0 +1,311 @@
+"""The Parquet dataset store: layout, atomic whole-file writes, the resume index (runs table = commit marker).
+
+Layout: `<root>/<experiment>/<table>/variant=<variant>/<run_key>.parquet` for every table, plus
+`<root>/<experiment>/experiment.json`. A run's `runs` file is written last, after its other tables, so a run is
+complete exactly when its runs file exists. Temp files start with '.' and end in '.tmp' and are never read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import uuid
+from typing import Any, Iterable, Optional, Union
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from cluster.analysis.metrics import METRIC_NAMES
+from cluster.plan.runs import RECORD_SCHEMA_VERSION, RunPlan
+from cluster.dataset.records import CHUNKS_SCHEMA, KEY_FIELDS, REQUESTS_SCHEMA, RUN_FIELDS
+
+Records = Union[pa.Table, pa.RecordBatch]
+
+RUNS_SCHEMA = pa.schema(KEY_FIELDS + RUN_FIELDS + [pa.field(f"m_{n}", pa.float64()) for n in METRIC_NAMES])
+TABLE_SCHEMAS: dict[str, pa.Schema] = {"runs": RUNS_SCHEMA, "requests": REQUESTS_SCHEMA, "chunks": CHUNKS_SCHEMA}
+"""Known tables; any other table name (correctness, server_metrics, ...) gets KEY_FIELDS + its own columns."""
+
+_KEY_NAMES = [f.name for f in KEY_FIELDS]
+_METRIC_SET = set(METRIC_NAMES)
+_RUN_NAMES = {f.name for f in RUN_FIELDS}
+_TABLE_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+_RUN_KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+
+
+class StoreError(ValueError):
+    """A bad name or value given to the store."""
+
+
+class ExperimentNotFound(LookupError):
+    """The experiment has no directory under the dataset root."""
+
+
+def safe_name(value: str, what: str) -> str:
+    """Names become path components and hive partition values: refuse anything that could escape or mislead."""
+    if (not value or "/" in value or "\\" in value or ".." in value or value.startswith(".") or "=" in value
+            or "\x00" in value or len(value) > 128):
+        raise StoreError(f"{what} {value!r} is not a safe path component (no '/', '..', '=', leading '.')")
+    return value
+
+
+def open_root(root: str) -> tuple[pafs.FileSystem, str]:
+    """(filesystem, base path) for a local path or a pyarrow filesystem URI such as s3://bucket/prefix."""
+    if "://" in root:
+        fs, path = pafs.FileSystem.from_uri(root)
+        return fs, path.rstrip("/")
+    return pafs.LocalFileSystem(), os.path.abspath(root)
+
+
+def _is_data_file(path: str) -> bool:
+    base = path.rsplit("/", 1)[-1]
+    return base.endswith(".parquet") and not base.startswith(".")
+
+
+def list_experiments(root: str) -> list[str]:
+    """Experiment names under a dataset root (directories holding experiment.json or a runs table)."""
+    fs, base = open_root(root)
+    infos = fs.get_file_info(pafs.FileSelector(base, recursive=False, allow_not_found=True))
+    out = []
+    for info in infos:
+        if info.type != pafs.FileType.Directory or info.base_name.startswith("."):
+            continue
+        marks = fs.get_file_info([f"{info.path}/experiment.json", f"{info.path}/runs"])
+        if any(m.type != pafs.FileType.NotFound for m in marks):
+            out.append(info.base_name)
+    return sorted(out)
+
+
+class DatasetStore:
+    """One experiment's tables under a dataset root (local path or pyarrow filesystem URI)."""
+
+    def __init__(self, root: str, experiment: str) -> None:
+        self.root = root
+        self.experiment = safe_name(experiment, "experiment name")
+        self.fs, base = open_root(root)
+        self.base = f"{base}/{self.experiment}"
+        self._local = isinstance(self.fs, pafs.LocalFileSystem)
+
+    # ------------------------------------------------------------------ paths and atomic writes
+    @property
+    def is_local(self) -> bool:
+        return self._local
+
+    def exists(self) -> bool:
+        return self.fs.get_file_info(self.base).type == pafs.FileType.Directory
+
+    def _path(self, table: str, variant: str, run_key: str) -> str:
+        if not _TABLE_RE.match(table):
+            raise StoreError(f"table name {table!r} must be lowercase letters, digits or '_'")
+        if not _RUN_KEY_RE.match(run_key):
+            raise StoreError(f"run key {run_key!r} must be letters, digits, '_' or '-'")
+        return f"{self.base}/{table}/variant={safe_name(variant, 'variant name')}/{run_key}.parquet"
+
+    def _write_bytes(self, path: str, data: bytes) -> None:
+        """Complete or absent: temp file + rename locally; one whole-object write on object stores."""
+        parent = path.rsplit("/", 1)[0]
+        self.fs.create_dir(parent, recursive=True)
+        if not self._local:
+            with self.fs.open_output_stream(path) as f:
+                f.write(data)
+            return
+        tmp = f"{parent}/.{path.rsplit('/', 1)[-1]}.{uuid.uuid4().hex}.tmp"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+    def _write_parquet(self, path: str, table: pa.Table) -> None:
+        # The partition column lives in the path only (variant=<name>/): a copy inside the file would clash with
+        # the partition pyarrow/pandas infer from the path (string vs dictionary) and break plain readers.
+        if PARTITION_COLUMN in table.column_names:
+            table = table.drop_columns([PARTITION_COLUMN])
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink, compression="zstd")
+        self._write_bytes(path, sink.getvalue().to_pybytes())
+
+    def _delete(self, path: str) -> None:
+        if self.fs.get_file_info(path).type == pafs.FileType.File:
+            self.fs.delete_file(path)
+
+    # ------------------------------------------------------------------ writing
+    def _key_columns(self, plan: RunPlan, n: int) -> dict[str, pa.Array]:
+        vals: dict[str, Any] = {
+            "run_key": plan.run_key, "experiment": self.experiment, "variant": plan.variant.name,
+            "engine": plan.variant.engine, "workload": plan.workload.name, "load_kind": plan.load.kind,
+            "load_value": float(plan.load.value), "repeat": plan.repeat, "schema_version": RECORD_SCHEMA_VERSION,
+        }
+        return {f.name: pa.array([vals[f.name]] * n, type=f.type) for f in KEY_FIELDS}
+
+    def _with_keys(self, table_name: str, plan: RunPlan, batch: Records) -> pa.Table:
+        t = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+        t = t.drop_columns([c for c in _KEY_NAMES if c in t.schema.names])
+        keys = self._key_columns(plan, t.num_rows)
+        out = pa.Table.from_arrays(
+            list(keys.values()) + list(t.columns),
+            schema=pa.schema(KEY_FIELDS + list(t.schema)),
+        )
+        known = TABLE_SCHEMAS.get(table_name)
+        if known is not None and table_name != "runs":
+            if set(out.schema.names) != set(known.names):
+                missing = sorted(set(known.names) - set(out.schema.names))
+                extra = sorted(set(out.schema.names) - set(known.names))
+                raise StoreError(f"{table_name} batch does not match its schema: missing {missing}, extra {extra}")
+            out = out.select(known.names).cast(known)
+        return out
+
+    def write_table_rows(self, table_name: str, plan: RunPlan, batch: Records) -> str:
+        """Write one run's rows of any table (KEY_FIELDS prepended) as one complete file; returns its path."""
+        path = self._path(table_name, plan.variant.name, plan.run_key)
+        self._write_parquet(path, self._with_keys(table_name, plan, batch))
+        return path
+
+    def write_variant_table(self, table_name: str, variant: str, key: str, table: pa.Table) -> str:
+        """Rows that belong to a variant rather than a run (e.g. the correctness gate); the same key replaces."""
+        if table_name not in VARIANT_TABLES:
+            raise StoreError(f"table {table_name!r} is not a per-variant table ({sorted(VARIANT_TABLES)})")
+        path = self._path(table_name, variant, key)
+        self._write_parquet(path, table)
+        return path
+
+    def runs_row(self, plan: RunPlan, run_row: dict[str, Any]) -> pa.Table:
+        """The one-row runs table: KEY_FIELDS + RUN_FIELDS (defaults from the plan) + m_<metric> columns.
+
+        Metrics come from `m_<name>` keys of run_row and/or run_row["metrics"] (a dict), else from
+        run_row["metrics_json"]; metrics beyond METRIC_NAMES get extra float64 m_ columns after the fixed ones.
+        Unknown keys are an error (they would silently vanish otherwise).
+        """
+        row = dict(run_row)
+        given = row.pop("metrics", None)
+        m_cols = {k[2:]: row.pop(k) for k in list(row) if k.startswith("m_")}
+        unknown = sorted(set(row) - _RUN_NAMES)
+        if unknown:
+            raise StoreError(f"runs row has unknown fields {unknown}; expected fields of records.RUN_FIELDS")
+        if given is None and not m_cols and row.get("metrics_json"):
+            given = json.loads(row["metrics_json"])
+        metrics: dict[str, Any] = {**(given or {}), **m_cols}
+        if row.get("metrics_json") is None:
+            row["metrics_json"] = json.dumps(metrics, sort_keys=True, default=_json_default)
+        v, w = plan.variant, plan.workload
+        defaults: dict[str, Any] = {
+            "status": "ok", "seed": plan.seed, "order_index": plan.order_index, "tp": v.tp,
+            "variant_family": v.family or v.name, "is_baseline": v.is_baseline,
+            "spec_algorithm": v.speculative.algorithm if v.speculative else None,
+            "spec_num_steps": v.speculative.num_steps if v.speculative else None,
+            "spec_num_draft_tokens": v.speculative.num_draft_tokens if v.speculative else None,
+            "input_tokens": w.input_tokens, "output_tokens": w.output_tokens, "max_tokens": w.output_tokens,
+        }
+        for k, d in defaults.items():
+            if row.get(k) is None:
+                row[k] = d
+        cols: dict[str, pa.Array] = self._key_columns(plan, 1)
+        for f in RUN_FIELDS:
+            cols[f.name] = pa.array([row.get(f.name)], type=f.type)
+        extra = sorted(n for n in metrics if n not in _METRIC_SET and _TABLE_RE.match(n))
+        for n in list(METRIC_NAMES) + extra:
+            cols[f"m_{n}"] = pa.array([_as_float(metrics.get(n))], type=pa.float64())
+        schema = pa.schema(list(RUNS_SCHEMA) + [pa.field(f"m_{n}", pa.float64()) for n in extra])
+        return pa.Table.from_pydict(cols, schema=schema)
+
+    def write_run(self, plan: RunPlan, run_row: dict[str, Any], requests: Optional[Records] = None,
+                  chunks: Optional[Records] = None) -> None:
+        """Write one run: un-commit any earlier attempt, then requests, chunks, and the runs row last (commit)."""
+        runs = self.runs_row(plan, run_row)  # validate before touching anything
+        self._delete(self._path("runs", plan.variant.name, plan.run_key))
+        for name, batch in (("requests", requests), ("chunks", chunks)):
+            if batch is None:
+                self._delete(self._path(name, plan.variant.name, plan.run_key))
+            else:
+                self.write_table_rows(name, plan, batch)
+        self._write_parquet(self._path("runs", plan.variant.name, plan.run_key), runs)
+
+    def write_experiment_meta(self, meta: dict[str, Any]) -> None:
+        """experiment.json (spec, probe results, ...), written atomically."""
+        data = json.dumps(meta, indent=2, sort_keys=True, default=_json_default).encode()
+        self._write_bytes(f"{self.base}/experiment.json", data)
+
+    def read_experiment_meta(self) -> Optional[dict[str, Any]]:
+        path = f"{self.base}/experiment.json"
+        if self.fs.get_file_info(path).type != pafs.FileType.File:
+            return None
+        with self.fs.open_input_stream(path) as f:
+            return json.loads(f.read())
+
+    # ------------------------------------------------------------------ reading
+    def _data_files(self, table: str) -> list[str]:
+        if not _TABLE_RE.match(table):
+            raise StoreError(f"table name {table!r} must be lowercase letters, digits or '_'")
+        sel = pafs.FileSelector(f"{self.base}/{table}", recursive=True, allow_not_found=True)
+        return sorted(i.path for i in self.fs.get_file_info(sel) if i.type == pafs.FileType.File
+                      and _is_data_file(i.path))
+
+    def completed_run_keys(self) -> set[str]:
+        """Run keys whose runs file exists: the resume index."""
+        return {p.rsplit("/", 1)[-1][: -len(".parquet")] for p in self._data_files("runs")}
+
+    def table_files(self, table: str) -> list[str]:
+        """Data files of a table that belong to committed runs (a crash before the runs row hides the rest)."""
+        files = self._data_files(table)
+        if table == "runs" or table in VARIANT_TABLES:
+            return files
+        done = self.completed_run_keys()
+        return [p for p in files if p.rsplit("/", 1)[-1][: -len(".parquet")] in done]
+
+    def tables(self) -> list[str]:
+        """Table names present in this experiment."""
+        sel = pafs.FileSelector(self.base, recursive=False, allow_not_found=True)
+        return sorted(i.base_name for i in self.fs.get_file_info(sel)
+                      if i.type == pafs.FileType.Directory and _TABLE_RE.match(i.base_name))
+
+    def read_table(self, name: str, columns: Optional[Iterable[str]] = None) -> pa.Table:
+        """All committed partitions of a table; an empty table with the known schema when there are none."""
+        files = self.table_files(name)
+        cols = list(columns) if columns is not None else None
+        if not files:
+            schema = TABLE_SCHEMAS.get(name, pa.schema(KEY_FIELDS))
+            empty = schema.empty_table()
+            return empty.select([c for c in cols if c in schema.names]) if cols else empty
+        file_cols = [c for c in cols if c != PARTITION_COLUMN] if cols is not None else None
+        parts = []
+        for p in files:
+            t = pq.read_table(p, filesystem=self.fs, columns=file_cols, partitioning=None)
+            if (cols is None or PARTITION_COLUMN in cols) and PARTITION_COLUMN not in t.column_names:
+                value = _partition_value(p)
+                pos = min(2, t.num_columns) if cols is None else cols.index(PARTITION_COLUMN)
+                t = t.add_column(pos, pa.field(PARTITION_COLUMN, pa.string(), nullable=False),
+                                 pa.array([value] * t.num_rows, pa.string()))
+            parts.append(t)
+        return pa.concat_tables(parts, promote_options="permissive")
+
+
+PARTITION_COLUMN = "variant"
+VARIANT_TABLES = frozenset({"correctness"})
+"""Tables written per variant (not per run): visible without a committed run."""
+
+
+def _partition_value(path: str) -> str:
+    for seg in path.split("/"):
+        if seg.startswith(PARTITION_COLUMN + "="):
+            return seg.split("=", 1)[1]
+    raise StoreError(f"{path}: no {PARTITION_COLUMN}= partition in the path")
+
+
+def _as_float(val: Any) -> Optional[float]:
+    ok = isinstance(val, (int, float)) and not isinstance(val, bool) and math.isfinite(float(val))
+    return float(val) if ok else None
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "model_dump"):
+        return o.model_dump(mode="json")
+    if hasattr(o, "item"):
+        return o.item()
+    return str(o)

@@ -1,0 +1,1 @@
+"""Planning (pure): variants, run keys, execution order, reservations, fairness and preflight rules."""

@@ -1,0 +1,80 @@
+"""Preflight: probe every checkpoint the experiment serves and refuse NEXTN/MTP on checkpoints without MTP weights."""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Optional
+
+from cluster.plan.runs import ResolvedVariant
+from cluster.probe.safetensors_header import CheckpointError
+from cluster.probe.checkpoint import ProbeReport, probe_checkpoint
+from cluster.spec.models import ExperimentSpec
+
+PROBED_ENGINES = ("sglang", "vllm")
+BUILTIN_HEAD_ALGORITHMS = ("NEXTN", "MTP")
+"""Always use the checkpoint's own MTP/NextN head; EAGLE does too when no draft_model_path is given."""
+
+
+class PreflightError(ValueError):
+    """An experiment that must not start: names the variant, the path and what is missing."""
+
+
+def _needs_builtin_head(v: ResolvedVariant) -> bool:
+    sd = v.speculative
+    if sd is None:
+        return False
+    return sd.algorithm in BUILTIN_HEAD_ALGORITHMS or (sd.algorithm == "EAGLE" and not sd.draft_model_path)
+
+
+def _should_probe(v: ResolvedVariant, path: str) -> bool:
+    if v.engine in PROBED_ENGINES:
+        return True
+    return os.path.isdir(path)
+
+
+def check_speculative_support(
+    spec: ExperimentSpec,
+    variants: list[ResolvedVariant],
+    probe: Callable[[str], ProbeReport] = probe_checkpoint,
+) -> dict[str, ProbeReport]:
+    """Probe each distinct model (and draft model) path once; raise PreflightError on the first unservable variant.
+
+    Returns {path: report} for the provenance record. `spec` names the experiment in errors."""
+    reports: dict[str, ProbeReport] = {}
+
+    def get(path: str, v: ResolvedVariant, role: str) -> ProbeReport:
+        if path not in reports:
+            try:
+                reports[path] = probe(path)
+            except CheckpointError as e:
+                raise PreflightError(
+                    f"experiment {spec.name!r}, variant {v.name!r}: cannot probe {role} {path}: {e}"
+                ) from None
+        return reports[path]
+
+    for v in variants:
+        if not _should_probe(v, v.model_path):
+            continue
+        report = get(v.model_path, v, "model path")
+        sd = v.speculative
+        if sd is not None and sd.draft_model_path and sd.algorithm != "NGRAM":
+            if _should_probe(v, sd.draft_model_path):
+                get(sd.draft_model_path, v, "draft_model_path")
+        if _needs_builtin_head(v) and not report.mtp.weights_present:
+            raise PreflightError(_missing_head_message(spec, v, report))
+    return reports
+
+
+def _missing_head_message(spec: ExperimentSpec, v: ResolvedVariant, report: ProbeReport) -> str:
+    m = report.mtp
+    algo = v.speculative.algorithm if v.speculative else "?"
+    declared = (f"config.json declares {m.declared_layers} MTP layer(s) ({m.declared_in}) but "
+                if m.declared else "config.json declares no MTP/NextN layers and ")
+    n_layers: Optional[int] = report.config.num_hidden_layers
+    nextn = f"model.layers.{n_layers}.*" if n_layers is not None else "model.layers.{num_hidden_layers}.*"
+    return (
+        f"experiment {spec.name!r}, variant {v.name!r}: {algo} needs the checkpoint's MTP/NextN weights, but "
+        f"{v.model_path} has none (verdict {m.verdict}): {declared}no mtp.* or {nextn} tensors were found in "
+        f"{'; '.join(m.looked_in[1:])}. Use a checkpoint that keeps the MTP head, or give draft_model_path "
+        "with EAGLE/EAGLE3/STANDALONE."
+    )

@@ -1,0 +1,200 @@
+"""Spec → resolved variants and RunPlans (variant × workload × load point × repeat) with stable run keys."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, Optional
+
+from cluster.spec.models import ArgValue, EngineName, ExperimentSpec, SpeculativeSpec, TuningSpec, VariantSpec, WorkloadSpec
+
+RECORD_SCHEMA_VERSION = 1
+"""Version of the dataset's record schemas (runs, requests, chunks, ...); part of every run key."""
+
+
+@dataclass(frozen=True)
+class SpecDecode:
+    """One concrete speculative configuration: always all three of steps, topk and draft tokens."""
+
+    algorithm: str
+    num_steps: int
+    eagle_topk: int
+    num_draft_tokens: int
+    draft_model_path: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class ResolvedVariant:
+    """A variant after expansion: what one server launch is made of."""
+
+    name: str
+    engine: EngineName
+    tp: int
+    model_path: str
+    args: dict[str, ArgValue]
+    env: dict[str, str]
+    speculative: Optional[SpecDecode] = None
+    tuning: Optional[TuningSpec] = None
+    sim: dict[str, Any] = field(default_factory=dict)
+    is_baseline: bool = False
+    family: str = ""
+    """The spec variant this was expanded from (e.g. `nextn` for `nextn-2`)."""
+
+    def identity(self) -> dict[str, Any]:
+        """What defines this variant as declared (the part of the run key that belongs to the variant)."""
+        d = asdict(self)
+        d["tuning"] = self.tuning.model_dump(mode="json") if self.tuning else None
+        return d
+
+
+@dataclass(frozen=True)
+class LoadPoint:
+    kind: Literal["concurrency", "rate"]
+    value: float
+    max_concurrency: Optional[int] = None
+
+    @property
+    def label(self) -> str:
+        return f"c{int(self.value)}" if self.kind == "concurrency" else f"r{self.value:g}"
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    experiment: str
+    variant: ResolvedVariant
+    workload: WorkloadSpec
+    load: LoadPoint
+    repeat: int
+    seed: int
+    run_key: str
+    order_index: int = 0
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    out.update(over)
+    return out
+
+
+def expand_variants(spec: ExperimentSpec) -> list[ResolvedVariant]:
+    """Expand spec variants: a speculative block with a list of num_steps gives one variant per value."""
+    from cluster.tuning.stage import expand_backend_sweeps
+
+    out: list[ResolvedVariant] = []
+    for v in spec.variants:
+        out.extend(_expand_one(spec, v))
+    out = expand_backend_sweeps(out)
+    names = [v.name for v in out]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise ValueError(f"variant expansion produced duplicate names: {sorted(dup)}")
+    if not any(v.is_baseline for v in out) and out:
+        first_plain = next((v for v in out if v.speculative is None and v.tuning is None), out[0])
+        out = [
+            ResolvedVariant(**{**v.__dict__, "is_baseline": True}) if v is first_plain else v for v in out
+        ]
+    return out
+
+
+def _expand_one(spec: ExperimentSpec, v: VariantSpec) -> list[ResolvedVariant]:
+    common = dict(
+        engine=v.engine or spec.model.engine,
+        tp=v.tp or spec.model.tp,
+        model_path=spec.model.path,
+        args=_merge(spec.server.args, v.args),
+        env=_merge(spec.server.env, v.env),
+        tuning=v.tuning if v.tuning and v.tuning.kind != "none" else None,
+        sim=_merge(spec.sim, v.sim),
+        is_baseline=v.baseline,
+        family=v.name,
+    )
+    sp: Optional[SpeculativeSpec] = v.speculative
+    if sp is None:
+        return [ResolvedVariant(name=v.name, **common)]  # type: ignore[arg-type]
+    steps = sp.steps()
+    out = []
+    for s in steps:
+        name = v.name if len(steps) == 1 else f"{v.name}-{s}"
+        dec = SpecDecode(
+            algorithm=sp.algorithm,
+            num_steps=s,
+            eagle_topk=sp.eagle_topk,
+            num_draft_tokens=sp.draft_tokens_for(s),
+            draft_model_path=sp.draft_model_path,
+        )
+        out.append(ResolvedVariant(name=name, speculative=dec, **common))  # type: ignore[arg-type]
+    return out
+
+
+def load_points(spec: ExperimentSpec) -> list[LoadPoint]:
+    pts = [LoadPoint("concurrency", float(c)) for c in spec.load.concurrency]
+    pts += [LoadPoint("rate", float(r), spec.load.max_concurrency) for r in spec.load.request_rate]
+    return pts
+
+
+def run_key(
+    experiment: str, variant: ResolvedVariant, workload: WorkloadSpec, load: LoadPoint, repeat: int, seed: int
+) -> str:
+    """Hash of what defines the run as declared; resolved server args are recorded, not keyed."""
+    ident = {
+        "experiment": experiment,
+        "variant": variant.identity(),
+        "workload": workload.model_dump(mode="json"),
+        "load": asdict(load),
+        "repeat": repeat,
+        "seed": seed,
+        "schema_version": RECORD_SCHEMA_VERSION,
+    }
+    blob = json.dumps(ident, sort_keys=True, separators=(",", ":"), default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:20]
+
+
+def workload_seed(spec_seed: int, workload: WorkloadSpec, repeat: int) -> int:
+    """Prompts and arrival schedules depend on (seed, workload, repeat) only — identical across variants."""
+    h = hashlib.sha256(f"{spec_seed}|{workload.name}|{repeat}".encode()).digest()
+    return int.from_bytes(h[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+def make_plan(spec: ExperimentSpec) -> list[RunPlan]:
+    """Every run of the experiment, in execution order.
+
+    grouped (default): a variant's runs are contiguous, so each server starts once.
+    interleaved: repeat r of every variant runs before repeat r+1 of any (ABAB...), which cancels drift
+    but restarts servers; worth it only where a restart is cheap.
+    """
+    variants = expand_variants(spec)
+    points = load_points(spec)
+    runs: list[RunPlan] = []
+    if spec.order == "grouped":
+        order = [(v, r) for v in variants for r in range(spec.repeats)]
+    else:
+        order = [(v, r) for r in range(spec.repeats) for v in variants]
+    for v, r in order:
+        for w in spec.workloads:
+            for lp in points:
+                seed = workload_seed(spec.seed, w, r)
+                runs.append(
+                    RunPlan(
+                        experiment=spec.name,
+                        variant=v,
+                        workload=w,
+                        load=lp,
+                        repeat=r,
+                        seed=seed,
+                        run_key=run_key(spec.name, v, w, lp, r, seed),
+                        order_index=len(runs),
+                    )
+                )
+    return runs
+
+
+def server_segments(runs: list[RunPlan]) -> list[tuple[ResolvedVariant, list[RunPlan]]]:
+    """Split the ordered runs into contiguous segments served by one server start each."""
+    segs: list[tuple[ResolvedVariant, list[RunPlan]]] = []
+    for r in runs:
+        if segs and segs[-1][0].name == r.variant.name:
+            segs[-1][1].append(r)
+        else:
+            segs.append((r.variant, [r]))
+    return segs

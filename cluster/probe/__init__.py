@@ -1,0 +1,1 @@
+"""Checkpoint probe: config, safetensors index and headers, quantization metadata, MTP/NextN layouts."""

@@ -1,0 +1,220 @@
+"""Checkpoint probe: is MTP in the checkpoint? Answered from config.json, the safetensors index and every shard header.
+
+`probe_checkpoint(model_dir)` never reads tensor data (only 8 + N header bytes per shard) and raises
+`CheckpointError` (one line: file and what is wrong) on any bad input.
+
+JSON report (`ProbeReport.to_json()`, schema 1), stable keys:
+  schema, model_dir, config{layout, architectures, model_type, text_model_type, hidden_size, num_hidden_layers,
+  layer_types{type: count}, num_experts, num_experts_per_tok, moe_intermediate_size, shared_expert_intermediate_size,
+  vocab_size, mtp_use_dedicated_embeddings, mtp_declared_layers, mtp_declared_in},
+  files{index, shards[], header_bytes, file_bytes}, tensors{count, by_dtype{dtype: count}}, modules{prefix: count},
+  mtp{verdict, kind, declared, declared_layers, declared_in, index_tensors, header_tensors, layers_found, fc_tensor,
+  fc_dtype, weight_format, dtypes, has_weight_scale, excluded_in_quant_config, looked_in[]},
+  quantization{source, quant_method, quant_algo, group_size, kv_cache_quant_algo, exclude_modules[], producer,
+  quantized_families{family: modules}, unquantized_families{family: modules}},
+  params{total, target, mtp, vision, routed_experts, embedding, active_per_token, active_per_token_excl_embedding,
+  decode_bytes_per_token, decode_routed_expert_bytes_per_token, mtp_bytes, bytes_by_dtype},
+  speculative{supported[], needs_draft_model[]}, warnings[].
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from cluster.probe.config import ModelConfig, QuantInfo, load_json_object, parse_model_config, parse_quant
+from cluster.probe.tensors import (
+    Classifier,
+    MtpEvidence,
+    ParamCounts,
+    count_params,
+    mtp_evidence,
+    quantized_families,
+    top_prefix,
+)
+from cluster.probe.safetensors_header import CheckpointError, TensorInfo, read_header
+
+PROBE_SCHEMA_VERSION = 1
+INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"
+BUILTIN_DRAFT_ALGORITHMS = ("NEXTN", "MTP", "EAGLE")
+"""Algorithms SGLang can run from the checkpoint's own MTP/NextN head (EAGLE without a draft path does too)."""
+DRAFT_MODEL_ALGORITHMS = ("EAGLE", "EAGLE3", "STANDALONE")
+
+__all__ = ["CheckpointError", "ProbeReport", "probe_checkpoint", "PROBE_SCHEMA_VERSION"]
+
+
+@dataclass
+class ProbeReport:
+    model_dir: str
+    config: ModelConfig
+    quant: QuantInfo
+    mtp: MtpEvidence
+    params: ParamCounts
+    index_file: Optional[str]
+    shards: list[str]
+    header_bytes: int
+    file_bytes: int
+    tensor_count: int
+    tensors_by_dtype: dict[str, int]
+    modules: dict[str, int]
+    quantized_families: dict[str, int]
+    unquantized_families: dict[str, int]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def speculative_supported(self) -> list[str]:
+        """Algorithms runnable with this checkpoint alone (NGRAM always; the built-in head when its weights exist)."""
+        return (list(BUILTIN_DRAFT_ALGORITHMS) if self.mtp.weights_present else []) + ["NGRAM"]
+
+    @property
+    def speculative_needs_draft_model(self) -> list[str]:
+        return [a for a in DRAFT_MODEL_ALGORITHMS if a not in self.speculative_supported]
+
+    def to_json(self) -> dict[str, Any]:
+        quant = self.quant.to_json()
+        quant["quantized_families"] = self.quantized_families
+        quant["unquantized_families"] = self.unquantized_families
+        return {
+            "schema": PROBE_SCHEMA_VERSION,
+            "model_dir": self.model_dir,
+            "config": self.config.to_json(),
+            "files": {
+                "index": self.index_file,
+                "shards": self.shards,
+                "header_bytes": self.header_bytes,
+                "file_bytes": self.file_bytes,
+            },
+            "tensors": {"count": self.tensor_count, "by_dtype": self.tensors_by_dtype},
+            "modules": self.modules,
+            "mtp": self.mtp.to_json(),
+            "quantization": quant,
+            "params": self.params.to_json(),
+            "speculative": {
+                "supported": self.speculative_supported,
+                "needs_draft_model": self.speculative_needs_draft_model,
+            },
+            "warnings": list(self.warnings),
+        }
+
+
+def _shard_path(model_dir: str, index_path: str, shard: str, tensor: str) -> str:
+    if os.path.isabs(shard) or ".." in shard.replace("\\", "/").split("/"):
+        raise CheckpointError(index_path, f"weight_map entry {tensor!r} names shard {shard!r} outside the model directory")
+    path = os.path.join(model_dir, shard)
+    if not os.path.isfile(path):
+        raise CheckpointError(index_path, f"weight_map names shard {shard!r} (for tensor {tensor!r}) but {path} does not exist")
+    return path
+
+
+def _find_shards(model_dir: str) -> tuple[Optional[str], Optional[dict[str, str]], list[str]]:
+    """(index file, weight_map, shard file names); weight_map is None without an index."""
+    index_path = os.path.join(model_dir, INDEX_FILE)
+    if os.path.exists(index_path):
+        index = load_json_object(index_path)
+        wm = index.get("weight_map")
+        if wm is None:
+            raise CheckpointError(index_path, "missing 'weight_map' (expected {tensor name: shard file})")
+        if not isinstance(wm, dict) or not all(isinstance(v, str) for v in wm.values()):
+            raise CheckpointError(index_path, "'weight_map' must be an object of {tensor name: shard file name}")
+        if not wm:
+            raise CheckpointError(index_path, "'weight_map' is empty")
+        shards: list[str] = []
+        for tensor, shard in wm.items():
+            if shard not in shards:
+                _shard_path(model_dir, index_path, shard, tensor)
+                shards.append(shard)
+        return INDEX_FILE, wm, sorted(shards)
+    if os.path.isfile(os.path.join(model_dir, SINGLE_FILE)):
+        return None, None, [SINGLE_FILE]
+    return None, None, sorted(n for n in os.listdir(model_dir) if n.endswith(".safetensors"))
+
+
+def probe_checkpoint(model_dir: str) -> ProbeReport:
+    """Probe a Hugging Face-style checkpoint directory without loading tensor data."""
+    model_dir = os.path.abspath(os.path.expanduser(str(model_dir)))
+    if not os.path.exists(model_dir):
+        raise CheckpointError(model_dir, "does not exist")
+    if not os.path.isdir(model_dir):
+        raise CheckpointError(model_dir, "is not a directory (give the model directory holding config.json)")
+    cfg_path = os.path.join(model_dir, "config.json")
+    try:
+        index_file, weight_map, shards = _find_shards(model_dir)
+    except OSError as e:
+        raise CheckpointError(model_dir, f"cannot list directory: {e.strerror or e}") from None
+    if not os.path.isfile(cfg_path):
+        if not shards:
+            raise CheckpointError(model_dir, "not a model directory: no config.json and no *.safetensors files")
+        raise CheckpointError(cfg_path, "missing: a model directory needs config.json beside its safetensors files")
+    raw_cfg = load_json_object(cfg_path)
+    cfg = parse_model_config(cfg_path, raw_cfg)
+    quant = parse_quant(model_dir, raw_cfg)
+    if not shards:
+        raise CheckpointError(model_dir, f"no weights: neither {INDEX_FILE}, {SINGLE_FILE} nor any *.safetensors file")
+    warnings: list[str] = []
+    if index_file is None and shards != [SINGLE_FILE]:
+        warnings.append(f"no {INDEX_FILE}: read all {len(shards)} *.safetensors files in the directory")
+
+    tensors: dict[str, TensorInfo] = {}
+    header_bytes = file_bytes = 0
+    missing_from_index = 0
+    for shard in shards:
+        hdr = read_header(os.path.join(model_dir, shard))
+        header_bytes += 8 + hdr.header_bytes
+        file_bytes += hdr.file_size_bytes
+        for name, info in hdr.tensors.items():
+            if weight_map is not None and weight_map.get(name) != shard:
+                missing_from_index += 1
+                continue
+            if name in tensors:
+                raise CheckpointError(hdr.path, f"tensor {name!r} is also in another shard")
+            tensors[name] = info
+    if weight_map is not None:
+        absent = [n for n in weight_map if n not in tensors]
+        if absent:
+            warnings.append(
+                f"{INDEX_FILE}: {len(absent)} tensor(s) of the weight_map are not in their shard's header "
+                f"(e.g. {absent[0]!r} in {weight_map[absent[0]]})"
+            )
+        if missing_from_index:
+            warnings.append(f"{missing_from_index} tensor(s) in shard headers are not mapped to that shard by the index")
+
+    cls = Classifier(cfg)
+    looked_in = [f"config.json ({'text_config.' if cfg.layout == 'nested_text_config' else ''}mtp_num_hidden_layers, "
+                 "num_nextn_predict_layers)"]
+    if index_file:
+        looked_in.append(f"{index_file} weight_map ({len(weight_map or {})} tensors)")
+    looked_in.append(f"safetensors headers of {len(shards)} shard(s)")
+    mtp = mtp_evidence(cfg, quant, cls, list(weight_map) if weight_map is not None else None, tensors, looked_in)
+    if mtp.declared and mtp.weights_present and mtp.layers_found and len(mtp.layers_found) != mtp.declared_layers:
+        warnings.append(f"config declares {mtp.declared_layers} MTP layer(s); weights hold {len(mtp.layers_found)}")
+    if (mtp.weights_present and quant.quant_algo and "FP4" in quant.quant_algo.upper()
+            and mtp.weight_format in ("BF16", "F16", "F32") and not mtp.excluded_in_quant_config):
+        warnings.append("MTP weights are unquantized but no exclude/ignore pattern covers mtp.*: "
+                        "some loaders will expect NVFP4 scales for them")
+    params = count_params(cfg, cls, tensors, warnings)
+    by_dtype: dict[str, int] = {}
+    modules: dict[str, int] = {}
+    for name, info in tensors.items():
+        by_dtype[info.dtype] = by_dtype.get(info.dtype, 0) + 1
+        p = top_prefix(name)
+        modules[p] = modules.get(p, 0) + 1
+    qf, uf = quantized_families(tensors)
+    return ProbeReport(
+        model_dir=model_dir,
+        config=cfg,
+        quant=quant,
+        mtp=mtp,
+        params=params,
+        index_file=index_file,
+        shards=shards,
+        header_bytes=header_bytes,
+        file_bytes=file_bytes,
+        tensor_count=len(tensors),
+        tensors_by_dtype=dict(sorted(by_dtype.items())),
+        modules=dict(sorted(modules.items())),
+        quantized_families=qf,
+        unquantized_families=uf,
+        warnings=warnings,
+    )

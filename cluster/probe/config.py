@@ -1,0 +1,202 @@
+"""Checkpoint config reading for the probe: config.json (flat or nested text_config) and quantization metadata."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+from cluster.probe.safetensors_header import CheckpointError
+
+MAX_JSON_BYTES = 200_000_000
+
+
+def load_json_object(path: str) -> dict[str, Any]:
+    """Read a JSON file that must hold an object; every failure is a one-line CheckpointError."""
+    try:
+        size = os.path.getsize(path)
+        if size > MAX_JSON_BYTES:
+            raise CheckpointError(path, f"file is {size} bytes, larger than the {MAX_JSON_BYTES}-byte limit")
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise CheckpointError(path, f"cannot read file: {e.strerror or e}") from None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise CheckpointError(path, "file is not valid UTF-8") from None
+    except json.JSONDecodeError as e:
+        raise CheckpointError(path, f"invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(path, f"expected a JSON object at the top level, got {type(data).__name__}")
+    return data
+
+
+@dataclass(frozen=True)
+class MtpDeclaration:
+    layers: int
+    key: str
+    """Where it was declared, e.g. `config.json text_config.mtp_num_hidden_layers`."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    layout: str
+    """`nested_text_config` (Qwen3.5) or `flat` (Qwen3-Next, DeepSeek, Llama)."""
+    architectures: list[str]
+    model_type: Optional[str]
+    text_model_type: Optional[str]
+    hidden_size: Optional[int]
+    num_hidden_layers: Optional[int]
+    layer_types: dict[str, int]
+    num_experts: Optional[int]
+    num_experts_per_tok: Optional[int]
+    moe_intermediate_size: Optional[int]
+    shared_expert_intermediate_size: Optional[int]
+    vocab_size: Optional[int]
+    mtp: Optional[MtpDeclaration]
+    mtp_use_dedicated_embeddings: Optional[bool]
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["mtp_declared_layers"] = self.mtp.layers if self.mtp else 0
+        d["mtp_declared_in"] = self.mtp.key if self.mtp else None
+        del d["mtp"]
+        return d
+
+
+def _int(file: str, cfg: dict[str, Any], where: str, *keys: str) -> Optional[int]:
+    for key in keys:
+        if key in cfg and cfg[key] is not None:
+            v = cfg[key]
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise CheckpointError(file, f"{where}{key} must be a non-negative integer, got {v!r}")
+            return v
+    return None
+
+
+def parse_model_config(file: str, raw: dict[str, Any]) -> ModelConfig:
+    text = raw.get("text_config")
+    if text is not None and not isinstance(text, dict):
+        raise CheckpointError(file, f"text_config must be an object, got {type(text).__name__}")
+    cfg = text if text is not None else raw
+    where = "text_config." if text is not None else ""
+    archs = raw.get("architectures") or []
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise CheckpointError(file, f"architectures must be a list of strings, got {archs!r}")
+    layers = _int(file, cfg, where, "num_hidden_layers", "n_layer", "num_layers")
+    types_raw = cfg.get("layer_types")
+    layer_types: dict[str, int] = {}
+    if isinstance(types_raw, list):
+        for t in types_raw:
+            layer_types[str(t)] = layer_types.get(str(t), 0) + 1
+    elif layers is not None and isinstance(cfg.get("full_attention_interval"), int) and cfg["full_attention_interval"] > 0:
+        full = layers // cfg["full_attention_interval"]
+        layer_types = {"linear_attention": layers - full, "full_attention": full}
+    mtp: Optional[MtpDeclaration] = None
+    for scope, scope_name in ((cfg, where), (raw, "")):
+        for key in ("mtp_num_hidden_layers", "num_nextn_predict_layers"):
+            n = _int(file, scope, scope_name, key)
+            if n is not None and mtp is None:
+                mtp = MtpDeclaration(layers=n, key=f"config.json {scope_name}{key}")
+    if mtp is not None and mtp.layers == 0:
+        mtp = None
+    dedicated = cfg.get("mtp_use_dedicated_embeddings", raw.get("mtp_use_dedicated_embeddings"))
+    return ModelConfig(
+        layout="nested_text_config" if text is not None else "flat",
+        architectures=list(archs),
+        model_type=raw.get("model_type") if isinstance(raw.get("model_type"), str) else None,
+        text_model_type=cfg.get("model_type") if text is not None and isinstance(cfg.get("model_type"), str) else None,
+        hidden_size=_int(file, cfg, where, "hidden_size", "d_model", "n_embd"),
+        num_hidden_layers=layers,
+        layer_types=layer_types,
+        num_experts=_int(file, cfg, where, "num_experts", "n_routed_experts", "num_local_experts"),
+        num_experts_per_tok=_int(file, cfg, where, "num_experts_per_tok", "moe_topk"),
+        moe_intermediate_size=_int(file, cfg, where, "moe_intermediate_size"),
+        shared_expert_intermediate_size=_int(file, cfg, where, "shared_expert_intermediate_size"),
+        vocab_size=_int(file, cfg, where, "vocab_size"),
+        mtp=mtp,
+        mtp_use_dedicated_embeddings=dedicated if isinstance(dedicated, bool) else None,
+    )
+
+
+@dataclass(frozen=True)
+class QuantInfo:
+    source: Optional[str]
+    """`config.json quantization_config`, `hf_quant_config.json`, or None (unquantized)."""
+    quant_method: Optional[str] = None
+    quant_algo: Optional[str] = None
+    group_size: Optional[int] = None
+    kv_cache_quant_algo: Optional[str] = None
+    exclude_modules: list[str] = field(default_factory=list)
+    producer: Optional[str] = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _str_list(file: str, key: str, v: Any) -> list[str]:
+    if v is None:
+        return []
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise CheckpointError(file, f"{key} must be a list of strings")
+    return list(v)
+
+
+def _producer(p: Any) -> Optional[str]:
+    if isinstance(p, dict) and isinstance(p.get("name"), str):
+        return f"{p['name']} {p.get('version', '')}".strip()
+    return None
+
+
+def _group_size(qc: dict[str, Any]) -> Optional[int]:
+    if isinstance(qc.get("group_size"), int):
+        return int(qc["group_size"])
+    groups = qc.get("config_groups")
+    if isinstance(groups, dict):
+        for g in groups.values():
+            w = g.get("weights") if isinstance(g, dict) else None
+            if isinstance(w, dict) and isinstance(w.get("group_size"), int):
+                return int(w["group_size"])
+    return None
+
+
+def parse_quant(model_dir: str, config: dict[str, Any]) -> QuantInfo:
+    """config.json quantization_config first (as SGLang reads it), else hf_quant_config.json."""
+    cfg_file = os.path.join(model_dir, "config.json")
+    qc = config.get("quantization_config")
+    if qc is not None:
+        if not isinstance(qc, dict):
+            raise CheckpointError(cfg_file, "quantization_config must be a JSON object")
+        kv = qc.get("kv_cache_quant_algo")
+        scheme = qc.get("kv_cache_scheme")
+        if kv is None and isinstance(scheme, dict) and scheme.get("type") == "float" and scheme.get("num_bits") == 8:
+            kv = "FP8"
+        excl_key = next((k for k in ("ignore", "modules_to_not_convert", "exclude_modules") if k in qc), "ignore")
+        return QuantInfo(
+            source="config.json quantization_config",
+            quant_method=qc.get("quant_method") if isinstance(qc.get("quant_method"), str) else None,
+            quant_algo=qc.get("quant_algo") if isinstance(qc.get("quant_algo"), str) else None,
+            group_size=_group_size(qc),
+            kv_cache_quant_algo=kv if isinstance(kv, str) else None,
+            exclude_modules=_str_list(cfg_file, f"quantization_config.{excl_key}", qc.get(excl_key)),
+            producer=_producer(qc.get("producer")),
+        )
+    hf_file = os.path.join(model_dir, "hf_quant_config.json")
+    if not os.path.exists(hf_file):
+        return QuantInfo(source=None)
+    hf = load_json_object(hf_file)
+    q = hf.get("quantization")
+    if not isinstance(q, dict):
+        raise CheckpointError(hf_file, "missing the 'quantization' object")
+    kv = q.get("kv_cache_quant_algo")
+    return QuantInfo(
+        source="hf_quant_config.json",
+        quant_method=_producer(hf.get("producer")) and str(hf["producer"]["name"]),
+        quant_algo=q.get("quant_algo") if isinstance(q.get("quant_algo"), str) else None,
+        group_size=q.get("group_size") if isinstance(q.get("group_size"), int) else None,
+        kv_cache_quant_algo=kv if isinstance(kv, str) else None,
+        exclude_modules=_str_list(hf_file, "quantization.exclude_modules", q.get("exclude_modules")),
+        producer=_producer(hf.get("producer")),
+    )

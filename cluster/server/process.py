@@ -1,0 +1,227 @@
+"""One engine server as a plain child process in its own process group: start, health wait, log tail, group kill."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+
+class ServerStartError(RuntimeError):
+    """The server exited or never became healthy; `log_tail` holds the end of its output."""
+
+    def __init__(self, message: str, log_tail: str = "", exit_code: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.log_tail = log_tail
+        self.exit_code = exit_code
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def http_get_json(url: str, timeout_s: float = 5.0, headers: Optional[Mapping[str, str]] = None) -> Any:
+    req = urllib.request.Request(url, headers=dict(headers or {}))
+    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        return json.loads(resp.read().decode("utf-8", "replace"))
+
+
+def http_status(url: str, timeout_s: float = 5.0, method: str = "GET") -> int:
+    req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+    except (urllib.error.URLError, OSError, TimeoutError):
+        return 0
+
+
+@dataclass
+class ServerProcess:
+    """A server subprocess. It is never daemonized: same session as its parent, own process group (pgid == pid),
+    so `stop()` can kill the whole group (SGLang spawns one scheduler process per TP rank) and Ray still reaps
+    it as a plain child if the actor dies first."""
+
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    log_path: Path
+    proc: Optional[subprocess.Popen[bytes]] = None
+    watchdog: bool = True
+    """Run the server under cluster.server.watchdog, which kills the group if this process dies."""
+
+    def start(self) -> int:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        argv = list(self.argv)
+        if self.watchdog:
+            argv = [sys.executable, "-m", "cluster.server.watchdog", str(os.getpid()), "--", *argv]
+        try:
+            self.proc = subprocess.Popen(
+                argv,
+                env=dict(self.env),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                process_group=0,
+                close_fds=True,
+            )
+        finally:
+            log.close()
+        return self.proc.pid
+
+    @property
+    def pid(self) -> Optional[int]:
+        """The process-group leader (the watchdog, or the server itself without one)."""
+        return self.proc.pid if self.proc else None
+
+    def server_pid(self, wait_s: float = 5.0) -> Optional[int]:
+        """The server process itself (the watchdog's child)."""
+        if self.proc is None or not self.watchdog:
+            return self.pid
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            kids = children_of(self.proc.pid)
+            if kids:
+                return kids[0]
+            time.sleep(0.02)
+        return None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def exit_code(self) -> Optional[int]:
+        return self.proc.poll() if self.proc else None
+
+    def log_tail(self, max_bytes: int = 8000) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - max_bytes))
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def wait_healthy(self, base_url: str, health_path: str, timeout_s: float, poll_s: float = 0.2) -> float:
+        """Block until GET health_path answers 200; return seconds waited. Raises ServerStartError."""
+        t0 = time.monotonic()
+        while True:
+            if not self.alive():
+                raise ServerStartError(
+                    f"server exited with code {self.exit_code()} before becoming healthy",
+                    self.log_tail(),
+                    self.exit_code(),
+                )
+            if http_status(base_url + health_path, timeout_s=min(5.0, max(0.5, poll_s * 5))) == 200:
+                return time.monotonic() - t0
+            if time.monotonic() - t0 > timeout_s:
+                raise ServerStartError(f"server not healthy after {timeout_s:.0f} s", self.log_tail())
+            time.sleep(poll_s)
+
+    def stop(self, grace_s: float = 15.0) -> Optional[int]:
+        """SIGTERM the process group, then SIGKILL after grace_s; returns the exit code."""
+        if self.proc is None:
+            return None
+        kill_group(self.proc.pid, grace_s, self.proc)
+        return self.proc.poll()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def kill_group(pgid: int, grace_s: float = 15.0, proc: Optional[subprocess.Popen[bytes]] = None) -> None:
+    """Terminate every process of a group; used by the actor and, after an actor died, by a cleanup task."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    except OSError as e:  # pragma: no cover - permission problems are reported, not hidden
+        if e.errno != errno.ESRCH:
+            raise
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if proc is not None:
+            proc.poll()
+        if not _group_alive(pgid):
+            break
+        time.sleep(0.05)
+    if _group_alive(pgid):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if proc is not None:
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            pass
+
+
+def children_of(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
+def group_members(pgid: int) -> list[int]:
+    """Pids whose process group is pgid (Linux /proc scan); used to prove nothing outlived a server."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            if int(fields[2]) == pgid and fields[0] != b"Z":
+                out.append(int(name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
+def wait_group_gone(pgid: int, timeout_s: float, poll_s: float = 0.1) -> list[int]:
+    """Poll until no live process of group pgid is left or timeout_s passes; return the pids still alive."""
+    deadline = time.monotonic() + timeout_s
+    left = group_members(pgid)
+    while left and time.monotonic() < deadline:
+        time.sleep(poll_s)
+        left = group_members(pgid)
+    return left
+
+
+def pid_alive(pid: int) -> bool:
+    """True if a process with this pid exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+        return state != b"Z"
+    except (FileNotFoundError, IndexError):
+        return False
+    except OSError:
+        try:
+            os.kill(pid, 0)
+            return True
+        except ProcessLookupError:
+            return False

@@ -1,0 +1,99 @@
+"""Process-group leader for one server: runs it as a child and kills the whole group when its owner dies.
+
+`python -m cluster.server.watchdog OWNER_PID -- ARGV...`. Ray reaps an actor's plain children when the actor
+exits cleanly, but a SIGKILLed actor, a crashed raylet or a killed driver can leave a server running with
+GPUs held. The watchdog polls its owner's pid; when the owner is gone (or sends SIGTERM) it terminates the
+process group — SGLang's per-rank scheduler processes included — then exits with the server's code. If the
+watchdog itself is SIGKILLed (Ray does that to a dead worker's children), the kernel kills the server through
+PR_SET_PDEATHSIG.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Optional
+
+POLL_S = 0.25
+GRACE_S = 10.0
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the server (before exec): the kernel SIGKILLs it if this watchdog dies, even by SIGKILL.
+
+    Ray kills a dead worker's direct children with SIGKILL — that is this watchdog, which then cannot react — so
+    the server must not depend on the watchdog's cleanup code alone. (Safe as a preexec_fn: the watchdog is
+    single-threaded.) SGLang's own per-rank processes watch their parent the same way."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # pragma: no cover - non-Linux: the owner poll below still applies
+        pass
+
+
+def _owner_alive(owner_pid: int) -> bool:
+    if os.getppid() != owner_pid:
+        return False
+    try:
+        os.kill(owner_pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def _kill_group(grace_s: float) -> None:
+    pgid = os.getpgid(0)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            time.sleep(0.05)
+    try:
+        os.killpg(pgid, signal.SIGKILL)  # kills this watchdog too, as the last member
+    except ProcessLookupError:
+        pass
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) < 3 or args[1] != "--":
+        print("usage: python -m cluster.server.watchdog OWNER_PID -- ARGV...", file=sys.stderr)
+        return 2
+    owner = int(args[0])
+    if os.getpid() != os.getpgid(0):
+        os.setpgid(0, 0)
+    child = subprocess.Popen(args[2:], stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+    stop = {"requested": False}
+
+    def on_term(signum: int, frame: object) -> None:
+        stop["requested"] = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    while True:
+        code = child.poll()
+        if code is not None:
+            return int(code)
+        if stop["requested"] or not _owner_alive(owner):
+            _kill_group(GRACE_S)
+            return 143
+        time.sleep(POLL_S)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""The simulator's side of the tuning contract: reads SGLANG_CACHE_DIR / SGLANG_MOE_CONFIG_DIR like SGLang does.
+
+- A tuned speed factor applies only when a valid artifact is present: a FlashInfer autotune cache whose
+  `_metadata` matches this (simulated) GPU and FlashInfer version under the `<hash16>` of the launch's key args,
+  or a Triton MoE config file named for this GPU's (E, N, dtype) under `configs/triton_<ver>/`.
+- With autotuning on and SGLANG_CACHE_DIR set but no cache, the simulator "tunes" (sleeps autotune_time_s, scaled)
+  and writes per-rank files in SGLang's layout, exactly what the tuning stage archives. It never writes anywhere
+  when SGLANG_CACHE_DIR is unset.
+- `garbage_backends` lists back ends that produce garbage (NaN text), so the correctness gate can be exercised.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional
+
+from cluster.engines import sglang_tuning as sgt
+
+SIM_SGLANG_VERSION = "0.5.23"
+"""The SGLang release the simulator imitates (cluster.sim.server.VERSION; not imported, to keep aiohttp out)."""
+
+TUNING_KNOBS = ("gpu_name", "compute_capability", "driver_version", "flashinfer_version", "triton_version",
+                "autotune_speed_factor", "moe_config_speed_factor", "autotune_time_s", "garbage_backends",
+                "backend_speed_factors", "moe_num_experts", "moe_intermediate_size", "moe_hidden_size", "moe_top_k",
+                "moe_dtype")
+
+
+@dataclass(frozen=True)
+class SimTuningKnobs:
+    """Tuning knobs of the simulator (they ride in SGLBENCH_SIM beside the step-model knobs)."""
+
+    gpu_name: str = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+    compute_capability: str = "12.0"
+    driver_version: str = "sim"
+    flashinfer_version: str = "0.6.12"
+    triton_version: str = "3.4.0"
+    autotune_speed_factor: float = 0.92
+    """Step-time multiplier with a valid FlashInfer autotune cache (< 1 is faster)."""
+    moe_config_speed_factor: float = 0.96
+    """Step-time multiplier with a valid Triton MoE config for a Triton MoE runner."""
+    autotune_time_s: float = 2.0
+    """Model seconds the startup autotune takes when no cache is found (times the sim's time_scale)."""
+    garbage_backends: tuple[str, ...] = ()
+    backend_speed_factors: dict[str, float] = field(default_factory=dict)
+    moe_num_experts: int = 512
+    moe_intermediate_size: int = 1024
+    moe_hidden_size: int = 4096
+    moe_top_k: int = 10
+    moe_dtype: str = "auto"
+
+
+def split_knobs(raw: Optional[Mapping[str, Any]]) -> tuple[SimTuningKnobs, dict[str, Any]]:
+    """(tuning knobs, the remaining knobs for sim_model.Knobs); ValueError naming a bad knob."""
+    raw = dict(raw or {})
+    mine = {k: raw.pop(k) for k in list(raw) if k in TUNING_KNOBS}
+    kw: dict[str, Any] = {}
+    types = {f.name: f.type for f in fields(SimTuningKnobs)}
+    for name, val in mine.items():
+        default = getattr(SimTuningKnobs(), name)
+        if name == "garbage_backends":
+            if not isinstance(val, list) or not all(isinstance(x, str) for x in val):
+                raise ValueError(f"SGLBENCH_SIM: knob {name!r}: expected a list of back-end names")
+            kw[name] = tuple(val)
+        elif name == "backend_speed_factors":
+            if not isinstance(val, dict) or not all(isinstance(v, (int, float)) and v > 0 for v in val.values()):
+                raise ValueError(f"SGLBENCH_SIM: knob {name!r}: expected a map of back end → positive factor")
+            kw[name] = {str(k): float(v) for k, v in val.items()}
+        elif isinstance(default, float):
+            if isinstance(val, bool) or not isinstance(val, (int, float)) or val <= 0 and name != "autotune_time_s":
+                raise ValueError(f"SGLBENCH_SIM: knob {name!r}: expected a positive number")
+            kw[name] = float(val)
+        elif isinstance(default, int):
+            if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+                raise ValueError(f"SGLBENCH_SIM: knob {name!r}: expected a positive integer")
+            kw[name] = val
+        else:
+            if not isinstance(val, str):
+                raise ValueError(f"SGLBENCH_SIM: knob {name!r}: expected a string ({types[name]})")
+            kw[name] = val
+    return SimTuningKnobs(**kw), raw
+
+
+def sim_model_config(k: SimTuningKnobs) -> dict[str, Any]:
+    """A Qwen3.5-shaped config.json (text part) for the simulated model, for the triton_moe shape mapping."""
+    return {"architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe",
+            "text_config": {"num_experts": k.moe_num_experts, "moe_intermediate_size": k.moe_intermediate_size,
+                            "hidden_size": k.moe_hidden_size, "num_experts_per_tok": k.moe_top_k}}
+
+
+def _arg(args: Mapping[str, Any], name: str, default: Any) -> Any:
+    for key in (name, name.replace("-", "_"), "fp4_gemm_runner_backend" if name == sgt.FLAG_FP4_BACKEND else ""):
+        if key in args and args[key] is not None:
+            return args[key]
+    return default
+
+
+def autotune_cache_dir(args: Mapping[str, Any], cache_root: str, k: SimTuningKnobs) -> Path:
+    digest = sgt.autotune_config_digest(args, str(_arg(args, "model-path", "")), int(_arg(args, "tp-size", 1)))
+    return Path(cache_root) / sgt.autotune_dir_relpath(k.flashinfer_version, sgt.sm_tag(k.compute_capability), digest)
+
+
+def autotune_file_doc(args: Mapping[str, Any], rank: int, k: SimTuningKnobs) -> dict[str, Any]:
+    """A per-rank cache document: FlashInfer-style `_metadata` plus deterministic tactics per num_tokens bucket."""
+    buckets = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
+    moe = str(_arg(args, sgt.FLAG_MOE_BACKEND, "auto"))
+    seed = sum(ord(c) for c in moe)
+    tactics = {op: {str(b): (seed + i * 7 + b.bit_length() * 3) % 23 for b in buckets}
+               for i, op in enumerate(("trtllm::fused_moe::gemm1", "trtllm::fused_moe::gemm2", "fp4_gemm"))}
+    return {"_metadata": {"flashinfer_version": k.flashinfer_version, "gpu_name": k.gpu_name, "cuda": "sim",
+                          "tp_rank": rank}, "tactics": tactics}
+
+
+def write_autotune_cache(args: Mapping[str, Any], cache_root: str, k: SimTuningKnobs) -> list[Path]:
+    """Tuning mode: write `rank_tp<r>_pp0_dp0.json` for every TP rank, in SGLang's layout under cache_root."""
+    d = autotune_cache_dir(args, cache_root, k)
+    d.mkdir(parents=True, exist_ok=True)
+    out = []
+    for r in range(int(_arg(args, "tp-size", 1))):
+        p = d / sgt.autotune_rank_file(r)
+        p.write_text(json.dumps(autotune_file_doc(args, r, k), sort_keys=True, indent=1))
+        out.append(p)
+    return out
+
+
+def valid_autotune_cache(args: Mapping[str, Any], cache_root: str, k: SimTuningKnobs) -> bool:
+    """Every rank's file present, parseable, with metadata matching this GPU and FlashInfer (else SGLang re-tunes)."""
+    d = autotune_cache_dir(args, cache_root, k)
+    for r in range(int(_arg(args, "tp-size", 1))):
+        try:
+            doc = json.loads((d / sgt.autotune_rank_file(r)).read_text())
+        except (OSError, ValueError):
+            return False
+        meta = doc.get("_metadata") if isinstance(doc, dict) else None
+        if not isinstance(meta, dict) or meta.get("flashinfer_version") != k.flashinfer_version \
+                or meta.get("gpu_name") != k.gpu_name or not isinstance(doc.get("tactics"), dict):
+            return False
+    return True
+
+
+def moe_config_path(config_root: str, k: SimTuningKnobs, tp: int) -> Path:
+    from cluster.tuning.stage import moe_shape
+
+    shape = moe_shape(sim_model_config(k), tp, 1, k.moe_dtype)
+    return Path(config_root) / sgt.moe_config_relpath(k.triton_version, shape.file_name(k.gpu_name))
+
+
+@dataclass
+class TuningEffect:
+    """What the tuning contract does to one simulated launch."""
+
+    speed_factor: float = 1.0
+    garbage: bool = False
+    autotune: str = "off"
+    """off | loaded | tuned | no_cache_dir | disabled"""
+    moe_config: str = "off"
+    """off | loaded | default"""
+    notes: list[str] = field(default_factory=list)
+
+
+def startup_effect(args: Mapping[str, Any], env: Mapping[str, str], k: SimTuningKnobs, time_scale: float = 1.0,
+                   log: Callable[[str], None] = lambda s: None, sleep: Callable[[float], None] = time.sleep
+                   ) -> TuningEffect:
+    """Decide speed factor and garbage for a launch; in tuning mode (autotune on, no cache) write the cache."""
+    eff = TuningEffect()
+    moe = str(_arg(args, sgt.FLAG_MOE_BACKEND, "auto"))
+    fp4 = str(_arg(args, sgt.FLAG_FP4_BACKEND, "auto"))
+    for b in (moe, fp4):
+        eff.speed_factor *= k.backend_speed_factors.get(b, 1.0)
+        if b in k.garbage_backends:
+            eff.garbage = True
+            eff.notes.append(f"back end {b} produces garbage on this (simulated) GPU")
+    if _arg(args, sgt.FLAG_DISABLE_AUTOTUNE, False):
+        eff.autotune = "disabled"
+    elif sgt.autotune_applies({sgt.FLAG_MOE_BACKEND: moe, sgt.FLAG_FP4_BACKEND: fp4}):
+        root = env.get(sgt.ENV_CACHE_DIR)
+        if not root:
+            eff.autotune = "no_cache_dir"
+            log("FlashInfer autotune not simulated: SGLANG_CACHE_DIR is unset (the simulator never writes to ~)")
+        elif valid_autotune_cache(args, root, k):
+            eff.autotune = "loaded"
+            eff.speed_factor *= k.autotune_speed_factor
+            log(f"Loaded FlashInfer autotune cache from {autotune_cache_dir(args, root, k)}")
+        else:
+            log("Running FlashInfer autotune ...")
+            sleep(k.autotune_time_s * time_scale)
+            write_autotune_cache(args, root, k)
+            eff.autotune = "tuned"
+            eff.speed_factor *= k.autotune_speed_factor
+            log("FlashInfer autotune completed")
+    moe_root = env.get(sgt.ENV_MOE_CONFIG_DIR)
+    if moe in sgt.TRITON_MOE_BACKENDS and moe_root:
+        p = moe_config_path(moe_root, k, int(_arg(args, "tp-size", 1)))
+        try:
+            ok = sgt.valid_moe_config(json.loads(p.read_text()))
+        except (OSError, ValueError):
+            ok = False
+        if ok:
+            eff.moe_config = "loaded"
+            eff.speed_factor *= k.moe_config_speed_factor
+            log(f"Using MoE kernel config from {p}")
+        else:
+            eff.moe_config = "default"
+            log(f"Using default MoE kernel config. Performance might be sub-optimal! Config file not found at {p}")
+    return eff
+
+
+def sim_gpu_facts(raw: Optional[Mapping[str, Any]], gpu_count: int = 0) -> Any:
+    """GpuFacts of the simulated GPU described by a variant's sim knobs (for artifact keys)."""
+    from cluster.tuning.stage import GpuFacts
+
+    k, _ = split_knobs(raw)
+    return GpuFacts(gpu_name=k.gpu_name, compute_capability=k.compute_capability, driver_version=k.driver_version,
+                    gpu_count=gpu_count, sglang_version=SIM_SGLANG_VERSION, flashinfer_version=k.flashinfer_version,
+                    triton_version=k.triton_version)

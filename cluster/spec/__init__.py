@@ -1,0 +1,1 @@
+"""Experiment spec: typed, frozen models of an experiment YAML and its loader."""

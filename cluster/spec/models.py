@@ -1,0 +1,338 @@
+"""Experiment spec: typed, frozen models of an experiment YAML and a loader whose errors name file, line and field."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal, Mapping, Optional, Union, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+SPEC_VERSION = 1
+"""The only experiment-spec version this release reads (`version:` in the YAML)."""
+
+ENGINES = ("sglang", "sim", "vllm")
+EngineName = Literal["sglang", "sim", "vllm"]
+ArgValue = Union[bool, int, float, str, list[Union[int, float, str]], None]
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_FLAG_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+_ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class FieldProblem(ValueError):
+    """A validator's complaint about a sub-field: `loc` is appended to the field's location in the error."""
+
+    def __init__(self, loc: tuple[Union[str, int], ...], message: str) -> None:
+        super().__init__(message)
+        self.loc = loc
+
+
+class SpecError(ValueError):
+    """A spec problem located in a file: `file:line: field: message`."""
+
+    def __init__(self, file: str, line: Optional[int], field: str, message: str) -> None:
+        self.file, self.line, self.field, self.message = file, line, field, message
+        where = f"{file}:{line}" if line else file
+        super().__init__(f"{where}: {field or '<root>'}: {message}")
+
+
+def check_name(value: str, what: str = "name") -> str:
+    """Names become path components and partition values: keep them to a safe alphabet."""
+    if not _NAME_RE.match(value) or value in (".", ".."):
+        raise ValueError(
+            f"{what} {value!r} must be 1-64 characters of letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return value
+
+
+def _allows_bool(annotation: Any) -> bool:
+    if annotation is bool or annotation is Any:
+        return True
+    return any(_allows_bool(a) for a in get_args(annotation))
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, v: Any, info: ValidationInfo) -> Any:
+        # YAML turns `yes`/`on`/`true` into booleans, which pydantic would silently read as 1.
+        values = v if isinstance(v, list) else [v]
+        if any(isinstance(x, bool) for x in values) and info.field_name is not None:
+            if not _allows_bool(cls.model_fields[info.field_name].annotation):
+                raise ValueError("expected a number or string, got a boolean (YAML reads yes/no/on/off as booleans)")
+        return v
+
+
+def _check_args(args: Mapping[str, ArgValue]) -> Mapping[str, ArgValue]:
+    for key in args:
+        if key.startswith("-"):
+            raise FieldProblem((key,), f"server arg {key!r}: write the flag without leading dashes, e.g. 'tp-size'")
+        if not _FLAG_RE.match(key):
+            raise FieldProblem((key,), f"server arg {key!r} is not a flag name (lowercase letters, digits, '-' or '_')")
+    return args
+
+
+def _check_env(env: Mapping[str, str]) -> Mapping[str, str]:
+    for key in env:
+        if not _ENV_RE.match(key):
+            raise FieldProblem((key,), f"environment variable name {key!r} is not valid (expected [A-Za-z_][A-Za-z0-9_]*)")
+    return env
+
+
+class EngineLauncher(_Frozen):
+    """How to start one engine on the node: its own interpreter or a full launcher command."""
+
+    python: Optional[str] = None
+    """Interpreter path for the engine (e.g. SGLang's venv); `python -m <engine module>` is run with it."""
+    launcher: Optional[list[str]] = None
+    """A full command that replaces `python -m <module>` (e.g. ["sglang", "serve"]); server args follow it."""
+    version: Optional[str] = None
+    """Engine version when it cannot be read from the installed package (a remote image)."""
+
+    @model_validator(mode="after")
+    def _one_way(self) -> "EngineLauncher":
+        if self.python and self.launcher:
+            raise FieldProblem(("launcher",), "give either 'python' or 'launcher', not both")
+        if self.launcher is not None and not self.launcher:
+            raise FieldProblem(("launcher",), "'launcher' must be a non-empty list of argv words")
+        return self
+
+
+class ModelSpec(_Frozen):
+    path: str = Field(min_length=1)
+    """Checkpoint directory as seen on the GPU node (e.g. the model volume's mount point in k8s/)."""
+    engine: EngineName = "sglang"
+    tp: int = Field(default=1, ge=1, le=64)
+    served_name: Optional[str] = None
+
+
+class ServerSpec(_Frozen):
+    """Server args (flag name without dashes → value) and environment shared by every variant."""
+
+    args: dict[str, ArgValue] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+
+    _a = field_validator("args")(classmethod(lambda cls, v: _check_args(v)))
+    _e = field_validator("env")(classmethod(lambda cls, v: _check_env(v)))
+
+
+class SpeculativeSpec(_Frozen):
+    """Speculative decoding; `num_steps` may be a list, which expands the variant into one per value."""
+
+    algorithm: Literal["NEXTN", "EAGLE", "EAGLE3", "STANDALONE", "NGRAM", "MTP"] = "NEXTN"
+    num_steps: Union[int, list[int]] = Field(default=1)
+    eagle_topk: int = Field(default=1, ge=1, le=16)
+    num_draft_tokens: Optional[int] = Field(default=None, ge=2)
+    draft_model_path: Optional[str] = None
+
+    @field_validator("algorithm", mode="before")
+    @classmethod
+    def _upper(cls, v: Any) -> Any:
+        return v.upper() if isinstance(v, str) else v
+
+    @field_validator("num_steps")
+    @classmethod
+    def _steps(cls, v: Union[int, list[int]]) -> Union[int, list[int]]:
+        steps = v if isinstance(v, list) else [v]
+        if not steps:
+            raise ValueError("num_steps must not be empty (expected an integer 1-16 or a list of them)")
+        for i, s in enumerate(steps):
+            if not 1 <= s <= 16:
+                where: tuple[Union[str, int], ...] = (i,) if isinstance(v, list) else ()
+                raise FieldProblem(where, f"num_steps value {s} must be between 1 and 16")
+        if len(set(steps)) != len(steps):
+            raise ValueError(f"num_steps has duplicates: {steps}")
+        return v
+
+    @model_validator(mode="after")
+    def _draft_tokens(self) -> "SpeculativeSpec":
+        if self.num_draft_tokens is not None and self.eagle_topk == 1:
+            steps = self.num_steps if isinstance(self.num_steps, list) else [self.num_steps]
+            if len(steps) > 1:
+                raise FieldProblem(("num_draft_tokens",), "cannot be fixed when num_steps is a list (it is steps + 1 at topk 1)")
+            if self.num_draft_tokens != steps[0] + 1:
+                raise FieldProblem(
+                    ("num_draft_tokens",),
+                    f"num_draft_tokens {self.num_draft_tokens} is inconsistent with num_steps {steps[0]} at "
+                    f"eagle_topk 1 (it must be num_steps + 1 = {steps[0] + 1}; SGLang would silently override it)"
+                )
+        if self.algorithm in ("EAGLE3", "STANDALONE") and not self.draft_model_path:
+            raise FieldProblem(("draft_model_path",), f"{self.algorithm} needs draft_model_path (a draft checkpoint directory)")
+        return self
+
+    def steps(self) -> list[int]:
+        return list(self.num_steps) if isinstance(self.num_steps, list) else [self.num_steps]
+
+    def draft_tokens_for(self, steps: int) -> int:
+        if self.eagle_topk == 1:
+            return steps + 1
+        return self.num_draft_tokens if self.num_draft_tokens is not None else steps * self.eagle_topk + 1
+
+
+class TuningSpec(_Frozen):
+    """Tuning stage for a variant; its kinds are described in cluster/tuning/stage.py."""
+
+    kind: Literal["flashinfer_autotune", "triton_moe", "backend_sweep", "none"] = "none"
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class VariantSpec(_Frozen):
+    name: str
+    engine: Optional[EngineName] = None
+    tp: Optional[int] = Field(default=None, ge=1, le=64)
+    args: dict[str, ArgValue] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+    speculative: Optional[SpeculativeSpec] = None
+    tuning: Optional[TuningSpec] = None
+    sim: dict[str, Any] = Field(default_factory=dict)
+    """Simulated-engine knobs for this variant (merged over the experiment's `sim:` block)."""
+    baseline: bool = False
+
+    _n = field_validator("name")(classmethod(lambda cls, v: check_name(v, "variant name")))
+    _a = field_validator("args")(classmethod(lambda cls, v: _check_args(v)))
+    _e = field_validator("env")(classmethod(lambda cls, v: _check_env(v)))
+
+
+class PromptSource(_Frozen):
+    source: Literal["random_ids", "jsonl", "text"] = "random_ids"
+    path: Optional[str] = None
+    """jsonl: one object per line with `prompt` (text) or `input_ids`; text: a corpus tokenized on the node."""
+    vocab_size: int = Field(default=32000, ge=16)
+    tokenizer: Optional[str] = None
+    """text: directory (or tokenizer.json) of the tokenizer; default: the model's own directory."""
+
+    @model_validator(mode="after")
+    def _path(self) -> "PromptSource":
+        if self.source in ("jsonl", "text") and not self.path:
+            raise FieldProblem(("path",), f"prompt source {self.source!r} needs 'path'")
+        return self
+
+
+class WorkloadSpec(_Frozen):
+    name: str
+    input_tokens: int = Field(ge=1, le=1_000_000)
+    output_tokens: int = Field(ge=1, le=1_000_000)
+    num_requests: int = Field(ge=1, le=10_000_000)
+    prompts: PromptSource = Field(default_factory=PromptSource)
+    ignore_eos: bool = True
+    temperature: float = Field(default=0.0, ge=0.0)
+    api: Literal["native", "completions", "chat"] = "native"
+    """Which endpoint the load generator drives: SGLang /generate, or the OpenAI endpoints."""
+
+    _n = field_validator("name")(classmethod(lambda cls, v: check_name(v, "workload name")))
+
+
+class LoadSpec(_Frozen):
+    concurrency: list[int] = Field(default_factory=list)
+    request_rate: list[float] = Field(default_factory=list)
+    """Open-loop Poisson arrival rates in requests/s."""
+    max_concurrency: Optional[int] = Field(default=None, ge=1)
+    """Cap on in-flight requests for open-loop load points."""
+    actors_per_server: int = Field(default=1, ge=1, le=64)
+    """Load actors driving one server together (each a shard of every window) when one core is not enough."""
+
+    @field_validator("concurrency")
+    @classmethod
+    def _conc(cls, v: list[int]) -> list[int]:
+        for i, c in enumerate(v):
+            if c < 1:
+                raise FieldProblem((i,), f"concurrency {c} must be at least 1")
+        if len(set(v)) != len(v):
+            raise ValueError(f"concurrency has duplicates: {v}")
+        return v
+
+    @field_validator("request_rate")
+    @classmethod
+    def _rate(cls, v: list[float]) -> list[float]:
+        for i, r in enumerate(v):
+            if not r > 0:
+                raise FieldProblem((i,), f"request_rate {r} must be a positive number of requests/s")
+        return v
+
+    @model_validator(mode="after")
+    def _shards(self) -> "LoadSpec":
+        n = self.actors_per_server
+        for i, c in enumerate(self.concurrency):
+            if c % n:
+                raise FieldProblem(("concurrency", i), f"concurrency {c} must be a multiple of actors_per_server={n} "
+                                   "(each load actor runs an equal share of the closed loop)")
+        if self.max_concurrency is not None and self.max_concurrency % n:
+            raise FieldProblem(("max_concurrency",), f"max_concurrency must be a multiple of actors_per_server={n}")
+        return self
+
+    @model_validator(mode="after")
+    def _some(self) -> "LoadSpec":
+        if not self.concurrency and not self.request_rate:
+            raise ValueError("give at least one concurrency or request_rate")
+        return self
+
+
+class SLOSpec(_Frozen):
+    ttft_ms: Optional[float] = Field(default=None, gt=0)
+    tpot_ms: Optional[float] = Field(default=None, gt=0)
+    e2e_ms: Optional[float] = Field(default=None, gt=0)
+
+
+class CorrectnessSpec(_Frozen):
+    """The correctness gate every variant passes before its speed counts (cluster/analysis/correctness.py)."""
+
+    enabled: bool = True
+    """Turn off only for models that cannot answer (random weights in tests); runs then record the gate as skipped."""
+    min_prefix_tokens: int = Field(default=8, ge=0)
+
+
+class ClusterSpec(_Frozen):
+    """What the experiment assumes about the cluster; checked again against the live cluster at preflight."""
+
+    gpus_per_node: int = Field(default=8, ge=1, le=64)
+    """GPUs on the largest node: a variant's tensor-parallel group must fit on one node."""
+
+
+class ExperimentSpec(_Frozen):
+    version: Literal[1] = 1
+    name: str
+    model: ModelSpec
+    engines: dict[EngineName, EngineLauncher] = Field(default_factory=dict)
+    server: ServerSpec = Field(default_factory=ServerSpec)
+    sim: dict[str, Any] = Field(default_factory=dict)
+    variants: list[VariantSpec] = Field(min_length=1)
+    workloads: list[WorkloadSpec] = Field(min_length=1)
+    load: LoadSpec
+    repeats: int = Field(default=1, ge=1, le=1000)
+    order: Literal["grouped", "interleaved"] = "grouped"
+    """grouped: each server starts once and runs all its points; interleaved: ABAB across repeats (restarts)."""
+    warmup_requests: int = Field(default=2, ge=0, le=100_000)
+    seed: int = Field(default=0, ge=0, le=2**63 - 1)
+    isolation: Literal["node", "gpus"] = "node"
+    output: str = "results"
+    """Dataset root: a local path or a pyarrow filesystem URI (s3://, gs://, ...)."""
+    slo: Optional[SLOSpec] = None
+    correctness: CorrectnessSpec = Field(default_factory=CorrectnessSpec)
+    cluster: ClusterSpec = Field(default_factory=ClusterSpec)
+    health_timeout_s: float = Field(default=1800.0, gt=0)
+    request_timeout_s: float = Field(default=600.0, gt=0)
+    max_client_lag_ms: float = Field(default=10.0, gt=0)
+    """A run whose client send lag p99 exceeds this is flagged invalid: the client, not the server, set the pace."""
+
+    _n = field_validator("name")(classmethod(lambda cls, v: check_name(v, "experiment name")))
+
+    @model_validator(mode="after")
+    def _unique(self) -> "ExperimentSpec":
+        for what, names in (("variants", [v.name for v in self.variants]), ("workloads", [w.name for w in self.workloads])):
+            for i, n in enumerate(names):
+                if n in names[:i]:
+                    raise FieldProblem((what, i, "name"), f"duplicate {what[:-1]} name {n!r} (names must be unique)")
+        baselines = [i for i, v in enumerate(self.variants) if v.baseline]
+        if len(baselines) > 1:
+            raise FieldProblem(("variants", baselines[1], "baseline"), "at most one variant may set baseline: true")
+        node = self.cluster.gpus_per_node
+        if self.model.tp > node:
+            raise FieldProblem(("model", "tp"), f"tp {self.model.tp} is larger than cluster.gpus_per_node {node}")
+        for i, v in enumerate(self.variants):
+            if v.tp is not None and v.tp > node:
+                raise FieldProblem(("variants", i, "tp"), f"tp {v.tp} is larger than cluster.gpus_per_node {node}")
+        return self
+

@@ -1,0 +1,91 @@
+"""The correctness gate: wrong answers, degenerate output, early divergence, accept length ≈ 1; drift passes."""
+
+from __future__ import annotations
+
+from cluster.analysis.correctness import (
+    CORRECTNESS_SCHEMA,
+    GATE_PROMPTS,
+    GateOutput,
+    correctness_rows,
+    degeneracy,
+    evaluate_gate,
+)
+
+ANSWERS = {"reply_ok": "OK", "multiply": "17 times 19 is 323.", "reasoning": "3 boxes of 4 is 12, minus 2 leaves 10."}
+
+
+def outputs(texts: dict[str, str], ids: bool = True, drift_after: int | None = None) -> dict[str, GateOutput]:
+    out = {}
+    for pid, text in texts.items():
+        base_ids = [100 + i for i in range(40)]
+        if drift_after is not None:
+            base_ids = base_ids[:drift_after] + [999 - i for i in range(40 - drift_after)]
+        out[pid] = GateOutput(text=text, token_ids=tuple(base_ids) if ids else None, completion_tokens=40)
+    return out
+
+
+def test_all_prompts_have_checkable_answers() -> None:
+    assert {p.prompt_id for p in GATE_PROMPTS} == set(ANSWERS)
+    assert any("17" in p.text and "19" in p.text for p in GATE_PROMPTS)
+
+
+def test_correct_variant_passes_and_records_prefix() -> None:
+    base = outputs(ANSWERS)
+    r = evaluate_gate(outputs(ANSWERS), base, accept_length=2.6, is_nextn=True)
+    assert r.passed, r.reasons
+    assert [p.common_prefix_tokens for p in r.prompts] == [40, 40, 40]
+
+
+def test_late_drift_passes_token_equality_not_required() -> None:
+    r = evaluate_gate(outputs(ANSWERS, drift_after=20), outputs(ANSWERS), accept_length=2.1, is_nextn=True)
+    assert r.passed and [p.common_prefix_tokens for p in r.prompts] == [20, 20, 20]
+
+
+def test_early_divergence_on_most_prompts_fails() -> None:
+    r = evaluate_gate(outputs(ANSWERS, drift_after=3), outputs(ANSWERS), accept_length=None, is_nextn=False)
+    assert not r.passed and any("diverges from the baseline" in x for x in r.reasons)
+    assert all(p.common_prefix_tokens == 3 for p in r.prompts)
+
+
+def test_wrong_answer_fails() -> None:
+    r = evaluate_gate(outputs({**ANSWERS, "multiply": "It is 324."}), None, None, is_nextn=False)
+    assert not r.passed and r.reasons[0].startswith("multiply: wrong answer")
+    assert [p.answer_ok for p in r.prompts] == [True, False, True]
+
+
+def test_answer_is_read_after_the_think_block() -> None:
+    txt = {**ANSWERS, "multiply": "<think>maybe 10? no</think> 323"}
+    assert evaluate_gate(outputs(txt), None, None, False).passed
+    txt = {**ANSWERS, "reasoning": "<think>the answer is 10</think> eleven"}
+    assert not evaluate_gate(outputs(txt), None, None, False).passed
+
+
+def test_degenerate_outputs_fail() -> None:
+    assert degeneracy(GateOutput(text="", token_ids=())) == "empty output"
+    assert "replacement" in (degeneracy(GateOutput(text="OK \ufffd\ufffd")) or "")
+    assert degeneracy(GateOutput(text="nan")) == "output is 'nan'"
+    rep = GateOutput(text="OK OK OK OK OK OK OK OK OK 323 10", token_ids=tuple([7] * 30 + [1, 2]))
+    assert "one token (7)" in (degeneracy(rep) or "")
+    assert degeneracy(GateOutput(text=ANSWERS["reasoning"], token_ids=tuple(range(20)))) is None
+    garbage = outputs({k: "!!!! " * 20 for k in ANSWERS}, ids=False)
+    r = evaluate_gate(garbage, None, None, False)
+    assert not r.passed and any("one token ('!!!!')" in x for x in r.reasons)
+
+
+def test_nextn_accept_length_near_one_fails() -> None:
+    ok = outputs(ANSWERS)
+    r = evaluate_gate(ok, ok, accept_length=1.02, is_nextn=True)
+    assert not r.passed and "35797" in r.reasons[-1]
+    assert evaluate_gate(ok, ok, accept_length=1.02, is_nextn=False).passed
+    assert not evaluate_gate(ok, ok, accept_length=None, is_nextn=True).passed
+
+
+def test_correctness_rows_match_the_schema() -> None:
+    outs = outputs({**ANSWERS, "multiply": "324"})
+    r = evaluate_gate(outs, outputs(ANSWERS), accept_length=2.0, is_nextn=True)
+    t = correctness_rows("exp", "nextn-2", "sim", r, outs)
+    assert t.schema.equals(CORRECTNESS_SCHEMA) and t.num_rows == 3
+    rows = {x["prompt_id"]: x for x in t.to_pylist()}
+    assert rows["multiply"]["prompt_passed"] is False and rows["reply_ok"]["prompt_passed"] is True
+    assert rows["multiply"]["variant_passed"] is False and "wrong answer" in rows["multiply"]["variant_reasons"]
+    assert rows["reply_ok"]["common_prefix_tokens"] == 40 and rows["reply_ok"]["output_tokens"] == 40

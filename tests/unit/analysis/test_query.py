@@ -1,0 +1,156 @@
+"""compare_table averages ok repeats and computes speedups; DuckDB views see only committed runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from cluster.plan.runs import RunPlan, make_plan
+from cluster.analysis.query import QueryError, compare_from_requests, compare_table, connect, query
+from cluster.dataset.records import RequestRecord, request_batches
+from cluster.spec.loader import parse_spec_text
+from cluster.dataset.store import DatasetStore, ExperimentNotFound
+
+SPEC = """
+version: 1
+name: cmp
+model: {path: sim://m, engine: sim, tp: 1}
+variants:
+  - name: base
+  - name: nextn
+    speculative: {algorithm: NEXTN, num_steps: [2]}
+workloads:
+  - {name: w1, input_tokens: 16, output_tokens: 8, num_requests: 4}
+load: {concurrency: [1, 4]}
+repeats: 2
+"""
+
+
+def _plans() -> dict[tuple[str, float, int], RunPlan]:
+    return {(p.variant.name, p.load.value, p.repeat): p for p in make_plan(parse_spec_text(SPEC))}
+
+
+def _records(n: int) -> tuple[pa.RecordBatch, pa.RecordBatch]:
+    recs = [RequestRecord(request_index=i, intended_send_ns=0, actual_send_ns=0, prompt_tokens_sent=16,
+                          max_tokens=8, chunk_arrival_ns=[5, 9], chunk_tokens=[1, 1], completion_tokens=2)
+            for i in range(n)]
+    return request_batches(recs)
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> str:
+    store = DatasetStore(str(tmp_path), "cmp")
+    plans = _plans()
+    tok = {("base", 1.0): [100.0, 110.0], ("base", 4.0): [300.0, 340.0],
+           ("nextn", 1.0): [210.0, 230.0], ("nextn", 4.0): [480.0, 9999.0]}
+    for (v, c, r), p in plans.items():
+        status = "failed" if (v, c, r) == ("nextn", 4.0, 1) else "ok"
+        m = {"output_tok_s": tok[(v, c)][r], "request_throughput_rps": 1.0 + r, "ttft_ms_p50": 10.0 * (r + 1),
+             "accept_length": 2.5 if v == "nextn" else None}
+        reqs, chunks = _records(2 + r)
+        store.write_run(p, {"status": status, "metrics": m}, reqs, chunks)
+    # an uncommitted run's rows must stay invisible to the views
+    stray = make_plan(parse_spec_text(SPEC.replace("repeats: 2", "repeats: 3")))[-1]
+    store.write_table_rows("requests", stray, _records(7)[0])
+    return str(tmp_path)
+
+
+def test_compare_table_means_counts_and_speedup(root: str) -> None:
+    df = compare_table(root, "cmp")
+    assert list(df["variant"]) == ["base", "nextn", "base", "nextn"]
+    assert list(df["load_value"]) == [1.0, 1.0, 4.0, 4.0]
+    assert list(df["engine"]) == ["sim"] * 4
+    r = df.set_index(["variant", "load_value"])
+    assert r.loc[("base", 1.0), "output_tok_s"] == pytest.approx(105.0)
+    assert r.loc[("nextn", 1.0), "output_tok_s"] == pytest.approx(220.0)
+    assert r.loc[("nextn", 1.0), "speedup_output_tok_s"] == pytest.approx(220.0 / 105.0)
+    assert r.loc[("base", 1.0), "speedup_output_tok_s"] == pytest.approx(1.0)
+    # the failed repeat is counted, not averaged
+    assert r.loc[("nextn", 4.0), "n_runs"] == 1 and r.loc[("nextn", 4.0), "n_failed"] == 1
+    assert r.loc[("nextn", 4.0), "output_tok_s"] == pytest.approx(480.0)
+    assert r.loc[("nextn", 4.0), "speedup_output_tok_s"] == pytest.approx(480.0 / 320.0)
+    assert r.loc[("base", 4.0), "ttft_ms_p50"] == pytest.approx(15.0)
+    assert r.loc[("nextn", 1.0), "accept_length"] == pytest.approx(2.5)
+    assert pd_isna(r.loc[("base", 1.0), "accept_length"])
+    assert bool(r.loc[("base", 1.0), "is_baseline"]) and not bool(r.loc[("nextn", 1.0), "is_baseline"])
+
+
+def pd_isna(x: object) -> bool:
+    import pandas as pd
+
+    return bool(pd.isna(x))
+
+
+def test_baseline_override(root: str) -> None:
+    df = compare_table(root, "cmp", baseline="nextn").set_index(["variant", "load_value"])
+    assert df.loc[("base", 1.0), "speedup_output_tok_s"] == pytest.approx(105.0 / 220.0)
+    with pytest.raises(QueryError, match="not a variant"):
+        compare_table(root, "cmp", baseline="nope")
+
+
+def test_views_and_free_sql(root: str) -> None:
+    df = query(root, "cmp", "SELECT variant, count(*) AS n FROM requests GROUP BY variant ORDER BY variant")
+    # base: repeats give 2 + 3 rows per load point → 10; nextn the same; the stray uncommitted run is invisible
+    assert df.to_dict("records") == [{"variant": "base", "n": 10}, {"variant": "nextn", "n": 10}]
+    con = connect(root, "cmp")
+    try:
+        assert con.execute("SELECT count(*) FROM runs").fetchone() == (8,)
+        assert con.execute("SELECT DISTINCT schema_version FROM chunks").fetchall() == [(1,)]
+    finally:
+        con.close()
+
+
+def test_errors(root: str, tmp_path: Path) -> None:
+    with pytest.raises(QueryError, match="SQL error"):
+        query(root, "cmp", "SELEC nonsense")
+    with pytest.raises(ExperimentNotFound):
+        compare_table(str(tmp_path / "nowhere"), "cmp")
+
+
+def test_variants_view(root: str) -> None:
+    df = query(root, "cmp", "SELECT * FROM variants ORDER BY first_order_index")
+    assert list(df["variant"]) == ["base", "nextn"]
+    r = df.set_index("variant")
+    assert bool(r.loc["base", "is_baseline"]) and not bool(r.loc["nextn", "is_baseline"])
+    assert r.loc["nextn", "spec_algorithm"] == "NEXTN" and r.loc["nextn", "spec_num_steps"] == 2
+    assert pd_isna(r.loc["base", "spec_num_steps"])
+    assert (r.loc["nextn", "n_runs"], r.loc["nextn", "n_ok"], r.loc["nextn", "n_failed"]) == (4, 3, 1)
+    assert r.loc["base", "n_ok"] == 4 and r.loc["base", "n_invalid"] == 0
+    assert r.loc["base", "engine"] == "sim" and r.loc["base", "tp"] == 1 and r.loc["nextn", "family"] == "nextn"
+
+
+def test_extra_tables_get_views(root: str) -> None:
+    store = DatasetStore(root, "cmp")
+    plan = _plans()[("base", 1.0, 0)]
+    store.write_table_rows("correctness", plan, pa.table({"prompt_id": ["p1", "p2"], "passed": [True, False]}))
+    df = query(root, "cmp", "SELECT variant, sum(CAST(passed AS INT)) AS n FROM correctness GROUP BY variant")
+    assert df.to_dict("records") == [{"variant": "base", "n": 1}]
+    with pytest.raises(QueryError, match="server_metrics"):
+        query(root, "cmp", "SELECT * FROM server_metrics")
+
+
+def test_compare_from_requests(tmp_path: Path) -> None:
+    store = DatasetStore(str(tmp_path), "req")
+    plans = _plans()
+    # request i: send 0, first chunk at (10 + i) ms, 5 tokens ending 8 ms later → TPOT 2 ms; window 2 s
+    for (v, c, r), p in plans.items():
+        speed = 2.0 if v == "nextn" else 1.0
+        recs = [RequestRecord(request_index=i, intended_send_ns=0, actual_send_ns=0, prompt_tokens_sent=16,
+                              max_tokens=8, chunk_arrival_ns=[int((10 + i) * 1e6), int((10 + i + 8 / speed) * 1e6)],
+                              chunk_tokens=[1, 4], completion_tokens=5)
+                for i in range(101)]
+        recs.append(RequestRecord(request_index=101, intended_send_ns=0, actual_send_ns=0, prompt_tokens_sent=16,
+                                  max_tokens=8, error="HTTP 500"))
+        reqs, chunks = request_batches(recs)
+        store.write_run(p, {"status": "ok", "duration_s": 2.0 / speed}, reqs, chunks)
+    df = compare_from_requests(str(tmp_path), "req")
+    r = df.set_index(["variant", "load_value"])
+    base, nx = r.loc[("base", 1.0)], r.loc[("nextn", 4.0)]
+    assert base["ttft_ms_p50"] == pytest.approx(60.0) and base["ttft_ms_p99"] == pytest.approx(109.0)
+    assert base["tpot_ms_mean"] == pytest.approx(2.0) and nx["tpot_ms_mean"] == pytest.approx(1.0)
+    assert base["output_tok_s"] == pytest.approx(101 * 5 / 2.0)
+    assert base["request_throughput_rps"] == pytest.approx(101 / 2.0)
+    assert nx["speedup_output_tok_s"] == pytest.approx(2.0) and base["n_runs"] == 2
+    assert list(df["variant"]) == ["base", "nextn", "base", "nextn"]

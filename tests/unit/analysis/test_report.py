@@ -1,0 +1,122 @@
+"""The HTML report references every PNG it writes; each PNG opens and shows a real plot; the CLI renders it."""
+
+from __future__ import annotations
+
+import html
+import re
+from pathlib import Path
+
+import matplotlib.image as mpimg
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from cluster.cli import app
+from cluster.analysis.metrics import METRIC_DEFINITIONS
+from cluster.analysis.report import GPU_BANDWIDTH_GBS, build_report, decode_bytes_per_token, gpu_of_run, known_gpu
+from cluster.dataset.store import DatasetStore
+from tests.unit.analysis.test_comparison import build_dataset
+
+BYTES_PER_TOKEN = 10.83e9
+
+
+@pytest.fixture(scope="module")
+def demo_root(tmp_path_factory: pytest.TempPathFactory) -> str:
+    root = str(tmp_path_factory.mktemp("report"))
+    build_dataset(root, "demo-sim", steps=[1, 2], conc=(1, 4), repeats=2, n_requests=24, out_tokens=32,
+                  invalid=("nextn-2", 4, 1))
+    DatasetStore(root, "demo-sim").write_experiment_meta({
+        "spec": {"model": {"path": "sim://qwen"}},
+        "preflight": {"sim://qwen": {"params": {"decode_bytes_per_token": BYTES_PER_TOKEN}}}})
+    return root
+
+
+def test_report_html_and_pngs(demo_root: str, tmp_path: Path) -> None:
+    path = build_report(demo_root, "demo-sim", str(tmp_path / "out"), n_boot=200)
+    page = path.read_text()
+    referenced = set(re.findall(r"<img src='([^']+\.png)'", page))
+    written = {p.name for p in path.parent.glob("*.png")}
+    assert referenced == written
+    kinds = {name.split("_chat")[0] for name in written}
+    assert kinds == {"throughput", "ttft_ms_cdf", "tpot_ms_cdf", "speedup", "accept_hist", "bandwidth"}
+    for name in written:
+        png = path.parent / name
+        assert png.stat().st_size > 15_000, name
+        img = mpimg.imread(str(png))
+        assert img.ndim == 3 and img.shape[0] > 300 and img.shape[1] > 400, name
+        rgb = img[..., :3].reshape(-1, 3)
+        assert float(rgb.std(axis=0).max()) > 0.05, f"{name} is (nearly) one colour"
+        assert len(np.unique((rgb * 255).astype(np.uint8), axis=0)) > 20, name
+    assert not list(path.parent.glob(".*.tmp"))
+    # definitions, engine labels, CI method, invalid runs with their reasons
+    assert METRIC_DEFINITIONS["tpot_ms_mean"] in html.unescape(page)
+    assert "SIMULATED" in page and "sim (simulated)" in page
+    assert "hierarchical bootstrap" in page
+    assert "client lag p99 85 ms exceeds 50 ms" in page
+    assert "RTX PRO 6000 Blackwell (assumed: simulator reference node)" in page
+    assert "faster" in page
+
+
+def test_bandwidth_inputs() -> None:
+    assert known_gpu("NVIDIA RTX PRO 6000 Blackwell Server Edition") == "RTX PRO 6000 Blackwell"
+    assert known_gpu("NVIDIA H100 80GB HBM3") == "H100 SXM"
+    assert known_gpu("NVIDIA H100 PCIe") is None
+    assert known_gpu("NVIDIA H200") == "H200" and GPU_BANDWIDTH_GBS["H200"] == 4800.0
+    assert gpu_of_run("sglang", '{"gpus": [{"name": "NVIDIA B200"}]}') == "B200"
+    assert gpu_of_run("sglang", '{"host": "n1"}') is None
+    assert gpu_of_run("sim", None) == "RTX PRO 6000 Blackwell"
+    meta = {"spec": {"model": {"path": "/m"}}, "preflight": {"/d": {"params": {"decode_bytes_per_token": 1.0}},
+                                                          "/m": {"params": {"decode_bytes_per_token": 5.0}}}}
+    assert decode_bytes_per_token(meta) == 5.0
+    assert decode_bytes_per_token({"preflight": None}) is None
+
+
+def test_bandwidth_percent_matches_tpot(demo_root: str, tmp_path: Path) -> None:
+    from cluster.analysis.comparison import compare_with_ci
+    from cluster.analysis.report import bandwidth_table
+
+    ci = compare_with_ci(demo_root, "demo-sim", n_boot=100)
+    runs = DatasetStore(demo_root, "demo-sim").read_table("runs").to_pandas()
+    bw = bandwidth_table(ci, runs, BYTES_PER_TOKEN).set_index("variant")
+    base_tpot = ci[(ci["variant"] == "baseline") & (ci["load_value"] == 1.0)]["tpot_ms_mean"].iloc[0]
+    bound = 8 * 1792e9 / BYTES_PER_TOKEN
+    assert bw.loc["baseline", "bound_tok_s"] == pytest.approx(bound)
+    assert bw.loc["baseline", "pct_of_bound"] == pytest.approx(100 * (1000 / base_tpot) / bound)
+    assert bw.loc["baseline", "concurrency"] == 1.0
+
+
+def test_cli_report_and_compare_ci(demo_root: str, tmp_path: Path) -> None:
+    runner = CliRunner()
+    out = tmp_path / "cli"
+    res = runner.invoke(app, ["results", "report", "demo-sim", "--root", demo_root, "--out", str(out),
+                              "--n-boot", "100"])
+    assert res.exit_code == 0, res.output
+    assert (out / "index.html").exists() and list(out.glob("throughput_*.png"))
+    res = runner.invoke(app, ["results", "compare", "demo-sim", "--root", demo_root, "--ci", "--n-boot", "100",
+                              "--format", "csv"])
+    assert res.exit_code == 0, res.output
+    assert "speedup_tok_s_verdict" in res.output.splitlines()[0] and "faster" in res.output
+    res = runner.invoke(app, ["results", "report", "nope", "--root", demo_root])
+    assert res.exit_code == 2 and "not found" in res.output
+
+
+def test_report_with_an_all_failed_cell(tmp_path: Path) -> None:
+    from cluster.analysis.comparison import compare_with_ci
+    from cluster.plan.runs import make_plan
+    from cluster.spec.loader import parse_spec_text
+    from tests.unit.analysis.test_comparison import SPEC
+
+    root = str(tmp_path)
+    build_dataset(root, "f", steps=[2], conc=(1, 4), repeats=2, n_requests=12, out_tokens=16)
+    spec = parse_spec_text(SPEC.format(name="f", other="nextn", steps=[2], out=16, n=12, conc=[1, 4], repeats=2))
+    store = DatasetStore(root, "f")
+    for p in make_plan(spec):
+        if p.variant.name == "nextn" and p.load.value == 4:
+            store.write_run(p, {"status": "failed", "failure_reason": "server OOM at startup"})
+    ci = compare_with_ci(root, "f", n_boot=100).set_index(["variant", "load_value"])
+    row = ci.loc[("nextn", 4.0)]
+    assert row["n_runs"] == 0 and row["n_failed"] == 2 and np.isnan(row["output_tok_s"])
+    assert row["speedup_tok_s_verdict"] == "" and "repeat 0 failed: server OOM at startup" in row["warnings"]
+    page = build_report(root, "f", str(tmp_path / "out"), n_boot=100).read_text()
+    assert page.count("server OOM at startup") >= 2  # warnings list and the failed-runs table
+    assert "No memory-bandwidth bound" in page

@@ -1,0 +1,145 @@
+"""Version-aware SGLang argv: full flag names, CUDA-graph spelling, info paths, SPEC_V2 env, version detection."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from cluster.engines.sglang import (
+    DEFAULT_VERSION,
+    SGLangEngine,
+    canonical_key,
+    detect_version,
+    flag_name,
+    parse_version,
+    resolve_version,
+    server_info_summary,
+    version_adjusted_args,
+)
+from cluster.plan.runs import ResolvedVariant, SpecDecode
+from cluster.spec.models import EngineLauncher
+
+MODEL = "/models/q"
+
+
+def variant(args: dict | None = None, spec: SpecDecode | None = None, env: dict | None = None) -> ResolvedVariant:
+    return ResolvedVariant(name="v", engine="sglang", tp=8, model_path=MODEL, args=args or {}, env=env or {},
+                           speculative=spec)
+
+
+def flags(argv: list[str]) -> list[str]:
+    return [a for a in argv if a.startswith("--")]
+
+
+def test_parse_version() -> None:
+    assert parse_version("0.5.23") == (0, 5, 23)
+    assert parse_version("0.5.10.post1") == (0, 5, 10)
+    assert parse_version("0.5.15rc2+cu130") == (0, 5, 15)
+    assert parse_version(None) == parse_version(DEFAULT_VERSION)
+    assert flag_name("cuda_graph_max_bs") == "--cuda-graph-max-bs"
+
+
+@pytest.mark.parametrize("given", ["cuda-graph-max-bs", "cuda_graph_max_bs", "cuda-graph-max-bs-decode"])
+def test_cuda_graph_flag_follows_the_version(given: str) -> None:
+    eng = SGLangEngine()
+    new = eng.server_args(variant({given: 32}), "h", 1, "0.5.23")
+    old = eng.server_args(variant({given: 32}), "h", 1, "0.5.12")
+    assert new[new.index("--cuda-graph-max-bs-decode") + 1] == "32" and "--cuda-graph-max-bs" not in new
+    assert old[old.index("--cuda-graph-max-bs") + 1] == "32" and "--cuda-graph-max-bs-decode" not in old
+
+
+def test_cuda_graph_bs_list_is_renamed_too() -> None:
+    argv = SGLangEngine().server_args(variant({"cuda-graph-bs": [1, 2, 4]}), "h", 1, "0.5.23")
+    i = argv.index("--cuda-graph-bs-decode")
+    assert argv[i + 1 : i + 4] == ["1", "2", "4"]
+
+
+def test_recipe_abbreviations_become_full_names() -> None:
+    args = {"speculative-algo": "NEXTN", "mem-frac": 0.8, "speculative-draft-model": MODEL, "disable-radix": True}
+    out = version_adjusted_args(args, (0, 5, 23))
+    assert set(out) == {"speculative-algorithm", "mem-fraction-static", "speculative-draft-model-path",
+                        "disable-radix-cache"}
+
+
+@pytest.mark.parametrize("short", ["speculative-draft", "quant", "attention"])
+def test_ambiguous_abbreviations_are_refused(short: str) -> None:
+    with pytest.raises(ValueError, match="ambiguous"):
+        canonical_key(short)
+
+
+def test_reserved_args_cannot_override_the_head() -> None:
+    argv = SGLangEngine().server_args(variant({"tp": 2, "model": "/x", "port": 1}), "127.0.0.1", 30000, "0.5.23")
+    assert argv[:8] == ["--model-path", MODEL, "--host", "127.0.0.1", "--port", "30000", "--tp-size", "8"]
+    assert argv.count("--tp-size") == 1 and "/x" not in argv and argv.count("--port") == 1
+
+
+def test_speculative_always_passes_all_three() -> None:
+    sp = SpecDecode("NEXTN", num_steps=2, eagle_topk=1, num_draft_tokens=3)
+    argv = SGLangEngine().server_args(variant({"speculative-num-steps": 9}, sp), "h", 1, "0.5.23")
+    got = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--speculative")}
+    assert got == {"--speculative-algorithm": "NEXTN", "--speculative-num-steps": "2",
+                   "--speculative-eagle-topk": "1", "--speculative-num-draft-tokens": "3"}
+
+
+def test_old_images_get_the_draft_path_and_spec_v2() -> None:
+    sp = SpecDecode("NEXTN", 3, 1, 4)
+    eng = SGLangEngine()
+    old = eng.server_args(variant(spec=sp), "h", 1, "0.5.10.post1")
+    assert old[old.index("--speculative-draft-model-path") + 1] == MODEL
+    assert "--speculative-draft-model-path" not in eng.server_args(variant(spec=sp), "h", 1, "0.5.23")
+    assert eng.server_env(variant(spec=sp), "0.5.12") == {"SGLANG_ENABLE_SPEC_V2": "1"}
+    assert eng.server_env(variant(spec=sp, env={"SGLANG_ENABLE_SPEC_V2": "1"}), "0.5.23") == {}
+    assert eng.server_env(variant(), "0.5.12") == {}
+
+
+def test_info_paths_follow_the_version() -> None:
+    eng = SGLangEngine()
+    assert eng.info_paths("0.5.23")["server_info"] == "/server_info"
+    assert eng.info_paths("0.5.9")["server_info"] == "/get_server_info"
+    assert eng.info_paths("0.5.9")["model_info"] == "/get_model_info"
+
+
+def _fake_python(tmp_path: Path, body: str) -> str:
+    exe = tmp_path / "python"
+    exe.write_text(f"#!/bin/sh\n{body}\n")
+    exe.chmod(0o755)
+    return str(exe)
+
+
+def test_detect_version_reads_the_engine_interpreter(tmp_path: Path) -> None:
+    detect_version.cache_clear()
+    assert detect_version(_fake_python(tmp_path, "echo 0.5.12")) == "0.5.12"
+    detect_version.cache_clear()
+    assert detect_version(str(tmp_path / "missing")) is None
+    # the dev interpreter has no sglang installed: PackageNotFoundError → None
+    assert detect_version(sys.executable) is None or parse_version(detect_version(sys.executable)) > (0,)
+
+
+def test_resolve_version_order(tmp_path: Path) -> None:
+    detect_version.cache_clear()
+    py = _fake_python(tmp_path, "echo 0.5.9")
+    assert resolve_version("0.5.20", py) == "0.5.20"
+    assert resolve_version(None, py) == "0.5.9"
+    detect_version.cache_clear()
+    assert resolve_version(None, _fake_python(tmp_path, "exit 1")) == DEFAULT_VERSION
+
+
+def test_launch_detects_the_installed_version(tmp_path: Path) -> None:
+    detect_version.cache_clear()
+    py = _fake_python(tmp_path, "echo 0.5.12")
+    cmd = SGLangEngine().launch(variant({"cuda-graph-max-bs-decode": 16}), "h", 1, EngineLauncher(python=py), "python")
+    assert cmd.argv[:3] == (py, "-m", "sglang.launch_server")
+    assert "--cuda-graph-max-bs" in cmd.argv
+    declared = SGLangEngine().launch(variant({"cuda-graph-max-bs": 16}), "h", 1,
+                                     EngineLauncher(python=py, version="0.5.23"), "python")
+    assert "--cuda-graph-max-bs-decode" in declared.argv
+
+
+def test_server_info_summary() -> None:
+    doc = {"version": "0.5.23", "max_running_requests": 48, "speculative_algorithm": "EAGLE",
+           "internal_states": [{"avg_spec_accept_length": 2.7, "effective_max_running_requests_per_dp": 48}]}
+    s = server_info_summary(doc)
+    assert (s["max_running_requests"], s["speculative_algorithm"], s["avg_spec_accept_length"]) == (48, "EAGLE", 2.7)
+    assert server_info_summary({})["avg_spec_accept_length"] is None

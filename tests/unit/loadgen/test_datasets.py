@@ -1,0 +1,98 @@
+"""Prompt sources: determinism, exact lengths, JSONL parsing and its error messages."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+from cluster.loadgen.datasets import RANDOM_ID_LOW, DatasetError, build_prompts
+from cluster.spec.models import PromptSource, WorkloadSpec
+
+
+def _wl(**kw: object) -> WorkloadSpec:
+    base: dict[str, object] = {"name": "w", "input_tokens": 64, "output_tokens": 8, "num_requests": 10}
+    base.update(kw)
+    return WorkloadSpec.model_validate(base)
+
+
+def test_random_ids_deterministic_exact_length(tmp_path: pathlib.Path) -> None:
+    wl = _wl(prompts={"source": "random_ids", "vocab_size": 5000})
+    a = build_prompts(wl, 12, 7, tmp_path)
+    b = build_prompts(wl, 12, 7, tmp_path)
+    c = build_prompts(wl, 12, 8, tmp_path)
+    assert a == b
+    assert a != c
+    assert len(a) == 12
+    for p in a:
+        assert p.input_ids is not None and p.text is None
+        assert len(p.input_ids) == 64
+        assert min(p.input_ids) >= RANDOM_ID_LOW and max(p.input_ids) < 5000
+    assert len({p.input_ids for p in a}) == 12  # distinct prompts: no accidental prefix-cache hits
+    # prefix property: asking for more prompts does not change the first ones
+    assert build_prompts(wl, 5, 7, tmp_path) == a[:5]
+
+
+def test_random_ids_tiny_vocab(tmp_path: pathlib.Path) -> None:
+    wl = _wl(prompts={"source": "random_ids", "vocab_size": 32})
+    ps = build_prompts(wl, 3, 0, tmp_path)
+    assert all(p.input_ids is not None and 8 <= min(p.input_ids) and max(p.input_ids) < 32 for p in ps)
+
+
+def _write(path: pathlib.Path, lines: list[str]) -> None:
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def test_jsonl_relative_path_sampling_and_cycling(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "data").mkdir()
+    rows = [json.dumps({"prompt": f"hello {i}"}) for i in range(5)] + ["", json.dumps({"input_ids": [5, 6, 7]})]
+    _write(tmp_path / "data" / "p.jsonl", rows)
+    wl = _wl(prompts={"source": "jsonl", "path": "data/p.jsonl"})
+    a = build_prompts(wl, 15, 3, tmp_path)
+    assert a == build_prompts(wl, 15, 3, tmp_path)
+    assert len(a) == 15
+    texts = {p.text for p in a if p.text is not None}
+    assert texts == {f"hello {i}" for i in range(5)}
+    assert sum(1 for p in a if p.input_ids == (5, 6, 7)) in (2, 3)  # two full passes, then 3 of a third
+    # each full pass over the 6 prompts uses every prompt once
+    assert sorted(repr(p) for p in a[:6]) == sorted(repr(p) for p in set(a))
+    assert build_prompts(wl, 15, 4, tmp_path) != a
+    # an absolute path ignores base_dir
+    wl_abs = _wl(prompts={"source": "jsonl", "path": str(tmp_path / "data" / "p.jsonl")})
+    assert build_prompts(wl_abs, 15, 3, pathlib.Path("/nonexistent")) == a
+
+
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        ("{not json", "p.jsonl:2: invalid JSON"),
+        ("[1, 2]", "p.jsonl:2: expected a JSON object"),
+        ('{"input_ids": [1, "x"]}', "p.jsonl:2: field 'input_ids'"),
+        ('{"input_ids": []}', "p.jsonl:2: field 'input_ids'"),
+        ('{"prompt": 3}', "p.jsonl:2: field 'prompt'"),
+        ('{"text": "hi"}', "p.jsonl:2: expected field 'prompt'"),
+    ],
+)
+def test_jsonl_bad_line_names_file_and_line(tmp_path: pathlib.Path, line: str, expected: str) -> None:
+    _write(tmp_path / "p.jsonl", [json.dumps({"prompt": "ok"}), line])
+    wl = _wl(prompts={"source": "jsonl", "path": "p.jsonl"})
+    with pytest.raises(DatasetError, match=expected.replace("[", r"\[")) as ei:
+        build_prompts(wl, 2, 0, tmp_path)
+    assert str(tmp_path / "p.jsonl") in str(ei.value)
+
+
+def test_jsonl_missing_and_empty(tmp_path: pathlib.Path) -> None:
+    wl = _wl(prompts={"source": "jsonl", "path": "missing.jsonl"})
+    with pytest.raises(DatasetError, match="missing.jsonl: prompt file not found"):
+        build_prompts(wl, 1, 0, tmp_path)
+    (tmp_path / "empty.jsonl").write_text("\n\n", encoding="utf-8")
+    wl = _wl(prompts={"source": "jsonl", "path": "empty.jsonl"})
+    with pytest.raises(DatasetError, match="empty.jsonl: no prompts"):
+        build_prompts(wl, 1, 0, tmp_path)
+
+
+def test_text_source_not_implemented(tmp_path: pathlib.Path) -> None:
+    wl = _wl(prompts=PromptSource(source="text", path="corpus.txt"))
+    with pytest.raises(NotImplementedError, match="'text'"):
+        build_prompts(wl, 1, 0, tmp_path)

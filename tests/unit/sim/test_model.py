@@ -1,0 +1,120 @@
+"""The simulator's pure step model: acceptance statistics, step-time formula, outputs, batching, knob validation."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from cluster.sim.model import (
+    Knobs,
+    KnobError,
+    Scheduler,
+    SpecParams,
+    accept_probs_for,
+    draw_accepted,
+    expected_accept_length,
+    output_ids,
+    step_time_ms,
+)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+def test_acceptance_length_matches_expectation(k: int) -> None:
+    probs = accept_probs_for(Knobs(), k)
+    rng = random.Random(1234 + k)
+    samples = [1 + draw_accepted(rng, probs) for _ in range(40_000)]
+    mean = sum(samples) / len(samples)
+    var = sum((s - mean) ** 2 for s in samples) / (len(samples) - 1)
+    se = math.sqrt(var / len(samples))
+    expected = expected_accept_length(probs)
+    assert abs(mean - expected) < 3 * se
+    want = {1: 1.8, 2: 1 + 0.8 + 0.8 * 0.65, 3: 1 + 0.8 + 0.52 + 0.26}.get(k)
+    if want is not None:
+        assert expected == pytest.approx(want)
+
+
+def test_probs_extend_by_repeating_last_and_mtp_absent_is_one() -> None:
+    assert accept_probs_for(Knobs(), 5) == (0.8, 0.65, 0.5, 0.5, 0.5)
+    absent = accept_probs_for(Knobs(mtp_absent=True), 3)
+    rng = random.Random(0)
+    assert all(draw_accepted(rng, absent) == 0 for _ in range(1000))
+    assert expected_accept_length(absent) == 1.0
+
+
+def test_step_time_formula() -> None:
+    k = Knobs()
+    assert step_time_ms(k, 1, 0, None) == pytest.approx(13.9)
+    assert 1000 / step_time_ms(k, 1, 0, None) == pytest.approx(71.9, abs=0.1)
+    assert step_time_ms(k, 10, 0, None) - step_time_ms(k, 9, 0, None) == pytest.approx(0.05)
+    assert step_time_ms(k, 0, 1000, None) == pytest.approx(13.85 + 20.0)
+    sp = SpecParams("EAGLE", 3, 1, 4)
+    assert step_time_ms(k, 2, 0, sp) == pytest.approx(13.85 + 0.1 + 3 * 0.9 + 0.3 * 3 * 2)
+    fast = Knobs(tuned_speed_factor=0.8)
+    assert step_time_ms(fast, 4, 0, sp) == pytest.approx(0.8 * step_time_ms(k, 4, 0, sp))
+
+
+def test_outputs_deterministic_and_answers() -> None:
+    k = Knobs(seed=7)
+    a, _ = output_ids(k, "ids:1,2,3", None, 50, True, False)
+    b, _ = output_ids(k, "ids:1,2,3", None, 50, True, True)
+    c, _ = output_ids(Knobs(seed=8), "ids:1,2,3", None, 50, True, False)
+    assert a == b and a != c and len(a) == 50
+    ok, stop = output_ids(k, "text:x", "Please Reply with OK", 10, False, False)
+    assert stop and len(ok) == 2
+    plain, stop = output_ids(Knobs(answers=False), "text:x", "Reply with OK", 10, False, False)
+    assert not stop and len(plain) == 10
+
+
+def test_scheduler_honours_max_running_and_counts_verify_steps() -> None:
+    knobs = Knobs(radix_cache=False)
+    s = Scheduler(knobs, 2, SpecParams("EAGLE", 2, 1, 3))
+    reqs = [s.new_request(f"r{i}", [i, i + 1], None, 12, True) for i in range(3)]
+    for r in reqs:
+        s.submit(r)
+    assert s.plan_step() is not None
+    s.commit_step()
+    assert len(s.running) == 2 and len(s.waiting) == 1
+    assert all(r.generated == 1 and r.spec_verify_ct == 0 for r in reqs[:2]), "the first token comes from prefill"
+    while s.busy:
+        s.plan_step()
+        s.commit_step()
+        assert len(s.running) <= 2
+    for r in reqs:
+        assert r.finished and r.generated == 12
+        assert r.spec_verify_ct >= 11 / 3
+        assert r.spec_num_correct_drafts == r.generated - 1 - r.spec_verify_ct
+    c = s.counters
+    assert c.spec_forward_ct == sum(r.spec_verify_ct for r in reqs)
+    assert s.avg_spec_accept_length() == pytest.approx(33 / c.spec_forward_ct)
+    s.flush()
+    assert s.avg_spec_accept_length() is None
+    assert s.plan_step() is None
+
+
+def test_prefix_cache_hits_after_repeat_and_flush_clears() -> None:
+    s = Scheduler(Knobs(), 4, None)
+    for _ in range(2):
+        r = s.new_request("a", [1, 2, 3, 4], None, 2, True)
+        s.submit(r)
+        while s.busy:
+            s.plan_step()
+            s.commit_step()
+    assert r.cached_tokens == 3
+    s.flush()
+    r2 = s.new_request("b", [1, 2, 3, 4], None, 2, True)
+    s.submit(r2)
+    s.plan_step()
+    assert r2.cached_tokens == 0
+
+
+def test_knob_errors() -> None:
+    with pytest.raises(KnobError, match="unknown knob"):
+        Knobs.from_mapping({"speed": 1})
+    with pytest.raises(KnobError, match="accept_probs"):
+        Knobs.from_mapping({"accept_probs": [1.5]})
+    with pytest.raises(KnobError, match="crash_after_requests"):
+        Knobs.from_mapping({"crash_after_requests": "two"})
+    assert Knobs.from_mapping(None) == Knobs()
+    assert Knobs.from_mapping({"time_scale": 0, "accept_probs": [0.9]}).accept_probs == (0.9,)
