@@ -9,8 +9,19 @@ import pandas as pd
 import pyarrow.dataset as pads
 
 from cluster.dataset.store import TABLE_SCHEMAS, DatasetStore, ExperimentNotFound
+from cluster.errors import UserError
 
 BASE_TABLES = ("runs", "requests", "chunks")
+
+VIEWS: dict[str, str] = {
+    "runs": "one row per run: status, reasons, provenance and every metric as m_<name>",
+    "requests": "one row per request: send times, first/last chunk, token counts, spec_verify_ct, error",
+    "chunks": "one row per token-bearing chunk: arrival_ns, tokens",
+    "variants": "one row per variant: engine, tp, family, speculative settings, baseline flag, run counts",
+    "correctness": "the correctness gate's answers and verdicts (when the experiment ran a gate)",
+    "server_metrics": "the server's /metrics scraped during each window (when scraped)",
+}
+"""Every view `results query` may read (runs, requests, chunks always; the others when their files exist)."""
 
 VARIANTS_VIEW_SQL = """
 CREATE VIEW variants AS
@@ -47,8 +58,8 @@ COMPARE_METRICS: tuple[tuple[str, str], ...] = (
 POINT_KEYS = ("workload", "load_kind", "load_value")
 
 
-class QueryError(ValueError):
-    """Bad SQL, or a baseline that is not a variant of the experiment."""
+class QueryError(UserError):
+    """Bad SQL, a statement that is not one read-only SELECT, or a baseline that is not a variant."""
 
 
 def _store(root: str, experiment: str) -> DatasetStore:
@@ -67,10 +78,13 @@ def connect(root: str, experiment: str) -> duckdb.DuckDBPyConnection:
     correctness or server_metrics when their files exist), plus the derived view `variants`.
 
     Only committed runs' files are visible. Local datasets are scanned with read_parquet (hive partitioning,
-    union_by_name); datasets on other filesystems are scanned lazily through pyarrow datasets.
+    union_by_name); datasets on other filesystems are scanned lazily through pyarrow datasets. Once the views
+    exist the connection is locked down: external access off (only the dataset's own files stay readable) and the
+    configuration locked, so no statement can reach another file or switch that back on.
     """
     store = _store(root, experiment)
     con = duckdb.connect()
+    allowed: list[str] = []
     for table in sorted(set(BASE_TABLES) | set(store.tables())):
         files = store.table_files(table)
         if not files:
@@ -85,18 +99,50 @@ def connect(root: str, experiment: str) -> duckdb.DuckDBPyConnection:
         else:
             schema = TABLE_SCHEMAS.get(table)
             con.register(table, pads.dataset(files, filesystem=store.fs, format="parquet", schema=schema))
+        allowed += files if store.is_local else []
     con.execute(VARIANTS_VIEW_SQL)
+    _lock_down(con, allowed)
     return con
 
 
+def _lock_down(con: duckdb.DuckDBPyConnection, readable: list[str]) -> None:
+    """DuckDB's own guards: no file system access but the dataset's own files, and no setting can be changed back."""
+    con.execute("SET allowed_paths = ?", [readable])
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def read_only_statement(sql: str) -> str:
+    """`sql` when it is exactly one SELECT (WITH, FROM-first, VALUES, DESCRIBE and SUMMARIZE parse as SELECT);
+    QueryError for anything else: COPY, ATTACH, INSTALL/LOAD, DDL, DML, PRAGMA, SET, EXPLAIN, several statements."""
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as e:
+        raise QueryError(f"SQL error: {_first_line(e)}", field="sql", expected="one SELECT") from None
+    if len(statements) != 1:
+        raise QueryError(f"results query runs exactly one statement, got {len(statements)}", field="sql",
+                         expected="one SELECT over the views " + ", ".join(VIEWS))
+    kind = statements[0].type
+    if kind != duckdb.StatementType.SELECT:
+        raise QueryError(f"results query is read-only: {kind.name} statements are refused (no file writes, ATTACH, "
+                         "INSTALL/LOAD, DDL, PRAGMA or SET)", field="sql",
+                         expected="one SELECT over the views " + ", ".join(VIEWS))
+    return sql
+
+
 def query(root: str, experiment: str, sql: str) -> pd.DataFrame:
-    """Run free SQL against the experiment's views."""
+    """Run one read-only SELECT against the experiment's views (files outside the dataset are out of reach)."""
+    read_only_statement(sql)
     con = connect(root, experiment)
     try:
         return con.execute(sql).df()
     except duckdb.Error as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise QueryError(f"SQL error: {first}") from None
+        raise QueryError(f"SQL error: {_first_line(e)}", field="sql") from None
     finally:
         con.close()
 

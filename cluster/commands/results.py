@@ -216,11 +216,14 @@ def show_cmd(
 @results_app.command("query")
 def query_cmd(
     experiment: str = typer.Argument(...),
-    sql: str = typer.Argument(..., help="SQL over the views runs, requests, chunks (DuckDB dialect)."),
+    sql: str = typer.Argument(..., help="One SELECT (DuckDB dialect) over the views runs, requests, chunks, "
+                                         "variants, correctness, server_metrics."),
     root: str = ROOT_OPT,
     fmt: Format = typer.Option(Format.table, "--format"),
 ) -> None:
-    """Free SQL over the experiment's tables."""
+    """Read-only SQL over the experiment's views: runs, requests, chunks, variants, correctness, server_metrics
+    (the last two when the experiment has them). One SELECT; COPY, ATTACH, INSTALL/LOAD, DDL, PRAGMA and SET are
+    refused, and no file outside the dataset can be read."""
     from cluster.analysis.query import query
 
     with _clear_errors():

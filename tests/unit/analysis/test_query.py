@@ -154,3 +154,108 @@ def test_compare_from_requests(tmp_path: Path) -> None:
     assert base["request_throughput_rps"] == pytest.approx(101 / 2.0)
     assert nx["speedup_output_tok_s"] == pytest.approx(2.0) and base["n_runs"] == 2
     assert list(df["variant"]) == ["base", "nextn", "base", "nextn"]
+
+
+# ---------------------------------------------------------------- read-only queries (issue 13, case 8)
+
+_REFUSED = [
+    "COPY (SELECT 1) TO 'out.csv'",
+    "COPY runs TO '{tmp}/runs_copy.parquet' (FORMAT parquet)",
+    "DROP VIEW runs",
+    "CREATE TABLE t AS SELECT 1",
+    "CREATE VIEW v AS SELECT 1",
+    "INSERT INTO runs SELECT * FROM runs",
+    "ATTACH '{tmp}/other.db' AS other",
+    "INSTALL httpfs",
+    "LOAD httpfs",
+    "PRAGMA enable_profiling",
+    "SET enable_external_access = true",
+    "SET lock_configuration = false",
+    "EXPLAIN ANALYZE COPY (SELECT 1) TO 'out.csv'",
+    "SELECT 1; DROP VIEW runs",
+    "EXPORT DATABASE '{tmp}/export'",
+]
+
+
+@pytest.mark.parametrize("sql", _REFUSED)
+def test_query_refuses_anything_but_one_select(root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               sql: str) -> None:
+    out = tmp_path / "scratch"
+    out.mkdir()
+    monkeypatch.chdir(out)
+    before = sorted(str(p) for p in Path(root).rglob("*"))
+    with pytest.raises(QueryError, match="read-only|exactly one statement") as e:
+        query(root, "cmp", sql.format(tmp=out))
+    assert e.value.field == "sql" and "SELECT" in (e.value.expected or "")
+    assert list(out.iterdir()) == []  # nothing written beside the query
+    assert sorted(str(p) for p in Path(root).rglob("*")) == before  # nor into the dataset
+    assert query(root, "cmp", "SELECT count(*) AS n FROM runs")["n"].iloc[0] == 8  # the views are intact
+
+
+def test_query_cannot_read_files_outside_the_dataset(root: str, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.csv").write_text("a,b\n1,2\n")
+    pa_parquet = pytest.importorskip("pyarrow.parquet")
+    pa_parquet.write_table(pa.table({"a": [1]}), outside / "other.parquet")
+    for sql in (f"SELECT * FROM read_csv('{outside}/secret.csv')", f"SELECT * FROM read_parquet('{outside}/other.parquet')",
+                f"SELECT * FROM '{outside}/secret.csv'", f"SELECT * FROM glob('{outside}/*')",
+                "SELECT * FROM read_text('/etc/hostname')"):
+        with pytest.raises(QueryError, match="disabled by configuration"):
+            query(root, "cmp", sql)
+    # a file of the dataset itself stays readable by name (the views read exactly these)
+    runs_file = DatasetStore(root, "cmp").table_files("runs")[0]
+    assert len(query(root, "cmp", f"SELECT * FROM read_parquet('{runs_file}')")) == 1
+
+
+def test_connection_guards_hold_without_the_statement_check(root: str, tmp_path: Path) -> None:
+    # DuckDB's own settings are a second wall: even a statement that slipped past the parser check cannot write
+    # a file or turn external access back on
+    import duckdb
+
+    con = connect(root, "cmp")
+    try:
+        with pytest.raises(duckdb.Error, match="disabled by configuration"):
+            con.execute(f"COPY (SELECT 1) TO '{tmp_path}/x.csv'")
+        with pytest.raises(duckdb.Error, match="locked"):
+            con.execute("SET enable_external_access = true")
+        with pytest.raises(duckdb.Error, match="locked"):
+            con.execute("RESET enable_external_access")
+    finally:
+        con.close()
+    assert not (tmp_path / "x.csv").exists()
+
+
+def test_every_view_answers_a_select(root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cluster.analysis.query import VIEWS
+
+    store = DatasetStore(root, "cmp")
+    plan = _plans()[("base", 1.0, 0)]
+    store.write_table_rows("correctness", plan, pa.table({"prompt_id": ["p1"], "passed": [True]}))
+    store.write_table_rows("server_metrics", plan, pa.table({"t_s": [0.5], "running": [2]}))
+    for view in VIEWS:
+        assert query(root, "cmp", f"SELECT count(*) AS n FROM {view}")["n"].iloc[0] >= 1, view
+    # a relative dataset root (the CLI's default is "results") works under the guards too
+    monkeypatch.chdir(tmp_path)
+    rel = str(Path(root).relative_to(tmp_path)) if Path(root).is_relative_to(tmp_path) else root
+    assert query(rel, "cmp", "WITH r AS (SELECT * FROM requests) SELECT count(*) AS n FROM r")["n"].iloc[0] == 20
+    assert query(rel, "cmp", "FROM variants SELECT count(*) AS n")["n"].iloc[0] == 2
+
+
+def test_query_help_lists_every_view_the_readme_lists() -> None:
+    import re
+
+    from typer.testing import CliRunner
+
+    from cluster.analysis.query import VIEWS
+    from cluster.cli import app
+
+    readme = (Path(__file__).parents[3] / "README.md").read_text()
+    line = next(ln for ln in readme.splitlines() if "results list" in ln and "DuckDB views" in ln)
+    listed = re.findall(r"`(\w+)`", line.split("DuckDB views", 1)[1])
+    assert set(listed) == set(VIEWS)
+    res = CliRunner().invoke(app, ["results", "query", "--help"], terminal_width=200)
+    assert res.exit_code == 0
+    text = " ".join(res.output.split())
+    for view in VIEWS:
+        assert view in text, view
