@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from cluster.analysis import stats
-from cluster.analysis.query import POINT_KEYS, QueryError, connect
+from cluster.analysis.query import POINT_KEYS, connect, resolve_baseline
 from cluster.dataset.store import DatasetStore, ExperimentNotFound
 
 MIN_DURATION_S = 10.0
@@ -183,11 +183,7 @@ def compare_with_ci(root: str, experiment: str, baseline: Optional[str] = None, 
     if runs.empty:
         return pd.DataFrame()
     variants = list(dict.fromkeys(runs.sort_values("order_index")["variant"]))
-    if baseline is None:
-        marked = runs.loc[runs["is_baseline"].fillna(False).astype(bool), "variant"].unique().tolist()
-        baseline = marked[0] if marked else None
-    elif baseline not in variants:
-        raise QueryError(f"baseline {baseline!r} is not a variant of {experiment!r}; variants: {', '.join(variants)}")
+    baseline = resolve_baseline(runs.sort_values("order_index", kind="stable"), baseline, experiment)
     ok_runs = runs[runs["status"] == "ok"]
     arrays = request_arrays(root, experiment, ok_runs["run_key"].tolist()) if request_level else {}
     rows: list[dict[str, Any]] = []

@@ -159,8 +159,9 @@ def compare_table(root: str, experiment: str, baseline: Optional[str] = None) ->
     cols += [c for c, _ in COMPARE_METRICS] + ["speedup_output_tok_s"]
     if df.empty:
         return pd.DataFrame(columns=cols)
-    variants = list(dict.fromkeys(df.sort_values("order_index")["variant"]))
-    baseline = _resolve_baseline(df, variants, baseline, experiment)
+    df = df.sort_values("order_index", kind="stable")
+    variants = list(dict.fromkeys(df["variant"]))
+    baseline = resolve_baseline(df, baseline, experiment)
     for _, mcol in COMPARE_METRICS:
         if mcol not in df.columns:
             df[mcol] = float("nan")
@@ -179,14 +180,16 @@ def compare_table(root: str, experiment: str, baseline: Optional[str] = None) ->
     return _with_speedup(out, baseline, variants)[cols]
 
 
-def _resolve_baseline(df: pd.DataFrame, variants: list[str], baseline: Optional[str], experiment: str
-                      ) -> Optional[str]:
-    """`baseline` when given (it must be a variant), else the first variant whose rows are marked is_baseline."""
+def resolve_baseline(runs: pd.DataFrame, baseline: Optional[str], experiment: str) -> Optional[str]:
+    """The one baseline rule: `baseline` when given (it must be one of the runs' variants), else the first variant
+    in plan order whose rows are marked is_baseline, else None. `runs` needs variant and is_baseline columns."""
     if baseline is None:
-        marked = df.loc[df["is_baseline"].fillna(False).astype(bool), "variant"].unique().tolist()
-        return marked[0] if marked else None
+        marked = runs.loc[runs["is_baseline"].fillna(False).astype(bool), "variant"].unique().tolist()
+        return str(marked[0]) if marked else None
+    variants = list(dict.fromkeys(runs["variant"]))
     if baseline not in variants:
-        raise QueryError(f"baseline {baseline!r} is not a variant of {experiment!r}; variants: {', '.join(variants)}")
+        raise QueryError(f"baseline {baseline!r} is not a variant of {experiment!r}; variants: {', '.join(variants)}",
+                         field="--baseline", expected="one of " + ", ".join(variants))
     return baseline
 
 
@@ -255,6 +258,7 @@ def compare_from_requests(root: str, experiment: str, baseline: Optional[str] = 
                                "speedup_output_tok_s"]
     if df.empty:
         return pd.DataFrame(columns=cols)
-    variants = list(dict.fromkeys(df.sort_values("first_order_index")["variant"]))
-    baseline = _resolve_baseline(df, variants, baseline, experiment)
+    df = df.sort_values("first_order_index", kind="stable")
+    variants = list(dict.fromkeys(df["variant"]))
+    baseline = resolve_baseline(df, baseline, experiment)
     return _with_speedup(df, baseline, variants)[cols]

@@ -173,3 +173,25 @@ def test_format_estimate() -> None:
     assert format_estimate(123.44, 110.21, 130.06) == "123.4 [110.2, 130.1]"
     assert format_estimate(5.0, math.nan, math.nan) == "5.0 [no CI]"
     assert format_estimate(math.nan, 1, 2) == "-"
+
+
+def test_one_baseline_rule_for_every_compare_path(tmp_path: Path) -> None:
+    from cluster.analysis.query import compare_from_requests, compare_table
+
+    build_dataset(str(tmp_path), "bl", steps=[2], repeats=1, conc=(2,), n_requests=8, out_tokens=8)
+    paths = {
+        "runs": lambda b: compare_table(str(tmp_path), "bl", b),
+        "requests": lambda b: compare_from_requests(str(tmp_path), "bl", b),
+        "ci": lambda b: compare_with_ci(str(tmp_path), "bl", b, n_boot=100, request_level=False),
+    }
+    for chosen, expected in ((None, "baseline"), ("nextn", "nextn")):
+        for name, compare in paths.items():
+            df = compare(chosen)
+            assert df.loc[df["is_baseline"].astype(bool), "variant"].tolist() == [expected], (name, chosen)
+    messages = set()
+    for compare in paths.values():
+        with pytest.raises(QueryError, match="not a variant") as e:
+            compare("nope")
+        assert e.value.field == "--baseline" and e.value.expected == "one of baseline, nextn"
+        messages.add(str(e.value))
+    assert len(messages) == 1
