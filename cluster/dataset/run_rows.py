@@ -6,6 +6,7 @@ import json
 from typing import Any, Optional
 
 from cluster import __version__
+from cluster.dataset.run_facts import SegmentFacts, ServerFacts, WindowSummary
 from cluster.plan.runs import RunPlan
 from cluster.spec.models import ExperimentSpec
 
@@ -17,39 +18,47 @@ def counter_deltas(before: dict[str, float], after: dict[str, float]) -> dict[st
     return {k: after[k] - before.get(k, 0.0) for k in after if isinstance(after.get(k), (int, float))}
 
 
-def _common(p: RunPlan, spec: ExperimentSpec, info: dict[str, Any], git_sha: Optional[str]) -> dict[str, Any]:
-    v = p.variant
-    infos = info.get("infos") or {}
+def _engine_version(p: RunPlan, spec: ExperimentSpec, server: Optional[ServerFacts]) -> Optional[str]:
+    """The server's own version answer, else the launcher's declared version."""
+    infos = server.infos if server is not None else {}
     si = infos.get("server_info") if isinstance(infos.get("server_info"), dict) else {}
-    launcher = spec.engines.get(v.engine)
+    launcher = spec.engines.get(p.variant.engine)
     engine_version = (si or {}).get("version") or (launcher.version if launcher else None)
     if engine_version is None and isinstance(infos.get("version"), dict):
         engine_version = infos["version"].get("version")
+    return engine_version
+
+
+def _common(p: RunPlan, spec: ExperimentSpec, server: Optional[ServerFacts], segment: Optional[SegmentFacts],
+            git_sha: Optional[str], peak_buffered_rows: Optional[int] = None) -> dict[str, Any]:
+    v = p.variant
+    s, g = server, segment
+    engine_version = _engine_version(p, spec, s)
     provenance = {
         "engine": v.engine,
         "engine_version": engine_version,
-        "host": info.get("hostname"),
-        "node_id": info.get("node_id"),
-        "gpu_ids": info.get("gpu_ids"),
-        "cuda_visible_devices": info.get("cuda_visible_devices"),
-        "server_saw_cuda_visible_devices": info.get("server_saw_cuda_visible_devices"),
-        "load_actor_cuda_visible_devices": info.get("load_actor_cuda_visible_devices"),
-        "server_pid": info.get("server_pid"),
-        "server_pgid": info.get("pgid"),
-        "port": info.get("port"),
-        "port_attempts": info.get("port_attempts"),
-        "server_startup_s": info.get("startup_s"),
-        "env": info.get("env"),
-        "environment": info.get("environment"),
+        "host": s.hostname if s else None,
+        "node_id": s.node_id if s else None,
+        "gpu_ids": s.gpu_ids if s else None,
+        "cuda_visible_devices": s.cuda_visible_devices if s else None,
+        "server_saw_cuda_visible_devices": s.server_saw_cuda_visible_devices if s else None,
+        "load_actor_cuda_visible_devices": g.load_actor_cuda_visible_devices if g else None,
+        "server_pid": s.server_pid if s else None,
+        "server_pgid": s.pgid if s else None,
+        "port": s.port if s else None,
+        "port_attempts": s.port_attempts if s else None,
+        "server_startup_s": s.startup_s if s else None,
+        "env": s.env if s else None,
+        "environment": s.environment if s else None,
         "seed": p.seed,
         "spec_seed": spec.seed,
         "sglbench_version": __version__,
         "git_sha": git_sha,
         "tuning": v.tuning.model_dump(mode="json") if v.tuning else None,
-        "tuning_artifact": info.get("tuning_artifact"),
-        "correctness": info.get("correctness"),
-        "load_actors": info.get("load_actors"),
-        "load_actor_peak_buffered_rows": info.get("load_actor_peak_buffered_rows"),
+        "tuning_artifact": g.tuning_artifact if g else None,
+        "correctness": g.correctness.as_json() if g and g.correctness else None,
+        "load_actors": g.load_actors if g else None,
+        "load_actor_peak_buffered_rows": peak_buffered_rows,
         "isolation": spec.isolation,
     }
     sp = v.speculative
@@ -66,25 +75,25 @@ def _common(p: RunPlan, spec: ExperimentSpec, info: dict[str, Any], git_sha: Opt
         "spec_num_steps": sp.num_steps if sp else None,
         "spec_num_draft_tokens": sp.num_draft_tokens if sp else None,
         "provenance_json": json.dumps(provenance, sort_keys=True, default=str),
-        "launch_argv_json": json.dumps(info.get("argv") or []),
-        "resolved_args_json": json.dumps(info.get("resolved_args") or {}, sort_keys=True, default=str),
-        "gpu_ids": ",".join(str(g) for g in info.get("gpu_ids") or []),
-        "node": info.get("hostname"),
+        "launch_argv_json": json.dumps((s.argv if s else None) or []),
+        "resolved_args_json": json.dumps((s.resolved_args if s else None) or {}, sort_keys=True, default=str),
+        "gpu_ids": ",".join(str(x) for x in (s.gpu_ids if s else None) or []),
+        "node": s.hostname if s else None,
         "engine_version": engine_version,
         "sglbench_version": __version__,
         "git_sha": git_sha,
-        "tuning_artifact": info.get("tuning_artifact"),
+        "tuning_artifact": g.tuning_artifact if g else None,
     }
 
 
-def build_run_row(p: RunPlan, out: dict[str, Any], info: dict[str, Any], spec: ExperimentSpec,
-                  neighbours: list[str], git_sha: Optional[str]) -> dict[str, Any]:
+def build_run_row(p: RunPlan, out: WindowSummary, server: ServerFacts, segment: SegmentFacts,
+                  spec: ExperimentSpec, neighbours: list[str], git_sha: Optional[str]) -> dict[str, Any]:
     from cluster.analysis.metrics import summarize_run
 
-    m = summarize_run(out["requests"], out["chunks"], out["duration_s"], spec.slo)
-    before, after = out.get("counters_before") or {}, out.get("counters_after") or {}
+    m = summarize_run(out.requests, out.chunks, out.duration_s, spec.slo)
+    before, after = out.counters_before or {}, out.counters_after or {}
     deltas = counter_deltas(before, after)
-    n_req = int(out["requests"].num_rows)
+    n_req = int(out.requests.num_rows)
     from cluster.engines import get_engine
 
     window = get_engine(p.variant.engine).window_acceptance(before, after, n_req)
@@ -97,29 +106,29 @@ def build_run_row(p: RunPlan, out: dict[str, Any], info: dict[str, Any], spec: E
             m[k] = v
     n_ok = int(m.get("n_ok") or 0)
     invalid: list[str] = []
-    lag_p99_ms = out.get("lag_p99_ns", 0) / 1e6
+    lag_p99_ms = out.lag_p99_ns / 1e6
     if lag_p99_ms > spec.max_client_lag_ms:
         invalid.append(f"client fell behind its schedule: send lag p99 {lag_p99_ms:.2f} ms > "
                        f"{spec.max_client_lag_ms:g} ms (the client, not the server, set the pace)")
     err_rate = (n_req - n_ok) / n_req if n_req else 1.0
     if n_ok and err_rate > MAX_ERROR_RATE:
         invalid.append(f"{n_req - n_ok} of {n_req} requests failed ({err_rate:.1%})")
-    if not out.get("flushed", True):
+    if not out.flushed:
         invalid.append("cache flush before the measured window failed")
     status = "failed" if n_ok == 0 else ("invalid" if invalid else "ok")
-    row = _common(p, spec, info, git_sha)
+    row = _common(p, spec, server, segment, git_sha, out.load_actor_peak_buffered_rows)
     row.update({
         "status": status,
         "failure_reason": "no request succeeded" if n_ok == 0 else None,
         "invalid_reasons": "; ".join(invalid) if invalid else None,
         "log_tail": None,
-        "window_start_unix_s": out.get("window_start_unix_s"),
-        "duration_s": out.get("duration_s"),
+        "window_start_unix_s": out.window_start_unix_s,
+        "duration_s": out.duration_s,
         "n_requests": n_req,
         "n_ok": n_ok,
         "n_errors": n_req - n_ok,
         "metrics_json": json.dumps(m, sort_keys=True, default=float),
-        "server_counters_json": json.dumps({"before": out.get("counters_before"), "after": out.get("counters_after"),
+        "server_counters_json": json.dumps({"before": out.counters_before, "after": out.counters_after,
                                             "delta": deltas}, sort_keys=True),
         "shared_node_with": ",".join(neighbours),
     })
@@ -128,9 +137,10 @@ def build_run_row(p: RunPlan, out: dict[str, Any], info: dict[str, Any], spec: E
     return row
 
 
-def failed_run_row(p: RunPlan, reason: str, log_tail: str, info: dict[str, Any], spec: ExperimentSpec,
-                   git_sha: Optional[str]) -> dict[str, Any]:
-    row = _common(p, spec, info, git_sha)
+def failed_run_row(p: RunPlan, reason: str, log_tail: str, server: Optional[ServerFacts],
+                   segment: Optional[SegmentFacts], spec: ExperimentSpec, git_sha: Optional[str]) -> dict[str, Any]:
+    """A run that measured nothing (start failed, server died, load actor failed); facts are None when unknown."""
+    row = _common(p, spec, server, segment, git_sha)
     row.update({
         "status": "failed",
         "failure_reason": reason,

@@ -6,14 +6,18 @@ import os
 import socket
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional, Union
 
+import pyarrow as pa
 import ray
 
 from cluster import __version__
 from cluster.engines import get_engine
+from cluster.dataset.run_facts import ServerFacts
 from cluster.engines.base import redact_argv, redact_env
+from cluster.loadgen.gate import GateAnswers
 from cluster.plan.runs import LoadPoint, ResolvedVariant
 from cluster.loadgen.server_metrics import MetricsScraper
 from cluster.server.process import (ServerProcess, ServerStartError, free_port, http_get_json, http_status, kill_group,
@@ -21,6 +25,49 @@ from cluster.server.process import (ServerProcess, ServerStartError, free_port, 
 from cluster.spec.models import EngineLauncher, WorkloadSpec
 
 MAX_PORT_TRIES = 3
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What LoadActor.prepare did before a window: warmup requests that succeeded, whether the flush worked."""
+
+    warmup_ok: int
+    flushed: bool
+
+
+@dataclass(frozen=True)
+class LoadBatch:
+    """Record batches of finished requests and their chunks, streamed out of a load actor during a window."""
+
+    requests: pa.RecordBatch
+    chunks: pa.RecordBatch
+
+
+@dataclass(frozen=True)
+class ShardSummary:
+    """The last message of a load actor's window stream: its shard's timing, counters and scrape."""
+
+    window_start_unix_s: float
+    duration_s: float
+    lag_p50_ns: int
+    lag_p99_ns: int
+    counters_before: dict[str, float]
+    counters_after: dict[str, float]
+    n_requests: int
+    n_chunks: int
+    peak_buffered_rows: int
+    server_metrics: Optional[pa.RecordBatch]
+
+
+LoadMessage = Union[LoadBatch, ShardSummary]
+
+
+@dataclass(frozen=True)
+class StopResult:
+    stopped: bool
+    exit_code: Optional[int] = None
+    pid: Optional[int] = None
+    log_tail: str = ""
 
 
 class EngineActorImpl:
@@ -40,7 +87,7 @@ class EngineActorImpl:
     def gpu_ids(self) -> list[str]:
         return [str(g) for g in ray.get_gpu_ids()]
 
-    def start(self, health_timeout_s: float, port: Optional[int] = None) -> dict[str, Any]:
+    def start(self, health_timeout_s: float, port: Optional[int] = None) -> ServerFacts:
         gpu_ids = self.gpu_ids()
         last_err: Optional[ServerStartError] = None
         for attempt in range(MAX_PORT_TRIES):
@@ -76,27 +123,30 @@ class EngineActorImpl:
                 environment = capture_environment(self.launcher.python if self.launcher else None, timeout_s=30)
             except Exception as e:  # noqa: BLE001 - environment capture is evidence, never a reason to fail
                 environment = {"error": f"{type(e).__name__}: {e}"}
-            return {
-                "environment": environment,
-                "port": p,
-                "port_attempts": attempt + 1,
-                "base_url": self.base_url,
-                "pid": self.server.pid,
-                "pgid": self.server.pid,
-                "argv": redact_argv(cmd.argv),
-                "env": redact_env(cmd.env),
-                "cuda_visible_devices": env["CUDA_VISIBLE_DEVICES"],
-                "gpu_ids": gpu_ids,
-                "node_id": ray.get_runtime_context().get_node_id(),
-                "hostname": socket.gethostname(),
-                "startup_s": waited,
-                "started_unix_s": t0,
-                "infos": infos,
-                "resolved_args": self.engine.resolved_args(infos),
-                "log_path": str(log_path),
-                "server_pid": self.server.server_pid(),
-                "server_saw_cuda_visible_devices": _env_of(self.server.server_pid() or 0).get("CUDA_VISIBLE_DEVICES"),
-            }
+            leader = self.server.pid
+            assert leader is not None
+            server_pid = self.server.server_pid()
+            return ServerFacts(
+                environment=environment,
+                port=p,
+                port_attempts=attempt + 1,
+                base_url=self.base_url,
+                pid=leader,
+                pgid=leader,
+                argv=redact_argv(cmd.argv),
+                env=redact_env(cmd.env),
+                cuda_visible_devices=env["CUDA_VISIBLE_DEVICES"],
+                gpu_ids=gpu_ids,
+                node_id=str(ray.get_runtime_context().get_node_id()),
+                hostname=socket.gethostname(),
+                startup_s=waited,
+                started_unix_s=t0,
+                infos=infos,
+                resolved_args=self.engine.resolved_args(infos),
+                log_path=str(log_path),
+                server_pid=server_pid,
+                server_saw_cuda_visible_devices=_env_of(server_pid or 0).get("CUDA_VISIBLE_DEVICES"),
+            )
         assert last_err is not None
         raise ServerStartError(f"could not bind a free port after {MAX_PORT_TRIES} tries: {last_err}",
                                last_err.log_tail)
@@ -107,11 +157,11 @@ class EngineActorImpl:
     def log_tail(self, max_bytes: int = 8000) -> str:
         return self.server.log_tail(max_bytes) if self.server else ""
 
-    def stop(self) -> dict[str, Any]:
+    def stop(self) -> StopResult:
         if self.server is None:
-            return {"stopped": False}
+            return StopResult(False)
         code = self.server.stop()
-        return {"stopped": True, "exit_code": code, "pid": self.server.pid, "log_tail": self.server.log_tail()}
+        return StopResult(True, code, self.server.pid, self.log_tail())
 
 
 class LoadActorImpl:
@@ -132,12 +182,12 @@ class LoadActorImpl:
 
         return build_prompt_sequence(workload, n, seed, self.base_dir)
 
-    def run_gate(self, base_url: str, model_name: str, timeout_s: float = 300.0) -> dict[str, Any]:
+    def run_gate(self, base_url: str, model_name: str, timeout_s: float = 300.0) -> GateAnswers:
         import asyncio
 
-        from cluster.loadgen.gate import collect_gate_outputs
+        from cluster.loadgen.gate import collect_gate_answers
 
-        return asyncio.run(collect_gate_outputs(self.engine, base_url, model_name, timeout_s))
+        return asyncio.run(collect_gate_answers(self.engine, base_url, model_name, timeout_s))
 
     def visible_gpus(self) -> str:
         return os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
@@ -146,7 +196,7 @@ class LoadActorImpl:
         return str(ray.get_runtime_context().get_node_id())
 
     def prepare(self, base_url: str, workload: WorkloadSpec, load: LoadPoint, seed: int, warmup_requests: int,
-                model_name: str, request_timeout_s: float, flush_timeout_s: float = 60.0) -> dict[str, Any]:
+                model_name: str, request_timeout_s: float, flush_timeout_s: float = 60.0) -> Prepared:
         """Warmup at the point's concurrency, then flush caches and speculative counters before the window."""
         import asyncio
 
@@ -160,21 +210,21 @@ class LoadActorImpl:
                                          max(1, min(conc, warmup_requests)), workload.ignore_eos,
                                          workload.temperature, model_name, request_timeout_s))
         flushed = asyncio.run(flush(self.engine, base_url, flush_timeout_s))
-        return {"warmup_ok": warm_ok, "flushed": flushed}
+        return Prepared(warm_ok, flushed)
 
     def run_point_stream(self, base_url: str, workload: WorkloadSpec, load: LoadPoint, seed: int, model_name: str,
                          request_timeout_s: float, shard_index: int = 0, num_shards: int = 1,
                          start_unix_s: Optional[float] = None, scrape_interval_s: float = 1.0,
-                         batch_rows: int = 4096) -> Any:
-        """A generator (call with num_returns="streaming"): ("batch", requests, chunks) as records accumulate, so
-        this process never holds a whole long window; then ("summary", {...}) last."""
+                         batch_rows: int = 4096) -> Iterator[LoadMessage]:
+        """A generator (call with num_returns="streaming"): a LoadBatch as records accumulate, so this process never
+        holds a whole long window; then one ShardSummary last."""
         import queue
         import threading
 
         from cluster.loadgen.runner import run_load_point
 
         prompts = self._prompts(workload, workload.num_requests, seed)
-        q: "queue.Queue[Any]" = queue.Queue()  # unbounded: blocking here would stall the event loop's timing
+        q: "queue.Queue[Optional[LoadBatch]]" = queue.Queue()  # unbounded: blocking here would stall the event loop's timing
         scraper = None
         if shard_index == 0 and scrape_interval_s and self.engine.metrics_path \
                 and http_status(base_url + self.engine.metrics_path) == 200:
@@ -186,7 +236,7 @@ class LoadActorImpl:
                 box["res"] = run_load_point(
                     self.engine, base_url, workload.api, prompts, workload.output_tokens, load, seed,
                     workload.ignore_eos, workload.temperature, model_name, request_timeout_s,
-                    scrape_metrics=shard_index == 0, on_batch=lambda r, c: q.put(("batch", r, c)),
+                    scrape_metrics=shard_index == 0, on_batch=lambda r, c: q.put(LoadBatch(r, c)),
                     batch_rows=batch_rows, shard_index=shard_index, num_shards=num_shards,
                     start_unix_s=start_unix_s)
             except BaseException as e:  # noqa: BLE001 - re-raised in the generator below
@@ -206,18 +256,18 @@ class LoadActorImpl:
         if "error" in box:
             raise box["error"]
         res = box["res"]
-        yield ("summary", {
-            "window_start_unix_s": res.window_start_unix_s,
-            "duration_s": res.duration_s,
-            "lag_p50_ns": res.lag_p50_ns,
-            "lag_p99_ns": res.lag_p99_ns,
-            "counters_before": res.counters_before,
-            "counters_after": res.counters_after,
-            "n_requests": res.n_requests,
-            "n_chunks": res.n_chunks,
-            "peak_buffered_rows": res.peak_buffered_rows,
-            "server_metrics": scraper.batch(res.window_start_unix_s) if scraper is not None else None,
-        })
+        yield ShardSummary(
+            window_start_unix_s=res.window_start_unix_s,
+            duration_s=res.duration_s,
+            lag_p50_ns=res.lag_p50_ns,
+            lag_p99_ns=res.lag_p99_ns,
+            counters_before=res.counters_before,
+            counters_after=res.counters_after,
+            n_requests=res.n_requests,
+            n_chunks=res.n_chunks,
+            peak_buffered_rows=res.peak_buffered_rows,
+            server_metrics=scraper.batch(res.window_start_unix_s) if scraper is not None else None,
+        )
 
 
 def _env_of(pid: int) -> dict[str, str]:

@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -26,7 +26,9 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from cluster import __version__
-from cluster.distributed.actors import EngineActor, LoadActor, cleanup_task
+from cluster.dataset.run_facts import GateVerdict, SegmentFacts, ServerFacts, ServerRecord, WindowSummary
+from cluster.distributed.actors import EngineActor, LoadActor, LoadBatch, Prepared, ShardSummary, cleanup_task
+from cluster.loadgen.gate import GateAnswers
 from cluster.distributed.cluster_state import gpu_nodes, resolve_output_root
 from cluster.plan.runs import ResolvedVariant, RunPlan, expand_variants, make_plan, server_segments
 from cluster.dataset.run_rows import build_run_row, failed_run_row
@@ -45,8 +47,8 @@ class ExperimentResult:
     dataset_root: str
     statuses: dict[str, str] = field(default_factory=dict)
     skipped: int = 0
-    servers: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """variant → server facts (pid, node, GPU ids) of its (last) server start."""
+    servers: dict[str, ServerRecord] = field(default_factory=dict)
+    """variant → server and segment facts (pid, node, GPU ids, load actors) of its (last) server start."""
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -60,14 +62,14 @@ class GateBoard:
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
-        self.outputs: dict[str, Any] = {}
+        self.outputs: dict[str, Optional[GateAnswers]] = {}
 
-    def put(self, variant: str, outputs: Any) -> None:
+    def put(self, variant: str, outputs: Optional[GateAnswers]) -> None:
         with self.cond:
             self.outputs[variant] = outputs
             self.cond.notify_all()
 
-    def wait(self, variant: str, timeout_s: float) -> Any:
+    def wait(self, variant: str, timeout_s: float) -> Optional[GateAnswers]:
         with self.cond:
             self.cond.wait_for(lambda: variant in self.outputs, timeout=timeout_s)
             return self.outputs.get(variant)
@@ -206,14 +208,15 @@ class Driver:
         pg = placement_group(bundles, strategy="STRICT_PACK", name=f"sglbench-{self.spec.name}-{variant.name}")
         engine = None
         loads: list[Any] = []
-        info: dict[str, Any] = {}
+        server: Optional[ServerFacts] = None
+        seg = SegmentFacts()
         try:
             art = self.artifacts.get(variant.name)
             if variant.tuning is not None and variant.tuning.kind in ("flashinfer_autotune", "triton_moe") \
                     and art is None:
                 reason = self.tuning_failures.get(variant.name, "no tuning artifact was produced")
                 for p in runs:
-                    self._record_failed(p, f"tuning stage failed: {reason}", "", {})
+                    self._record_failed(p, f"tuning stage failed: {reason}", "", None, None)
                 self.gates.put(variant.name, None)
                 return
             self._wait_pg(pg, variant.name, r.gpus)
@@ -226,44 +229,50 @@ class Driver:
             ).remote(launch_variant, launcher, str(self.log_dir), "127.0.0.1", None)
             try:
                 port = variant.args.get("port")
-                info = ray.get(engine.start.remote(self.spec.health_timeout_s,
-                                                   int(port) if isinstance(port, (int, str)) else None))
+                server = ray.get(engine.start.remote(self.spec.health_timeout_s,
+                                                     int(port) if isinstance(port, (int, str)) else None))
             except (RayTaskError, RayActorError) as e:
                 reason, tail = _error_text(e)
                 self.log(f"[{variant.name}] server failed to start: {reason}")
                 for p in runs:
-                    self._record_failed(p, f"server start failed: {reason}", tail, {})
+                    self._record_failed(p, f"server start failed: {reason}", tail, None, None)
                 self.gates.put(variant.name, None)
                 return
+            assert server is not None
             if art is not None:
-                info["tuning_artifact"] = art.hash
-            self.result.servers[variant.name] = info
-            self.shared.enter(variant.name, info["node_id"])
-            self.log(f"[{variant.name}] server healthy in {info['startup_s']:.1f} s on GPUs "
-                     f"{info['cuda_visible_devices'] or '-'} (pid {info['pid']})")
+                seg = replace(seg, tuning_artifact=art.hash)
+            self.result.servers[variant.name] = ServerRecord(server, seg)
+            self.shared.enter(variant.name, server.node_id)
+            self.log(f"[{variant.name}] server healthy in {server.startup_s:.1f} s on GPUs "
+                     f"{server.cuda_visible_devices or '-'} (pid {server.pid})")
             loads = [self._new_load_actor(pg, variant, i) for i in range(n_load)]
-            info["load_actor_cuda_visible_devices"] = ray.get(loads[0].visible_gpus.remote())
-            info["load_actor_node_id"] = ray.get(loads[0].node_id.remote())
-            info["load_actors"] = n_load
-            gate: dict[str, Any] = self._gate(variant, loads[0], info, runs[0]) if self.spec.correctness.enabled \
-                else {"passed": True, "skipped": True, "reasons": ["correctness gate disabled in the spec"]}
-            info["correctness"] = gate
-            if not gate["passed"]:
-                self.log(f"[{variant.name}] correctness gate FAILED: {'; '.join(gate['reasons'])}")
+            seg = replace(seg, load_actor_cuda_visible_devices=ray.get(loads[0].visible_gpus.remote()),
+                          load_actor_node_id=ray.get(loads[0].node_id.remote()), load_actors=n_load)
+            self.result.servers[variant.name] = ServerRecord(server, seg)
+            gate = self._gate(variant, loads[0], server, runs[0]) if self.spec.correctness.enabled \
+                else GateVerdict(True, ("correctness gate disabled in the spec",), skipped=True)
+            seg = replace(seg, correctness=gate)
+            self.result.servers[variant.name] = ServerRecord(server, seg)
+            if not gate.passed:
+                self.log(f"[{variant.name}] correctness gate FAILED: {'; '.join(gate.reasons)}")
                 for p in runs:
-                    self._record_invalid(p, "correctness gate failed: " + "; ".join(gate["reasons"]), info)
+                    self._record_invalid(p, "correctness gate failed: " + "; ".join(gate.reasons), server, seg)
                 return
             server_dead = False
+            last_tail = ""
             for p in runs:
                 if server_dead:
-                    self._record_failed(p, "server died during an earlier run of this variant",
-                                        info.get("last_log_tail", ""), info)
+                    self._record_failed(p, "server died during an earlier run of this variant", last_tail, server,
+                                        seg)
                     continue
-                loads, server_dead = self._one_run(p, engine, loads, pg, info)
+                loads, death_tail = self._one_run(p, engine, loads, pg, server, seg)
+                if death_tail is not None:
+                    server_dead, last_tail = True, death_tail
         finally:
             self.shared.leave(variant.name)
-            self._teardown(engine, loads, pg, info)
-            info["stopped_unix_s"] = time.time()
+            self._teardown(engine, loads, pg, server)
+            if server is not None:
+                self.result.servers[variant.name] = ServerRecord(server, replace(seg, stopped_unix_s=time.time()))
 
     def _new_load_actor(self, pg: Any, variant: ResolvedVariant, index: int) -> Any:
         return LoadActor.options(
@@ -274,119 +283,124 @@ class Driver:
             runtime_env={"env_vars": {"CUDA_VISIBLE_DEVICES": ""}},
         ).remote(variant.engine, str(self.base_dir), variant.model_path)
 
-    def _stream_window(self, p: RunPlan, loads: list[Any], info: dict[str, Any], writer: RunWriter
-                       ) -> dict[str, Any]:
+    def _stream_window(self, p: RunPlan, loads: list[Any], server: ServerFacts, writer: RunWriter
+                       ) -> WindowSummary:
         """Warmup and flush (first load actor), then every load actor runs its shard of the window; record batches
         are written as they arrive, so neither the actors nor the driver hold a whole long window."""
         model_name = self.spec.model.served_name or self.spec.model.path
-        prep = ray.get(loads[0].prepare.remote(info["base_url"], p.workload, p.load, p.seed,
-                                               self.spec.warmup_requests, model_name, self.spec.request_timeout_s))
+        prep: Prepared = ray.get(loads[0].prepare.remote(server.base_url, p.workload, p.load, p.seed,
+                                                         self.spec.warmup_requests, model_name,
+                                                         self.spec.request_timeout_s))
         n = len(loads)
         start = time.time() + 1.0 if n > 1 else None  # shards start their windows together
         gens = [a.run_point_stream.options(num_returns="streaming").remote(
-            info["base_url"], p.workload, p.load, p.seed, model_name, self.spec.request_timeout_s, i, n, start,
+            server.base_url, p.workload, p.load, p.seed, model_name, self.spec.request_timeout_s, i, n, start,
             batch_rows=self.batch_rows)
             for i, a in enumerate(loads)]
-        summaries: list[dict[str, Any]] = []
+        summaries: list[ShardSummary] = []
         for gen in gens:
             for ref in gen:
                 item = ray.get(ref)
-                if item[0] == "batch":
-                    writer.write("requests", item[1])
-                    writer.write("chunks", item[2])
+                if isinstance(item, LoadBatch):
+                    writer.write("requests", item.requests)
+                    writer.write("chunks", item.chunks)
                 else:
-                    summaries.append(item[1])
+                    summaries.append(item)
         first = summaries[0]
-        t0 = min(s["window_start_unix_s"] for s in summaries)
-        out = dict(first)
-        out.update(prep)
-        out["window_start_unix_s"] = t0
-        out["duration_s"] = max(s["window_start_unix_s"] + s["duration_s"] for s in summaries) - t0
-        out["load_actor_peak_buffered_rows"] = max(s["peak_buffered_rows"] for s in summaries)
-        out["requests"] = writer.read("requests")
-        out["chunks"] = writer.read("chunks")
+        t0 = min(s.window_start_unix_s for s in summaries)
+        requests = writer.read("requests")
+        lag_p50_ns, lag_p99_ns = first.lag_p50_ns, first.lag_p99_ns
         if n > 1:
-            lag = pc.subtract(out["requests"].column("actual_send_ns"), out["requests"].column("intended_send_ns"))
+            lag = pc.subtract(requests.column("actual_send_ns"), requests.column("intended_send_ns"))
             qs = pc.quantile(lag, q=[0.5, 0.99]).to_pylist() if len(lag) else [0, 0]
-            out["lag_p50_ns"], out["lag_p99_ns"] = int(qs[0]), int(qs[1])
-        return out
+            lag_p50_ns, lag_p99_ns = int(qs[0]), int(qs[1])
+        return WindowSummary(
+            requests=requests,
+            chunks=writer.read("chunks"),
+            window_start_unix_s=t0,
+            duration_s=max(s.window_start_unix_s + s.duration_s for s in summaries) - t0,
+            lag_p50_ns=lag_p50_ns,
+            lag_p99_ns=lag_p99_ns,
+            counters_before=first.counters_before,
+            counters_after=first.counters_after,
+            warmup_ok=prep.warmup_ok,
+            flushed=prep.flushed,
+            load_actor_peak_buffered_rows=max(s.peak_buffered_rows for s in summaries),
+            server_metrics=first.server_metrics,
+        )
 
-    def _one_run(self, p: RunPlan, engine: Any, loads: list[Any], pg: Any, info: dict[str, Any]
-                 ) -> tuple[list[Any], bool]:
+    def _one_run(self, p: RunPlan, engine: Any, loads: list[Any], pg: Any, server: ServerFacts,
+                 seg: SegmentFacts) -> tuple[list[Any], Optional[str]]:
+        """Measure one run; returns the load actors to go on with and, if the server died, its log tail."""
         if not self._engine_alive(engine):
             # found dead between runs (its actor was killed, or it crashed after the last window): no warmup or
             # flush retries against a server that is gone
             tail = self._engine_tail(engine)
-            info["last_log_tail"] = tail
-            self._record_failed(p, "server died before this run started", tail, info)
-            return loads, True
-        neighbours = self.shared.neighbours(p.variant.name, info["node_id"])
+            self._record_failed(p, "server died before this run started", tail, server, seg)
+            return loads, tail
+        neighbours = self.shared.neighbours(p.variant.name, server.node_id)
         writer = RunWriter(self.store, p)
         try:
-            out = self._stream_window(p, loads, info, writer)
+            out = self._stream_window(p, loads, server, writer)
         except (RayActorError, RayTaskError) as e:
             writer.abort()
             reason, _ = _error_text(e)
             alive = self._engine_alive(engine)
             tail = self._engine_tail(engine)
             if not alive:
-                info["last_log_tail"] = tail
-                self._record_failed(p, f"server died: {reason}", tail, info)
-                return loads, True
-            self._record_failed(p, f"load actor failed: {reason}", tail, info)
+                self._record_failed(p, f"server died: {reason}", tail, server, seg)
+                return loads, tail
+            self._record_failed(p, f"load actor failed: {reason}", tail, server, seg)
             for a in loads:
                 try:
                     ray.kill(a)
                 except Exception:  # noqa: BLE001
                     pass
-            return [self._new_load_actor(pg, p.variant, i) for i in range(len(loads))], False
+            return [self._new_load_actor(pg, p.variant, i) for i in range(len(loads))], None
         alive = self._engine_alive(engine)
-        neighbours |= self.shared.neighbours(p.variant.name, info["node_id"])
+        neighbours |= self.shared.neighbours(p.variant.name, server.node_id)
         if not alive:
             tail = self._engine_tail(engine)
-            info["last_log_tail"] = tail
-            writer.commit(failed_run_row(p, "server died during the measured window", tail, info, self.spec,
+            writer.commit(failed_run_row(p, "server died during the measured window", tail, server, seg, self.spec,
                                          self.git_sha))
             self._finish(p, "failed")
-            return loads, True
-        run_info = dict(info, load_actor_peak_buffered_rows=out.get("load_actor_peak_buffered_rows"))
-        row = build_run_row(p, out, run_info, self.spec, sorted(neighbours), self.git_sha)
-        sm = out.get("server_metrics")
+            return loads, tail
+        row = build_run_row(p, out, server, seg, self.spec, sorted(neighbours), self.git_sha)
+        sm = out.server_metrics
         writer.commit(row, {"server_metrics": sm} if sm is not None and sm.num_rows else None)
         self._finish(p, row["status"])
-        return loads, False
+        return loads, None
 
-    def _gate(self, variant: ResolvedVariant, load: Any, info: dict[str, Any], first: RunPlan) -> dict[str, Any]:
+    def _gate(self, variant: ResolvedVariant, load: Any, server: ServerFacts, first: RunPlan) -> GateVerdict:
         """Ask the fixed gate prompts greedily; judge against the baseline's answers; store the evidence."""
         from cluster.analysis.correctness import correctness_rows, evaluate_gate
-        from cluster.loadgen.gate import gate_accept_length, to_gate_outputs
 
         model_name = self.spec.model.served_name or self.spec.model.path
         try:
-            raw = ray.get(load.run_gate.remote(info["base_url"], model_name, self.spec.request_timeout_s))
+            answers: GateAnswers = ray.get(load.run_gate.remote(server.base_url, model_name,
+                                                                self.spec.request_timeout_s))
         except (RayActorError, RayTaskError) as e:
-            raw = {"_": {"error": _error_text(e)[0]}}
-        outputs = to_gate_outputs(raw)
-        self.gates.put(variant.name, outputs)
+            answers = GateAnswers.failed(_error_text(e)[0])
+        self.gates.put(variant.name, answers)
         base = None
         if self.baseline_name and self.baseline_name != variant.name:
             base = self.gates.wait(self.baseline_name, self.spec.health_timeout_s + 600)
         sp = variant.speculative
         is_nextn = sp is not None and (sp.algorithm in ("NEXTN", "MTP") or
                                        (sp.algorithm == "EAGLE" and not sp.draft_model_path))
-        result = evaluate_gate(outputs, base, gate_accept_length(raw), is_nextn,
-                               min_prefix_tokens=self.spec.correctness.min_prefix_tokens)
+        result = evaluate_gate(answers.outputs, base.outputs if base is not None else None, answers.accept_length,
+                               is_nextn, min_prefix_tokens=self.spec.correctness.min_prefix_tokens)
         reasons = list(result.reasons)
         if base is None and self.baseline_name and self.baseline_name != variant.name:
             reasons.append("note: the baseline gave no gate answers, so no prefix comparison was made")
-        table = correctness_rows(self.spec.name, variant.name, variant.engine, result, outputs)
+        table = correctness_rows(self.spec.name, variant.name, variant.engine, result, answers.outputs)
         key = "gate-" + hashlib.sha256(json.dumps(variant.identity(), sort_keys=True, default=str).encode()
                                        ).hexdigest()[:16]
         self.store.write_variant_table("correctness", variant.name, key, table)
-        return {"passed": result.passed, "reasons": reasons, "accept_length": result.accept_length}
+        return GateVerdict(result.passed, tuple(reasons), result.accept_length)
 
-    def _record_invalid(self, p: RunPlan, reason: str, info: dict[str, Any]) -> None:
-        row = failed_run_row(p, reason, "", info, self.spec, self.git_sha)
+    def _record_invalid(self, p: RunPlan, reason: str, server: ServerFacts, seg: SegmentFacts) -> None:
+        row = failed_run_row(p, reason, "", server, seg, self.spec, self.git_sha)
         row.update({"status": "invalid", "failure_reason": None, "invalid_reasons": reason})
         self.store.write_run(p, row, None, None)
         self._finish(p, "invalid")
@@ -403,8 +417,9 @@ class Driver:
         except (RayActorError, RayTaskError, GetTimeoutError):
             return ""
 
-    def _record_failed(self, p: RunPlan, reason: str, tail: str, info: dict[str, Any]) -> None:
-        row = failed_run_row(p, reason, tail, info, self.spec, self.git_sha)
+    def _record_failed(self, p: RunPlan, reason: str, tail: str, server: Optional[ServerFacts],
+                       seg: Optional[SegmentFacts]) -> None:
+        row = failed_run_row(p, reason, tail, server, seg, self.spec, self.git_sha)
         self.store.write_run(p, row, None, None)
         self._finish(p, "failed")
 
@@ -412,7 +427,7 @@ class Driver:
         self.result.statuses[p.run_key] = status
         self.on_run(p, status)
 
-    def _teardown(self, engine: Any, loads: list[Any], pg: Any, info: dict[str, Any]) -> None:
+    def _teardown(self, engine: Any, loads: list[Any], pg: Any, server: Optional[ServerFacts]) -> None:
         if engine is not None:
             stopped = False
             try:
@@ -420,13 +435,13 @@ class Driver:
                 stopped = True
             except (RayActorError, RayTaskError, GetTimeoutError):
                 pass
-            if not stopped and info.get("pgid"):
+            if not stopped and server is not None:
                 # the actor is gone: kill its server's process group on that node so nothing outlives it
                 try:
                     ray.get(cleanup_task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-                        info["node_id"], soft=False)).remote(info["pgid"]), timeout=60)
+                        server.node_id, soft=False)).remote(server.pgid), timeout=60)
                 except Exception as e:  # noqa: BLE001
-                    self.log(f"cleanup of server pgid {info['pgid']} failed: {e}")
+                    self.log(f"cleanup of server pgid {server.pgid} failed: {e}")
         for a in [engine, *loads]:
             if a is not None:
                 try:

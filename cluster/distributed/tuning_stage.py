@@ -205,7 +205,7 @@ def _flashinfer_autotune(spec: ExperimentSpec, v: ResolvedVariant, facts: GpuFac
             cause = getattr(e, "cause", e)
             raise TuningStageError(f"[{v.name}] autotune server failed to start: {cause}",
                                    getattr(cause, "log_tail", "")) from None
-        warmed = _warm(spec, tv, info["base_url"], int(opts.get("warmup_requests", 2)))
+        warmed = _warm(spec, tv, info.base_url, int(opts.get("warmup_requests", 2)))
         stopped = ray.get(actor.stop.remote(), timeout=120)
     finally:
         if actor is not None:
@@ -218,9 +218,9 @@ def _flashinfer_autotune(spec: ExperimentSpec, v: ResolvedVariant, facts: GpuFac
     if not files:
         raise TuningStageError(f"[{v.name}] autotune produced no cache files under SGLANG_CACHE_DIR/flashinfer/"
                                "autotune (is autotuning applicable to this MoE/FP4 back end?)",
-                               str(stopped.get("log_tail", "")))
-    details = {"tuning_s": round(time.monotonic() - t0, 3), "warmup_ok": warmed, "gpu_ids": info.get("gpu_ids"),
-               "node_id": info.get("node_id"), "argv": info.get("argv"), "env": info.get("env")}
+                               stopped.log_tail)
+    details = {"tuning_s": round(time.monotonic() - t0, 3), "warmup_ok": warmed, "gpu_ids": info.gpu_ids,
+               "node_id": info.node_id, "argv": info.argv, "env": info.env}
     art = store.put("flashinfer_autotune", key, files, v.name, details)
     log(f"[{v.name}] FlashInfer autotune archived {len(files)} cache file(s) in {details['tuning_s']:.1f} s "
         f"(artifact {art.hash16})")

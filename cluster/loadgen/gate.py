@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Optional
 
 import aiohttp
 
@@ -26,6 +27,19 @@ async def _ask(session: aiohttp.ClientSession, engine: Engine, base_url: str, te
         return {"error": f"{type(e).__name__}: {e}"}
 
 
+@dataclass(frozen=True)
+class GateAnswers:
+    """One server's answers to the gate prompts (prompt_id → answer) and the acceptance length they measured."""
+
+    outputs: dict[str, GateOutput]
+    accept_length: Optional[float] = None
+
+    @classmethod
+    def failed(cls, error: str) -> "GateAnswers":
+        """No answers at all (the load actor asking them failed)."""
+        return cls({"_": GateOutput(text="", error=error)}, None)
+
+
 async def collect_gate_outputs(engine: Engine, base_url: str, model_name: str,
                                timeout_s: float = 120.0) -> dict[str, dict[str, Any]]:
     """prompt_id → {text, token_ids, completion_tokens, finish_reason, spec_verify_ct, error?}, one at a time."""
@@ -34,6 +48,13 @@ async def collect_gate_outputs(engine: Engine, base_url: str, model_name: str,
         for p in GATE_PROMPTS:
             out[p.prompt_id] = await _ask(session, engine, base_url, p.text, p.max_tokens, model_name, timeout_s)
     return out
+
+
+async def collect_gate_answers(engine: Engine, base_url: str, model_name: str,
+                               timeout_s: float = 120.0) -> GateAnswers:
+    """Ask every gate prompt (one at a time) and type the engine's parsed answers."""
+    raw = await collect_gate_outputs(engine, base_url, model_name, timeout_s)
+    return GateAnswers(to_gate_outputs(raw), gate_accept_length(raw))
 
 
 def to_gate_outputs(raw: dict[str, dict[str, Any]]) -> dict[str, GateOutput]:

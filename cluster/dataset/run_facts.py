@@ -1,0 +1,113 @@
+"""Typed facts a `runs` row is built from (server start, segment, gate verdict, measured window); owned by dataset/.
+
+Why here: `dataset/run_rows.py` is what every fact ends up in, and both producers (the Ray actors and driver in
+`distributed/`) already import `dataset/`; a Ray-free, HTTP-free module both sides import keeps the boundary typed
+without a cycle (`server/` stays the process mechanics, `loadgen/` the HTTP client).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Optional
+
+import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class ServerFacts:
+    """What one healthy server start proved (EngineActor.start's answer): process, placement, launch, evidence."""
+
+    pid: int
+    """The process-group leader (the watchdog, or the server without one)."""
+    pgid: int
+    port: int
+    port_attempts: int
+    base_url: str
+    argv: list[str]
+    """The launch argv with secrets redacted."""
+    env: dict[str, str]
+    """The variant's launch env (redacted), not the whole inherited environment."""
+    cuda_visible_devices: str
+    gpu_ids: list[str]
+    node_id: str
+    hostname: str
+    startup_s: float
+    started_unix_s: float
+    infos: dict[str, Any]
+    """The server's own info endpoints' JSON (name → answer, or {"error": ...}): evidence, not parsed facts."""
+    resolved_args: dict[str, Any]
+    log_path: str
+    server_pid: Optional[int]
+    server_saw_cuda_visible_devices: Optional[str]
+    environment: dict[str, Any]
+    """Package/driver versions captured on the node (or {"error": ...})."""
+
+
+@dataclass(frozen=True)
+class GateVerdict:
+    """The correctness gate's answer for one variant (a variant that fails it spends no time on load)."""
+
+    passed: bool
+    reasons: tuple[str, ...]
+    accept_length: Optional[float] = None
+    skipped: bool = False
+    """The spec disabled the gate."""
+
+    def as_json(self) -> dict[str, Any]:
+        """The form stored in provenance_json["correctness"]."""
+        if self.skipped:
+            return {"passed": self.passed, "skipped": True, "reasons": list(self.reasons)}
+        return {"passed": self.passed, "reasons": list(self.reasons), "accept_length": self.accept_length}
+
+
+@dataclass(frozen=True)
+class SegmentFacts:
+    """What the driver learns about a server segment after the start: tuning, load actors, gate, end."""
+
+    tuning_artifact: Optional[str] = None
+    load_actor_cuda_visible_devices: Optional[str] = None
+    load_actor_node_id: Optional[str] = None
+    load_actors: Optional[int] = None
+    correctness: Optional[GateVerdict] = None
+    stopped_unix_s: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class WindowSummary:
+    """One measured window merged over its load-actor shards (requests/chunks are the committed rows)."""
+
+    requests: pa.Table
+    chunks: pa.Table
+    window_start_unix_s: float
+    duration_s: float
+    lag_p50_ns: int
+    lag_p99_ns: int
+    counters_before: dict[str, float]
+    counters_after: dict[str, float]
+    warmup_ok: int
+    flushed: bool
+    load_actor_peak_buffered_rows: int
+    server_metrics: Optional[pa.RecordBatch] = None
+
+
+@dataclass(frozen=True)
+class ServerRecord:
+    """A variant's server facts and its segment's, as ExperimentResult.servers hands them to callers.
+
+    Attribute access is the typed way (`rec.facts.pgid`); `rec["pgid"]` / `rec.get(...)` look a field up by name
+    in facts then segment and raise KeyError for a name neither has (never a silent None)."""
+
+    facts: ServerFacts
+    segment: SegmentFacts
+
+    def __getitem__(self, key: str) -> Any:
+        for part in (self.facts, self.segment):
+            if key in {f.name for f in fields(part)}:
+                return getattr(part, key)
+        raise KeyError(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            return default

@@ -1,0 +1,126 @@
+"""The runs row from typed facts: every provenance fact lands in its column, and the store accepts the row."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from cluster.dataset.records import CHUNK_BATCH_SCHEMA, REQUEST_BATCH_SCHEMA
+from cluster.dataset.run_facts import GateVerdict, SegmentFacts, ServerFacts, ServerRecord, WindowSummary
+from cluster.dataset.run_rows import build_run_row, failed_run_row
+from cluster.dataset.store import DatasetStore
+from cluster.plan.runs import RunPlan, make_plan
+from cluster.spec.loader import parse_spec_text
+
+SPEC = """
+version: 1
+name: rows
+model: {path: sim://rows, engine: sim}
+variants:
+  - {name: base, baseline: true}
+  - {name: mtp, speculative: {algorithm: NEXTN, num_steps: 2}}
+workloads:
+  - {name: w, input_tokens: 16, output_tokens: 4, num_requests: 2}
+load: {concurrency: [2]}
+max_client_lag_ms: 5
+"""
+
+
+def _plan(variant: str) -> RunPlan:
+    spec = parse_spec_text(SPEC)
+    return next(p for p in make_plan(spec) if p.variant.name == variant)
+
+
+SERVER = ServerFacts(
+    pid=4101, pgid=4101, port=30123, port_attempts=2, base_url="http://127.0.0.1:30123",
+    argv=["python", "-m", "cluster.sim.server", "--api-key", "<redacted>"], env={"SIM_X": "1"},
+    cuda_visible_devices="2,3", gpu_ids=["2", "3"], node_id="node-abc", hostname="host-7", startup_s=1.25,
+    started_unix_s=1_700_000_000.0, infos={"server_info": {"version": "0.5.23"}},
+    resolved_args={"tp_size": 2}, log_path="/tmp/x.log", server_pid=4102, server_saw_cuda_visible_devices="2,3",
+    environment={"python": "3.11"})
+SEGMENT = SegmentFacts(tuning_artifact="art-123", load_actor_cuda_visible_devices="", load_actor_node_id="node-abc",
+                       load_actors=1, correctness=GateVerdict(True, ("note: x",), 2.5))
+
+
+def _window(n_ok: int, n_err: int, lag_p99_ns: int = 0) -> WindowSummary:
+    rows = []
+    for i in range(n_ok + n_err):
+        ok = i < n_ok
+        rows.append({"request_index": i, "intended_send_ns": i * 1000, "actual_send_ns": i * 1000 + 10,
+                     "first_chunk_ns": i * 1000 + 500 if ok else None, "last_chunk_ns": i * 1000 + 900 if ok else None,
+                     "num_chunks": 2 if ok else 0, "client_tokens": 4 if ok else 0, "prompt_tokens_sent": 16,
+                     "max_tokens": 4, "prompt_tokens": 16, "completion_tokens": 4 if ok else None,
+                     "cached_tokens": 0, "spec_verify_ct": 2 if ok else None, "finish_reason": "length" if ok else None,
+                     "error": None if ok else "boom", "http_status": 200 if ok else 500})
+    chunks = [{"request_index": i, "chunk_index": c, "arrival_ns": i * 1000 + 500 + 400 * c, "tokens": 2}
+              for i in range(n_ok) for c in range(2)]
+    return WindowSummary(
+        requests=pa.Table.from_pylist(rows, schema=REQUEST_BATCH_SCHEMA),
+        chunks=pa.Table.from_pylist(chunks, schema=CHUNK_BATCH_SCHEMA),
+        window_start_unix_s=1_700_000_010.0, duration_s=2.0, lag_p50_ns=0, lag_p99_ns=lag_p99_ns,
+        counters_before={"c": 1.0}, counters_after={"c": 4.0}, warmup_ok=0, flushed=True,
+        load_actor_peak_buffered_rows=7)
+
+
+def test_provenance_fields_land_in_their_columns() -> None:
+    p = _plan("mtp")
+    spec = parse_spec_text(SPEC)
+    row = build_run_row(p, _window(2, 0), SERVER, SEGMENT, spec, ["base"], "abc123")
+    assert row["status"] == "ok", row["invalid_reasons"]
+    prov = json.loads(row["provenance_json"])
+    assert prov["host"] == "host-7" and row["node"] == "host-7"
+    assert prov["node_id"] == "node-abc"
+    assert prov["gpu_ids"] == ["2", "3"] and row["gpu_ids"] == "2,3"
+    assert prov["cuda_visible_devices"] == "2,3" and prov["server_saw_cuda_visible_devices"] == "2,3"
+    assert prov["load_actor_cuda_visible_devices"] == ""
+    assert (prov["server_pid"], prov["server_pgid"]) == (4102, 4101)
+    assert (prov["port"], prov["port_attempts"]) == (30123, 2)
+    assert prov["server_startup_s"] == 1.25
+    assert prov["env"] == {"SIM_X": "1"} and prov["environment"] == {"python": "3.11"}
+    assert prov["tuning_artifact"] == "art-123" and row["tuning_artifact"] == "art-123"
+    assert prov["correctness"] == {"passed": True, "reasons": ["note: x"], "accept_length": 2.5}
+    assert prov["load_actors"] == 1 and prov["load_actor_peak_buffered_rows"] == 7
+    assert prov["engine_version"] == "0.5.23" and row["engine_version"] == "0.5.23"
+    assert prov["git_sha"] == "abc123" and row["git_sha"] == "abc123"
+    assert json.loads(row["launch_argv_json"]) == SERVER.argv
+    assert json.loads(row["resolved_args_json"]) == {"tp_size": 2}
+    assert row["shared_node_with"] == "base"
+    assert row["window_start_unix_s"] == 1_700_000_010.0 and row["duration_s"] == 2.0
+    counters = json.loads(row["server_counters_json"])
+    assert counters["delta"] == {"c": 3.0}
+    assert (row["n_requests"], row["n_ok"], row["n_errors"]) == (2, 2, 0)
+
+
+def test_validity_from_the_window() -> None:
+    spec = parse_spec_text(SPEC)
+    p = _plan("base")
+    row = build_run_row(p, _window(1, 1, lag_p99_ns=9_000_000), SERVER, SEGMENT, spec, [], None)
+    assert row["status"] == "invalid"
+    assert "1 of 2 requests failed" in row["invalid_reasons"]
+    assert "send lag p99 9.00 ms > 5 ms" in row["invalid_reasons"]
+
+
+def test_failed_row_without_facts_and_the_store_accepts_both(tmp_path: Path) -> None:
+    spec = parse_spec_text(SPEC)
+    p = _plan("base")
+    row = failed_run_row(p, "server start failed: x", "tail", None, None, spec, None)
+    prov = json.loads(row["provenance_json"])
+    assert prov["port"] is None and prov["correctness"] is None and row["gpu_ids"] == ""
+    assert row["status"] == "failed" and row["log_tail"] == "tail"
+    skipped = SegmentFacts(correctness=GateVerdict(True, ("correctness gate disabled in the spec",), skipped=True))
+    row2 = failed_run_row(p, "died", "", SERVER, skipped, spec, None)
+    assert json.loads(row2["provenance_json"])["correctness"] == {
+        "passed": True, "skipped": True, "reasons": ["correctness gate disabled in the spec"]}
+    store = DatasetStore(str(tmp_path), spec.name)
+    store.runs_row(p, row)  # every key is a known runs column
+    store.runs_row(p, build_run_row(p, _window(2, 0), SERVER, SEGMENT, spec, [], None))
+
+
+def test_server_record_lookup_by_name_is_strict() -> None:
+    rec = ServerRecord(SERVER, SEGMENT)
+    assert rec["pgid"] == 4101 and rec["load_actor_node_id"] == "node-abc" and rec.get("startup_s") == 1.25
+    with pytest.raises(KeyError):
+        rec["pgdi"]
