@@ -3,26 +3,39 @@
     SglbenchError                      exit code
     ├── UserError                      2   the input is wrong: names the file, the field and what was expected
     │   ├── SpecError                      an experiment YAML (file:line: field: message)
+    │   ├── FieldProblem                   a spec validator's complaint about a sub-field (becomes a SpecError)
     │   ├── CheckpointError                a checkpoint directory, config.json, index or shard header
     │   ├── PromptSourceError              a prompt file, corpus or tokenizer a workload names
+    │   │   ├── DatasetError                   a jsonl prompt file
+    │   │   └── TextPromptError                a text corpus or its tokenizer
     │   ├── PreflightError                 what the experiment needs is not there (before any GPU is touched)
-    │   ├── QueryError                     a results query (read-only SQL over the views)
+    │   ├── TuningError                    a tuning request that cannot be honoured (kind, options, NVFP4 MoE)
+    │   ├── KnobError                      a simulator knob (the spec's `sim:` block, env SGLBENCH_SIM)
+    │   ├── LaunchError                    a launch argument the simulated SGLang refuses, as SGLang would
+    │   ├── QueryError                     a results query (read-only SQL over the views) or its baseline
     │   ├── ExperimentNotFound             no dataset for that experiment under the root
-    │   └── AuthError                      a cluster needs credentials the user has not given
-    ├── EnvironmentFault               3   the machine or cluster cannot do it (no room to place, disk full, lock held)
-    │   ├── PlacementError
-    │   ├── StoreError
-    │   └── DatasetLocked
+    │   ├── StoreError                     a name or row the dataset store refuses (unsafe path component, schema)
+    │   ├── AuthError                      a cluster needs credentials the user has not given
+    │   │   └── JobAuthError                   (also a JobError) the Ray job API's token is not in its env var
+    │   └── JobRequestError                (also a JobError) an --env pair or path `sglbench submit` cannot send
+    ├── EnvironmentFault               3   the machine or cluster cannot do it (no room to place, job API down)
+    │   ├── PlacementError                 a variant can never be placed on this cluster
+    │   ├── ArtifactError                  a tuning artifact is missing, corrupt or cannot be stored
+    │   ├── TuningStageError               a tuning job failed on the cluster (its log tail attached)
+    │   └── JobError                       the Ray job API cannot be reached or refused the request
     └── EngineFault                    4   an engine server did not start or died (its decisive log line attached)
         └── ServerStartError
 
 Anything else that escapes is a bug in sglbench: the CLI prints its traceback and says so (exit code 70).
-A user error carries `file`, `field` and `expected` so the message can name all three.
+A user error carries `file`, `field` and `expected` so the message can name all three. Each class is defined
+beside the code that raises it (SpecError in cluster/spec/models.py, ...); tests/unit/test_errors.py checks that
+every exception class in the package derives from `SglbenchError`.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+import traceback
+from typing import Optional, TextIO
 
 EXIT_USER_ERROR = 2
 EXIT_ENVIRONMENT = 3
@@ -55,7 +68,9 @@ class EnvironmentFault(SglbenchError, RuntimeError):
 
 
 class EngineFault(SglbenchError, RuntimeError):
-    """An engine server failed to start or died; `log_line` is the decisive line of its log, `log_tail` the end."""
+    """An engine server failed to start or died; `log_line` is the decisive line of its log, `log_tail` the end.
+
+    `server_exit_code` is the server process's exit status (None while it ran); `exit_code` stays the CLI's."""
 
     exit_code = EXIT_ENGINE
 
@@ -67,5 +82,35 @@ class EngineFault(SglbenchError, RuntimeError):
         self.log_line = log_line
 
 
-__all__ = ["EXIT_BUG", "EXIT_ENGINE", "EXIT_ENVIRONMENT", "EXIT_USER_ERROR", "EngineFault", "EnvironmentFault",
-           "SglbenchError", "UserError"]
+class PromptSourceError(UserError):
+    """A prompt file, corpus or tokenizer a workload names cannot give the prompts (DatasetError, TextPromptError)."""
+
+
+class AuthError(UserError):
+    """A cluster needs credentials (a token in the named environment variable) that the user has not given."""
+
+
+EXIT_CODES: dict[str, int] = {"ok": 0, "runs failed": 1, "user error": EXIT_USER_ERROR,
+                              "environment": EXIT_ENVIRONMENT, "engine": EXIT_ENGINE, "bug in sglbench": EXIT_BUG}
+"""What `sglbench` exits with (README "Exit codes"; also the `sglbench --help` epilog)."""
+
+
+def exit_code_of(error: BaseException) -> int:
+    """The CLI exit code for an escaped exception: the tree's class code, EXIT_BUG for anything else."""
+    return type(error).exit_code if isinstance(error, SglbenchError) else EXIT_BUG
+
+
+def report_error(error: BaseException, stream: TextIO) -> int:
+    """Print an exception that reached the top (`error: <message>`, or its traceback and that it is a bug); return
+    the exit code. The CLI and the Ray-job driver both end here."""
+    if isinstance(error, SglbenchError):
+        print(f"error: {error}", file=stream, flush=True)
+    else:
+        traceback.print_exception(type(error), error, error.__traceback__, file=stream)
+        print(f"error: this is a bug in sglbench ({type(error).__name__} escaped); please report it with the "
+              "traceback above", file=stream, flush=True)
+    return exit_code_of(error)
+
+
+__all__ = ["EXIT_BUG", "EXIT_CODES", "EXIT_ENGINE", "EXIT_ENVIRONMENT", "EXIT_USER_ERROR", "AuthError", "EngineFault",
+           "EnvironmentFault", "PromptSourceError", "SglbenchError", "UserError", "exit_code_of", "report_error"]

@@ -19,6 +19,7 @@ from cluster.analysis import report_plots as rp
 from cluster.analysis.comparison import CI_METRICS, compare_view, compare_with_ci, point_label, request_arrays
 from cluster.analysis.metrics import METRIC_DEFINITIONS
 from cluster.dataset.store import DatasetStore, ExperimentNotFound
+from cluster.errors import UserError
 
 GPU_BANDWIDTH_GBS: dict[str, float] = {
     "RTX PRO 6000 Blackwell": 1792.0,
@@ -208,12 +209,13 @@ def build_report(root: str, experiment: str, out_dir: Optional[str] = None, n_bo
         raise ExperimentNotFound(f"experiment {experiment!r} not found under {root!r}")
     if out_dir is None:
         if not store.is_local:
-            raise ValueError("--out: a local directory is needed when the dataset root is not a local path")
+            raise UserError("--out: a local directory is needed when the dataset root is not a local path",
+                            field="--out", expected="a local directory")
         out_dir = os.path.join(root, "reports", experiment)
     out = Path(out_dir)
     runs = store.read_table("runs").to_pandas()
     if runs.empty:
-        raise ValueError(f"experiment {experiment!r} under {root!r} has no runs to report")
+        raise UserError(f"experiment {experiment!r} under {root!r} has no runs to report", file=root)
     ci = compare_with_ci(root, experiment, n_boot=n_boot, seed=seed)
     arrays = request_arrays(root, experiment, runs.loc[runs["status"] == "ok", "run_key"].tolist())
     variants = list(dict.fromkeys(runs.sort_values("order_index")["variant"]))

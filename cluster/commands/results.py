@@ -10,6 +10,8 @@ from typing import Any, Iterator, Optional
 import pandas as pd
 import typer
 from rich.console import Console
+
+from cluster.errors import EnvironmentFault, SglbenchError
 from rich.table import Table
 
 console = Console()
@@ -30,16 +32,12 @@ ROOT_OPT = typer.Option("results", "--root", help="Dataset root: a local path or
 
 @contextmanager
 def _clear_errors() -> Iterator[None]:
-    """Known failures (missing experiment, bad SQL, bad baseline or names) → one line on stderr, exit 2."""
-    from cluster.analysis.query import QueryError
-    from cluster.dataset.store import ExperimentNotFound, StoreError
-
+    """A dataset root that cannot be read (missing, permissions, an unreachable bucket) is an EnvironmentFault;
+    sglbench's own errors (missing experiment, bad SQL, bad baseline) pass through to the CLI's handler."""
     try:
         yield
-    except (ExperimentNotFound, QueryError, StoreError, FileNotFoundError, OSError) as e:
-        msg = e.args[0] if isinstance(e, LookupError) and e.args else str(e)
-        err_console.print(f"[red]error:[/] {msg}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
+    except OSError as e:
+        raise EnvironmentFault(f"cannot read the dataset: {e}") from e
 
 
 def _cell(v: Any) -> str:
@@ -170,7 +168,8 @@ def print_resolved_differences(root: str, experiment: str) -> None:
 
     try:
         diffs = unintended_differences(root, experiment)
-    except Exception as e:  # noqa: BLE001 - a missing provenance field must not hide the table above
+    except (SglbenchError, ValueError, KeyError) as e:  # an older dataset: a spec that no longer validates, a column
+        # it lacks (pydantic and pyarrow raise ValueErrors); the table above stays, the note says why this is missing
         err_console.print(f"[yellow]note[/] resolved-args comparison unavailable: {e}", soft_wrap=True)
         return
     for variant, d in diffs.items():
@@ -246,11 +245,7 @@ def report_cmd(
     from cluster.analysis.report import build_report
 
     with _clear_errors():
-        try:
-            path = build_report(root, experiment, out, n_boot=n_boot, seed=seed, bytes_per_token=bytes_per_token)
-        except ValueError as e:
-            err_console.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None
+        path = build_report(root, experiment, out, n_boot=n_boot, seed=seed, bytes_per_token=bytes_per_token)
     console.print(f"report written to {path}", highlight=False)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -10,28 +9,22 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from cluster.commands.results import print_compare
 from cluster.engines import get_engine
 from cluster.plan.runs import expand_variants, make_plan
-from cluster.spec.models import ExperimentSpec, SpecError
+from cluster.plan.fairness import check_fairness, format_findings
+from cluster.plan.preflight import check_speculative_support
 from cluster.spec.loader import load_spec
+from cluster.spec.models import ExperimentSpec
+from cluster.tuning.stage import with_artifact
 
 console = Console()
 err_console = Console(stderr=True)
 
 
-def _load(path: Path) -> ExperimentSpec:
-    try:
-        return load_spec(path)
-    except SpecError as e:
-        err_console.print(f"[red]error:[/] {e}", highlight=False, markup=True, soft_wrap=True)
-        raise typer.Exit(2)
-
-
 def _local_checks(spec: ExperimentSpec, quiet: bool = False) -> dict[str, Any]:
     """Fairness rules and the checkpoint probe, where this machine can read the checkpoint."""
     variants = expand_variants(spec)
-    from cluster.plan.fairness import check_fairness, format_findings
-
     findings = check_fairness(variants)
     errors = [f for f in findings if f.level == "error"]
     if not quiet:
@@ -41,26 +34,18 @@ def _local_checks(spec: ExperimentSpec, quiet: bool = False) -> dict[str, Any]:
     if errors:
         raise typer.Exit(2)
     probes: dict[str, Any] = {}
-    try:
-        from cluster.plan.preflight import PreflightError, check_speculative_support
-    except ModuleNotFoundError:
-        return probes
     if not Path(spec.model.path).exists():
         if spec.model.engine != "sim" and not quiet:
             err_console.print(f"[yellow]note[/] checkpoint {spec.model.path} is not readable here; "
                               "it is probed on a GPU node before any GPU is reserved", soft_wrap=True)
         return probes
-    try:
-        probes = {k: v.to_json() for k, v in check_speculative_support(spec, variants).items()}
-    except PreflightError as e:
-        err_console.print(f"[red]preflight:[/] {e}", soft_wrap=True)
-        raise typer.Exit(2)
-    return probes
+    # a PreflightError names the experiment, the variant and what is missing; the CLI's handler prints it
+    return {k: v.to_json() for k, v in check_speculative_support(spec, variants).items()}
 
 
 def validate(experiment: Path = typer.Argument(..., help="experiment YAML")) -> None:
     """Check an experiment file against the spec (no cluster, no GPU)."""
-    spec = _load(experiment)
+    spec = load_spec(experiment)
     variants = expand_variants(spec)
     console.print(f"[green]ok[/] {experiment}: experiment {spec.name!r}, {len(variants)} variant(s), "
                   f"{len(make_plan(spec))} run(s)")
@@ -69,14 +54,12 @@ def validate(experiment: Path = typer.Argument(..., help="experiment YAML")) -> 
 def plan(experiment: Path = typer.Argument(..., help="experiment YAML"),
          port: int = typer.Option(30000, help="port shown in the printed commands")) -> None:
     """List every run and print each variant's exact server command line and environment."""
-    spec = _load(experiment)
+    spec = load_spec(experiment)
     _local_checks(spec)
     runs = make_plan(spec)
     variants = expand_variants(spec)
     for v in variants:
         launcher = spec.engines.get(v.engine)
-        from cluster.tuning.stage import with_artifact
-
         # a tuned variant launches with its artifact, which exists only at run time: shown as a placeholder
         cmd = get_engine(v.engine).launch(with_artifact(v, None), "127.0.0.1", port, launcher, "python")
         base = " (baseline)" if v.is_baseline else ""
@@ -101,11 +84,11 @@ def run(
                                        "for an all-simulated experiment)"),
 ) -> None:
     """Run an experiment end to end and print the comparison table."""
-    spec = _load(experiment)
+    spec = load_spec(experiment)
     _local_checks(spec, quiet=False)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from cluster.distributed.driver import PlacementError, init_ray, logical_gpus_for, run_experiment
+    from cluster.distributed.driver import init_ray, logical_gpus_for, run_experiment
 
     init_ray(address, gpus if gpus is not None else logical_gpus_for(spec))
     total = len(make_plan(spec))
@@ -120,23 +103,14 @@ def run(
         def log(msg: str) -> None:
             prog.console.print(msg, highlight=False, markup=False, soft_wrap=True)
 
-        try:
-            # relative paths in a spec (output, prompt files) are taken from the working directory, as they
-            # are under `ray job submit --working-dir .`
-            result = run_experiment(spec, base_dir=Path.cwd(), output_root=output, log=log, on_run=on_run)
-        except (PlacementError, ValueError) as e:
-            err_console.print(f"[red]error:[/] {e}", soft_wrap=True)
-            raise typer.Exit(2)
+        # relative paths in a spec (output, prompt files) are taken from the working directory, as they
+        # are under `ray job submit --working-dir .`
+        result = run_experiment(spec, base_dir=Path.cwd(), output_root=output, log=log, on_run=on_run)
         prog.update(task, completed=total)
     counts = result.counts()
     console.print(f"dataset: {result.dataset_root}/{spec.name}  runs: " +
                   ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
-    try:
-        from cluster.commands.results import print_compare
-
-        print_compare(result.dataset_root, spec.name, None, "table")
-    except ImportError:
-        pass
+    print_compare(result.dataset_root, spec.name, None, "table")
     if counts.get("failed"):
         raise typer.Exit(1)
 
@@ -146,6 +120,3 @@ def register(app: typer.Typer) -> None:
     app.command()(plan)
     app.command()(run)
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(0)

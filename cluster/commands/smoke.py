@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import typer
 
+from cluster.errors import UserError
+
 
 def register(app: typer.Typer) -> None:
     @app.command("smoke")
@@ -18,8 +20,8 @@ def register(app: typer.Typer) -> None:
         from cluster.engines.smoke import run_smoke
 
         if not url.startswith(("http://", "https://")):
-            typer.echo(f"smoke: URL: expected http://host:port, got {url!r}", err=True)
-            raise typer.Exit(2)
+            raise UserError(f"smoke: URL: expected http://host:port, got {url!r}", field="URL",
+                            expected="http://host:port")
         checks = run_smoke(url, timeout)
         table = Table(title=f"sglbench smoke {url}")
         for col in ("check", "result", "expected", "found"):

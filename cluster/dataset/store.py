@@ -19,6 +19,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from cluster.analysis.metrics import METRIC_NAMES
+from cluster.errors import UserError
 from cluster.plan.runs import RECORD_SCHEMA_VERSION, RunPlan
 from cluster.dataset.records import CHUNKS_SCHEMA, KEY_FIELDS, REQUESTS_SCHEMA, RUN_FIELDS
 
@@ -35,11 +36,11 @@ _TABLE_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 _RUN_KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
-class StoreError(ValueError):
+class StoreError(UserError):
     """A bad name or value given to the store."""
 
 
-class ExperimentNotFound(LookupError):
+class ExperimentNotFound(UserError, LookupError):
     """The experiment has no directory under the dataset root."""
 
 

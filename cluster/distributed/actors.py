@@ -110,7 +110,7 @@ class EngineActorImpl:
                 last_err = e
                 if "address already in use" in tail.lower() or "errno 98" in tail.lower():
                     continue  # another process took the port between our probe and the bind: try another
-                raise ServerStartError(str(e), tail, e.exit_code) from None
+                raise ServerStartError(str(e), tail, e.server_exit_code) from None
             infos: dict[str, Any] = {}
             for name, path in self.engine.info_paths(self.launcher.version if self.launcher else None).items():
                 try:

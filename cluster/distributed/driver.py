@@ -35,7 +35,8 @@ from cluster.dataset.run_rows import build_run_row, failed_run_row
 from cluster.plan.schedule import reservation, unplaceable
 from cluster.dataset.writer import RunWriter
 from cluster.tuning.stage import with_artifact
-from cluster.spec.models import ExperimentSpec, SpecError
+from cluster.errors import EnvironmentFault, report_error
+from cluster.spec.models import ExperimentSpec
 from cluster.spec.loader import load_spec
 
 LOAD_ACTOR_CPUS = 1.0
@@ -463,7 +464,7 @@ def res_for(v: ResolvedVariant, res: list[Any]) -> Any:
     return next(r for r in res if r.variant == v.name)
 
 
-class PlacementError(RuntimeError):
+class PlacementError(EnvironmentFault):
     """A variant can never be placed on this cluster."""
 
 
@@ -512,15 +513,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = ap.parse_args(argv)
     try:
         spec = load_spec(args.experiment)
-    except SpecError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    init_ray(args.address, logical_gpus_for(spec))
-    try:
+        init_ray(args.address, logical_gpus_for(spec))
         result = run_experiment(spec, base_dir=Path.cwd(), output_root=args.output)
-    except (PlacementError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except Exception as e:  # noqa: BLE001 - the error tree maps to exit codes; anything else is reported as a bug
+        return report_error(e, sys.stderr)
     print(json.dumps({"dataset_root": result.dataset_root, "counts": result.counts(), "skipped": result.skipped}))
     return 0 if result.counts().get("failed", 0) == 0 else 1
 

@@ -14,6 +14,8 @@ from typing import Any, Callable, Mapping, Optional
 
 from ray.job_submission import JobStatus, JobSubmissionClient
 
+from cluster.errors import AuthError, EnvironmentFault, UserError
+
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 DEFAULT_TOKEN_ENV = "RAY_AUTH_TOKEN"
 DRIVER_MODULE = "cluster.distributed.driver"
@@ -27,8 +29,16 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|API_KEY|CREDENTIAL", re.IGNORECASE)
 
 
-class JobError(RuntimeError):
+class JobError(EnvironmentFault):
     """A job request that cannot be made, or a job API that cannot be reached: one line for the user."""
+
+
+class JobRequestError(UserError, JobError):
+    """A request the user must change (an --env pair, an experiment outside the working dir): exit code 2."""
+
+
+class JobAuthError(AuthError, JobError):
+    """The cluster needs a token the named environment variable does not hold: exit code 2."""
 
 
 @dataclass(frozen=True)
@@ -68,9 +78,9 @@ def parse_env(pairs: list[str]) -> dict[str, str]:
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not _ENV_NAME.match(name):
-            raise JobError(f"--env {pair.split('=')[0]!r}: expected NAME=VALUE with NAME matching [A-Za-z_][A-Za-z0-9_]*")
+            raise JobRequestError(f"--env {pair.split('=')[0]!r}: expected NAME=VALUE with NAME matching [A-Za-z_][A-Za-z0-9_]*")
         if _SECRET_NAME.search(name):
-            raise JobError(f"--env {name}: secrets must not travel in the job's runtime env (it is stored and shown "
+            raise JobRequestError(f"--env {name}: secrets must not travel in the job's runtime env (it is stored and shown "
                            "by the dashboard); set them on the cluster (e.g. a Kubernetes Secret)")
         out[name] = value
     return out
@@ -83,7 +93,7 @@ def auth_headers(token_env: Optional[str], environ: Mapping[str, str], required:
     token = environ.get(token_env, "").strip()
     if not token:
         if required:
-            raise JobError(f"--token-env {token_env}: that environment variable is empty or not set")
+            raise JobAuthError(f"--token-env {token_env}: that environment variable is empty or not set")
         return {}
     return {"Authorization": f"Bearer {token}"}
 
@@ -96,7 +106,7 @@ def cluster_path(experiment: Path, working_dir: Optional[Path]) -> str:
     try:
         return exp.relative_to(wd).as_posix()
     except ValueError:
-        raise JobError(f"{experiment}: the experiment must be inside the working dir {working_dir} "
+        raise JobRequestError(f"{experiment}: the experiment must be inside the working dir {working_dir} "
                        "(only the working dir is uploaded)") from None
 
 

@@ -24,6 +24,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from cluster.engines import get_engine
 from cluster.engines import sglang_tuning as sgt
 from cluster.engines.base import Prompt
+from cluster.errors import EnvironmentFault
 from cluster.sim.tuning import sim_gpu_facts, sim_model_config, split_knobs
 from cluster.plan.runs import ResolvedVariant
 from cluster.spec.models import ExperimentSpec
@@ -38,7 +39,7 @@ PG_TIMEOUT_S = 600.0
 WARMUP_OUTPUT_TOKENS = 16
 
 
-class TuningStageError(RuntimeError):
+class TuningStageError(EnvironmentFault):
     """A tuning job failed (server did not start, no GPU, no files produced); `log_tail` holds evidence."""
 
     def __init__(self, message: str, log_tail: str = "") -> None:

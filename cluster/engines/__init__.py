@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cluster.engines.base import Engine
+from cluster.errors import UserError
 
 
 def get_engine(name: str) -> Engine:
@@ -18,4 +19,5 @@ def get_engine(name: str) -> Engine:
         from cluster.engines.vllm import VLLMEngine
 
         return VLLMEngine()
-    raise ValueError(f"unknown engine {name!r} (expected sglang, sim or vllm)")
+    raise UserError(f"unknown engine {name!r} (expected sglang, sim or vllm)", field="engine",
+                    expected="sglang, sim or vllm")

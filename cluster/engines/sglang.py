@@ -10,6 +10,7 @@ from typing import Any, Mapping, Optional
 
 from cluster.engines.base import Engine, HttpRequest, LaunchCommand, Prompt, StreamParser
 from cluster.engines.streams import OpenAIStreamParser, SGLangNativeParser
+from cluster.errors import UserError
 from cluster.plan.runs import ResolvedVariant
 from cluster.spec.models import ArgValue, EngineLauncher
 
@@ -105,9 +106,9 @@ def canonical_key(key: str) -> str:
     """A spec arg key → its full 0.5.23 flag name without dashes; ValueError for a prefix SGLang finds ambiguous."""
     k = key.replace("_", "-")
     if k in AMBIGUOUS_PREFIXES:
-        raise ValueError(
-            f"server arg {key!r} is an abbreviation SGLang rejects as ambiguous; write {AMBIGUOUS_PREFIXES[k]!r}"
-        )
+        raise UserError(
+            f"server arg {key!r} is an abbreviation SGLang rejects as ambiguous; write {AMBIGUOUS_PREFIXES[k]!r}",
+            field=f"args.{key}", expected=AMBIGUOUS_PREFIXES[k])
     return FLAG_ALIASES.get(k, k)
 
 

@@ -10,6 +10,7 @@ from cluster.engines.base import Engine, HttpRequest, Prompt, StreamParser
 from cluster.engines.prometheus import parse_prometheus, sum_metric
 from cluster.engines.sglang import encode_request, render_args, sglang_request_body
 from cluster.engines.streams import OpenAIStreamParser
+from cluster.errors import UserError
 from cluster.plan.runs import ResolvedVariant, SpecDecode
 from cluster.spec.models import ArgValue
 
@@ -48,10 +49,12 @@ def speculative_config(sp: SpecDecode) -> dict[str, Any]:
         return {"method": "mtp", "num_speculative_tokens": k}
     if alg in ("EAGLE", "EAGLE3", "STANDALONE"):
         if not sp.draft_model_path:
-            raise ValueError(f"speculative algorithm {alg} on vLLM needs draft_model_path")
+            raise UserError(f"speculative algorithm {alg} on vLLM needs draft_model_path",
+                            field="speculative.draft_model_path", expected="a draft checkpoint directory")
         method = {"EAGLE": "eagle", "EAGLE3": "eagle3", "STANDALONE": "draft_model"}[alg]
         return {"method": method, "model": sp.draft_model_path, "num_speculative_tokens": k}
-    raise ValueError(f"speculative algorithm {alg!r} is not supported by the vLLM adapter")
+    raise UserError(f"speculative algorithm {alg!r} is not supported by the vLLM adapter",
+                    field="speculative.algorithm", expected="NEXTN, MTP, EAGLE, EAGLE3, STANDALONE or NGRAM")
 
 
 class VLLMEngine(Engine):
@@ -111,9 +114,8 @@ class VLLMEngine(Engine):
         rid: Optional[str] = None,
     ) -> HttpRequest:
         if api not in ("completions", "chat"):
-            raise ValueError(
-                f"workload api {api!r} is not served by vLLM: use api: completions or api: chat"
-            )
+            raise UserError(f"workload api {api!r} is not served by vLLM: use api: completions or api: chat",
+                            field="workloads.api", expected="completions or chat")
         path, body = sglang_request_body(api, prompt, max_tokens, ignore_eos, temperature, model_name, rid)
         for key in _SGLANG_ONLY_FIELDS:
             body.pop(key, None)

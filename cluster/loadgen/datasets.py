@@ -9,13 +9,14 @@ from typing import Any, Sequence, Union, overload
 import numpy as np
 
 from cluster.engines.base import Prompt
+from cluster.errors import PromptSourceError
 from cluster.spec.models import WorkloadSpec
 
 RANDOM_ID_LOW = 100
 """Lowest random token id: the first ids of common vocabularies are special tokens (BOS/EOS/pad, control)."""
 
 
-class DatasetError(ValueError):
+class DatasetError(PromptSourceError):
     """A prompt source that cannot be read; the message names the file, the line and what was expected."""
 
 
@@ -104,16 +105,16 @@ def load_jsonl_prompts(path: pathlib.Path) -> list[Prompt]:
     try:
         raw = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise DatasetError(f"{path}: prompt file not found") from None
+        raise DatasetError(f"{path}: prompt file not found", file=str(path)) from None
     except (OSError, UnicodeDecodeError) as e:
-        raise DatasetError(f"{path}: cannot read prompt file: {e}") from None
+        raise DatasetError(f"{path}: cannot read prompt file: {e}", file=str(path)) from None
     prompts: list[Prompt] = []
     for lineno, line in enumerate(raw.splitlines(), start=1):
         if not line.strip():
             continue
         prompts.append(_parse_line(path, lineno, line))
     if not prompts:
-        raise DatasetError(f"{path}: no prompts (expected one JSON object per line with 'prompt' or 'input_ids')")
+        raise DatasetError(f"{path}: no prompts (expected one JSON object per line with 'prompt' or 'input_ids')", file=str(path))
     return prompts
 
 

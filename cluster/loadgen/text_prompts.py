@@ -17,10 +17,11 @@ from typing import Any, Optional
 import numpy as np
 
 from cluster.engines.base import Prompt
+from cluster.errors import PromptSourceError
 from cluster.spec.models import WorkloadSpec
 
 
-class TextPromptError(ValueError):
+class TextPromptError(PromptSourceError):
     """The corpus or tokenizer cannot produce the requested prompts."""
 
 
@@ -40,9 +41,9 @@ def _corpus_text(path: Path) -> str:
     try:
         raw = path.read_text(encoding="utf-8")
     except OSError as e:
-        raise TextPromptError(f"{path}: cannot read the corpus: {e.strerror or e}") from None
+        raise TextPromptError(f"{path}: cannot read the corpus: {e.strerror or e}", file=str(path)) from None
     except UnicodeDecodeError:
-        raise TextPromptError(f"{path}: the corpus is not UTF-8 text") from None
+        raise TextPromptError(f"{path}: the corpus is not UTF-8 text", file=str(path)) from None
     if path.suffix == ".jsonl":
         parts = []
         for i, line in enumerate(raw.splitlines(), 1):

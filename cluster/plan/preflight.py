@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Callable, Optional
 
+from cluster.errors import UserError
 from cluster.plan.runs import ResolvedVariant
 from cluster.probe.safetensors_header import CheckpointError
 from cluster.probe.checkpoint import ProbeReport, probe_checkpoint
@@ -15,7 +16,7 @@ BUILTIN_HEAD_ALGORITHMS = ("NEXTN", "MTP")
 """Always use the checkpoint's own MTP/NextN head; EAGLE does too when no draft_model_path is given."""
 
 
-class PreflightError(ValueError):
+class PreflightError(UserError):
     """An experiment that must not start: names the variant, the path and what is missing."""
 
 

@@ -7,6 +7,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Optional
 
+from cluster.errors import UserError
 from cluster.spec.models import ArgValue, EngineName, ExperimentSpec, SpeculativeSpec, TuningSpec, VariantSpec, WorkloadSpec
 
 RECORD_SCHEMA_VERSION = 1
@@ -88,7 +89,9 @@ def expand_variants(spec: ExperimentSpec) -> list[ResolvedVariant]:
     names = [v.name for v in out]
     dup = {n for n in names if names.count(n) > 1}
     if dup:
-        raise ValueError(f"variant expansion produced duplicate names: {sorted(dup)}")
+        raise UserError(f"variant expansion produced duplicate names: {sorted(dup)} (a speculative num_steps list "
+                        "or a backend_sweep names its variants <name>-<value>; rename the clashing variant)",
+                        field="variants", expected="unique names after expansion")
     if not any(v.is_baseline for v in out) and out:
         first_plain = next((v for v in out if v.speculative is None and v.tuning is None), out[0])
         out = [

@@ -7,7 +7,9 @@ import os
 import struct
 from dataclasses import dataclass, field
 from math import prod
-from typing import Any
+from typing import Any, Optional
+
+from cluster.errors import SglbenchError, UserError
 
 MAX_HEADER_BYTES = 100_000_000
 """Same cap as the Rust safetensors library (MAX_HEADER_SIZE)."""
@@ -20,12 +22,12 @@ DTYPE_BITS: dict[str, int] = {
 """Every dtype string of the safetensors format (tensor.rs `enum Dtype`) and its width in bits."""
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError):
     """A bad checkpoint file; the message is one line naming the file and what is wrong."""
 
-    def __init__(self, file: str, message: str) -> None:
-        self.file, self.message = file, message
-        super().__init__(f"{file}: {message}")
+    def __init__(self, file: str, message: str, *, field: Optional[str] = None, expected: Optional[str] = None) -> None:
+        super().__init__(f"{file}: {message}", file=file, field=field, expected=expected)
+        self.message = message
 
 
 @dataclass(frozen=True)
@@ -80,8 +82,8 @@ def _tensor(file: str, name: str, entry: Any, data_bytes: int) -> TensorInfo:
     return TensorInfo(dtype=dtype, shape=tuple(shape), nbytes=end - begin)
 
 
-class _DuplicateKey(Exception):
-    pass
+class _DuplicateKey(SglbenchError):
+    """A JSON header names one key twice (caught inside this module and reported as a CheckpointError)."""
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -16,14 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
+from cluster.errors import EngineFault
 
-class ServerStartError(RuntimeError):
-    """The server exited or never became healthy; `log_tail` holds the end of its output."""
 
-    def __init__(self, message: str, log_tail: str = "", exit_code: Optional[int] = None) -> None:
-        super().__init__(message)
-        self.log_tail = log_tail
-        self.exit_code = exit_code
+class ServerStartError(EngineFault):
+    """The server exited or never became healthy; `log_tail` holds the end of its output, `server_exit_code` its
+    exit status. Built as ServerStartError(message, log_tail, exit_code) (EngineFault's signature)."""
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -15,6 +15,8 @@ from collections import deque
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
+from cluster.errors import UserError
+
 EOS_ID = 0
 OK_ID = 1
 ANSWER_323_ID = 2
@@ -29,7 +31,7 @@ REASONING_THOUGHT_TOKENS = 48
 variant runs enough verify steps during the gate for its acceptance length to be judged."""
 
 
-class KnobError(ValueError):
+class KnobError(UserError):
     """A bad simulator knob (from env SGLBENCH_SIM)."""
 
 
@@ -397,7 +399,7 @@ SPEC_MAX_RUNNING_DEFAULT = 48
 log = logging.getLogger("sglbench.sim")
 
 
-class LaunchError(Exception):
+class LaunchError(UserError):
     """A launch argument SGLang itself would refuse; printed as one line, exit 1."""
 
 

@@ -7,6 +7,8 @@ from typing import Any, Literal, Mapping, Optional, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from cluster.errors import UserError
+
 SPEC_VERSION = 1
 """The only experiment-spec version this release reads (`version:` in the YAML)."""
 
@@ -19,21 +21,22 @@ _FLAG_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-class FieldProblem(ValueError):
-    """A validator's complaint about a sub-field: `loc` is appended to the field's location in the error."""
+class FieldProblem(UserError):
+    """A validator's complaint about a sub-field (raised inside pydantic validators only, which turn it into a
+    SpecError): `loc` is appended to the field's location in the error."""
 
     def __init__(self, loc: tuple[Union[str, int], ...], message: str) -> None:
         super().__init__(message)
         self.loc = loc
 
 
-class SpecError(ValueError):
-    """A spec problem located in a file: `file:line: field: message`."""
+class SpecError(UserError):
+    """A spec problem located in a file: `file:line: field: message` (`message` says what was expected)."""
 
     def __init__(self, file: str, line: Optional[int], field: str, message: str) -> None:
-        self.file, self.line, self.field, self.message = file, line, field, message
         where = f"{file}:{line}" if line else file
-        super().__init__(f"{where}: {field or '<root>'}: {message}")
+        super().__init__(f"{where}: {field or '<root>'}: {message}", file=file, field=field, expected=message)
+        self.file, self.line, self.field, self.message = file, line, field, message
 
 
 def check_name(value: str, what: str = "name") -> str:

@@ -16,13 +16,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from cluster.errors import EnvironmentFault
+
 ARTIFACTS_DIR = "_artifacts"
 INDEX_FILE = "index.json"
 MANIFEST_FILE = "manifest.json"
 MANIFEST_VERSION = 1
 
 
-class ArtifactError(ValueError):
+class ArtifactError(EnvironmentFault):
     """An artifact that is missing, corrupt, or cannot be stored."""
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from cluster.engines import sglang_tuning as sgt
+from cluster.errors import UserError
 from cluster.plan.runs import ResolvedVariant
 from cluster.spec.models import ArgValue, TuningSpec, check_name
 from cluster.tuning.artifacts import TuningArtifact
@@ -36,7 +37,7 @@ PENDING_ARTIFACT = "<tuning artifact: made at run time>"
 """Placeholder path shown by `sglbench plan` before the tuning stage has produced the artifact."""
 
 
-class TuningError(ValueError):
+class TuningError(UserError):
     """A tuning request that cannot be honoured (one line naming the variant, the field and the reason)."""
 
 
