@@ -10,19 +10,35 @@ REPO_DIR="$(cd "$(dirname "$0")/.." && pwd)"
 # "-server" in the stamp: a venv stamped by the parser-only script lacks the server's packages and is upgraded in place.
 STAMP="$VENV_DIR/.sglbench-sglang-$SGLANG_VERSION-server-ok"
 
-if [[ -f "$STAMP" ]]; then
-    echo "sglang venv ready: $VENV_DIR"
-    exit 0
-fi
-
-start_s=$(date +%s)
-"$PYTHON" -m venv "$VENV_DIR"
+STANDINS_DIR="$REPO_DIR/sglang_cpu_standins"
+STANDINS_STAMP="$VENV_DIR/.sglbench-cpu-standins.sha256"
 PIP=("$VENV_DIR/bin/python" -m pip install --quiet --no-input)
 # pip's notes about file:// index locations and about sglang's unmet GPU pins are expected: keep the log readable.
 quiet() {
     "$@" 2>&1 | { grep -v -e "is ignored: it is neither" -e "^sglang .* requires" -e "dependency resolver" || true; }
     return "${PIPESTATUS[0]}"
 }
+standins_hash() {
+    (cd "$STANDINS_DIR" && find . -type f -not -path '*/__pycache__/*' -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)
+}
+# The CPU test stand-ins (sgl_kernel, torchvision, the has_amx hook): --no-deps, they need only the venv's torch.
+# Not editable: the .pth hook must be a real file in site-packages. Reinstalled whenever their source changes.
+install_standins() {
+    quiet "${PIP[@]}" --no-deps --force-reinstall "$STANDINS_DIR"
+    standins_hash > "$STANDINS_STAMP"
+}
+
+if [[ -f "$STAMP" ]]; then
+    if [[ "$(cat "$STANDINS_STAMP" 2>/dev/null)" != "$(standins_hash)" ]]; then
+        install_standins
+        echo "sglang venv: CPU stand-ins reinstalled from $STANDINS_DIR"
+    fi
+    echo "sglang venv ready: $VENV_DIR"
+    exit 0
+fi
+
+start_s=$(date +%s)
+"$PYTHON" -m venv "$VENV_DIR"
 
 # The CPU torch wheel: --no-deps keeps pip from pulling any nvidia-* packages; its real deps are listed here.
 quiet "${PIP[@]}" --no-deps "torch==$TORCH_VERSION"
@@ -39,9 +55,7 @@ quiet "${PIP[@]}" "openai==2.8.0" "transformers==5.19.0" "tokenizers==0.23.2" di
 # What launch_server, the scheduler and the tokenizer manager import before a server is healthy (each found by a
 # failing import on a CPU server start; docs/sglang-cpu-tier.md).
 quiet "${PIP[@]}" uvloop prometheus-client setproctitle einops jsonschema xgrammar soundfile python-multipart
-# The CPU test stand-ins (sgl_kernel, torchvision, the has_amx hook): --no-deps, they need only the torch above.
-# Not editable: the .pth hook must be a real file in site-packages; --force-reinstall picks up source edits.
-quiet "${PIP[@]}" --no-deps --force-reinstall "$REPO_DIR/sglang_cpu_standins"
+install_standins
 
 "$VENV_DIR/bin/python" - <<'PY'
 import torch

@@ -6,7 +6,8 @@ Each variant lands in OUT_DIR/<variant>/ with config.json, model.safetensors and
 
 - echo: o_proj and down_proj zeroed in the target and the MTP layer, so the next token is a function of the current
   token only; the MTP input_proj is [0 | I] (keeps the embedded-token half), so every draft is accepted.
-- mix: echo's MTP layer; the target keeps random attention/MLP outputs scaled x15: partial acceptance.
+- mix: echo's MTP layer; the target keeps its random attention/MLP outputs scaled x0.15, small beside the embedded
+  token on the residual stream, so the echo guess is right about 2 times in 3: partial acceptance.
 - rand: a random MTP layer: almost no draft is accepted (accept length ~1.0).
 """
 
@@ -23,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 import build_tiny_model  # noqa: E402  (tokenizer + Qwen2 construction shared with the e2e tier)
 
 VARIANTS = ("echo", "mix", "rand")
-MIX_SCALE = 15.0
+# P(target's next token == the echo guess), offline over 5 prompts x 32 tokens: x0.1 0.79, x0.2 0.56, x0.5 0.21, x1 0.04.
+MIX_SCALE = 0.15
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
 
 
