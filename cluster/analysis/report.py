@@ -7,7 +7,6 @@ import json
 import math
 import os
 import re
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -18,6 +17,7 @@ import pandas as pd
 from cluster.analysis import report_plots as rp
 from cluster.analysis.comparison import CI_METRICS, compare_view, compare_with_ci, point_label, request_arrays
 from cluster.analysis.metrics import METRIC_DEFINITIONS
+from cluster.dataset.atomic import atomic_write
 from cluster.dataset.store import DatasetStore, ExperimentNotFound
 from cluster.errors import UserError
 
@@ -148,7 +148,7 @@ def _figures(ci: pd.DataFrame, runs: pd.DataFrame, arrays: dict[str, dict[str, n
     ok = runs[runs["status"] == "ok"]
 
     def save(name: str, data: bytes, caption: str) -> None:
-        _write_atomic(out / name, data)
+        atomic_write(out / name, data)
         figs.append(_Figure(name, caption))
 
     for (workload, kind), g in ci.groupby(["workload", "load_kind"], sort=False):
@@ -228,7 +228,7 @@ def build_report(root: str, experiment: str, out_dir: Optional[str] = None, n_bo
     figs = _figures(ci, runs, arrays, out, labels, colors, bw)
     page = _html(experiment, root, ci, runs, figs, engines, bw, bpt)
     path = out / "index.html"
-    _write_atomic(path, page.encode())
+    atomic_write(path, page.encode())
     return path
 
 

@@ -1,7 +1,8 @@
 """Tuning artifacts on disk: content hashing, `<root>/_artifacts/<kind>/<hash16>/` with a manifest, a reuse index.
 
-Pure (stdlib only). The artifact root is a local or mounted path that the GPU nodes see at the same path, because
-a server reads the artifact directly (SGLANG_CACHE_DIR / SGLANG_MOE_CONFIG_DIR point into it).
+Stdlib plus the dataset's one atomic write (cluster/dataset/atomic.py). The artifact root is a local or mounted
+path that the GPU nodes see at the same path, because a server reads the artifact directly (SGLANG_CACHE_DIR /
+SGLANG_MOE_CONFIG_DIR point into it).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from cluster.dataset.atomic import WriteError, atomic_write, move_into_place, write_error, write_synced
 from cluster.errors import EnvironmentFault
 
 ARTIFACTS_DIR = "_artifacts"
@@ -130,7 +132,7 @@ class ArtifactStore:
     def _add_to_index(self, key: Mapping[str, Any], art: TuningArtifact) -> None:
         idx = self.read_index()
         idx[key_id(key)] = {"kind": art.kind, "hash": art.hash, "path": art.path}
-        _write_atomic(self._index_path(), json.dumps(idx, indent=1, sort_keys=True).encode())
+        atomic_write(self._index_path(), json.dumps(idx, indent=1, sort_keys=True).encode())
 
     # ---------------------------------------------------------------- put / get
     def put(self, kind: str, key: Mapping[str, Any], files: Mapping[str, bytes], producer_variant: str,
@@ -148,16 +150,23 @@ class ArtifactStore:
                              created_unix_s=time.time(), producer_variant=producer_variant,
                              details=dict(details or {}))
         if not (final / MANIFEST_FILE).is_file():
+            # every file written and synced in a hidden directory beside the final one, then one rename
             tmp = final.parent / f".{final.name}.{uuid.uuid4().hex[:8]}.tmp"
-            for rel, data in files.items():
-                (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-                (tmp / rel).write_bytes(data)
             manifest = {"manifest_version": MANIFEST_VERSION, **art.to_json()}
-            (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1, sort_keys=True, default=str))
+            blobs = {**files, MANIFEST_FILE: json.dumps(manifest, indent=1, sort_keys=True, default=str).encode()}
             try:
-                os.replace(tmp, final)
-            except OSError:  # an identical artifact appeared meanwhile (same content, same name): keep that one
+                for rel, data in blobs.items():
+                    try:
+                        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+                    except OSError as e:
+                        raise write_error(tmp / rel, e, "create directory for") from e
+                    write_synced(tmp / rel, data)
+                move_into_place(tmp, final)
+            except WriteError:
                 shutil.rmtree(tmp, ignore_errors=True)
+                if not (final / MANIFEST_FILE).is_file():
+                    raise
+                # an identical artifact appeared meanwhile (same content, same name): keep that one
         else:
             art = self.load(final)
         self._add_to_index(key, art)
