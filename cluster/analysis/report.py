@@ -18,6 +18,7 @@ from cluster.analysis import report_plots as rp
 from cluster.analysis.comparison import CI_METRICS, compare_view, compare_with_ci, point_label, request_arrays
 from cluster.analysis.metrics import METRIC_DEFINITIONS
 from cluster.dataset.atomic import atomic_write
+from cluster.dataset.atomic import atomic_write
 from cluster.dataset.store import DatasetStore, ExperimentNotFound
 from cluster.errors import UserError
 
@@ -116,17 +117,6 @@ def bandwidth_table(ci: pd.DataFrame, runs: pd.DataFrame, bytes_per_token: float
 
 def _slug(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]+", "_", s).strip("_") or "x"
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 @dataclass
