@@ -18,7 +18,6 @@ from cluster.analysis import report_plots as rp
 from cluster.analysis.comparison import CI_METRICS, compare_view, compare_with_ci, point_label, request_arrays
 from cluster.analysis.metrics import METRIC_DEFINITIONS
 from cluster.dataset.atomic import atomic_write
-from cluster.dataset.atomic import atomic_write
 from cluster.dataset.store import DatasetStore, ExperimentNotFound
 from cluster.errors import UserError
 
