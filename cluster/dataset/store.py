@@ -1,8 +1,9 @@
-"""The Parquet dataset store: layout, atomic whole-file writes, the resume index (runs table = commit marker).
+"""The Parquet dataset store: layout, the one commit protocol (runs row last), the resume index.
 
-Layout: `<root>/<experiment>/<table>/variant=<variant>/<run_key>.parquet` for every table, plus
-`<root>/<experiment>/experiment.json`. A run's `runs` file is written last, after its other tables, so a run is
-complete exactly when its runs file exists. Temp files start with '.' and end in '.tmp' and are never read.
+Layout under `<root>/<experiment>/`: `<table>/variant=<variant>/<run_key>.parquet` for every table,
+`experiment.json` and `_staging/` (where every file is written and synced before it is renamed into place: plain
+readers never look there). A run is committed exactly when its runs file exists; its other tables are moved in just before, so no file of a run that never committed is
+left where readers look, and a write error (disk full) leaves the hive tree as it was.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ import json
 import math
 import os
 import re
+import shutil
+import tempfile
 import uuid
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Iterable, Mapping, Optional, Union
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -21,6 +24,7 @@ import pyarrow.parquet as pq
 from cluster.analysis.metrics import METRIC_NAMES
 from cluster.errors import UserError
 from cluster.plan.runs import RECORD_SCHEMA_VERSION, RunPlan
+from cluster.dataset.atomic import atomic_write, move_into_place, remove_tree, write_error, write_synced
 from cluster.dataset.records import CHUNKS_SCHEMA, KEY_FIELDS, REQUESTS_SCHEMA, RUN_FIELDS
 
 Records = Union[pa.Table, pa.RecordBatch]
@@ -34,6 +38,9 @@ _METRIC_SET = set(METRIC_NAMES)
 _RUN_NAMES = {f.name for f in RUN_FIELDS}
 _TABLE_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 _RUN_KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+STAGING_DIR = "_staging"
+FINISHED_STATUSES = ("ok", "invalid")
+"""Run statuses a resubmission skips; a `failed` run is retried."""
 
 
 class StoreError(UserError):
@@ -89,13 +96,13 @@ class DatasetStore:
         self.base = f"{base}/{self.experiment}"
         self._local = isinstance(self.fs, pafs.LocalFileSystem)
 
-    # ------------------------------------------------------------------ paths and atomic writes
+    # ------------------------------------------------------------------ paths and the one atomic write
     @property
     def is_local(self) -> bool:
         return self._local
 
     def exists(self) -> bool:
-        return self.fs.get_file_info(self.base).type == pafs.FileType.Directory
+        return bool(self.fs.get_file_info(self.base).type == pafs.FileType.Directory)
 
     def _path(self, table: str, variant: str, run_key: str) -> str:
         if not _TABLE_RE.match(table):
@@ -104,40 +111,22 @@ class DatasetStore:
             raise StoreError(f"run key {run_key!r} must be letters, digits, '_' or '-'")
         return f"{self.base}/{table}/variant={safe_name(variant, 'variant name')}/{run_key}.parquet"
 
-    def _write_bytes(self, path: str, data: bytes) -> None:
-        """Complete or absent: temp file + rename locally; one whole-object write on object stores."""
-        parent = path.rsplit("/", 1)[0]
-        self.fs.create_dir(parent, recursive=True)
-        if not self._local:
-            with self.fs.open_output_stream(path) as f:
-                f.write(data)
-            return
-        tmp = f"{parent}/.{path.rsplit('/', 1)[-1]}.{uuid.uuid4().hex}.tmp"
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+    @property
+    def staging_root(self) -> str:
+        return f"{self.base}/{STAGING_DIR}"
 
-    def _write_parquet(self, path: str, table: pa.Table) -> None:
-        # The partition column lives in the path only (variant=<name>/): a copy inside the file would clash with
-        # the partition pyarrow/pandas infer from the path (string vs dictionary) and break plain readers.
-        if PARTITION_COLUMN in table.column_names:
-            table = table.drop_columns([PARTITION_COLUMN])
-        sink = pa.BufferOutputStream()
-        pq.write_table(table, sink, compression="zstd")
-        self._write_bytes(path, sink.getvalue().to_pybytes())
+    def _write_file(self, path: str, data: bytes) -> None:
+        """Complete or absent (atomic.atomic_write): the temp file lives in _staging/, never in the hive tree."""
+        atomic_write(path, data, fs=self.fs, staging_dir=self.staging_root if self._local else None)
 
     def _delete(self, path: str) -> None:
-        if self.fs.get_file_info(path).type == pafs.FileType.File:
-            self.fs.delete_file(path)
+        try:
+            if self.fs.get_file_info(path).type == pafs.FileType.File:
+                self.fs.delete_file(path)
+        except OSError as e:
+            raise write_error(path, e, "remove") from e
 
-    # ------------------------------------------------------------------ writing
+    # ------------------------------------------------------------------ rows of one run
     def _key_columns(self, plan: RunPlan, n: int) -> dict[str, pa.Array]:
         vals: dict[str, Any] = {
             "run_key": plan.run_key, "experiment": self.experiment, "variant": plan.variant.name,
@@ -146,7 +135,10 @@ class DatasetStore:
         }
         return {f.name: pa.array([vals[f.name]] * n, type=f.type) for f in KEY_FIELDS}
 
-    def _with_keys(self, table_name: str, plan: RunPlan, batch: Records) -> pa.Table:
+    def file_rows(self, table_name: str, plan: RunPlan, batch: Records) -> pa.Table:
+        """One run's rows of a table as stored in its file: KEY_FIELDS prepended (checked against the known
+        schema), the partition column dropped (it lives in the path, variant=<name>/: a copy inside the file would
+        clash with the partition plain readers infer from the path)."""
         t = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
         t = t.drop_columns([c for c in _KEY_NAMES if c in t.schema.names])
         keys = self._key_columns(plan, t.num_rows)
@@ -161,12 +153,13 @@ class DatasetStore:
                 extra = sorted(set(out.schema.names) - set(known.names))
                 raise StoreError(f"{table_name} batch does not match its schema: missing {missing}, extra {extra}")
             out = out.select(known.names).cast(known)
-        return out
+        return _without_partition(out)
 
     def write_table_rows(self, table_name: str, plan: RunPlan, batch: Records) -> str:
-        """Write one run's rows of any table (KEY_FIELDS prepended) as one complete file; returns its path."""
+        """Add (or replace) one table file of a run outside a commit; returns its path. Rows of a run that has
+        no runs file stay hidden from this store's readers."""
         path = self._path(table_name, plan.variant.name, plan.run_key)
-        self._write_parquet(path, self._with_keys(table_name, plan, batch))
+        self._write_file(path, _parquet_bytes(self.file_rows(table_name, plan, batch)))
         return path
 
     def write_variant_table(self, table_name: str, variant: str, key: str, table: pa.Table) -> str:
@@ -174,8 +167,17 @@ class DatasetStore:
         if table_name not in VARIANT_TABLES:
             raise StoreError(f"table {table_name!r} is not a per-variant table ({sorted(VARIANT_TABLES)})")
         path = self._path(table_name, variant, key)
-        self._write_parquet(path, table)
+        self._write_file(path, _parquet_bytes(_without_partition(table)))
         return path
+
+    def read_variant_table(self, table_name: str, variant: str, key: str) -> Optional[pa.Table]:
+        """The rows write_variant_table stored under (variant, key), or None when there are none."""
+        if table_name not in VARIANT_TABLES:
+            raise StoreError(f"table {table_name!r} is not a per-variant table ({sorted(VARIANT_TABLES)})")
+        path = self._path(table_name, variant, key)
+        if self.fs.get_file_info(path).type != pafs.FileType.File:
+            return None
+        return pq.read_table(path, filesystem=self.fs, partitioning=None)
 
     def runs_row(self, plan: RunPlan, run_row: dict[str, Any]) -> pa.Table:
         """The one-row runs table: KEY_FIELDS + RUN_FIELDS (defaults from the plan) + m_<metric> columns.
@@ -216,29 +218,107 @@ class DatasetStore:
         schema = pa.schema(list(RUNS_SCHEMA) + [pa.field(f"m_{n}", pa.float64()) for n in extra])
         return pa.Table.from_pydict(cols, schema=schema)
 
+    # ------------------------------------------------------------------ the commit protocol
+    def new_staging(self, run_key: str) -> str:
+        """A fresh local directory for one run's files before commit: `<experiment>/_staging/<run_key>.<id>/` on a
+        local root (same filesystem, so commit is a rename), a local temp directory for an object store."""
+        if not _RUN_KEY_RE.match(run_key):
+            raise StoreError(f"run key {run_key!r} must be letters, digits, '_' or '-'")
+        if not self._local:
+            return tempfile.mkdtemp(prefix=f"sglbench-staging-{run_key}-")
+        d = f"{self.staging_root}/{run_key}.{uuid.uuid4().hex[:12]}"
+        try:
+            os.makedirs(d)
+        except OSError as e:
+            raise write_error(d, e, "create the staging directory") from e
+        return d
+
+    def commit_run(self, plan: RunPlan, run_row: dict[str, Any], staging: str,
+                   staged: Optional[Mapping[str, str]] = None, tables: Optional[Mapping[str, Records]] = None) -> None:
+        """Commit one run; every writer of a run ends here (write_run, RunWriter.commit).
+
+        `staged` maps table name → a complete file already written in `staging` (a spooled Parquet file);
+        `tables` are whole tables to write. The protocol:
+        1. build and check the runs row; write every table and the runs row as synced files in `staging`
+           (a write error here, e.g. disk full, leaves the dataset exactly as it was);
+        2. un-commit an earlier attempt (delete its runs file);
+        3. move each table in (rename, directory fsynced) and delete this run's files of tables it no longer has;
+        4. move the runs file in last: the commit;
+        5. on any error in 2-4 remove what was moved in; always remove `staging`.
+        Errors become WriteError (an EnvironmentFault) naming the path.
+        """
+        try:
+            runs = self.runs_row(plan, run_row)  # refuse a bad row before touching anything
+            files = dict(staged or {})
+            for name, batch in (tables or {}).items():
+                files[name] = self._stage(staging, name, self.file_rows(name, plan, batch))
+            if "runs" in files:
+                raise StoreError("the runs row is given as run_row, not as a table")
+            runs_file = self._stage(staging, "runs", runs)
+            self._publish(plan, files, runs_file)
+        finally:
+            remove_tree(staging)
+
     def write_run(self, plan: RunPlan, run_row: dict[str, Any], requests: Optional[Records] = None,
                   chunks: Optional[Records] = None) -> None:
-        """Write one run: un-commit any earlier attempt, then requests, chunks, and the runs row last (commit)."""
-        runs = self.runs_row(plan, run_row)  # validate before touching anything
-        self._delete(self._path("runs", plan.variant.name, plan.run_key))
-        for name, batch in (("requests", requests), ("chunks", chunks)):
-            if batch is None:
-                self._delete(self._path(name, plan.variant.name, plan.run_key))
-            else:
-                self.write_table_rows(name, plan, batch)
-        self._write_parquet(self._path("runs", plan.variant.name, plan.run_key), runs)
+        """Write one whole run through commit_run (a table given as None has no file afterwards)."""
+        self.runs_row(plan, run_row)  # a bad row is refused before a staging directory exists
+        tables = {n: b for n, b in (("requests", requests), ("chunks", chunks)) if b is not None}
+        self.commit_run(plan, run_row, self.new_staging(plan.run_key), tables=tables)
+
+    def _stage(self, staging: str, name: str, table: pa.Table) -> str:
+        if not _TABLE_RE.match(name):
+            raise StoreError(f"table name {name!r} must be lowercase letters, digits or '_'")
+        path = f"{staging}/{name}.parquet"
+        write_synced(path, _parquet_bytes(_without_partition(table)))
+        return path
+
+    def _put(self, src: str, dst: str) -> None:
+        """Move a complete staged file to its place in the hive tree (a rename locally, one upload otherwise)."""
+        if self._local:
+            move_into_place(src, dst)
+            return
+        try:
+            self.fs.create_dir(dst.rsplit("/", 1)[0], recursive=True)
+            with open(src, "rb") as f, self.fs.open_output_stream(dst) as out:
+                shutil.copyfileobj(f, out, length=8 << 20)
+        except OSError as e:
+            raise write_error(dst, e) from e
+
+    def _publish(self, plan: RunPlan, files: Mapping[str, str], runs_file: str) -> None:
+        v, k = plan.variant.name, plan.run_key
+        runs_target = self._path("runs", v, k)
+        self._delete(runs_target)
+        moved: list[str] = []
+        try:
+            for name, src in files.items():
+                dst = self._path(name, v, k)
+                self._put(src, dst)
+                moved.append(dst)
+            for name in self.tables():
+                if name not in files and name != "runs" and name not in VARIANT_TABLES:
+                    self._delete(self._path(name, v, k))
+            self._put(runs_file, runs_target)
+        except BaseException:
+            for dst in moved:
+                try:
+                    self._delete(dst)
+                except OSError:
+                    pass
+            raise
 
     def write_experiment_meta(self, meta: dict[str, Any]) -> None:
         """experiment.json (spec, probe results, ...), written atomically."""
         data = json.dumps(meta, indent=2, sort_keys=True, default=_json_default).encode()
-        self._write_bytes(f"{self.base}/experiment.json", data)
+        self._write_file(f"{self.base}/experiment.json", data)
 
     def read_experiment_meta(self) -> Optional[dict[str, Any]]:
         path = f"{self.base}/experiment.json"
         if self.fs.get_file_info(path).type != pafs.FileType.File:
             return None
         with self.fs.open_input_stream(path) as f:
-            return json.loads(f.read())
+            doc = json.loads(f.read())
+        return doc if isinstance(doc, dict) else None
 
     # ------------------------------------------------------------------ reading
     def _data_files(self, table: str) -> list[str]:
@@ -248,16 +328,22 @@ class DatasetStore:
         return sorted(i.path for i in self.fs.get_file_info(sel) if i.type == pafs.FileType.File
                       and _is_data_file(i.path))
 
-    def completed_run_keys(self) -> set[str]:
-        """Run keys whose runs file exists: the resume index."""
+    def committed_run_keys(self) -> set[str]:
+        """Run keys whose runs file exists (whatever their status): the runs whose rows readers see."""
         return {p.rsplit("/", 1)[-1][: -len(".parquet")] for p in self._data_files("runs")}
+
+    def finished_run_keys(self) -> set[str]:
+        """The resume index: runs committed with status ok or invalid. A failed run is retried on resubmission."""
+        table = self.read_table("runs", columns=["run_key", "status"])
+        return {k for k, s in zip(table.column("run_key").to_pylist(), table.column("status").to_pylist())
+                if s in FINISHED_STATUSES}
 
     def table_files(self, table: str) -> list[str]:
         """Data files of a table that belong to committed runs (a crash before the runs row hides the rest)."""
         files = self._data_files(table)
         if table == "runs" or table in VARIANT_TABLES:
             return files
-        done = self.completed_run_keys()
+        done = self.committed_run_keys()
         return [p for p in files if p.rsplit("/", 1)[-1][: -len(".parquet")] in done]
 
     def tables(self) -> list[str]:
@@ -297,6 +383,16 @@ def _partition_value(path: str) -> str:
         if seg.startswith(PARTITION_COLUMN + "="):
             return seg.split("=", 1)[1]
     raise StoreError(f"{path}: no {PARTITION_COLUMN}= partition in the path")
+
+
+def _without_partition(table: pa.Table) -> pa.Table:
+    return table.drop_columns([PARTITION_COLUMN]) if PARTITION_COLUMN in table.column_names else table
+
+
+def _parquet_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    return bytes(sink.getvalue().to_pybytes())
 
 
 def _as_float(val: Any) -> Optional[float]:

@@ -138,12 +138,7 @@ class Driver:
     # ------------------------------------------------------------------ planning
     def runs_to_do(self, plans: list[RunPlan]) -> set[str]:
         """Runs not yet finished (ok or invalid); failed runs are retried on resubmission."""
-        table = self.store.read_table("runs")
-        done: set[str] = set()
-        if table.num_rows:
-            keys = table.column("run_key").to_pylist()
-            st = table.column("status").to_pylist()
-            done = {k for k, s in zip(keys, st) if s in ("ok", "invalid")}
+        done = self.store.finished_run_keys()
         todo = {p.run_key for p in plans if p.run_key not in done}
         self.result.skipped = len(plans) - len(todo)
         for p in plans:

@@ -15,6 +15,7 @@ from cluster.analysis.metrics import METRIC_NAMES, summarize_run
 from cluster.plan.runs import RECORD_SCHEMA_VERSION, RunPlan, make_plan
 from cluster.dataset.records import REQUESTS_SCHEMA, RequestRecord, request_batches
 from cluster.spec.loader import parse_spec_text
+from cluster.dataset.atomic import WriteError
 from cluster.dataset.store import DatasetStore, StoreError, list_experiments
 
 SPEC = """
@@ -86,12 +87,12 @@ def test_schema_version_in_every_table(tmp_path: Path, plans: list[RunPlan]) -> 
 
 def test_resume_keys_and_rewrite(tmp_path: Path, plans: list[RunPlan]) -> None:
     store = DatasetStore(str(tmp_path), "exp1")
-    assert store.completed_run_keys() == set()
+    assert store.committed_run_keys() == set()
     for p in plans[:3]:
         _write(store, p)
-    assert store.completed_run_keys() == {p.run_key for p in plans[:3]}
+    assert store.committed_run_keys() == {p.run_key for p in plans[:3]}
     # a fresh store object over the same root sees the same index
-    assert DatasetStore(str(tmp_path), "exp1").completed_run_keys() == {p.run_key for p in plans[:3]}
+    assert DatasetStore(str(tmp_path), "exp1").committed_run_keys() == {p.run_key for p in plans[:3]}
     _write(store, plans[0], n=5)  # rewrite replaces, never duplicates
     assert store.read_table("runs").num_rows == 3
     assert store.read_table("requests").num_rows == 5 + 3 + 3
@@ -101,6 +102,19 @@ def test_resume_keys_and_rewrite(tmp_path: Path, plans: list[RunPlan]) -> None:
     runs = {r["run_key"]: r for r in store.read_table("runs").to_pylist()}
     assert runs[plans[0].run_key]["status"] == "failed"
     assert runs[plans[0].run_key]["failure_reason"] == "server died"
+
+
+def test_resume_index_retries_failed_runs(tmp_path: Path, plans: list[RunPlan]) -> None:
+    """One resume index: ok and invalid runs are finished; a failed run is committed (visible) but retried."""
+    store = DatasetStore(str(tmp_path), "exp1")
+    assert store.finished_run_keys() == set()
+    _write(store, plans[0])
+    store.write_run(plans[1], {"status": "invalid", "invalid_reasons": "client lag"})
+    store.write_run(plans[2], {"status": "failed", "failure_reason": "server died"})
+    assert store.finished_run_keys() == {plans[0].run_key, plans[1].run_key}
+    assert store.committed_run_keys() == {p.run_key for p in plans[:3]}
+    _write(store, plans[2])  # the retry succeeds
+    assert store.finished_run_keys() == {p.run_key for p in plans[:3]}
 
 
 def test_uncommitted_run_and_temp_files_are_ignored(tmp_path: Path, plans: list[RunPlan]) -> None:
@@ -114,7 +128,7 @@ def test_uncommitted_run_and_temp_files_are_ignored(tmp_path: Path, plans: list[
     d = tmp_path / "exp1" / "runs" / f"variant={p.variant.name}"
     d.mkdir(parents=True, exist_ok=True)
     (d / f".{p.run_key}.parquet.deadbeef.tmp").write_bytes(b"PAR1 truncated")
-    assert store.completed_run_keys() == {plans[0].run_key}
+    assert store.committed_run_keys() == {plans[0].run_key}
     assert store.read_table("runs").num_rows == 1
     assert store.read_table("requests").num_rows == 3
 
@@ -126,11 +140,11 @@ def test_failed_write_leaves_no_file(tmp_path: Path, plans: list[RunPlan], monke
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", boom)
-    with pytest.raises(OSError):
+    with pytest.raises(WriteError, match="disk full"):
         _write(store, plans[0])
     leftovers = [f for f in tmp_path.rglob("*") if f.is_file()]
     assert leftovers == []
-    assert store.completed_run_keys() == set()
+    assert store.committed_run_keys() == set()
 
 
 def test_empty_tables_have_schema(tmp_path: Path) -> None:
@@ -176,7 +190,7 @@ def test_extra_metrics_and_m_columns(tmp_path: Path, plans: list[RunPlan]) -> No
 def test_file_uri_root(tmp_path: Path, plans: list[RunPlan]) -> None:
     store = DatasetStore(f"file://{tmp_path}/ds", "exp1")
     _write(store, plans[2])
-    assert store.completed_run_keys() == {plans[2].run_key}
+    assert store.committed_run_keys() == {plans[2].run_key}
     f = tmp_path / "ds" / "exp1" / "requests" / f"variant={plans[2].variant.name}" / f"{plans[2].run_key}.parquet"
     assert pq.read_table(f).num_rows == 3
     assert list_experiments(f"file://{tmp_path}/ds") == ["exp1"]
@@ -188,7 +202,7 @@ def test_object_store_path_mock(plans: list[RunPlan]) -> None:
     _write(store, plans[0])
     _write(store, plans[3])
     store.write_experiment_meta({"a": 1})
-    assert store.completed_run_keys() == {plans[0].run_key, plans[3].run_key}
+    assert store.committed_run_keys() == {plans[0].run_key, plans[3].run_key}
     assert store.read_table("requests").num_rows == 6
     assert store.read_experiment_meta() == {"a": 1}
     names = [i.path for i in store.fs.get_file_info(pafs.FileSelector("bucket", recursive=True)) if i.is_file]
