@@ -242,3 +242,81 @@ def single_file_model(model_dir: Path, *, layers: int = 2, hidden: int = 64, voc
     t |= bf16("model.norm.weight", hidden) | bf16("lm_head.weight", vocab, hidden)
     write_safetensors(model_dir / "model.safetensors", t, metadata={"format": "pt"})
     return model_dir
+
+
+def _dense_mlp(p: str, hidden: int, inter: int = 128) -> Tensors:
+    t: Tensors = {}
+    for proj, (o, i) in (("gate_proj", (inter, hidden)), ("up_proj", (inter, hidden)), ("down_proj", (hidden, inter))):
+        t |= bf16(f"{p}.mlp.{proj}.weight", o, i)
+    return t
+
+
+def _dense_body(layers: int, hidden: int, vocab: int) -> Tensors:
+    t: Tensors = bf16("model.embed_tokens.weight", vocab, hidden)
+    for layer in range(layers):
+        p = f"model.layers.{layer}"
+        t |= _norms(p, hidden) | _attention(p, hidden) | _dense_mlp(p, hidden)
+    return t | bf16("model.norm.weight", hidden) | bf16("lm_head.weight", vocab, hidden)
+
+
+def _dense_model(model_dir: Path, config: dict[str, Any], t: Tensors) -> Path:
+    model_dir.mkdir(parents=True, exist_ok=True)
+    write_json(model_dir / "config.json", config)
+    write_sharded(model_dir, t, 2)
+    return model_dir
+
+
+def mimo_mtp(model_dir: Path, *, layers: int = 2, hidden: int = 64, vocab: int = 256, mtp_layers: int = 1,
+             mtp_weights: bool = True) -> Path:
+    """MiMo (SGLang mimo_mtp.py): a Qwen2 body plus `model.mtp_layers.{i}.*` (a decoder layer, token/hidden/final
+    layernorms, input_proj [H, 2H]) and `num_nextn_predict_layers`, as tests/sglang_cpu builds it for real."""
+    t = _dense_body(layers, hidden, vocab)
+    if mtp_weights:
+        for i in range(mtp_layers):
+            p = f"model.mtp_layers.{i}"
+            t |= _norms(p, hidden) | _attention(p, hidden) | _dense_mlp(p, hidden)
+            for norm in ("token_layernorm", "hidden_layernorm", "final_layernorm"):
+                t |= bf16(f"{p}.{norm}.weight", hidden)
+            t |= bf16(f"{p}.input_proj.weight", hidden, 2 * hidden)
+    return _dense_model(model_dir, {
+        "architectures": ["MiMoForCausalLM"], "model_type": "mimo", "hidden_size": hidden,
+        "num_hidden_layers": layers, "vocab_size": vocab, "num_nextn_predict_layers": mtp_layers,
+        "tie_word_embeddings": False,
+    }, t)
+
+
+def ernie45_mtp(model_dir: Path, *, layers: int = 2, hidden: int = 64, vocab: int = 256) -> Path:
+    """Ernie 4.5 MoE (SGLang ernie4_eagle.py): `model.mtp_block.0.*`, `model.mtp_{emb,hidden}_norm.0`,
+    `model.mtp_linear_proj.0` (dense stand-in for the MoE body: the layout is what is tested)."""
+    p = "model.mtp_block.0"
+    t = _dense_body(layers, hidden, vocab) | _norms(p, hidden) | _attention(p, hidden) | _dense_mlp(p, hidden)
+    t |= bf16("model.mtp_emb_norm.0.weight", hidden) | bf16("model.mtp_hidden_norm.0.weight", hidden)
+    t |= bf16("model.mtp_linear_proj.0.weight", hidden, 2 * hidden)
+    return _dense_model(model_dir, {
+        "architectures": ["Ernie4_5_MoeForCausalLM"], "model_type": "ernie4_5_moe", "hidden_size": hidden,
+        "num_hidden_layers": layers, "vocab_size": vocab, "num_nextn_predict_layers": 1,
+    }, t)
+
+
+def model_mtp_prefixed(model_dir: Path, *, arch: str = "MiMoV2FlashForCausalLM", layers: int = 2, hidden: int = 64,
+                       vocab: int = 256) -> Path:
+    """MiMo-V2 / LongCat-Flash (SGLang mimo_v2_nextn.py, longcat_flash_nextn.py): `model.mtp.layers.{i}.*`."""
+    p = "model.mtp.layers.0"
+    t = _dense_body(layers, hidden, vocab) | _norms(p, hidden) | _attention(p, hidden) | _dense_mlp(p, hidden)
+    t |= bf16(f"{p}.eh_proj.weight", hidden, 2 * hidden) | bf16(f"{p}.enorm.weight", hidden)
+    t |= bf16(f"{p}.hnorm.weight", hidden)
+    return _dense_model(model_dir, {
+        "architectures": [arch], "model_type": "mimo_v2_flash", "hidden_size": hidden,
+        "num_hidden_layers": layers, "vocab_size": vocab, "num_nextn_predict_layers": 1,
+    }, t)
+
+
+def deepseek_v4_mtp(model_dir: Path, *, layers: int = 2, hidden: int = 64, vocab: int = 256) -> Path:
+    """DeepSeek-V4 (SGLang deepseek_v4_nextn.py): the MTP module under `mtp.0.*` (e_proj, h_proj, decoder)."""
+    p = "mtp.0"
+    t = _dense_body(layers, hidden, vocab) | _norms(p, hidden) | _attention(p, hidden) | _dense_mlp(p, hidden)
+    t |= bf16(f"{p}.e_proj.weight", hidden, hidden) | bf16(f"{p}.h_proj.weight", hidden, hidden)
+    return _dense_model(model_dir, {
+        "architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4", "hidden_size": hidden,
+        "num_hidden_layers": layers, "vocab_size": vocab, "num_nextn_predict_layers": 1,
+    }, t)

@@ -63,6 +63,11 @@ def check_speculative_support(
                 get(sd.draft_model_path, v, "draft_model_path")
         if _needs_builtin_head(v) and not report.mtp.weights_present:
             raise PreflightError(_missing_head_message(spec, v, report))
+        if _needs_builtin_head(v) and report.mtp.layout_matches_architecture is False:
+            raise PreflightError(
+                f"experiment {spec.name!r}, variant {v.name!r}: {v.model_path} keeps its MTP weights under "
+                f"{report.mtp.layout}, but SGLang loads {' or '.join(report.mtp.expected_layouts)} for "
+                f"{', '.join(report.config.architectures)}: the draft would load no weights")
     return reports
 
 
@@ -72,10 +77,11 @@ def _missing_head_message(spec: ExperimentSpec, v: ResolvedVariant, report: Prob
     declared = (f"config.json declares {m.declared_layers} MTP layer(s) ({m.declared_in}) but "
                 if m.declared else "config.json declares no MTP/NextN layers and ")
     n_layers: Optional[int] = report.config.num_hidden_layers
-    nextn = f"model.layers.{n_layers}.*" if n_layers is not None else "model.layers.{num_hidden_layers}.*"
+    wanted = [p.replace("{num_hidden_layers + i}", str(n_layers)) if n_layers is not None else p
+              for p in m.expected_layouts]
     return (
         f"experiment {spec.name!r}, variant {v.name!r}: {algo} needs the checkpoint's MTP/NextN weights, but "
-        f"{v.model_path} has none (verdict {m.verdict}): {declared}no mtp.* or {nextn} tensors were found in "
+        f"{v.model_path} has none (verdict {m.verdict}): {declared}no {' or '.join(wanted)} tensors were found in "
         f"{'; '.join(m.looked_in[1:])}. Use a checkpoint that keeps the MTP head, or give draft_model_path "
         "with EAGLE/EAGLE3/STANDALONE."
     )

@@ -48,24 +48,90 @@ def glob_to_regex(pattern: str) -> re.Pattern[str]:
     return re.compile(".*".join(re.escape(p) for p in pattern.split("*")))
 
 
+@dataclass(frozen=True)
+class MtpLayout:
+    """Where one family of architectures keeps its built-in MTP/NextN head in the checkpoint, as SGLang 0.5.23 loads it."""
+
+    kind: str
+    """`mtp`, `nextn`, `mtp_layers` or `mtp_block` (the value of MtpEvidence.kind)."""
+    prefix: str
+    """The tensor-name prefix for humans, e.g. `model.mtp_layers.{i}.*`."""
+    pattern: str
+    """Regex matched at the start of a tensor name; group 1, when present, is the layer index."""
+    config_key: str
+    """The config.json key giving the number of MTP/NextN layers."""
+    architectures: tuple[str, ...]
+    source: str
+    """The SGLang 0.5.23 file(s) whose weight loading this rule was read from (under sglang/srt/models/)."""
+
+
+MTP_LAYOUTS: tuple[MtpLayout, ...] = (
+    MtpLayout("mtp", "mtp.* or model.mtp.*", r"(?:model\.|language_model\.|llm\.)?mtp\.(?:layers\.)?(\d+)?",
+              "mtp_num_hidden_layers (Qwen3.5 text_config) or num_nextn_predict_layers",
+              ("Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration", "Qwen3_5ForCausalLM",
+               "Qwen3_5MoeForCausalLM", "Qwen3NextForCausalLM", "Qwen3MoeForCausalLM", "ExaoneMoEForCausalLM",
+               "ExaoneMoeForCausalLM", "Qwen4ExpForConditionalGeneration", "NemotronHForCausalLM",
+               "NemotronHPuzzleForCausalLM", "IQuestQ1ForCausalLM", "DeepseekV4ForCausalLM",
+               "LongcatFlashForCausalLM", "MiMoV2ForCausalLM", "MiMoV2FlashForCausalLM", "InklingForConditionalGeneration"),
+              "qwen3_5_mtp.py, qwen3_next.py / qwen3_moe.py / exaone_moe.py load_weights(is_mtp) ('mtp' → 'model'), "
+              "qwen4_exp_mtp.py, nemotron_h_mtp.py (mtp.layers.*), iquest_q1_mtp.py, deepseek_v4_nextn.py (mtp.0.*), "
+              "longcat_flash_nextn.py / mimo_v2_nextn.py / dots3_common/nextn.py (model.mtp.*), inkling.py"),
+    MtpLayout("nextn", "model.layers.{num_hidden_layers + i}.*", r"model\.(?:language_model\.)?layers\.(\d+)\.",
+              "num_nextn_predict_layers",
+              ("DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM", "Glm4MoeForCausalLM",
+               "Glm4MoeLiteForCausalLM", "GlmOcrForConditionalGeneration", "Glm5NextForConditionalGeneration",
+               "BailingMoeForCausalLM", "BailingMoeV2ForCausalLM", "BailingMoeV2_5ForCausalLM",
+               "BailingMoeV3ForCausalLM", "Step3p5ForCausalLM", "GigaChat35ForCausalLM", "HYV3ForCausalLM"),
+              "deepseek_nextn.py, glm4_moe.py load_weights(is_nextn), glm5_next_nextn.py (also "
+              "model.language_model.layers.{n}), bailing_moe_nextn.py, step3p5_mtp.py, gigachat35_mtp.py, "
+              "hunyuan_v3_nextn.py"),
+    MtpLayout("mtp_layers", "model.mtp_layers.{i}.*", r"model\.mtp_layers\.(\d+)\.", "num_nextn_predict_layers",
+              ("MiMoForCausalLM", "HYV4ForCausalLM"),
+              "mimo_mtp.py map_model_name_to_mtp_param_name (mimo.py skips mtp_layers), hunyuan_v4_nextn.py"),
+    MtpLayout("mtp_block", "model.mtp_{block,emb_norm,hidden_norm,linear_proj}.{i}.*",
+              r"model\.mtp_(?:block|emb_norm|hidden_norm|linear_proj)\.(\d+)\.", "num_nextn_predict_layers",
+              ("Ernie4_5_MoeForCausalLM",),
+              "ernie4_eagle.py Ernie4_5_MoeForCausalLMMTP.load_weights (ernie4.py skips model.mtp_*)"),
+)
+"""Every built-in MTP/NextN weight layout SGLang 0.5.23 serves with NEXTN (draft architectures chosen in
+sglang/srt/configs/model_config.py `_config_draft_model`). The `nextn` rule only counts layer indices at or past
+num_hidden_layers."""
+
+
+def layouts_for(architectures: list[str]) -> list[MtpLayout]:
+    """The layouts SGLang loads for these architectures (all of them when none is known)."""
+    known = [lay for lay in MTP_LAYOUTS if any(a in lay.architectures for a in architectures)]
+    return known or list(MTP_LAYOUTS)
+
+
 class Classifier:
     """Sorts tensor names into mtp / vision / routed_expert / embedding / other."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         n = cfg.num_hidden_layers
-        self._nextn = re.compile(r"^model\.(?:language_model\.)?layers\.(\d+)\.") if n is not None else None
         self._n_layers = n if n is not None else 0
+        self._has_layers = n is not None
+        self._rules = [(lay, re.compile(lay.pattern)) for lay in MTP_LAYOUTS
+                       if lay.kind != "nextn" or n is not None]
 
-    def nextn_layer(self, name: str) -> Optional[int]:
-        if self._nextn is None:
-            return None
-        m = self._nextn.match(name)
-        if m and int(m.group(1)) >= self._n_layers:
-            return int(m.group(1))
+    def mtp_match(self, name: str) -> Optional[tuple[MtpLayout, Optional[int]]]:
+        """The MTP/NextN layout a tensor name belongs to and its layer index (None when not an MTP tensor)."""
+        for lay, rx in self._rules:
+            m = rx.match(name)
+            if m is None:
+                continue
+            idx = int(m.group(1)) if m.group(1) is not None else None
+            if lay.kind == "nextn" and (idx is None or idx < self._n_layers):
+                continue
+            return lay, idx
         return None
 
+    def nextn_layer(self, name: str) -> Optional[int]:
+        hit = self.mtp_match(name)
+        return hit[1] if hit is not None and hit[0].kind == "nextn" else None
+
     def kind(self, name: str) -> str:
-        if name.startswith(("mtp.", "model.mtp.")) or self.nextn_layer(name) is not None:
+        if self.mtp_match(name) is not None:
             return "mtp"
         if "visual." in name or "vision_tower" in name or "vision_model" in name:
             return "vision"
@@ -94,7 +160,16 @@ class MtpEvidence:
     verdict: str
     """present | declared_but_absent | not_declared_but_present | absent"""
     kind: Optional[str]
-    """`mtp` (Qwen3.5/Qwen3-Next `mtp.*`), `nextn` (DeepSeek `model.layers.{num_hidden_layers}.*`) or None."""
+    """The MtpLayout kind found: `mtp` (`mtp.*`, `model.mtp.*`), `nextn` (`model.layers.{num_hidden_layers}.*`),
+    `mtp_layers` (MiMo `model.mtp_layers.{i}.*`), `mtp_block` (Ernie 4.5) or None."""
+    layout: Optional[str]
+    """The found layout's tensor-name prefix (MTP_LAYOUTS), None when no MTP tensor was found."""
+    layout_source: Optional[str]
+    """The SGLang model file(s) that load that layout."""
+    expected_layouts: list[str]
+    """The prefixes SGLang loads for the config's architecture (every known one for an unknown architecture)."""
+    layout_matches_architecture: Optional[bool]
+    """False when the weights use a layout SGLang does not load for this architecture (None: unknown arch or none)."""
     declared: bool
     declared_layers: int
     declared_in: Optional[str]
@@ -129,20 +204,23 @@ def mtp_evidence(
 ) -> MtpEvidence:
     mtp_names = [n for n in tensors if cls.kind(n) == "mtp"]
     kind: Optional[str] = None
+    layout: Optional[MtpLayout] = None
     layers: set[int] = set()
-    for n in mtp_names:
-        nl = cls.nextn_layer(n)
-        if nl is not None:
-            kind = kind or "nextn"
-            layers.add(nl)
-        else:
-            kind = "mtp"
-            m = re.match(r"^(?:model\.)?mtp\.layers\.(\d+)\.", n)
-            if m:
-                layers.add(int(m.group(1)))
+    for n in sorted(mtp_names):
+        hit = cls.mtp_match(n)
+        if hit is None:
+            continue
+        lay, idx = hit
+        if layout is None or (layout.kind == "nextn" and lay.kind != "nextn"):
+            layout = lay
+        if idx is not None:
+            layers.add(idx)
+    kind = layout.kind if layout else None
+    expected = layouts_for(cfg.architectures)
     fc: Optional[str] = next((n for n in ("mtp.fc.weight", "model.mtp.fc.weight") if n in tensors), None)
     if fc is None:
-        fc = next((n for n in sorted(mtp_names) if n.endswith(".eh_proj.weight")), None)
+        fc = next((n for n in sorted(mtp_names) if n.endswith((".eh_proj.weight", ".input_proj.weight",
+                                                                 ".mtp_linear_proj.0.weight"))), None)
     dtypes: dict[str, int] = {}
     for n in mtp_names:
         dtypes[tensors[n].dtype] = dtypes.get(tensors[n].dtype, 0) + 1
@@ -166,6 +244,10 @@ def mtp_evidence(
     return MtpEvidence(
         verdict=verdict,
         kind=kind,
+        layout=layout.prefix if layout else None,
+        layout_source=layout.source if layout else None,
+        expected_layouts=[lay.prefix for lay in expected],
+        layout_matches_architecture=None if layout is None or len(expected) == len(MTP_LAYOUTS) else layout in expected,
         declared=declared,
         declared_layers=cfg.mtp.layers if cfg.mtp else 0,
         declared_in=cfg.mtp.key if cfg.mtp else None,
