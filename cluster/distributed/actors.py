@@ -20,8 +20,8 @@ from cluster.engines.base import redact_argv, redact_env
 from cluster.loadgen.gate import GateAnswers
 from cluster.plan.runs import LoadPoint, ResolvedVariant
 from cluster.loadgen.server_metrics import MetricsScraper
-from cluster.server.process import (ServerProcess, ServerStartError, free_port, http_get_json, http_status, kill_group,
-                                    pid_alive)
+from cluster.server.process import (PortNotOwnedError, ServerProcess, ServerStartError, free_port, http_get_json,
+                                    http_status, kill_group, pid_alive)
 from cluster.spec.models import EngineLauncher, WorkloadSpec
 
 MAX_PORT_TRIES = 3
@@ -83,6 +83,8 @@ class EngineActorImpl:
         self.engine = get_engine(variant.engine)
         self.server: Optional[ServerProcess] = None
         self.base_url = ""
+        self.server_pid: Optional[int] = None
+        """The server process under the watchdog, once healthy."""
 
     def gpu_ids(self) -> list[str]:
         return [str(g) for g in ray.get_gpu_ids()]
@@ -103,14 +105,16 @@ class EngineActorImpl:
             self.server.start()
             self.base_url = f"http://{self.host}:{p}"
             try:
-                waited = self.server.wait_healthy(self.base_url, self.engine.health_path, health_timeout_s)
+                # health counts only once our process group is proven to hold the port's listening socket
+                waited = self.server.wait_healthy(self.base_url, self.engine.health_path, health_timeout_s, port=p)
             except ServerStartError as e:
-                tail = self.server.log_tail()
                 self.server.stop(grace_s=5)
+                tail = self.server.log_tail()
                 last_err = e
-                if "address already in use" in tail.lower() or "errno 98" in tail.lower():
+                stranger = isinstance(e, PortNotOwnedError)
+                if not stranger and ("address already in use" in tail.lower() or "errno 98" in tail.lower()):
                     continue  # another process took the port between our probe and the bind: try another
-                raise ServerStartError(str(e), tail, e.server_exit_code) from None
+                raise type(e)(str(e), tail, e.server_exit_code, log_line=e.log_line) from None
             infos: dict[str, Any] = {}
             for name, path in self.engine.info_paths(self.launcher.version if self.launcher else None).items():
                 try:
@@ -125,7 +129,7 @@ class EngineActorImpl:
                 environment = {"error": f"{type(e).__name__}: {e}"}
             leader = self.server.pid
             assert leader is not None
-            server_pid = self.server.server_pid()
+            server_pid = self.server_pid = self.server.server_pid()
             return ServerFacts(
                 environment=environment,
                 port=p,
@@ -152,7 +156,11 @@ class EngineActorImpl:
                                last_err.log_tail)
 
     def alive(self) -> bool:
-        return self.server is not None and self.server.alive()
+        """The process group leader runs and so does the server itself (a killed server whose watchdog has not yet
+        noticed is dead)."""
+        if self.server is None or not self.server.alive():
+            return False
+        return self.server_pid is None or pid_alive(self.server_pid)
 
     def log_tail(self, max_bytes: int = 8000) -> str:
         return self.server.log_tail(max_bytes) if self.server else ""

@@ -58,6 +58,26 @@ class ExperimentResult:
         return out
 
 
+DEATH_SETTLE_S = 3.0
+"""After a window with failed requests, how long a dying server is given to be seen dead."""
+
+
+@dataclass(frozen=True)
+class _Death:
+    """A server death seen by one run: where it happened (for the later runs' reason) and the log tail."""
+
+    where: str
+    tail: str
+
+
+class _DiedBeforeWindow(Exception):
+    """The server was found dead after warmup and flush, before the measured window opened."""
+
+
+GATE_WAIT_LOG_S = 30.0
+"""How often a gate waiting for the baseline's answers says so."""
+
+
 class GateBoard:
     """Gate answers per variant, shared between segment threads (None: the variant gave none)."""
 
@@ -70,10 +90,28 @@ class GateBoard:
             self.outputs[variant] = outputs
             self.cond.notify_all()
 
-    def wait(self, variant: str, timeout_s: float) -> Optional[GateAnswers]:
+    def has(self, variant: str) -> bool:
         with self.cond:
-            self.cond.wait_for(lambda: variant in self.outputs, timeout=timeout_s)
+            return variant in self.outputs
+
+    def wait(self, variant: str, timeout_s: float, on_wait: Callable[[float], None] = lambda waited_s: None,
+             every_s: float = GATE_WAIT_LOG_S) -> Optional[GateAnswers]:
+        """The variant's answers once put (None after timeout_s); on_wait(seconds waited) every every_s."""
+        t0 = time.monotonic()
+        with self.cond:
+            while variant not in self.outputs:
+                left = timeout_s - (time.monotonic() - t0)
+                if left <= 0:
+                    break
+                if not self.cond.wait_for(lambda: variant in self.outputs, timeout=min(every_s, left)):
+                    on_wait(time.monotonic() - t0)
             return self.outputs.get(variant)
+
+
+def gate_key(variant: ResolvedVariant) -> str:
+    """The correctness table's file key of a variant's gate answers (one per variant identity)."""
+    return "gate-" + hashlib.sha256(json.dumps(variant.identity(), sort_keys=True, default=str).encode()
+                                    ).hexdigest()[:16]
 
 
 class _Shared:
@@ -167,9 +205,9 @@ class Driver:
             "preflight": getattr(self, "preflight", None),
         })
         segments = [(v, runs) for v, runs in server_segments(plans) if any(r.run_key in todo for r in runs)]
-        # the baseline's gate answers are what other variants are compared with: start it first
-        segments.sort(key=lambda seg: 0 if seg[0].is_baseline else 1)
+        # executed in the planned order (make_plan puts the baseline's first segment first: a plan rule)
         self.baseline_name = next((v.name for v in variants if v.is_baseline), None)
+        segments = self._baseline_answers(variants, segments)
         if segments:
             from cluster.distributed.tuning_stage import run_tuning_stage
 
@@ -178,6 +216,8 @@ class Driver:
         if not segments:
             self.log("every planned run is already in the dataset; nothing to do")
             return self.result
+        self.log(f"server logs: {self.log_dir}/<variant>-<unix ms>.log on the node that ran each server "
+                 "(SGLBENCH_LOG_DIR)")
         # node isolation: at most one server per node at a time; gpus: as many as fit (Ray queues the rest)
         workers = max(1, len(nodes)) if self.spec.isolation == "node" else max(1, len(segments))
         with ThreadPoolExecutor(max_workers=min(workers, 64), thread_name_prefix="segment") as pool:
@@ -240,7 +280,8 @@ class Driver:
             self.result.servers[variant.name] = ServerRecord(server, seg)
             self.shared.enter(variant.name, server.node_id)
             self.log(f"[{variant.name}] server healthy in {server.startup_s:.1f} s on GPUs "
-                     f"{server.cuda_visible_devices or '-'} (pid {server.pid})")
+                     f"{server.cuda_visible_devices or '-'} (pid {server.pid}, port {server.port}, log "
+                     f"{server.hostname}:{server.log_path})")
             loads = [self._new_load_actor(pg, variant, i) for i in range(n_load)]
             seg = replace(seg, load_actor_cuda_visible_devices=ray.get(loads[0].visible_gpus.remote()),
                           load_actor_node_id=ray.get(loads[0].node_id.remote()), load_actors=n_load)
@@ -254,16 +295,13 @@ class Driver:
                 for p in runs:
                     self._record_invalid(p, "correctness gate failed: " + "; ".join(gate.reasons), server, seg)
                 return
-            server_dead = False
-            last_tail = ""
+            death: Optional[_Death] = None
             for p in runs:
-                if server_dead:
-                    self._record_failed(p, "server died during an earlier run of this variant", last_tail, server,
-                                        seg)
+                if death is not None:
+                    self._record_failed(p, f"server died during an earlier run of this variant ({death.where})",
+                                        death.tail, server, seg)
                     continue
-                loads, death_tail = self._one_run(p, engine, loads, pg, server, seg)
-                if death_tail is not None:
-                    server_dead, last_tail = True, death_tail
+                loads, death = self._one_run(p, engine, loads, pg, server, seg)
         finally:
             self.shared.leave(variant.name)
             self._teardown(engine, loads, pg, server)
@@ -279,7 +317,7 @@ class Driver:
             runtime_env={"env_vars": {"CUDA_VISIBLE_DEVICES": ""}},
         ).remote(variant.engine, str(self.base_dir), variant.model_path)
 
-    def _stream_window(self, p: RunPlan, loads: list[Any], server: ServerFacts, writer: RunWriter
+    def _stream_window(self, p: RunPlan, loads: list[Any], server: ServerFacts, writer: RunWriter, engine: Any
                        ) -> WindowSummary:
         """Warmup and flush (first load actor), then every load actor runs its shard of the window; record batches
         are written as they arrive, so neither the actors nor the driver hold a whole long window."""
@@ -287,6 +325,8 @@ class Driver:
         prep: Prepared = ray.get(loads[0].prepare.remote(server.base_url, p.workload, p.load, p.seed,
                                                          self.spec.warmup_requests, model_name,
                                                          self.spec.request_timeout_s))
+        if not self._engine_alive(engine):
+            raise _DiedBeforeWindow()
         n = len(loads)
         start = time.time() + 1.0 if n > 1 else None  # shards start their windows together
         gens = [a.run_point_stream.options(num_returns="streaming").remote(
@@ -326,26 +366,33 @@ class Driver:
         )
 
     def _one_run(self, p: RunPlan, engine: Any, loads: list[Any], pg: Any, server: ServerFacts,
-                 seg: SegmentFacts) -> tuple[list[Any], Optional[str]]:
-        """Measure one run; returns the load actors to go on with and, if the server died, its log tail."""
+                 seg: SegmentFacts) -> tuple[list[Any], Optional[_Death]]:
+        """Measure one run; returns the load actors to go on with and, if the server died, where and its log tail.
+        A server death is `failed` (retried on resubmission), recorded on the run whose window it happened in."""
         if not self._engine_alive(engine):
             # found dead between runs (its actor was killed, or it crashed after the last window): no warmup or
             # flush retries against a server that is gone
             tail = self._engine_tail(engine)
             self._record_failed(p, "server died before this run started", tail, server, seg)
-            return loads, tail
+            return loads, _Death(f"found dead before run {p.order_index} started", tail)
         neighbours = self.shared.neighbours(p.variant.name, server.node_id)
         writer = RunWriter(self.store, p)
         try:
-            out = self._stream_window(p, loads, server, writer)
+            out = self._stream_window(p, loads, server, writer, engine)
+        except _DiedBeforeWindow:
+            writer.abort()
+            tail = self._engine_tail(engine)
+            self._record_failed(p, "server died before this run's measured window (during warmup or the cache "
+                                   "flush)", tail, server, seg)
+            return loads, _Death(f"it died before the window of run {p.order_index}", tail)
         except (RayActorError, RayTaskError) as e:
             writer.abort()
             reason, _ = _error_text(e)
             alive = self._engine_alive(engine)
             tail = self._engine_tail(engine)
             if not alive:
-                self._record_failed(p, f"server died: {reason}", tail, server, seg)
-                return loads, tail
+                self._record_failed(p, f"server died during the measured window: {reason}", tail, server, seg)
+                return loads, _Death(f"it died in the window of run {p.order_index}", tail)
             self._record_failed(p, f"load actor failed: {reason}", tail, server, seg)
             for a in loads:
                 try:
@@ -353,14 +400,17 @@ class Driver:
                 except Exception:  # noqa: BLE001
                     pass
             return [self._new_load_actor(pg, p.variant, i) for i in range(len(loads))], None
-        alive = self._engine_alive(engine)
+        n_req = out.requests.num_rows
+        n_err = n_req - int(pc.sum(pc.is_null(out.requests.column("error"))).as_py() or 0) if n_req else 0
+        # failed requests may mean a dying server whose watchdog has not noticed yet: look again before judging
+        alive = self._engine_alive(engine, settle_s=DEATH_SETTLE_S if n_err else 0.0)
         neighbours |= self.shared.neighbours(p.variant.name, server.node_id)
         if not alive:
             tail = self._engine_tail(engine)
-            writer.commit(failed_run_row(p, "server died during the measured window", tail, server, seg, self.spec,
-                                         self.git_sha))
+            writer.commit(failed_run_row(p, f"server died during the measured window ({n_err} of {n_req} requests "
+                                            "failed)", tail, server, seg, self.spec, self.git_sha))
             self._finish(p, "failed")
-            return loads, tail
+            return loads, _Death(f"it died in the window of run {p.order_index}", tail)
         row = build_run_row(p, out, server, seg, self.spec, sorted(neighbours), self.git_sha)
         sm = out.server_metrics
         writer.commit(row, {"server_metrics": sm} if sm is not None and sm.num_rows else None)
@@ -380,7 +430,10 @@ class Driver:
         self.gates.put(variant.name, answers)
         base = None
         if self.baseline_name and self.baseline_name != variant.name:
-            base = self.gates.wait(self.baseline_name, self.spec.health_timeout_s + 600)
+            baseline = self.baseline_name
+            base = self.gates.wait(baseline, self.spec.health_timeout_s + 600, lambda waited_s: self.log(
+                f"[{variant.name}] gate waiting {waited_s:.0f} s for the gate answers of the baseline {baseline!r} "
+                "(its server is starting or answering the gate prompts)"))
         sp = variant.speculative
         is_nextn = sp is not None and (sp.algorithm in ("NEXTN", "MTP") or
                                        (sp.algorithm == "EAGLE" and not sp.draft_model_path))
@@ -389,11 +442,38 @@ class Driver:
         reasons = list(result.reasons)
         if base is None and self.baseline_name and self.baseline_name != variant.name:
             reasons.append("note: the baseline gave no gate answers, so no prefix comparison was made")
+        elif base is not None and base.stored:
+            reasons.append("note: prefix compared with the baseline's gate answers stored in the dataset")
         table = correctness_rows(self.spec.name, variant.name, variant.engine, result, answers.outputs)
-        key = "gate-" + hashlib.sha256(json.dumps(variant.identity(), sort_keys=True, default=str).encode()
-                                       ).hexdigest()[:16]
-        self.store.write_variant_table("correctness", variant.name, key, table)
+        self.store.write_variant_table("correctness", variant.name, gate_key(variant), table)
         return GateVerdict(result.passed, tuple(reasons), result.accept_length)
+
+    def _baseline_answers(self, variants: list[ResolvedVariant], segments: list[tuple[ResolvedVariant, list[RunPlan]]]
+                          ) -> list[tuple[ResolvedVariant, list[RunPlan]]]:
+        """Make sure no gate waits on baseline answers that cannot come: on resume the baseline's stored answers
+        (correctness table) are put on the board; without any, a baseline that runs now runs first, and one that
+        does not run means no answers (and no wait)."""
+        from cluster.loadgen.gate import answers_from_correctness_rows
+
+        base = next((v for v in variants if v.is_baseline), None)
+        if base is None or not self.spec.correctness.enabled:
+            return segments
+        stored = self.store.read_variant_table("correctness", base.name, gate_key(base))
+        if stored is not None and stored.num_rows:
+            self.gates.put(base.name, answers_from_correctness_rows(stored))
+            self.log(f"[{base.name}] gate: using the baseline's {stored.num_rows} stored gate answers")
+            return segments
+        first = next((i for i, (v, _) in enumerate(segments) if v.name == base.name), None)
+        if first is None:
+            if segments:
+                self.log(f"[{base.name}] gate: the baseline runs nothing now and has no stored gate answers; "
+                         "other variants' gates make no prefix comparison")
+            self.gates.put(base.name, None)
+            return segments
+        if first:
+            self.log(f"[{base.name}] gate: no stored baseline answers; the baseline's remaining segment runs first")
+            return [segments[first]] + segments[:first] + segments[first + 1:]
+        return segments
 
     def _record_invalid(self, p: RunPlan, reason: str, server: ServerFacts, seg: SegmentFacts) -> None:
         row = failed_run_row(p, reason, "", server, seg, self.spec, self.git_sha)
@@ -401,11 +481,17 @@ class Driver:
         self.store.write_run(p, row, None, None)
         self._finish(p, "invalid")
 
-    def _engine_alive(self, engine: Any) -> bool:
-        try:
-            return bool(ray.get(engine.alive.remote(), timeout=30))
-        except (RayActorError, RayTaskError, GetTimeoutError):
-            return False
+    def _engine_alive(self, engine: Any, settle_s: float = 0.0) -> bool:
+        """Whether the server runs; with settle_s, keep looking that long for a death in progress."""
+        deadline = time.monotonic() + settle_s
+        while True:
+            try:
+                alive = bool(ray.get(engine.alive.remote(), timeout=30))
+            except (RayActorError, RayTaskError, GetTimeoutError):
+                return False
+            if not alive or time.monotonic() >= deadline:
+                return alive
+            time.sleep(0.2)
 
     def _engine_tail(self, engine: Any) -> str:
         try:

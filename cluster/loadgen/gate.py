@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 import aiohttp
+import pyarrow as pa
 
 from cluster.analysis.correctness import GATE_PROMPTS, GateOutput
 from cluster.engines.base import Engine
@@ -33,6 +34,8 @@ class GateAnswers:
 
     outputs: dict[str, GateOutput]
     accept_length: Optional[float] = None
+    stored: bool = False
+    """Read back from the dataset's correctness table (text only: prefixes compare as words), not asked now."""
 
     @classmethod
     def failed(cls, error: str) -> "GateAnswers":
@@ -77,3 +80,12 @@ def gate_accept_length(raw: dict[str, dict[str, Any]]) -> float | None:
     if not pairs or sum(v for _, v in pairs) < 8:
         return None  # too few verify steps to judge
     return sum(c - 1 for c, _ in pairs) / sum(v for _, v in pairs)
+
+
+def answers_from_correctness_rows(table: pa.Table) -> GateAnswers:
+    """A variant's gate answers as the `correctness` table stored them (analysis.correctness.correctness_rows)."""
+    rows = table.select(["prompt_id", "output_text", "output_tokens", "accept_length"]).to_pylist()
+    outputs = {str(r["prompt_id"]): GateOutput(text=str(r["output_text"] or ""), completion_tokens=r["output_tokens"])
+               for r in rows}
+    accept = next((r["accept_length"] for r in rows if r["accept_length"] is not None), None)
+    return GateAnswers(outputs, accept, stored=True)

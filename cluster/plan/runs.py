@@ -165,8 +165,10 @@ def make_plan(spec: ExperimentSpec) -> list[RunPlan]:
     grouped (default): a variant's runs are contiguous, so each server starts once.
     interleaved: repeat r of every variant runs before repeat r+1 of any (ABAB...), which cancels drift
     but restarts servers; worth it only where a restart is cheap.
+    In both, the baseline comes first (within each repeat when interleaved): its gate answers are what the other
+    variants' gates compare with, so its first segment runs before any other. The driver executes this order.
     """
-    variants = expand_variants(spec)
+    variants = sorted(expand_variants(spec), key=lambda v: not v.is_baseline)  # stable: baseline first
     points = load_points(spec)
     runs: list[RunPlan] = []
     if spec.order == "grouped":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -22,6 +23,75 @@ from cluster.errors import EngineFault
 class ServerStartError(EngineFault):
     """The server exited or never became healthy; `log_tail` holds the end of its output, `server_exit_code` its
     exit status. Built as ServerStartError(message, log_tail, exit_code) (EngineFault's signature)."""
+
+
+class PortNotOwnedError(ServerStartError):
+    """Something answered health on the server's port, but the listening socket is not our process group's."""
+
+
+_DECISIVE = re.compile(r"address already in use|errno \d+|error|exception|fatal|killed|out of memory|"
+                       r"no such file|not found|permission denied|traceback", re.IGNORECASE)
+
+
+def decisive_line(log_tail: str) -> Optional[str]:
+    """The log line that says why a server stopped: the final line of its last traceback, else the last line
+    naming an error (bind errors included); None when the log says nothing of the kind."""
+    lines = [ln.rstrip() for ln in log_tail.splitlines() if ln.strip()]
+    last_tb = max((i for i, ln in enumerate(lines) if ln.startswith("Traceback (most recent call last)")),
+                  default=None)
+    if last_tb is not None:
+        # the exception line: the first line after the traceback that is not indented (frames are)
+        for ln in lines[last_tb + 1:]:
+            if not ln.startswith((" ", "\t")):
+                return ln[:500]
+    for ln in reversed(lines):
+        if _DECISIVE.search(ln) and not ln.lstrip().startswith("Traceback"):
+            return ln.strip()[:500]
+    return None
+
+
+@dataclass(frozen=True)
+class PortHolder:
+    """A listening TCP socket on a port: the pid holding it (None when /proc does not show it to us)."""
+
+    pid: Optional[int]
+    name: Optional[str]
+
+
+def port_holders(port: int) -> list[PortHolder]:
+    """Every listening TCP socket (IPv4 and IPv6) on this host's `port`, with its process where visible."""
+    import psutil
+
+    out = []
+    for c in psutil.net_connections(kind="tcp"):
+        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port:
+            name = None
+            if c.pid is not None:
+                try:
+                    name = psutil.Process(c.pid).name()
+                except psutil.Error:
+                    pass
+            out.append(PortHolder(c.pid, name))
+    return out
+
+
+def foreign_holder(port: int, pgid: int) -> Optional[str]:
+    """None when our process group (pgid) holds every listening socket on `port` (and at least one); else who does,
+    as words for an error message."""
+    holders = port_holders(port)
+    if not holders:
+        return f"nothing visible listens on port {port}"
+    for h in holders:
+        if h.pid is None:
+            return f"port {port} is held by a process whose pid is not visible to us (another user?)"
+        try:
+            group = os.getpgid(h.pid)
+        except OSError:
+            return f"port {port} is held by pid {h.pid}, which is gone"
+        if group != pgid:
+            return f"port {port} is held by pid {h.pid}" + (f" ({h.name})" if h.name else "") + \
+                f", not by the server we launched (process group {pgid})"
+    return None
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -113,20 +183,33 @@ class ServerProcess:
         except OSError:
             return ""
 
-    def wait_healthy(self, base_url: str, health_path: str, timeout_s: float, poll_s: float = 0.2) -> float:
-        """Block until GET health_path answers 200; return seconds waited. Raises ServerStartError."""
+    def wait_healthy(self, base_url: str, health_path: str, timeout_s: float, poll_s: float = 0.2,
+                     port: Optional[int] = None) -> float:
+        """Block until GET health_path answers 200 and, given `port`, our process group is proven to hold its
+        listening socket; return seconds waited. Raises ServerStartError (PortNotOwnedError for a stranger)."""
         t0 = time.monotonic()
         while True:
             if not self.alive():
+                tail = self.log_tail()
+                line = decisive_line(tail)
                 raise ServerStartError(
-                    f"server exited with code {self.exit_code()} before becoming healthy",
-                    self.log_tail(),
+                    f"server exited with code {self.exit_code()} before becoming healthy"
+                    + (f": {line}" if line else f" (log: {self.log_path})"),
+                    tail,
                     self.exit_code(),
+                    log_line=line,
                 )
             if http_status(base_url + health_path, timeout_s=min(5.0, max(0.5, poll_s * 5))) == 200:
-                return time.monotonic() - t0
+                stranger = foreign_holder(port, self.proc.pid) if port is not None and self.proc else None
+                if stranger is None:
+                    return time.monotonic() - t0
+                raise PortNotOwnedError(f"health answered on port {port}, but {stranger}", self.log_tail())
             if time.monotonic() - t0 > timeout_s:
-                raise ServerStartError(f"server not healthy after {timeout_s:.0f} s", self.log_tail())
+                tail = self.log_tail()
+                line = decisive_line(tail)
+                raise ServerStartError(f"server not healthy after {timeout_s:.0f} s"
+                                       + (f" (last log line: {line})" if line else f" (log: {self.log_path})"),
+                                       tail, log_line=line)
             time.sleep(poll_s)
 
     def stop(self, grace_s: float = 15.0) -> Optional[int]:

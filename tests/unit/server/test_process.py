@@ -1,0 +1,62 @@
+"""server/process.py: the decisive log line of a failed start, and who holds a listening port."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+from cluster.server.process import decisive_line, foreign_holder, port_holders
+
+TRACEBACK_TAIL = """INFO 05-01 loading weights
+Traceback (most recent call last):
+  File "/x/launch_server.py", line 12, in <module>
+    raise ValueError("old exception")
+ValueError: old exception
+INFO retrying
+Traceback (most recent call last):
+  File "/x/engine.py", line 99, in <module>
+    load()
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB
+INFO shutting down
+"""
+
+
+def test_decisive_line_is_the_last_tracebacks_exception() -> None:
+    assert decisive_line(TRACEBACK_TAIL) == "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+
+
+def test_decisive_line_finds_a_bind_error_without_traceback() -> None:
+    tail = "INFO starting\n[Errno 98] error while attempting to bind on address ('127.0.0.1', 30000): address " \
+           "already in use\nINFO Waiting for application shutdown.\n"
+    assert "address already in use" in (decisive_line(tail) or "")
+
+
+def test_decisive_line_none_when_the_log_says_nothing() -> None:
+    assert decisive_line("INFO starting\nINFO ready\n") is None
+    assert decisive_line("") is None
+
+
+def test_port_held_by_us_and_by_a_stranger() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        assert [h.pid for h in port_holders(port)] == [os.getpid()]
+        assert foreign_holder(port, os.getpgid(0)) is None
+        # from the point of view of another process group (a server we launched), this socket is a stranger's
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], process_group=0)
+        try:
+            msg = foreign_holder(port, child.pid)
+        finally:
+            child.kill()
+            child.wait()
+    assert msg is not None and f"port {port}" in msg and f"pid {os.getpid()}" in msg
+
+
+def test_nothing_listening() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, not listening
+        assert "nothing visible listens" in (foreign_holder(port, os.getpgid(0)) or "")
