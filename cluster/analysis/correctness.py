@@ -1,6 +1,6 @@
 """The correctness gate: a fixed greedy prompt set every variant answers before its speed counts (pure logic).
 
-A variant fails on wrong task answers, NaN/empty/degenerate output, a common prefix with the baseline shorter
+A variant fails on wrong task answers (unless the spec turns that one check off), NaN/empty/degenerate output, a common prefix with the baseline shorter
 than a threshold on most prompts, or an acceptance length ≈ 1.0 on a NEXTN variant (MTP weights not loaded).
 Token equality with the baseline is NOT required: speculative and re-tuned kernels change floating-point results,
 so greedy outputs may drift late in a sequence.
@@ -129,8 +129,12 @@ def evaluate_gate(
     is_nextn: bool,
     min_prefix_tokens: int = 8,
     prompts: Sequence[GatePrompt] = GATE_PROMPTS,
+    check_answers: bool = True,
 ) -> GateResult:
-    """Judge one variant's answers to the gate prompts (keyed by prompt_id) against the baseline's."""
+    """Judge one variant's answers to the gate prompts (keyed by prompt_id) against the baseline's.
+
+    check_answers=False (spec `correctness: {check_answers: false}`, for random-weight models) skips only the
+    task-answer regex: answer_ok is None and the degeneracy, prefix and acceptance rules still decide."""
     reasons: list[str] = []
     verdicts: list[PromptVerdict] = []
     short_prefix = 0
@@ -148,8 +152,12 @@ def evaluate_gate(
             evidence.append(bad)
             reasons.append(f"{p.prompt_id}: {bad}")
             ok = False
-        answer_ok = re.search(p.answer_pattern, _strip_think(out.text), re.IGNORECASE) is not None
-        if not answer_ok:
+        answer_ok: Optional[bool] = None
+        if check_answers:
+            answer_ok = re.search(p.answer_pattern, _strip_think(out.text), re.IGNORECASE) is not None
+        else:
+            evidence.append("answer not checked (correctness.check_answers: false)")
+        if answer_ok is False:
             ok = False
             msg = f"wrong answer (expected /{p.answer_pattern}/): {out.text[:80]!r}"
             evidence.append(msg)

@@ -438,7 +438,8 @@ class Driver:
         is_nextn = sp is not None and (sp.algorithm in ("NEXTN", "MTP") or
                                        (sp.algorithm == "EAGLE" and not sp.draft_model_path))
         result = evaluate_gate(answers.outputs, base.outputs if base is not None else None, answers.accept_length,
-                               is_nextn, min_prefix_tokens=self.spec.correctness.min_prefix_tokens)
+                               is_nextn, min_prefix_tokens=self.spec.correctness.min_prefix_tokens,
+                               check_answers=self.spec.correctness.check_answers)
         reasons = list(result.reasons)
         if base is None and self.baseline_name and self.baseline_name != variant.name:
             reasons.append("note: the baseline gave no gate answers, so no prefix comparison was made")

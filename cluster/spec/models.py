@@ -285,6 +285,9 @@ class CorrectnessSpec(_Frozen):
     enabled: bool = True
     """Turn off only for models that cannot answer (random weights in tests); runs then record the gate as skipped."""
     min_prefix_tokens: int = Field(default=8, ge=0)
+    check_answers: bool = True
+    """False turns off only the task-answer check (random-weight models cannot answer); the prefix, acceptance and
+    degeneracy checks still run."""
 
 
 class ClusterSpec(_Frozen):
