@@ -12,7 +12,7 @@ import hashlib
 import logging
 import random
 from collections import deque
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from cluster.errors import UserError
@@ -240,6 +240,9 @@ class SimRequest:
     spec_verify_ct: int = 0
     spec_num_correct_drafts: int = 0
     spec_num_proposed_drafts: int = 0
+    spec_correct_drafts_histogram: list[int] = field(default_factory=list)
+    """Verify steps by accepted drafts (index = drafts accepted), grown as needed as SGLang's
+    Req.update_spec_correct_drafts_histogram does: its length is the most drafts accepted + 1."""
     finished: bool = False
     admitted: bool = False
     on_progress: Optional[Callable[[], None]] = None
@@ -336,7 +339,12 @@ class Scheduler:
                 acc = draw_accepted(req.accept_rng, self.probs)
                 n = min(1 + acc, req.target - req.generated)
                 req.spec_verify_ct += 1
-                req.spec_num_correct_drafts += n - 1
+                # SGLang counts every accepted draft, also those cut off by max_new_tokens
+                req.spec_num_correct_drafts += acc
+                hist = req.spec_correct_drafts_histogram
+                if len(hist) <= acc:
+                    hist.extend([0] * (acc + 1 - len(hist)))
+                hist[acc] += 1
                 req.spec_num_proposed_drafts += self.spec.num_draft_tokens - 1
                 c.spec_accept_tokens += n
                 c.spec_forward_ct += 1

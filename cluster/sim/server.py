@@ -163,7 +163,8 @@ class SimServer:
                 await ev.wait()
                 ev.clear()
                 n, fin = req.generated, req.finished
-                if not fin and n - sent < interval:
+                # SGLang sends the first token at once, then whenever `interval` tokens are unsent
+                if not fin and n - sent < interval and not (sent == 0 and n > 0):
                     continue
                 await resp.write(writer.chunk(sent, n, fin))
                 sent = n
@@ -215,12 +216,16 @@ class SimServer:
 
     def _writer(self, req: SimRequest, api: str, **kw: Any) -> ChunkWriter:
         return ChunkWriter(req, time.monotonic(), time.monotonic, api=api, spec=self.spec, created=int(time.time()),
-                           incremental=api == "native" and bool(self.args["incremental_streaming_output"]), **kw)
+                           incremental=api == "native" and bool(self.args["incremental_streaming_output"]),
+                           enable_metrics=bool(self.args["enable_metrics"]),
+                           epoch_offset_s=time.time() - time.monotonic(), **kw)
 
-    async def _wait(self, req: SimRequest, ev: asyncio.Event) -> None:
+    async def _wait(self, req: SimRequest, ev: asyncio.Event, writer: Optional[ChunkWriter] = None) -> None:
         while not req.finished:
             await ev.wait()
             ev.clear()
+            if writer is not None:
+                writer.note_progress()
 
     # ---- endpoints ------------------------------------------------------------------------------------------
     async def health(self, request: web.Request) -> web.Response:
@@ -302,6 +307,9 @@ class SimServer:
         except (ValueError, TypeError) as e:
             return _err(400, str(e))
         stream = bool(body.get("stream", False))
+        if max_new < 0:
+            # SGLang's SamplingParams.verify raises a ValueError: a 400 body, or an error event on a stream
+            return await self._request_error(request, f"max_new_tokens must be at least 0, got {max_new}.", stream)
         batch = isinstance(text, list) or (isinstance(ids, list) and ids and isinstance(ids[0], list))
         if batch:
             if stream:
@@ -316,6 +324,17 @@ class SimServer:
         req, ev = self._submit(list(ids) if ids is not None else None, text, max_new, ignore_eos, body.get("rid"))
         return await self._respond(request, req, ev, self._writer(req, "native"), stream)
 
+    async def _request_error(self, request: web.Request, message: str, stream: bool) -> web.StreamResponse:
+        """A ValueError inside SGLang's /generate: 400 {"error": {"message"}}; when streaming, 200 with one error
+        event (message, type, code, retryable) and [DONE] (http_server.serve_generate_request)."""
+        if not stream:
+            return web.json_response({"error": {"message": message}}, status=400)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        err = {"error": {"message": message, "type": "invalid_request_error", "code": 400, "retryable": False}}
+        await resp.write(b"data: " + json.dumps(err, separators=(",", ":")).encode() + b"\n\ndata: [DONE]\n\n")
+        return resp
+
     async def _respond(self, request: web.Request, req: SimRequest, ev: asyncio.Event, writer: ChunkWriter,
                        stream: bool) -> web.StreamResponse:
         """Stream the request's chunks, or wait for it to finish and answer with one JSON object."""
@@ -323,7 +342,7 @@ class SimServer:
             resp = await self._stream(request, req, ev, writer, int(self.args["stream_interval"]))
             self._streaming_tokens += req.generated
             return resp
-        await self._wait(req, ev)
+        await self._wait(req, ev, writer)
         self._on_finished()
         return web.json_response(writer.final_object())
 
@@ -331,7 +350,7 @@ class SimServer:
                             rid: Optional[str]) -> dict[str, Any]:
         req, ev = self._submit(ids, text, max_new, ignore_eos, rid)
         writer = self._writer(req, "native")
-        await self._wait(req, ev)
+        await self._wait(req, ev, writer)
         self._on_finished()
         return writer.final_object()
 

@@ -24,10 +24,19 @@ class ChunkWriter:
 
     def __init__(self, req: SimRequest, t_start_s: float, clock: Callable[[], float], *, api: str,
                  incremental: bool, spec: Optional[SpecParams], model: str = "", include_usage: bool = False,
-                 continuous_usage: bool = False, spec_details: bool = False, created: int = 0) -> None:
+                 continuous_usage: bool = False, spec_details: bool = False, created: int = 0,
+                 enable_metrics: bool = False, epoch_offset_s: float = 0.0) -> None:
         self.req = req
         self.t_start_s = t_start_s
         self.clock = clock
+        self.enable_metrics = enable_metrics
+        self.epoch_offset_s = epoch_offset_s
+        """Added to the clock's readings for the epoch timestamps (`*_ts`, `*_time`) of meta_info."""
+        self.first_token_s: Optional[float] = None
+        self.sent_s: Optional[float] = None
+        """When the first streamed event was rendered (SGLang's response_sent_to_client_ts)."""
+        self._timing: dict[str, float] = {}
+        self._timing_json = ""
         self.api = api
         self.incremental = incremental
         self.spec = spec
@@ -58,27 +67,76 @@ class ChunkWriter:
         return self._ids[self._ioff[a] + 1:self._ioff[b]]
 
     def spec_fields(self) -> dict[str, Any]:
+        """SGLang 0.5.23's per-request speculative keys, in its order (tokenizer_manager
+        `_calculate_spec_decoding_metrics`); none before the first verify step."""
         r = self.req
         if self.spec is None or r.spec_verify_ct == 0:
             return {}
-        return {
-            "spec_verify_ct": r.spec_verify_ct,
-            "spec_accept_length": r.generated / r.spec_verify_ct,
+        out: dict[str, Any] = {
             "spec_accept_rate": r.spec_num_correct_drafts / max(1, r.spec_num_proposed_drafts),
+            "spec_accept_length": r.generated / r.spec_verify_ct,
             "spec_num_correct_drafts": r.spec_num_correct_drafts,
             "spec_num_proposed_drafts": r.spec_num_proposed_drafts,
+            "spec_verify_ct": r.spec_verify_ct,
         }
+        if r.spec_correct_drafts_histogram:
+            out["spec_correct_drafts_histogram"] = list(r.spec_correct_drafts_histogram)
+        return out
 
-    def meta_info(self, n: int, final: bool) -> dict[str, Any]:
+    def note_progress(self) -> None:
+        """Record when the request's first token was seen (its prefill finished)."""
+        if self.first_token_s is None and self.req.generated > 0:
+            self.first_token_s = self.clock()
+
+    def _ts(self, t_s: float) -> float:
+        return self.epoch_offset_s + t_s
+
+    def _timing_values(self) -> dict[str, float]:
+        """The per-request scheduling times SGLang puts on every event, fixed once the first token is seen."""
+        if not self._timing:
+            self.note_progress()
+            first = self.first_token_s if self.first_token_s is not None else self.clock()
+            self._timing = {"storage_prefetch_wait": 0.0, "storage_staging_wait": 0.0,
+                            "forward_entry_time": self._ts(self.t_start_s), "prefill_finished_time": self._ts(first),
+                            "queue_time": 0.0}
+            self._timing_json = "".join(f'"{k}":{v!r},' for k, v in self._timing.items())
+        return self._timing
+
+    def meta_info(self, n: int, final: bool, stream: bool = False) -> dict[str, Any]:
+        """meta_info with SGLang 0.5.23's keys in its order: the scheduling times on every event; weight_versions,
+        e2e_latency and the spec keys on the final one; the request timestamps there with --enable-metrics;
+        response_sent_to_client_ts on the first streamed event (and on the final one after it was set)."""
         r = self.req
-        m: dict[str, Any] = {
-            "id": r.rid, "finish_reason": r.finish_reason() if final else None, "prompt_tokens": r.prompt_tokens,
-            "weight_version": "default", "num_retractions": 0, "reasoning_tokens": 0, "completion_tokens": n,
-            "cached_tokens": r.cached_tokens,
-        }
+        m: dict[str, Any] = {"id": r.rid, "finish_reason": r.finish_reason() if final else None,
+                             "prompt_tokens": r.prompt_tokens, "weight_version": "default", "num_retractions": 0}
+        m.update(self._timing_values())
+        m.update(reasoning_tokens=0, completion_tokens=n, cached_tokens=r.cached_tokens)
         if final:
-            m["e2e_latency"] = self.clock() - self.t_start_s
-            m.update(self.spec_fields())
+            m["weight_versions"] = [{"version": "default", "start": 0, "end": n}]
+        m["cached_tokens_details"] = {"device": r.cached_tokens, "host": 0}
+        m["dp_rank"] = None
+        now = self.clock()
+        if not final:
+            if stream and self.sent_s is None:
+                self.sent_s = now
+                m["response_sent_to_client_ts"] = self._ts(now)
+            return m
+        m["e2e_latency"] = now - self.t_start_s
+        m.update(self.spec_fields())
+        if self.enable_metrics:
+            first = self.first_token_s if self.first_token_s is not None else now
+            m["request_received_ts"] = self._ts(self.t_start_s)
+            if first > self.t_start_s:
+                m["first_token_latency"] = first - self.t_start_s
+            m["api_server_dispatch_finish_ts"] = self._ts(self.t_start_s)
+            if self.sent_s is not None:
+                m["response_sent_to_client_ts"] = self._ts(self.sent_s)
+            m["request_finished_ts"] = self._ts(now)
+            if n > 1 and now > first:
+                m["decode_throughput"] = (n - 1) / (now - first)
+        if self.sent_s is None:
+            self.sent_s = now
+            m["response_sent_to_client_ts"] = self._ts(now)
         return m
 
     def usage(self, n: int) -> dict[str, Any]:
@@ -115,13 +173,20 @@ class ChunkWriter:
         if self.api == "native":
             if final:
                 obj = {"text": self._text_slice(a, b), "output_ids": self.req.out_ids[a if self.incremental else 0:b],
-                       "meta_info": self.meta_info(b, True)}
+                       "meta_info": self.meta_info(b, True, stream=True)}
                 return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
             r = self.req
+            self._timing_values()
+            timing = self._timing_json
+            sent = ""
+            if self.sent_s is None:
+                self.sent_s = self.clock()
+                sent = f',"response_sent_to_client_ts":{self._ts(self.sent_s)!r}'
             return (f'data: {{"text":"{self._text_slice(a, b)}","output_ids":[{self._ids_slice(a, b)}],'
                     f'"meta_info":{{"id":{self._rid},"finish_reason":null,"prompt_tokens":{r.prompt_tokens},'
-                    f'"weight_version":"default","num_retractions":0,"reasoning_tokens":0,'
-                    f'"completion_tokens":{b},"cached_tokens":{r.cached_tokens}}}}}\n\n').encode()
+                    f'"weight_version":"default","num_retractions":0,{timing}"reasoning_tokens":0,'
+                    f'"completion_tokens":{b},"cached_tokens":{r.cached_tokens},"cached_tokens_details":'
+                    f'{{"device":{r.cached_tokens},"host":0}},"dp_rank":null{sent}}}}}\n\n').encode()
         delta = self._text[self._off[a]:self._off[b]]
         body = f'"delta":{{"content":"{delta}"}}' if self.api == "chat" else f'"text":"{delta}"'
         fr, ms = self._oa_finish() if final else (None, None)

@@ -1,4 +1,4 @@
-"""Hand-made SGLang 0.5.23 response transcripts, written from reference/sglang-0.5.23.md §3 (not captured)."""
+"""Hand-made SGLang 0.5.23 transcripts for what the recordings (fixtures/sglang-0.5.23-cpu) lack: incremental streams, stop."""
 
 from __future__ import annotations
 
@@ -11,31 +11,41 @@ def sse(*objs: Any) -> bytes:
     return out + b"data: [DONE]\n\n"
 
 
-def _meta(ct: int, fin: Any = None, **extra: Any) -> dict[str, Any]:
-    m = {"id": "a1b2", "finish_reason": fin, "prompt_tokens": 5, "weight_version": "default", "num_retractions": 0,
-         "reasoning_tokens": 0, "completion_tokens": ct, "cached_tokens": 0}
+def _meta(ct: int, fin: Any = None, first: bool = False, **extra: Any) -> dict[str, Any]:
+    """meta_info in SGLang 0.5.23's key order (as recorded in fixtures/sglang-0.5.23-cpu), without --enable-metrics."""
+    m: dict[str, Any] = {"id": "a1b2", "finish_reason": fin, "prompt_tokens": 5, "weight_version": "default",
+                         "num_retractions": 0, "storage_prefetch_wait": 0.0, "storage_staging_wait": 0.0,
+                         "forward_entry_time": 1760000000.5, "prefill_finished_time": 1760000000.6,
+                         "queue_time": 0.001, "reasoning_tokens": 0, "completion_tokens": ct, "cached_tokens": 0}
+    if fin is not None:
+        m["weight_versions"] = [{"version": "default", "start": 0, "end": ct}]
+    m.update(cached_tokens_details={"device": 0, "host": 0}, dp_rank=None)
+    if first:
+        m["response_sent_to_client_ts"] = 1760000000.7
     m.update(extra)
     return m
 
 
-SPEC_FINAL = {"e2e_latency": 0.41, "spec_verify_ct": 2, "spec_accept_length": 2.5, "spec_accept_rate": 0.5,
-              "spec_num_correct_drafts": 3, "spec_num_proposed_drafts": 6}
+SPEC_FINAL = {"e2e_latency": 0.41, "spec_accept_rate": 0.75, "spec_accept_length": 2.5, "spec_num_correct_drafts": 3,
+              "spec_num_proposed_drafts": 4, "spec_verify_ct": 2, "spec_correct_drafts_histogram": [0, 1, 1]}
+"""Two verify steps of a 2-step NEXTN (2 drafts each): one accepted 1 draft, one 2; 1 + 2 + 3 = 6 tokens, cut to 5."""
 
 NATIVE_STREAM_CUMULATIVE = sse(
-    {"text": "Hello", "output_ids": [9707], "meta_info": _meta(1)},
+    {"text": "Hello", "output_ids": [9707], "meta_info": _meta(1, first=True)},
     {"text": "Hello, world", "output_ids": [9707, 11, 1879], "meta_info": _meta(3)},
     {"text": "Hello, world!!", "output_ids": [9707, 11, 1879, 0, 0],
      "meta_info": _meta(5, {"type": "length", "length": 5}, **SPEC_FINAL)},
 )
 
 NATIVE_STREAM_INCREMENTAL = sse(
-    {"text": "Hello", "output_ids": [9707], "meta_info": _meta(1)},
+    {"text": "Hello", "output_ids": [9707], "meta_info": _meta(1, first=True)},
     {"text": ", world", "output_ids": [11, 1879], "meta_info": _meta(3)},
     {"text": "!", "output_ids": [0], "meta_info": _meta(4, {"type": "stop", "matched": 151645}, e2e_latency=0.2)},
 )
 
 NATIVE_NON_STREAM = {"text": "Hello, world", "output_ids": [9707, 11, 1879],
-                     "meta_info": _meta(3, {"type": "length", "length": 3}, e2e_latency=0.12)}
+                     "meta_info": _meta(3, {"type": "length", "length": 3}, e2e_latency=0.12,
+                                        response_sent_to_client_ts=1760000000.9)}
 
 _C = {"id": "c1", "object": "text_completion", "created": 1760000000, "model": "qwen"}
 COMPLETIONS_STREAM_USAGE = sse(

@@ -7,8 +7,10 @@ import threading
 import time
 
 from sglang_wire_contract import (
+    check_error_event,
     check_flush,
     check_model_info,
+    check_native_error,
     check_native_response,
     check_native_stream,
     check_openai_stream,
@@ -37,7 +39,7 @@ def test_native_stream_cumulative(sim_base: SimHandle, sim_spec: SimHandle) -> N
         status, body = _native(h)
         assert status == 200
         payloads = split_sse(body)
-        chunks = check_native_stream(payloads, speculative=spec)
+        chunks = check_native_stream(payloads, speculative=spec, spec_steps=3 if spec else None, metrics=True)
         final = chunks[-1]
         assert final["meta_info"]["completion_tokens"] == 40
         assert final["meta_info"]["finish_reason"] == {"type": "length", "length": 40}
@@ -57,7 +59,7 @@ def test_native_stream_cumulative(sim_base: SimHandle, sim_spec: SimHandle) -> N
 def test_native_non_stream_and_batch(sim_spec: SimHandle) -> None:
     status, body = _native(sim_spec, n=12, stream=False)
     assert status == 200
-    check_native_response(json.loads(body), speculative=True)
+    check_native_response(json.loads(body), speculative=True, spec_steps=3, metrics=True)
     status, body = sim_spec.post("/generate", {"text": ["Reply with OK", "what is 17*19"],
                                                "sampling_params": {"max_new_tokens": 8}})
     out = json.loads(body)
@@ -73,7 +75,7 @@ def test_request_builder_bodies_roundtrip(sim_spec: SimHandle) -> None:
         assert status == 200
         payloads = split_sse(body)
         if api == "native":
-            check_native_stream(payloads, speculative=True)
+            check_native_stream(payloads, speculative=True, spec_steps=3, metrics=True)
         else:
             check_openai_stream(payloads, chat=api == "chat", include_usage=True, continuous_usage=True)
         counted = sum(parser.feed(p) for p in payloads)
@@ -155,8 +157,9 @@ def test_incremental_and_stream_interval(sim_factory) -> None:  # type: ignore[n
     h = sim_factory(["--incremental-streaming-output", "--stream-interval", "4"])
     status, body = _native(h, n=18)
     payloads = split_sse(body)
-    chunks = check_native_stream(payloads, incremental=True)
-    assert len(chunks) == 5, "18 tokens at stream interval 4 → 4 full chunks + the final one"
+    chunks = check_native_stream(payloads, incremental=True, metrics=False)
+    assert [len(c["output_ids"]) for c in chunks] == [1, 4, 4, 4, 4, 1], \
+        "18 tokens at stream interval 4: the first token at once, then every 4 unsent, then the final one"
     assert "".join(c["text"] for c in chunks).count("tok") == 18
     p = SGLangNativeParser(keep_text=True)
     assert sum(p.feed(x) for x in payloads) == 18
@@ -167,3 +170,15 @@ def test_incremental_and_stream_interval(sim_factory) -> None:  # type: ignore[n
 def test_bad_request_is_400(sim_base: SimHandle) -> None:
     status, body = sim_base.post("/generate", {"sampling_params": {}})
     assert status == 400 and "error" in json.loads(body)
+
+
+def test_negative_max_new_tokens_is_rejected_as_sglang_does(sim_base: SimHandle) -> None:
+    """Real SGLang 0.5.23: 400 {"error": {"message"}}; streamed, one error event and [DONE] (the old sim: 200)."""
+    status, body = _native(sim_base, n=-1, stream=False)
+    check_native_error(status, json.loads(body), "max_new_tokens must be at least 0, got -1.")
+    status, body = _native(sim_base, n=-1, stream=True)
+    assert status == 200
+    err = check_error_event(split_sse(body))
+    assert err["message"] == "max_new_tokens must be at least 0, got -1."
+    p = SGLangNativeParser()
+    assert sum(p.feed(x) for x in split_sse(body)) == 0 and p.meta().error == err["message"]
