@@ -10,13 +10,13 @@ from rich.console import Console
 from rich.table import Table
 
 from cluster.commands.results import print_compare
-from cluster.engines import get_engine
+from cluster.engines.registry import get_engine
 from cluster.plan.runs import expand_variants, make_plan
 from cluster.plan.fairness import check_fairness, format_findings
 from cluster.plan.preflight import check_speculative_support
 from cluster.spec.loader import load_spec
 from cluster.spec.models import ExperimentSpec
-from cluster.tuning.stage import with_artifact
+from cluster.tuning.stage import tuning_options_check, with_artifact
 
 console = Console()
 err_console = Console(stderr=True)
@@ -25,6 +25,8 @@ err_console = Console(stderr=True)
 def _local_checks(spec: ExperimentSpec, quiet: bool = False) -> dict[str, Any]:
     """Fairness rules and the checkpoint probe, where this machine can read the checkpoint."""
     variants = expand_variants(spec)
+    for v in variants:
+        tuning_options_check(v)  # back ends SGLang 0.5.23 has (the spec itself refuses unknown option keys)
     findings = check_fairness(variants)
     errors = [f for f in findings if f.level == "error"]
     if not quiet:
@@ -47,6 +49,8 @@ def validate(experiment: Path = typer.Argument(..., help="experiment YAML")) -> 
     """Check an experiment file against the spec (no cluster, no GPU)."""
     spec = load_spec(experiment)
     variants = expand_variants(spec)
+    for v in variants:
+        tuning_options_check(v)
     console.print(f"[green]ok[/] {experiment}: experiment {spec.name!r}, {len(variants)} variant(s), "
                   f"{len(make_plan(spec))} run(s)")
 

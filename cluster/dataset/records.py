@@ -7,7 +7,7 @@ Times are int64 nanoseconds on the load actor's monotonic clock, relative to the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Optional
+from typing import Optional
 
 import pyarrow as pa
 
@@ -84,19 +84,6 @@ class RequestRecord:
     @property
     def ok(self) -> bool:
         return self.error is None and bool(self.chunk_arrival_ns)
-
-
-def request_batches(records: Iterable[RequestRecord]) -> tuple[pa.RecordBatch, pa.RecordBatch]:
-    """RequestRecords → (requests batch, chunks batch), sorted by request_index, through the load generator's own
-    columnar sink (cluster/loadgen/sink.py), so hand-built records in tests take the production path."""
-    from cluster.loadgen.sink import RecordSink
-
-    recs = list(records)
-    sink = RecordSink(len(recs), batch_rows=max(1, len(recs)))
-    for r in recs:
-        sink.add(r, r.chunk_arrival_ns[-1] if r.chunk_arrival_ns else r.actual_send_ns)
-    sink.flush()
-    return sink.kept_batches()
 
 
 RUN_FIELDS = [

@@ -94,7 +94,7 @@ def build_run_row(p: RunPlan, out: WindowSummary, server: ServerFacts, segment: 
     before, after = out.counters_before or {}, out.counters_after or {}
     deltas = counter_deltas(before, after)
     n_req = int(out.requests.num_rows)
-    from cluster.engines import get_engine
+    from cluster.engines.registry import get_engine
 
     window = get_engine(p.variant.engine).window_acceptance(before, after, n_req)
     m["accept_length_server_counters"] = window.get("accept_length")

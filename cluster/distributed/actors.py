@@ -14,7 +14,7 @@ import pyarrow as pa
 import ray
 
 from cluster import __version__
-from cluster.engines import get_engine
+from cluster.engines.registry import get_engine
 from cluster.dataset.run_facts import ServerFacts
 from cluster.engines.base import redact_argv, redact_env
 from cluster.loadgen.gate import GateAnswers

@@ -34,8 +34,8 @@ from cluster.plan.runs import ResolvedVariant, RunPlan, expand_variants, make_pl
 from cluster.dataset.run_rows import build_run_row, failed_run_row
 from cluster.plan.schedule import reservation, unplaceable
 from cluster.dataset.writer import RunWriter
-from cluster.tuning.stage import with_artifact
-from cluster.errors import EnvironmentFault, report_error
+from cluster.tuning.stage import ARTIFACT_KINDS, with_artifact
+from cluster.errors import EngineFault, EnvironmentFault, report_error
 from cluster.spec.models import ExperimentSpec
 from cluster.spec.loader import load_spec
 
@@ -70,7 +70,7 @@ class _Death:
     tail: str
 
 
-class _DiedBeforeWindow(Exception):
+class _DiedBeforeWindow(EngineFault):
     """The server was found dead after warmup and flush, before the measured window opened."""
 
 
@@ -248,8 +248,7 @@ class Driver:
         seg = SegmentFacts()
         try:
             art = self.artifacts.get(variant.name)
-            if variant.tuning is not None and variant.tuning.kind in ("flashinfer_autotune", "triton_moe") \
-                    and art is None:
+            if variant.tuning is not None and variant.tuning.kind in ARTIFACT_KINDS and art is None:
                 reason = self.tuning_failures.get(variant.name, "no tuning artifact was produced")
                 for p in runs:
                     self._record_failed(p, f"tuning stage failed: {reason}", "", None, None)
@@ -326,7 +325,7 @@ class Driver:
                                                          self.spec.warmup_requests, model_name,
                                                          self.spec.request_timeout_s))
         if not self._engine_alive(engine):
-            raise _DiedBeforeWindow()
+            raise _DiedBeforeWindow("server died before the measured window")
         n = len(loads)
         start = time.time() + 1.0 if n > 1 else None  # shards start their windows together
         gens = [a.run_point_stream.options(num_returns="streaming").remote(
@@ -434,9 +433,7 @@ class Driver:
             base = self.gates.wait(baseline, self.spec.health_timeout_s + 600, lambda waited_s: self.log(
                 f"[{variant.name}] gate waiting {waited_s:.0f} s for the gate answers of the baseline {baseline!r} "
                 "(its server is starting or answering the gate prompts)"))
-        sp = variant.speculative
-        is_nextn = sp is not None and (sp.algorithm in ("NEXTN", "MTP") or
-                                       (sp.algorithm == "EAGLE" and not sp.draft_model_path))
+        is_nextn = variant.speculative is not None and variant.speculative.uses_builtin_mtp_head
         result = evaluate_gate(answers.outputs, base.outputs if base is not None else None, answers.accept_length,
                                is_nextn, min_prefix_tokens=self.spec.correctness.min_prefix_tokens,
                                check_answers=self.spec.correctness.check_answers)

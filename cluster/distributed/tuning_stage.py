@@ -21,15 +21,16 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from cluster.engines import get_engine
+from cluster.engines.registry import get_engine
 from cluster.engines import sglang_tuning as sgt
 from cluster.engines.base import Prompt
 from cluster.errors import EnvironmentFault
-from cluster.sim.tuning import sim_gpu_facts, sim_model_config, split_knobs
+from cluster.sim.tuning import sim_gpu_facts, sim_model_config
 from cluster.plan.runs import ResolvedVariant
 from cluster.spec.models import ExperimentSpec
-from cluster.tuning.stage import (ARTIFACT_KINDS, GpuFacts, TuningError, artifact_key, autotune_run_variant,
-                            load_model_config, merge_moe_configs, moe_shape, split_batch_sizes, tuning_options_check)
+from cluster.tuning.stage import (ARTIFACT_KINDS, GpuFacts, TuningError, artifact_key, autotune_extend,
+                                  autotune_run_variant, autotune_warmup_requests, load_model_config, merge_moe_configs,
+                                  moe_shape, split_batch_sizes, triton_moe_options, tuning_options_check)
 from cluster.tuning.artifacts import ArtifactStore, TuningArtifact
 from cluster.tuning.moe_search import tune_batch_sizes
 
@@ -104,13 +105,13 @@ _tune_task = ray.remote(num_cpus=0, max_retries=0)(_tune_worker)
 
 def _triton_moe(spec: ExperimentSpec, v: ResolvedVariant, facts: GpuFacts, store: ArtifactStore,
                 log: Callable[[str], None]) -> TuningArtifact:
-    opts = v.tuning.options if v.tuning else {}
-    cfg = load_model_config(opts["model_config"]) if opts.get("model_config") else (
-        sim_model_config(split_knobs(v.sim)[0]) if v.engine == "sim" else load_model_config(v.model_path))
-    shape = moe_shape(cfg, v.tp, int(opts.get("ep", 1)), str(opts.get("dtype", "auto")), v.args, f"variant {v.name}")
-    batch_sizes = [int(b) for b in opts.get("batch_sizes") or sgt.DEFAULT_MOE_BATCH_SIZES]
-    max_configs = opts.get("max_configs")
-    seed = int(opts.get("seed", 0))
+    opts = triton_moe_options(v)
+    cfg = load_model_config(opts.model_config_path) if opts.model_config_path else (
+        sim_model_config(v.sim) if v.engine == "sim" else load_model_config(v.model_path))
+    shape = moe_shape(cfg, v.tp, opts.ep, opts.dtype, v.args, f"variant {v.name}")
+    batch_sizes = list(opts.batch_sizes or sgt.DEFAULT_MOE_BATCH_SIZES)
+    max_configs = opts.max_configs
+    seed = opts.seed
     extra = {"E": shape.num_experts, "N": shape.shard_n, "dtype": shape.dtype, "batch_sizes": batch_sizes,
              "max_configs": max_configs, "seed": seed}
     key = artifact_key("triton_moe", v, facts, extra)
@@ -128,7 +129,7 @@ def _triton_moe(spec: ExperimentSpec, v: ResolvedVariant, facts: GpuFacts, store
             raise TuningStageError(f"[{v.name}] triton_moe: {len(chunks)} GPU(s) on one node not free within "
                                    f"{PG_TIMEOUT_S:.0f} s")
         mode = "sim" if v.engine == "sim" else "cuda"
-        sk = split_knobs(v.sim)[0]
+        sk = v.sim
         refs = [_tune_task.options(num_gpus=1, scheduling_strategy=PlacementGroupSchedulingStrategy(
             pg, placement_group_bundle_index=i)).remote(shape.__dict__, chunk, mode, max_configs, seed,
                                                          sk.gpu_name, sk.triton_version)
@@ -182,8 +183,7 @@ def _flashinfer_autotune(spec: ExperimentSpec, v: ResolvedVariant, facts: GpuFac
                          log: Callable[[str], None], log_dir: str) -> TuningArtifact:
     from cluster.distributed.actors import EngineActor
 
-    opts = v.tuning.options if v.tuning else {}
-    key = artifact_key("flashinfer_autotune", v, facts, {"extend": bool(opts.get("extend", False))})
+    key = artifact_key("flashinfer_autotune", v, facts, {"extend": autotune_extend(v)})
     found = store.find(key)
     if found:
         log(f"[{v.name}] reusing flashinfer_autotune artifact {found.hash16} ({found.path})")
@@ -206,7 +206,7 @@ def _flashinfer_autotune(spec: ExperimentSpec, v: ResolvedVariant, facts: GpuFac
             cause = getattr(e, "cause", e)
             raise TuningStageError(f"[{v.name}] autotune server failed to start: {cause}",
                                    getattr(cause, "log_tail", "")) from None
-        warmed = _warm(spec, tv, info.base_url, int(opts.get("warmup_requests", 2)))
+        warmed = _warm(spec, tv, info.base_url, autotune_warmup_requests(v))
         stopped = ray.get(actor.stop.remote(), timeout=120)
     finally:
         if actor is not None:
@@ -234,13 +234,12 @@ def check_tuning(variants: list[ResolvedVariant]) -> None:
     for v in variants:
         tuning_options_check(v)
         if v.tuning is not None and v.tuning.kind == "triton_moe":
-            opts = v.tuning.options
-            if opts.get("model_config"):
-                moe_shape(load_model_config(opts["model_config"]), v.tp, int(opts.get("ep", 1)),
-                          str(opts.get("dtype", "auto")), v.args, f"variant {v.name}")
+            opts = triton_moe_options(v)
+            if opts.model_config_path:
+                moe_shape(load_model_config(opts.model_config_path), v.tp, opts.ep, opts.dtype, v.args,
+                          f"variant {v.name}")
             elif v.engine == "sim":
-                moe_shape(sim_model_config(split_knobs(v.sim)[0]), v.tp, int(opts.get("ep", 1)),
-                          str(opts.get("dtype", "auto")), v.args, f"variant {v.name}")
+                moe_shape(sim_model_config(v.sim), v.tp, opts.ep, opts.dtype, v.args, f"variant {v.name}")
 
 
 def run_tuning_stage(spec: ExperimentSpec, variants: list[ResolvedVariant], dataset_root: str,

@@ -18,5 +18,5 @@ class SimEngine(SGLangEngine):
 
     def server_env(self, variant: ResolvedVariant, version: Optional[str]) -> dict[str, str]:
         env = super().server_env(variant, version)
-        env[SIM_ENV] = json.dumps(variant.sim, sort_keys=True)
+        env[SIM_ENV] = json.dumps(variant.sim.wire(), sort_keys=True)  # validated again by the server (sim/model.py)
         return env

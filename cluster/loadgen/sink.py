@@ -10,7 +10,7 @@ keeps only its lag and end time (two int64 slots, preallocated) for the window s
 from __future__ import annotations
 
 from array import array
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -144,3 +144,14 @@ def _one_batch(table: pa.Table, schema: pa.Schema) -> pa.RecordBatch:
 def _empty_pair() -> tuple[pa.RecordBatch, pa.RecordBatch]:
     return (pa.RecordBatch.from_pylist([], schema=REQUEST_BATCH_SCHEMA),
             pa.RecordBatch.from_pylist([], schema=CHUNK_BATCH_SCHEMA))
+
+
+def request_batches(records: Iterable[RequestRecord]) -> tuple[pa.RecordBatch, pa.RecordBatch]:
+    """RequestRecords → (requests batch, chunks batch), sorted by request_index, through the load generator's own
+    columnar sink, so hand-built records in tests take the production path."""
+    recs = list(records)
+    sink = RecordSink(len(recs), batch_rows=max(1, len(recs)))
+    for r in recs:
+        sink.add(r, r.chunk_arrival_ns[-1] if r.chunk_arrival_ns else r.actual_send_ns)
+    sink.flush()
+    return sink.kept_batches()

@@ -12,19 +12,10 @@ from cluster.probe.checkpoint import ProbeReport, probe_checkpoint
 from cluster.spec.models import ExperimentSpec
 
 PROBED_ENGINES = ("sglang", "vllm")
-BUILTIN_HEAD_ALGORITHMS = ("NEXTN", "MTP")
-"""Always use the checkpoint's own MTP/NextN head; EAGLE does too when no draft_model_path is given."""
 
 
 class PreflightError(UserError):
     """An experiment that must not start: names the variant, the path and what is missing."""
-
-
-def _needs_builtin_head(v: ResolvedVariant) -> bool:
-    sd = v.speculative
-    if sd is None:
-        return False
-    return sd.algorithm in BUILTIN_HEAD_ALGORITHMS or (sd.algorithm == "EAGLE" and not sd.draft_model_path)
 
 
 def _should_probe(v: ResolvedVariant, path: str) -> bool:
@@ -61,9 +52,9 @@ def check_speculative_support(
         if sd is not None and sd.draft_model_path and sd.algorithm != "NGRAM":
             if _should_probe(v, sd.draft_model_path):
                 get(sd.draft_model_path, v, "draft_model_path")
-        if _needs_builtin_head(v) and not report.mtp.weights_present:
+        if sd is not None and sd.uses_builtin_mtp_head and not report.mtp.weights_present:
             raise PreflightError(_missing_head_message(spec, v, report))
-        if _needs_builtin_head(v) and report.mtp.layout_matches_architecture is False:
+        if sd is not None and sd.uses_builtin_mtp_head and report.mtp.layout_matches_architecture is False:
             raise PreflightError(
                 f"experiment {spec.name!r}, variant {v.name!r}: {v.model_path} keeps its MTP weights under "
                 f"{report.mtp.layout}, but SGLang loads {' or '.join(report.mtp.expected_layouts)} for "

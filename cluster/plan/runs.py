@@ -3,15 +3,31 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, Optional
 
 from cluster.errors import UserError
-from cluster.spec.models import ArgValue, EngineName, ExperimentSpec, SpeculativeSpec, TuningSpec, VariantSpec, WorkloadSpec
+from cluster.sim.model import Knobs
+from cluster.spec.models import (ActiveTuning, ArgValue, BackendSweepOptions, BackendSweepTuning, EngineName,
+                                 ExperimentSpec, NoTuning, SpeculativeSpec, VariantSpec, WorkloadSpec, check_name)
 
 RECORD_SCHEMA_VERSION = 1
 """Version of the dataset's record schemas (runs, requests, chunks, ...); part of every run key."""
+BUILTIN_HEAD_ALGORITHMS = ("NEXTN", "MTP")
+"""Always use the checkpoint's own MTP/NextN head; EAGLE does too when no draft_model_path is given."""
+
+
+def uses_builtin_mtp_head(algorithm: str, draft_model_path: Optional[str]) -> bool:
+    """Whether a speculative algorithm drafts with the checkpoint's own MTP/NextN head: NEXTN and MTP always, EAGLE
+    when no draft model is given. The one answer for preflight (refuse a checkpoint without the head), the probe's
+    list of algorithms a checkpoint runs alone, and the correctness gate's acceptance check."""
+    return algorithm.upper() in BUILTIN_HEAD_ALGORITHMS or (algorithm.upper() == "EAGLE" and not draft_model_path)
+
+
+SWEPT_ARGS = ("moe_runner_backend", "fp4_gemm_backend")
+"""backend_sweep options, each named as the server arg it sets (the spec's own spelling of `args:` keys)."""
 
 
 @dataclass(frozen=True)
@@ -23,6 +39,11 @@ class SpecDecode:
     eagle_topk: int
     num_draft_tokens: int
     draft_model_path: Optional[str] = None
+
+    @property
+    def uses_builtin_mtp_head(self) -> bool:
+        """Drafts with the checkpoint's own MTP/NextN head (see `uses_builtin_mtp_head`)."""
+        return uses_builtin_mtp_head(self.algorithm, self.draft_model_path)
 
 
 @dataclass(frozen=True)
@@ -36,8 +57,9 @@ class ResolvedVariant:
     args: dict[str, ArgValue]
     env: dict[str, str]
     speculative: Optional[SpecDecode] = None
-    tuning: Optional[TuningSpec] = None
-    sim: dict[str, Any] = field(default_factory=dict)
+    tuning: Optional[ActiveTuning] = None
+    sim: Knobs = field(default_factory=Knobs)
+    """Simulator knobs (the experiment's `sim:` with the variant's own over it); used by the sim engine only."""
     is_baseline: bool = False
     family: str = ""
     """The spec variant this was expanded from (e.g. `nextn` for `nextn-2`)."""
@@ -45,7 +67,10 @@ class ResolvedVariant:
     def identity(self) -> dict[str, Any]:
         """What defines this variant as declared (the part of the run key that belongs to the variant)."""
         d = asdict(self)
-        d["tuning"] = self.tuning.model_dump(mode="json") if self.tuning else None
+        # options and knobs as declared (defaults left out), so adding a default to a model keeps every run key
+        d["tuning"] = {"kind": self.tuning.kind, "options": self.tuning.options.model_dump(
+            mode="json", exclude_unset=True, by_alias=True)} if self.tuning else None
+        d["sim"] = self.sim.wire()
         return d
 
 
@@ -79,13 +104,12 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 def expand_variants(spec: ExperimentSpec) -> list[ResolvedVariant]:
-    """Expand spec variants: a speculative block with a list of num_steps gives one variant per value."""
-    from cluster.tuning.stage import expand_backend_sweeps
-
+    """Expand spec variants: a speculative block with a list of num_steps gives one variant per value, a
+    backend_sweep one per back-end pair (whether SGLang has those back ends is cluster/tuning/stage.py's check)."""
     out: list[ResolvedVariant] = []
     for v in spec.variants:
         out.extend(_expand_one(spec, v))
-    out = expand_backend_sweeps(out)
+    out = [x for v in out for x in expand_backend_sweep(v)]
     names = [v.name for v in out]
     dup = {n for n in names if names.count(n) > 1}
     if dup:
@@ -107,8 +131,8 @@ def _expand_one(spec: ExperimentSpec, v: VariantSpec) -> list[ResolvedVariant]:
         model_path=spec.model.path,
         args=_merge(spec.server.args, v.args),
         env=_merge(spec.server.env, v.env),
-        tuning=v.tuning if v.tuning and v.tuning.kind != "none" else None,
-        sim=_merge(spec.sim, v.sim),
+        tuning=None if v.tuning is None or isinstance(v.tuning, NoTuning) else v.tuning,
+        sim=spec.sim.merged(v.sim),
         is_baseline=v.baseline,
         family=v.name,
     )
@@ -203,3 +227,45 @@ def server_segments(runs: list[RunPlan]) -> list[tuple[ResolvedVariant, list[Run
         else:
             segs.append((r.variant, [r]))
     return segs
+
+
+def _short(backend: str) -> str:
+    return backend.replace("flashinfer_", "fi_")
+
+
+def expand_backend_sweep(v: ResolvedVariant) -> list[ResolvedVariant]:
+    """One variant per (moe_runner_backend, fp4_gemm_backend) pair not excluded, named `<name>-<short>-<short>`;
+    every other variant (and an already expanded combination) passes through unchanged."""
+    t = v.tuning
+    if not isinstance(t, BackendSweepTuning) or t.options.combination is not None:
+        return [v]
+    o = t.options
+    moes: list[Optional[str]] = [*dict.fromkeys(o.moe_runner_backend)] or [None]
+    fp4s: list[Optional[str]] = [*dict.fromkeys(o.fp4_gemm_backend)] or [None]
+    if moes == [None] and fp4s == [None]:
+        raise UserError(f"variant {v.name}: backend_sweep needs tuning.options.moe_runner_backend and/or "
+                        "fp4_gemm_backend (lists of back ends)", field="tuning.options",
+                        expected="moe_runner_backend and/or fp4_gemm_backend")
+    excluded = {(e.moe_runner_backend, e.fp4_gemm_backend) for e in o.exclude}
+    out = []
+    for moe, fp4 in itertools.product(moes, fp4s):
+        if (moe, fp4) in excluded:
+            continue
+        args = dict(v.args)
+        combo: dict[str, str] = {}
+        parts = [v.name]
+        for arg, val in zip(SWEPT_ARGS, (moe, fp4)):
+            if val is not None:
+                flag = arg.replace("_", "-")
+                for k in [k for k in args if k.replace("_", "-") == flag]:
+                    args.pop(k)
+                args[flag] = val
+                combo[arg] = val
+                parts.append(_short(val))
+        name = "-".join(parts)
+        if len(name) > 64:
+            name = f"{v.name[:40]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+        check_name(name, "swept variant name")
+        tuning = BackendSweepTuning(options=BackendSweepOptions(combination=combo))
+        out.append(replace(v, name=name, args=args, tuning=tuning, is_baseline=False, family=v.family or v.name))
+    return out

@@ -24,6 +24,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from cluster.plan.runs import uses_builtin_mtp_head
 from cluster.probe.config import ModelConfig, QuantInfo, load_json_object, parse_model_config, parse_quant
 from cluster.probe.tensors import (
     Classifier,
@@ -39,9 +40,9 @@ from cluster.probe.safetensors_header import CheckpointError, TensorInfo, read_h
 PROBE_SCHEMA_VERSION = 1
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
-BUILTIN_DRAFT_ALGORITHMS = ("NEXTN", "MTP", "EAGLE")
-"""Algorithms SGLang can run from the checkpoint's own MTP/NextN head (EAGLE without a draft path does too)."""
 DRAFT_MODEL_ALGORITHMS = ("EAGLE", "EAGLE3", "STANDALONE")
+BUILTIN_DRAFT_ALGORITHMS = tuple(a for a in ("NEXTN", "MTP", *DRAFT_MODEL_ALGORITHMS) if uses_builtin_mtp_head(a, None))
+"""Algorithms SGLang can run from the checkpoint's own MTP/NextN head, given no draft model (the planner's predicate)."""
 
 __all__ = ["CheckpointError", "ProbeReport", "probe_checkpoint", "PROBE_SCHEMA_VERSION"]
 

@@ -1,6 +1,6 @@
 """Pure step/timing model of the simulated SGLang engine: knobs, step times, speculative acceptance, outputs, batching.
 
-No I/O and no event loop here: `Scheduler.plan_step()` admits requests and says how long the next forward
+No I/O and no event loop here (pydantic validates the knobs): `Scheduler.plan_step()` admits requests and says how long the next forward
 takes (model milliseconds, before `time_scale`), `Scheduler.commit_step()` applies it. The HTTP server in
 `sim.py` sleeps between the two. `resolve_args` applies SGLang 0.5.23's launch rules to the simulator's argv.
 """
@@ -12,8 +12,11 @@ import hashlib
 import logging
 import random
 from collections import deque
-from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Mapping, Optional, Sequence, Union
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Callable, Mapping, Optional, Sequence, Union
+
+from pydantic import (BaseModel, ConfigDict, Field, JsonValue, StrictBool, StrictStr, ValidationError, ValidationInfo,
+                      field_validator)
 
 from cluster.errors import UserError
 
@@ -32,95 +35,106 @@ variant runs enough verify steps during the gate for its acceptance length to be
 
 
 class KnobError(UserError):
-    """A bad simulator knob (from env SGLBENCH_SIM)."""
+    """A bad simulator knob (the spec's `sim:` block, or env SGLBENCH_SIM at the server)."""
 
 
-@dataclass(frozen=True)
-class Knobs:
-    """Simulator knobs; defaults are calibrated to the Qwen3.5 NVFP4 story (≈13.9 ms/step → ≈72 tok/s at batch 1)."""
+def _knob_value(v: Any, info: ValidationInfo) -> Any:
+    # YAML turns yes/no/on/off into booleans, which pydantic would silently read as 1/0 for a number knob
+    values = v if isinstance(v, (list, tuple)) else [v]
+    name = info.field_name or ""
+    if name == "fail_start" and not isinstance(v, (bool, str)):
+        raise ValueError("expected true/false or an error message")
+    field_ann = str(Knobs.model_fields[name].annotation) if name in Knobs.model_fields else ""
+    if "bool" not in field_ann and any(isinstance(x, bool) for x in values):
+        raise ValueError("expected a number or string, got a boolean (YAML reads yes/no/on/off as booleans)")
+    return v
 
-    seed: int = 0
-    time_scale: float = 1.0
-    tuned_speed_factor: float = 1.0
-    decode_base_ms: float = 13.85
-    decode_per_req_ms: float = 0.05
-    prefill_per_token_ms: float = 0.02
-    draft_step_ms: float = 0.9
-    verify_per_draft_token_ms: float = 0.3
-    accept_probs: tuple[float, ...] = (0.8, 0.65, 0.5)
-    answers: bool = True
-    late_divergence_after: Optional[int] = None
-    crash_after_requests: Optional[int] = None
-    start_delay_s: float = 0.0
-    fail_start: Union[bool, str] = False
-    garbage_output: bool = False
-    mtp_absent: bool = False
-    radix_cache: bool = True
-    max_total_num_tokens: int = 1_000_000
-    default_max_running_requests: int = 1024
-    context_length: int = 262144
-    decode_log_interval: int = 40
-    fixed_ttft_ms: Optional[float] = None
+
+_Ms = Annotated[float, Field(ge=0.0)]
+_Count = Annotated[int, Field(ge=0)]
+_Positive = Annotated[float, Field(gt=0.0)]
+
+
+class Knobs(BaseModel):
+    """Simulator knobs, ONE model for the spec's `sim:` blocks (experiment and variant level, merged per knob) and
+    the simulated server (JSON in env SGLBENCH_SIM, validated here again). Defaults are calibrated to the Qwen3.5
+    NVFP4 story (≈13.9 ms/step → ≈72 tok/s at batch 1); the GPU/tuning knobs are read by cluster/sim/tuning.py."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    seed: Annotated[int, Field(ge=0)] = 0
+    time_scale: Annotated[float, Field(ge=0.0)] = 1.0
+    """Wall seconds per model second (0: no sleeping at all)."""
+    tuned_speed_factor: _Positive = 1.0
+    decode_base_ms: _Ms = 13.85
+    decode_per_req_ms: _Ms = 0.05
+    prefill_per_token_ms: _Ms = 0.02
+    draft_step_ms: _Ms = 0.9
+    verify_per_draft_token_ms: _Ms = 0.3
+    accept_probs: Annotated[tuple[Annotated[float, Field(ge=0.0, le=1.0)], ...], Field(min_length=1)] = (0.8, 0.65, 0.5)
+    """Per-draft-position acceptance probabilities (the last one repeats)."""
+    answers: StrictBool = True
+    late_divergence_after: Optional[_Count] = None
+    crash_after_requests: Optional[_Count] = None
+    start_delay_s: _Ms = 0.0
+    fail_start: Union[StrictBool, StrictStr] = False
+    garbage_output: StrictBool = False
+    mtp_absent: StrictBool = False
+    radix_cache: StrictBool = True
+    max_total_num_tokens: Annotated[int, Field(ge=1)] = 1_000_000
+    default_max_running_requests: Annotated[int, Field(ge=1)] = 1024
+    context_length: Annotated[int, Field(ge=1)] = 262144
+    decode_log_interval: Annotated[int, Field(ge=1)] = 40
+    fixed_ttft_ms: Optional[_Ms] = None
     """Fixed-latency mode (native streams; set either knob): exact TTFT from receipt, independent of batch."""
-    fixed_itl_ms: Optional[float] = None
+    fixed_itl_ms: Optional[_Ms] = None
     """Fixed-latency mode: one token per chunk, one chunk per write, this many ms apart."""
+    # GPU and tuning knobs (cluster/sim/tuning.py): the simulated GPU, and what a valid tuning artifact is worth
+    gpu_name: StrictStr = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+    compute_capability: StrictStr = "12.0"
+    driver_version: StrictStr = "sim"
+    flashinfer_version: StrictStr = "0.6.12"
+    triton_version: StrictStr = "3.4.0"
+    autotune_speed_factor: _Positive = 0.92
+    """Step-time multiplier with a valid FlashInfer autotune cache (< 1 is faster)."""
+    moe_config_speed_factor: _Positive = 0.96
+    """Step-time multiplier with a valid Triton MoE config for a Triton MoE runner."""
+    autotune_time_s: _Ms = 2.0
+    """Model seconds the startup autotune takes when no cache is found (times the sim's time_scale)."""
+    garbage_backends: tuple[StrictStr, ...] = ()
+    """Back ends that produce garbage (NaN text), so the correctness gate can be exercised."""
+    backend_speed_factors: Mapping[str, _Positive] = Field(default_factory=dict)
+    moe_num_experts: Annotated[int, Field(ge=1)] = 512
+    moe_intermediate_size: Annotated[int, Field(ge=1)] = 1024
+    moe_hidden_size: Annotated[int, Field(ge=1)] = 4096
+    moe_top_k: Annotated[int, Field(ge=1)] = 10
+    moe_dtype: StrictStr = "auto"
+
+    _no_bools = field_validator("*", mode="before")(classmethod(lambda cls, v, info: _knob_value(v, info)))
 
     @classmethod
     def from_mapping(cls, raw: Optional[Mapping[str, Any]]) -> "Knobs":
-        raw = dict(raw or {})
-        known = {f.name: f for f in fields(cls)}
-        unknown = sorted(set(raw) - set(known))
-        if unknown:
-            raise KnobError(f"SGLBENCH_SIM: unknown knob(s) {unknown}; expected some of {sorted(known)}")
-        kw: dict[str, Any] = {}
-        for name, val in raw.items():
-            default = getattr(cls, name)
-            try:
-                kw[name] = _coerce(name, val, default)
-            except (TypeError, ValueError) as e:
-                raise KnobError(f"SGLBENCH_SIM: knob {name!r}: {e}") from None
-        k = cls(**kw)
-        if k.time_scale < 0 or k.tuned_speed_factor <= 0:
-            raise KnobError("SGLBENCH_SIM: time_scale must be >= 0 and tuned_speed_factor > 0")
-        if any(not 0.0 <= p <= 1.0 for p in k.accept_probs):
-            raise KnobError("SGLBENCH_SIM: knob 'accept_probs': expected probabilities in [0, 1]")
-        return k
+        """Validate knobs from JSON (env SGLBENCH_SIM); KnobError names the first bad knob and what it expects."""
+        try:
+            return cls.model_validate(dict(raw or {}))
+        except ValidationError as e:
+            err = e.errors()[0]
+            name = ".".join(str(p) for p in err["loc"]) or "?"
+            if err["type"] == "extra_forbidden":
+                raise KnobError(f"SGLBENCH_SIM: unknown knob(s) {sorted(set(raw or {}) - set(cls.model_fields))}; "
+                                f"expected some of {sorted(cls.model_fields)}", field=name) from None
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            raise KnobError(f"SGLBENCH_SIM: knob {name!r}: {msg}", field=name, expected=msg) from None
 
+    def merged(self, over: "Knobs") -> "Knobs":
+        """These knobs with every knob `over` sets explicitly taken from `over` (a variant's `sim:` over the
+        experiment's)."""
+        return Knobs.model_validate({**self.model_dump(exclude_unset=True), **over.model_dump(exclude_unset=True)})
 
-def _coerce(name: str, val: Any, default: Any) -> Any:
-    if name == "accept_probs":
-        if not isinstance(val, (list, tuple)) or not val:
-            raise ValueError("expected a non-empty list of probabilities")
-        return tuple(float(x) for x in val)
-    if name == "fail_start":
-        if not isinstance(val, (bool, str)):
-            raise ValueError("expected true/false or an error message")
-        return val
-    if name in ("fixed_ttft_ms", "fixed_itl_ms"):
-        if val is None:
-            return None
-        if isinstance(val, bool) or not isinstance(val, (int, float)) or val < 0:
-            raise ValueError("expected a non-negative number of milliseconds or null")
-        return float(val)
-    if name in ("late_divergence_after", "crash_after_requests"):
-        if val is None:
-            return None
-        if isinstance(val, bool) or not isinstance(val, int) or val < 0:
-            raise ValueError("expected a non-negative integer or null")
-        return val
-    if isinstance(default, bool):
-        if not isinstance(val, bool):
-            raise ValueError("expected true or false")
-        return val
-    if isinstance(default, int):
-        if isinstance(val, bool) or not isinstance(val, int):
-            raise ValueError("expected an integer")
-        return val
-    if isinstance(default, float):
-        if isinstance(val, bool) or not isinstance(val, (int, float)):
-            raise ValueError("expected a number")
-        return float(val)
-    return val
+    def wire(self) -> dict[str, JsonValue]:
+        """The knobs as given (unset ones left to their defaults), JSON-ready: env SGLBENCH_SIM and run keys."""
+        out: dict[str, JsonValue] = self.model_dump(mode="json", exclude_unset=True)
+        return out
 
 
 @dataclass(frozen=True)

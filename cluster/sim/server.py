@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import json
 import logging
 import os
@@ -471,8 +470,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ns, unknown = build_parser().parse_known_args(argv)
     try:
         raw = json.loads(os.environ.get(SIM_ENV) or "{}")
-        tuning_knobs, raw = sim_tuning.split_knobs(raw if isinstance(raw, dict) else {})
-        knobs = Knobs.from_mapping(raw)
+        knobs = Knobs.from_mapping(raw if isinstance(raw, dict) else {})  # the spec's own knob model
+        tuning_knobs = knobs
     except ValueError as e:
         msg = str(e) if isinstance(e, KnobError) else f"{SIM_ENV}: not valid JSON ({e})"
         print(f"error: {msg}", file=sys.stderr, flush=True)
@@ -488,8 +487,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     # GEMM tuning contract: a tuned speed factor only with a valid artifact; some back ends give garbage
     eff = sim_tuning.startup_effect(args, os.environ, tuning_knobs, knobs.time_scale, log.info)
-    knobs = dataclasses.replace(knobs, tuned_speed_factor=knobs.tuned_speed_factor * eff.speed_factor,
-                                garbage_output=knobs.garbage_output or eff.garbage)
+    knobs = knobs.model_copy(update={"tuned_speed_factor": knobs.tuned_speed_factor * eff.speed_factor,
+                                     "garbage_output": knobs.garbage_output or eff.garbage})
     if unknown:
         log.info("accepted but not modelled: %s", " ".join(unknown))
     if knobs.fixed_ttft_ms is not None or knobs.fixed_itl_ms is not None:

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Union
 
 from cluster.engines import sglang_tuning as sgt
+from cluster.sim.model import Knobs
 
 SIM_SGLANG_VERSION = "0.5.23"
 """The SGLang release the simulator imitates (cluster.sim.server.VERSION; not imported, to keep aiohttp out)."""
@@ -26,61 +27,20 @@ TUNING_KNOBS = ("gpu_name", "compute_capability", "driver_version", "flashinfer_
                 "autotune_speed_factor", "moe_config_speed_factor", "autotune_time_s", "garbage_backends",
                 "backend_speed_factors", "moe_num_experts", "moe_intermediate_size", "moe_hidden_size", "moe_top_k",
                 "moe_dtype")
+"""The knobs of `Knobs` (cluster/sim/model.py, the one knob model) that this module reads."""
+
+SimTuningKnobs = Knobs
+"""The tuning side of the simulator's knobs is the same model (cluster/sim/model.py)."""
 
 
-@dataclass(frozen=True)
-class SimTuningKnobs:
-    """Tuning knobs of the simulator (they ride in SGLBENCH_SIM beside the step-model knobs)."""
-
-    gpu_name: str = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
-    compute_capability: str = "12.0"
-    driver_version: str = "sim"
-    flashinfer_version: str = "0.6.12"
-    triton_version: str = "3.4.0"
-    autotune_speed_factor: float = 0.92
-    """Step-time multiplier with a valid FlashInfer autotune cache (< 1 is faster)."""
-    moe_config_speed_factor: float = 0.96
-    """Step-time multiplier with a valid Triton MoE config for a Triton MoE runner."""
-    autotune_time_s: float = 2.0
-    """Model seconds the startup autotune takes when no cache is found (times the sim's time_scale)."""
-    garbage_backends: tuple[str, ...] = ()
-    backend_speed_factors: dict[str, float] = field(default_factory=dict)
-    moe_num_experts: int = 512
-    moe_intermediate_size: int = 1024
-    moe_hidden_size: int = 4096
-    moe_top_k: int = 10
-    moe_dtype: str = "auto"
-
-
-def split_knobs(raw: Optional[Mapping[str, Any]]) -> tuple[SimTuningKnobs, dict[str, Any]]:
-    """(tuning knobs, the remaining knobs for sim_model.Knobs); ValueError naming a bad knob."""
-    raw = dict(raw or {})
-    mine = {k: raw.pop(k) for k in list(raw) if k in TUNING_KNOBS}
-    kw: dict[str, Any] = {}
-    types = {f.name: f.type for f in fields(SimTuningKnobs)}
-    for name, val in mine.items():
-        default = getattr(SimTuningKnobs(), name)
-        if name == "garbage_backends":
-            if not isinstance(val, list) or not all(isinstance(x, str) for x in val):
-                raise ValueError(f"SGLBENCH_SIM: knob {name!r}: expected a list of back-end names")
-            kw[name] = tuple(val)
-        elif name == "backend_speed_factors":
-            if not isinstance(val, dict) or not all(isinstance(v, (int, float)) and v > 0 for v in val.values()):
-                raise ValueError(f"SGLBENCH_SIM: knob {name!r}: expected a map of back end → positive factor")
-            kw[name] = {str(k): float(v) for k, v in val.items()}
-        elif isinstance(default, float):
-            if isinstance(val, bool) or not isinstance(val, (int, float)) or val <= 0 and name != "autotune_time_s":
-                raise ValueError(f"SGLBENCH_SIM: knob {name!r}: expected a positive number")
-            kw[name] = float(val)
-        elif isinstance(default, int):
-            if isinstance(val, bool) or not isinstance(val, int) or val < 1:
-                raise ValueError(f"SGLBENCH_SIM: knob {name!r}: expected a positive integer")
-            kw[name] = val
-        else:
-            if not isinstance(val, str):
-                raise ValueError(f"SGLBENCH_SIM: knob {name!r}: expected a string ({types[name]})")
-            kw[name] = val
-    return SimTuningKnobs(**kw), raw
+def split_knobs(raw: Union[Knobs, Mapping[str, Any], None]) -> tuple[Knobs, dict[str, Any]]:
+    """(knobs with the tuning knobs of `raw` validated, the remaining raw knobs); KnobError naming a bad knob.
+    Given validated knobs (a variant's `sim`), returns them and nothing left over."""
+    if isinstance(raw, Knobs):
+        return raw, {}
+    rest = dict(raw or {})
+    mine = {k: rest.pop(k) for k in list(rest) if k in TUNING_KNOBS}
+    return Knobs.from_mapping(mine), rest
 
 
 def sim_model_config(k: SimTuningKnobs) -> dict[str, Any]:
@@ -207,7 +167,7 @@ def startup_effect(args: Mapping[str, Any], env: Mapping[str, str], k: SimTuning
     return eff
 
 
-def sim_gpu_facts(raw: Optional[Mapping[str, Any]], gpu_count: int = 0) -> Any:
+def sim_gpu_facts(raw: Union[Knobs, Mapping[str, Any], None], gpu_count: int = 0) -> Any:
     """GpuFacts of the simulated GPU described by a variant's sim knobs (for artifact keys)."""
     from cluster.tuning.stage import GpuFacts
 

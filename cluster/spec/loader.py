@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import reprlib
 from pathlib import Path
-from typing import Any, Optional, Union, get_args
+from typing import Any, Optional, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from cluster.spec.models import ExperimentSpec, FieldProblem, SpecError
+from cluster.spec.models import TUNING_MODELS, ExperimentSpec, FieldProblem, SpecError
 
 
 MAX_SPEC_BYTES = 1_000_000
@@ -90,31 +90,63 @@ def _line_for(lines: dict[_Path, int], loc: tuple[Any, ...]) -> int:
 
 
 def _model_at(loc: tuple[Any, ...]) -> Optional[type[BaseModel]]:
-    """The pydantic model that owns the last element of `loc`, following nested models, lists and dicts."""
+    """The pydantic model that owns the last element of `loc`, following nested models, lists and dicts, and a
+    tagged union's member by its tag (`tuning.<kind>`)."""
     model: type[BaseModel] = ExperimentSpec
     skip = False
-    for part in loc[:-1]:
+    parts = list(loc[:-1])
+    i = 0
+    while i < len(parts):
+        part = parts[i]
+        i += 1
         if skip:  # a list index or a dict key
             skip = False
             continue
         if part not in model.model_fields:
             return None
         ann = model.model_fields[part].annotation
-        found = _unwrap_model(ann)
-        if found is None:
+        members = _models_in(ann)
+        if not members:
             return None
-        model, skip = found, found is not ann and ann is not Optional[found]
+        tagged = {_tag_of(m): m for m in members}
+        if len(members) > 1 and i < len(parts) and parts[i] in tagged:
+            model = tagged[parts[i]]
+            i += 1
+            continue
+        model, skip = members[0], _is_container(ann)
     return model
 
 
-def _unwrap_model(ann: Any) -> Any:
+def _is_container(ann: Any) -> bool:
+    """A list or dict field (maybe Optional): the next part of a location is an index or a key, not a field."""
+    args = [a for a in get_args(ann) if a is not type(None)]
+    if get_origin(ann) is Union and len(args) == 1:
+        return _is_container(args[0])
+    return get_origin(ann) in (list, dict)
+
+
+def _models_in(ann: Any) -> list[type[BaseModel]]:
     if isinstance(ann, type) and issubclass(ann, BaseModel):
-        return ann
+        return [ann]
+    out: list[type[BaseModel]] = []
     for a in get_args(ann):
-        found = _unwrap_model(a)
-        if found is not None:
-            return found
-    return None
+        out.extend(m for m in _models_in(a) if m not in out)
+    return out
+
+
+def _tag_of(model: type[BaseModel]) -> Optional[str]:
+    kind = model.model_fields.get("kind")
+    return kind.default if kind is not None and isinstance(kind.default, str) else None
+
+
+def _without_tags(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Drop a tagged union's tag from an error location: `tuning.triton_moe.options.x` → `tuning.options.x`."""
+    out: list[Any] = []
+    for i, p in enumerate(loc):
+        if i and loc[i - 1] == "tuning" and p in TUNING_MODELS:
+            continue
+        out.append(p)
+    return tuple(out)
 
 
 def _describe(err: Any) -> tuple[tuple[Any, ...], str]:
@@ -129,13 +161,14 @@ def _describe(err: Any) -> tuple[tuple[Any, ...], str]:
         msg = str(cause) if cause is not None else msg.removeprefix("Value error, ")
     elif kind == "extra_forbidden":
         owner = _model_at(loc)
-        allowed = f"; expected one of: {', '.join(owner.model_fields)}" if owner else ""
+        names = [f.alias or n for n, f in owner.model_fields.items()] if owner else []
+        allowed = f"; expected one of: {', '.join(names)}" if owner else ""
         msg = f"unknown field{allowed}"
     elif kind == "missing":
         msg = "required field is missing"
     elif "input" in err and not isinstance(err["input"], (dict, list)):
         msg = f"{msg} (got {reprlib.repr(err['input'])})"
-    return loc, msg
+    return _without_tags(loc), msg
 
 
 def parse_spec_text(text: str, file: str = "<string>") -> ExperimentSpec:
@@ -151,7 +184,7 @@ def parse_spec_text(text: str, file: str = "<string>") -> ExperimentSpec:
             _walk_lines(root, (), lines)
         data = yaml.safe_load(text)
     except SpecError as e:
-        raise SpecError(file, e.line, e.field, e.message) from None
+        raise SpecError(file, e.line, e.field or "", e.message) from None
     except yaml.reader.ReaderError as e:
         line = text[: e.position].count("\n") + 1
         raise SpecError(file, line, "", f"invalid YAML: {e.reason} (character {e.character!r})") from None
@@ -189,6 +222,3 @@ def load_spec(path: Union[str, Path]) -> ExperimentSpec:
         raise SpecError(str(p), line, "", f"file is not valid UTF-8 (byte 0x{raw[e.start]:02x} at offset {e.start})") from None
     return parse_spec_text(text, str(p))
 
-
-def spec_to_dict(spec: ExperimentSpec) -> dict[str, Any]:
-    return spec.model_dump(mode="json")

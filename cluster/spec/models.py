@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Literal, Mapping, Optional, Union, get_args
+from typing import Annotated, Any, Literal, Mapping, Optional, Union, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator,
+                      model_validator)
 
 from cluster.errors import UserError
+from cluster.sim.model import Knobs
 
 SPEC_VERSION = 1
 """The only experiment-spec version this release reads (`version:` in the YAML)."""
@@ -175,11 +177,108 @@ class SpeculativeSpec(_Frozen):
         return self.num_draft_tokens if self.num_draft_tokens is not None else steps * self.eagle_topk + 1
 
 
-class TuningSpec(_Frozen):
-    """Tuning stage for a variant; its kinds are described in cluster/tuning/stage.py."""
+class FlashinferAutotuneOptions(_Frozen):
+    """`flashinfer_autotune`: one launch with FlashInfer autotuning on, its cache the artifact (cluster/tuning/stage.py)."""
 
-    kind: Literal["flashinfer_autotune", "triton_moe", "backend_sweep", "none"] = "none"
-    options: dict[str, Any] = Field(default_factory=dict)
+    extend: bool = False
+    """Also tune the prefill (extend) buckets (SGLANG_FLASHINFER_AUTOTUNE_EXTEND)."""
+    warmup_requests: int = Field(default=2, ge=0, le=100_000)
+    """Requests of the workload's shapes sent to the tuning launch before its cache is archived."""
+
+
+class TritonMoeOptions(_Frozen):
+    """`triton_moe`: SGLang's fused-MoE Triton config search for the model's (E, N, dtype), split across GPUs."""
+
+    model_config_path: Optional[str] = Field(default=None, alias="model_config")
+    """Directory (or config.json) with the BF16 base config, when the served checkpoint's is not the one to tune."""
+    dtype: str = "auto"
+    """A Triton MoE dtype (auto, fp8_w8a8, int8_w8a16, int8_w8a8); NVFP4 is refused (cluster/tuning/stage.py)."""
+    batch_sizes: Optional[list[int]] = Field(default=None, min_length=1)
+    """Batch sizes to tune (default: SGLang's list)."""
+    ep: int = Field(default=1, ge=1, le=64)
+    max_configs: Optional[int] = Field(default=None, ge=1)
+    """Subsample of the search space per batch size (default: all of it)."""
+    seed: int = Field(default=0, ge=0)
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, populate_by_name=True,
+                              protected_namespaces=())
+
+    @field_validator("batch_sizes")
+    @classmethod
+    def _sizes(cls, v: Optional[list[int]]) -> Optional[list[int]]:
+        for i, b in enumerate(v or []):
+            if b < 1:
+                raise FieldProblem((i,), f"batch size {b} must be at least 1")
+        return v
+
+
+class BackendPair(_Frozen):
+    """One (MoE runner, FP4 GEMM) back-end pair; either side may be left out."""
+
+    moe_runner_backend: Optional[str] = None
+    fp4_gemm_backend: Optional[str] = None
+
+
+def _name_list(v: Any) -> Any:
+    return [v] if isinstance(v, str) else v
+
+
+class BackendSweepOptions(_Frozen):
+    """`backend_sweep`: one variant per (MoE runner, FP4 GEMM) back-end pair; no artifact."""
+
+    moe_runner_backend: list[str] = Field(default_factory=list)
+    fp4_gemm_backend: list[str] = Field(default_factory=list)
+    exclude: list[BackendPair] = Field(default_factory=list)
+    combination: Optional[dict[str, str]] = None
+    """Set by the planner on each expanded variant: the server args (spec spelling) of its pair."""
+
+    _lists = field_validator("moe_runner_backend", "fp4_gemm_backend", mode="before")(
+        classmethod(lambda cls, v: _name_list(v)))
+
+
+class NoOptions(_Frozen):
+    """`none`: no tuning (the same as leaving `tuning:` out)."""
+
+
+class FlashinferAutotuneTuning(_Frozen):
+    kind: Literal["flashinfer_autotune"] = "flashinfer_autotune"
+    options: FlashinferAutotuneOptions = Field(default_factory=FlashinferAutotuneOptions)
+
+
+class TritonMoeTuning(_Frozen):
+    kind: Literal["triton_moe"] = "triton_moe"
+    options: TritonMoeOptions = Field(default_factory=TritonMoeOptions)
+
+
+class BackendSweepTuning(_Frozen):
+    kind: Literal["backend_sweep"] = "backend_sweep"
+    options: BackendSweepOptions = Field(default_factory=BackendSweepOptions)
+
+
+class NoTuning(_Frozen):
+    kind: Literal["none"] = "none"
+    options: NoOptions = Field(default_factory=NoOptions)
+
+
+TUNING_MODELS: dict[str, type[BaseModel]] = {"flashinfer_autotune": FlashinferAutotuneTuning,
+                                              "triton_moe": TritonMoeTuning, "backend_sweep": BackendSweepTuning,
+                                              "none": NoTuning}
+"""Tuning kind → its model (the kinds are described in cluster/tuning/stage.py, which declares them once)."""
+
+
+def _tuning_kind(v: Any) -> Optional[str]:
+    kind = v.get("kind", "none") if isinstance(v, dict) else getattr(v, "kind", None)
+    return kind if isinstance(kind, str) and kind in TUNING_MODELS else None
+
+
+TuningSpec = Annotated[
+    Union[Annotated[FlashinferAutotuneTuning, Tag("flashinfer_autotune")], Annotated[TritonMoeTuning, Tag("triton_moe")],
+          Annotated[BackendSweepTuning, Tag("backend_sweep")], Annotated[NoTuning, Tag("none")]],
+    Discriminator(_tuning_kind, custom_error_type="tuning_kind",
+                  custom_error_message="unknown tuning kind; expected one of: " + ", ".join(TUNING_MODELS))]
+"""A variant's `tuning: {kind, options}`: one model per kind, so a misspelled option is refused with its field."""
+ActiveTuning = Union[FlashinferAutotuneTuning, TritonMoeTuning, BackendSweepTuning]
+"""What a resolved variant carries (kind `none` resolves to no tuning)."""
 
 
 class VariantSpec(_Frozen):
@@ -190,8 +289,8 @@ class VariantSpec(_Frozen):
     env: dict[str, str] = Field(default_factory=dict)
     speculative: Optional[SpeculativeSpec] = None
     tuning: Optional[TuningSpec] = None
-    sim: dict[str, Any] = Field(default_factory=dict)
-    """Simulated-engine knobs for this variant (merged over the experiment's `sim:` block)."""
+    sim: Knobs = Field(default_factory=Knobs)
+    """Simulated-engine knobs for this variant (each one set here overrides the experiment's `sim:` block)."""
     baseline: bool = False
 
     _n = field_validator("name")(classmethod(lambda cls, v: check_name(v, "variant name")))
@@ -303,7 +402,8 @@ class ExperimentSpec(_Frozen):
     model: ModelSpec
     engines: dict[EngineName, EngineLauncher] = Field(default_factory=dict)
     server: ServerSpec = Field(default_factory=ServerSpec)
-    sim: dict[str, Any] = Field(default_factory=dict)
+    sim: Knobs = Field(default_factory=Knobs)
+    """Simulated-engine knobs (cluster/sim/model.py): the same model the simulated server validates them with."""
     variants: list[VariantSpec] = Field(min_length=1)
     workloads: list[WorkloadSpec] = Field(min_length=1)
     load: LoadSpec

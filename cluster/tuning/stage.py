@@ -16,8 +16,6 @@ checkpoints-tuning-limits.md §3.4):
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,12 +23,16 @@ from typing import Any, Mapping, Optional
 
 from cluster.engines import sglang_tuning as sgt
 from cluster.errors import UserError
-from cluster.plan.runs import ResolvedVariant
-from cluster.spec.models import ArgValue, TuningSpec, check_name
+from cluster.plan.runs import ResolvedVariant, expand_backend_sweep as plan_backend_sweep
+from cluster.spec.models import (TUNING_MODELS, ArgValue, BackendSweepTuning, FlashinferAutotuneTuning,
+                                 TritonMoeOptions, TritonMoeTuning)
 from cluster.tuning.artifacts import TuningArtifact
 
-KINDS = ("flashinfer_autotune", "triton_moe", "backend_sweep")
+KINDS = tuple(k for k in TUNING_MODELS if k != "none")
+"""The tuning kinds, declared once (each kind's options are its model in cluster/spec/models.py)."""
 ARTIFACT_KINDS = ("flashinfer_autotune", "triton_moe")
+"""The kinds that produce an artifact (a tuning job before the variant's runs); backend_sweep only expands."""
+assert set(ARTIFACT_KINDS) <= set(KINDS)
 PROVENANCE_FIELD = "tuning_artifact"
 """Run-row field (records.py) holding the artifact's content hash."""
 PENDING_ARTIFACT = "<tuning artifact: made at run time>"
@@ -95,7 +97,8 @@ def artifact_key(kind: str, variant: ResolvedVariant, facts: GpuFacts, extra: Op
     }
     if kind == "triton_moe":
         key["triton_version"] = facts.triton_version
-    return json.loads(json.dumps(key, sort_keys=True, default=str))
+    normalised: dict[str, Any] = json.loads(json.dumps(key, sort_keys=True, default=str))
+    return normalised
 
 
 # ------------------------------------------------------------------------------------------- triton_moe shapes
@@ -209,67 +212,22 @@ def merge_moe_configs(parts: list[Mapping[str, Any]]) -> dict[str, dict[str, int
 
 
 # ------------------------------------------------------------------------------------------- backend_sweep
-def _short(backend: str) -> str:
-    return backend.replace("flashinfer_", "fi_")
-
-
-def _str_list(v: ResolvedVariant, options: Mapping[str, Any], field: str, allowed: tuple[str, ...]) -> list[str]:
-    vals = options.get(field)
-    if vals is None:
-        return []
-    if isinstance(vals, str):
-        vals = [vals]
-    if not isinstance(vals, list) or not all(isinstance(x, str) for x in vals):
-        raise TuningError(f"variant {v.family or v.name}: tuning.options.{field}: expected a list of back-end names")
-    for x in vals:
+def _check_backends(v: ResolvedVariant, field: str, values: list[str], allowed: tuple[str, ...]) -> None:
+    for x in values:
         if x not in allowed:
             raise TuningError(f"variant {v.family or v.name}: tuning.options.{field}: {x!r} is not a SGLang 0.5.23 "
-                              f"choice (expected one of {', '.join(allowed)})")
-    return list(dict.fromkeys(vals))
+                              f"choice (expected one of {', '.join(allowed)})", field=f"tuning.options.{field}",
+                              expected=", ".join(allowed))
 
 
 def expand_backend_sweep(v: ResolvedVariant) -> list[ResolvedVariant]:
-    """One variant per allowed (moe-runner-backend, fp4-gemm-backend) pair; other variants pass through unchanged."""
-    if v.tuning is None or v.tuning.kind != "backend_sweep" or "combination" in v.tuning.options:
-        return [v]  # not a sweep, or already one of its combinations
-    opts = v.tuning.options
-    unknown = set(opts) - {"moe_runner_backend", "fp4_gemm_backend", "exclude"}
-    if unknown:
-        raise TuningError(f"variant {v.name}: tuning.options: unknown key(s) {sorted(unknown)} for backend_sweep "
-                          "(expected moe_runner_backend, fp4_gemm_backend, exclude)")
-    moes: list[Optional[str]] = [*_str_list(v, opts, "moe_runner_backend", sgt.MOE_BACKENDS_0_5_23)] or [None]
-    fp4s: list[Optional[str]] = [*_str_list(v, opts, "fp4_gemm_backend", sgt.FP4_BACKENDS_0_5_23)] or [None]
-    if moes == [None] and fp4s == [None]:
-        raise TuningError(f"variant {v.name}: backend_sweep needs tuning.options.moe_runner_backend and/or "
-                          "fp4_gemm_backend (lists of back ends)")
-    excluded = {(e.get("moe_runner_backend"), e.get("fp4_gemm_backend"))
-                for e in opts.get("exclude") or [] if isinstance(e, Mapping)}
-    out = []
-    for moe, fp4 in itertools.product(moes, fp4s):
-        if (moe, fp4) in excluded:
-            continue
-        args = dict(v.args)
-        combo: dict[str, Any] = {}
-        parts = [v.name]
-        for flag, val in ((sgt.FLAG_MOE_BACKEND, moe), (sgt.FLAG_FP4_BACKEND, fp4)):
-            if val is not None:
-                for k in [k for k in args if k.replace("_", "-") == flag]:
-                    args.pop(k)
-                args[flag] = val
-                combo[flag.replace("-", "_")] = val
-                parts.append(_short(val))
-        name = "-".join(parts)
-        if len(name) > 64:
-            name = f"{v.name[:40]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
-        check_name(name, "swept variant name")
-        tuning = TuningSpec(kind="backend_sweep", options={"combination": combo})
-        out.append(dataclasses.replace(v, name=name, args=args, tuning=tuning, is_baseline=False,
-                                       family=v.family or v.name))
-    return out
+    """The planner's expansion (cluster/plan/runs.py) after checking every back end is a SGLang 0.5.23 choice."""
+    tuning_options_check(v)
+    return plan_backend_sweep(v)
 
 
 def expand_backend_sweeps(variants: list[ResolvedVariant]) -> list[ResolvedVariant]:
-    """Hook for plan.expand_variants: replace every backend_sweep variant by its combinations, order kept."""
+    """Replace every backend_sweep variant by its combinations (back ends checked), order kept."""
     return [x for v in variants for x in expand_backend_sweep(v)]
 
 
@@ -306,11 +264,11 @@ def with_artifact(variant: ResolvedVariant, artifact: Optional[TuningArtifact]) 
 
 def autotune_run_variant(variant: ResolvedVariant, cache_dir: str) -> ResolvedVariant:
     """The one-off tuning launch of a flashinfer_autotune variant: autotune on, writing into `cache_dir`."""
-    opts = variant.tuning.options if variant.tuning else {}
+    extend = isinstance(variant.tuning, FlashinferAutotuneTuning) and variant.tuning.options.extend
     env = dict(variant.env)
     env[sgt.ENV_CACHE_DIR] = cache_dir
     env[sgt.ENV_AUTOTUNE_CACHE] = "1"
-    if opts.get("extend"):
+    if extend:
         env[sgt.ENV_AUTOTUNE_EXTEND] = "1"
     args = {k: a for k, a in variant.args.items() if k.replace("_", "-") != sgt.FLAG_DISABLE_AUTOTUNE}
     return dataclasses.replace(variant, name=f"{variant.name}-autotune"[:64], env=env, args=args, tuning=None,
@@ -318,13 +276,33 @@ def autotune_run_variant(variant: ResolvedVariant, cache_dir: str) -> ResolvedVa
 
 
 def tuning_options_check(variant: ResolvedVariant) -> None:
-    """Refuse unknown option keys early (before any GPU is reserved)."""
-    if variant.tuning is None:
+    """What the spec's option models cannot know (they hold no engine flags): a backend_sweep's back ends must be
+    SGLang 0.5.23 choices. Unknown option keys are refused by the spec itself (file:line:field)."""
+    t = variant.tuning
+    if not isinstance(t, BackendSweepTuning):
         return
-    allowed = {"flashinfer_autotune": {"extend", "warmup_requests"},
-               "triton_moe": {"model_config", "dtype", "batch_sizes", "ep", "max_configs", "seed"},
-               "backend_sweep": {"moe_runner_backend", "fp4_gemm_backend", "exclude", "combination"}}.get(variant.tuning.kind, set())
-    unknown = set(variant.tuning.options) - allowed
-    if unknown:
-        raise TuningError(f"variant {variant.family or variant.name}: tuning.options: unknown key(s) "
-                          f"{sorted(unknown)} for {variant.tuning.kind} (expected some of {sorted(allowed)})")
+    o = t.options
+    _check_backends(variant, "moe_runner_backend", o.moe_runner_backend, sgt.MOE_BACKENDS_0_5_23)
+    _check_backends(variant, "fp4_gemm_backend", o.fp4_gemm_backend, sgt.FP4_BACKENDS_0_5_23)
+    if o.combination is not None:
+        _check_backends(variant, "moe_runner_backend", [c for k, c in o.combination.items() if k == "moe_runner_backend"],
+                        sgt.MOE_BACKENDS_0_5_23)
+        _check_backends(variant, "fp4_gemm_backend", [c for k, c in o.combination.items() if k == "fp4_gemm_backend"],
+                        sgt.FP4_BACKENDS_0_5_23)
+
+
+def triton_moe_options(variant: ResolvedVariant) -> TritonMoeOptions:
+    """A triton_moe variant's options (defaults for any other variant)."""
+    return variant.tuning.options if isinstance(variant.tuning, TritonMoeTuning) else TritonMoeOptions()
+
+
+def autotune_warmup_requests(variant: ResolvedVariant) -> int:
+    """Warm-up requests of a flashinfer_autotune tuning launch."""
+    t = variant.tuning
+    return t.options.warmup_requests if isinstance(t, FlashinferAutotuneTuning) else 2
+
+
+def autotune_extend(variant: ResolvedVariant) -> bool:
+    """Whether a flashinfer_autotune launch also tunes the prefill buckets (part of the artifact's key)."""
+    t = variant.tuning
+    return isinstance(t, FlashinferAutotuneTuning) and t.options.extend

@@ -10,7 +10,8 @@ import pyarrow as pa
 import pytest
 
 from cluster.analysis.metrics import METRIC_DEFINITIONS, METRIC_NAMES, summarize_run
-from cluster.dataset.records import RequestRecord, request_batches
+from cluster.dataset.records import RequestRecord
+from cluster.loadgen.sink import request_batches
 from cluster.spec.models import SLOSpec
 
 MS = 1_000_000

@@ -15,7 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from cluster.dataset.atomic import WriteError
-from cluster.dataset.records import RequestRecord, request_batches
+from cluster.dataset.records import RequestRecord
+from cluster.loadgen.sink import request_batches
 from cluster.dataset.store import DatasetStore
 from cluster.dataset.writer import RunWriter
 from cluster.errors import EnvironmentFault

@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import pytest
 
-from cluster.engines import get_engine
+from cluster.engines.registry import get_engine
 from cluster.engines.base import Prompt
 from cluster.engines.streams import OpenAIStreamParser
 from cluster.engines.vllm import VLLMEngine, acceptance_from_counters, speculative_config

@@ -80,6 +80,10 @@ EXPECTED: dict[str, tuple[int, str, str]] = {
     "version_2.yaml": (1, "version", "should be 1 (got 2)"),
     "workload_name_dotdot.yaml": (14, "workloads.0.name", "workload name '..'"),
     "yaml_bomb.yaml": (4, "sim.a", "anchors and aliases are not allowed"),
+    "sim_knob_misspelled.yaml": (9, "sim.decode_base_msec", "unknown field; expected one of: seed, time_scale"),
+    "sim_knob_out_of_range.yaml": (14, "variants.1.sim.accept_probs.1", "less than or equal to 1 (got 1.5)"),
+    "tuning_option_misspelled.yaml": (13, "variants.1.tuning.options.batch_size",
+                                      "unknown field; expected one of: model_config, dtype, batch_sizes, ep"),
 }
 
 VALID = """\

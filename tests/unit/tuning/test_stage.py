@@ -11,7 +11,7 @@ import pytest
 from cluster.engines import sglang_tuning as sgt
 from cluster.sim import tuning as st
 from cluster.plan.runs import expand_variants
-from cluster.spec.models import TuningSpec
+from cluster.spec.models import BackendSweepTuning
 from cluster.spec.loader import load_spec, parse_spec_text
 from cluster.tuning.stage import (GpuFacts, TuningError, artifact_key, expand_backend_sweeps, merge_moe_configs, moe_shape,
                             split_batch_sizes, tuning_env_and_args)
@@ -125,8 +125,8 @@ def test_backend_sweep_expansion() -> None:
     assert sw.args == {"moe-runner-backend": "marlin", "fp4-gemm-backend": "flashinfer_cudnn"}
     assert sw.family == "sweep" and not sw.is_baseline
     assert expand_backend_sweeps(vs) == vs  # idempotent
-    bad = dataclasses.replace(variants()[2], tuning=TuningSpec(kind="backend_sweep",
-                                                               options={"moe_runner_backend": ["b12x"]}))
+    bad = dataclasses.replace(variants()[2], tuning=BackendSweepTuning.model_validate(
+        {"options": {"moe_runner_backend": ["b12x"]}}))
     with pytest.raises(TuningError, match="b12x"):
         expand_backend_sweeps([bad])
 
@@ -167,7 +167,7 @@ def test_sim_contract_autotune(tmp_path: Path) -> None:
     assert st.startup_effect(args, env, k).autotune == "loaded"
     assert st.startup_effect({**args, "disable_flashinfer_autotune": True}, env, k).speed_factor == 1.0
     assert st.startup_effect(args, {}, k).speed_factor == 1.0  # no cache dir: nothing applied, nothing written
-    other = dataclasses.replace(k, gpu_name="NVIDIA H200")
+    other = k.model_copy(update={"gpu_name": "NVIDIA H200"})
     assert not st.valid_autotune_cache(args, str(tmp_path), other)  # metadata mismatch → not valid
     assert st.startup_effect({**args, "moe_runner_backend": "marlin"}, {}, k).garbage
 
