@@ -22,7 +22,7 @@ from aiohttp import web
 from cluster.sim import tuning as sim_tuning
 from cluster.sim.model import (Knobs, KnobError, LaunchError, Scheduler, SimRequest, SpecParams,
                                        resolve_args)
-from cluster.sim.wire import ChunkWriter, Pacer, fine_timer_slack, metrics_text
+from cluster.sim.wire import ChunkWriter, Pacer, StreamingCounts, fine_timer_slack, metrics_text
 
 VERSION = "0.5.23"
 SIM_ENV = "SGLBENCH_SIM"
@@ -80,7 +80,7 @@ class SimServer:
         self.last_gen_throughput = 0.0
         self._wake = asyncio.Event()
         self._loop_task: Optional[asyncio.Task[None]] = None
-        self._streaming_tokens = 0
+        self._streaming = StreamingCounts()
         self._created = int(time.time())
         self.pacer = Pacer.from_knobs(knobs.fixed_ttft_ms, knobs.fixed_itl_ms)
 
@@ -197,7 +197,7 @@ class SimServer:
         # aiohttp already sets TCP_NODELAY on accepted connections; the pacer writes framed chunks itself
         chunked = resp.headers.get("Transfer-Encoding", "").lower() == "chunked"
         n = await pacer.stream(transport, chunked, writer, req, t_recv_ns, list((ids or [])[:8]))
-        self._streaming_tokens += n
+        self._streaming.add(req, n)
         self._on_finished()
         return resp
 
@@ -289,7 +289,7 @@ class SimServer:
 
     def metrics_text(self) -> str:
         return metrics_text(self.sched, self.spec, str(self.args["served_model_name"]), self.last_gen_throughput,
-                            self._streaming_tokens, self.knobs.max_total_num_tokens)
+                            self._streaming, self.knobs.max_total_num_tokens)
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         t_recv_ns = time.monotonic_ns()
@@ -339,7 +339,7 @@ class SimServer:
         """Stream the request's chunks, or wait for it to finish and answer with one JSON object."""
         if stream:
             resp = await self._stream(request, req, ev, writer, int(self.args["stream_interval"]))
-            self._streaming_tokens += req.generated
+            self._streaming.add(req, req.generated)
             return resp
         await self._wait(req, ev, writer)
         self._on_finished()

@@ -267,3 +267,68 @@ def check_flush(status: int, text: str, busy: bool) -> None:
         assert status == 400 and "not flushed" in text.lower()
     else:
         assert status == 200 and text.startswith("Cache flushed")
+
+
+METRIC_NAMES = ("num_running_reqs", "num_queue_reqs", "gen_throughput", "token_usage", "generation_tokens_total",
+                "prompt_tokens_total", "num_requests_total")
+SPEC_METRIC_NAMES = ("spec_accept_length", "spec_accept_rate", "spec_num_steps", "spec_num_draft_tokens",
+                     "spec_verify_calls_total")
+"""`sglang:` families the pipeline scrapes (and the speculative ones a NEXTN server adds), as recorded."""
+COUNTER_LABELS = ("engine_type", "is_streaming", "model_name")
+"""Labels of the token and request counters (no rank labels; is_streaming splits them)."""
+
+
+def metric_families(text: str) -> dict[str, str]:
+    """`# TYPE` lines of a Prometheus text: family name → type."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ", 3)
+            out[name] = kind
+    return out
+
+
+def metric_sum(text: str, name: str) -> Optional[float]:
+    total, seen = 0.0, False
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            total += float(line.rsplit(" ", 1)[1])
+            seen = True
+    return total if seen else None
+
+
+def metric_label_keys(text: str, name: str) -> list[list[str]]:
+    out = []
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            labels = line[len(name) + 1:line.index("}")]
+            out.append(sorted(kv.split("=", 1)[0] for kv in labels.split(",") if kv))
+    return out
+
+
+def check_metrics(text: str, speculative: bool) -> dict[str, str]:
+    fams = metric_families(text)
+    for n in METRIC_NAMES + (SPEC_METRIC_NAMES if speculative else ()):
+        assert "sglang:" + n in fams, f"/metrics lacks sglang:{n}"
+    if not speculative:
+        assert "sglang:spec_verify_calls_total" not in fams
+    for n in ("generation_tokens_total", "prompt_tokens_total", "num_requests_total"):
+        assert fams["sglang:" + n] == "counter"
+        for keys in metric_label_keys(text, "sglang:" + n):
+            assert keys == sorted(COUNTER_LABELS), f"sglang:{n} labels {keys}"
+    if speculative:
+        assert fams["sglang:spec_verify_calls_total"] == "counter"
+        assert fams["sglang:spec_accept_length"] == "gauge"
+    return fams
+
+
+def check_metrics_window(before: str, after: str, finals: list[dict[str, Any]]) -> None:
+    """Counters diffed around a window equal the per-request sums (SGLang: generation tokens, verify calls)."""
+    gen = (metric_sum(after, "sglang:generation_tokens_total") or 0) - (metric_sum(before, "sglang:generation_tokens_total") or 0)
+    assert gen == sum(m["completion_tokens"] for m in finals), "generation_tokens_total delta = Σ completion_tokens"
+    reqs = (metric_sum(after, "sglang:num_requests_total") or 0) - (metric_sum(before, "sglang:num_requests_total") or 0)
+    assert reqs == len(finals), "num_requests_total delta = requests finished"
+    v_after = metric_sum(after, "sglang:spec_verify_calls_total")
+    if v_after is not None:
+        verify = v_after - (metric_sum(before, "sglang:spec_verify_calls_total") or 0)
+        assert verify == sum(m.get("spec_verify_ct", 0) for m in finals), "spec_verify_calls_total delta = Σ spec_verify_ct"

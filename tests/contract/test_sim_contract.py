@@ -8,6 +8,8 @@ import time
 
 from sglang_wire_contract import (
     check_error_event,
+    check_metrics,
+    check_metrics_window,
     check_flush,
     check_model_info,
     check_native_error,
@@ -182,3 +184,15 @@ def test_negative_max_new_tokens_is_rejected_as_sglang_does(sim_base: SimHandle)
     assert err["message"] == "max_new_tokens must be at least 0, got -1."
     p = SGLangNativeParser()
     assert sum(p.feed(x) for x in split_sse(body)) == 0 and p.meta().error == err["message"]
+
+
+def test_metrics_counters_match_requests_like_sglang(sim_spec: SimHandle, sim_base: SimHandle) -> None:
+    """SGLang's label sets (is_streaming on the counters, no rank labels on spec_verify_calls_total) and the
+    window identity the tier asserts on the real server: counter deltas = per-request sums."""
+    for h, spec in ((sim_spec, True), (sim_base, False)):
+        before = h.get("/metrics")[1].decode()
+        finals = [json.loads(_native(h, n=12, stream=False)[1])["meta_info"]]
+        finals.append(json.loads(split_sse(_native(h, n=9)[1])[-1])["meta_info"])
+        after = h.get("/metrics")[1].decode()
+        check_metrics(after, speculative=spec)
+        check_metrics_window(before, after, finals)
