@@ -16,6 +16,7 @@ from cluster.plan.fairness import check_fairness, format_findings
 from cluster.plan.preflight import check_speculative_support
 from cluster.spec.loader import load_spec
 from cluster.spec.models import ExperimentSpec
+from cluster.spec.secrets import redact_argv, redact_env
 from cluster.tuning.stage import tuning_options_check, with_artifact
 
 console = Console()
@@ -68,9 +69,9 @@ def plan(experiment: Path = typer.Argument(..., help="experiment YAML"),
         cmd = get_engine(v.engine).launch(with_artifact(v, None), "127.0.0.1", port, launcher, "python")
         base = " (baseline)" if v.is_baseline else ""
         console.print(f"[bold]{v.name}[/]{base} engine={v.engine} tp={v.tp}")
-        for k, val in sorted(cmd.env.items()):
+        for k, val in sorted(redact_env(cmd.env).items()):  # secrets print as their fingerprints
             console.print(f"  env {k}={val}", highlight=False, soft_wrap=True)
-        console.print("  " + " ".join(cmd.argv), highlight=False, soft_wrap=True)
+        console.print("  " + " ".join(redact_argv(cmd.argv)), highlight=False, soft_wrap=True)
     t = Table(title=f"{spec.name}: {len(runs)} runs ({spec.order} order, isolation={spec.isolation})")
     for col in ("#", "run key", "variant", "workload", "load", "repeat"):
         t.add_column(col)

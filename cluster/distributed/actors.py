@@ -16,7 +16,7 @@ import ray
 from cluster import __version__
 from cluster.engines.registry import get_engine
 from cluster.dataset.run_facts import ServerFacts
-from cluster.engines.base import redact_argv, redact_env
+from cluster.spec.secrets import redact_argv, redact_env, scrub, scrub_text, secret_values
 from cluster.loadgen.gate import GateAnswers
 from cluster.plan.runs import LoadPoint, ResolvedVariant
 from cluster.loadgen.server_metrics import MetricsScraper
@@ -83,6 +83,8 @@ class EngineActorImpl:
         self.engine = get_engine(variant.engine)
         self.server: Optional[ServerProcess] = None
         self.base_url = ""
+        self.secrets = secret_values(variant.env, variant.args, launcher.launcher if launcher and launcher.launcher else ())
+        """Declared secret values: what the server echoes back (infos, log tails) is scrubbed of them."""
         self.server_pid: Optional[int] = None
         """The server process under the watchdog, once healthy."""
 
@@ -109,12 +111,13 @@ class EngineActorImpl:
                 waited = self.server.wait_healthy(self.base_url, self.engine.health_path, health_timeout_s, port=p)
             except ServerStartError as e:
                 self.server.stop(grace_s=5)
-                tail = self.server.log_tail()
+                tail = scrub_text(self.server.log_tail(), self.secrets)
                 last_err = e
                 stranger = isinstance(e, PortNotOwnedError)
                 if not stranger and ("address already in use" in tail.lower() or "errno 98" in tail.lower()):
                     continue  # another process took the port between our probe and the bind: try another
-                raise type(e)(str(e), tail, e.server_exit_code, log_line=e.log_line) from None
+                line = scrub_text(e.log_line, self.secrets) if e.log_line else None
+                raise type(e)(scrub_text(str(e), self.secrets), tail, e.server_exit_code, log_line=line) from None
             infos: dict[str, Any] = {}
             for name, path in self.engine.info_paths(self.launcher.version if self.launcher else None).items():
                 try:
@@ -145,8 +148,8 @@ class EngineActorImpl:
                 hostname=socket.gethostname(),
                 startup_s=waited,
                 started_unix_s=t0,
-                infos=infos,
-                resolved_args=self.engine.resolved_args(infos),
+                infos=scrub(infos, self.secrets),
+                resolved_args=scrub(self.engine.resolved_args(infos), self.secrets),
                 log_path=str(log_path),
                 server_pid=server_pid,
                 server_saw_cuda_visible_devices=_env_of(server_pid or 0).get("CUDA_VISIBLE_DEVICES"),
@@ -163,7 +166,7 @@ class EngineActorImpl:
         return self.server_pid is None or pid_alive(self.server_pid)
 
     def log_tail(self, max_bytes: int = 8000) -> str:
-        return self.server.log_tail(max_bytes) if self.server else ""
+        return scrub_text(self.server.log_tail(max_bytes), self.secrets) if self.server else ""
 
     def stop(self) -> StopResult:
         if self.server is None:

@@ -37,6 +37,7 @@ from cluster.dataset.writer import RunWriter
 from cluster.tuning.stage import ARTIFACT_KINDS, with_artifact
 from cluster.errors import EngineFault, EnvironmentFault, report_error
 from cluster.spec.models import ExperimentSpec
+from cluster.spec.secrets import masked_spec_json
 from cluster.spec.loader import load_spec
 
 LOAD_ACTOR_CPUS = 1.0
@@ -196,7 +197,7 @@ class Driver:
             raise PlacementError("; ".join(problems))
         todo = self.runs_to_do(plans)
         self.store.write_experiment_meta({
-            "spec": self.spec.model_dump(mode="json"),
+            "spec": masked_spec_json(self.spec.model_dump(mode="json")),
             "sglbench_version": __version__,
             "git_sha": self.git_sha,
             "nodes": nodes,

@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from ray.job_submission import JobStatus, JobSubmissionClient
 
+from cluster.spec.secrets import is_secret_name
 from cluster.errors import AuthError, EnvironmentFault, UserError
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
@@ -26,7 +27,6 @@ WORKING_DIR_EXCLUDES = (
 """Never uploaded with the working dir: datasets, CI venvs and caches (the upload limit is small and they are big)."""
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|API_KEY|CREDENTIAL", re.IGNORECASE)
 
 
 class JobError(EnvironmentFault):
@@ -79,7 +79,7 @@ def parse_env(pairs: list[str]) -> dict[str, str]:
         name, sep, value = pair.partition("=")
         if not sep or not _ENV_NAME.match(name):
             raise JobRequestError(f"--env {pair.split('=')[0]!r}: expected NAME=VALUE with NAME matching [A-Za-z_][A-Za-z0-9_]*")
-        if _SECRET_NAME.search(name):
+        if is_secret_name(name):
             raise JobRequestError(f"--env {name}: secrets must not travel in the job's runtime env (it is stored and shown "
                            "by the dashboard); set them on the cluster (e.g. a Kubernetes Secret)")
         out[name] = value

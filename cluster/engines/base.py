@@ -28,25 +28,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from cluster.plan.runs import ResolvedVariant
 from cluster.spec.models import EngineLauncher
-
-SECRET_ENV_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
-SECRET_ARGS = ("api-key", "admin-api-key", "api_key", "admin_api_key")
-
-
-def redact_env(env: Mapping[str, str]) -> dict[str, str]:
-    """Environment safe to store or print: values of secret-looking variables are replaced."""
-    return {k: ("***" if any(m in k.upper() for m in SECRET_ENV_MARKERS) else v) for k, v in env.items()}
-
-
-def redact_argv(argv: Sequence[str]) -> list[str]:
-    out = list(argv)
-    for i, a in enumerate(out):
-        flag = a.lstrip("-")
-        if a.startswith("--") and "=" in flag and flag.split("=", 1)[0] in SECRET_ARGS:
-            out[i] = a.split("=", 1)[0] + "=***"
-        elif a.startswith("--") and flag in SECRET_ARGS and i + 1 < len(out):
-            out[i + 1] = "***"
-    return out
+from cluster.spec.secrets import redact_argv, redact_env
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from typing import Any, Literal, Optional
 
 from cluster.errors import UserError
 from cluster.sim.model import Knobs
+from cluster.spec.secrets import redact_args, redact_env
 from cluster.spec.models import (ActiveTuning, ArgValue, BackendSweepOptions, BackendSweepTuning, EngineName,
                                  ExperimentSpec, NoTuning, SpeculativeSpec, VariantSpec, WorkloadSpec, check_name)
 
@@ -67,6 +68,8 @@ class ResolvedVariant:
     def identity(self) -> dict[str, Any]:
         """What defines this variant as declared (the part of the run key that belongs to the variant)."""
         d = asdict(self)
+        # secrets enter the key as their fingerprints (cluster/spec/secrets.py), so experiment.json holds all of it
+        d["env"], d["args"] = redact_env(self.env), redact_args(self.args)
         # options and knobs as declared (defaults left out), so adding a default to a model keeps every run key
         d["tuning"] = {"kind": self.tuning.kind, "options": self.tuning.options.model_dump(
             mode="json", exclude_unset=True, by_alias=True)} if self.tuning else None

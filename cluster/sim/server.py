@@ -20,6 +20,7 @@ from typing import Any, Optional, Sequence
 from aiohttp import web
 
 from cluster.sim import tuning as sim_tuning
+from cluster.spec.secrets import redact_argv
 from cluster.sim.model import (Knobs, KnobError, LaunchError, Scheduler, SimRequest, SpecParams,
                                        resolve_args)
 from cluster.sim.wire import ChunkWriter, Pacer, StreamingCounts, fine_timer_slack, metrics_text
@@ -70,8 +71,8 @@ class SimServer:
         self.args = args
         self.spec = spec
         self.knobs = knobs
-        self.unmodelled = unmodelled
-        self.launch_command = shlex.join([sys.executable, "-m", "cluster.sim.server", *argv])
+        self.unmodelled = redact_argv(unmodelled)
+        self.launch_command = shlex.join([sys.executable, "-m", "cluster.sim.server", *redact_argv(argv)])
         self.sched = Scheduler(knobs, int(args["max_running_requests"]), spec)
         self.state = "starting"
         self.started_wall = time.time()
@@ -490,7 +491,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     knobs = knobs.model_copy(update={"tuned_speed_factor": knobs.tuned_speed_factor * eff.speed_factor,
                                      "garbage_output": knobs.garbage_output or eff.garbage})
     if unknown:
-        log.info("accepted but not modelled: %s", " ".join(unknown))
+        log.info("accepted but not modelled: %s", " ".join(redact_argv(unknown)))
     if knobs.fixed_ttft_ms is not None or knobs.fixed_itl_ms is not None:
         fine_timer_slack()
     try:

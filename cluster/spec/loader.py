@@ -10,6 +10,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from cluster.spec.models import TUNING_MODELS, ExperimentSpec, FieldProblem, SpecError
+from cluster.spec.secrets import is_secret_name, mask
 
 
 MAX_SPEC_BYTES = 1_000_000
@@ -167,7 +168,8 @@ def _describe(err: Any) -> tuple[tuple[Any, ...], str]:
     elif kind == "missing":
         msg = "required field is missing"
     elif "input" in err and not isinstance(err["input"], (dict, list)):
-        msg = f"{msg} (got {reprlib.repr(err['input'])})"
+        shown = mask(err["input"]) if any(is_secret_name(str(p)) for p in loc) else reprlib.repr(err["input"])
+        msg = f"{msg} (got {shown})"  # a secret-named field's value is never echoed
     return _without_tags(loc), msg
 
 
