@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
-from cluster import __version__
+from cluster.version import __version__
 from cluster.dataset.run_facts import SegmentFacts, ServerFacts, WindowSummary
 from cluster.plan.runs import RunPlan
 from cluster.spec.models import ExperimentSpec

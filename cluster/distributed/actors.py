@@ -13,7 +13,7 @@ from typing import Any, Iterator, Optional, Union
 import pyarrow as pa
 import ray
 
-from cluster import __version__
+from cluster.version import __version__
 from cluster.engines.registry import get_engine
 from cluster.dataset.run_facts import ServerFacts
 from cluster.spec.secrets import redact_argv, redact_env, scrub, scrub_text, secret_values

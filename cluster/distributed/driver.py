@@ -25,7 +25,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
-from cluster import __version__
+from cluster.version import __version__
 from cluster.dataset.run_facts import GateVerdict, SegmentFacts, ServerFacts, ServerRecord, WindowSummary
 from cluster.distributed.actors import EngineActor, LoadActor, LoadBatch, Prepared, ShardSummary, cleanup_task
 from cluster.loadgen.gate import GateAnswers
