@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import typer
 from rich.console import Console
@@ -13,7 +14,9 @@ from cluster.commands.results import print_compare
 from cluster.engines.registry import get_engine
 from cluster.plan.runs import expand_variants, make_plan
 from cluster.plan.fairness import check_fairness, format_findings
-from cluster.plan.preflight import check_speculative_support
+from cluster.plan.inputs import check_inputs, resolve_output_root
+from cluster.errors import UserError
+from cluster.plan.preflight import PreflightError, check_speculative_support
 from cluster.spec.loader import load_spec
 from cluster.spec.models import ExperimentSpec
 from cluster.spec.secrets import redact_argv, redact_env
@@ -23,7 +26,29 @@ console = Console()
 err_console = Console(stderr=True)
 
 
-def _local_checks(spec: ExperimentSpec, quiet: bool = False) -> dict[str, Any]:
+@contextlib.contextmanager
+def _naming(experiment: Path) -> Iterator[None]:
+    """A user error that names no file is about the experiment YAML: say so (file, field and expectation kept)."""
+    try:
+        yield
+    except UserError as e:
+        if e.file:
+            raise
+        where = f"{experiment}: {e.field}" if e.field and e.field not in str(e) else str(experiment)
+        raise PreflightError(f"{where}: {e}", file=str(experiment), field=e.field, expected=e.expected) from None
+
+
+def _input_checks(spec: ExperimentSpec, output: Optional[str] = None) -> dict[str, Any]:
+    """The checkpoint probe where this machine can read it, then the inputs a server would fail on later (prompt
+    files and their fit to the model, the output root, Ray's ports): PreflightError naming file and field."""
+    variants = expand_variants(spec)
+    reports = check_speculative_support(spec, variants) if Path(spec.model.path).exists() else {}
+    root = None if output is None else resolve_output_root(output, Path.cwd())
+    check_inputs(spec, variants, reports, Path.cwd(), root)
+    return {k: v.to_json() for k, v in reports.items()}
+
+
+def _local_checks(spec: ExperimentSpec, quiet: bool = False, output: Optional[str] = None) -> dict[str, Any]:
     """Fairness rules and the checkpoint probe, where this machine can read the checkpoint."""
     variants = expand_variants(spec)
     for v in variants:
@@ -36,14 +61,11 @@ def _local_checks(spec: ExperimentSpec, quiet: bool = False) -> dict[str, Any]:
             err_console.print(line, style="red" if f.level == "error" else "yellow", markup=False, soft_wrap=True)
     if errors:
         raise typer.Exit(2)
-    probes: dict[str, Any] = {}
-    if not Path(spec.model.path).exists():
-        if spec.model.engine != "sim" and not quiet:
-            err_console.print(f"[yellow]note[/] checkpoint {spec.model.path} is not readable here; "
-                              "it is probed on a GPU node before any GPU is reserved", soft_wrap=True)
-        return probes
+    if not Path(spec.model.path).exists() and spec.model.engine != "sim" and not quiet:
+        err_console.print(f"[yellow]note[/] checkpoint {spec.model.path} is not readable here; "
+                          "it is probed on a GPU node before any GPU is reserved", soft_wrap=True)
     # a PreflightError names the experiment, the variant and what is missing; the CLI's handler prints it
-    return {k: v.to_json() for k, v in check_speculative_support(spec, variants).items()}
+    return _input_checks(spec, output)
 
 
 def validate(experiment: Path = typer.Argument(..., help="experiment YAML")) -> None:
@@ -52,6 +74,8 @@ def validate(experiment: Path = typer.Argument(..., help="experiment YAML")) -> 
     variants = expand_variants(spec)
     for v in variants:
         tuning_options_check(v)
+    with _naming(experiment):
+        _input_checks(spec, spec.output)
     console.print(f"[green]ok[/] {experiment}: experiment {spec.name!r}, {len(variants)} variant(s), "
                   f"{len(make_plan(spec))} run(s)")
 
@@ -60,6 +84,11 @@ def plan(experiment: Path = typer.Argument(..., help="experiment YAML"),
          port: int = typer.Option(30000, help="port shown in the printed commands")) -> None:
     """List every run and print each variant's exact server command line and environment."""
     spec = load_spec(experiment)
+    with _naming(experiment):
+        _plan(spec, port)
+
+
+def _plan(spec: ExperimentSpec, port: int) -> None:
     _local_checks(spec)
     runs = make_plan(spec)
     variants = expand_variants(spec)
@@ -90,7 +119,8 @@ def run(
 ) -> None:
     """Run an experiment end to end and print the comparison table."""
     spec = load_spec(experiment)
-    _local_checks(spec, quiet=False)
+    with _naming(experiment):
+        _local_checks(spec, quiet=False, output=output or spec.output)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from cluster.distributed.driver import init_ray, logical_gpus_for, run_experiment

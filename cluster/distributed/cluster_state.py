@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from cluster.plan.inputs import resolve_output_root as resolve_output_root  # the driver's import
 from cluster.spec.models import ExperimentSpec
 
 
@@ -27,23 +29,32 @@ def gpu_nodes() -> list[dict[str, Any]]:
     return out
 
 
-def resolve_output_root(output: str, base_dir: Path) -> str:
-    """A URI (scheme://...) stays as is; a relative local path is taken relative to the experiment's base dir."""
-    if "://" in output:
-        return output
-    p = Path(output)
-    return str(p if p.is_absolute() else (base_dir / p).resolve())
-
-
 def _probe_on_node(spec_json: dict[str, Any], base_dir: str) -> dict[str, Any]:
+    from cluster.engines.registry import get_engine
+    from cluster.plan.inputs import check_on_node
     from cluster.plan.runs import expand_variants
     from cluster.plan.preflight import check_speculative_support
     from cluster.spec.models import ExperimentSpec as _Spec
 
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
     spec = _Spec.model_validate(spec_json)
-    reports = check_speculative_support(spec, expand_variants(spec))
+    variants = expand_variants(spec)
+    reports = check_speculative_support(spec, variants)
+    # the node's prompt files, free ports and engine interpreters, before any placement group exists
+    modules = {v.engine: get_engine(v.engine).module for v in variants}
+    check_on_node(spec, variants, reports, Path(base_dir), modules, sys.executable, _ray_ports())
     return {path: r.to_json() for path, r in reports.items()}
+
+
+def _ray_ports() -> dict[int, str]:
+    """Ray's default ports and the running cluster's own GCS port."""
+    from cluster.plan.inputs import RAY_PORTS
+
+    ports = dict(RAY_PORTS)
+    gcs = getattr(ray.get_runtime_context(), "gcs_address", None) or ""
+    if gcs.rpartition(":")[2].isdigit():
+        ports[int(gcs.rpartition(":")[2])] = "this Ray cluster's GCS server"
+    return ports
 
 
 def remote_preflight(spec: ExperimentSpec, base_dir: Path) -> Optional[dict[str, Any]]:

@@ -102,17 +102,22 @@ def random_id_prompts(n: int, input_tokens: int, vocab_size: int, rng: np.random
 
 def load_jsonl_prompts(path: pathlib.Path) -> list[Prompt]:
     """Every prompt of a JSONL file: one object per non-blank line with `prompt` (str) or `input_ids` (list of ints)."""
+    return [p for _, p in load_jsonl_rows(path)]
+
+
+def load_jsonl_rows(path: pathlib.Path) -> list[tuple[int, Prompt]]:
+    """(line number, prompt) for every prompt of a JSONL file (preflight names the line of a prompt it refuses)."""
     try:
         raw = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise DatasetError(f"{path}: prompt file not found", file=str(path)) from None
     except (OSError, UnicodeDecodeError) as e:
         raise DatasetError(f"{path}: cannot read prompt file: {e}", file=str(path)) from None
-    prompts: list[Prompt] = []
+    prompts: list[tuple[int, Prompt]] = []
     for lineno, line in enumerate(raw.splitlines(), start=1):
         if not line.strip():
             continue
-        prompts.append(_parse_line(path, lineno, line))
+        prompts.append((lineno, _parse_line(path, lineno, line)))
     if not prompts:
         raise DatasetError(f"{path}: no prompts (expected one JSON object per line with 'prompt' or 'input_ids')", file=str(path))
     return prompts
@@ -123,9 +128,11 @@ def _parse_line(path: pathlib.Path, lineno: int, line: str) -> Prompt:
     try:
         obj: Any = json.loads(line)
     except ValueError as e:
-        raise DatasetError(f"{where}: invalid JSON ({e.args[0] if e.args else e})") from None
+        raise DatasetError(f"{where}: invalid JSON ({e.args[0] if e.args else e})", file=where,
+                           expected="one JSON object per line") from None
     if not isinstance(obj, dict):
-        raise DatasetError(f"{where}: expected a JSON object with 'prompt' or 'input_ids', got {type(obj).__name__}")
+        raise DatasetError(f"{where}: expected a JSON object with 'prompt' or 'input_ids', got {type(obj).__name__}",
+                           file=where)
     if "input_ids" in obj:
         ids = obj["input_ids"]
         if (
@@ -133,14 +140,16 @@ def _parse_line(path: pathlib.Path, lineno: int, line: str) -> Prompt:
             or not ids
             or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids)
         ):
-            raise DatasetError(f"{where}: field 'input_ids' must be a non-empty list of non-negative integers")
+            raise DatasetError(f"{where}: field 'input_ids' must be a non-empty list of non-negative integers",
+                               file=where, field="input_ids")
         return Prompt(input_ids=tuple(ids))
     if "prompt" in obj:
         text = obj["prompt"]
         if not isinstance(text, str) or not text:
-            raise DatasetError(f"{where}: field 'prompt' must be a non-empty string")
+            raise DatasetError(f"{where}: field 'prompt' must be a non-empty string", file=where, field="prompt")
         return Prompt(text=text)
-    raise DatasetError(f"{where}: expected field 'prompt' (string) or 'input_ids' (list of ints), got keys {sorted(obj)}")
+    raise DatasetError(f"{where}: expected field 'prompt' (string) or 'input_ids' (list of ints), got keys {sorted(obj)}",
+                       file=where)
 
 
 def sample_jsonl(prompts: list[Prompt], n: int, rng: np.random.Generator) -> list[Prompt]:

@@ -25,7 +25,8 @@ class TextPromptError(PromptSourceError):
     """The corpus or tokenizer cannot produce the requested prompts."""
 
 
-def _tokenizer_file(tokenizer: Optional[str], model_path: str, base_dir: Path) -> Path:
+def tokenizer_file(tokenizer: Optional[str], model_path: str, base_dir: Path) -> Path:
+    """The tokenizer.json a text workload tokenizes with (prompts.tokenizer, else the model's directory)."""
     cand = Path(tokenizer or model_path)
     if not cand.is_absolute():
         cand = base_dir / cand
@@ -33,7 +34,8 @@ def _tokenizer_file(tokenizer: Optional[str], model_path: str, base_dir: Path) -
     if not f.is_file():
         where = "prompts.tokenizer" if tokenizer else "model.path"
         raise TextPromptError(f"{f}: no tokenizer.json (from {where}); the text prompt source tokenizes with the "
-                              "model's own fast tokenizer — set prompts.tokenizer to a directory that has one")
+                              "model's own fast tokenizer — set prompts.tokenizer to a directory that has one",
+                              file=str(f), field=where, expected="a tokenizer.json file or a directory holding one")
     return f
 
 
@@ -67,7 +69,7 @@ def build_text_prompts(workload: WorkloadSpec, n: int, seed: int, base_dir: Path
     src = workload.prompts
     assert src.path is not None
     corpus_path = Path(src.path) if Path(src.path).is_absolute() else base_dir / src.path
-    tok = Tokenizer.from_file(str(_tokenizer_file(src.tokenizer, model_path, base_dir)))
+    tok = Tokenizer.from_file(str(tokenizer_file(src.tokenizer, model_path, base_dir)))
     ids = tok.encode(_corpus_text(corpus_path), add_special_tokens=False).ids
     need = workload.input_tokens
     if len(ids) < need:

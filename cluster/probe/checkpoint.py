@@ -35,7 +35,7 @@ from cluster.probe.tensors import (
     quantized_families,
     top_prefix,
 )
-from cluster.probe.safetensors_header import CheckpointError, TensorInfo, read_header
+from cluster.probe.safetensors_header import CheckpointError, TensorInfo, describe_non_file, read_header
 
 PROBE_SCHEMA_VERSION = 1
 INDEX_FILE = "model.safetensors.index.json"
@@ -105,8 +105,10 @@ def _shard_path(model_dir: str, index_path: str, shard: str, tensor: str) -> str
     if os.path.isabs(shard) or ".." in shard.replace("\\", "/").split("/"):
         raise CheckpointError(index_path, f"weight_map entry {tensor!r} names shard {shard!r} outside the model directory")
     path = os.path.join(model_dir, shard)
-    if not os.path.isfile(path):
-        raise CheckpointError(index_path, f"weight_map names shard {shard!r} (for tensor {tensor!r}) but {path} does not exist")
+    what = describe_non_file(path)
+    if what is not None:
+        raise CheckpointError(index_path, f"weight_map names shard {shard!r} (for tensor {tensor!r}) but {path} {what}",
+                              field=f"weight_map.{tensor}", expected="a .safetensors file in the model directory")
     return path
 
 
@@ -146,6 +148,9 @@ def probe_checkpoint(model_dir: str) -> ProbeReport:
     except OSError as e:
         raise CheckpointError(model_dir, f"cannot list directory: {e.strerror or e}") from None
     if not os.path.isfile(cfg_path):
+        what = describe_non_file(cfg_path)
+        if what not in (None, "does not exist"):
+            raise CheckpointError(cfg_path, f"{what} (expected the model's config.json)")
         if not shards:
             raise CheckpointError(model_dir, "not a model directory: no config.json and no *.safetensors files")
         raise CheckpointError(cfg_path, "missing: a model directory needs config.json beside its safetensors files")

@@ -7,13 +7,16 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from cluster.probe.safetensors_header import CheckpointError
+from cluster.probe.safetensors_header import CheckpointError, describe_non_file
 
 MAX_JSON_BYTES = 200_000_000
 
 
 def load_json_object(path: str) -> dict[str, Any]:
     """Read a JSON file that must hold an object; every failure is a one-line CheckpointError."""
+    what = describe_non_file(path)
+    if what is not None:
+        raise CheckpointError(path, f"{what} (expected a JSON file)")
     try:
         size = os.path.getsize(path)
         if size > MAX_JSON_BYTES:
@@ -28,6 +31,8 @@ def load_json_object(path: str) -> dict[str, Any]:
         raise CheckpointError(path, "file is not valid UTF-8") from None
     except json.JSONDecodeError as e:
         raise CheckpointError(path, f"invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    except RecursionError:
+        raise CheckpointError(path, "JSON nests too deeply to be a model config (expected a flat object of settings)") from None
     if not isinstance(data, dict):
         raise CheckpointError(path, f"expected a JSON object at the top level, got {type(data).__name__}")
     return data
@@ -55,6 +60,8 @@ class ModelConfig:
     moe_intermediate_size: Optional[int]
     shared_expert_intermediate_size: Optional[int]
     vocab_size: Optional[int]
+    max_position_embeddings: Optional[int]
+    """The model's context length in tokens (a prompt plus its output must fit)."""
     mtp: Optional[MtpDeclaration]
     mtp_use_dedicated_embeddings: Optional[bool]
 
@@ -116,6 +123,7 @@ def parse_model_config(file: str, raw: dict[str, Any]) -> ModelConfig:
         moe_intermediate_size=_int(file, cfg, where, "moe_intermediate_size"),
         shared_expert_intermediate_size=_int(file, cfg, where, "shared_expert_intermediate_size"),
         vocab_size=_int(file, cfg, where, "vocab_size"),
+        max_position_embeddings=_int(file, cfg, where, "max_position_embeddings", "n_positions", "max_seq_len"),
         mtp=mtp,
         mtp_use_dedicated_embeddings=dedicated if isinstance(dedicated, bool) else None,
     )

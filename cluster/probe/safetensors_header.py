@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import errno
 import os
+import stat
 import struct
 from dataclasses import dataclass, field
 from math import prod
@@ -95,8 +97,30 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def describe_non_file(path: str) -> Optional[str]:
+    """What a path that should be a regular file is instead ("is a directory", "is a symlink loop", ...), or None
+    when it is a regular file (following symlinks). Never opens it, so a FIFO cannot block the probe."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return "is a dangling symlink" if os.path.islink(path) else "does not exist"
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return "is a symlink loop"
+        return f"cannot be read: {e.strerror or e}"
+    for test, what in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(st.st_mode):
+            return f"is {what}, not a file"
+    return None
+
+
 def read_header(path: str) -> ShardHeader:
     """Read and validate one shard's header; reads exactly 8 + N bytes of the file."""
+    what = describe_non_file(path)
+    if what is not None:
+        raise CheckpointError(path, f"{what} (expected a .safetensors file)")
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -118,6 +142,9 @@ def read_header(path: str) -> ShardHeader:
         raise CheckpointError(path, f"header has duplicate key {e.args[0]!r}") from None
     except (UnicodeDecodeError, ValueError) as e:
         raise CheckpointError(path, f"header is not valid UTF-8 JSON ({e.__class__.__name__}: {str(e)[:80]})") from None
+    except RecursionError:
+        raise CheckpointError(path, "header JSON nests too deeply (expected {tensor name: {dtype, shape, "
+                              "data_offsets}})") from None
     if not isinstance(header, dict):
         raise CheckpointError(path, f"header must be a JSON object, got {type(header).__name__}")
     data_bytes = size - 8 - n

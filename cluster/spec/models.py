@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal, Mapping, Optional, Union, get_args
+from typing import Annotated, Any, Literal, Mapping, Optional, Union, get_args, get_origin
 
 from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator,
                       model_validator)
@@ -57,6 +57,30 @@ def _allows_bool(annotation: Any) -> bool:
     return any(_allows_bool(a) for a in get_args(annotation))
 
 
+def _scalar_types(annotation: Any) -> set[Any]:
+    """The scalar types an annotation admits (str for a Literal of strings, Any for Any)."""
+    if annotation in (bool, int, float, str) or annotation is Any:
+        return {annotation}
+    if get_origin(annotation) is Literal:
+        return {type(a) for a in get_args(annotation)}
+    return set().union(*(_scalar_types(a) for a in get_args(annotation))) if get_args(annotation) else set()
+
+
+def _coercible(text: str) -> bool:
+    """A string pydantic's lax mode would read as a number or boolean ("3", "2.5", "true", "off")."""
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return text.strip().lower() in ("true", "false", "yes", "no", "on", "off", "t", "f", "y", "n")
+
+
+def _refuses_strings(annotation: Any) -> bool:
+    """A number or boolean field (or a list of them) that must not read "3" as 3: YAML gives real numbers."""
+    kinds = _scalar_types(annotation)
+    return bool(kinds & {bool, int, float}) and not kinds & {str, Any}
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
@@ -68,7 +92,26 @@ class _Frozen(BaseModel):
         if any(isinstance(x, bool) for x in values) and info.field_name is not None:
             if not _allows_bool(cls.model_fields[info.field_name].annotation):
                 raise ValueError("expected a number or string, got a boolean (YAML reads yes/no/on/off as booleans)")
+        # strict numbers: pydantic would read the string "3" as 3; a quoted number in YAML is a mistake to show
+        quoted = [x for x in values if isinstance(x, str) and _coercible(x)]
+        if quoted and info.field_name is not None and _refuses_strings(cls.model_fields[info.field_name].annotation):
+            raise ValueError(f"expected a number or boolean, got the string {quoted[0]!r} (remove the quotes)")
         return v
+
+
+_SPECULATIVE_BLOCK = "the variant's speculative: block (algorithm, num_steps, eagle_topk, num_draft_tokens, draft_model_path)"
+OWNED_FLAGS: dict[str, str] = {
+    "model-path": "model.path", "model": "model.path",
+    "tp-size": "tp (model.tp, or a variant's tp)", "tp": "tp (model.tp, or a variant's tp)",
+    "tensor-parallel-size": "tp (model.tp, or a variant's tp)",
+    "host": "nothing: sglbench binds each server to 127.0.0.1 on its node",
+    "served-model-name": "model.served_name",
+    **{f"speculative-{k}": _SPECULATIVE_BLOCK for k in (
+        "algorithm", "algo", "num-steps", "eagle-topk", "num-draft-tokens", "draft-model-path", "draft-model",
+        "draft", "config")},
+}
+"""Server args a typed field of the spec sets: given in `args` they would be dropped or fight the field, so they
+are refused, naming the field to use. (`port` stays an arg: it fixes the port instead of a free one.)"""
 
 
 def _check_args(args: Mapping[str, ArgValue]) -> Mapping[str, ArgValue]:
@@ -77,6 +120,9 @@ def _check_args(args: Mapping[str, ArgValue]) -> Mapping[str, ArgValue]:
             raise FieldProblem((key,), f"server arg {key!r}: write the flag without leading dashes, e.g. 'tp-size'")
         if not _FLAG_RE.match(key):
             raise FieldProblem((key,), f"server arg {key!r} is not a flag name (lowercase letters, digits, '-' or '_')")
+        owner = OWNED_FLAGS.get(key.replace("_", "-"))
+        if owner is not None:
+            raise FieldProblem((key,), f"server arg {key!r} is set by the spec; use {owner} instead")
     return args
 
 

@@ -176,15 +176,67 @@ def bad_hf_quant_config(tmp: Path) -> tuple[Path, str, str]:
     return d, "hf_quant_config.json", "missing the 'quantization' object"
 
 
+def deep_config_json(tmp: Path) -> tuple[Path, str, str]:
+    d = _good(tmp)
+    (d / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    return d, "config.json", "nests too deeply"
+
+
+def deep_header_json(tmp: Path) -> tuple[Path, str, str]:
+    d = _good(tmp)
+    _raw_shard(d / SHARD1, b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+    return d, SHARD1, "nests too deeply"
+
+
+def shard_is_a_directory(tmp: Path) -> tuple[Path, str, str]:
+    d = _good(tmp)
+    (d / SHARD1).unlink()
+    (d / SHARD1).mkdir()
+    return d, "model.safetensors.index.json", "is a directory, not a file"
+
+
+def shard_is_a_symlink_loop(tmp: Path) -> tuple[Path, str, str]:
+    d = _good(tmp)
+    (d / SHARD1).unlink()
+    (d / SHARD1).symlink_to(d / SHARD1)
+    return d, "model.safetensors.index.json", "is a symlink loop"
+
+
+def shard_is_a_fifo(tmp: Path) -> tuple[Path, str, str]:
+    import os
+
+    d = _good(tmp)
+    (d / SHARD1).unlink()
+    os.mkfifo(d / SHARD1)  # opening it for reading would block forever: the probe must not
+    return d, "model.safetensors.index.json", "is a FIFO (named pipe), not a file"
+
+
+def shard_is_a_dangling_symlink(tmp: Path) -> tuple[Path, str, str]:
+    d = _good(tmp)
+    (d / SHARD1).unlink()
+    (d / SHARD1).symlink_to(d / "gone.safetensors")
+    return d, "model.safetensors.index.json", "is a dangling symlink"
+
+
+def config_is_a_directory(tmp: Path) -> tuple[Path, str, str]:
+    d = _good(tmp)
+    (d / "config.json").unlink()
+    (d / "config.json").mkdir()
+    return d, "config.json", "is a directory, not a file"
+
+
 CASES: list[Callable[[Path], tuple[Path, str, str]]] = [
     missing_dir, not_a_directory, not_a_model, missing_config, invalid_config_json, config_not_object,
     config_bad_layers, index_invalid_json, index_without_weight_map, index_missing_shard, index_shard_escapes,
     header_longer_than_file, header_over_cap, file_too_short, header_not_json, header_not_object, unknown_dtype,
     offsets_outside_file, offsets_wrong_size, bad_shape, duplicate_header_key, no_weights, bad_hf_quant_config,
+    deep_config_json, deep_header_json, shard_is_a_directory, shard_is_a_symlink_loop, shard_is_a_fifo,
+    shard_is_a_dangling_symlink, config_is_a_directory,
 ]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.__name__ for c in CASES])
+@pytest.mark.timeout(30)  # a FIFO opened for reading would hang here
 def test_bad_input_is_one_clear_line(case: Callable[[Path], tuple[Path, str, str]], tmp_path: Path) -> None:
     path, file_part, message_part = case(tmp_path)
     with pytest.raises(CheckpointError) as ei:

@@ -1,0 +1,225 @@
+"""What a run's inputs must hold before any server starts: prompt sources within the model's limits, the output
+path, fixed ports, and an engine interpreter that can import its engine.
+
+Each check is pure (files, sockets, one subprocess) and Ray-free: `validate`/`plan`/`run` call the ones this machine
+can answer (`check_inputs`), and the preflight task on a GPU node (cluster/distributed/cluster_state.py) calls them
+again with the node's files, ports and interpreters (`check_on_node`). Every refusal is a PreflightError naming the
+file, the field and what was expected — minutes before a server would have loaded the model and then failed.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+from cluster.plan.preflight import PreflightError
+from cluster.plan.runs import ResolvedVariant
+from cluster.probe.checkpoint import ProbeReport
+from cluster.probe.safetensors_header import describe_non_file
+from cluster.spec.models import EngineLauncher, EngineName, ExperimentSpec, WorkloadSpec
+
+RAY_PORTS: dict[int, str] = {6379: "Ray's GCS server", 8265: "Ray's dashboard", 10001: "Ray's client server",
+                             8076: "Ray's object manager", 52365: "Ray's dashboard agent"}
+"""Ports Ray listens on by default (`ray start` defaults); a server told to take one fights the cluster."""
+IMPORT_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class ModelLimits:
+    """What a prompt must fit: the model's context (prompt + output tokens) and its vocabulary (ids below it)."""
+
+    context_tokens: Optional[int]
+    vocab_size: Optional[int]
+    source: str
+    """Where the limits were read (the checkpoint's config.json, the simulator's knobs)."""
+
+
+def limits_for(v: ResolvedVariant, reports: Mapping[str, ProbeReport]) -> ModelLimits:
+    """The limits of the model a variant serves: the simulator's declared ones, else the probed config.json."""
+    if v.engine == "sim":
+        return ModelLimits(v.sim.context_length, None, "the simulator's context_length knob")
+    report = reports.get(v.model_path)
+    if report is None:
+        return ModelLimits(None, None, "unknown (checkpoint not readable here)")
+    cfg = report.config
+    return ModelLimits(cfg.max_position_embeddings, cfg.vocab_size, f"{v.model_path}/config.json")
+
+
+def _resolve(path: str, base_dir: Path) -> Path:
+    p = Path(path)
+    return p if p.is_absolute() else base_dir / p
+
+
+def check_prompts(spec: ExperimentSpec, variants: Sequence[ResolvedVariant], reports: Mapping[str, ProbeReport],
+                  base_dir: Path, *, absent_ok: bool = False) -> None:
+    """Every workload's prompts exist, parse, and fit every variant's model. `absent_ok`: an absolute prompt path
+    missing here may exist on the GPU node (checked again there)."""
+    for i, w in enumerate(spec.workloads):
+        for v in variants:
+            limits = limits_for(v, reports)
+            _check_workload(spec.model.path, i, w, limits, base_dir, absent_ok)
+
+
+def _check_workload(model_path: str, i: int, w: WorkloadSpec, limits: ModelLimits, base_dir: Path,
+                    absent_ok: bool) -> None:
+    field = f"workloads.{i}"
+    ctx = limits.context_tokens
+    if ctx is not None and w.input_tokens + w.output_tokens > ctx:
+        raise PreflightError(f"{field}.input_tokens: {w.input_tokens} input + {w.output_tokens} output tokens do not fit "
+                             f"the model's context of {ctx} tokens ({limits.source})", field=f"{field}.input_tokens",
+                             expected=f"input_tokens + output_tokens <= {ctx}")
+    src = w.prompts
+    if src.source == "random_ids":
+        if limits.vocab_size is not None and src.vocab_size > limits.vocab_size:
+            raise PreflightError(f"{field}.prompts.vocab_size: {src.vocab_size} draws ids outside the model's vocabulary "
+                                 f"of {limits.vocab_size} ({limits.source})", field=f"{field}.prompts.vocab_size",
+                                 expected=f"at most {limits.vocab_size}")
+        return
+    assert src.path is not None  # the spec requires a path for jsonl and text sources
+    path = _resolve(src.path, base_dir)
+    what = describe_non_file(str(path))
+    if what == "does not exist" and absent_ok and Path(src.path).is_absolute():
+        return
+    if what is not None:
+        raise PreflightError(f"{path}: {field}.prompts.path {what}", file=str(path), field=f"{field}.prompts.path",
+                             expected=f"a readable {src.source} file")
+    if src.source == "text":
+        from cluster.loadgen.text_prompts import tokenizer_file
+
+        tok = src.tokenizer
+        if tok is None and not Path(model_path).exists() and absent_ok:
+            return  # the model directory (and its tokenizer) lives on the GPU node: checked there
+        tokenizer_file(tok, model_path, base_dir)
+        return
+    from cluster.loadgen.datasets import DatasetError, load_jsonl_rows
+
+    try:
+        rows = load_jsonl_rows(path)
+    except DatasetError as e:
+        raise PreflightError(f"{field}.prompts.path: {e}", file=e.file, field=e.field or f"{field}.prompts.path",
+                             expected=e.expected) from None
+    for line, prompt in rows:
+        ids = prompt.input_ids
+        if ids is None:
+            continue
+        if ctx is not None and len(ids) + w.output_tokens > ctx:
+            raise PreflightError(f"{path}:{line}: input_ids: a {len(ids)}-token prompt plus {w.output_tokens} output "
+                                 f"tokens does not fit the model's context of {ctx} tokens ({limits.source})",
+                                 file=f"{path}:{line}", field="input_ids",
+                                 expected=f"at most {ctx - w.output_tokens} tokens")
+        if limits.vocab_size is not None and max(ids) >= limits.vocab_size:
+            raise PreflightError(f"{path}:{line}: input_ids: id {max(ids)} is outside the model's vocabulary of "
+                                 f"{limits.vocab_size} ({limits.source})", file=f"{path}:{line}", field="input_ids",
+                                 expected=f"ids below {limits.vocab_size}")
+
+
+def resolve_output_root(output: str, base_dir: Path) -> str:
+    """A URI (scheme://...) stays as is; a relative local path is taken relative to the experiment's base dir."""
+    if "://" in output:
+        return output
+    p = Path(output)
+    return str(p if p.is_absolute() else (base_dir / p).resolve())
+
+
+def check_output_root(root: str, field: str = "output") -> None:
+    """A local dataset root must be a directory (or creatable) and writable; nothing is created here."""
+    if "://" in root:
+        return
+    p = Path(root)
+    if p.exists() and not p.is_dir():
+        raise PreflightError(f"{p}: {field} is a file, not a directory (the dataset root holds one directory per "
+                             "experiment)", file=str(p), field=field, expected="a directory or a path that can be created")
+    probe = p
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise PreflightError(f"{p}: {field}: {probe} is a file, so the directory cannot be created", file=str(p),
+                             field=field, expected="a directory or a path that can be created")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise PreflightError(f"{p}: {field}: {probe} is not writable (read-only filesystem or no permission)",
+                             file=str(p), field=field, expected="a writable directory")
+
+
+def fixed_port(v: ResolvedVariant) -> Optional[int]:
+    """The port a variant fixes through its `port` arg, or None (a free port is picked on the node)."""
+    port = v.args.get("port")
+    if isinstance(port, bool):
+        return None
+    if isinstance(port, int):
+        return port
+    if isinstance(port, str) and port.isdigit():
+        return int(port)
+    return None
+
+
+def check_ports(variants: Sequence[ResolvedVariant], ray_ports: Mapping[int, str] = RAY_PORTS,
+                bind_host: Optional[str] = None) -> None:
+    """A fixed port is in range and not one of Ray's; with `bind_host` (on the node) it must also be free there."""
+    for v in variants:
+        port = fixed_port(v)
+        if port is None:
+            continue
+        field = f"variant {v.name!r} args.port"
+        if not 1 <= port <= 65535:
+            raise PreflightError(f"{field}: {port} is not a TCP port", field="args.port", expected="1-65535")
+        if port in ray_ports:
+            raise PreflightError(f"{field}: {port} is {ray_ports[port]}'s port; pick another or leave port unset",
+                                 field="args.port", expected=f"a port other than {sorted(ray_ports)}")
+        if bind_host is not None:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((bind_host, port))
+                except OSError as e:
+                    raise PreflightError(f"{field}: port {port} is already taken on {socket.gethostname()} "
+                                         f"({e.strerror or e}); free it or leave port unset", field="args.port",
+                                         expected="a free port") from None
+
+
+def check_engine_import(engine: str, module: str, launcher: Optional[EngineLauncher], default_python: str,
+                        timeout_s: float = IMPORT_TIMEOUT_S) -> None:
+    """The engine's interpreter can find its server module (a launcher command is the user's to vouch for)."""
+    if launcher is not None and launcher.launcher:
+        return
+    python = launcher.python if launcher is not None and launcher.python else default_python
+    field = f"engines.{engine}.python"
+    top = module.split(".")[0]
+    code = (f"import importlib.util, sys; import {top}; "
+            f"sys.exit(0 if importlib.util.find_spec({module!r}) else 3)")
+    try:
+        done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=timeout_s, check=False)
+    except FileNotFoundError:
+        raise PreflightError(f"{field}: {python} does not exist", file=python, field=field,
+                             expected=f"an interpreter that has {top} installed") from None
+    except (OSError, subprocess.SubprocessError) as e:
+        raise PreflightError(f"{field}: {python} could not be run: {e}", file=python, field=field,
+                             expected=f"an interpreter that has {top} installed") from None
+    if done.returncode != 0:
+        lines = [ln for ln in (done.stderr or "").splitlines() if ln.strip()]
+        why = lines[-1] if lines else f"{module} not found (exit code {done.returncode})"
+        raise PreflightError(f"{field}: {python} cannot import {module}: {why}", file=python, field=field,
+                             expected=f"an interpreter that has {top} installed")
+
+
+def check_inputs(spec: ExperimentSpec, variants: Sequence[ResolvedVariant], reports: Mapping[str, ProbeReport],
+                 base_dir: Path, output_root: Optional[str] = None) -> None:
+    """What this machine can check (validate/plan/run): prompts readable here, the output root, Ray's ports."""
+    check_prompts(spec, variants, reports, base_dir, absent_ok=True)
+    if output_root is not None:
+        check_output_root(output_root)
+    check_ports(variants)
+
+
+def check_on_node(spec: ExperimentSpec, variants: Sequence[ResolvedVariant], reports: Mapping[str, ProbeReport],
+                  base_dir: Path, engine_modules: Mapping[EngineName, str], default_python: str,
+                  ray_ports: Mapping[int, str] = RAY_PORTS) -> None:
+    """What only the GPU node can answer: its prompt files, its free ports, its engine interpreters."""
+    check_prompts(spec, variants, reports, base_dir)
+    check_ports(variants, ray_ports, bind_host="127.0.0.1")
+    for engine in sorted({v.engine for v in variants}):
+        check_engine_import(engine, engine_modules[engine], spec.engines.get(engine), default_python)

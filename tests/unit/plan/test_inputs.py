@@ -1,0 +1,79 @@
+"""Node-side input checks, Ray-free: a taken or Ray-owned port, an interpreter that cannot import its engine, an
+output root that cannot be written."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from cluster.plan.inputs import check_engine_import, check_output_root, check_ports
+from cluster.plan.preflight import PreflightError
+from cluster.plan.runs import expand_variants
+from cluster.spec.loader import parse_spec_text
+from cluster.spec.models import EngineLauncher
+
+SPEC = """\
+version: 1
+name: demo
+model: {path: sim://m, engine: sim}
+variants:
+  - name: baseline
+    args: {port: PORT}
+workloads: [{name: w, input_tokens: 8, output_tokens: 8, num_requests: 2}]
+load: {concurrency: [1]}
+"""
+
+
+def _variants(port: int):  # type: ignore[no-untyped-def]
+    return expand_variants(parse_spec_text(SPEC.replace("PORT", str(port))))
+
+
+def test_a_taken_port_is_refused_on_the_node() -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        port = holder.getsockname()[1]
+        check_ports(_variants(port))  # without the node's bind test only Ray's ports are refused
+        with pytest.raises(PreflightError) as info:
+            check_ports(_variants(port), bind_host="127.0.0.1")
+    assert f"port {port} is already taken" in str(info.value) and info.value.field == "args.port"
+
+
+def test_the_running_clusters_own_port_is_refused() -> None:
+    with pytest.raises(PreflightError, match="this cluster's GCS"):
+        check_ports(_variants(6380), {6380: "this cluster's GCS"})
+
+
+def test_an_interpreter_without_the_engine_is_refused() -> None:
+    check_engine_import("sim", "cluster.sim.server", None, sys.executable)
+    with pytest.raises(PreflightError) as info:
+        check_engine_import("sglang", "sglbench_no_such_engine.launch_server", None, sys.executable)
+    assert "ModuleNotFoundError: No module named 'sglbench_no_such_engine'" in str(info.value)
+    assert info.value.field == "engines.sglang.python"
+    with pytest.raises(PreflightError, match="does not exist"):
+        check_engine_import("sglang", "sglang.launch_server", EngineLauncher(python="/nonexistent/python"), "python")
+    # a launcher command is the user's to vouch for: not run
+    check_engine_import("sglang", "sglang.launch_server", EngineLauncher(launcher=["/nonexistent/sglang"]), "python")
+
+
+def test_an_output_root_that_cannot_be_written(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(PreflightError, match="is a file"):
+        check_output_root(str(tmp_path / "f"))
+    with pytest.raises(PreflightError, match="is a file"):
+        check_output_root(str(tmp_path / "f" / "deeper"))
+    check_output_root(str(tmp_path / "new" / "root"))
+    assert not (tmp_path / "new").exists()  # checking creates nothing
+    check_output_root("s3://bucket/prefix")
+
+
+@pytest.mark.skipif(os.access("/proc/sys", os.W_OK) and os.access("/sys", os.W_OK),
+                    reason="no read-only filesystem on this machine")
+def test_an_output_root_on_a_read_only_filesystem() -> None:
+    ro = "/sys" if not os.access("/sys", os.W_OK) else "/proc/sys"
+    with pytest.raises(PreflightError, match="not writable"):
+        check_output_root(f"{ro}/sglbench-results")
