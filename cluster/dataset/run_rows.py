@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
+import pyarrow as pa
+
 from cluster.version import __version__
 from cluster.dataset.run_facts import SegmentFacts, ServerFacts, WindowSummary
 from cluster.plan.runs import RunPlan
@@ -86,6 +88,57 @@ def _common(p: RunPlan, spec: ExperimentSpec, server: Optional[ServerFacts], seg
     }
 
 
+def offered_concurrency(p: RunPlan, n_requests: int) -> Optional[int]:
+    """The most requests the load generator could have in flight at once: closed-loop concurrency, or open-loop
+    max_concurrency (None when an open loop has no bound), never more than the window's requests."""
+    load = p.load
+    bound = int(load.value) if load.kind == "concurrency" else load.max_concurrency
+    return min(int(bound), n_requests) if bound else None
+
+
+def _peak_per_scrape(batch: Optional[pa.RecordBatch], metric: Optional[str], duration_s: float) -> Optional[float]:
+    """The highest value of a gauge (summed over its label sets at each scrape) scraped inside the window."""
+    if batch is None or metric is None or not batch.num_rows:
+        return None
+    cols = batch.to_pydict()
+    per_t: dict[int, float] = {}
+    end_ns = int(duration_s * 1e9)
+    for t, name, value in zip(cols["t_ns"], cols["metric"], cols["value"]):
+        if name == metric and value is not None and 0 <= t <= end_ns:
+            per_t[t] = per_t.get(t, 0.0) + float(value)
+    return max(per_t.values()) if per_t else None
+
+
+def concurrency_check(p: RunPlan, out: WindowSummary, server: ServerFacts, n_requests: int
+                      ) -> tuple[list[str], dict[str, Any]]:
+    """Did the server run the concurrency we offered? Invalid reasons and the evidence for provenance.
+
+    Two independent rules: the resolved cap the server reported (engine.concurrency_cap, e.g. SGLang's 48 under
+    speculative decoding) below the offered concurrency; and the scraped running-requests gauge never reaching the
+    offered concurrency while the queue gauge was non-empty (requests waited for a slot)."""
+    from cluster.engines.registry import get_engine
+
+    engine = get_engine(p.variant.engine)
+    offered = offered_concurrency(p, n_requests)
+    cap = engine.concurrency_cap(server.infos)
+    running = _peak_per_scrape(out.server_metrics, engine.running_gauge, out.duration_s)
+    queued = _peak_per_scrape(out.server_metrics, engine.queue_gauge, out.duration_s)
+    evidence: dict[str, Any] = {"offered": offered, "cap": cap.value if cap else None,
+                                "cap_source": cap.source if cap else None,
+                                "cap_declared": cap.declared if cap else None,
+                                "scraped_max_running": running, "scraped_max_queued": queued}
+    reasons: list[str] = []
+    if offered is None:
+        return reasons, evidence
+    if cap is not None and offered > cap.value:
+        reasons.append(f"offered concurrency {offered} > server cap {cap.value} ({cap.source}): the server queued "
+                       "the rest, so this is not the offered load")
+    if running is not None and queued is not None and running < offered and queued > 0:
+        reasons.append(f"scraped {engine.running_gauge} peaked at {running:g} < offered concurrency {offered} while "
+                       f"{engine.queue_gauge} reached {queued:g}: requests waited for a slot")
+    return reasons, evidence
+
+
 def build_run_row(p: RunPlan, out: WindowSummary, server: ServerFacts, segment: SegmentFacts,
                   spec: ExperimentSpec, neighbours: list[str], git_sha: Optional[str]) -> dict[str, Any]:
     from cluster.analysis.metrics import summarize_run
@@ -115,8 +168,13 @@ def build_run_row(p: RunPlan, out: WindowSummary, server: ServerFacts, segment: 
         invalid.append(f"{n_req - n_ok} of {n_req} requests failed ({err_rate:.1%})")
     if not out.flushed:
         invalid.append("cache flush before the measured window failed")
+    cap_reasons, concurrency = concurrency_check(p, out, server, n_req)
+    invalid.extend(cap_reasons)
     status = "failed" if n_ok == 0 else ("invalid" if invalid else "ok")
     row = _common(p, spec, server, segment, git_sha, out.load_actor_peak_buffered_rows)
+    provenance = json.loads(row["provenance_json"])
+    provenance["concurrency"] = concurrency
+    row["provenance_json"] = json.dumps(provenance, sort_keys=True, default=str)
     row.update({
         "status": status,
         "failure_reason": "no request succeeded" if n_ok == 0 else None,

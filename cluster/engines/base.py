@@ -66,6 +66,17 @@ class RequestMeta:
     output_ids_tail: Optional[list[int]] = None
 
 
+@dataclass(frozen=True)
+class ConcurrencyCap:
+    """The most requests the server runs at once as it resolved it, and where that figure was read."""
+
+    value: int
+    source: str
+    """e.g. `server_info.internal_states[0].effective_max_running_requests_per_dp`."""
+    declared: Optional[int] = None
+    """The resolved top-level max_running_requests (None when the server reports it unset)."""
+
+
 class StreamParser(ABC):
     @abstractmethod
     def feed(self, payload: bytes) -> int:
@@ -99,6 +110,10 @@ class Engine(ABC):
     health_path: str = "/health"
     flush_path: Optional[str] = "/flush_cache"
     metrics_path: str = "/metrics"
+    running_gauge: Optional[str] = None
+    """Prometheus gauge of requests running now (scraped into server_metrics), None when the engine has none."""
+    queue_gauge: Optional[str] = None
+    """Prometheus gauge of requests waiting to be scheduled."""
 
     def program(self, launcher: Optional[EngineLauncher], default_python: str) -> list[str]:
         if launcher is not None and launcher.launcher:
@@ -161,6 +176,10 @@ class Engine(ABC):
     def resolved_args(self, infos: Mapping[str, Any]) -> dict[str, Any]:
         """Resolved server args from the recorded info documents (engine-specific)."""
         return {}
+
+    def concurrency_cap(self, infos: Mapping[str, Any]) -> Optional[ConcurrencyCap]:
+        """The resolved cap on running requests from the recorded info documents (None when not reported)."""
+        return None
 
     def spec_counters(self, metrics_text: str) -> dict[str, float]:
         return {}

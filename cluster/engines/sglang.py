@@ -8,7 +8,7 @@ import re
 import subprocess
 from typing import Any, Mapping, Optional
 
-from cluster.engines.base import Engine, HttpRequest, LaunchCommand, Prompt, StreamParser
+from cluster.engines.base import ConcurrencyCap, Engine, HttpRequest, LaunchCommand, Prompt, StreamParser
 from cluster.engines.streams import OpenAIStreamParser, SGLangNativeParser
 from cluster.errors import UserError
 from cluster.plan.runs import ResolvedVariant
@@ -151,6 +151,8 @@ class SGLangEngine(Engine):
     health_path = "/health"
     flush_path = "/flush_cache"
     metrics_path = "/metrics"
+    running_gauge = "sglang:num_running_reqs"
+    queue_gauge = "sglang:num_queue_reqs"
 
     def server_args(self, variant: ResolvedVariant, host: str, port: int, version: Optional[str]) -> list[str]:
         ver = parse_version(version)
@@ -205,6 +207,10 @@ class SGLangEngine(Engine):
             declared = resolve_version(None, python)
         return super().launch(variant, host, port, launcher, default_python, declared)
 
+    def runs_on_cpu(self, variant: ResolvedVariant) -> bool:
+        """`device: cpu` (SGLang's --device) in the variant's resolved args."""
+        return str(variant.args.get("device", "")).lower() == "cpu"
+
     def info_paths(self, version: Optional[str]) -> dict[str, str]:
         ver = parse_version(version)
         if ver >= SERVER_INFO_RENAME:
@@ -244,7 +250,15 @@ class SGLangEngine(Engine):
         si = infos.get("server_info")
         if not isinstance(si, dict):
             return {}
-        return {k: v for k, v in si.items() if k not in ("internal_states", "launch_command", "kv_events")}
+        out = {k: v for k, v in si.items() if k not in ("internal_states", "launch_command", "kv_events")}
+        cap = concurrency_cap_from_server_info(si)
+        if cap is not None:
+            # the cap the scheduler enforces (not a server arg): fairness compares it across variants
+            out[RESOLVED_CAP_KEY] = cap.value
+        return out
+
+    def concurrency_cap(self, infos: Mapping[str, Any]) -> Optional[ConcurrencyCap]:
+        return concurrency_cap_from_server_info(infos.get("server_info"))
 
     def window_acceptance(self, before: Mapping[str, float], after: Mapping[str, float],
                           n_requests: int) -> dict[str, float]:
@@ -354,3 +368,42 @@ def server_info_summary(doc: Mapping[str, Any]) -> dict[str, Any]:
         "kv_cache_dtype": doc.get("kv_cache_dtype"),
         "avg_spec_accept_length": first.get("avg_spec_accept_length"),
     }
+
+
+SPEC_MAX_RUNNING_REQUESTS = 48
+"""What SGLang 0.5.23 sets max_running_requests to for every speculative algorithm when the flag is unset
+(sglang/srt/arg_groups/speculative_hook.py: _handle_eagle_family (EAGLE, EAGLE3, NEXTN, STANDALONE), _handle_ngram,
+_handle_dflash, _handle_dspark, _handle_frozen_kv_mtp: "Max running requests is reset to 48 for speculative
+decoding"; there is no 48 in server_args.py). Seen for real on the CPU tier: /server_info max_running_requests 48."""
+
+EFFECTIVE_CAP_KEY = "effective_max_running_requests_per_dp"
+RESOLVED_CAP_KEY = "effective_max_running_requests"
+"""Key under which resolved_args() records the scheduler's cap (summed over DP ranks) beside the server args."""
+
+
+def _positive_int(v: Any) -> Optional[int]:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+
+def concurrency_cap_from_server_info(doc: Any) -> Optional[ConcurrencyCap]:
+    """The server's resolved cap on running requests from a /server_info document.
+
+    The scheduler's own figure comes first: `internal_states[i].effective_max_running_requests_per_dp` (set from
+    `scheduler.max_running_requests`, managers/scheduler_components/internal_state.py), summed over the DP ranks.
+    It is what the scheduler enforces, also when the top-level `max_running_requests` is None (unset, no
+    speculative decoding: then it comes from the KV pool, `kv_cache_configurator.resolve_max_num_reqs`, e.g. 2048).
+    Without internal_states (older releases) the top-level max_running_requests is used."""
+    if not isinstance(doc, Mapping):
+        return None
+    declared = _positive_int(doc.get("max_running_requests"))
+    states = doc.get("internal_states")
+    if isinstance(states, list) and states:
+        per_rank = [_positive_int(st.get(EFFECTIVE_CAP_KEY)) if isinstance(st, Mapping) else None for st in states]
+        if all(x is not None for x in per_rank):
+            vals = [x for x in per_rank if x is not None]
+            where = (f"server_info.internal_states[0].{EFFECTIVE_CAP_KEY}" if len(vals) == 1
+                     else f"sum of server_info.internal_states[0..{len(vals) - 1}].{EFFECTIVE_CAP_KEY}")
+            return ConcurrencyCap(sum(vals), where, declared)
+    if declared is not None:
+        return ConcurrencyCap(declared, "server_info.max_running_requests", declared)
+    return None

@@ -80,7 +80,13 @@ def run_smoke(base_url: str, timeout_s: float = 30.0) -> list[Check]:
         checks[-1] = Check("server_info.internal_states", isinstance(states, list) and len(states) > 0,
                            "non-empty list (one per DP rank)", checks[-1].found)
     mrr = si.get("max_running_requests")
-    add("resolved max_running_requests", isinstance(mrr, int) and mrr > 0, "a positive int", mrr)
+    from cluster.engines.sglang import concurrency_cap_from_server_info
+
+    cap = concurrency_cap_from_server_info(si)
+    # real 0.5.23 reports max_running_requests None when the flag is unset without speculative decoding; the
+    # scheduler's own cap is internal_states[0].effective_max_running_requests_per_dp
+    add("resolved running-request cap", cap is not None, "a positive int (internal_states or max_running_requests)",
+        f"{cap.value} ({cap.source})" if cap else mrr)
     speculative = bool(si.get("speculative_algorithm"))
     if speculative:
         for key in SPEC_KEYS[1:]:

@@ -2,7 +2,8 @@
 
 Pure: looks only at resolved variants (declared args) and at /server_info documents already fetched. SGLang 0.5.23
 applies its launch rules (the 48-request cap for speculative runs, the FP8 KV default from the checkpoint, the
-attention back end NEXTN picks) in a resolution step that needs a GPU, so these rules are this tool's own.
+attention back end NEXTN picks) in a resolution step that needs a GPU, so the pre-launch rules are this tool's own;
+after launch, resolved_cap_findings compares the caps the servers really resolved.
 """
 
 from __future__ import annotations
@@ -219,6 +220,34 @@ def resolved_differences(
         if va is None or vb is None or not _same(va, vb):
             out[key] = (va, vb)
     return out
+
+
+def resolved_cap_findings(variants: Sequence[ResolvedVariant], resolved_args: Mapping[str, Mapping[str, Any]]
+                          ) -> list[Finding]:
+    """Compare the running-request caps the servers resolved (SGLang's resolved_args key
+    `effective_max_running_requests`, from /server_info internal_states), not only the declared flags: an unset
+    --max-running-requests resolves to 48 under speculative decoding and to a KV-pool figure (e.g. 2048) without it.
+    `resolved_args` maps a variant name to its stored resolved args; variants without a figure are skipped."""
+    from cluster.engines.sglang import RESOLVED_CAP_KEY
+
+    chk = _Check()
+    group = [v for v in variants if v.engine in SGLANG_ARGV_ENGINES
+             and isinstance((resolved_args.get(v.name) or {}).get(RESOLVED_CAP_KEY), int)]
+    if len(group) < 2:
+        return []
+    ref = next((v for v in group if v.is_baseline), group[0])
+    want = resolved_args[ref.name][RESOLVED_CAP_KEY]
+    for v in group:
+        got = resolved_args[v.name][RESOLVED_CAP_KEY]
+        if v is ref or got == want:
+            continue
+        declared = (resolved_args[v.name].get("max_running_requests"),
+                    resolved_args[ref.name].get("max_running_requests"))
+        chk.add(v, "error", "resolved-max-running-requests",
+                f"the server resolved its running-request cap to {got} here but {want} on {ref.name!r} "
+                f"(declared max_running_requests {declared[0]!r} vs {declared[1]!r}; read from server_info."
+                f"internal_states[*].effective_max_running_requests_per_dp): compared variants must run the same cap")
+    return chk.findings
 
 
 def format_findings(findings: Sequence[Finding]) -> list[str]:

@@ -82,7 +82,6 @@ class Knobs(BaseModel):
     mtp_absent: StrictBool = False
     radix_cache: StrictBool = True
     max_total_num_tokens: Annotated[int, Field(ge=1)] = 1_000_000
-    default_max_running_requests: Annotated[int, Field(ge=1)] = 1024
     context_length: Annotated[int, Field(ge=1)] = 262144
     decode_log_interval: Annotated[int, Field(ge=1)] = 40
     fixed_ttft_ms: Optional[_Ms] = None
@@ -418,6 +417,21 @@ class Scheduler:
 
 
 SPEC_MAX_RUNNING_DEFAULT = 48
+"""SGLang 0.5.23 sets an unset max_running_requests to 48 for every speculative algorithm
+(sglang/srt/arg_groups/speculative_hook.py, _handle_eagle_family and the other _handle_* hooks; not server_args.py)."""
+
+
+def effective_max_running_requests(requested: Optional[int], knobs: "Knobs") -> int:
+    """The scheduler's cap on running requests as SGLang 0.5.23 resolves it for one DP rank
+    (sglang/srt/mem_cache/kv_cache_configurator.py `resolve_max_num_reqs`): explicit → min(requested, capacity // 2);
+    unset (no speculative decoding) → min(clamp(capacity / context_len · 512, 2048, 4096), capacity // 2), where
+    capacity is the KV pool in tokens. Reported as internal_states[0].effective_max_running_requests_per_dp while
+    the top-level max_running_requests stays None (seen for real: 2048 with an 8192-token pool)."""
+    capacity = knobs.max_total_num_tokens
+    if requested is not None:
+        return max(1, min(requested, capacity // 2))
+    estimated = max(min(int(capacity / knobs.context_length * 512), 4096), 2048)
+    return max(1, min(estimated, capacity // 2))
 log = logging.getLogger("sglbench.sim")
 
 
@@ -454,8 +468,6 @@ def resolve_args(ns: argparse.Namespace, knobs: Knobs) -> tuple[dict[str, Any], 
         if args["max_running_requests"] is None:
             log.warning("Max running requests is reset to %d for speculative decoding.", SPEC_MAX_RUNNING_DEFAULT)
             args["max_running_requests"] = SPEC_MAX_RUNNING_DEFAULT
-    if args["max_running_requests"] is None:
-        args["max_running_requests"] = knobs.default_max_running_requests
     if args["served_model_name"] is None:
         args["served_model_name"] = args["model_path"]
     if args["random_seed"] is None:

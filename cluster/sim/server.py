@@ -22,7 +22,7 @@ from aiohttp import web
 from cluster.sim import tuning as sim_tuning
 from cluster.spec.secrets import redact_argv
 from cluster.sim.model import (Knobs, KnobError, LaunchError, Scheduler, SimRequest, SpecParams,
-                                       resolve_args)
+                                       effective_max_running_requests, resolve_args)
 from cluster.sim.wire import ChunkWriter, Pacer, StreamingCounts, fine_timer_slack, metrics_text
 
 VERSION = "0.5.23"
@@ -73,7 +73,7 @@ class SimServer:
         self.knobs = knobs
         self.unmodelled = redact_argv(unmodelled)
         self.launch_command = shlex.join([sys.executable, "-m", "cluster.sim.server", *redact_argv(argv)])
-        self.sched = Scheduler(knobs, int(args["max_running_requests"]), spec)
+        self.sched = Scheduler(knobs, effective_max_running_requests(args["max_running_requests"], knobs), spec)
         self.state = "starting"
         self.started_wall = time.time()
         self.startup_time_s = 0.0
@@ -243,7 +243,7 @@ class SimServer:
 
     def internal_state(self) -> dict[str, Any]:
         st = dict(self.args)
-        st.update(world_size=self.args["tp_size"], effective_max_running_requests_per_dp=self.args["max_running_requests"],
+        st.update(world_size=self.args["tp_size"], effective_max_running_requests_per_dp=self.sched.max_running,
                   last_gen_throughput=self.last_gen_throughput,
                   memory_usage={"weight": 0.0, "kvcache": 0.0, "graph": 0.0, "token_capacity": self.knobs.max_total_num_tokens})
         acc = self.sched.avg_spec_accept_length()
