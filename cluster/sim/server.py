@@ -275,15 +275,15 @@ class SimServer:
         while self.sched.busy and time.monotonic() < deadline:
             await asyncio.sleep(min(0.02, max(0.0, deadline - time.monotonic())))
         if self.sched.busy:
-            msg = (f"Cache not flushed because there are pending requests. #queue-req: {len(self.sched.waiting)}, "
-                   f"#running-req: {len(self.sched.running)}")
-            log.warning(msg)
-            return web.Response(status=400, text=msg)
+            log.warning("Cache not flushed because there are pending requests. #queue-req: %d, #running-req: %d",
+                        len(self.sched.waiting), len(self.sched.running))
+            return web.Response(status=400, text="Flush cache failed.\n")  # SGLang 0.5.23's body (recorded)
         self.sched.flush()
         if self.pacer is not None:
             self.pacer.reset()
         log.info("Cache flushed successfully.")
-        return web.Response(status=200, text="Cache flushed.\nSimulated radix cache and speculative counters reset.\n")
+        return web.Response(status=200, text="Cache flushed.\nPlease check backend logs for more details. (When there "
+                                             "are running or waiting requests, the operation will not be performed.)\n")
 
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(text=self.metrics_text(), content_type="text/plain")

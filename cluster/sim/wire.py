@@ -38,6 +38,7 @@ class ChunkWriter:
         """When the first streamed event was rendered (SGLang's response_sent_to_client_ts)."""
         self._timing: dict[str, float] = {}
         self._timing_json = ""
+        self._details_json = "null"
         self.api = api
         self.incremental = incremental
         self.spec = spec
@@ -101,6 +102,8 @@ class ChunkWriter:
                             "forward_entry_time": self._ts(self.t_start_s), "prefill_finished_time": self._ts(first),
                             "queue_time": 0.0}
             self._timing_json = "".join(f'"{k}":{v!r},' for k, v in self._timing.items())
+            c = self.req.cached_tokens
+            self._details_json = f'{{"device":{c},"host":0}}' if c else "null"
         return self._timing
 
     def meta_info(self, n: int, final: bool, stream: bool = False) -> dict[str, Any]:
@@ -114,7 +117,7 @@ class ChunkWriter:
         m.update(reasoning_tokens=0, completion_tokens=n, cached_tokens=r.cached_tokens)
         if final:
             m["weight_versions"] = [{"version": "default", "start": 0, "end": n}]
-        m["cached_tokens_details"] = {"device": r.cached_tokens, "host": 0}
+        m["cached_tokens_details"] = {"device": r.cached_tokens, "host": 0} if r.cached_tokens else None
         m["dp_rank"] = None
         now = self.clock()
         if not final:
@@ -187,7 +190,7 @@ class ChunkWriter:
                     f'"meta_info":{{"id":{self._rid},"finish_reason":null,"prompt_tokens":{r.prompt_tokens},'
                     f'"weight_version":"default","num_retractions":0,{timing}"reasoning_tokens":0,'
                     f'"completion_tokens":{b},"cached_tokens":{r.cached_tokens},"cached_tokens_details":'
-                    f'{{"device":{r.cached_tokens},"host":0}},"dp_rank":null{sent}}}}}\n\n').encode()
+                    f'{self._details_json},"dp_rank":null{sent}}}}}\n\n').encode()
         delta = self._text[self._off[a]:self._off[b]]
         body = f'"delta":{{"content":"{delta}"}}' if self.api == "chat" else f'"text":"{delta}"'
         fr, ms = self._oa_finish() if final else (None, None)

@@ -19,7 +19,7 @@ def _meta(ct: int, fin: Any = None, first: bool = False, **extra: Any) -> dict[s
                          "queue_time": 0.001, "reasoning_tokens": 0, "completion_tokens": ct, "cached_tokens": 0}
     if fin is not None:
         m["weight_versions"] = [{"version": "default", "start": 0, "end": ct}]
-    m.update(cached_tokens_details={"device": 0, "host": 0}, dp_rank=None)
+    m.update(cached_tokens_details=None, dp_rank=None)  # null without a cache hit (recorded)
     if first:
         m["response_sent_to_client_ts"] = 1760000000.7
     m.update(extra)
@@ -87,5 +87,6 @@ MODEL_INFO = {"model_path": "/models/Qwen3.5-397B-A17B-NVFP4", "served_model_nam
               "has_image_understanding": True, "has_audio_understanding": False, "model_type": "qwen3_5_moe",
               "architectures": ["Qwen3_5MoeForConditionalGeneration"]}
 
-FLUSH_OK = (200, "Cache flushed.\n")
-FLUSH_BUSY = (400, "Cache not flushed because there are pending requests. #queue-req: 0, #running-req: 3")
+FLUSH_OK = (200, "Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n")
+FLUSH_BUSY = (400, "Flush cache failed.\n")
+"""Recorded (fixtures/sglang-0.5.23-cpu): a busy server refuses with this text only."""

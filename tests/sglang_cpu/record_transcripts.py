@@ -121,10 +121,21 @@ class Redactor:
             out.append(ev)
         return "\n\n".join(out)
 
-    def metrics(self, text: str) -> str:
-        """Prometheus text without histogram buckets (size), pids normalised."""
-        lines = [ln for ln in text.splitlines() if "_bucket{" not in ln]
-        return self.text(re.sub(r'pid="\d+"', 'pid="0"', "\n".join(lines) + "\n"))
+    def metrics(self, text: str, window_only: bool = False) -> str:
+        """Prometheus text without HELP lines and histogram buckets (size), pids normalised; `window_only` keeps
+        just the counters a window is diffed on (metrics_before)."""
+        return self.text(re.sub(r'pid="\d+"', 'pid="0"', compact_metrics(text, window_only)))
+
+
+WINDOW_COUNTERS = ("sglang:generation_tokens_total", "sglang:prompt_tokens_total", "sglang:num_requests_total",
+                   "sglang:spec_verify_calls_total")
+
+
+def compact_metrics(text: str, window_only: bool) -> str:
+    lines = [ln for ln in text.splitlines() if not ln.startswith("# HELP ") and "_bucket{" not in ln]
+    if window_only:
+        lines = [ln for ln in lines if ln.replace("# TYPE ", "").split("{")[0].split(" ")[0] in WINDOW_COUNTERS]
+    return "\n".join(lines) + "\n"
 
 
 # ---- the exchanges ------------------------------------------------------------------------------------------------
@@ -177,7 +188,7 @@ def record_one(exch: tuple[str, str, str, Optional[dict[str, Any]]], base: str, 
                            "status": status, "content_type": ctype}
     text = raw.decode()
     if path == "/metrics":
-        out["text"] = red.metrics(text)
+        out["text"] = red.metrics(text, window_only=name == "metrics_before")
     elif ctype == "text/event-stream" or text.startswith("data: "):
         out["sse"] = red.sse(raw)
     else:
