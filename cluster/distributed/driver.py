@@ -563,10 +563,13 @@ def run_experiment(spec: ExperimentSpec, *, base_dir: Path, output_root: Optiona
 
 
 def logical_gpus_for(spec: ExperimentSpec) -> Optional[int]:
-    """A local cluster for an all-simulated experiment gets logical GPUs (8, or the largest tp) so the
-    placement logic runs exactly as on a GPU node; otherwise Ray detects the real GPUs."""
+    """A local cluster for an experiment whose servers all need no GPU (simulated, or `device: cpu`) gets logical
+    GPUs (8, or the largest tp) so the placement logic (isolation, one server per node) runs exactly as on a GPU
+    node; otherwise Ray detects the real GPUs."""
+    from cluster.engines.registry import get_engine
+
     variants = expand_variants(spec)
-    if variants and all(v.engine == "sim" for v in variants):
+    if variants and all(v.engine == "sim" or get_engine(v.engine).runs_on_cpu(v) for v in variants):
         return max([8] + [v.tp for v in variants])
     return None
 

@@ -141,6 +141,10 @@ class Engine(ABC):
         argv = self.program(launcher, default_python) + self.server_args(variant, host, port, v)
         return LaunchCommand(argv=tuple(argv), env=self.server_env(variant, v))
 
+    def runs_on_cpu(self, variant: ResolvedVariant) -> bool:
+        """True when the variant's server computes on the CPU (a test or demo server): it needs no GPU."""
+        return False
+
     def info_paths(self, version: Optional[str]) -> dict[str, str]:
         """name → GET path of JSON documents recorded in provenance (e.g. server_info)."""
         return {}
