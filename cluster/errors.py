@@ -22,6 +22,8 @@
     │   ├── PlacementError                 a variant can never be placed on this cluster
     │   ├── ArtifactError                  a tuning artifact is missing, corrupt or cannot be stored
     │   ├── TuningStageError               a tuning job failed on the cluster (its log tail attached)
+    │   ├── WriteError                     a file cannot be written (disk full, read-only): names the path
+    │   ├── DatasetLocked                  another driver writes that experiment dataset: names its holder
     │   └── JobError                       the Ray job API cannot be reached or refused the request
     └── EngineFault                    4   an engine server did not start or died (its decisive log line attached)
         └── ServerStartError

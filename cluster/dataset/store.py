@@ -1,8 +1,9 @@
-"""The Parquet dataset store: layout, the one commit protocol (runs row last), the resume index.
+"""The Parquet dataset store: layout, the one commit protocol (runs row last), the resume index, the writer's lock.
 
 Layout under `<root>/<experiment>/`: `<table>/variant=<variant>/<run_key>.parquet` for every table,
-`experiment.json` and `_staging/` (where every file is written and synced before it is renamed into place: plain
-readers never look there). A run is committed exactly when its runs file exists; its other tables are moved in just before, so no file of a run that never committed is
+`experiment.json`, `_staging/` (where every file is written and synced before it is renamed into place: plain
+readers never look there) and `_lock` (the driver writing the dataset, see lock.py). A run is committed exactly
+when its runs file exists; its other tables are moved in just before, so no file of a run that never committed is
 left where readers look, and a write error (disk full) leaves the hive tree as it was.
 """
 
@@ -15,7 +16,8 @@ import re
 import shutil
 import tempfile
 import uuid
-from typing import Any, Iterable, Mapping, Optional, Union
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator, Mapping, Optional, Union
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -25,6 +27,7 @@ from cluster.analysis.metrics import METRIC_NAMES
 from cluster.errors import UserError
 from cluster.plan.runs import RECORD_SCHEMA_VERSION, RunPlan
 from cluster.dataset.atomic import atomic_write, move_into_place, remove_tree, write_error, write_synced
+from cluster.dataset.lock import DatasetLock
 from cluster.dataset.records import CHUNKS_SCHEMA, KEY_FIELDS, REQUESTS_SCHEMA, RUN_FIELDS
 
 Records = Union[pa.Table, pa.RecordBatch]
@@ -157,7 +160,7 @@ class DatasetStore:
 
     def write_table_rows(self, table_name: str, plan: RunPlan, batch: Records) -> str:
         """Add (or replace) one table file of a run outside a commit; returns its path. Rows of a run that has
-        no runs file stay hidden from this store's readers."""
+        no runs file stay hidden from this store's readers (and are removed by recover())."""
         path = self._path(table_name, plan.variant.name, plan.run_key)
         self._write_file(path, _parquet_bytes(self.file_rows(table_name, plan, batch)))
         return path
@@ -306,6 +309,41 @@ class DatasetStore:
                 except OSError:
                     pass
             raise
+
+    # ------------------------------------------------------------------ one writer at a time
+    @contextmanager
+    def exclusive(self, command: Optional[str] = None) -> Iterator[DatasetLock]:
+        """Hold the experiment's `_lock` (DatasetLocked naming the holder when another driver has it), clear what
+        a crashed writer left (recover()), and release the lock on the way out, also on an exception."""
+        lock = DatasetLock(self.fs, self.base, command=command).acquire()
+        try:
+            self.recover()
+            yield lock
+        finally:
+            lock.release()
+
+    def recover(self) -> list[str]:
+        """Remove what an interrupted writer left: staging directories, hidden temp files in the hive tree (older
+        versions wrote them there) and table files of runs without a runs file. Call only while holding the lock.
+        Returns the paths removed."""
+        removed: list[str] = []
+        if self._local and os.path.isdir(self.staging_root):
+            for name in sorted(os.listdir(self.staging_root)):
+                removed.append(f"{self.staging_root}/{name}")
+                remove_tree(removed[-1])
+        committed = self.committed_run_keys()
+        for table in self.tables():
+            sel = pafs.FileSelector(f"{self.base}/{table}", recursive=True, allow_not_found=True)
+            for info in self.fs.get_file_info(sel):
+                if info.type != pafs.FileType.File:
+                    continue
+                hidden_tmp = info.base_name.startswith(".") and info.base_name.endswith(".tmp")
+                orphan = (table != "runs" and table not in VARIANT_TABLES and _is_data_file(info.path)
+                          and info.base_name[: -len(".parquet")] not in committed)
+                if hidden_tmp or orphan:
+                    self._delete(info.path)
+                    removed.append(info.path)
+        return removed
 
     def write_experiment_meta(self, meta: dict[str, Any]) -> None:
         """experiment.json (spec, probe results, ...), written atomically."""

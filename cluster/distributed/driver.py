@@ -186,6 +186,12 @@ class Driver:
         return todo
 
     def run(self) -> ExperimentResult:
+        """Run what is left of the experiment while holding its dataset's lock (DatasetLocked naming the holder
+        when another driver writes it); the lock is released on return and on an exception."""
+        with self.store.exclusive():
+            return self._run()
+
+    def _run(self) -> ExperimentResult:
         plans = make_plan(self.spec)
         nodes = gpu_nodes()
         node_gpus = [n["gpus"] for n in nodes]
