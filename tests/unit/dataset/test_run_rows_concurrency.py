@@ -93,12 +93,17 @@ def test_within_the_cap_or_without_a_figure_is_ok(tag: Optional[str], load: str)
 def test_scraped_gauges_flag_a_server_that_queued_below_the_offered_concurrency() -> None:
     p, spec = plan()
     # no cap figure in server_info, but running never reached 64 while requests queued
-    capped = window(64, [(-0.5, 0, 0), (0.5, 48, 16), (1.5, 48, 16), (9.0, 64, 0)])
+    capped = window(64, [(-0.5, 0, 0), (0.5, 48, 16), (1.0, 48, 16), (1.5, 48, 0), (9.0, 64, 0)])
     row = build_run_row(p, capped, server(None), SEGMENT, spec, [], None)
     assert row["status"] == "invalid"
     assert ("scraped sglang:num_running_reqs peaked at 48 < offered concurrency 64 while sglang:num_queue_reqs "
-            "reached 16") in row["invalid_reasons"]
+            "reached 16 (non-empty on 67% of the scrapes)") in row["invalid_reasons"]
     full = window(64, [(0.5, 60, 4), (1.5, 64, 0)])
     assert build_run_row(p, full, server(None), SEGMENT, spec, [], None)["status"] == "ok"
     idle_queue = window(64, [(0.5, 40, 0), (1.5, 40, 0)])
     assert build_run_row(p, idle_queue, server(None), SEGMENT, spec, [], None)["status"] == "ok"
+    # a queue seen only while requests were being admitted (stale gauges between SGLang's stats logs) is normal
+    admission = window(64, [(0.1, 16, 16), (0.6, 40, 0), (1.1, 40, 0), (1.6, 40, 0)])
+    assert build_run_row(p, admission, server(None), SEGMENT, spec, [], None)["status"] == "ok"
+    single = window(64, [(0.5, 16, 16)])
+    assert build_run_row(p, single, server(None), SEGMENT, spec, [], None)["status"] == "ok"
