@@ -51,7 +51,7 @@ def test_demo_acceptance_and_speedup(ray_local: None, tmp_path: Path) -> None:
     root = Path(result.dataset_root) / spec.name
     runs = pd.read_parquet(root / "runs").set_index("variant")
     reqs = pd.read_parquet(root / "requests")
-    probs = list(spec.sim["accept_probs"])
+    probs = list(spec.sim.accept_probs)
     base_tok_s = runs.loc["baseline", "m_output_tok_s"]
     prev = 1.0
     for k in (1, 2, 3):
