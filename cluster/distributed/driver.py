@@ -36,6 +36,7 @@ from cluster.plan.schedule import reservation, unplaceable
 from cluster.dataset.writer import RunWriter
 from cluster.tuning.stage import ARTIFACT_KINDS, with_artifact
 from cluster.errors import EngineFault, EnvironmentFault, report_error
+from cluster.server.process import with_decisive_line
 from cluster.spec.models import ExperimentSpec
 from cluster.spec.secrets import masked_spec_json
 from cluster.spec.loader import load_spec
@@ -413,8 +414,9 @@ class Driver:
         neighbours |= self.shared.neighbours(p.variant.name, server.node_id)
         if not alive:
             tail = self._engine_tail(engine)
-            writer.commit(failed_run_row(p, f"server died during the measured window ({n_err} of {n_req} requests "
-                                            "failed)", tail, server, seg, self.spec, self.git_sha))
+            writer.commit(failed_run_row(p, with_decisive_line(f"server died during the measured window ({n_err} of "
+                                                               f"{n_req} requests failed)", tail),
+                                         tail, server, seg, self.spec, self.git_sha))
             self._finish(p, "failed")
             return loads, _Death(f"it died in the window of run {p.order_index}", tail)
         row = build_run_row(p, out, server, seg, self.spec, sorted(neighbours), self.git_sha)
@@ -501,11 +503,15 @@ class Driver:
     def _engine_tail(self, engine: Any) -> str:
         try:
             return str(ray.get(engine.log_tail.remote(), timeout=30))
-        except (RayActorError, RayTaskError, GetTimeoutError):
-            return ""
+        except (RayActorError, RayTaskError, GetTimeoutError) as e:
+            # the server's log is on its node, out of reach with its actor: say why (the decisive line)
+            return f"[sglbench driver] the EngineActor is unreachable ({type(e).__name__}); its watchdog stops the " \
+                   "server's process group"
 
     def _record_failed(self, p: RunPlan, reason: str, tail: str, server: Optional[ServerFacts],
                        seg: Optional[SegmentFacts]) -> None:
+        if reason.startswith("server died"):
+            reason = with_decisive_line(reason, tail)
         row = failed_run_row(p, reason, tail, server, seg, self.spec, self.git_sha)
         self.store.write_run(p, row, None, None)
         self._finish(p, "failed")

@@ -30,13 +30,22 @@ class PortNotOwnedError(ServerStartError):
 
 
 _DECISIVE = re.compile(r"address already in use|errno \d+|error|exception|fatal|killed|out of memory|"
-                       r"no such file|not found|permission denied|traceback", re.IGNORECASE)
+                       r"no such file|not found|permission denied|traceback|crashed", re.IGNORECASE)
+"""`crashed`: real SGLang 0.5.23's line for a dead child, "Subprocess scheduler_0 (pid=…) crashed with exit code -9"."""
+
+
+WATCHDOG_MARK = "[sglbench watchdog]"
+"""How cluster.server.watchdog's own lines in a server log begin."""
 
 
 def decisive_line(log_tail: str) -> Optional[str]:
     """The log line that says why a server stopped: the final line of its last traceback, else the last line
-    naming an error (bind errors included); None when the log says nothing of the kind."""
+    naming an error (bind errors included), the server's own lines before the watchdog's notes (WATCHDOG_MARK:
+    "killed by SIGKILL" follows SGLang's own "scheduler_0 … crashed" line); None when the log says nothing of the kind."""
     lines = [ln.rstrip() for ln in log_tail.splitlines() if ln.strip()]
+    own = [ln for ln in lines if not ln.startswith(WATCHDOG_MARK)]
+    if len(own) < len(lines) and decisive_line("\n".join(own)) is not None:
+        return decisive_line("\n".join(own))
     last_tb = max((i for i, ln in enumerate(lines) if ln.startswith("Traceback (most recent call last)")),
                   default=None)
     if last_tb is not None:
@@ -48,6 +57,12 @@ def decisive_line(log_tail: str) -> Optional[str]:
         if _DECISIVE.search(ln) and not ln.lstrip().startswith("Traceback"):
             return ln.strip()[:500]
     return None
+
+
+def with_decisive_line(reason: str, log_tail: str) -> str:
+    """A failure reason followed by the server log's decisive line, when the log has one."""
+    line = decisive_line(log_tail) if log_tail else None
+    return f"{reason}: {line}" if line and line not in reason else reason
 
 
 @dataclass(frozen=True)

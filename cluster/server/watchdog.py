@@ -17,6 +17,8 @@ import sys
 import time
 from typing import Optional
 
+from cluster.server.process import WATCHDOG_MARK
+
 POLL_S = 0.25
 GRACE_S = 10.0
 PR_SET_PDEATHSIG = 1
@@ -88,6 +90,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     while True:
         code = child.poll()
         if code is not None:
+            if code < 0:  # a SIGKILLed server writes nothing itself: this line is its log's decisive one
+                print(f"{WATCHDOG_MARK} server pid {child.pid} was killed by {signal.Signals(-code).name}",
+                      file=sys.stderr, flush=True)
             return int(code)
         if stop["requested"] or not _owner_alive(owner):
             _kill_group(GRACE_S)

@@ -60,3 +60,33 @@ def test_nothing_listening() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # bound, not listening
         assert "nothing visible listens" in (foreign_holder(port, os.getpgid(0)) or "")
+
+
+# Recorded from real SGLang 0.5.23 on the CPU after SIGKILL of its sglang::scheduler child mid-window.
+SCHEDULER_KILLED_TAIL = """[2026-12-01 09:45:53] Prefill batch, #new-seq: 3, #new-token: 48, #cached-token: 0, token usage: 0.01
+[2026-12-01 09:45:53] Subprocess scheduler_0 (pid=8045) crashed with exit code -9. Triggering SIGQUIT for cleanup...
+[2026-12-01 09:45:53] SIGQUIT received. signum=None, frame=None. It usually means one child failed.
+[2026-12-01 09:45:53] Sleeping 5 seconds before crash diagnostics to let GPU activity settle.
+[2026-12-01 09:45:58] No live scheduler processes found; skipping py-spy and CUDA coredump.
+[2026-12-01 09:45:58] kill_process_tree called: parent_pid=8034, include_parent=True, pid=8034
+"""
+
+
+def test_decisive_line_names_sglangs_crashed_subprocess() -> None:
+    line = decisive_line(SCHEDULER_KILLED_TAIL) or ""
+    assert "Subprocess scheduler_0 (pid=8045) crashed with exit code -9" in line
+
+
+def test_death_reason_carries_the_decisive_line() -> None:
+    from cluster.server.process import with_decisive_line
+
+    reason = with_decisive_line("server died during the measured window", SCHEDULER_KILLED_TAIL)
+    assert reason.startswith("server died during the measured window: ") and "crashed with exit code -9" in reason
+    assert with_decisive_line("server died", "INFO ready\n") == "server died"
+
+
+def test_the_servers_own_line_wins_over_the_watchdogs_note() -> None:
+    tail = SCHEDULER_KILLED_TAIL + "[sglbench watchdog] server pid 8034 was killed by SIGKILL\n"
+    assert "crashed with exit code -9" in (decisive_line(tail) or "")
+    assert decisive_line("INFO ready\n[sglbench watchdog] server pid 1 was killed by SIGKILL\n") == \
+        "[sglbench watchdog] server pid 1 was killed by SIGKILL"
