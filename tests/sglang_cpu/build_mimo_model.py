@@ -34,8 +34,23 @@ def _layer_keys(tensors: dict, layer: int) -> dict:
     return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
 
 
-def build_variant(base: dict, cfg: dict, variant: str, seed: int):
-    """The variant's full tensor dict (target + lm_head + model.mtp_layers.0.*) and its config.json."""
+def printable_ids(tok, vocab_size: int) -> list[int]:
+    """Ids that decode on their own to printable ASCII (no special token, no partial UTF-8 byte, no control
+    character): the only ones the models may emit, so greedy outputs are text the correctness gate can judge."""
+    special = set(tok.all_special_ids)
+    out = []
+    for i in range(vocab_size):
+        s = tok.decode([i]) if i < len(tok) else ""
+        if i not in special and s and all(32 <= ord(c) < 127 for c in s):
+            out.append(i)
+    return out
+
+
+def build_variant(base: dict, cfg: dict, variant: str, seed: int, emit_ids: list[int] | None = None):
+    """The variant's full tensor dict (target + lm_head + model.mtp_layers.0.*) and its config.json.
+
+    emit_ids: when given, every other lm_head row is zeroed (logit 0, below the best of hundreds of random logits),
+    so neither the target nor the MTP draft ever emits those tokens."""
     import torch
 
     gen = torch.Generator().manual_seed(seed * 100 + VARIANTS.index(variant))
@@ -48,6 +63,10 @@ def build_variant(base: dict, cfg: dict, variant: str, seed: int):
     out = {k: v.clone() for k, v in base.items()}
     embed = out["model.embed_tokens.weight"]
     out["lm_head.weight"] = rand_like(embed) * 50  # untied head: logits far enough apart for a stable greedy argmax
+    if emit_ids is not None:
+        keep = torch.zeros(embed.shape[0], dtype=torch.bool)
+        keep[torch.tensor(emit_ids, dtype=torch.long)] = True
+        out["lm_head.weight"][~keep] = 0
     n_layers = cfg["num_hidden_layers"]
     for i in range(n_layers):
         for name in ("self_attn.o_proj.weight", "mlp.down_proj.weight"):
@@ -100,10 +119,11 @@ def main(argv: list[str]) -> int:
     )
     base = load_file(str(base_dir / "model.safetensors"))
     cfg = json.loads((base_dir / "config.json").read_text())
+    emit = printable_ids(tok, cfg["vocab_size"])
     for variant in ns.variants:
         vdir = ns.out_dir / variant
         vdir.mkdir(parents=True, exist_ok=True)
-        tensors, vcfg = build_variant(base, cfg, variant, ns.seed)
+        tensors, vcfg = build_variant(base, cfg, variant, ns.seed, emit)
         save_file(tensors, str(vdir / "model.safetensors"), metadata={"format": "pt"})
         (vdir / "config.json").write_text(json.dumps(vcfg, indent=2) + "\n")
         for name in TOKENIZER_FILES + ("generation_config.json",):
