@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -11,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cluster.commands.results import print_compare
+from cluster.engines.flagcheck import check_launch_flags
 from cluster.engines.registry import get_engine
 from cluster.plan.runs import expand_variants, make_plan
 from cluster.plan.fairness import check_fairness, format_findings
@@ -45,6 +47,9 @@ def _input_checks(spec: ExperimentSpec, output: Optional[str] = None) -> dict[st
     reports = check_speculative_support(spec, variants) if Path(spec.model.path).exists() else {}
     root = None if output is None else resolve_output_root(output, Path.cwd())
     check_inputs(spec, variants, reports, Path.cwd(), root)
+    # the simulator's flags here; SGLang's and vLLM's by their own parsers in the GPU node's preflight
+    for line in check_launch_flags(spec, variants, sys.executable, on_node=False):
+        err_console.print(line, style="yellow", markup=False, soft_wrap=True)
     return {k: v.to_json() for k, v in reports.items()}
 
 

@@ -25,6 +25,8 @@ from cluster.server.process import (PortNotOwnedError, ServerProcess, ServerStar
 from cluster.spec.models import EngineLauncher, WorkloadSpec
 
 MAX_PORT_TRIES = 3
+WATCHDOG_NOTE_S = 2.0
+"""How long a dead server's log tail waits for the watchdog's note (it polls its server every 0.25 s)."""
 
 
 @dataclass(frozen=True)
@@ -166,7 +168,12 @@ class EngineActorImpl:
         return self.server_pid is None or pid_alive(self.server_pid)
 
     def log_tail(self, max_bytes: int = 8000) -> str:
-        return scrub_text(self.server.log_tail(max_bytes), self.secrets) if self.server else ""
+        if self.server is None:
+            return ""
+        if self.server_pid is not None and not pid_alive(self.server_pid):
+            # the watchdog writes how its server died (a SIGKILLed SGLang writes nothing), then exits
+            self.server.wait_exit(WATCHDOG_NOTE_S)
+        return scrub_text(self.server.log_tail(max_bytes), self.secrets)
 
     def stop(self) -> StopResult:
         if self.server is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -29,7 +29,8 @@ def gpu_nodes() -> list[dict[str, Any]]:
     return out
 
 
-def _probe_on_node(spec_json: dict[str, Any], base_dir: str) -> dict[str, Any]:
+def _probe_on_node(spec_json: dict[str, Any], base_dir: str) -> tuple[dict[str, Any], list[str]]:
+    from cluster.engines.flagcheck import check_launch_flags
     from cluster.engines.registry import get_engine
     from cluster.plan.inputs import check_on_node
     from cluster.plan.runs import expand_variants
@@ -43,7 +44,9 @@ def _probe_on_node(spec_json: dict[str, Any], base_dir: str) -> dict[str, Any]:
     # the node's prompt files, free ports and engine interpreters, before any placement group exists
     modules = {v.engine: get_engine(v.engine).module for v in variants}
     check_on_node(spec, variants, reports, Path(base_dir), modules, sys.executable, _ray_ports())
-    return {path: r.to_json() for path, r in reports.items()}
+    # each variant's launch argv through its engine's own parser, with the node's engine interpreter
+    warnings = check_launch_flags(spec, variants, sys.executable, on_node=True)
+    return {path: r.to_json() for path, r in reports.items()}, warnings
 
 
 def _ray_ports() -> dict[int, str]:
@@ -57,9 +60,12 @@ def _ray_ports() -> dict[int, str]:
     return ports
 
 
-def remote_preflight(spec: ExperimentSpec, base_dir: Path) -> Optional[dict[str, Any]]:
-    """Probe every checkpoint on a GPU node (weights often live only there) before any GPU is reserved.
-    Raises the probe's PreflightError (a ValueError) unchanged."""
+def remote_preflight(spec: ExperimentSpec, base_dir: Path,
+                     warn: Callable[[str], object] = lambda line: print(line, file=sys.stderr, flush=True),
+                     ) -> Optional[dict[str, Any]]:
+    """Probe every checkpoint on a GPU node (weights often live only there) before any GPU is reserved; `warn` gets
+    what could not be checked there (flags behind a launcher). Raises the probe's PreflightError (a ValueError)
+    unchanged."""
     try:
         import cluster.plan.preflight  # noqa: F401
     except ModuleNotFoundError:
@@ -70,9 +76,13 @@ def remote_preflight(spec: ExperimentSpec, base_dir: Path) -> Optional[dict[str,
     if nodes:
         opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(nodes[0]["node_id"], soft=False)
     try:
-        return ray.get(task.options(**opts).remote(spec.model_dump(mode="json"), str(base_dir)))
+        reports, warnings = ray.get(task.options(**opts).remote(spec.model_dump(mode="json"), str(base_dir)))
     except ray.exceptions.RayTaskError as e:
         cause = getattr(e, "cause", None)
         if isinstance(cause, ValueError):
             raise cause from None
         raise
+    for line in warnings:
+        warn(line)
+    return reports
+

@@ -37,15 +37,23 @@ _DECISIVE = re.compile(r"address already in use|errno \d+|error|exception|fatal|
 WATCHDOG_MARK = "[sglbench watchdog]"
 """How cluster.server.watchdog's own lines in a server log begin."""
 
+OWN_LAST_WORDS = 12
+"""How many of the server's last lines may outrank the watchdog's note (see decisive_line)."""
+
 
 def decisive_line(log_tail: str) -> Optional[str]:
     """The log line that says why a server stopped: the final line of its last traceback, else the last line
-    naming an error (bind errors included), the server's own lines before the watchdog's notes (WATCHDOG_MARK:
-    "killed by SIGKILL" follows SGLang's own "scheduler_0 … crashed" line); None when the log says nothing of the kind."""
+    naming an error (bind errors included); None when the log says nothing of the kind. A watchdog note
+    (WATCHDOG_MARK, "killed by SIGKILL") gives way to the server's own words about its end, when its last
+    OWN_LAST_WORDS lines have some (SGLang's "scheduler_0 … crashed" line comes 5 lines before its main pid dies),
+    but not to an old warning from its start-up."""
     lines = [ln.rstrip() for ln in log_tail.splitlines() if ln.strip()]
     own = [ln for ln in lines if not ln.startswith(WATCHDOG_MARK)]
-    if len(own) < len(lines) and decisive_line("\n".join(own)) is not None:
-        return decisive_line("\n".join(own))
+    if len(own) < len(lines):
+        last_words = decisive_line("\n".join(own[-OWN_LAST_WORDS:]))
+        if last_words is not None:
+            return last_words
+        lines = [ln for ln in lines if ln.startswith(WATCHDOG_MARK)] or lines
     last_tb = max((i for i, ln in enumerate(lines) if ln.startswith("Traceback (most recent call last)")),
                   default=None)
     if last_tb is not None:
@@ -187,6 +195,15 @@ class ServerProcess:
 
     def exit_code(self) -> Optional[int]:
         return self.proc.poll() if self.proc else None
+
+    def wait_exit(self, timeout_s: float) -> Optional[int]:
+        """The group leader's exit code once it exits within timeout_s; None while it still runs."""
+        if self.proc is None:
+            return None
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
 
     def log_tail(self, max_bytes: int = 8000) -> str:
         try:

@@ -5,7 +5,6 @@ Run as `python -m cluster.sim.server <SGLang server argv>`; knobs come as JSON i
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import logging
@@ -20,6 +19,7 @@ from typing import Any, Optional, Sequence
 from aiohttp import web
 
 from cluster.sim import tuning as sim_tuning
+from cluster.sim.launch_args import build_parser as build_parser, unrecognized  # build_parser: tests' import
 from cluster.spec.secrets import redact_argv
 from cluster.sim.model import (Knobs, KnobError, LaunchError, Scheduler, SimRequest, SpecParams,
                                        effective_max_running_requests, resolve_args)
@@ -32,30 +32,6 @@ NATIVE_MAX_NEW_TOKENS_DEFAULT = 128
 COMPLETIONS_MAX_TOKENS_DEFAULT = 16
 
 log = logging.getLogger("sglbench.sim")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m cluster.sim.server", allow_abbrev=False)
-    p.add_argument("--model-path", "--model", dest="model_path", required=True)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=30000)
-    p.add_argument("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1)
-    p.add_argument("--max-running-requests", type=int, default=None)
-    p.add_argument("--speculative-algorithm", default=None)
-    p.add_argument("--speculative-num-steps", type=int, default=None)
-    p.add_argument("--speculative-eagle-topk", type=int, default=None)
-    p.add_argument("--speculative-num-draft-tokens", type=int, default=None)
-    p.add_argument("--served-model-name", default=None)
-    p.add_argument("--enable-metrics", action="store_true")
-    p.add_argument("--incremental-streaming-output", action="store_true")
-    p.add_argument("--stream-interval", type=int, default=1)
-    p.add_argument("--disable-flashinfer-autotune", action="store_true")
-    p.add_argument("--moe-runner-backend", default="auto")
-    p.add_argument("--fp4-gemm-backend", dest="fp4_gemm_runner_backend", default="auto")
-    p.add_argument("--kv-cache-dtype", default="auto")
-    p.add_argument("--attention-backend", default=None)
-    p.add_argument("--random-seed", type=int, default=None)
-    return p
 
 
 def _err(status: int, message: str) -> web.Response:
@@ -469,6 +445,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="[%(asctime)s] %(message)s")
     ns, unknown = build_parser().parse_known_args(argv)
+    refused = unrecognized(unknown)
+    if refused:  # what SGLang 0.5.23's own parser says (and its exit code) for a flag it does not have
+        print(f"error: unrecognized arguments: {' '.join(refused)}", file=sys.stderr, flush=True)
+        return 2
     try:
         raw = json.loads(os.environ.get(SIM_ENV) or "{}")
         knobs = Knobs.from_mapping(raw if isinstance(raw, dict) else {})  # the spec's own knob model

@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 from cluster.server.process import decisive_line, foreign_holder, port_holders
 
@@ -90,3 +91,22 @@ def test_the_servers_own_line_wins_over_the_watchdogs_note() -> None:
     assert "crashed with exit code -9" in (decisive_line(tail) or "")
     assert decisive_line("INFO ready\n[sglbench watchdog] server pid 1 was killed by SIGKILL\n") == \
         "[sglbench watchdog] server pid 1 was killed by SIGKILL"
+
+
+def test_an_old_startup_warning_does_not_outrank_the_watchdogs_note() -> None:
+    # recorded: SGLang's main pid SIGKILLed mid-window after serving; its only error-like line is from start-up
+    tail = ("[10:09:33] OpenAI Responses API (/v1/responses) disabled: OpenAIServingResponses init failed "
+            "(ModuleNotFoundError: No module named 'openai_harmony')\n"
+            + "[10:09:50] Prefill batch, #new-seq: 1, #new-token: 16\n" * 20
+            + "[sglbench watchdog] server pid 7 was killed by SIGKILL\n")
+    assert decisive_line(tail) == "[sglbench watchdog] server pid 7 was killed by SIGKILL"
+
+
+def test_wait_exit(tmp_path: Path) -> None:
+    from cluster.server.process import ServerProcess
+
+    sp = ServerProcess([sys.executable, "-c", "import time; time.sleep(0.3)"], dict(os.environ),
+                       tmp_path / "log", watchdog=False)
+    sp.start()
+    assert sp.wait_exit(0.01) is None
+    assert sp.wait_exit(30) == 0

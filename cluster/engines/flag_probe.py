@@ -1,0 +1,84 @@
+"""Run by an engine's own interpreter (`python -c <this file's source>`): parse launch argv with the engine's parser.
+
+Standard library only (the engine's interpreter need not have sglbench installed): cluster/engines/flagcheck.py
+sends this file's source with `-c` from a temporary working directory, so no module of this package (such as
+engines/sglang.py) can shadow the engine's own. stdin: JSON {"engine": "sglang"|"vllm", "argvs": {name: [argv
+words after the program]}}. stdout, last line: JSON {"options": [every option string the parser knows],
+"errors": {name: the parser's error line or null}}, or {"unreachable": why} when the parser cannot be built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import io
+import json
+import sys
+from typing import Any, Optional
+
+VLLM_PARSER_MODULES = ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args")
+"""Where vLLM keeps `make_arg_parser` (0.32: launchers.cli_args; older releases: openai.cli_args)."""
+VLLM_FLEXIBLE_PARSER_MODULES = ("vllm.utils.argparse_utils", "vllm.utils")
+
+
+def _first_attr(modules: tuple[str, ...], name: str) -> Any:
+    errors = []
+    for mod in modules:
+        try:
+            return getattr(importlib.import_module(mod), name)
+        except (ImportError, AttributeError) as e:
+            errors.append(f"{mod}.{name}: {type(e).__name__}: {e}")
+    raise ImportError("; ".join(errors))
+
+
+def engine_parser(engine: str) -> argparse.ArgumentParser:
+    """The argparse parser the engine's server builds for its own command line."""
+    if engine == "sglang":
+        from sglang.srt.server_args import ServerArgs
+
+        parser = argparse.ArgumentParser(prog="sglang.launch_server")
+        ServerArgs.add_cli_args(parser)
+        return parser
+    if engine == "vllm":
+        make_arg_parser = _first_attr(VLLM_PARSER_MODULES, "make_arg_parser")
+        flexible = _first_attr(VLLM_FLEXIBLE_PARSER_MODULES, "FlexibleArgumentParser")
+        vllm_parser: argparse.ArgumentParser = make_arg_parser(flexible(prog="vllm.entrypoints.openai.api_server"))
+        return vllm_parser
+    raise ValueError(f"no parser for engine {engine!r}")
+
+
+def option_strings(parser: argparse.ArgumentParser) -> list[str]:
+    return sorted({s for action in parser._actions for s in action.option_strings})
+
+
+def parse_error(parser: argparse.ArgumentParser, argv: list[str]) -> Optional[str]:
+    """None when the parser takes `argv`, else its `error:` line (unknown flag, bad value, missing argument)."""
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            parser.parse_args(argv)
+    except SystemExit:
+        lines = [ln.strip() for ln in err.getvalue().splitlines() if "error:" in ln]
+        return lines[-1].split("error:", 1)[1].strip() if lines else (err.getvalue().strip()[-300:] or "refused")
+    except Exception as e:  # an action or type converter raising is a refusal too
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def main() -> int:
+    job = json.load(sys.stdin)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # engines log while importing; keep stdout to our JSON
+            parser = engine_parser(str(job["engine"]))
+    except Exception as e:  # the parser is not reachable in this interpreter: the caller warns
+        out: dict[str, Any] = {"unreachable": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+    else:
+        out = {"options": option_strings(parser),
+               "errors": {name: parse_error(parser, list(argv)) for name, argv in job["argvs"].items()}}
+    sys.stdout.write("\n" + json.dumps(out) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
