@@ -62,17 +62,16 @@ CI_METHOD = (
 )
 
 _REQ_SQL = """
-SELECT run_key, actual_send_ns, first_chunk_ns, last_chunk_ns,
-       coalesce(completion_tokens, client_tokens) AS out_tok, spec_verify_ct
-FROM requests
-WHERE run_key IN (SELECT unnest(?)) AND error IS NULL
-  AND first_chunk_ns IS NOT NULL AND last_chunk_ns IS NOT NULL
+SELECT run_key, ttft_ms, e2e_ms, tpot_ms, accept_length
+FROM request_metrics
+WHERE run_key IN (SELECT unnest(?)) AND ok
 """
 
 
 def request_arrays(root: str, experiment: str, run_keys: list[str]) -> dict[str, dict[str, np.ndarray]]:
-    """Per run key: ok requests' ttft_ms, tpot_ms (requests with > 1 token), e2e_ms and accept (per request
-    (tokens − 1)/spec_verify_ct where spec_verify_ct > 0), read through DuckDB with only the needed columns."""
+    """Per run key: ok requests' ttft_ms, e2e_ms, tpot_ms (requests with > 1 token) and accept (per request
+    (tokens − 1)/spec_verify_ct where spec_verify_ct > 0), read from the `request_metrics` view (the definitions
+    of cluster/analysis/request_metrics.py) with only the needed columns."""
     out: dict[str, dict[str, np.ndarray]] = {}
     if not run_keys:
         return out
@@ -86,23 +85,16 @@ def request_arrays(root: str, experiment: str, run_keys: list[str]) -> dict[str,
     keys = df["run_key"].to_numpy()
     order = np.argsort(keys, kind="stable")
     keys = keys[order]
-    send = df["actual_send_ns"].to_numpy(np.int64)[order]
-    first = df["first_chunk_ns"].to_numpy(np.int64)[order]
-    last = df["last_chunk_ns"].to_numpy(np.int64)[order]
-    tok = df["out_tok"].fillna(0).to_numpy(np.int64)[order]
-    svc = df["spec_verify_ct"].fillna(0).to_numpy(np.int64)[order]
+    cols = {name: df[name].to_numpy(np.float64, na_value=np.nan)[order]
+            for name in ("ttft_ms", "e2e_ms", "tpot_ms", "accept_length")}
     bounds = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1], True])
     for a, b in zip(bounds[:-1], bounds[1:]):
-        ttft_ms = (first[a:b] - send[a:b]) / 1e6
-        e2e_ms = (last[a:b] - send[a:b]) / 1e6
-        n = tok[a:b]
-        multi = n > 1
-        spec = svc[a:b] > 0
+        tpot, accept = cols["tpot_ms"][a:b], cols["accept_length"][a:b]
         out[str(keys[a])] = {
-            "ttft_ms": ttft_ms,
-            "e2e_ms": e2e_ms,
-            "tpot_ms": (e2e_ms[multi] - ttft_ms[multi]) / (n[multi] - 1),
-            "accept": (n[spec] - 1) / svc[a:b][spec],
+            "ttft_ms": cols["ttft_ms"][a:b],
+            "e2e_ms": cols["e2e_ms"][a:b],
+            "tpot_ms": tpot[~np.isnan(tpot)],
+            "accept": accept[~np.isnan(accept)],
         }
     return out
 

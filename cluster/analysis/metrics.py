@@ -1,18 +1,21 @@
-"""Run metrics from raw request/chunk records: one definition per metric, vectorised with numpy.
+"""Run metrics from raw request/chunk records: statistics of the per-request quantities, vectorised with numpy.
 
 Inputs are the `requests` and `chunks` tables of one run (cluster.dataset.records): times are int64 ns relative to the
 measured window's start. Every latency is reported in ms as `<name>_mean`, `_p50`, `_p90`, `_p99`
-(percentiles: numpy's linear interpolation, as sglang.benchmark.serving). Definitions:
+(percentiles: numpy's linear interpolation, as sglang.benchmark.serving). The per-request quantities (TTFT, E2E,
+TPOT, ITL, acceptance, lag) are declared once, with their SQL, in cluster/analysis/request_metrics.py; this module
+computes the run-level statistics of them. Definitions:
 
 - ok request: `error` is null and at least one chunk arrived (first/last_chunk_ns set). Latency, throughput and
   acceptance metrics use ok requests only; n_errors = n_requests - n_ok.
 - token-bearing chunk: a chunk with `tokens` >= 1 (role-only / usage-only SSE chunks carry 0 and are skipped).
 - output tokens of a request: the server's `completion_tokens`, or the client's count (`client_tokens`) when the
   server sent none. Input tokens: server `prompt_tokens`, else `prompt_tokens_sent`.
-- ttft_ms: arrival of the first token-bearing chunk - actual_send_ns (first_chunk_ns when the run has no chunk
-  rows for the request). SGLang/vLLM TTFT.
+- ttft_ms: first_chunk_ns - actual_send_ns, where first_chunk_ns is the first token-bearing chunk (the client
+  drops token-less chunks; the record sink keeps that true for hand-built records). SGLang/vLLM TTFT.
 - e2e_ms: last_chunk_ns - actual_send_ns. SGLang/vLLM E2E latency.
-- tpot_ms: per request (E2E - TTFT) / (output_tokens - 1), only requests with output_tokens > 1. SGLang/vLLM
+- tpot_ms: per request (E2E - TTFT) / (output_tokens - 1) = (last_chunk_ns - first_chunk_ns) / (output_tokens - 1),
+  only requests with output_tokens > 1. SGLang/vLLM
   TPOT (= GuideLLM "ITL", AIPerf "ITL" with a one-token first chunk).
 - itl_chunk_ms: gaps between consecutive token-bearing chunks of a request, pooled over all requests. vLLM/SGLang
   OAI-backend "ITL", AIPerf `inter_chunk_latency`. With speculative decoding this is the time per verify step.
@@ -29,7 +32,8 @@ measured window's start. Every latency is reported in ms as `<name>_mean`, `_p50
   sglang_accept_length = Σ output_tokens / Σ spec_verify_ct (SGLang's meta_info figure, named as SGLang's).
   accept_length_p10/_p50/_p90: percentiles of the per-request (output_tokens - 1) / spec_verify_ct.
   All None when no request reports spec_verify_ct > 0.
-- lag_ms_p50/_p99/_max: actual_send_ns - intended_send_ns over all requests (client send lag self-check).
+- lag_ms_p50/_p99/_max: actual_send_ns - intended_send_ns over all requests (client send lag self-check), computed
+  by request_metrics.client_lag; the run's validity is judged on this stored lag_ms_p99.
 - slo_attainment: fraction of ALL requests that are ok and meet every SLO set (TTFT, TPOT, E2E; a request with
   one output token meets the TPOT SLO, as in SGLang's goodput); goodput_rps = such requests / duration_s.
   None when no SLO is given.
@@ -38,18 +42,18 @@ A statistic over an empty set is None.
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Optional
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
+from cluster.analysis.request_metrics import (ACCEPT, E2E, ITL_CHUNK, ITL_TOKEN, LAG, NS_PER_MS, TPOT, TTFT,
+                                              Records, acceptance, chunk_gaps, client_lag, int_column,
+                                              request_columns)
 from cluster.spec.models import SLOSpec
 
-Records = Union[pa.Table, pa.RecordBatch]
-
 _STATS = ("mean", "p50", "p90", "p99")
-_LATENCIES = ("ttft_ms", "e2e_ms", "tpot_ms", "itl_chunk_ms", "itl_token_ms")
+_LATENCY_QUANTITIES = (TTFT, E2E, TPOT, ITL_CHUNK, ITL_TOKEN)
+_LATENCIES = tuple(q.name for q in _LATENCY_QUANTITIES)
 
 METRIC_NAMES: tuple[str, ...] = (
     "n_requests",
@@ -78,20 +82,12 @@ METRIC_NAMES: tuple[str, ...] = (
 )
 """Every key summarize_run returns, in a stable order (the runs table stores each as `m_<name>`)."""
 
-_LAT_DEFS = {
-    "ttft_ms": "TTFT: first token-bearing chunk - send (SGLang/vLLM TTFT)",
-    "e2e_ms": "E2E: last chunk - send (SGLang/vLLM E2E latency)",
-    "tpot_ms": "TPOT: (E2E - TTFT)/(output_tokens - 1), requests with >1 token (SGLang/vLLM TPOT; GuideLLM/AIPerf 'ITL')",
-    "itl_chunk_ms": "ITL per chunk: gaps between token-bearing chunks, pooled (vLLM/SGLang-OAI ITL; AIPerf inter_chunk_latency)",
-    "itl_token_ms": "ITL per token: each chunk gap split evenly over its N tokens, pooled (SGLang native-backend ITL)",
-}
-
 METRIC_DEFINITIONS: dict[str, str] = {
     "n_requests": "requests sent in the measured window",
     "n_ok": "requests without error that received at least one chunk",
     "n_errors": "n_requests - n_ok",
     "error_rate": "n_errors / n_requests",
-    **{f"{lat}_{s}": f"{_LAT_DEFS[lat]}; {s}" for lat in _LATENCIES for s in _STATS},
+    **{f"{q.name}_{s}": f"{q.describe()}; {s}" for q in _LATENCY_QUANTITIES for s in _STATS},
     "tokens_per_chunk_mean": "mean tokens per token-bearing chunk (>1 means multi-token, e.g. speculative, chunks)",
     "tokens_per_chunk_p50": "median tokens per token-bearing chunk",
     "request_throughput_rps": "n_ok / duration_s (SGLang/vLLM request_throughput)",
@@ -102,30 +98,17 @@ METRIC_DEFINITIONS: dict[str, str] = {
     "concurrency_mean": "sum of E2E_s / duration_s: mean requests in flight (SGLang concurrency)",
     "accept_length": "sum(output_tokens - 1) / sum(spec_verify_ct): tokens per verify step after the prefill token (sglbench, all engines)",
     "sglang_accept_length": "sum(completion_tokens) / sum(spec_verify_ct) (SGLang's meta_info definition)",
-    "accept_length_p10": "10th percentile of per-request (output_tokens - 1) / spec_verify_ct",
-    "accept_length_p50": "median of per-request (output_tokens - 1) / spec_verify_ct",
-    "accept_length_p90": "90th percentile of per-request (output_tokens - 1) / spec_verify_ct",
-    "lag_ms_p50": "median client send lag: actual_send - intended_send (sglbench self-check)",
-    "lag_ms_p99": "99th percentile client send lag",
+    **{f"accept_length_p{k}": f"{pct} of {ACCEPT.describe()}"
+       for k, pct in (("10", "10th percentile"), ("50", "median"), ("90", "90th percentile"))},
+    "lag_ms_p50": f"median {LAG.describe()}",
+    "lag_ms_p99": "99th percentile client send lag (the run is invalid when it exceeds max_client_lag_ms)",
     "lag_ms_max": "largest client send lag",
     "slo_attainment": "fraction of all requests ok and meeting every set SLO (TTFT, TPOT, E2E) (SGLang/vLLM goodput criterion)",
     "goodput_rps": "requests meeting every SLO / duration_s (SGLang/vLLM goodput)",
 }
-"""One line per metric: what it is and which peer definition it follows."""
+"""One line per metric: what it is and which peer definition it follows (latencies from request_metrics)."""
 
-_NS_PER_MS = 1e6
 _NS_PER_S = 1e9
-
-
-def _int_col(t: Records, name: str, fill: int) -> tuple[np.ndarray, np.ndarray]:
-    """(values with nulls → fill as int64, validity mask); an absent column is all-null."""
-    n = t.num_rows
-    if name not in t.schema.names:
-        return np.full(n, fill, dtype=np.int64), np.zeros(n, dtype=bool)
-    col = t.column(name)
-    valid = np.asarray(pc.is_valid(col).to_numpy(zero_copy_only=False), dtype=bool)
-    vals = np.asarray(pc.fill_null(col, fill).to_numpy(zero_copy_only=False), dtype=np.int64)
-    return vals, valid
 
 
 def _stats(prefix: str, x: np.ndarray, out: dict[str, Optional[float]]) -> None:
@@ -144,41 +127,13 @@ def _ratio(num: float, den: float) -> Optional[float]:
     return float(num) / float(den) if den > 0 else None
 
 
-def summarize_run(
-    requests: Records, chunks: Records, duration_s: float, slo: Optional[SLOSpec] = None
-) -> dict[str, Optional[float]]:
-    """Every metric of METRIC_NAMES for one run (see the module docstring for the definitions)."""
-    out: dict[str, Optional[float]] = {name: None for name in METRIC_NAMES}
-    n = requests.num_rows
-    req_idx, _ = _int_col(requests, "request_index", -1)
-    send, _ = _int_col(requests, "actual_send_ns", 0)
-    intended, _ = _int_col(requests, "intended_send_ns", 0)
-    first, first_ok = _int_col(requests, "first_chunk_ns", 0)
-    last, last_ok = _int_col(requests, "last_chunk_ns", 0)
-    ctok, ctok_ok = _int_col(requests, "completion_tokens", 0)
-    client_tok, _ = _int_col(requests, "client_tokens", 0)
-    ptok, ptok_ok = _int_col(requests, "prompt_tokens", 0)
-    psent, _ = _int_col(requests, "prompt_tokens_sent", 0)
-    svc, svc_ok = _int_col(requests, "spec_verify_ct", 0)
-    if "error" in requests.schema.names:
-        no_error = np.asarray(pc.is_null(requests.column("error")).to_numpy(zero_copy_only=False), dtype=bool)
-    else:
-        no_error = np.ones(n, dtype=bool)
-    ok = no_error & first_ok & last_ok
-    out_tok = np.where(ctok_ok, ctok, client_tok)
-    in_tok = np.where(ptok_ok, ptok, psent)
-
-    n_ok = int(ok.sum())
-    out["n_requests"] = float(n)
-    out["n_ok"] = float(n_ok)
-    out["n_errors"] = float(n - n_ok)
-    out["error_rate"] = _ratio(n - n_ok, n)
-
-    # chunks: token-bearing ones of ok requests, sorted by (request_index, chunk_index)
-    c_req, _ = _int_col(chunks, "request_index", -1)
-    c_idx, _ = _int_col(chunks, "chunk_index", 0)
-    c_t, _ = _int_col(chunks, "arrival_ns", 0)
-    c_tok, _ = _int_col(chunks, "tokens", 0)
+def token_chunks(requests: Records, chunks: Records, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(request_index, arrival_ns, tokens) of the token-bearing chunks of ok requests, sorted by (request, chunk)."""
+    req_idx, _ = int_column(requests, "request_index", -1)
+    c_req, _ = int_column(chunks, "request_index", -1)
+    c_idx, _ = int_column(chunks, "chunk_index", 0)
+    c_t, _ = int_column(chunks, "arrival_ns", 0)
+    c_tok, _ = int_column(chunks, "tokens", 0)
     if c_req.size > 1 and not np.all(
         (c_req[1:] > c_req[:-1]) | ((c_req[1:] == c_req[:-1]) & (c_idx[1:] >= c_idx[:-1]))
     ):
@@ -189,30 +144,39 @@ def summarize_run(
     if ok_req_sorted.size:
         pos = np.minimum(np.searchsorted(ok_req_sorted, c_req), ok_req_sorted.size - 1)
         keep = (ok_req_sorted[pos] == c_req) & (c_tok >= 1)
-    c_req, c_t, c_tok = c_req[keep], c_t[keep], c_tok[keep]
+    return c_req[keep], c_t[keep], c_tok[keep]
 
-    same = c_req[1:] == c_req[:-1]
-    gaps_ns = (c_t[1:] - c_t[:-1])[same].astype(np.float64)
-    gap_tok = c_tok[1:][same]
-    itl_chunk_ms = gaps_ns / _NS_PER_MS
-    itl_token_ms = np.repeat(itl_chunk_ms / gap_tok, gap_tok)
 
-    # first token-bearing chunk per request → TTFT (first_chunk_ns where the request has no such chunk row)
-    starts = np.ones(c_req.size, dtype=bool)
-    starts[1:] = ~same
-    first_tok_ns = first.copy()
-    if c_req.size:
-        order_req = np.argsort(req_idx, kind="stable")
-        where = order_req[np.searchsorted(req_idx, c_req[starts], sorter=order_req)]
-        first_tok_ns[where] = c_t[starts]
+def summarize_run(
+    requests: Records, chunks: Records, duration_s: float, slo: Optional[SLOSpec] = None
+) -> dict[str, Optional[float]]:
+    """Every metric of METRIC_NAMES for one run (see the module docstring for the definitions)."""
+    out: dict[str, Optional[float]] = {name: None for name in METRIC_NAMES}
+    n = requests.num_rows
+    c = request_columns(requests)
+    ok = c.ok
+    ptok, ptok_ok = int_column(requests, "prompt_tokens", 0)
+    psent, _ = int_column(requests, "prompt_tokens_sent", 0)
+    out_tok = np.where(c.completion_tokens_ok, c.completion_tokens, c.client_tokens)
+    in_tok = np.where(ptok_ok, ptok, psent)
 
-    ttft_ns = (first_tok_ns - send)[ok].astype(np.float64)
-    e2e_ns = (last - send)[ok].astype(np.float64)
+    n_ok = int(ok.sum())
+    out["n_requests"] = float(n)
+    out["n_ok"] = float(n_ok)
+    out["n_errors"] = float(n - n_ok)
+    out["error_rate"] = _ratio(n - n_ok, n)
+
+    c_req, c_t, c_tok = token_chunks(requests, chunks, ok)
+    itl_chunk_ms, _, itl_token_ms = chunk_gaps(c_req, c_t, c_tok)
+
+    ttft_ms = TTFT.values(c)[ok]
+    e2e_ms = E2E.values(c)[ok]
+    tpot_all = TPOT.values(c)[ok]
     otok_ok = out_tok[ok]
     multi = otok_ok > 1
-    tpot_ms = (e2e_ns[multi] - ttft_ns[multi]) / (otok_ok[multi] - 1) / _NS_PER_MS
-    _stats("ttft_ms", ttft_ns / _NS_PER_MS, out)
-    _stats("e2e_ms", e2e_ns / _NS_PER_MS, out)
+    tpot_ms = tpot_all[multi]
+    _stats("ttft_ms", ttft_ms, out)
+    _stats("e2e_ms", e2e_ms, out)
     _stats("tpot_ms", tpot_ms, out)
     _stats("itl_chunk_ms", itl_chunk_ms, out)
     _stats("itl_token_ms", itl_token_ms, out)
@@ -220,39 +184,39 @@ def summarize_run(
         out["tokens_per_chunk_mean"] = float(c_tok.mean())
         out["tokens_per_chunk_p50"] = float(np.percentile(c_tok, 50))
 
+    e2e_s = e2e_ms / 1e3
     if duration_s > 0:
         out_tok_s, in_tok_s = float(otok_ok.sum()) / duration_s, float(in_tok[ok].sum()) / duration_s
         out["request_throughput_rps"] = n_ok / duration_s
         out["output_tok_s"], out["input_tok_s"], out["total_tok_s"] = out_tok_s, in_tok_s, out_tok_s + in_tok_s
-        out["concurrency_mean"] = float(e2e_ns.sum()) / _NS_PER_S / duration_s
-    pos_e2e = e2e_ns > 0
+        out["concurrency_mean"] = float(e2e_s.sum()) / duration_s
+    pos_e2e = e2e_s > 0
     if pos_e2e.any():
-        out["per_user_tok_s_mean"] = float(np.mean(otok_ok[pos_e2e] / (e2e_ns[pos_e2e] / _NS_PER_S)))
+        out["per_user_tok_s_mean"] = float(np.mean(otok_ok[pos_e2e] / e2e_s[pos_e2e]))
 
-    spec = ok & svc_ok & (svc > 0)
-    if spec.any():
-        s_tok, s_svc = out_tok[spec].astype(np.float64), svc[spec].astype(np.float64)
-        out["accept_length"] = float((s_tok - 1).sum() / s_svc.sum())
-        out["sglang_accept_length"] = float(s_tok.sum() / s_svc.sum())
-        p10, p50, p90 = np.percentile((s_tok - 1) / s_svc, [10, 50, 90])
+    acc = acceptance(otok_ok, np.where(c.spec_verify_ct_ok, c.spec_verify_ct, 0)[ok])
+    out["accept_length"], out["sglang_accept_length"] = acc.accept_length, acc.sglang_accept_length
+    per_request = ACCEPT.values(c)[ok]
+    per_request = per_request[~np.isnan(per_request)]
+    if per_request.size:
+        p10, p50, p90 = np.percentile(per_request, [10, 50, 90])
         out["accept_length_p10"], out["accept_length_p50"], out["accept_length_p90"] = (
             float(p10), float(p50), float(p90))
 
-    if n:
-        lag_ms = (send - intended).astype(np.float64) / _NS_PER_MS
-        p50, p99 = np.percentile(lag_ms, [50, 99])
-        out["lag_ms_p50"], out["lag_ms_p99"], out["lag_ms_max"] = float(p50), float(p99), float(lag_ms.max())
+    lag = client_lag(c.actual_send_ns - c.intended_send_ns)
+    if lag is not None:
+        out["lag_ms_p50"] = lag.p50_ns / NS_PER_MS
+        out["lag_ms_p99"] = lag.p99_ns / NS_PER_MS
+        out["lag_ms_max"] = lag.max_ns / NS_PER_MS
 
     if slo is not None and (slo.ttft_ms or slo.tpot_ms or slo.e2e_ms):
         good = np.ones(n_ok, dtype=bool)
         if slo.ttft_ms is not None:
-            good &= ttft_ns / _NS_PER_MS <= slo.ttft_ms
+            good &= ttft_ms <= slo.ttft_ms
         if slo.e2e_ms is not None:
-            good &= e2e_ns / _NS_PER_MS <= slo.e2e_ms
+            good &= e2e_ms <= slo.e2e_ms
         if slo.tpot_ms is not None:
-            tpot_all = np.zeros(n_ok)
-            tpot_all[multi] = tpot_ms
-            good &= tpot_all <= slo.tpot_ms
+            good &= np.where(multi, tpot_all, 0.0) <= slo.tpot_ms
         n_good = int(good.sum())
         out["slo_attainment"] = _ratio(n_good, n)
         out["goodput_rps"] = n_good / duration_s if duration_s > 0 else None

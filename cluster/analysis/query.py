@@ -8,6 +8,7 @@ import duckdb
 import pandas as pd
 import pyarrow.dataset as pads
 
+from cluster.analysis.request_metrics import chunk_gaps_view_sql, request_metrics_view_sql
 from cluster.dataset.store import TABLE_SCHEMAS, DatasetStore, ExperimentNotFound
 from cluster.errors import UserError
 
@@ -18,6 +19,9 @@ VIEWS: dict[str, str] = {
     "requests": "one row per request: send times, first/last chunk, token counts, spec_verify_ct, error",
     "chunks": "one row per token-bearing chunk: arrival_ns, tokens",
     "variants": "one row per variant: engine, tp, family, speculative settings, baseline flag, run counts",
+    "request_metrics": "one row per request: ok, output_tokens, ttft_ms, e2e_ms, tpot_ms, accept_length, lag_ms "
+                       "(the definitions of cluster/analysis/request_metrics.py)",
+    "chunk_gaps": "one row per gap between token-bearing chunks of an ok request: itl_chunk_ms, tokens, itl_token_ms",
     "correctness": "the correctness gate's answers and verdicts (when the experiment ran a gate)",
     "server_metrics": "the server's /metrics scraped during each window (when scraped)",
 }
@@ -75,7 +79,8 @@ def _sql_str(s: str) -> str:
 
 def connect(root: str, experiment: str) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with one view per table (runs, requests, chunks, and any others such as
-    correctness or server_metrics when their files exist), plus the derived view `variants`.
+    correctness or server_metrics when their files exist), plus the derived views `variants`, `request_metrics`
+    and `chunk_gaps` (the last two generated from the definitions in request_metrics.py).
 
     Only committed runs' files are visible. Local datasets are scanned with read_parquet (hive partitioning,
     union_by_name); datasets on other filesystems are scanned lazily through pyarrow datasets. Once the views
@@ -101,6 +106,8 @@ def connect(root: str, experiment: str) -> duckdb.DuckDBPyConnection:
             con.register(table, pads.dataset(files, filesystem=store.fs, format="parquet", schema=schema))
         allowed += files if store.is_local else []
     con.execute(VARIANTS_VIEW_SQL)
+    con.execute(request_metrics_view_sql())
+    con.execute(chunk_gaps_view_sql())
     _lock_down(con, allowed)
     return con
 
@@ -207,20 +214,14 @@ def _with_speedup(df: pd.DataFrame, baseline: Optional[str], variants: list[str]
 
 
 _REQUEST_COMPARE_SQL = """
-WITH ok AS (
-    SELECT run_key, actual_send_ns, first_chunk_ns, last_chunk_ns,
-           coalesce(completion_tokens, client_tokens) AS out_tok
-    FROM requests
-    WHERE error IS NULL AND first_chunk_ns IS NOT NULL AND last_chunk_ns IS NOT NULL
-), per_run AS (
+WITH per_run AS (
     SELECT run_key,
            count(*) AS n_ok,
-           sum(out_tok) AS out_tokens,
-           -- one sort per run for both percentiles (integer ns; linear interpolation like numpy)
-           quantile_cont(first_chunk_ns - actual_send_ns, [0.5, 0.99]) AS ttft_ns_q,
-           avg(CASE WHEN out_tok > 1 THEN (last_chunk_ns - first_chunk_ns) / 1e6 / (out_tok - 1) END)
-               AS tpot_ms_mean
-    FROM ok GROUP BY run_key
+           sum(output_tokens) AS out_tokens,
+           -- one sort per run for both percentiles (linear interpolation like numpy)
+           quantile_cont(ttft_ms, [0.5, 0.99]) AS ttft_ms_q,
+           avg(tpot_ms) AS tpot_ms_mean
+    FROM request_metrics WHERE ok GROUP BY run_key
 )
 SELECT r.workload, r.load_kind, r.load_value, r.variant,
        any_value(r.engine) AS engine,
@@ -229,8 +230,8 @@ SELECT r.workload, r.load_kind, r.load_value, r.variant,
        count(*) AS n_runs,
        avg(p.n_ok / r.duration_s) AS request_throughput_rps,
        avg(p.out_tokens / r.duration_s) AS output_tok_s,
-       avg(p.ttft_ns_q[1] / 1e6) AS ttft_ms_p50,
-       avg(p.ttft_ns_q[2] / 1e6) AS ttft_ms_p99,
+       avg(p.ttft_ms_q[1]) AS ttft_ms_p50,
+       avg(p.ttft_ms_q[2]) AS ttft_ms_p99,
        avg(p.tpot_ms_mean) AS tpot_ms_mean
 FROM runs r JOIN per_run p USING (run_key)
 WHERE r.status = 'ok' AND r.duration_s > 0
@@ -244,10 +245,9 @@ REQUEST_COMPARE_COLUMNS = ("request_throughput_rps", "output_tok_s", "ttft_ms_p5
 def compare_from_requests(root: str, experiment: str, baseline: Optional[str] = None) -> pd.DataFrame:
     """Per load point and variant, point estimates computed in DuckDB from the `requests` rows.
 
-    Per ok run: TTFT p50/p99 (first chunk − send; the runs table's m_ttft uses the first token-bearing chunk,
-    which differs only when a stream opens with a token-less chunk), TPOT mean ((last − first chunk)/(tokens − 1)
-    over requests with > 1 token), output tok/s and req/s over the run's duration_s; then the mean over ok runs,
-    and the output tok/s speedup over the baseline. Only the needed columns are scanned.
+    Per ok run, from the `request_metrics` view (the same definitions as the runs table's m_ columns): TTFT
+    p50/p99, TPOT mean (requests with > 1 token), output tok/s and req/s over the run's duration_s; then the mean
+    over ok runs, and the output tok/s speedup over the baseline. Only the needed columns are scanned.
     """
     con = connect(root, experiment)
     try:

@@ -271,9 +271,8 @@ def _html(experiment: str, root: str, ci: pd.DataFrame, runs: pd.DataFrame, figs
     defs["speedup"] = ("variant over baseline at the same workload and load point: output tok/s ratio, "
                        "or baseline TPOT / variant TPOT; > 1 means the variant is better")
     defs["TTFT/TPOT/E2E in the compare table"] = (
-        "statistics of the requests pooled over ok repeats (the runs table's m_ columns are per run); TTFT here "
-        "is requests.first_chunk_ns - actual_send_ns, which differs from the token-bearing-chunk TTFT only when "
-        "a stream opens with a token-less chunk")
+        "statistics of the requests pooled over ok repeats (the runs table's m_ columns are per run); both read "
+        "the one per-request definition of cluster/analysis/request_metrics.py (the request_metrics view)")
     defs["ITL, tokens/chunk, accept length, goodput in the compare table"] = "mean over ok repeats of the per-run value"
     parts.append(_table_html(pd.DataFrame({"metric": list(defs), "definition": list(defs.values())})))
     parts.append(f"<p>CI columns computed: {', '.join(m.name for m in CI_METRICS)}.</p></body></html>")

@@ -11,6 +11,7 @@ import aiohttp
 import pyarrow as pa
 
 from cluster.analysis.correctness import GATE_PROMPTS, GateOutput
+from cluster.analysis.request_metrics import acceptance
 from cluster.engines.base import Engine
 
 
@@ -74,12 +75,14 @@ def to_gate_outputs(raw: dict[str, dict[str, Any]]) -> dict[str, GateOutput]:
 
 
 def gate_accept_length(raw: dict[str, dict[str, Any]]) -> float | None:
-    """Σ(completion_tokens − 1)/Σspec_verify_ct over the gate answers (the run metric's definition)."""
+    """Σ(completion_tokens − 1)/Σspec_verify_ct over the gate answers: request_metrics.acceptance, the run metric's
+    one definition, over the answers that carry both counts; None with fewer than 8 verify steps to judge."""
     ct = [(r.get("completion_tokens"), r.get("spec_verify_ct")) for r in raw.values()]
-    pairs = [(c, v) for c, v in ct if isinstance(c, int) and isinstance(v, int) and v > 0]
-    if not pairs or sum(v for _, v in pairs) < 8:
+    pairs = [(c, v) for c, v in ct if isinstance(c, int) and isinstance(v, int)]
+    acc = acceptance([c for c, _ in pairs], [v for _, v in pairs])
+    if acc.verify_steps < 8:
         return None  # too few verify steps to judge
-    return sum(c - 1 for c, _ in pairs) / sum(v for _, v in pairs)
+    return acc.accept_length
 
 
 def answers_from_correctness_rows(table: pa.Table) -> GateAnswers:

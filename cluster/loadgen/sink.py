@@ -61,7 +61,11 @@ class RecordSink:
         c["request_index"].append(rec.request_index)
         c["intended_send_ns"].append(rec.intended_send_ns)
         c["actual_send_ns"].append(rec.actual_send_ns)
-        c["first_chunk_ns"].append(arrivals[0] if n else None)
+        # the first token-bearing chunk (TTFT, cluster/analysis/request_metrics.py); the client records only those,
+        # so the scan runs only for hand-built records that open with a token-less chunk
+        first = None if not n else arrivals[0] if tokens[0] else next((t for t, k in zip(arrivals, tokens) if k),
+                                                                      arrivals[0])
+        c["first_chunk_ns"].append(first)
         c["last_chunk_ns"].append(arrivals[-1] if n else None)
         c["num_chunks"].append(n)
         c["client_tokens"].append(sum(tokens))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -154,10 +155,14 @@ def test_empty_and_all_errors() -> None:
     assert out["output_tok_s"] == 0.0 and out["itl_chunk_ms_p50"] is None
 
 
-def test_without_chunk_rows_ttft_falls_back_to_first_chunk() -> None:
+def test_ttft_comes_from_the_requests_row_without_chunk_rows() -> None:
+    # the requests row's first_chunk_ns is the first token-bearing chunk (8 ms, not the role-only one at 4 ms), so
+    # TTFT needs no chunk rows: the SQL views read the same figure from the requests table alone
     reqs, chunks = request_batches([_rec(0, 0, 0, [(4, 0), (8, 2)], 2)])
+    assert reqs.column("first_chunk_ns").to_pylist() == [8 * MS]
     out = summarize_run(reqs, chunks.slice(0, 0), 1.0)
-    assert out["ttft_ms_p50"] == pytest.approx(4.0)
+    assert out["ttft_ms_p50"] == pytest.approx(8.0)
+    assert out["ttft_ms_p50"] == summarize_run(reqs, chunks, 1.0)["ttft_ms_p50"]
     assert out["itl_chunk_ms_mean"] is None
 
 
@@ -195,3 +200,123 @@ def test_vectorised_matches_naive_loop() -> None:
     for name, xs in _naive(recs).items():
         assert out[f"{name}_mean"] == pytest.approx(np.mean(xs)), name
         assert out[f"{name}_p90"] == pytest.approx(np.percentile(xs, 90)), name
+
+
+# ------------------------------------------- one definition, every consumer (metrics, comparison, SQL, gate)
+
+ONE_SPEC = """
+version: 1
+name: one
+model: {path: sim://m, engine: sim, tp: 1}
+variants:
+  - name: base
+workloads:
+  - {name: w, input_tokens: 10, output_tokens: 8, num_requests: 4}
+load: {concurrency: [1]}
+"""
+
+
+def _three_records() -> list[RequestRecord]:
+    return [
+        # sent 1 ms (intended 0): TTFT 11-1 = 10; E2E 31-1 = 30; TPOT (31-11)/(3-1) = 10; chunk gaps 10, 10 (one
+        # token each: per-token 10, 10); accept (3-1)/2 = 1.0; lag 1 ms
+        _rec(0, 0, 1, [(11, 1), (21, 1), (31, 1)], 3, svc=2),
+        # a role-only chunk at 4 ms does not count: TTFT 20; E2E 60; TPOT (60-20)/(5-1) = 10; chunk gaps 30 (3
+        # tokens: per-token 10, 10, 10) and 10; accept (5-1)/4 = 1.0; lag 0
+        _rec(1, 0, 0, [(4, 0), (20, 1), (50, 3), (60, 1)], 5, svc=4),
+        # one token: TTFT 9-2 = 7 = E2E; no TPOT, no gap; accept (1-1)/2 = 0; lag 2 ms
+        _rec(2, 0, 2, [(9, 1)], 1, svc=2),
+        # failed: in no latency, but its lag (3 ms) counts
+        _rec(3, 0, 3, [], None, error="HTTP 500"),
+    ]
+# run: accept_length Σ(n-1)/Σsvc = (2+4+0)/(2+4+2) = 0.75; SGLang's Σn/Σsvc = 9/8; ITL/chunk [10, 10, 30, 10]
+# (mean 15); ITL/token [10]*6 (mean 10); TTFT [10, 20, 7] (median 10); TPOT [10, 10]; lag [1, 0, 2, 3] ms
+
+
+def _one_dataset(root: str, recs: list[RequestRecord]) -> tuple[str, dict[str, Optional[float]]]:
+    from cluster.dataset.store import DatasetStore
+    from cluster.plan.runs import make_plan
+    from cluster.spec.loader import parse_spec_text
+
+    plan = make_plan(parse_spec_text(ONE_SPEC))[0]
+    reqs, chunks = request_batches(recs)
+    m = summarize_run(reqs, chunks, duration_s=1.0)
+    DatasetStore(root, "one").write_run(plan, {"status": "ok", "duration_s": 1.0, "metrics": m}, reqs, chunks)
+    return plan.run_key, m
+
+
+def test_every_consumer_gives_the_same_per_request_numbers(tmp_path: Path) -> None:
+    from cluster.analysis.comparison import request_arrays
+    from cluster.analysis.query import compare_from_requests, query
+    from cluster.analysis.request_metrics import ACCEPT_LENGTH_SQL
+    from cluster.loadgen.gate import gate_accept_length
+
+    root = str(tmp_path)
+    recs = _three_records()
+    run_key, m = _one_dataset(root, recs)
+    # metrics summary
+    assert (m["ttft_ms_mean"], m["ttft_ms_p50"]) == (pytest.approx(37 / 3), 10.0)
+    assert (m["e2e_ms_mean"], m["tpot_ms_mean"]) == (pytest.approx(97 / 3), 10.0)
+    assert (m["itl_chunk_ms_mean"], m["itl_token_ms_mean"]) == (15.0, 10.0)
+    assert (m["accept_length"], m["sglang_accept_length"]) == (0.75, 9 / 8)
+    assert (m["accept_length_p50"], m["lag_ms_p50"], m["lag_ms_max"]) == (1.0, 1.5, 3.0)
+    # the SQL views, generated from the same definitions
+    rm = query(root, "one", "SELECT request_index, ok, ttft_ms, e2e_ms, tpot_ms, accept_length, lag_ms "
+                            "FROM request_metrics ORDER BY request_index")
+    assert rm["ok"].tolist() == [True, True, True, False]
+    assert rm["ttft_ms"].tolist()[:3] == [10.0, 20.0, 7.0] and rm["e2e_ms"].tolist()[:3] == [30.0, 60.0, 7.0]
+    assert rm["tpot_ms"].tolist()[:2] == [10.0, 10.0] and rm["tpot_ms"].isna().tolist()[2:] == [True, True]
+    assert rm["accept_length"].tolist()[:3] == [1.0, 1.0, 0.0] and rm["lag_ms"].tolist() == [1.0, 0.0, 2.0, 3.0]
+    gaps = query(root, "one", "SELECT itl_chunk_ms, itl_token_ms, tokens FROM chunk_gaps "
+                              "ORDER BY request_index, chunk_index")
+    assert gaps["itl_chunk_ms"].tolist() == [10.0, 10.0, 30.0, 10.0]
+    assert gaps["itl_token_ms"].tolist() == [10.0, 10.0, 10.0, 10.0] and gaps["tokens"].tolist() == [1, 1, 3, 1]
+    agg = query(root, "one", f"SELECT {ACCEPT_LENGTH_SQL} AS a, avg(ttft_ms) AS ttft, avg(tpot_ms) AS tpot, "
+                             "quantile_cont(lag_ms, 0.99) AS lag99 FROM request_metrics")
+    assert agg["a"].iloc[0] == m["accept_length"] and agg["tpot"].iloc[0] == m["tpot_ms_mean"]
+    assert agg["ttft"].iloc[0] == pytest.approx(m["ttft_ms_mean"], rel=1e-15)
+    assert agg["lag99"].iloc[0] == pytest.approx(m["lag_ms_p99"], rel=1e-12)
+    token_weighted = (gaps["itl_token_ms"] * gaps["tokens"]).sum() / gaps["tokens"].sum()
+    assert (gaps["itl_chunk_ms"].mean(), token_weighted) == (m["itl_chunk_ms_mean"], m["itl_token_ms_mean"])
+    # the comparison's per-request arrays (CI bootstrap, report CDFs and acceptance histograms)
+    a = request_arrays(root, "one", [run_key])[run_key]
+    assert a["ttft_ms"].tolist() == [10.0, 20.0, 7.0] and a["e2e_ms"].tolist() == [30.0, 60.0, 7.0]
+    assert a["tpot_ms"].tolist() == [10.0, 10.0] and a["accept"].tolist() == [1.0, 1.0, 0.0]
+    # compare from request rows
+    cmp = compare_from_requests(root, "one").iloc[0]
+    assert (cmp["ttft_ms_p50"], cmp["tpot_ms_mean"], cmp["output_tok_s"]) == (10.0, 10.0, m["output_tok_s"])
+    # the correctness gate's acceptance: the same counts as gate answers give the same figure
+    raw = {str(r.request_index): {"completion_tokens": r.completion_tokens, "spec_verify_ct": r.spec_verify_ct}
+           for r in recs if r.ok}
+    assert gate_accept_length(raw) == m["accept_length"] == 0.75
+
+
+def test_numpy_and_sql_sides_of_each_definition_agree_exactly(tmp_path: Path) -> None:
+    from cluster.analysis.metrics import token_chunks
+    from cluster.analysis.query import query
+    from cluster.analysis.request_metrics import REQUEST_QUANTITIES, chunk_gaps, request_columns
+
+    rng = random.Random(11)
+    recs = []
+    for i in range(300):
+        intended = rng.randint(0, 10**9)
+        send = intended + rng.randint(0, 3 * 10**6)
+        t, chunks = send + rng.randint(10**6, 10**8), []
+        for _ in range(rng.randint(0, 9)):
+            t += rng.randint(10**5, 5 * 10**7)
+            chunks.append((t / MS, rng.choice([0, 1, 1, 2, 3])))
+        recs.append(_rec(i, intended / MS, send / MS, chunks, None if rng.random() < 0.3 else rng.randint(1, 30),
+                         svc=rng.choice([None, 0, rng.randint(1, 12)]), error="x" if rng.random() < 0.1 else None))
+    _one_dataset(str(tmp_path), recs)
+    reqs, chunk_rows = request_batches(recs)
+    cols = request_columns(reqs)
+    names = [q.name for q in REQUEST_QUANTITIES]
+    sql = query(str(tmp_path), "one", f"SELECT {', '.join(names)} FROM request_metrics ORDER BY request_index")
+    for q in REQUEST_QUANTITIES:
+        np.testing.assert_array_equal(q.values(cols), sql[q.name].to_numpy(np.float64, na_value=np.nan), q.name)
+    itl_chunk, tokens, itl_token = chunk_gaps(*token_chunks(reqs, chunk_rows, cols.ok))
+    gaps = query(str(tmp_path), "one", "SELECT itl_chunk_ms, itl_token_ms, tokens FROM chunk_gaps "
+                                       "ORDER BY request_index, chunk_index")
+    np.testing.assert_array_equal(itl_chunk, gaps["itl_chunk_ms"].to_numpy())
+    np.testing.assert_array_equal(itl_token, np.repeat(gaps["itl_token_ms"].to_numpy(), gaps["tokens"].to_numpy()))
+    np.testing.assert_array_equal(tokens, gaps["tokens"].to_numpy())
