@@ -244,3 +244,10 @@ def client_lag(lag_ns: npt.ArrayLike) -> Optional[ClientLag]:
         return None
     p50, p99 = np.percentile(x, [50, 99])
     return ClientLag(float(p50), float(p99), float(x.max()))
+
+
+def requests_lag(requests: Records) -> Optional[ClientLag]:
+    """client_lag over the rows of a `requests` table: what the runs row stores and validity is judged on."""
+    send, _ = int_column(requests, "actual_send_ns", 0)
+    intended, _ = int_column(requests, "intended_send_ns", 0)
+    return client_lag(send - intended)

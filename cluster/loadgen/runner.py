@@ -16,6 +16,7 @@ import aiohttp
 import numpy as np
 import pyarrow as pa
 
+from cluster.analysis.request_metrics import client_lag
 from cluster.engines.base import Engine, HttpRequest, Prompt
 from cluster.loadgen.arrivals import poisson_offsets_ns
 from cluster.loadgen.client import new_session, stream_request
@@ -248,11 +249,10 @@ async def run_window(
         after = await _scrape(session, engine, base_url) if scrape_metrics else {}
     assert sink.rows == len(indices), "every request must have exactly one record"
     requests, chunks = sink.kept_batches()
-    lags = sink.lags()
-    if len(lags):
+    lag = client_lag(sink.lags())  # the runs row recomputes it from the committed requests the same way
+    if lag is not None:
         duration_s = sink.last_end_ns / 1e9  # the window's first intended send is its start (offset 0)
-        lag_p50, lag_p99 = (int(x) for x in np.percentile(lags, [50, 99]))
-        lag_max = int(lags.max())
+        lag_p50, lag_p99, lag_max = round(lag.p50_ns), round(lag.p99_ns), round(lag.max_ns)
     else:
         duration_s, lag_p50, lag_p99, lag_max = 0.0, 0, 0, 0
     return WindowResult(

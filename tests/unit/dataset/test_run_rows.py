@@ -45,11 +45,13 @@ SEGMENT = SegmentFacts(tuning_artifact="art-123", load_actor_cuda_visible_device
                        load_actors=1, correctness=GateVerdict(True, ("note: x",), 2.5))
 
 
-def _window(n_ok: int, n_err: int, lag_p99_ns: int = 0) -> WindowSummary:
+def _window(n_ok: int, n_err: int, lag_p99_ns: int = 0, reported_lag_p99_ns: int | None = None) -> WindowSummary:
+    """Every request is sent `lag_p99_ns` (10 ns when 0) after its intended time; `reported_lag_p99_ns` is what a
+    load actor's own summary claims (by default the same figure)."""
     rows = []
     for i in range(n_ok + n_err):
         ok = i < n_ok
-        rows.append({"request_index": i, "intended_send_ns": i * 1000, "actual_send_ns": i * 1000 + 10,
+        rows.append({"request_index": i, "intended_send_ns": i * 1000, "actual_send_ns": i * 1000 + (lag_p99_ns or 10),
                      "first_chunk_ns": i * 1000 + 500 if ok else None, "last_chunk_ns": i * 1000 + 900 if ok else None,
                      "num_chunks": 2 if ok else 0, "client_tokens": 4 if ok else 0, "prompt_tokens_sent": 16,
                      "max_tokens": 4, "prompt_tokens": 16, "completion_tokens": 4 if ok else None,
@@ -60,7 +62,8 @@ def _window(n_ok: int, n_err: int, lag_p99_ns: int = 0) -> WindowSummary:
     return WindowSummary(
         requests=pa.Table.from_pylist(rows, schema=REQUEST_BATCH_SCHEMA),
         chunks=pa.Table.from_pylist(chunks, schema=CHUNK_BATCH_SCHEMA),
-        window_start_unix_s=1_700_000_010.0, duration_s=2.0, lag_p50_ns=0, lag_p99_ns=lag_p99_ns,
+        window_start_unix_s=1_700_000_010.0, duration_s=2.0, lag_p50_ns=0,
+        lag_p99_ns=lag_p99_ns if reported_lag_p99_ns is None else reported_lag_p99_ns,
         counters_before={"c": 1.0}, counters_after={"c": 4.0}, warmup_ok=0, flushed=True,
         load_actor_peak_buffered_rows=7)
 
@@ -101,6 +104,19 @@ def test_validity_from_the_window() -> None:
     assert row["status"] == "invalid"
     assert "1 of 2 requests failed" in row["invalid_reasons"]
     assert "send lag p99 9.00 ms > 5 ms" in row["invalid_reasons"]
+
+
+def test_the_stored_lag_is_the_judged_lag() -> None:
+    # a window whose load actor reported a lag that differs from its committed rows (one shard of several, or a
+    # stale figure): validity is judged on the lag the runs row stores, recomputed from the rows
+    spec = parse_spec_text(SPEC)  # max_client_lag_ms: 5
+    behind = build_run_row(_plan("base"), _window(2, 0, lag_p99_ns=8_000_000, reported_lag_p99_ns=1_000),
+                           SERVER, SEGMENT, spec, [], None)
+    assert behind["m_lag_ms_p99"] == 8.0
+    assert behind["status"] == "invalid" and "send lag p99 8.00 ms > 5 ms" in behind["invalid_reasons"]
+    on_time = build_run_row(_plan("base"), _window(2, 0, reported_lag_p99_ns=9_000_000), SERVER, SEGMENT, spec,
+                            [], None)
+    assert on_time["m_lag_ms_p99"] == 10 / 1e6 and on_time["status"] == "ok", on_time["invalid_reasons"]
 
 
 def test_failed_row_without_facts_and_the_store_accepts_both(tmp_path: Path) -> None:
