@@ -1,0 +1,140 @@
+"""`engine: sglang` experiments through the sglbench driver on local Ray against real SGLang 0.5.23 on the CPU.
+
+The EngineActor launches `python -m sglang.launch_server` from the tier's interpreter with the argv `sglbench plan`
+prints; acceptance, counters, the correctness gate, the concurrency cap, flushes, metrics and smoke are asserted on
+what the real server answered. Numbers here are CPU numbers with stand-in kernels, never GPU numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from cpu_pipeline import assert_group_gone, facts, ideal_accept_length, load, run, spec_text, table
+
+pytestmark = pytest.mark.ray
+
+OUTPUT_TOKENS = 32
+STEPS = (1, 2, 3)
+
+
+def _verify_sum(requests: pd.DataFrame, run_key: str) -> int:
+    return int(requests[requests["run_key"] == run_key]["spec_verify_ct"].sum())
+
+
+def _counter_delta(row: pd.Series, name: str) -> float:
+    return float(json.loads(row["server_counters_json"])["delta"].get(name, 0.0))
+
+
+@pytest.fixture(scope="module")
+def echo_experiment(ray_local: None, sglang_cpu_python: Path, mimo_models: Path,
+                    tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """echo: a baseline and NEXTN-1/2/3 in one experiment (four servers, one at a time); smoke runs against the
+    NEXTN-3 server once its run is done, while it is still up."""
+    from cluster.engines.smoke import run_smoke
+
+    tmp = tmp_path_factory.mktemp("echo-pipeline")
+    variants = """  - {name: baseline, baseline: true}
+  - {name: nextn, speculative: {algorithm: NEXTN, num_steps: [1, 2, 3]}}"""
+    spec = load(spec_text("cpu-echo", mimo_models / "echo", sglang_cpu_python, tmp / "out", variants))
+    smoke: dict[str, Any] = {}
+
+    def on_run(drv: Any, p: Any, status: str) -> None:
+        if p.variant.name == "nextn-3" and not smoke:
+            smoke["checks"] = run_smoke(facts(drv.result, "nextn-3").base_url, 120.0)
+
+    result = run(spec, tmp, on_run)
+    return {"spec": spec, "result": result, "smoke": smoke, "runs": table(result, spec, "runs"),
+            "requests": table(result, spec, "requests"), "server_metrics": table(result, spec, "server_metrics")}
+
+
+def test_echo_runs_ok_and_accepts_every_draft(echo_experiment: dict[str, Any]) -> None:
+    runs = echo_experiment["runs"].set_index("variant")
+    assert sorted(runs.index) == ["baseline", "nextn-1", "nextn-2", "nextn-3"]
+    assert set(runs["status"]) == {"ok"}, runs[["status", "invalid_reasons", "failure_reason"]].to_dict("index")
+    assert pd.isna(runs.loc["baseline", "m_accept_length"])
+    for k in STEPS:
+        acc = float(runs.loc[f"nextn-{k}", "m_accept_length"])
+        ideal = ideal_accept_length(k, OUTPUT_TOKENS)
+        print(f"[sglang_cpu] echo NEXTN-{k}: accept length {acc:.3f} (all accepted: {ideal:.3f})")
+        assert 0.97 * ideal <= acc <= k + 1 + 1e-9, f"echo NEXTN-{k}: {acc:.3f}, every draft should be accepted"
+
+
+def test_verify_counter_delta_equals_per_request_verify_steps(echo_experiment: dict[str, Any]) -> None:
+    runs, requests = echo_experiment["runs"], echo_experiment["requests"]
+    for _, row in runs[runs["variant"] != "baseline"].iterrows():
+        per_request = _verify_sum(requests, row["run_key"])
+        assert per_request > 0
+        assert _counter_delta(row, "verify_calls") == per_request, (row["variant"], row["server_counters_json"])
+    base = runs[runs["variant"] == "baseline"].iloc[0]
+    assert _counter_delta(base, "verify_calls") == 0
+
+
+def test_server_info_records_what_sglang_resolved(echo_experiment: dict[str, Any]) -> None:
+    """NEXTN resolved as EAGLE is expected; device, backend, steps and the explicit cap are what we asked."""
+    result = echo_experiment["result"]
+    for k in STEPS:
+        f = facts(result, f"nextn-{k}")
+        si = f.infos["server_info"]
+        assert si["speculative_algorithm"] == "EAGLE" and si["speculative_num_steps"] == k
+        assert si["speculative_num_draft_tokens"] == k + 1 and si["speculative_eagle_topk"] == 1
+        assert si["device"] == "cpu" and si["attention_backend"] == "intel_amx" and si["version"] == "0.5.23"
+        assert si["max_running_requests"] == 16
+        assert si["internal_states"][0]["effective_max_running_requests_per_dp"] == 16
+        assert "--speculative-algorithm NEXTN" in " ".join(f.argv)
+    base = facts(result, "baseline")
+    assert base.infos["server_info"]["speculative_algorithm"] is None
+    assert base.infos["server_info"]["attention_backend"] == "intel_amx"
+
+
+def test_argv_is_what_plan_prints(echo_experiment: dict[str, Any]) -> None:
+    """The EngineActor ran exactly the command `sglbench plan` shows (the port aside)."""
+    from cluster.engines.registry import get_engine
+    from cluster.plan.runs import expand_variants
+
+    spec, result = echo_experiment["spec"], echo_experiment["result"]
+    for v in expand_variants(spec):
+        f = facts(result, v.name)
+        planned = get_engine("sglang").launch(v, "127.0.0.1", f.port, spec.engines["sglang"], "python").argv
+        assert tuple(f.argv) == tuple(planned)
+        assert list(f.argv[:3]) == [str(spec.engines["sglang"].python), "-m", "sglang.launch_server"]
+
+
+def test_flush_before_every_window_and_metrics_scraped(echo_experiment: dict[str, Any]) -> None:
+    runs, sm, result = echo_experiment["runs"], echo_experiment["server_metrics"], echo_experiment["result"]
+    for _, row in runs.iterrows():
+        prov = json.loads(row["provenance_json"])
+        assert prov.get("flushed", True) is True and "cache flush" not in str(row["invalid_reasons"])
+        log = Path(facts(result, row["variant"]).log_path).read_text(errors="replace")
+        # SGLang's own log line for a successful /flush_cache: one per window (smoke adds one on nextn-3)
+        assert log.count("Cache flushed successfully!") >= 1, row["variant"]
+    names = set(sm["metric"])
+    for metric in ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:generation_tokens_total"):
+        assert metric in names, sorted(names)[:40]
+    spec_runs = set(runs[runs["variant"] != "baseline"]["run_key"])
+    assert "sglang:spec_verify_calls_total" in set(sm[sm["run_key"].isin(spec_runs)]["metric"])
+
+
+def test_gate_passes_on_echo_without_answer_checks(echo_experiment: dict[str, Any]) -> None:
+    result = echo_experiment["result"]
+    for name in ("baseline", "nextn-1", "nextn-2", "nextn-3"):
+        gate = result.servers[name].segment.correctness
+        assert gate is not None and gate.passed and not gate.skipped, (name, gate)
+
+
+def test_smoke_passes_against_real_nextn(echo_experiment: dict[str, Any]) -> None:
+    checks = echo_experiment["smoke"]["checks"]
+    failed = [(c.name, c.expected, c.found) for c in checks if not c.ok]
+    assert failed == [], failed
+    assert "meta_info.spec_verify_ct" in {c.name for c in checks}
+
+
+def test_no_server_outlived_its_segment(echo_experiment: dict[str, Any]) -> None:
+    result = echo_experiment["result"]
+    for name in result.servers:
+        assert_group_gone(facts(result, name).pgid, name)
+
