@@ -410,7 +410,7 @@ class Driver:
         # failed requests may mean a dying server whose watchdog has not noticed yet: look again before judging
         alive = self._engine_alive(engine, settle_s=DEATH_SETTLE_S if n_err else 0.0)
         neighbours |= self.shared.neighbours(p.variant.name, server.node_id)
-        if not alive:
+        if not alive and n_err:
             tail = self._engine_tail(engine)
             writer.commit(failed_run_row(p, with_decisive_line(f"server died during the measured window ({n_err} of "
                                                                f"{n_req} requests failed)", tail),
@@ -418,10 +418,13 @@ class Driver:
             self._finish(p, "failed")
             return loads, _Death(f"it died in the window of run {p.order_index}", tail)
         row = build_run_row(p, out, server, seg, self.spec, sorted(neighbours), self.git_sha)
+        # dead with every request answered: it died after this window, whose measurement is whole
         sm = out.server_metrics
         writer.commit(row, {"server_metrics": sm} if sm is not None and sm.num_rows else None)
         self._finish(p, row["status"])
         return loads, None
+        if not alive:
+            return loads, _Death(f"it died after the window of run {p.order_index}", self._engine_tail(engine))
 
     def _gate(self, variant: ResolvedVariant, load: Any, server: ServerFacts, first: RunPlan) -> GateVerdict:
         """Ask the fixed gate prompts greedily; judge against the baseline's answers; store the evidence."""
