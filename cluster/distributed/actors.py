@@ -14,9 +14,10 @@ import pyarrow as pa
 import ray
 
 from cluster.version import __version__
+from cluster.engines.base import api_key_of
 from cluster.engines.registry import get_engine
 from cluster.dataset.run_facts import ServerFacts
-from cluster.spec.secrets import redact_argv, redact_env, scrub, scrub_text, secret_values
+from cluster.spec.secrets import redact_argv, redact_env, scrub, scrub_file, scrub_text, secret_values
 from cluster.loadgen.gate import GateAnswers
 from cluster.plan.runs import LoadPoint, ResolvedVariant
 from cluster.loadgen.server_metrics import MetricsScraper
@@ -82,7 +83,7 @@ class EngineActorImpl:
         self.log_dir = Path(log_dir)
         self.host = host
         self.python = python or sys.executable
-        self.engine = get_engine(variant.engine)
+        self.engine = get_engine(variant.engine).with_api_key(api_key_of(variant.args))
         self.server: Optional[ServerProcess] = None
         self.base_url = ""
         self.secrets = secret_values(variant.env, variant.args, launcher.launcher if launcher and launcher.launcher else ())
@@ -123,7 +124,7 @@ class EngineActorImpl:
             infos: dict[str, Any] = {}
             for name, path in self.engine.info_paths(self.launcher.version if self.launcher else None).items():
                 try:
-                    infos[name] = http_get_json(self.base_url + path, timeout_s=10)
+                    infos[name] = http_get_json(self.base_url + path, timeout_s=10, headers=self.engine.headers)
                 except Exception as e:  # noqa: BLE001 - an info endpoint missing is recorded, not fatal
                     infos[name] = {"error": f"{type(e).__name__}: {e}"}
             try:
@@ -179,15 +180,17 @@ class EngineActorImpl:
         if self.server is None:
             return StopResult(False)
         code = self.server.stop()
-        return StopResult(True, code, self.server.pid, self.log_tail())
+        tail = self.log_tail()
+        scrub_file(self.server.log_path, self.secrets)  # the server may have logged its own --api-key
+        return StopResult(True, code, self.server.pid, tail)
 
 
 class LoadActorImpl:
     """Runs every load point of one server in one long-lived process (never a Ray call per request)."""
 
-    def __init__(self, engine_name: str, base_dir: str, model_path: str = "") -> None:
+    def __init__(self, engine_name: str, base_dir: str, model_path: str = "", api_key: Optional[str] = None) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # zero-GPU actors must not see the node's GPUs
-        self.engine = get_engine(engine_name)
+        self.engine = get_engine(engine_name).with_api_key(api_key)  # requests carry the variant's --api-key
         self.base_dir = Path(base_dir)
         self.model_path = model_path
 

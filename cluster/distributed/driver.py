@@ -36,6 +36,7 @@ from cluster.dataset.run_rows import build_run_row, failed_run_row
 from cluster.plan.schedule import reservation, unplaceable
 from cluster.dataset.writer import RunWriter
 from cluster.tuning.stage import ARTIFACT_KINDS, with_artifact
+from cluster.engines.base import api_key_of
 from cluster.errors import EngineFault, EnvironmentFault, report_error
 from cluster.server.process import with_decisive_line
 from cluster.spec.models import ExperimentSpec
@@ -323,7 +324,7 @@ class Driver:
             num_gpus=0,
             scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=1 + index),
             runtime_env={"env_vars": {"CUDA_VISIBLE_DEVICES": ""}},
-        ).remote(variant.engine, str(self.base_dir), variant.model_path)
+        ).remote(variant.engine, str(self.base_dir), variant.model_path, api_key_of(variant.args))
 
     def _stream_window(self, p: RunPlan, loads: list[Any], server: ServerFacts, writer: RunWriter, engine: Any
                        ) -> WindowSummary:

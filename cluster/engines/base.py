@@ -20,6 +20,7 @@ through this interface, so adding an engine never touches them. Contract:
 
 from __future__ import annotations
 
+import copy
 import json
 import shlex
 from abc import ABC, abstractmethod
@@ -103,6 +104,19 @@ class Prompt:
             raise ValueError("a prompt needs input_ids or text")
 
 
+API_KEY_ARGS = ("api-key", "api_key")
+"""The server arg holding the key every request but health and metrics must carry (SGLang's and vLLM's --api-key)."""
+
+
+def api_key_of(args: Mapping[str, object]) -> Optional[str]:
+    """The variant's --api-key value, or None."""
+    for name in API_KEY_ARGS:
+        val = args.get(name)
+        if isinstance(val, str) and val:
+            return val
+    return None
+
+
 class Engine(ABC):
     name: str = ""
     module: str = ""
@@ -114,6 +128,20 @@ class Engine(ABC):
     """Prometheus gauge of requests running now (scraped into server_metrics), None when the engine has none."""
     queue_gauge: Optional[str] = None
     """Prometheus gauge of requests waiting to be scheduled."""
+    headers: Mapping[str, str] = {}
+    """Headers every call to the server sends (requests, info, flush; health and metrics too, where they are
+    exempt): `Authorization: Bearer <api-key>` on an engine bound with `with_api_key`, else none. Never printed."""
+
+    def with_api_key(self, api_key: Optional[str]) -> "Engine":
+        """This adapter sending `Authorization: Bearer <api_key>` (itself when there is no key)."""
+        if not api_key:
+            return self
+        bound = copy.copy(self)
+        bound.headers = {"Authorization": f"Bearer {api_key}"}
+        return bound
+
+    def __repr__(self) -> str:  # the headers hold a secret
+        return f"<{type(self).__name__} {self.name}>"
 
     def program(self, launcher: Optional[EngineLauncher], default_python: str) -> list[str]:
         if launcher is not None and launcher.launcher:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Optional
+from typing import Mapping, Optional
 
 import aiohttp
 
@@ -27,14 +27,15 @@ _DATA = b"data: "
 _DONE = b"[DONE]"
 
 
-def new_session(limit: int) -> aiohttp.ClientSession:
-    """The one pooled session of a window: keep-alive connections, `limit` of them at most (0 = unbounded)."""
+def new_session(limit: int, headers: Mapping[str, str] = {}) -> aiohttp.ClientSession:
+    """The one pooled session of a window: keep-alive connections, `limit` of them at most (0 = unbounded);
+    `headers`: the engine's (its API key)."""
     connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, force_close=False)
     return aiohttp.ClientSession(
         connector=connector,
         read_bufsize=READ_BUFSIZE,
         timeout=aiohttp.ClientTimeout(total=None),
-        headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
+        headers={"Content-Type": "application/json", "Accept": "text/event-stream", **headers},
     )
 
 

@@ -48,7 +48,7 @@ async def collect_gate_outputs(engine: Engine, base_url: str, model_name: str,
                                timeout_s: float = 120.0) -> dict[str, dict[str, Any]]:
     """prompt_id → {text, token_ids, completion_tokens, finish_reason, spec_verify_ct, error?}, one at a time."""
     out: dict[str, dict[str, Any]] = {}
-    async with aiohttp.ClientSession() as session:
+    async with aiohttp.ClientSession(headers=engine.headers) as session:
         for p in GATE_PROMPTS:
             out[p.prompt_id] = await _ask(session, engine, base_url, p.text, p.max_tokens, model_name, timeout_s)
     return out

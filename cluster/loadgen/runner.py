@@ -232,7 +232,7 @@ async def run_window(
     else:
         limit = shard_concurrency(int(load.max_concurrency), shard_index, num_shards) if load.max_concurrency else 0
     sink = RecordSink(len(indices), batch_rows, on_batch)
-    async with new_session(max(limit, 1) if limit else 0) as session:
+    async with new_session(max(limit, 1) if limit else 0, engine.headers) as session:
         before = await _scrape(session, engine, base_url) if scrape_metrics else {}
         if start_unix_s is not None:
             # shards of one window start together: a timer to within a few ms, then a short spin on the clock
@@ -308,7 +308,7 @@ async def flush(engine: Engine, base_url: str, timeout_s: float) -> bool:
     url = base_url.rstrip("/") + engine.flush_path
     deadline = time.monotonic() + timeout_s
     refused_since: Optional[float] = None
-    async with new_session(1) as session:
+    async with new_session(1, engine.headers) as session:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:

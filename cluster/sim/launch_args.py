@@ -160,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kv-cache-dtype", default="auto")
     p.add_argument("--attention-backend", default=None)
     p.add_argument("--random-seed", type=int, default=None)
+    p.add_argument("--api-key", default=None)
     return p
 
 

@@ -9,12 +9,13 @@ import asyncio
 import json
 import logging
 import os
+import secrets
 import shlex
 import signal
 import sys
 import time
 import uuid
-from typing import Any, Optional, Sequence
+from typing import Any, Awaitable, Callable, Optional, Sequence
 
 from aiohttp import web
 
@@ -383,8 +384,30 @@ def _knobs_json(knobs: Knobs) -> dict[str, Any]:
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(knobs).items()}
 
 
+AUTH_EXEMPT_PREFIXES = ("/health", "/ready", "/metrics")
+"""Paths SGLang 0.5.23 serves without the API key (sglang/srt/utils/auth.py decide_request_auth: k8s probes and
+Prometheus scraping); every other path needs `Authorization: Bearer <api-key>` when --api-key is set."""
+
+
+def api_key_middleware(api_key: str) -> Any:
+    """SGLang's --api-key check: 401 {"error": "Unauthorized"} without the right bearer token (OPTIONS allowed)."""
+
+    @web.middleware
+    async def check(request: web.Request,
+                    handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        if request.method == "OPTIONS" or request.path.startswith(AUTH_EXEMPT_PREFIXES):
+            return await handler(request)
+        scheme, _, token = (request.headers.get("Authorization") or "").partition(" ")
+        if scheme.lower() != "bearer" or not secrets.compare_digest(token.encode(), api_key.encode()):
+            return web.json_response({"error": "Unauthorized"}, status=401)
+        return await handler(request)
+
+    return check
+
+
 def build_app(server: SimServer) -> web.Application:
-    app = web.Application(client_max_size=64 * 1024 * 1024)
+    key = server.args.get("api_key")
+    app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[api_key_middleware(key)] if key else [])
     r = app.router
     for path in ("/health", "/health_generate"):
         r.add_get(path, server.health)
@@ -472,6 +495,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                      "garbage_output": knobs.garbage_output or eff.garbage})
     if unknown:
         log.info("accepted but not modelled: %s", " ".join(redact_argv(unknown)))
+    # as SGLang 0.5.23 does (entrypoints/engine.py: server_args={resolved dict}, api_key included): the actor
+    # scrubs the log file of declared secrets once the server stopped
+    log.info("server_args=%s", args)
     if knobs.fixed_ttft_ms is not None or knobs.fixed_itl_ms is not None:
         fine_timer_slack()
     try:

@@ -17,6 +17,7 @@ replaced by its mask, whatever key or line carries it (SGLang's /server_info lis
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from typing import Iterable, Mapping, Sequence, TypeVar, Union, cast
 
@@ -99,6 +100,31 @@ def scrub_text(text: str, values: Iterable[str]) -> str:
         if v in text:
             text = text.replace(v, mask(v))
     return text
+
+
+def scrub_file(path: "os.PathLike[str] | str", values: Iterable[str]) -> bool:
+    """Rewrite a text file (a server's log) with every secret value masked, line by line through a temporary file
+    beside it, then an atomic rename; True when something was masked. A server logging its own argv (SGLang prints
+    ServerArgs, api_key included) leaves the key in its log: the actor scrubs the file once the server stopped."""
+    vals = sorted({v.encode("utf-8", "surrogatepass") for v in values}, key=len, reverse=True)
+    if not vals or not os.path.isfile(path):
+        return False
+    changed = False
+    tmp = f"{os.fspath(path)}.scrub-{os.getpid()}"
+    try:
+        with open(path, "rb") as src, open(tmp, "wb") as dst:
+            for line in src:
+                for v in vals:
+                    if v in line:
+                        line = line.replace(v, mask(v.decode("utf-8", "surrogatepass")).encode())
+                        changed = True
+                dst.write(line)
+        if changed:
+            os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return changed
 
 
 def scrub(doc: Doc, values: Iterable[str]) -> Doc:
