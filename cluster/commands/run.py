@@ -102,7 +102,9 @@ def _plan(spec: ExperimentSpec, port: int) -> None:
         # a tuned variant launches with its artifact, which exists only at run time: shown as a placeholder
         cmd = get_engine(v.engine).launch(with_artifact(v, None), "127.0.0.1", port, launcher, "python")
         base = " (baseline)" if v.is_baseline else ""
-        console.print(f"[bold]{v.name}[/]{base} engine={v.engine} tp={v.tp}")
+        fixed = v.args.get("port")
+        where = f"port {fixed} (fixed by args.port)" if fixed is not None else "a free port chosen at start"
+        console.print(f"[bold]{v.name}[/]{base} engine={v.engine} tp={v.tp} serves on {where}", markup=True)
         for k, val in sorted(redact_env(cmd.env).items()):  # secrets print as their fingerprints
             console.print(f"  env {k}={val}", highlight=False, soft_wrap=True)
         console.print("  " + " ".join(redact_argv(cmd.argv)), highlight=False, soft_wrap=True)
