@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -86,3 +87,47 @@ def remote_preflight(spec: ExperimentSpec, base_dir: Path,
         warn(line)
     return reports
 
+
+AUTH_FAILURE_TEXT = "InvalidAuthToken"
+"""What Ray 2.60's GCS client says when the cluster refuses a missing or wrong token (RPC status text)."""
+
+
+def _reload_ray_auth_config() -> None:
+    """Make this process see a RAY_AUTH_MODE set after Ray was imported: Ray caches its config and token at import
+    (its own `_enable_token_auth` refreshes them the same way: Config.initialize, then the token cache)."""
+    raylet = importlib.import_module("ray._raylet")
+    config, loader = getattr(raylet, "Config", None), getattr(raylet, "AuthenticationTokenLoader", None)
+    if config is None or loader is None:  # a Ray without token auth: nothing cached
+        return
+    config.initialize("")
+    loader.instance().reset_cache()
+
+
+def join_cluster(address: str, note: Callable[[str], object] = lambda line: print(line, file=sys.stderr, flush=True),
+                 ) -> None:
+    """`ray.init(address=...)` to a running cluster: token mode when only the token is given (said in one line), and
+    a cluster that refuses us for want of a token is an AuthError saying exactly what to set, not a traceback."""
+    from cluster.distributed.jobs import auth_instruction, token_auth_env
+    from cluster.errors import AuthError, EnvironmentFault
+
+    updates, line = token_auth_env(os.environ)
+    if line:
+        os.environ.update(updates)
+        _reload_ray_auth_config()
+        note(line)
+    try:
+        ray.init(address=address, log_to_driver=True)
+    except (ray.exceptions.AuthenticationError, ConnectionError) as e:
+        # without RAY_AUTH_MODE Ray retries, then raises ConnectionError from node.py's RuntimeError, which carries
+        # the GCS client's AuthenticationError only as text ("Last connection error: ..."): look down the chain
+        chain: list[BaseException] = []
+        link: Optional[BaseException] = e
+        while link is not None and len(chain) < 8:
+            chain.append(link)
+            link = link.__cause__ or link.__context__
+        if not any(isinstance(x, ray.exceptions.AuthenticationError) or AUTH_FAILURE_TEXT in str(x) for x in chain):
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise EnvironmentFault(f"cannot join the Ray cluster at {address}: {first}") from None
+        refused = bool(os.environ.get("RAY_AUTH_TOKEN", "").strip() or os.environ.get("RAY_AUTH_TOKEN_PATH"))
+        raise AuthError(auth_instruction(address, refused=refused), field="RAY_AUTH_TOKEN",
+                        expected="the cluster's Ray auth token") from None

@@ -595,7 +595,9 @@ def init_ray(address: Optional[str] = None, num_gpus: Optional[int] = None) -> N
         return
     addr = address or os.environ.get("RAY_ADDRESS")
     if addr:
-        ray.init(address=addr, log_to_driver=True)
+        from cluster.distributed.cluster_state import join_cluster
+
+        join_cluster(addr)  # token auth: RAY_AUTH_MODE=token when only RAY_AUTH_TOKEN is set; AuthError otherwise
     else:
         ray.init(address="local", include_dashboard=False, dashboard_host="127.0.0.1", log_to_driver=False,
                  num_gpus=num_gpus, object_store_memory=256 * 1024**2, _node_ip_address="127.0.0.1")

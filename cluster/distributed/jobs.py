@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import shlex
@@ -10,8 +11,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
+from ray.exceptions import AuthenticationError
 from ray.job_submission import JobStatus, JobSubmissionClient
 
 from cluster.spec.secrets import is_secret_name
@@ -110,17 +112,57 @@ def cluster_path(experiment: Path, working_dir: Optional[Path]) -> str:
                        "(only the working dir is uploaded)") from None
 
 
+AUTH_MODE_ENV = "RAY_AUTH_MODE"
+TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"
+
+
+def token_auth_env(environ: Mapping[str, str]) -> tuple[dict[str, str], Optional[str]]:
+    """What joining a Ray cluster needs added to the environment, and the one line that says so.
+
+    Ray sends the token in RAY_AUTH_TOKEN (or the file RAY_AUTH_TOKEN_PATH) only when RAY_AUTH_MODE=token is set
+    too; with the token alone, `ray.init(address=...)` to a token-auth cluster fails with a long traceback. A token
+    given and no mode chosen means token mode; a mode the user set (e.g. `disabled`) is left as it is."""
+    has_token = bool(environ.get(DEFAULT_TOKEN_ENV, "").strip() or environ.get(TOKEN_PATH_ENV, "").strip())
+    if not has_token or environ.get(AUTH_MODE_ENV):
+        return {}, None
+    which = DEFAULT_TOKEN_ENV if environ.get(DEFAULT_TOKEN_ENV, "").strip() else TOKEN_PATH_ENV
+    return {AUTH_MODE_ENV: "token"}, f"note: {which} is set and {AUTH_MODE_ENV} is not: using {AUTH_MODE_ENV}=token"
+
+
+def auth_instruction(address: str, token_env: str = DEFAULT_TOKEN_ENV, refused: bool = False) -> str:
+    """Exactly what to set for a cluster that refused us for want of (or for a wrong) token."""
+    if refused:
+        return (f"the Ray cluster at {address} refused the token in {token_env}: set {token_env} to that cluster's "
+                f"token (`ray get-auth-token` on its head node) and {AUTH_MODE_ENV}=token")
+    return (f"the Ray cluster at {address} requires token authentication: set {token_env} to its token "
+            f"(`ray get-auth-token` on its head node) and {AUTH_MODE_ENV}=token")
+
+
+@contextlib.contextmanager
+def _auth_errors(address: str, token_env: str) -> Iterator[None]:
+    """Ray's AuthenticationError (401/403 from the job API) as a one-line JobAuthError naming the variable."""
+    try:
+        yield
+    except AuthenticationError as e:
+        refused = "invalid or incorrect" in str(e.message) or "failed" in str(e.message).split(":", 1)[0]
+        raise JobAuthError(auth_instruction(address, token_env, refused), field=token_env,
+                           expected="the cluster's Ray auth token") from None
+
+
 class JobClient:
     """JobSubmissionClient with sglbench's entrypoint, auth header, log following and one-line errors."""
 
-    def __init__(self, address: str = DEFAULT_ADDRESS, headers: Optional[dict[str, str]] = None) -> None:
+    def __init__(self, address: str = DEFAULT_ADDRESS, headers: Optional[dict[str, str]] = None,
+                 token_env: str = DEFAULT_TOKEN_ENV) -> None:
         self.address = address
-        try:
-            self._client = JobSubmissionClient(address, headers=headers or None)
-        except ConnectionError as e:
-            raise JobError(f"cannot reach the Ray job API at {address}: {_first_line(e)}") from None
-        except RuntimeError as e:  # e.g. 401 from a token-authenticated cluster
-            raise JobError(f"Ray job API at {address} refused the connection: {_first_line(e)}") from None
+        self._auth = lambda: _auth_errors(address, token_env)
+        with self._auth():  # outside the try: a JobAuthError is a RuntimeError too
+            try:
+                self._client = JobSubmissionClient(address, headers=headers or None)
+            except ConnectionError as e:
+                raise JobError(f"cannot reach the Ray job API at {address}: {_first_line(e)}") from None
+            except RuntimeError as e:
+                raise JobError(f"Ray job API at {address} refused the connection: {_first_line(e)}") from None
 
     def __repr__(self) -> str:
         return f"JobClient({self.address!r})"
@@ -128,28 +170,34 @@ class JobClient:
     def submit(self, request: JobRequest, agent_wait_s: float = 60.0) -> str:
         """Submit; a head that has just started may have no job agent yet, so that one answer is retried."""
         deadline = time.monotonic() + agent_wait_s
-        while True:
-            try:
-                return str(self._client.submit_job(entrypoint=request.entrypoint(), runtime_env=request.runtime_env(),
-                                                   submission_id=request.submission_id,
-                                                   metadata={"tool": "sglbench", "experiment": request.experiment}))
-            except (RuntimeError, ValueError, ConnectionError) as e:
-                if "No available agent" in str(e) and time.monotonic() < deadline:
-                    time.sleep(1.0)
-                    continue
-                raise JobError(f"submitting {request.experiment} to {self.address} failed: {_first_line(e)}") from None
+        with self._auth():
+            while True:
+                try:
+                    return str(self._client.submit_job(entrypoint=request.entrypoint(),
+                                                       runtime_env=request.runtime_env(),
+                                                       submission_id=request.submission_id,
+                                                       metadata={"tool": "sglbench", "experiment": request.experiment}))
+                except (RuntimeError, ValueError, ConnectionError) as e:
+                    if "No available agent" in str(e) and time.monotonic() < deadline:
+                        time.sleep(1.0)
+                        continue
+                    raise JobError(f"submitting {request.experiment} to {self.address} failed: "
+                                   f"{_first_line(e)}") from None
 
     def status(self, job_id: str) -> str:
-        return str(JobStatus(self._client.get_job_status(job_id)).value)
+        with self._auth():
+            return str(JobStatus(self._client.get_job_status(job_id)).value)
 
     def logs(self, job_id: str) -> str:
-        return str(self._client.get_job_logs(job_id))
+        with self._auth():
+            return str(self._client.get_job_logs(job_id))
 
     def stop(self, job_id: str) -> bool:
-        try:
-            return bool(self._client.stop_job(job_id))
-        except RuntimeError as e:
-            raise JobError(f"stopping {job_id} failed: {_first_line(e)}") from None
+        with self._auth():
+            try:
+                return bool(self._client.stop_job(job_id))
+            except RuntimeError as e:
+                raise JobError(f"stopping {job_id} failed: {_first_line(e)}") from None
 
     def wait(self, job_id: str, timeout_s: float, poll_s: float = 1.0) -> str:
         """Poll until the job is terminal; returns its status, raises JobError on timeout."""
@@ -169,7 +217,8 @@ class JobClient:
             async for chunk in self._client.tail_job_logs(job_id):
                 write(chunk)
 
-        asyncio.run(_tail())
+        with self._auth():
+            asyncio.run(_tail())
         return self.wait(job_id, timeout_s=60.0, poll_s=0.5)
 
 
@@ -179,4 +228,5 @@ def _first_line(e: BaseException) -> str:
 
 
 def client_from_env(address: str, token_env: Optional[str] = DEFAULT_TOKEN_ENV, token_required: bool = False) -> JobClient:
-    return JobClient(address, auth_headers(token_env, os.environ, required=token_required))
+    return JobClient(address, auth_headers(token_env, os.environ, required=token_required),
+                     token_env or DEFAULT_TOKEN_ENV)
