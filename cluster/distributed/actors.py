@@ -86,10 +86,10 @@ class EngineActorImpl:
         self.engine = get_engine(variant.engine).with_api_key(api_key_of(variant.args))
         self.server: Optional[ServerProcess] = None
         self.base_url = ""
-        self.secrets = secret_values(variant.env, variant.args, launcher.launcher if launcher and launcher.launcher else ())
-        """Declared secret values: what the server echoes back (infos, log tails) is scrubbed of them."""
         self.server_pid: Optional[int] = None
         """The server process under the watchdog, once healthy."""
+        self.secrets = secret_values(variant.env, variant.args, launcher.launcher if launcher and launcher.launcher else ())
+        """Declared secret values: what the server echoes back (infos, log tails) is scrubbed of them."""
 
     def gpu_ids(self) -> list[str]:
         return [str(g) for g in ray.get_gpu_ids()]

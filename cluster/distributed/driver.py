@@ -418,14 +418,14 @@ class Driver:
                                          tail, server, seg, self.spec, self.git_sha))
             self._finish(p, "failed")
             return loads, _Death(f"it died in the window of run {p.order_index}", tail)
-        row = build_run_row(p, out, server, seg, self.spec, sorted(neighbours), self.git_sha)
         # dead with every request answered: it died after this window, whose measurement is whole
+        row = build_run_row(p, out, server, seg, self.spec, sorted(neighbours), self.git_sha)
         sm = out.server_metrics
         writer.commit(row, {"server_metrics": sm} if sm is not None and sm.num_rows else None)
         self._finish(p, row["status"])
-        return loads, None
         if not alive:
             return loads, _Death(f"it died after the window of run {p.order_index}", self._engine_tail(engine))
+        return loads, None
 
     def _gate(self, variant: ResolvedVariant, load: Any, server: ServerFacts, first: RunPlan) -> GateVerdict:
         """Ask the fixed gate prompts greedily; judge against the baseline's answers; store the evidence."""

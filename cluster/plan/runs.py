@@ -9,8 +9,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, Optional
 
 from cluster.errors import UserError
-from cluster.sim.model import Knobs
 from cluster.spec.secrets import redact_args, redact_env
+from cluster.sim.model import Knobs
 from cluster.spec.models import (ActiveTuning, ArgValue, BackendSweepOptions, BackendSweepTuning, EngineName,
                                  ExperimentSpec, NoTuning, SpeculativeSpec, VariantSpec, WorkloadSpec, check_name)
 
