@@ -58,8 +58,9 @@ MATRIX_VARIANTS: list[dict[str, Any]] = [
     {"name": "fp4-cutlass", "args": {"fp4-gemm-backend": "flashinfer_cutlass"}},
     {"name": "attn-flashinfer", "args": {"attention-backend": "flashinfer"}},
     {"name": "kv-fp8", "args": {"kv-cache-dtype": "fp8_e4m3"}},
-    {"name": "recipe-spellings", "args": {"mem-frac": 0.8, "speculative-draft-model": MODEL, "tp": 4},
-     "speculative": {"algorithm": "nextn", "num_steps": 3}},
+    # tp and the draft path go through model.tp and the speculative: block; as args the spec refuses them
+    {"name": "recipe-spellings", "args": {"mem-frac": 0.8},
+     "speculative": {"algorithm": "nextn", "num_steps": 3, "draft_model_path": MODEL}},
     {"name": "nextn-tuned-sm120", "args": {"moe-runner-backend": "flashinfer_cutlass",
                                            "fp4-gemm-backend": "flashinfer_cutlass",
                                            "quantization": "modelopt_fp4", "cuda-graph-max-bs-decode": 32},
@@ -252,7 +253,7 @@ def test_matrix_launch_commands_parse_with_intended_values(checked: dict[str, An
     assert vals["fp4-cudnn"]["fp4_gemm_runner_backend"] == "flashinfer_cudnn"
     assert vals["attn-flashinfer"]["attention_backend"] == "flashinfer"
     assert vals["kv-fp8"]["kv_cache_dtype"] == "fp8_e4m3"
-    assert vals["recipe-spellings"]["tp_size"] == 8  # the variant tp wins over a `tp` arg
+    assert vals["recipe-spellings"]["tp_size"] == 8  # model.tp
     assert vals["recipe-spellings"]["speculative_draft_model_path"] == MODEL
     assert vals["nextn-tuned-sm120"]["cuda_graph_max_bs_decode"] == 32
 
