@@ -46,7 +46,8 @@ def _input_checks(spec: ExperimentSpec, output: Optional[str] = None) -> dict[st
     variants = expand_variants(spec)
     reports = check_speculative_support(spec, variants) if Path(spec.model.path).exists() else {}
     root = None if output is None else resolve_output_root(output, Path.cwd())
-    check_inputs(spec, variants, reports, Path.cwd(), root)
+    for note in check_inputs(spec, variants, reports, Path.cwd(), root):
+        err_console.print(f"[cyan]dataset[/] {note}", soft_wrap=True, highlight=False)
     # the simulator's flags here; SGLang's and vLLM's by their own parsers in the GPU node's preflight
     for line in check_launch_flags(spec, variants, sys.executable, on_node=False):
         err_console.print(line, style="yellow", markup=False, soft_wrap=True)

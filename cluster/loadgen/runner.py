@@ -95,7 +95,7 @@ async def _dispatch(
     base_url: str,
     api: str,
     request_for: Callable[[int], HttpRequest],
-    prompt_len_for: Callable[[int], int],
+    prompt_for: Callable[[int], Prompt],
     indices: range,
     n_total: int,
     max_tokens: int,
@@ -114,19 +114,21 @@ async def _dispatch(
     clock = time.monotonic_ns
 
     async def one(i: int, intended_ns: int) -> None:
+        p = prompt_for(i)
         rec = RequestRecord(
             request_index=i,
             intended_send_ns=intended_ns,
             actual_send_ns=intended_ns,
-            prompt_tokens_sent=prompt_len_for(i),
-            max_tokens=max_tokens,
+            prompt_tokens_sent=_prompt_len(p),
+            max_tokens=p.max_tokens or max_tokens,
+            category=p.category,
         )
         try:
             r = request_for(i)
             url = urls.get(r.path)
             if url is None:
                 url = urls[r.path] = base_url + r.path
-            end_ns = await stream_request(session, url, r.body, new_parser(api), t0_ns, timeout, rec)
+            end_ns = await stream_request(session, url, r.body, new_parser(api), t0_ns, timeout, rec, r.headers)
         except Exception as e:  # a parser or client bug must not lose the record of a request already sent
             rec.error = rec.error or f"client error: {type(e).__name__}: {e}"
             end_ns = clock() - t0_ns
@@ -222,10 +224,11 @@ async def run_window(
 
     def request_for(i: int) -> HttpRequest:
         # built at send time: a long window never holds every request body at once
-        return engine.build_request(api, prompts[i], max_tokens, ignore_eos, temperature, model_name)
+        p = prompts[i]
+        return engine.build_request(api, p, p.max_tokens or max_tokens, ignore_eos, temperature, model_name)
 
-    def prompt_len_for(i: int) -> int:
-        return _prompt_len(prompts[i])
+    def prompt_for(i: int) -> Prompt:
+        return prompts[i]
 
     if load.kind == "concurrency":
         limit = shard_concurrency(int(load.value), shard_index, num_shards)
@@ -243,7 +246,7 @@ async def run_window(
                 pass
         window_start_unix_s = time.time()
         t0_ns = time.monotonic_ns()
-        await _dispatch(session, engine, base_url, api, request_for, prompt_len_for, indices, n_total, max_tokens,
+        await _dispatch(session, engine, base_url, api, request_for, prompt_for, indices, n_total, max_tokens,
                         load, seed, request_timeout_s, t0_ns, sink, num_shards, shard_index)
         sink.flush()
         after = await _scrape(session, engine, base_url) if scrape_metrics else {}

@@ -170,7 +170,7 @@ def run_key(
     ident = {
         "experiment": experiment,
         "variant": variant.identity(),
-        "workload": workload.model_dump(mode="json"),
+        "workload": workload.identity(),
         "load": asdict(load),
         "repeat": repeat,
         "seed": seed,
