@@ -27,6 +27,10 @@ class Format(str, enum.Enum):
     json = "json"
 
 
+class By(str, enum.Enum):
+    category = "category"
+
+
 ROOT_OPT = typer.Option("results", "--root", help="Dataset root: a local path or a pyarrow filesystem URI.")
 
 
@@ -79,9 +83,13 @@ def compare_cmd(
     ci: bool = typer.Option(False, "--ci", help="95% confidence intervals, speedup verdicts and quality warnings."),
     n_boot: int = typer.Option(2000, "--n-boot", min=100, help="Bootstrap resamples (with --ci)."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed (with --ci)."),
+    by: Optional[By] = typer.Option(None, "--by", help="Break the table down: 'category' (prompt categories, with "
+                                    "95% intervals)."),
 ) -> None:
     """Per load point and variant: means over ok repeats and output tok/s speedup over the baseline."""
-    if ci:
+    if by is By.category:
+        print_compare_by_category(root, experiment, baseline, fmt.value, n_boot, seed)
+    elif ci:
         print_compare_ci(root, experiment, baseline, fmt.value, n_boot, seed)
     else:
         print_compare(root, experiment, baseline, fmt.value)
@@ -119,6 +127,35 @@ def print_compare_ci(root: str, experiment: str, baseline: Optional[str], fmt_na
         for w in r.warnings:
             console.print(f"[yellow]warning[/] {r.workload} {r.load_kind}={r.load_value:g} {r.variant}: {w}",
                           highlight=False, soft_wrap=True)
+
+
+def print_compare_by_category(root: str, experiment: str, baseline: Optional[str], fmt_name: str,
+                              n_boot: int = 2000, seed: int = 0) -> None:
+    """Render compare_by_category: per prompt category acceptance, TPOT, TTFT and throughput with intervals."""
+    from cluster.analysis.categories import category_view, compare_by_category
+
+    fmt = Format(fmt_name)
+    with _clear_errors():
+        df = compare_by_category(root, experiment, baseline, n_boot=n_boot, seed=seed)
+    if df.empty:
+        err_console.print(f"no ok runs recorded for experiment {experiment!r} under {root!r}")
+        raise typer.Exit(2)
+    if fmt is not Format.table:
+        _emit(df, fmt)
+        return
+    view = category_view(df)
+    if df["workload"].nunique() == 1:
+        view = view.drop(columns="workload")
+    sim = " (simulated engine)" if "sim" in set(_engines(root, experiment)) else ""
+    _emit(view, fmt, title=f"{experiment} by category{sim}: estimate [95% CI]; * = baseline")
+    console.print(df.attrs.get("ci_method", ""), highlight=False, soft_wrap=True)
+
+
+def _engines(root: str, experiment: str) -> list[str]:
+    from cluster.dataset.store import DatasetStore
+
+    return [str(e) for e in DatasetStore(root, experiment).read_table("runs", columns=["engine"]).column("engine")
+            .to_pylist()]
 
 
 def print_compare(root: str, experiment: str, baseline: Optional[str], fmt_name: str) -> None:
