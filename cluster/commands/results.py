@@ -10,6 +10,7 @@ from typing import Any, Iterator, Optional
 import pandas as pd
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from cluster.errors import EnvironmentFault, SglbenchError
 from rich.table import Table
@@ -70,7 +71,7 @@ def _emit(df: pd.DataFrame, fmt: Format, title: str = "") -> None:
         for c in df.columns:
             t.add_column(str(c), justify="right" if pd.api.types.is_numeric_dtype(df[c]) else "left")
         for row in df.itertuples(index=False):
-            t.add_row(*(_cell(v) for v in row))
+            t.add_row(*(escape(_cell(v)) for v in row))  # "[no CI]" is text, not rich markup
         console.print(t)
 
 
@@ -140,6 +141,9 @@ def print_compare_by_category(root: str, experiment: str, baseline: Optional[str
     if df.empty:
         err_console.print(f"no ok runs recorded for experiment {experiment!r} under {root!r}")
         raise typer.Exit(2)
+    with_cats = set(df.loc[df["category"] != "-", "workload"])
+    if with_cats:  # workloads whose prompts have no categories would only repeat the plain compare table
+        df = df[df["workload"].isin(with_cats)].reset_index(drop=True)
     if fmt is not Format.table:
         _emit(df, fmt)
         return
