@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from cluster.analysis.request_metrics import client_lag
 from cluster.engines.base import Engine, HttpRequest, Prompt
-from cluster.loadgen.arrivals import poisson_offsets_ns
+from cluster.loadgen.arrivals import arrival_offsets_ns
 from cluster.loadgen.client import new_session, stream_request
 from cluster.plan.runs import LoadPoint
 from cluster.loadgen.sink import DEFAULT_BATCH_ROWS, BatchCallback, RecordSink
@@ -152,7 +152,8 @@ async def _dispatch(
         await asyncio.gather(*(worker() for _ in range(min(workers, len(indices)))))
     elif load.kind == "rate":
         # the global schedule of all n requests, of which this shard sends its own indices
-        offsets = poisson_offsets_ns(n_total, load.value, np.random.default_rng(seed))[indices.start::indices.step]
+        offsets = arrival_offsets_ns(n_total, load.value, load.arrival_cv,
+                                     np.random.default_rng(seed))[indices.start::indices.step]
         cap = (asyncio.Semaphore(max(1, shard_concurrency(int(load.max_concurrency), shard_index, num_shards)))
                if load.max_concurrency else None)
         tasks: set[asyncio.Task[None]] = set()

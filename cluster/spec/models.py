@@ -563,7 +563,11 @@ class WorkloadSpec(_Frozen):
 class LoadSpec(_Frozen):
     concurrency: list[int] = Field(default_factory=list)
     request_rate: list[float] = Field(default_factory=list)
-    """Open-loop Poisson arrival rates in requests/s."""
+    """Open-loop arrival rates in requests/s."""
+    arrival: Literal["poisson", "gamma"] = "poisson"
+    """Open-loop inter-arrival times: exponential (Poisson) or gamma with coefficient of variation `arrival_cv`
+    (cv > 1 burstier than Poisson, < 1 more regular; cv 1 has Poisson's spread)."""
+    arrival_cv: Optional[float] = Field(default=None, gt=0, le=100)
     max_concurrency: Optional[int] = Field(default=None, ge=1)
     """Cap on in-flight requests for open-loop load points."""
     actors_per_server: int = Field(default=1, ge=1, le=64)
@@ -596,6 +600,15 @@ class LoadSpec(_Frozen):
                                    "(each load actor runs an equal share of the closed loop)")
         if self.max_concurrency is not None and self.max_concurrency % n:
             raise FieldProblem(("max_concurrency",), f"max_concurrency must be a multiple of actors_per_server={n}")
+        return self
+
+    @model_validator(mode="after")
+    def _arrival(self) -> "LoadSpec":
+        if self.arrival == "gamma" and self.arrival_cv is None:
+            raise FieldProblem(("arrival_cv",), "gamma arrivals need arrival_cv (the inter-arrival coefficient of "
+                               "variation, e.g. 2 for bursty traffic)")
+        if self.arrival == "poisson" and self.arrival_cv is not None:
+            raise FieldProblem(("arrival_cv",), "arrival_cv is for arrival: gamma (Poisson's is 1 by definition)")
         return self
 
     @model_validator(mode="after")

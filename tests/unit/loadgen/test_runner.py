@@ -334,3 +334,18 @@ def test_each_request_carries_its_own_budget_and_category() -> None:
     assert req["completion_tokens"] == [5, 6, 7, 11, 11, 11]  # the server was asked for each budget
     assert req["category"] == [None, "code", None, "code", None, "code"]
     assert seen == [None, "code", None, "code", None, "code"]  # closed loop at 1: in request order
+
+
+def test_open_loop_gamma_point_sends_on_the_gamma_schedule() -> None:
+    from cluster.loadgen.arrivals import gamma_offsets_ns
+
+    n, rate, cv = 30, 300.0, 2.5
+
+    async def body(fake: FakeSGLang, url: str) -> WindowResult:
+        return await _window(url, _prompts(n), LoadPoint("rate", rate, None, cv), max_tokens=5)
+
+    res = asyncio.run(_with_server(0.001, body))
+    _check_ok_records(res, n, 5)
+    expected = gamma_offsets_ns(n, rate, cv, np.random.default_rng(42)).tolist()
+    assert res.requests.column("intended_send_ns").to_pylist() == expected
+    assert expected != poisson_offsets_ns(n, rate, np.random.default_rng(42)).tolist()
