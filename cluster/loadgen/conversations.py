@@ -5,7 +5,7 @@ A row's prompt is its turns before the first assistant turn (a system turn and t
 user turns), its reference answer that first assistant turn — the convention of SGLang's and vLLM's
 bench_serving ShareGPT loaders, which take turn 0 as the prompt and turn 1 as the completion. Without a chat
 template the prompt text is the turns' contents joined by a blank line; the chat API sends the turns as messages.
-Rows are never skipped silently: a row that cannot be read is a DatasetError (file:line, what was expected), a
+Rows are never skipped silently: a row that cannot be read is a ConversationError (file:line, what was expected), a
 row left out (no user text, no reference answer where one is needed, a category not selected, longer than
 `max_input_tokens`) is counted by reason in `Selection.filtered`, which validate/plan print.
 """
@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from cluster.engines.base import ChatTurn, Prompt
-from cluster.loadgen.datasets import DatasetError
+from cluster.errors import PromptSourceError
 from cluster.loadgen.lengths import OUTPUT_STREAM, draw_lengths, length_rng
 from cluster.spec.models import ConversationPrompts, LengthDist, WorkloadSpec
 
@@ -30,6 +30,11 @@ SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt"
 """ShareGPT `from` values (as the public ShareGPT dumps spell them) → OpenAI roles."""
 MESSAGE_ROLES = ("system", "user", "assistant")
 _CATEGORY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+class ConversationError(PromptSourceError):
+    """A conversation dataset that cannot be read, or a row that cannot: the message names file:line, the field and
+    what was expected."""
+
 
 Counter = Callable[[str], int]
 """Token count of a text (the workload's tokenizer)."""
@@ -76,9 +81,9 @@ class Selection:
                 + (f" ({per})" if per else "") + (f", {n_out} filtered ({why})" if n_out else ", none filtered"))
 
 
-def _error(path: pathlib.Path, line: int, message: str, fld: Optional[str] = None) -> DatasetError:
+def _error(path: pathlib.Path, line: int, message: str, fld: Optional[str] = None) -> ConversationError:
     where = f"{path}:{line}"
-    return DatasetError(f"{where}: {message}", file=where, field=fld, expected=message)
+    return ConversationError(f"{where}: {message}", file=where, field=fld, expected=message)
 
 
 def _objects(path: pathlib.Path) -> list[tuple[int, Any]]:
@@ -86,9 +91,9 @@ def _objects(path: pathlib.Path) -> list[tuple[int, Any]]:
     try:
         raw = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise DatasetError(f"{path}: dataset file not found", file=str(path)) from None
+        raise ConversationError(f"{path}: dataset file not found", file=str(path)) from None
     except (OSError, UnicodeDecodeError) as e:
-        raise DatasetError(f"{path}: cannot read the dataset file: {e}", file=str(path)) from None
+        raise ConversationError(f"{path}: cannot read the dataset file: {e}", file=str(path)) from None
     body = raw.lstrip()
     if body.startswith("["):
         return _array_elements(path, raw)
@@ -156,7 +161,7 @@ def _turns(path: pathlib.Path, line: int, obj: dict[str, Any], source: str) -> l
 
 
 def load_conversations(path: pathlib.Path, src: ConversationPrompts) -> list[ConversationRow]:
-    """Every row of a conversation dataset; DatasetError (file:line, field, expectation) at the first malformed one."""
+    """Every row of a conversation dataset; ConversationError (file:line, field, expectation) at the first malformed one."""
     rows: list[ConversationRow] = []
     for line, obj in _objects(path):
         if not isinstance(obj, dict):
@@ -171,7 +176,7 @@ def load_conversations(path: pathlib.Path, src: ConversationPrompts) -> list[Con
         ref = turns[first_answer].content if first_answer < len(turns) else None
         rows.append(ConversationRow(line, cat, prompt, ref))
     if not rows:
-        raise DatasetError(f"{path}: no rows (expected {'ShareGPT conversations' if src.source == 'sharegpt' else 'messages'})",
+        raise ConversationError(f"{path}: no rows (expected {'ShareGPT conversations' if src.source == 'sharegpt' else 'messages'})",
                            file=str(path))
     return rows
 
@@ -225,7 +230,7 @@ def conversation_prompts(sel: Selection, workload: WorkloadSpec, n: int, seed: i
     distribution, or each row's reference answer length (`dataset`). With `encode` the prompt is sent as token ids.
     """
     if not sel.rows:
-        raise DatasetError(f"{sel.path}: every row was filtered ({sel.summary()}); nothing to send",
+        raise ConversationError(f"{sel.path}: every row was filtered ({sel.summary()}); nothing to send",
                            file=str(sel.path), expected="at least one usable row")
     rng = np.random.default_rng(seed)
     picked: list[ConversationRow] = []
@@ -260,3 +265,21 @@ def tokenizer_functions(tokenizer_json: pathlib.Path) -> tuple[Counter, Encoder]
         return list(tok.encode(text, add_special_tokens=False).ids)
 
     return (lambda text: len(encode(text))), encode
+
+
+def load_selection(workload: WorkloadSpec, base_dir: pathlib.Path,
+                   model_path: str) -> tuple[Selection, Optional[Encoder]]:
+    """A conversation workload's rows and its encoder (None without a tokenizer): what the load actor sends and
+    what validate reports."""
+    from cluster.loadgen.text_prompts import tokenizer_file
+
+    src = workload.prompts
+    assert isinstance(src, ConversationPrompts)
+    assert src.path is not None  # the spec requires a path
+    path = src.path if pathlib.Path(src.path).is_absolute() else str(base_dir / src.path)
+    path_ = pathlib.Path(path)
+    rows = load_conversations(path_, src)
+    count = encode = None
+    if needs_tokenizer(workload):
+        count, encode = tokenizer_functions(tokenizer_file(src.tokenizer, model_path, base_dir))
+    return select_rows(path_, rows, workload, count), encode

@@ -33,7 +33,7 @@ def build_prompts(workload: WorkloadSpec, n: int, seed: int, base_dir: pathlib.P
         raise ValueError(f"number of prompts must be >= 0, got {n}")
     src = workload.prompts
     if isinstance(src, ConversationPrompts):
-        from cluster.loadgen.conversations import conversation_prompts
+        from cluster.loadgen.conversations import conversation_prompts, load_selection
 
         sel, encode = load_selection(workload, base_dir, model_path)
         return conversation_prompts(sel, workload, n, seed, encode)
@@ -47,7 +47,7 @@ def build_prompts(workload: WorkloadSpec, n: int, seed: int, base_dir: pathlib.P
             out = random_id_prompts(n, workload.input_tokens, src.vocab_size, rng)
         return with_output_budgets(out, workload, seed)
     if src.source == "jsonl":
-        return with_output_budgets(sample_jsonl(load_jsonl_prompts(_resolve(src.path, base_dir)), n,
+        return with_output_budgets(sample_jsonl(load_jsonl_prompts(resolve_path(src.path, base_dir)), n,
                                                 np.random.default_rng(seed)), workload, seed)
     if src.source == "text":
         from cluster.loadgen.text_prompts import build_text_prompts
@@ -56,7 +56,7 @@ def build_prompts(workload: WorkloadSpec, n: int, seed: int, base_dir: pathlib.P
     raise DatasetError(f"workload {workload.name!r}: unknown prompt source {src.source!r}")
 
 
-def _resolve(path: Optional[str], base_dir: pathlib.Path) -> pathlib.Path:
+def resolve_path(path: Optional[str], base_dir: pathlib.Path) -> pathlib.Path:
     assert path is not None  # the spec requires a path for file sources
     p = pathlib.Path(path)
     return p if p.is_absolute() else base_dir / p
@@ -68,22 +68,6 @@ def with_output_budgets(prompts: list[Prompt], workload: WorkloadSpec, seed: int
         return prompts
     budgets = draw_lengths(workload.output_tokens, len(prompts), length_rng(seed, OUTPUT_STREAM))
     return [dataclasses.replace(p, max_tokens=int(b)) for p, b in zip(prompts, budgets)]
-
-
-def load_selection(workload: WorkloadSpec, base_dir: pathlib.Path, model_path: str) -> Any:
-    """A conversation workload's rows (cluster.loadgen.conversations.Selection) and its encoder (None without a
-    tokenizer): what the load actor sends and what validate reports."""
-    from cluster.loadgen.conversations import load_conversations, needs_tokenizer, select_rows, tokenizer_functions
-    from cluster.loadgen.text_prompts import tokenizer_file
-
-    src = workload.prompts
-    assert isinstance(src, ConversationPrompts)
-    path = _resolve(src.path, base_dir)
-    rows = load_conversations(path, src)
-    count = encode = None
-    if needs_tokenizer(workload):
-        count, encode = tokenizer_functions(tokenizer_file(src.tokenizer, model_path, base_dir))
-    return select_rows(path, rows, workload, count), encode
 
 
 def build_prompt_sequence(workload: WorkloadSpec, n: int, seed: int, base_dir: pathlib.Path,

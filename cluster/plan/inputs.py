@@ -136,15 +136,14 @@ def _check_conversations(model_path: str, field: str, w: WorkloadSpec, src: Conv
                          limits: ModelLimits, base_dir: Path, absent_ok: bool) -> Optional[str]:
     """Every row parses (file:line at the first that does not); with a tokenizer every used row fits the context
     with its output budget. Returns the rows read / used / filtered note."""
-    from cluster.loadgen.conversations import needs_tokenizer
-    from cluster.loadgen.datasets import DatasetError, load_selection
-    from cluster.loadgen.text_prompts import TextPromptError
+    from cluster.errors import PromptSourceError
+    from cluster.loadgen.conversations import load_selection, needs_tokenizer
 
     if needs_tokenizer(w) and src.tokenizer is None and not Path(model_path).exists() and absent_ok:
         return None  # counted with the model's own tokenizer, which lives on the GPU node: checked there
     try:
         sel, _ = load_selection(w, base_dir, model_path)
-    except (DatasetError, TextPromptError) as e:
+    except PromptSourceError as e:
         raise PreflightError(f"{field}.prompts.path: {e}", file=e.file, field=e.field or f"{field}.prompts.path",
                              expected=e.expected) from None
     if not sel.rows:

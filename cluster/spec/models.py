@@ -549,11 +549,12 @@ class WorkloadSpec(_Frozen):
     def output_tokens_nominal(self) -> Optional[int]:
         return _length_nominal(self.output_tokens)
 
-    def identity(self) -> dict[str, Any]:
+    def identity(self) -> dict[str, object]:
         """What the run key hashes: the full dump, in the form workloads had before distributions and prompt
         source kinds (random_ids and jsonl without their new defaults), so existing datasets keep their keys."""
-        dump: dict[str, Any] = self.model_dump(mode="json")
+        dump: dict[str, object] = self.model_dump(mode="json")
         p = dump["prompts"]
+        assert isinstance(p, dict)
         if p["source"] in ("random_ids", "jsonl", "text"):
             dump["prompts"] = {"source": p["source"], "path": p.get("path"), "vocab_size": p.get("vocab_size", 32000),
                                "tokenizer": p.get("tokenizer")}

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from cluster.loadgen.conversations import load_conversations, select_rows
-from cluster.loadgen.datasets import DatasetError, build_prompts, load_selection
+from cluster.loadgen.conversations import ConversationError, load_conversations, load_selection, select_rows
+from cluster.loadgen.datasets import build_prompts
 from cluster.spec.models import WorkloadSpec
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
@@ -94,7 +94,7 @@ def test_malformed_rows_name_file_and_line(tmp_path: pathlib.Path, content: str,
     f = tmp_path / "bad.json"
     f.write_text(content)
     wl = _wl({"source": source, "path": str(f)})
-    with pytest.raises(DatasetError) as info:
+    with pytest.raises(ConversationError) as info:
         load_conversations(f, wl.prompts)  # type: ignore[arg-type]
     assert str(info.value).startswith(f"{f}:{where}: ") and fragment in str(info.value), str(info.value)
     assert info.value.file == f"{f}:{where}"
@@ -129,7 +129,7 @@ def test_filtered_rows_are_counted_by_reason(tmp_path: pathlib.Path) -> None:
 def test_all_rows_filtered_is_an_error_not_an_empty_window(tmp_path: pathlib.Path) -> None:
     f = tmp_path / "d.jsonl"
     f.write_text(json.dumps(_sg("", "x")) + "\n")
-    with pytest.raises(DatasetError, match="every row was filtered"):
+    with pytest.raises(ConversationError, match="every row was filtered"):
         build_prompts(_wl({"source": "sharegpt", "path": str(f)}), 2, 0, tmp_path)
 
 
