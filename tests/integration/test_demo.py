@@ -43,6 +43,7 @@ def test_demo_acceptance_and_speedup(ray_local: None, tmp_path: Path) -> None:
     data["sim"]["time_scale"] = 0.05
     data["workloads"][0]["num_requests"] = 64
     data["workloads"][1]["num_requests"] = 144  # every bundled row once per repeat: 24 per category
+    data["workloads"][1]["prompts"]["path"] = str(REPO / "datasets" / "categories-sharegpt.json")
     data["repeats"] = 2  # two repeats: per-category intervals exist
     data["load"]["concurrency"] = [1]
     data["output"] = str(tmp_path / "results")
