@@ -39,7 +39,9 @@ def test_demo_acceptance_and_speedup(ray_local: None, tmp_path: Path) -> None:
     demo = load_spec(REPO / "experiments" / "demo-sim.yaml")
     # Same experiment, run faster: simulated time scaled down, and enough requests that k=2 and k=3 cannot be
     # confused (expected gap 0.26 tokens/step is > 6 combined standard errors at 64 requests of 64 tokens).
-    data = demo.model_dump(mode="json")
+    # exclude_unset: a full dump would mark every variant's default `sim:` knob as set, and the variant level
+    # would then override the experiment's time_scale and category_accept_probs with the defaults
+    data = demo.model_dump(mode="json", exclude_unset=True)
     data["sim"]["time_scale"] = 0.05
     data["workloads"][0]["num_requests"] = 64
     data["workloads"][1]["num_requests"] = 144  # every bundled row once per repeat: 24 per category
