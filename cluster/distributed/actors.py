@@ -122,7 +122,7 @@ class EngineActorImpl:
                 line = scrub_text(e.log_line, self.secrets) if e.log_line else None
                 raise type(e)(scrub_text(str(e), self.secrets), tail, e.server_exit_code, log_line=line) from None
             infos: dict[str, Any] = {}
-            for name, path in self.engine.info_paths(self.launcher.version if self.launcher else None).items():
+            for name, path in self.engine.info_paths(self.engine.version_for(self.launcher, self.python)).items():
                 try:
                     infos[name] = http_get_json(self.base_url + path, timeout_s=10, headers=self.engine.headers)
                 except Exception as e:  # noqa: BLE001 - an info endpoint missing is recorded, not fatal

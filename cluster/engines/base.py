@@ -169,6 +169,10 @@ class Engine(ABC):
         argv = self.program(launcher, default_python) + self.server_args(variant, host, port, v)
         return LaunchCommand(argv=tuple(argv), env=self.server_env(variant, v))
 
+    def version_for(self, launcher: Optional[EngineLauncher], default_python: str) -> Optional[str]:
+        """The engine version launch commands are built for (the declared one unless an adapter detects it)."""
+        return launcher.version if launcher else None
+
     def runs_on_cpu(self, variant: ResolvedVariant) -> bool:
         """True when the variant's server computes on the CPU (a test or demo server): it needs no GPU."""
         return False

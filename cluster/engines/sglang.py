@@ -82,15 +82,23 @@ def detect_version(python: str, timeout_s: float = 60.0) -> Optional[str]:
     return out[-1].strip()
 
 
+class VersionMismatchError(UserError):
+    """The declared engines.sglang.version disagrees with the version installed for the engine's interpreter."""
+
+
 def resolve_version(declared: Optional[str], python: Optional[str]) -> str:
-    """Version to build argv for: declared in the spec, else installed for `python`, else DEFAULT_VERSION."""
-    if declared:
-        return declared
-    if python:
-        found = detect_version(python)
-        if found:
-            return found
-    return DEFAULT_VERSION
+    """Version to build argv for: the one installed for `python` (detected with the engine's own interpreter, on the
+    node), else the declared one (only where detection is impossible: no interpreter here, a launcher command, a
+    remote image), else DEFAULT_VERSION. A declared version that differs from the detected one is an error: an older
+    image would otherwise get 0.5.23's flags (issue 15 item 5). Compared on major.minor.patch, so `0.5.23` matches
+    an installed `0.5.23.post1`."""
+    found = detect_version(python) if python else None
+    if found and declared and parse_version(found) != parse_version(declared):
+        raise VersionMismatchError(
+            f"engines.sglang.version declares {declared!r} but {python} has sglang {found!r} installed; "
+            "fix or remove the declared version (it is used only where the installed one cannot be read)",
+            field="engines.sglang.version", expected=found)
+    return found or declared or DEFAULT_VERSION
 
 
 def uses_decode_graph_flags(version: Optional[str]) -> bool:
@@ -200,12 +208,18 @@ class SGLangEngine(Engine):
         default_python: str,
         version: Optional[str] = None,
     ) -> LaunchCommand:
-        """As Engine.launch, but a real SGLang with no declared version is asked for its installed one."""
-        declared = version or (launcher.version if launcher else None)
-        if declared is None and self.name == "sglang" and not (launcher and launcher.launcher):
-            python = launcher.python if launcher and launcher.python else default_python
-            declared = resolve_version(None, python)
-        return super().launch(variant, host, port, launcher, default_python, declared)
+        """As Engine.launch, but the version is the one installed for the engine's interpreter (see version_for)."""
+        return super().launch(variant, host, port, launcher, default_python,
+                              version or self.version_for(launcher, default_python))
+
+    def version_for(self, launcher: Optional[EngineLauncher], default_python: str) -> Optional[str]:
+        """Detected with the engine's own interpreter; the declared value only where nothing can be run here (a
+        launcher command, or an interpreter path that does not exist on this machine); a mismatch raises."""
+        declared = launcher.version if launcher else None
+        if self.name != "sglang" or (launcher and launcher.launcher):
+            return declared
+        python = launcher.python if launcher and launcher.python else default_python
+        return resolve_version(declared, python)
 
     def runs_on_cpu(self, variant: ResolvedVariant) -> bool:
         """`device: cpu` (SGLang's --device) in the variant's resolved args."""
