@@ -27,6 +27,20 @@ SERVER_INFO_RENAME = CUDA_GRAPH_REFACTOR
 /get_model_info. The exact release that added the new names is UNCONFIRMED, but the old names remain deprecated
 aliases through 0.5.23, so erring towards them is safe."""
 
+MAMBA_STRATEGY_RENAME = (0, 5, 15)
+"""First release assumed to spell the hybrid-model radix-cache strategy `--mamba-radix-cache-strategy` (0.5.23:
+sglang/srt/arg_groups/fields/exec_.py `mamba_radix_cache_strategy`, choices auto/no_buffer/extra_buffer/
+extra_buffer_lazy, default auto, resolved in arg_groups/overrides.py `_mamba_radix_cache_resolution`); earlier
+releases spell it `--mamba-scheduler-strategy` (PR #14792). The rename was filed as sglang#27418 (2026-06-06), in
+the same refactor window as CUDA_GRAPH_REFACTOR; the exact first release is UNCONFIRMED."""
+
+RENAMED_FLAGS: tuple[tuple[str, str, tuple[int, ...]], ...] = (
+    ("cuda-graph-max-bs", "cuda-graph-max-bs-decode", CUDA_GRAPH_REFACTOR),
+    ("cuda-graph-bs", "cuda-graph-bs-decode", CUDA_GRAPH_REFACTOR),
+    ("mamba-scheduler-strategy", "mamba-radix-cache-strategy", MAMBA_STRATEGY_RENAME),
+)
+"""(old spelling, new spelling, first release with the new one): the spec accepts either, argv gets the release's."""
+
 SPEC_V2_DEFAULT = (0, 5, 13)
 """Releases before this need SGLANG_ENABLE_SPEC_V2=1 for overlap scheduling with speculative decoding; newer
 ones ignore the variable (0.5.23 does not contain it)."""
@@ -143,14 +157,19 @@ def render_args(args: Mapping[str, ArgValue]) -> list[str]:
 def version_adjusted_args(args: Mapping[str, ArgValue], version: tuple[int, ...]) -> dict[str, ArgValue]:
     """Full flag names, and the spelling of release-dependent flags (both spellings are accepted in the spec)."""
     out = {canonical_key(k): v for k, v in args.items()}
-    new_style = version >= CUDA_GRAPH_REFACTOR
-    pairs = (("cuda-graph-max-bs", "cuda-graph-max-bs-decode"), ("cuda-graph-bs", "cuda-graph-bs-decode"))
-    for old, new in pairs:
+    for old, new, since in RENAMED_FLAGS:
+        new_style = version >= since
         if new_style and old in out:
             out.setdefault(new, out.pop(old))
         elif not new_style and new in out:
             out.setdefault(old, out.pop(new))
     return out
+
+
+def mamba_strategy_flag(version: Optional[str]) -> str:
+    """The release's spelling of the hybrid-model radix-cache strategy flag (see MAMBA_STRATEGY_RENAME)."""
+    return "--mamba-radix-cache-strategy" if parse_version(version) >= MAMBA_STRATEGY_RENAME \
+        else "--mamba-scheduler-strategy"
 
 
 class SGLangEngine(Engine):
