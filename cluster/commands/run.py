@@ -76,6 +76,11 @@ def _local_checks(spec: ExperimentSpec, quiet: bool = False, output: Optional[st
             err_console.print(line, style="red" if f.level == "error" else "yellow", markup=False, soft_wrap=True)
     if errors:
         raise typer.Exit(2)
+    if not quiet:
+        from cluster.engines.interconnect import collect_interconnect
+
+        for line in collect_interconnect().width_warnings():  # where this machine is a GPU node
+            err_console.print(f"warning: interconnect: {line}", style="yellow", markup=False, soft_wrap=True)
     if not Path(spec.model.path).exists() and spec.model.engine != "sim" and not quiet:
         err_console.print(f"[yellow]note[/] checkpoint {spec.model.path} is not readable here; "
                           "it is probed on a GPU node before any GPU is reserved", soft_wrap=True)
