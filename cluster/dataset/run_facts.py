@@ -41,6 +41,8 @@ class ServerFacts:
     server_saw_cuda_visible_devices: Optional[str]
     environment: dict[str, Any]
     """Package/driver versions captured on the node (or {"error": ...})."""
+    cap_log_lines: tuple[str, ...] = ()
+    """Server log lines (scrubbed) that state a lowered concurrency cap (engine.cap_log_marker), read at startup."""
 
 
 @dataclass(frozen=True)

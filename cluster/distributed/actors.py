@@ -156,6 +156,7 @@ class EngineActorImpl:
                 log_path=str(log_path),
                 server_pid=server_pid,
                 server_saw_cuda_visible_devices=_env_of(server_pid or 0).get("CUDA_VISIBLE_DEVICES"),
+                cap_log_lines=tuple(scrub_text(line, self.secrets) for line in self._cap_log_lines()),
             )
         assert last_err is not None
         raise ServerStartError(f"could not bind a free port after {MAX_PORT_TRIES} tries: {last_err}",
@@ -167,6 +168,18 @@ class EngineActorImpl:
         if self.server is None or not self.server.alive():
             return False
         return self.server_pid is None or pid_alive(self.server_pid)
+
+    def _cap_log_lines(self, max_bytes: int = 4 << 20) -> list[str]:
+        """Startup log lines naming a lowered concurrency cap (the engine's cap_log_marker), first 4 MiB only."""
+        marker = self.engine.cap_log_marker
+        if marker is None or self.server is None:
+            return []
+        try:
+            with open(self.server.log_path, "rb") as f:
+                head = f.read(max_bytes).decode("utf-8", "replace")
+        except OSError:
+            return []
+        return [line.strip() for line in head.splitlines() if marker in line][-4:]
 
     def log_tail(self, max_bytes: int = 8000) -> str:
         if self.server is None:

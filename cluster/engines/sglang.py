@@ -6,7 +6,7 @@ import functools
 import json
 import re
 import subprocess
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from cluster.engines.base import ConcurrencyCap, Engine, HttpRequest, LaunchCommand, Prompt, StreamParser
 from cluster.engines.streams import OpenAIStreamParser, SGLangNativeParser
@@ -180,6 +180,7 @@ class SGLangEngine(Engine):
     metrics_path = "/metrics"
     running_gauge = "sglang:num_running_reqs"
     queue_gauge = "sglang:num_queue_reqs"
+    cap_log_marker = "by the mamba state cache"
 
     def server_args(self, variant: ResolvedVariant, host: str, port: int, version: Optional[str]) -> list[str]:
         ver = parse_version(version)
@@ -290,8 +291,17 @@ class SGLangEngine(Engine):
             out[RESOLVED_CAP_KEY] = cap.value
         return out
 
-    def concurrency_cap(self, infos: Mapping[str, Any]) -> Optional[ConcurrencyCap]:
-        return concurrency_cap_from_server_info(infos.get("server_info"))
+    def concurrency_cap(self, infos: Mapping[str, Any], log_lines: Sequence[str] = ()) -> Optional[ConcurrencyCap]:
+        """server_info's scheduler figure (which on 0.5.23 already includes the Mamba state-slot cap), lowered to and
+        explained by the log's state-slot line where it is lower or the figure is missing (older releases)."""
+        cap = concurrency_cap_from_server_info(infos.get("server_info"))
+        slots = mamba_cap_from_log(log_lines)
+        if slots is None:
+            return cap
+        value, cause = slots
+        if cap is None or value < cap.value:
+            return ConcurrencyCap(value, "server log: mamba state cache line", cap.declared if cap else None, cause)
+        return ConcurrencyCap(cap.value, cap.source, cap.declared, cause if value == cap.value else None)
 
     def window_acceptance(self, before: Mapping[str, float], after: Mapping[str, float],
                           n_requests: int) -> dict[str, float]:
@@ -440,3 +450,25 @@ def concurrency_cap_from_server_info(doc: Any) -> Optional[ConcurrencyCap]:
     if declared is not None:
         return ConcurrencyCap(declared, "server_info.max_running_requests", declared)
     return None
+
+
+MAMBA_CAP_LINE = re.compile(
+    r"max_running_requests is capped to (\d+) by the mamba state cache \(max_mamba_cache_size=(\d+), (\d+) state "
+    r"slots per request\)")
+"""SGLang 0.5.23's warning when hybrid models' Mamba state slots lower the running-request cap
+(mem_cache/kv_cache_configurator.py `resolve_max_num_reqs`: "max_running_requests is capped to %d by the mamba state
+cache (max_mamba_cache_size=%d, %d state slots per request)"). Speculative decoding needs several slots per request
+(sglang#36889), so a NEXTN variant can be capped where its baseline is not; sglang#38846: "every N=16/24/32 number
+measured the queue"."""
+
+
+def mamba_cap_from_log(lines: Sequence[str]) -> Optional[tuple[int, str]]:
+    """(cap, cause) from the last state-slot cap line in the server log, or None."""
+    found: Optional[tuple[int, str]] = None
+    for line in lines:
+        m = MAMBA_CAP_LINE.search(line)
+        if m:
+            cap, pool, ratio = (int(x) for x in m.groups())
+            found = (cap, f"Mamba state slots: max_mamba_cache_size={pool}, {ratio} slots per request "
+                          f"(SGLang's log: 'capped to {cap} by the mamba state cache')")
+    return found
