@@ -16,6 +16,7 @@ from cluster.engines.flagcheck import check_launch_flags
 from cluster.engines.registry import get_engine
 from cluster.plan.runs import expand_variants, make_plan
 from cluster.plan.fairness import ModelFacts, check_fairness, format_findings
+from cluster.plan.model_rules import facts_from_json
 from cluster.plan.inputs import check_inputs, resolve_output_root
 from cluster.errors import UserError
 from cluster.plan.preflight import PreflightError, check_speculative_support
@@ -117,9 +118,15 @@ def plan(experiment: Path = typer.Argument(..., help="experiment YAML"),
 
 
 def _plan(spec: ExperimentSpec, port: int) -> None:
-    _local_checks(spec)
-    runs = make_plan(spec)
-    variants = expand_variants(spec)
+    from cluster.plan.sweep_collapse import collapse_fp4_duplicates, undecided_note
+
+    reports = _local_checks(spec)
+    facts = {p: facts_from_json(r) for p, r in reports.items()}
+    variants, notes = collapse_fp4_duplicates(expand_variants(spec), facts)
+    kept = {v.name for v in variants}
+    runs = make_plan(spec, keep=lambda v: v.name in kept)
+    for line in notes + [n for n in [undecided_note(variants, facts)] if n]:
+        err_console.print(f"note: {line}", style="yellow", markup=False, soft_wrap=True)
     for v in variants:
         launcher = spec.engines.get(v.engine)
         # a tuned variant launches with its artifact, which exists only at run time: shown as a placeholder

@@ -188,6 +188,20 @@ class Driver:
                 self.result.statuses[p.run_key] = "skipped"
         return todo
 
+    def _plans(self) -> list[RunPlan]:
+        """The plan without the back-end sweep duplicates the GPU node's probe proves identical (plan/sweep_collapse.py;
+        nothing collapses without a probe)."""
+        from cluster.plan.model_rules import facts_from_json
+        from cluster.plan.sweep_collapse import collapse_fp4_duplicates
+
+        reports = getattr(self, "preflight", None) or {}
+        facts = {p: facts_from_json(r) for p, r in reports.items() if isinstance(r, dict)}
+        kept, notes = collapse_fp4_duplicates(expand_variants(self.spec), facts)
+        for line in notes:
+            self.log(f"note: {line}")
+        names = {v.name for v in kept}
+        return make_plan(self.spec, keep=lambda v: v.name in names)
+
     def run(self) -> ExperimentResult:
         """Run what is left of the experiment while holding its dataset's lock (DatasetLocked naming the holder
         when another driver writes it); the lock is released on return and on an exception."""
@@ -195,7 +209,7 @@ class Driver:
             return self._run()
 
     def _run(self) -> ExperimentResult:
-        plans = make_plan(self.spec)
+        plans = self._plans()
         nodes = gpu_nodes()
         node_gpus = [n["gpus"] for n in nodes]
         gpn = max(node_gpus, default=0)

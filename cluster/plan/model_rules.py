@@ -44,16 +44,20 @@ class ModelFacts:
 
     @classmethod
     def from_report(cls, report: "ProbeReport") -> "ModelFacts":
-        types = " ".join(report.config.layer_types).lower()
-        nvfp4 = bool(report.quant.quant_algo and "FP4" in report.quant.quant_algo.upper())
-        quantized = report.quantized_families
-        return cls(
-            hybrid="linear" in types or "mamba" in types,
-            moe=bool(report.config.num_experts),
-            nvfp4=nvfp4,
-            dense_nvfp4_families=tuple(f for f in quantized if not _ROUTED.search(f)) if nvfp4 else (),
-            routed_nvfp4=nvfp4 and any(_ROUTED.search(f) for f in quantized),
-        )
+        return facts_from_json(report.to_json())
+
+
+def facts_from_json(report: Mapping[str, Any]) -> ModelFacts:
+    """ModelFacts from a stored probe report (ProbeReport.to_json(), e.g. the GPU node's preflight answer)."""
+    cfg = report.get("config") or {}
+    quant = report.get("quantization") or {}
+    types = " ".join(cfg.get("layer_types") or {}).lower()
+    algo = quant.get("quant_algo")
+    nvfp4 = bool(isinstance(algo, str) and "FP4" in algo.upper())
+    quantized = list(quant.get("quantized_families") or {})
+    return ModelFacts(hybrid="linear" in types or "mamba" in types, moe=bool(cfg.get("num_experts")), nvfp4=nvfp4,
+                      dense_nvfp4_families=tuple(f for f in quantized if not _ROUTED.search(f)) if nvfp4 else (),
+                      routed_nvfp4=nvfp4 and any(_ROUTED.search(f) for f in quantized))
 
 
 def _set(v: Any) -> bool:
