@@ -12,6 +12,8 @@ from typing import Any, Optional
 
 import pyarrow as pa
 
+from cluster.loadgen.output_sample import OutputSample
+
 
 @dataclass(frozen=True)
 class ServerFacts:
@@ -90,6 +92,8 @@ class WindowSummary:
     flushed: bool
     load_actor_peak_buffered_rows: int
     server_metrics: Optional[pa.RecordBatch] = None
+    samples: tuple[OutputSample, ...] = ()
+    """The run's output sample over every shard (loadgen/output_sample.py)."""
 
 
 @dataclass(frozen=True)

@@ -189,11 +189,17 @@ def build_run_row(p: RunPlan, out: WindowSummary, server: ServerFacts, segment: 
     if not out.flushed:
         invalid.append("cache flush before the measured window failed")
     cap_reasons, concurrency = concurrency_check(p, out, server, n_req)
+    from cluster.loadgen.output_sample import sample_verdict
+
+    garbage, output_sample = sample_verdict(out.samples)
     invalid.extend(cap_reasons)
+    if garbage:
+        invalid.append(garbage)
     status = "failed" if n_ok == 0 else ("invalid" if invalid else "ok")
     row = _common(p, spec, server, segment, git_sha, out.load_actor_peak_buffered_rows)
     provenance = json.loads(row["provenance_json"])
     provenance["concurrency"] = concurrency
+    provenance["output_sample"] = output_sample
     row["provenance_json"] = json.dumps(provenance, sort_keys=True, default=str)
     row.update({
         "status": status,

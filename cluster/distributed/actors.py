@@ -20,6 +20,7 @@ from cluster.dataset.run_facts import ServerFacts
 from cluster.spec.secrets import redact_argv, redact_env, scrub, scrub_file, scrub_text, secret_values
 from cluster.loadgen.gate import GateAnswers
 from cluster.plan.runs import LoadPoint, ResolvedVariant
+from cluster.loadgen.output_sample import OutputSample
 from cluster.loadgen.server_metrics import MetricsScraper
 from cluster.server.process import (PortNotOwnedError, ServerProcess, ServerStartError, free_port, http_get_json,
                                     http_status, kill_group, pid_alive)
@@ -60,6 +61,7 @@ class ShardSummary:
     n_chunks: int
     peak_buffered_rows: int
     server_metrics: Optional[pa.RecordBatch]
+    samples: tuple[OutputSample, ...] = ()
 
 
 LoadMessage = Union[LoadBatch, ShardSummary]
@@ -301,6 +303,7 @@ class LoadActorImpl:
             n_chunks=res.n_chunks,
             peak_buffered_rows=res.peak_buffered_rows,
             server_metrics=scraper.batch(res.window_start_unix_s) if scraper is not None else None,
+            samples=res.samples,
         )
 
 

@@ -383,6 +383,7 @@ class Driver:
             flushed=prep.flushed,
             load_actor_peak_buffered_rows=max(s.peak_buffered_rows for s in summaries),
             server_metrics=first.server_metrics,
+            samples=tuple(sorted((x for s in summaries for x in s.samples), key=lambda x: x.request_index)),
         )
 
     def _one_run(self, p: RunPlan, engine: Any, loads: list[Any], pg: Any, server: ServerFacts,
@@ -434,8 +435,13 @@ class Driver:
             return loads, _Death(f"it died in the window of run {p.order_index}", tail)
         # dead with every request answered: it died after this window, whose measurement is whole
         row = build_run_row(p, out, server, seg, self.spec, sorted(neighbours), self.git_sha)
+        from cluster.loadgen.output_sample import samples_table
+
         sm = out.server_metrics
-        writer.commit(row, {"server_metrics": sm} if sm is not None and sm.num_rows else None)
+        extra: dict[str, Any] = {"server_metrics": sm} if sm is not None and sm.num_rows else {}
+        if out.samples:  # the output ids of the run's deterministic sample: the evidence of a garbage verdict
+            extra["output_samples"] = samples_table(out.samples)
+        writer.commit(row, extra or None)
         self._finish(p, row["status"])
         if not alive:
             return loads, _Death(f"it died after the window of run {p.order_index}", self._engine_tail(engine))

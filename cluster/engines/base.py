@@ -93,6 +93,10 @@ class StreamParser(ABC):
         """Output text (only parsers built with keep_text=True keep it; used by the correctness gate)."""
         return ""
 
+    def output_ids(self) -> Optional[list[int]]:
+        """Output token ids, where the stream carries them and the parser was built with keep_text=True."""
+        return None
+
 
 @dataclass(frozen=True)
 class Prompt:

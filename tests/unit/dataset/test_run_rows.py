@@ -156,3 +156,24 @@ def test_a_state_slot_cap_below_the_offered_concurrency_is_invalid_with_its_caus
     assert ev["cap"] == 1 and "Mamba state slots" in ev["cap_cause"]
     assert build_run_row(_plan("mtp"), _window(2, 0), SERVER, SEGMENT, parse_spec_text(SPEC), [], None)[
         "status"] == "ok"
+
+
+def test_garbage_in_the_output_sample_makes_the_run_invalid_with_evidence() -> None:
+    """Issue 15 item 4: ignore_eos throughput over NaN rows is not a measurement."""
+    from dataclasses import replace
+
+    from cluster.loadgen.output_sample import OutputSample, samples_table
+
+    good = OutputSample(0, (11, 12, 13, 14), "a sane answer")
+    nan = OutputSample(1, None, "nan")  # an OpenAI stream carries no ids: the text is judged
+    spec = parse_spec_text(SPEC)
+    ok = build_run_row(_plan("mtp"), replace(_window(2, 0), samples=(good,)), SERVER, SEGMENT, spec, [], None)
+    assert ok["status"] == "ok"
+    assert json.loads(ok["provenance_json"])["output_sample"]["degenerate"] == []
+    bad = build_run_row(_plan("mtp"), replace(_window(2, 0), samples=(good, nan)), SERVER, SEGMENT, spec, [], None)
+    assert bad["status"] == "invalid" and "1 of 2 sampled outputs are garbage (request 1: output is 'nan')" in \
+        bad["invalid_reasons"]
+    ev = json.loads(bad["provenance_json"])["output_sample"]
+    assert ev["indices"] == [0, 1] and ev["degenerate"][0]["text_head"] == "nan"
+    t = samples_table((good, nan)).to_pylist()
+    assert t[0]["output_ids"] == [11, 12, 13, 14] and t[1]["degenerate"] == "output is 'nan'"
