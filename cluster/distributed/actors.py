@@ -218,12 +218,13 @@ class LoadActorImpl:
 
         return build_prompt_sequence(workload, n, seed, self.base_dir)
 
-    def run_gate(self, base_url: str, model_name: str, timeout_s: float = 300.0) -> GateAnswers:
+    def run_gate(self, base_url: str, model_name: str, timeout_s: float = 300.0,
+                 filler: Optional[int] = None) -> GateAnswers:
         import asyncio
 
         from cluster.loadgen.gate import collect_gate_answers
 
-        return asyncio.run(collect_gate_answers(self.engine, base_url, model_name, timeout_s))
+        return asyncio.run(collect_gate_answers(self.engine, base_url, model_name, timeout_s, filler))
 
     def visible_gpus(self) -> str:
         return os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")

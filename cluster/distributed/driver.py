@@ -454,7 +454,7 @@ class Driver:
         model_name = self.spec.model.served_name or self.spec.model.path
         try:
             answers: GateAnswers = ray.get(load.run_gate.remote(server.base_url, model_name,
-                                                                self.spec.request_timeout_s))
+                                                                self.spec.request_timeout_s, gate_filler(self.spec)))
         except (RayActorError, RayTaskError) as e:
             answers = GateAnswers.failed(_error_text(e)[0])
         self.gates.put(variant.name, answers)
@@ -469,13 +469,15 @@ class Driver:
                                is_nextn, min_prefix_tokens=self.spec.correctness.min_prefix_tokens,
                                check_answers=self.spec.correctness.check_answers)
         reasons = list(result.reasons)
+        under_load = answers.loaded_problems()
+        reasons.extend(under_load)
         if base is None and self.baseline_name and self.baseline_name != variant.name:
             reasons.append("note: the baseline gave no gate answers, so no prefix comparison was made")
         elif base is not None and base.stored:
             reasons.append("note: prefix compared with the baseline's gate answers stored in the dataset")
         table = correctness_rows(self.spec.name, variant.name, variant.engine, result, answers.outputs)
         self.store.write_variant_table("correctness", variant.name, gate_key(variant), table)
-        return GateVerdict(result.passed, tuple(reasons), result.accept_length)
+        return GateVerdict(result.passed and not under_load, tuple(reasons), result.accept_length)
 
     def _baseline_answers(self, variants: list[ResolvedVariant], segments: list[tuple[ResolvedVariant, list[RunPlan]]]
                           ) -> list[tuple[ResolvedVariant, list[RunPlan]]]:
@@ -567,6 +569,19 @@ class Driver:
             remove_placement_group(pg)
         except Exception:  # noqa: BLE001
             pass
+
+
+def gate_filler(spec: ExperimentSpec) -> int:
+    """Filler requests around the gate's concurrent pass: the experiment's highest offered concurrency (closed-loop
+    value, or an open loop's max_concurrency) less the gate prompts, never below 0."""
+    from cluster.analysis.correctness import GATE_PROMPTS
+    from cluster.plan.runs import load_points
+
+    peak = 0
+    for lp in load_points(spec):
+        bound = lp.value if lp.kind == "concurrency" else (lp.max_concurrency or 0)
+        peak = max(peak, int(bound))
+    return max(0, peak - len(GATE_PROMPTS))
 
 
 def actor_name(role: str, experiment: str, variant: str) -> str:
