@@ -77,6 +77,10 @@ def _local_checks(spec: ExperimentSpec, quiet: bool = False, output: Optional[st
             err_console.print(line, style="red" if f.level == "error" else "yellow", markup=False, soft_wrap=True)
     if errors:
         raise typer.Exit(2)
+    if not quiet and not findings:
+        deferred = "" if reports else "; the checkpoint- and GPU-dependent rules run again on the GPU node"
+        err_console.print(f"fairness: no findings over {len(variants)} variant(s){deferred}", markup=False,
+                          soft_wrap=True)
     if not quiet:
         from cluster.engines.interconnect import collect_interconnect
 
