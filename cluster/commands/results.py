@@ -70,17 +70,29 @@ def _emit(df: pd.DataFrame, fmt: Format, title: str = "") -> None:
         console.print(t)
 
 
+NEW_ROOT_OPT = typer.Option(None, "--new-root", help="Dataset root of the second experiment (default: --root), "
+                            "e.g. the same experiment run from another commit into another output: root.")
+
+
 @results_app.command("compare")
 def compare_cmd(
     experiment: str = typer.Argument(..., help="Experiment name (a directory under --root)."),
+    experiment_b: Optional[str] = typer.Argument(
+        None, metavar="[EXP_B]", help="A second experiment: compare it point for point against the first "
+        "(matched by workload, load point and variant), with intervals and verdicts."),
     root: str = ROOT_OPT,
+    new_root: Optional[str] = NEW_ROOT_OPT,
     baseline: str = typer.Option(None, "--baseline", help="Variant to compute speedups against."),
     fmt: Format = typer.Option(Format.table, "--format", help="Output format."),
     ci: bool = typer.Option(False, "--ci", help="95% confidence intervals, speedup verdicts and quality warnings."),
     n_boot: int = typer.Option(2000, "--n-boot", min=100, help="Bootstrap resamples (with --ci)."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed (with --ci)."),
 ) -> None:
-    """Per load point and variant: means over ok repeats and output tok/s speedup over the baseline."""
+    """Per load point and variant: means over ok repeats and output tok/s speedup over the baseline. With EXP_B:
+    EXP_B against EXP (same workload, load point and variant), each ratio > 1 when EXP_B is better."""
+    if experiment_b is not None or new_root is not None:
+        print_cross(root, experiment, new_root or root, experiment_b or experiment, fmt.value, n_boot, seed)
+        return
     if ci:
         print_compare_ci(root, experiment, baseline, fmt.value, n_boot, seed)
     else:
@@ -176,6 +188,88 @@ def print_resolved_differences(root: str, experiment: str) -> None:
         items = "; ".join(f"{k}: {a!r} (baseline) vs {b!r}" for k, (a, b) in d.items())
         console.print(f"[yellow]warning[/] {variant}: resolved server args differ from the baseline's beyond "
                       f"what the spec declares: {items}", highlight=False, soft_wrap=True)
+
+
+def _cross(root: str, base: str, new_root: str, new: str, n_boot: int, seed: int) -> pd.DataFrame:
+    from cluster.analysis.cross_experiment import Side, compare_experiments
+
+    with _clear_errors():
+        return compare_experiments(Side(root, base), Side(new_root, new), n_boot=n_boot, seed=seed)
+
+
+def print_cross(root: str, base: str, new_root: str, new: str, fmt_name: str, n_boot: int, seed: int) -> None:
+    """Render compare_experiments: one table per workload and load point, a row per variant and metric."""
+    from cluster.analysis import stats
+    from cluster.analysis.comparison import format_speedup
+    from cluster.analysis.cross_experiment import CROSS_METRICS
+
+    fmt = Format(fmt_name)
+    df = _cross(root, base, new_root, new, n_boot, seed)
+    if fmt is not Format.table:
+        _emit(df, fmt)
+        return
+    from rich import box
+
+    labels = {"output_tok_s": "tok/s", "tpot_ms_mean": "TPOT ms", "ttft_ms_p99": "TTFT99 ms"}
+    a, b = (base if root == new_root else f"{root}:{base}"), (new if root == new_root else f"{new_root}:{new}")
+    console.print(f"BASE = {a} (commit {df.attrs['base_sha']}), NEW = {b} (commit {df.attrs['new_sha']}). "
+                  "NEW/BASE > 1 means NEW is better (for latencies it is BASE/NEW); 95% intervals; verdicts after "
+                  "Holm correction over the whole comparison (n.s. = no significant difference; 1 rep = a side "
+                  "has one repeat, so no interval); reps = ok repeats BASE/NEW.", highlight=False)
+    for (wl, kind, value), part in df.groupby(["workload", "load_kind", "load_value"], sort=True):
+        load = f"concurrency {value:g}" if kind == "concurrency" else f"rate {value:g} req/s"
+        t = Table(title=f"{wl} ({part['input_tokens'].iloc[0]}→{part['output_tokens'].iloc[0]} tokens), {load}",
+                  box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
+        for col in ("variant", "metric", "reps", "BASE", "NEW", "NEW/BASE [95% CI]", "verdict"):
+            t.add_column(col, justify="left" if col in ("variant", "metric", "verdict") else "right")
+        short = {stats.VERDICT_NO_DIFFERENCE: "n.s.", stats.VERDICT_INSUFFICIENT: "1 rep"}
+        for r in part.to_dict("records"):
+            for name, _ in CROSS_METRICS:
+                ratio = format_speedup(r[f"{name}_ratio"], r[f"{name}_ratio_lo"], r[f"{name}_ratio_hi"], "")
+                t.add_row(r["variant"], labels[name], r[f"{name}_repeats"], _cell(r[f"{name}_base"]),
+                          _cell(r[f"{name}_new"]), ratio, short.get(r[f"{name}_verdict"], r[f"{name}_verdict"]))
+        console.print(t)
+    for line in df.attrs["unmatched"]:
+        console.print(f"[yellow]not compared[/] {line}", highlight=False, soft_wrap=True)
+
+
+@results_app.command("regress")
+def regress_cmd(
+    base: str = typer.Argument(..., help="Baseline experiment (under --root)."),
+    new: str = typer.Argument(..., help="Experiment to check (under --new-root, default --root)."),
+    max_slowdown: str = typer.Option("5%", "--max-slowdown", help="Allowed slowdown, e.g. 5% (or 0.05)."),
+    root: str = ROOT_OPT,
+    new_root: Optional[str] = NEW_ROOT_OPT,
+    n_boot: int = typer.Option(2000, "--n-boot", min=100, help="Bootstrap resamples."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+) -> None:
+    """CI gate: exit 1 when NEW is significantly slower than BASE by more than --max-slowdown on output tok/s,
+    mean TPOT or TTFT p99 at any matched point (workload, load point, variant); 0 when not; 2 when nothing can be
+    judged (no common point, or no point with two ok repeats on each side)."""
+    from cluster.analysis.cross_experiment import parse_fraction, regressions, undecided
+    from cluster.errors import UserError
+
+    limit = parse_fraction(max_slowdown)
+    df = _cross(root, base, new_root or root, new, n_boot, seed)
+    found = regressions(df, limit)
+    open_cells = undecided(df)
+    total = len(df) * 3
+    if open_cells == total:
+        raise UserError(f"no matched point of {base!r} and {new!r} has two ok repeats on each side, so nothing can "
+                        "be judged", field="repeats", expected="at least 2 ok repeats per point on both sides "
+                        "(3 or more for a trustworthy gate)")
+    for r in found:
+        console.print(f"REGRESSION {r.point}: {r.metric} NEW/BASE {r.ratio:.3f} [{r.lo:.3f}, {r.hi:.3f}], "
+                      f"beyond the allowed {limit:.1%}", highlight=False, soft_wrap=True)
+    if open_cells:
+        console.print(f"[yellow]warning[/] {open_cells} of {total} (point, metric) cells have too few repeats "
+                      "for a verdict and were not judged", highlight=False, soft_wrap=True)
+    for line in df.attrs["unmatched"]:
+        console.print(f"[yellow]not compared[/] {line}", highlight=False, soft_wrap=True)
+    console.print(f"{len(found)} regression(s) beyond {limit:.1%} in {total - open_cells} judged (point, metric) "
+                  f"cells", highlight=False)
+    if found:
+        raise typer.Exit(1)
 
 
 @results_app.command("list")
