@@ -599,6 +599,14 @@ def init_ray(address: Optional[str] = None, num_gpus: Optional[int] = None) -> N
 
         join_cluster(addr)  # token auth: RAY_AUTH_MODE=token when only RAY_AUTH_TOKEN is set; AuthError otherwise
     else:
+        if "RAY_AUTH_MODE" not in os.environ:
+            # Ray 2.60 turns token auth on for every new local cluster when the mode is unset, and warns about it on
+            # every run (ray/_private/authentication/authentication_token_setup.py, enable_token_auth_by_default);
+            # choosing the same mode explicitly keeps the secure default and drops the warning.
+            from cluster.distributed.cluster_state import reload_ray_auth_config
+
+            os.environ["RAY_AUTH_MODE"] = "token"
+            reload_ray_auth_config()
         ray.init(address="local", include_dashboard=False, dashboard_host="127.0.0.1", log_to_driver=False,
                  num_gpus=num_gpus, object_store_memory=256 * 1024**2, _node_ip_address="127.0.0.1")
 
