@@ -14,6 +14,8 @@ from rich.console import Console
 from cluster.errors import EnvironmentFault, SglbenchError
 from rich.table import Table
 
+from cluster.commands.terminal import print_table
+
 console = Console()
 err_console = Console(stderr=True)
 
@@ -40,12 +42,25 @@ def _clear_errors() -> Iterator[None]:
         raise EnvironmentFault(f"cannot read the dataset: {e}") from e
 
 
-def _cell(v: Any) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
+def _missing(v: Any) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
+
+
+def _cell(v: Any, digits: Optional[int] = None) -> str:
+    if _missing(v):
         return "-"
     if isinstance(v, float):
-        return f"{v:.3f}" if abs(v) < 10 else f"{v:.1f}"
+        return f"{v:.{digits if digits is not None else (3 if abs(v) < 10 else 1)}f}"
     return str(v)
+
+
+def _column(values: Any) -> list[str]:
+    """One precision per column (from its largest magnitude), so 13.9 never stands beside 8.429."""
+    vals = list(values)
+    floats = [abs(v) for v in vals if isinstance(v, float) and not _missing(v)]
+    digits = None if not floats else (0 if all(v.is_integer() for v in floats) else
+                                      3 if max(floats) < 10 else 2 if max(floats) < 100 else 1)
+    return [_cell(v, digits) for v in vals]
 
 
 def _markdown(df: pd.DataFrame) -> str:
@@ -62,12 +77,9 @@ def _emit(df: pd.DataFrame, fmt: Format, title: str = "") -> None:
     elif fmt is Format.markdown:
         typer.echo(_markdown(df))
     else:
-        t = Table(title=title or None, show_lines=False)
-        for c in df.columns:
-            t.add_column(str(c), justify="right" if pd.api.types.is_numeric_dtype(df[c]) else "left")
-        for row in df.itertuples(index=False):
-            t.add_row(*(_cell(v) for v in row))
-        console.print(t)
+        cols = [_column(df[c]) for c in df.columns]
+        print_table(console, [str(c) for c in df.columns], list(zip(*cols)) if cols else [], title=title,
+                    right=[pd.api.types.is_numeric_dtype(df[c]) for c in df.columns])
 
 
 NEW_ROOT_OPT = typer.Option(None, "--new-root", help="Dataset root of the second experiment (default: --root), "
@@ -124,13 +136,25 @@ def print_compare_ci(root: str, experiment: str, baseline: Optional[str], fmt_na
         keep.insert(0, "workload")
     if df["goodput_rps"].notna().any():
         keep.append("goodput req/s")
-    _emit(view[keep].rename(columns={"ok/failed/invalid": "ok/f/inv"}), fmt,
-          title=f"{experiment}: estimate [95% CI]; latencies in ms; * = baseline; (sim) = simulated engine")
-    console.print(df.attrs.get("ci_method", ""), highlight=False, soft_wrap=True)
+    _emit(view[keep].rename(columns={"ok/failed/invalid": "ok/f/i"}), fmt,
+          title=f"{experiment}: estimate [95% CI]; latencies in ms; * = baseline; (sim) = simulated engine; "
+                f"ok/f/i = ok / failed / invalid repeats")
+    console.print(df.attrs.get("ci_method", ""), highlight=False)
+    for text, points in grouped_warnings(df):
+        console.print(f"[yellow]warning[/] {text} ({points})", highlight=False)
+
+
+def grouped_warnings(df: pd.DataFrame) -> list[tuple[str, str]]:
+    """Each distinct warning once, with the points it concerns ('all 8 points' when every one): a 1-repeat demo
+    says 'insufficient repeats' once, not once per row."""
+    by_text: dict[str, list[str]] = {}
     for r in df.itertuples(index=False):
+        load = f"c{r.load_value:g}" if r.load_kind == "concurrency" else f"r{r.load_value:g}"
+        multi = df["workload"].nunique() > 1
         for w in r.warnings:
-            console.print(f"[yellow]warning[/] {r.workload} {r.load_kind}={r.load_value:g} {r.variant}: {w}",
-                          highlight=False, soft_wrap=True)
+            by_text.setdefault(w, []).append(f"{r.workload + ' ' if multi else ''}{load} {r.variant}")
+    return [(text, f"all {len(points)} points" if len(points) == len(df) > 1 else ", ".join(points))
+            for text, points in by_text.items()]
 
 
 def print_compare(root: str, experiment: str, baseline: Optional[str], fmt_name: str) -> None:
@@ -149,26 +173,25 @@ def print_compare(root: str, experiment: str, baseline: Optional[str], fmt_name:
         engines = sorted(set(df["engine"]))
         one_engine = len(engines) == 1
         label = {"sim": "sim (simulated engine, not GPU numbers)"}
+        cols = ("load", "variant", "ok/f/i", "tok/s", "TTFT99", "TPOT", "ITL/tok", "accept", "×base")
         for wl, part in df.groupby("workload", sort=False):
             eng = f"; engine {label.get(engines[0], engines[0])}" if one_engine else ""
             t = Table(title=f"{experiment} / {wl}: means over ok repeats; ms; * = baseline{eng}", box=box.SIMPLE_HEAD,
-                      pad_edge=False,
-                      title_justify="left")
-            width = max(len(str(v)) + 1 for v in part["variant"])
-            for col in ("load", "variant", "ok/f/i", "tok/s", "TTFT50", "TPOT", "ITL/tok", "accept", "×base"):
-                t.add_column(col, justify="left" if col in ("load", "variant") else "right", no_wrap=True,
-                             min_width=width if col == "variant" else None)
-            for r in part.itertuples(index=False):
-                load = f"c{r.load_value:g}" if r.load_kind == "concurrency" else f"r{r.load_value:g}"
-                name = f"{r.variant}{'*' if r.is_baseline else ''}" + ("" if one_engine else f" ({r.engine})")
-                t.add_row(load, name, f"{r.n_runs}/{r.n_failed}/{r.n_invalid}", _cell(r.output_tok_s),
-                          _cell(r.ttft_ms_p50), _cell(r.tpot_ms_mean), _cell(r.itl_token_ms_p50),
-                          _cell(r.accept_length), _cell(r.speedup_output_tok_s))
-            console.print(t)
-        console.print("×base = output tok/s over the baseline at the same load; TTFT50 = median TTFT; TPOT = mean (E2E − TTFT)/(tokens − 1); "
-                      "ITL/tok = chunk gaps split over the tokens each chunk carried; accept = tokens per verify "
-                      "step. --ci gives confidence intervals (needs repeats), --format csv|markdown|json every "
-                      "column.", highlight=False, soft_wrap=True)
+                      pad_edge=False, title_justify="left")
+            rows = list(zip(
+                [f"c{v:g}" if k == "concurrency" else f"r{v:g}" for k, v in zip(part["load_kind"], part["load_value"])],
+                [f"{v}{'*' if b else ''}" + ("" if one_engine else f" ({e})")
+                 for v, b, e in zip(part["variant"], part["is_baseline"], part["engine"])],
+                [f"{a}/{b}/{c}" for a, b, c in zip(part["n_runs"], part["n_failed"], part["n_invalid"])],
+                [_cell(v, 1) for v in part["output_tok_s"]], [_cell(v, 1) for v in part["ttft_ms_p99"]],
+                [_cell(v, 2) for v in part["tpot_ms_mean"]], [_cell(v, 2) for v in part["itl_token_ms_p50"]],
+                [_cell(v, 2) for v in part["accept_length"]], [_cell(v, 2) for v in part["speedup_output_tok_s"]]))
+            print_table(console, cols, rows, right=[False, False] + [True] * 7, table=t)
+        console.print("ok/f/i = ok / failed / invalid repeats; ×base = output tok/s over the baseline at the same "
+                      "load; TTFT99 = TTFT p99 (mean over repeats); TPOT = mean (E2E − TTFT)/(tokens − 1); ITL/tok = "
+                      "median chunk gap split over the tokens each chunk carried; accept = tokens per verify step. "
+                      "--ci gives 95% intervals and verdicts (needs 2+ repeats), --format csv|markdown|json every "
+                      "column.", highlight=False)
         print_resolved_differences(root, experiment)
     else:
         _emit(df, fmt)
