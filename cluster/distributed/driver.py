@@ -624,8 +624,19 @@ def main(argv: Optional[list[str]] = None) -> int:
         result = run_experiment(spec, base_dir=Path.cwd(), output_root=args.output)
     except Exception as e:  # noqa: BLE001 - the error tree maps to exit codes; anything else is reported as a bug
         return report_error(e, sys.stderr)
-    print(json.dumps({"dataset_root": result.dataset_root, "counts": result.counts(), "skipped": result.skipped}))
-    return 0 if result.counts().get("failed", 0) == 0 else 1
+    counts = result.counts()
+    # a Ray job's log (what `sglbench submit` follows) ends with the same comparison `sglbench run` prints, then one
+    # machine-readable line
+    from cluster.commands.results import print_compare
+
+    print(f"dataset: {result.dataset_root}/{spec.name}  runs: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())),
+          flush=True)
+    try:
+        print_compare(result.dataset_root, spec.name, None, "table")
+    except SystemExit:  # no run recorded (print_compare said so on stderr)
+        pass
+    print(json.dumps({"dataset_root": result.dataset_root, "counts": counts, "skipped": result.skipped}), flush=True)
+    return 0 if counts.get("failed", 0) == 0 else 1
 
 
 if __name__ == "__main__":
