@@ -165,6 +165,12 @@ def _figures(ci: pd.DataFrame, runs: pd.DataFrame, arrays: dict[str, dict[str, n
             save(f"speedup_{tag}.png", rp.speedup_plot(g, "speedup_tok_s", "output tok/s",
                                                        f"{title}: speedup over the baseline", labels, colors),
                  f"{workload}: output tok/s speedup over the baseline at equal load, 95% CI.")
+        pts = _pareto_points(g, runs)
+        if pts["load_value"].nunique() > 1:
+            save(f"pareto_{tag}.png", rp.pareto_plot(pts, f"{title}: throughput per GPU vs interactivity and TTFT",
+                                                     labels, colors),
+                 f"{workload}: output tok/s per GPU vs per-user tok/s and vs TTFT p99 at every {kind} point; "
+                 "the line is each variant's Pareto frontier.")
         spec_runs = ok[(ok["workload"] == workload) & (ok["load_kind"] == kind) & ok["spec_num_steps"].notna()]
         by_depth = []
         for depth, s in spec_runs.groupby("spec_num_steps"):
@@ -191,6 +197,15 @@ def _figures(ci: pd.DataFrame, runs: pd.DataFrame, arrays: dict[str, dict[str, n
             save(f"bandwidth_{_slug(str(workload))}.png", rp.bandwidth_plot(g, title, colors, at),
                  f"{workload}: decode tok/s at {at} (1000 / TPOT mean) as % of N·BW / bytes per token.")
     return figs
+
+
+def _pareto_points(g: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """The frontier plot's points from the CI table of one workload and load kind: output tok/s divided by the
+    variant's GPUs (its tp), per-user tok/s and TTFT p99, one row per variant and load point."""
+    tp = pd.to_numeric(runs.groupby("variant")["tp"].first(), errors="coerce").fillna(1).clip(lower=1)
+    return pd.DataFrame({"variant": g["variant"], "load_value": g["load_value"],
+                         "tok_s_per_gpu": g["output_tok_s"] / g["variant"].map(tp).fillna(1),
+                         "per_user_tok_s": g["per_user_tok_s_mean"], "ttft_ms_p99": g["ttft_ms_p99"]})
 
 
 _CSS = ("body{font-family:sans-serif;margin:1.5em;max-width:1400px}table{border-collapse:collapse;font-size:12px;"

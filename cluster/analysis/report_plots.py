@@ -177,6 +177,45 @@ def bandwidth_plot(rows: pd.DataFrame, title: str, colors: dict[str, Any], at: s
     return _png(fig)
 
 
+def pareto_front(x: Sequence[float], y: Sequence[float], x_higher: bool = True, y_higher: bool = True) -> list[int]:
+    """Indices of the points no other point beats on both axes (ties on one axis kept only if better on the
+    other), ordered by x: the frontier of a throughput-vs-latency sweep."""
+    sx, sy = (1.0 if x_higher else -1.0), (1.0 if y_higher else -1.0)
+    pts = [(sx * float(a), sy * float(b), i) for i, (a, b) in enumerate(zip(x, y))
+           if math.isfinite(float(a)) and math.isfinite(float(b))]
+    front = [i for a, b, i in pts
+             if not any((c >= a and d >= b) and (c > a or d > b) for c, d, _ in pts)]
+    return sorted(front, key=lambda i: float(x[i]))
+
+
+def pareto_plot(points: pd.DataFrame, title: str, labels: dict[str, str], colors: dict[str, Any]) -> bytes:
+    """Output tok/s per GPU against per-user tok/s (left) and against TTFT p99 (right), every load point of every
+    variant a dot (annotated with its load), each variant's Pareto frontier a line. points: variant, load_value,
+    tok_s_per_gpu, per_user_tok_s, ttft_ms_p99."""
+    fig, axes = plt.subplots(1, 2, figsize=(11.5, 4.4))
+    for ax, xcol, xlabel, x_higher in ((axes[0], "per_user_tok_s", "per-user output tok/s (interactivity)", True),
+                                      (axes[1], "ttft_ms_p99", "TTFT p99 (ms)", False)):
+        for v, g in points.groupby("variant", sort=False):
+            g = g.reset_index(drop=True)
+            x, y = g[xcol].to_numpy(float), g["tok_s_per_gpu"].to_numpy(float)
+            ax.scatter(x, y, color=colors[v], s=18, alpha=0.6)
+            for xi, yi, load in zip(x, y, g["load_value"]):
+                if math.isfinite(xi) and math.isfinite(yi):
+                    ax.annotate(f"{load:g}", (xi, yi), fontsize=6, xytext=(2, 2), textcoords="offset points")
+            front = pareto_front(x, y, x_higher=x_higher)
+            if front:
+                ax.plot(x[front], y[front], color=colors[v], marker="o", linewidth=1.4, label=labels[v])
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("output tok/s per GPU")
+        ax.grid(alpha=0.3)
+        ax.set_ylim(bottom=0)
+    axes[0].legend(fontsize=7, loc="best")
+    fig.suptitle(title + "\nline = Pareto frontier per variant (up and right is better on the left, up and left on "
+                 "the right); numbers = load point", fontsize=10)
+    fig.tight_layout()
+    return _png(fig)
+
+
 def pooled(arrays: Sequence[Optional[np.ndarray]]) -> np.ndarray:
     """Concatenate the present arrays (an empty float array when none)."""
     got = [a for a in arrays if a is not None and a.size]
