@@ -31,7 +31,7 @@ def test_integer_concurrency_capacity_is_found_exactly(capacity: int) -> None:
 def test_request_rate_capacity_within_the_resolution() -> None:
     s = CapacitySearch(target=0.95, min_load=0.5, max_load=64.0, resolution=0.25, integer=False)
     probes, got = _search(s, lambda r: 1.0 - 0.02 * max(0.0, r - 10.0))  # attainment 0.95 at r = 12.5
-    assert got.status == "found"
+    assert got.status == "found" and got.value is not None and got.lowest_miss is not None
     assert got.value <= 12.5 < got.lowest_miss and got.lowest_miss - got.value <= 0.25
 
 
