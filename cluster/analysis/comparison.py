@@ -112,7 +112,7 @@ def _run_values(runs: pd.DataFrame, column: str) -> list[np.ndarray]:
     return [np.array([v]) for v in vals if np.isfinite(v)]
 
 
-def _metric_runs(m: CiMetric, runs: pd.DataFrame, arrays: dict[str, dict[str, np.ndarray]],
+def metric_runs(m: CiMetric, runs: pd.DataFrame, arrays: dict[str, dict[str, np.ndarray]],
                  request_level: bool) -> list[np.ndarray]:
     if request_level and m.request_field is not None:
         got = [arrays.get(k, {}).get(m.request_field) for k in runs["run_key"]]
@@ -185,7 +185,7 @@ def compare_with_ci(root: str, experiment: str, baseline: Optional[str] = None, 
     for i, (key, cell) in enumerate(runs.groupby(keys, sort=False)):
         ok = cell[cell["status"] == "ok"]
         rng = np.random.default_rng([seed, i])
-        per_metric = {m.name: _metric_runs(m, ok, arrays, request_level) for m in CI_METRICS}
+        per_metric = {m.name: metric_runs(m, ok, arrays, request_level) for m in CI_METRICS}
         row: dict[str, Any] = dict(zip(keys, key))
         row.update(engine=cell["engine"].iloc[0], is_baseline=key[-1] == baseline, n_runs=len(ok),
                    n_failed=int((cell["status"] == "failed").sum()),
@@ -315,6 +315,22 @@ def resolved_cap_problems(root: str, experiment: str) -> list[str]:
             resolved.setdefault(r["variant"], _json.loads(r["resolved_args_json"]))
     variants = expand_variants(ExperimentSpec.model_validate(meta["spec"]))
     return format_findings(resolved_cap_findings(variants, resolved))
+
+
+def served_devices(root: str, experiment: str) -> set[str]:
+    """The devices the servers said they ran on (`device` in their resolved args from /server_info), e.g. {"cpu"}."""
+    import json as _json
+
+    from cluster.dataset.store import DatasetStore
+
+    runs = DatasetStore(root, experiment).read_table("runs", columns=["resolved_args_json"]).to_pylist()
+    out: set[str] = set()
+    for r in runs:
+        if r["resolved_args_json"]:
+            device = _json.loads(r["resolved_args_json"]).get("device")
+            if isinstance(device, str):
+                out.add(device)
+    return out
 
 
 def unintended_differences(root: str, experiment: str) -> dict[str, dict[str, tuple[Any, Any]]]:

@@ -108,7 +108,7 @@ AUTH_FAILURE_TEXT = "InvalidAuthToken"
 """What Ray 2.60's GCS client says when the cluster refuses a missing or wrong token (RPC status text)."""
 
 
-def _reload_ray_auth_config() -> None:
+def reload_ray_auth_config() -> None:
     """Make this process see a RAY_AUTH_MODE set after Ray was imported: Ray caches its config and token at import
     (its own `_enable_token_auth` refreshes them the same way: Config.initialize, then the token cache)."""
     raylet = importlib.import_module("ray._raylet")
@@ -129,7 +129,7 @@ def join_cluster(address: str, note: Callable[[str], object] = lambda line: prin
     updates, line = token_auth_env(os.environ)
     if line:
         os.environ.update(updates)
-        _reload_ray_auth_config()
+        reload_ray_auth_config()
         note(line)
     try:
         ray.init(address=address, log_to_driver=True)

@@ -634,6 +634,14 @@ def init_ray(address: Optional[str] = None, num_gpus: Optional[int] = None) -> N
 
         join_cluster(addr)  # token auth: RAY_AUTH_MODE=token when only RAY_AUTH_TOKEN is set; AuthError otherwise
     else:
+        if "RAY_AUTH_MODE" not in os.environ:
+            # Ray 2.60 turns token auth on for every new local cluster when the mode is unset, and warns about it on
+            # every run (ray/_private/authentication/authentication_token_setup.py, enable_token_auth_by_default);
+            # choosing the same mode explicitly keeps the secure default and drops the warning.
+            from cluster.distributed.cluster_state import reload_ray_auth_config
+
+            os.environ["RAY_AUTH_MODE"] = "token"
+            reload_ray_auth_config()
         ray.init(address="local", include_dashboard=False, dashboard_host="127.0.0.1", log_to_driver=False,
                  num_gpus=num_gpus, object_store_memory=256 * 1024**2, _node_ip_address="127.0.0.1")
 
@@ -651,8 +659,19 @@ def main(argv: Optional[list[str]] = None) -> int:
         result = run_experiment(spec, base_dir=Path.cwd(), output_root=args.output)
     except Exception as e:  # noqa: BLE001 - the error tree maps to exit codes; anything else is reported as a bug
         return report_error(e, sys.stderr)
-    print(json.dumps({"dataset_root": result.dataset_root, "counts": result.counts(), "skipped": result.skipped}))
-    return 0 if result.counts().get("failed", 0) == 0 else 1
+    counts = result.counts()
+    # a Ray job's log (what `sglbench submit` follows) ends with the same comparison `sglbench run` prints, then one
+    # machine-readable line
+    from cluster.commands.results import print_compare
+
+    print(f"dataset: {result.dataset_root}/{spec.name}  runs: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())),
+          flush=True)
+    try:
+        print_compare(result.dataset_root, spec.name, None, "table")
+    except SystemExit:  # no run recorded (print_compare said so on stderr)
+        pass
+    print(json.dumps({"dataset_root": result.dataset_root, "counts": counts, "skipped": result.skipped}), flush=True)
+    return 0 if counts.get("failed", 0) == 0 else 1
 
 
 if __name__ == "__main__":
