@@ -15,7 +15,8 @@ from cluster.plan.findings import Finding, FindingCollector, Level, format_findi
 from cluster.plan.model_rules import ModelFacts, backend_rules, cross_variant_cache_rule, hybrid_cache_rules
 from cluster.plan.runs import ResolvedVariant
 
-__all__ = ["Finding", "Level", "ModelFacts", "check_fairness", "format_findings", "resolved_cap_findings", "resolved_differences"]
+__all__ = ["Finding", "Level", "ModelFacts", "check_fairness", "format_findings", "resolved_cap_findings",
+           "resolved_differences"]
 
 SGLANG_ARGV_ENGINES = ("sglang", "sim")
 """Engines whose argv is SGLang's (the simulator takes SGLang's flags, so it gets the same rules, as warnings)."""
@@ -112,7 +113,8 @@ def check_fairness(
     return sorted(chk.findings, key=lambda f: (f.level != "error", order.get(f.variant, 0)))
 
 
-def _single_variant_rules(chk: FindingCollector, v: ResolvedVariant, args: Mapping[str, Any], kv_quant: Optional[str]) -> None:
+def _single_variant_rules(chk: FindingCollector, v: ResolvedVariant, args: Mapping[str, Any],
+                          kv_quant: Optional[str]) -> None:
     from cluster.engines.sglang import SPECULATIVE_ALGORITHMS, canonical_key
 
     for key in args:
@@ -172,7 +174,8 @@ def _single_variant_rules(chk: FindingCollector, v: ResolvedVariant, args: Mappi
         )
 
 
-def _cross_variant_rules(chk: FindingCollector, group: Sequence[ResolvedVariant], args_of: Mapping[str, Mapping[str, Any]]) -> None:
+def _cross_variant_rules(chk: FindingCollector, group: Sequence[ResolvedVariant],
+                         args_of: Mapping[str, Mapping[str, Any]]) -> None:
     ref = next((v for v in group if v.is_baseline), group[0])
     ref_args = args_of[ref.name]
     rules: tuple[tuple[str, Level, Any], ...] = (

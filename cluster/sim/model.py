@@ -92,7 +92,7 @@ class Knobs(BaseModel):
     """Model ms the verify step grows per draft token."""
     accept_probs: Annotated[tuple[Annotated[float, Field(ge=0.0, le=1.0)], ...], Field(min_length=1)] = (
         QWEN35_MTP_ACCEPT_PROBS)
-    """Per-draft-position acceptance probabilities (the last one repeats); default QWEN35_MTP_ACCEPT_PROBS."""
+    """Per-draft-position acceptance probabilities (the last one repeats; default: SGLang PR #18906's Qwen3.5 MTP)."""
     answers: StrictBool = True
     """Answer the correctness gate's questions correctly."""
     late_divergence_after: Optional[_Count] = None
