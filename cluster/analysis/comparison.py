@@ -294,6 +294,29 @@ def compare_view(ci: pd.DataFrame) -> pd.DataFrame:
     })
 
 
+def resolved_cap_problems(root: str, experiment: str) -> list[str]:
+    """One line per variant whose server resolved a different running-request cap than the baseline's (plan.fairness
+    resolved_cap_findings over the stored resolved args: e.g. a NEXTN variant capped by Mamba state slots)."""
+    import json as _json
+
+    from cluster.dataset.store import DatasetStore
+    from cluster.plan.fairness import format_findings, resolved_cap_findings
+    from cluster.plan.runs import expand_variants
+    from cluster.spec.models import ExperimentSpec
+
+    store = DatasetStore(root, experiment)
+    meta = store.read_experiment_meta() or {}
+    if "spec" not in meta:
+        return []
+    runs = store.read_table("runs", columns=["variant", "status", "resolved_args_json"]).to_pylist()
+    resolved: dict[str, dict[str, Any]] = {}
+    for r in runs:
+        if r["status"] != "failed" and r["resolved_args_json"]:
+            resolved.setdefault(r["variant"], _json.loads(r["resolved_args_json"]))
+    variants = expand_variants(ExperimentSpec.model_validate(meta["spec"]))
+    return format_findings(resolved_cap_findings(variants, resolved))
+
+
 def served_devices(root: str, experiment: str) -> set[str]:
     """The devices the servers said they ran on (`device` in their resolved args from /server_info), e.g. {"cpu"}."""
     import json as _json

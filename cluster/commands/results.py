@@ -212,6 +212,10 @@ def print_resolved_differences(root: str, experiment: str) -> None:
         # it lacks (pydantic and pyarrow raise ValueErrors); the table above stays, the note says why this is missing
         err_console.print(f"[yellow]note[/] resolved-args comparison unavailable: {e}", soft_wrap=True)
         return
+    from cluster.analysis.comparison import resolved_cap_problems
+
+    for line in resolved_cap_problems(root, experiment):  # the caps the servers really ran, not the declared flags
+        console.print(line, style="red", highlight=False, soft_wrap=True, markup=False)
     for variant, d in diffs.items():
         items = "; ".join(f"{k}: {a!r} (baseline) vs {b!r}" for k, (a, b) in d.items())
         console.print(f"[yellow]warning[/] {variant}: resolved server args differ from the baseline's beyond "

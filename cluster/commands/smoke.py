@@ -29,6 +29,10 @@ def register(app: typer.Typer) -> None:
         print_table(console, ("check", "result", "expected", "found"),
                     [(c.name, "[green]ok[/green]" if c.ok else "[red]FAIL[/red]", c.expected, c.found)
                      for c in checks], title=f"sglbench smoke {url}")
+        from cluster.engines.interconnect import collect_interconnect
+
+        for line in collect_interconnect().width_warnings():  # the GPUs of this machine, where it has any
+            console.print(f"warning: interconnect: {line}", style="yellow", markup=False, soft_wrap=True)
         failed = [c for c in checks if not c.ok]
         console.print(f"{len(checks) - len(failed)} passed, {len(failed)} failed")
         if failed:

@@ -12,6 +12,8 @@ from typing import Any, Optional
 
 import pyarrow as pa
 
+from cluster.loadgen.output_sample import OutputSample
+
 
 @dataclass(frozen=True)
 class ServerFacts:
@@ -41,6 +43,8 @@ class ServerFacts:
     server_saw_cuda_visible_devices: Optional[str]
     environment: dict[str, Any]
     """Package/driver versions captured on the node (or {"error": ...})."""
+    cap_log_lines: tuple[str, ...] = ()
+    """Server log lines (scrubbed) that state a lowered concurrency cap (engine.cap_log_marker), read at startup."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,8 @@ class WindowSummary:
     flushed: bool
     load_actor_peak_buffered_rows: int
     server_metrics: Optional[pa.RecordBatch] = None
+    samples: tuple[OutputSample, ...] = ()
+    """The run's output sample over every shard (loadgen/output_sample.py)."""
 
 
 @dataclass(frozen=True)

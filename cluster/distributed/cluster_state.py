@@ -47,6 +47,22 @@ def _probe_on_node(spec_json: dict[str, Any], base_dir: str) -> tuple[dict[str, 
     check_on_node(spec, variants, reports, Path(base_dir), modules, sys.executable, _ray_ports())
     # each variant's launch argv through its engine's own parser, with the node's engine interpreter
     warnings = check_launch_flags(spec, variants, sys.executable, on_node=True)
+    # the fairness rules again, now with the probe's facts, the node's GPUs (SM120?) and the installed version
+    from cluster.engines.interconnect import collect_interconnect
+    from cluster.plan.fairness import ModelFacts, check_fairness, format_findings
+    from cluster.plan.preflight import PreflightError
+
+    wiring = collect_interconnect()
+    version = (get_engine("sglang").version_for(spec.engines.get("sglang"), sys.executable)
+               if any(v.engine == "sglang" for v in variants) else None)
+    findings = check_fairness(variants, {p: r.quant.kv_cache_quant_algo for p, r in reports.items()},
+                              facts={p: ModelFacts.from_report(r) for p, r in reports.items()},
+                              gpu_sm=wiring.compute_sm(), version=version)
+    errors = [line for f, line in zip(findings, format_findings(findings)) if f.level == "error"]
+    if errors:
+        raise PreflightError(f"experiment {spec.name!r} on the GPU node: " + "; ".join(errors))
+    warnings += [line for f, line in zip(findings, format_findings(findings)) if f.level == "warning"]
+    warnings += wiring.width_warnings()
     return {path: r.to_json() for path, r in reports.items()}, warnings
 
 

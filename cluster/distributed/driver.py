@@ -188,6 +188,20 @@ class Driver:
                 self.result.statuses[p.run_key] = "skipped"
         return todo
 
+    def _plans(self) -> list[RunPlan]:
+        """The plan without the back-end sweep duplicates the GPU node's probe proves identical (plan/sweep_collapse.py;
+        nothing collapses without a probe)."""
+        from cluster.plan.model_rules import facts_from_json
+        from cluster.plan.sweep_collapse import collapse_fp4_duplicates
+
+        reports = getattr(self, "preflight", None) or {}
+        facts = {p: facts_from_json(r) for p, r in reports.items() if isinstance(r, dict)}
+        kept, notes = collapse_fp4_duplicates(expand_variants(self.spec), facts)
+        for line in notes:
+            self.log(f"note: {line}")
+        names = {v.name for v in kept}
+        return make_plan(self.spec, keep=lambda v: v.name in names)
+
     def run(self) -> ExperimentResult:
         """Run what is left of the experiment while holding its dataset's lock (DatasetLocked naming the holder
         when another driver writes it); the lock is released on return and on an exception."""
@@ -195,7 +209,7 @@ class Driver:
             return self._run()
 
     def _run(self) -> ExperimentResult:
-        plans = make_plan(self.spec)
+        plans = self._plans()
         nodes = gpu_nodes()
         node_gpus = [n["gpus"] for n in nodes]
         gpn = max(node_gpus, default=0)
@@ -369,6 +383,7 @@ class Driver:
             flushed=prep.flushed,
             load_actor_peak_buffered_rows=max(s.peak_buffered_rows for s in summaries),
             server_metrics=first.server_metrics,
+            samples=tuple(sorted((x for s in summaries for x in s.samples), key=lambda x: x.request_index)),
         )
 
     def _one_run(self, p: RunPlan, engine: Any, loads: list[Any], pg: Any, server: ServerFacts,
@@ -420,8 +435,13 @@ class Driver:
             return loads, _Death(f"it died in the window of run {p.order_index}", tail)
         # dead with every request answered: it died after this window, whose measurement is whole
         row = build_run_row(p, out, server, seg, self.spec, sorted(neighbours), self.git_sha)
+        from cluster.loadgen.output_sample import samples_table
+
         sm = out.server_metrics
-        writer.commit(row, {"server_metrics": sm} if sm is not None and sm.num_rows else None)
+        extra: dict[str, Any] = {"server_metrics": sm} if sm is not None and sm.num_rows else {}
+        if out.samples:  # the output ids of the run's deterministic sample: the evidence of a garbage verdict
+            extra["output_samples"] = samples_table(out.samples)
+        writer.commit(row, extra or None)
         self._finish(p, row["status"])
         if not alive:
             return loads, _Death(f"it died after the window of run {p.order_index}", self._engine_tail(engine))
@@ -434,7 +454,7 @@ class Driver:
         model_name = self.spec.model.served_name or self.spec.model.path
         try:
             answers: GateAnswers = ray.get(load.run_gate.remote(server.base_url, model_name,
-                                                                self.spec.request_timeout_s))
+                                                                self.spec.request_timeout_s, gate_filler(self.spec)))
         except (RayActorError, RayTaskError) as e:
             answers = GateAnswers.failed(_error_text(e)[0])
         self.gates.put(variant.name, answers)
@@ -449,13 +469,15 @@ class Driver:
                                is_nextn, min_prefix_tokens=self.spec.correctness.min_prefix_tokens,
                                check_answers=self.spec.correctness.check_answers)
         reasons = list(result.reasons)
+        under_load = answers.loaded_problems()
+        reasons.extend(under_load)
         if base is None and self.baseline_name and self.baseline_name != variant.name:
             reasons.append("note: the baseline gave no gate answers, so no prefix comparison was made")
         elif base is not None and base.stored:
             reasons.append("note: prefix compared with the baseline's gate answers stored in the dataset")
         table = correctness_rows(self.spec.name, variant.name, variant.engine, result, answers.outputs)
         self.store.write_variant_table("correctness", variant.name, gate_key(variant), table)
-        return GateVerdict(result.passed, tuple(reasons), result.accept_length)
+        return GateVerdict(result.passed and not under_load, tuple(reasons), result.accept_length)
 
     def _baseline_answers(self, variants: list[ResolvedVariant], segments: list[tuple[ResolvedVariant, list[RunPlan]]]
                           ) -> list[tuple[ResolvedVariant, list[RunPlan]]]:
@@ -547,6 +569,19 @@ class Driver:
             remove_placement_group(pg)
         except Exception:  # noqa: BLE001
             pass
+
+
+def gate_filler(spec: ExperimentSpec) -> int:
+    """Filler requests around the gate's concurrent pass: the experiment's highest offered concurrency (closed-loop
+    value, or an open loop's max_concurrency) less the gate prompts, never below 0."""
+    from cluster.analysis.correctness import GATE_PROMPTS
+    from cluster.plan.runs import load_points
+
+    peak = 0
+    for lp in load_points(spec):
+        bound = lp.value if lp.kind == "concurrency" else (lp.max_concurrency or 0)
+        peak = max(peak, int(bound))
+    return max(0, peak - len(GATE_PROMPTS))
 
 
 def actor_name(role: str, experiment: str, variant: str) -> str:
