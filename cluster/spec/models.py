@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, Mapping, Optional, Union, get_args, get_origin
 
-from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator,
-                      model_validator)
+from pydantic import (BaseModel, ConfigDict, Discriminator, Field, FieldSerializationInfo, Tag, ValidationInfo,
+                      field_serializer, field_validator, model_validator)
 
 from cluster.errors import UserError
 from cluster.sim.model import Knobs
@@ -375,6 +375,13 @@ class VariantSpec(_Frozen):
     _n = field_validator("name")(classmethod(lambda cls, v: check_name(v, "variant name")))
     _a = field_validator("args")(classmethod(lambda cls, v: _check_args(v)))
     _e = field_validator("env")(classmethod(lambda cls, v: _check_env(v)))
+
+    @field_serializer("sim")
+    def _sim_as_set(self, knobs: Knobs, info: FieldSerializationInfo) -> dict[str, object]:
+        """Only the knobs this variant sets: a dumped and re-read spec must not turn every default into an
+        override of the experiment's `sim:` block (which made a dumped demo run at time_scale 1.0)."""
+        out: dict[str, object] = knobs.model_dump(mode=info.mode, exclude_unset=True)
+        return out
 
 
 class PromptSource(_Frozen):
