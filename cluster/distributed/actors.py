@@ -24,6 +24,7 @@ from cluster.loadgen.server_metrics import MetricsScraper
 from cluster.server.process import (PortNotOwnedError, ServerProcess, ServerStartError, free_port, http_get_json,
                                     http_status, kill_group, pid_alive)
 from cluster.spec.models import EngineLauncher, WorkloadSpec
+from cluster.telemetry.recorder import TelemetryCapture, TelemetryRecorder
 
 MAX_PORT_TRIES = 3
 WATCHDOG_NOTE_S = 2.0
@@ -60,6 +61,7 @@ class ShardSummary:
     n_chunks: int
     peak_buffered_rows: int
     server_metrics: Optional[pa.RecordBatch]
+    window_start_monotonic_ns: int = 0
 
 
 LoadMessage = Union[LoadBatch, ShardSummary]
@@ -88,11 +90,36 @@ class EngineActorImpl:
         self.base_url = ""
         self.server_pid: Optional[int] = None
         """The server process under the watchdog, once healthy."""
+        self._recorder: Optional[TelemetryRecorder] = None
+        self._no_telemetry: Optional[TelemetryCapture] = None
         self.secrets = secret_values(variant.env, variant.args, launcher.launcher if launcher and launcher.launcher else ())
         """Declared secret values: what the server echoes back (infos, log tails) is scrubbed of them."""
 
     def gpu_ids(self) -> list[str]:
         return [str(g) for g in ray.get_gpu_ids()]
+
+    def telemetry_start(self, rate_hz: float) -> Optional[str]:
+        """Start sampling this server's GPUs (NVML, or the simulator's device) in a thread of this actor; returns
+        why not when there is nothing to sample (recorded, never fatal)."""
+        from cluster.telemetry.nvml import TelemetryUnavailable
+        from cluster.telemetry.recorder import unavailable
+
+        self.telemetry_stop()
+        try:
+            sampler = self.engine.device_sampler(self.variant, self.base_url, self.gpu_ids())
+        except TelemetryUnavailable as e:
+            self._no_telemetry = unavailable(str(e), rate_hz)
+            return str(e)
+        self._recorder = TelemetryRecorder(sampler, rate_hz).start()
+        return None
+
+    def telemetry_stop(self) -> Optional[TelemetryCapture]:
+        """Stop sampling; the samples since telemetry_start (absolute monotonic ns), or None if none was started."""
+        rec, self._recorder = self._recorder, None
+        if rec is None:
+            capture, self._no_telemetry = self._no_telemetry, None
+            return capture
+        return rec.stop()
 
     def start(self, health_timeout_s: float, port: Optional[int] = None) -> ServerFacts:
         gpu_ids = self.gpu_ids()
@@ -177,6 +204,7 @@ class EngineActorImpl:
         return scrub_text(self.server.log_tail(max_bytes), self.secrets)
 
     def stop(self) -> StopResult:
+        self.telemetry_stop()
         if self.server is None:
             return StopResult(False)
         code = self.server.stop()
@@ -288,6 +316,7 @@ class LoadActorImpl:
             n_chunks=res.n_chunks,
             peak_buffered_rows=res.peak_buffered_rows,
             server_metrics=scraper.batch(res.window_start_unix_s) if scraper is not None else None,
+            window_start_monotonic_ns=res.window_start_monotonic_ns,
         )
 
 

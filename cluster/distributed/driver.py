@@ -42,6 +42,7 @@ from cluster.server.process import with_decisive_line
 from cluster.spec.models import ExperimentSpec
 from cluster.spec.secrets import masked_spec_json
 from cluster.spec.loader import load_spec
+from cluster.telemetry.recorder import TelemetryCapture
 
 LOAD_ACTOR_CPUS = 1.0
 PLACEMENT_PROGRESS_S = 10.0
@@ -338,21 +339,33 @@ class Driver:
             raise _DiedBeforeWindow("server died before the measured window")
         n = len(loads)
         start = time.time() + 1.0 if n > 1 else None  # shards start their windows together
-        gens = [a.run_point_stream.options(num_returns="streaming").remote(
-            server.base_url, p.workload, p.load, p.seed, model_name, self.spec.request_timeout_s, i, n, start,
-            batch_rows=self.batch_rows)
-            for i, a in enumerate(loads)]
-        summaries: list[ShardSummary] = []
-        for gen in gens:
-            for ref in gen:
-                item = ray.get(ref)
-                if isinstance(item, LoadBatch):
-                    writer.write("requests", item.requests)
-                    writer.write("chunks", item.chunks)
-                else:
-                    summaries.append(item)
+        telemetry = self.spec.telemetry
+        if telemetry.enabled:  # sampling brackets the window: it starts before the first send, stops after the last
+            why_not = ray.get(engine.telemetry_start.remote(telemetry.rate_hz), timeout=60)
+            if why_not:
+                self.log(f"[{p.variant.name}] no GPU telemetry: {why_not}")
+        capture: Optional[TelemetryCapture] = None
+        try:
+            gens = [a.run_point_stream.options(num_returns="streaming").remote(
+                server.base_url, p.workload, p.load, p.seed, model_name, self.spec.request_timeout_s, i, n, start,
+                batch_rows=self.batch_rows)
+                for i, a in enumerate(loads)]
+            summaries: list[ShardSummary] = []
+            for gen in gens:
+                for ref in gen:
+                    item = ray.get(ref)
+                    if isinstance(item, LoadBatch):
+                        writer.write("requests", item.requests)
+                        writer.write("chunks", item.chunks)
+                    else:
+                        summaries.append(item)
+        finally:
+            if telemetry.enabled:
+                capture = self._telemetry_stop(engine)
         first = summaries[0]
         t0 = min(s.window_start_unix_s for s in summaries)
+        t0_mono = min(summaries, key=lambda s: s.window_start_unix_s).window_start_monotonic_ns
+        gpu = capture.aligned(t0_mono) if capture is not None and capture.samples.num_rows else None
         requests = writer.read("requests")
         lag = requests_lag(requests)  # over every shard's rows: the figure the runs row stores and is judged on
         lag_p50_ns, lag_p99_ns = (round(lag.p50_ns), round(lag.p99_ns)) if lag else (0, 0)
@@ -369,7 +382,17 @@ class Driver:
             flushed=prep.flushed,
             load_actor_peak_buffered_rows=max(s.peak_buffered_rows for s in summaries),
             server_metrics=first.server_metrics,
+            gpu_metrics=gpu,
+            telemetry=capture,
         )
+
+    def _telemetry_stop(self, engine: Any) -> Optional[TelemetryCapture]:
+        """The window's GPU samples from the EngineActor (None when it is gone: the run's other evidence decides)."""
+        try:
+            got: Optional[TelemetryCapture] = ray.get(engine.telemetry_stop.remote(), timeout=60)
+        except (RayActorError, RayTaskError, GetTimeoutError):
+            return None
+        return got
 
     def _one_run(self, p: RunPlan, engine: Any, loads: list[Any], pg: Any, server: ServerFacts,
                  seg: SegmentFacts) -> tuple[list[Any], Optional[_Death]]:
@@ -420,8 +443,11 @@ class Driver:
             return loads, _Death(f"it died in the window of run {p.order_index}", tail)
         # dead with every request answered: it died after this window, whose measurement is whole
         row = build_run_row(p, out, server, seg, self.spec, sorted(neighbours), self.git_sha)
-        sm = out.server_metrics
-        writer.commit(row, {"server_metrics": sm} if sm is not None and sm.num_rows else None)
+        sm, gm = out.server_metrics, out.gpu_metrics
+        extra: dict[str, Any] = {"server_metrics": sm} if sm is not None and sm.num_rows else {}
+        if gm is not None and gm.num_rows:
+            extra["gpu_metrics"] = gm
+        writer.commit(row, extra or None)
         self._finish(p, row["status"])
         if not alive:
             return loads, _Death(f"it died after the window of run {p.order_index}", self._engine_tail(engine))

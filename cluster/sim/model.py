@@ -13,7 +13,7 @@ import logging
 import random
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Callable, Mapping, Optional, Sequence, Union
+from typing import Annotated, Any, Callable, Literal, Mapping, Optional, Sequence, Union
 
 from pydantic import (BaseModel, ConfigDict, Field, JsonValue, StrictBool, StrictStr, ValidationError, ValidationInfo,
                       field_validator)
@@ -108,6 +108,25 @@ class Knobs(BaseModel):
     moe_hidden_size: Annotated[int, Field(ge=1)] = 4096
     moe_top_k: Annotated[int, Field(ge=1)] = 10
     moe_dtype: StrictStr = "auto"
+    # the simulated GPU device (cluster/sim/device.py): power and clocks that follow the load, an injectable throttle
+    gpu_idle_w: _Ms = 90.0
+    """Power of one simulated GPU with nothing scheduled, W."""
+    gpu_busy_w: _Ms = 420.0
+    """Power of one simulated GPU while a step of one request runs, W."""
+    gpu_busy_w_per_req: _Ms = 2.0
+    """Extra power per further request in the step's batch, W."""
+    gpu_power_limit_w: _Positive = 600.0
+    """Above it the device caps power and lowers its SM clock in proportion (reason sw_power_cap)."""
+    gpu_sm_clock_mhz: Annotated[int, Field(ge=1)] = 2430
+    """SM clock while busy and unthrottled (boost)."""
+    gpu_idle_sm_clock_mhz: Annotated[int, Field(ge=1)] = 600
+    gpu_mem_clock_mhz: Annotated[int, Field(ge=1)] = 14001
+    gpu_memory_bytes: Annotated[int, Field(ge=1)] = 96 * 1024**3
+    gpu_throttle_after_s: Optional[_Ms] = None
+    """Injected throttle: this many wall seconds after the server started, the SM clock drops to
+    gpu_throttle_clock_mhz for good and every step takes longer in proportion (None: never)."""
+    gpu_throttle_clock_mhz: Annotated[int, Field(ge=1)] = 1400
+    gpu_throttle_reason: Literal["thermal", "power"] = "thermal"
 
     _no_bools = field_validator("*", mode="before")(classmethod(lambda cls, v, info: _knob_value(v, info)))
 

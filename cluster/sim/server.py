@@ -15,11 +15,13 @@ import signal
 import sys
 import time
 import uuid
+from dataclasses import asdict
 from typing import Any, Awaitable, Callable, Optional, Sequence
 
 from aiohttp import web
 
 from cluster.sim import tuning as sim_tuning
+from cluster.sim.device import SimDevice
 from cluster.sim.launch_args import build_parser as build_parser, unrecognized  # build_parser: tests' import
 from cluster.spec.secrets import redact_argv
 from cluster.sim.model import (Knobs, KnobError, LaunchError, Scheduler, SimRequest, SpecParams,
@@ -61,6 +63,7 @@ class SimServer:
         self._streaming = StreamingCounts()
         self._created = int(time.time())
         self.pacer = Pacer.from_knobs(knobs.fixed_ttft_ms, knobs.fixed_itl_ms)
+        self.device = SimDevice(knobs, int(args.get("tp_size") or 1))
 
     # ---- scheduler loop -------------------------------------------------------------------------------------
     async def run_scheduler(self) -> None:
@@ -76,10 +79,13 @@ class SimServer:
                 await self._wake.wait()
                 next_t = loop.time()
                 continue
-            delay_s = dt_ms / 1000.0 * scale
+            batch = len(self.sched.running)
+            delay_s = dt_ms / 1000.0 * scale * self.device.slowdown(batch)  # a throttled device runs slower
             now = loop.time()
             next_t = max(next_t + delay_s, now)
+            self.device.begin_step(batch)
             await asyncio.sleep(next_t - now if next_t > now else 0)
+            self.device.end_step()
             for req in self.sched.commit_step():
                 if req.on_progress is not None:
                     req.on_progress()
@@ -205,6 +211,10 @@ class SimServer:
                 writer.note_progress()
 
     # ---- endpoints ------------------------------------------------------------------------------------------
+    async def sim_device(self, request: web.Request) -> web.Response:
+        """The simulated device's readings (sim only: what NVML would report for each of the server's GPUs)."""
+        return web.json_response({"source": "sim", "gpus": [asdict(r) for r in self.device.read()]})
+
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(status=200 if self._healthy() else 503)
 
@@ -417,6 +427,7 @@ def build_app(server: SimServer) -> web.Application:
         r.add_get(path, server.server_info)
     r.add_get("/v1/models", server.models)
     r.add_get("/sim_pacing", server.sim_pacing)
+    r.add_get("/sim_device", server.sim_device)
     r.add_route("GET", "/flush_cache", server.flush_cache)
     r.add_route("POST", "/flush_cache", server.flush_cache)
     r.add_post("/generate", server.generate)

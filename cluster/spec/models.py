@@ -327,6 +327,17 @@ ActiveTuning = Union[FlashinferAutotuneTuning, TritonMoeTuning, BackendSweepTuni
 """What a resolved variant carries (kind `none` resolves to no tuning)."""
 
 
+class ProfileSpec(_Frozen):
+    """A kernel profile of the variant's server after its measured windows (SGLang /start_profile, /stop_profile)."""
+
+    steps: int = Field(ge=1, le=1000)
+    """Forward steps the torch profiler records (SGLang's `num_steps`: it stops by itself after them)."""
+    requests: int = Field(default=4, ge=1, le=1000)
+    """Requests of the variant's first workload sent to drive those steps (the server is idle after its windows)."""
+    max_archive_bytes: int = Field(default=64 * 1024**2, ge=1024, le=16 * 1024**3)
+    """The archived trace directory is refused above this size (the summary table is still written)."""
+
+
 class VariantSpec(_Frozen):
     name: str
     engine: Optional[EngineName] = None
@@ -337,6 +348,8 @@ class VariantSpec(_Frozen):
     tuning: Optional[TuningSpec] = None
     sim: Knobs = Field(default_factory=Knobs)
     """Simulated-engine knobs for this variant (each one set here overrides the experiment's `sim:` block)."""
+    profile: Optional[ProfileSpec] = None
+    """Ask for a kernel profile after the variant's measured windows (not part of its run keys)."""
     baseline: bool = False
 
     _n = field_validator("name")(classmethod(lambda cls, v: check_name(v, "variant name")))
@@ -442,6 +455,13 @@ class ClusterSpec(_Frozen):
     """GPUs on the largest node: a variant's tensor-parallel group must fit on one node."""
 
 
+class TelemetrySpec(_Frozen):
+    """GPU telemetry during every measured window (cluster/telemetry/): NVML, or the simulator's device model."""
+
+    enabled: bool = True
+    rate_hz: float = Field(default=10.0, gt=0, le=100)
+
+
 class ExperimentSpec(_Frozen):
     version: Literal[1] = 1
     name: str
@@ -463,6 +483,7 @@ class ExperimentSpec(_Frozen):
     """Dataset root: a local path or a pyarrow filesystem URI (s3://, gs://, ...)."""
     slo: Optional[SLOSpec] = None
     correctness: CorrectnessSpec = Field(default_factory=CorrectnessSpec)
+    telemetry: TelemetrySpec = Field(default_factory=TelemetrySpec)
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     health_timeout_s: float = Field(default=1800.0, gt=0)
     request_timeout_s: float = Field(default=600.0, gt=0)
