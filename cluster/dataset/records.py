@@ -90,6 +90,7 @@ KERNEL_PROFILE_FIELDS = [
     pa.field("trace_file", pa.string(), nullable=False),
     pa.field("artifact", pa.string()),
     pa.field("simulated", pa.bool_(), nullable=False),
+    pa.field("level", pa.string(), nullable=False),
 ]
 """Top kernels by device time of a variant's profile (the `kernel_profile` table: one file per variant, like
 `correctness`; the variant is the hive partition)."""

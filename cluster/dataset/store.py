@@ -29,8 +29,7 @@ from cluster.errors import UserError
 from cluster.plan.runs import RECORD_SCHEMA_VERSION, RunPlan
 from cluster.dataset.atomic import atomic_write, move_into_place, remove_tree, write_error, write_synced
 from cluster.dataset.lock import DatasetLock
-from cluster.dataset.records import (CHUNKS_SCHEMA, GPU_METRICS_SCHEMA, KERNEL_PROFILE_SCHEMA, KEY_FIELDS,
-                                     REQUESTS_SCHEMA, RUN_FIELDS)
+from cluster.dataset.records import CHUNKS_SCHEMA, GPU_METRICS_SCHEMA, KEY_FIELDS, REQUESTS_SCHEMA, RUN_FIELDS
 
 Records = Union[pa.Table, pa.RecordBatch]
 
@@ -38,7 +37,7 @@ RUN_METRIC_NAMES: tuple[str, ...] = METRIC_NAMES + GPU_METRIC_NAMES
 """The fixed m_ columns of `runs`: request metrics (analysis/metrics.py), then GPU figures (analysis/gpu_metrics.py)."""
 RUNS_SCHEMA = pa.schema(KEY_FIELDS + RUN_FIELDS + [pa.field(f"m_{n}", pa.float64()) for n in RUN_METRIC_NAMES])
 TABLE_SCHEMAS: dict[str, pa.Schema] = {"runs": RUNS_SCHEMA, "requests": REQUESTS_SCHEMA, "chunks": CHUNKS_SCHEMA,
-                                       "gpu_metrics": GPU_METRICS_SCHEMA, "kernel_profile": KERNEL_PROFILE_SCHEMA}
+                                       "gpu_metrics": GPU_METRICS_SCHEMA}
 """Known tables; any other table name (correctness, server_metrics, ...) gets KEY_FIELDS + its own columns."""
 
 _KEY_NAMES = [f.name for f in KEY_FIELDS]
@@ -350,6 +349,15 @@ class DatasetStore:
                     removed.append(info.path)
         return removed
 
+    def write_artifact(self, relpath: str, data: bytes) -> str:
+        """A file under `<experiment>/_artifacts/` (a kernel profile's trace archive), written atomically; its path."""
+        parts = relpath.split("/")
+        for part in parts:
+            safe_name(part, "artifact path component")
+        path = f"{self.base}/_artifacts/{'/'.join(parts)}"
+        self._write_file(path, data)
+        return path
+
     def write_experiment_meta(self, meta: dict[str, Any]) -> None:
         """experiment.json (spec, probe results, ...), written atomically."""
         data = json.dumps(meta, indent=2, sort_keys=True, default=_json_default).encode()
@@ -417,7 +425,7 @@ class DatasetStore:
 
 
 PARTITION_COLUMN = "variant"
-VARIANT_TABLES = frozenset({"correctness"})
+VARIANT_TABLES = frozenset({"correctness", "kernel_profile"})
 """Tables written per variant (not per run): visible without a committed run."""
 
 

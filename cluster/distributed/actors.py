@@ -24,6 +24,7 @@ from cluster.loadgen.server_metrics import MetricsScraper
 from cluster.server.process import (PortNotOwnedError, ServerProcess, ServerStartError, free_port, http_get_json,
                                     http_status, kill_group, pid_alive)
 from cluster.spec.models import EngineLauncher, WorkloadSpec
+from cluster.telemetry.profile import ProfileCapture
 from cluster.telemetry.recorder import TelemetryCapture, TelemetryRecorder
 
 MAX_PORT_TRIES = 3
@@ -92,6 +93,7 @@ class EngineActorImpl:
         """The server process under the watchdog, once healthy."""
         self._recorder: Optional[TelemetryRecorder] = None
         self._no_telemetry: Optional[TelemetryCapture] = None
+        self._profile_dir = self.log_dir / "profiles" / variant.name
         self.secrets = secret_values(variant.env, variant.args, launcher.launcher if launcher and launcher.launcher else ())
         """Declared secret values: what the server echoes back (infos, log tails) is scrubbed of them."""
 
@@ -187,6 +189,42 @@ class EngineActorImpl:
         assert last_err is not None
         raise ServerStartError(f"could not bind a free port after {MAX_PORT_TRIES} tries: {last_err}",
                                last_err.log_tail)
+
+    def profile_start(self, steps: int) -> Optional[str]:
+        """Ask the server for a kernel profile of its next `steps` forward steps into a fresh directory on this node;
+        returns why not (the engine has no profiler, the server refused), or None."""
+        from cluster.server.process import http_post
+
+        self._profile_dir = self.log_dir / "profiles" / f"{self.variant.name}-{int(time.time() * 1000)}"
+        self._profile_dir.mkdir(parents=True, exist_ok=True)
+        req = self.engine.profile_request(str(self._profile_dir), steps, f"sglbench-{self.variant.name}",
+                                          self.engine.runs_on_cpu(self.variant))
+        if req is None:
+            return f"engine {self.engine.name} has no profiler endpoint"
+        status, text = http_post(self.base_url + req.path, req.body, 60.0, self.engine.headers)
+        return None if status == 200 else scrub_text(f"start_profile answered {status}: {text.strip()[:300]}",
+                                                     self.secrets)
+
+    def profile_collect(self, timeout_s: float, max_archive_bytes: int) -> ProfileCapture:
+        """Stop the profile (refused harmlessly when it stopped by itself after its steps), wait for one trace per
+        TP rank, and archive the directory (content-hashed, size-capped)."""
+        from cluster.server.process import http_post
+        from cluster.telemetry.profile import archive_dir, wait_for_traces
+
+        d = self._profile_dir
+        note = None
+        if self.engine.profile_stop_path:
+            status, text = http_post(self.base_url + self.engine.profile_stop_path, b"", 120.0, self.engine.headers)
+            if status != 200 and "not in progress" not in text:
+                note = f"stop_profile answered {status}: {text.strip()[:300]}"
+        files = wait_for_traces(d, max(1, self.variant.tp), timeout_s)
+        if not files:
+            return ProfileCapture(str(d), (), None, None, 0, note or f"no trace was written in {timeout_s:g} s")
+        from cluster.analysis.kernel_profile import summarize_traces
+
+        data, sha, size, over = archive_dir(d, max_archive_bytes)
+        return ProfileCapture(str(d), tuple(p.name for p in files), data, sha, size, over or note,
+                              summarize_traces(files))
 
     def alive(self) -> bool:
         """The process group leader runs and so does the server itself (a killed server whose watchdog has not yet

@@ -312,6 +312,8 @@ class Driver:
                                         death.tail, server, seg)
                     continue
                 loads, death = self._one_run(p, engine, loads, pg, server, seg)
+            if variant.profile is not None and death is None and runs:
+                self._profile(variant, engine, loads[0], server, runs[0])
         finally:
             self.shared.leave(variant.name)
             self._teardown(engine, loads, pg, server)
@@ -452,6 +454,39 @@ class Driver:
         if not alive:
             return loads, _Death(f"it died after the window of run {p.order_index}", self._engine_tail(engine))
         return loads, None
+
+    def _profile(self, variant: ResolvedVariant, engine: Any, load: Any, server: ServerFacts, first: RunPlan) -> None:
+        """After the variant's measured windows: a kernel profile of `profile.steps` forward steps driven by
+        `profile.requests` requests of its first workload; the trace archive goes to `_artifacts/profiles/`, the top
+        kernels to the `kernel_profile` table. A failed profile is logged, never a failed run."""
+        from cluster.analysis.kernel_profile import kernel_profile_rows
+
+        prof = variant.profile
+        assert prof is not None
+        model_name = self.spec.model.served_name or self.spec.model.path
+        try:
+            why_not = ray.get(engine.profile_start.remote(prof.steps), timeout=120)
+            if why_not:
+                self.log(f"[{variant.name}] no kernel profile: {why_not}")
+                return
+            ray.get(load.prepare.remote(server.base_url, first.workload, first.load, first.seed, prof.requests,
+                                        model_name, self.spec.request_timeout_s), timeout=self.spec.request_timeout_s)
+            cap = ray.get(engine.profile_collect.remote(120.0, prof.max_archive_bytes), timeout=600)
+        except (RayActorError, RayTaskError, GetTimeoutError) as e:
+            self.log(f"[{variant.name}] kernel profile failed: {_error_text(e)[0]}")
+            return
+        artifact = None
+        if cap.archive is not None and cap.archive_sha256:
+            artifact = self.store.write_artifact(f"profiles/{variant.name}-{cap.archive_sha256[:16]}.tar.gz",
+                                                 cap.archive)
+        if cap.note:
+            self.log(f"[{variant.name}] kernel profile: {cap.note}")
+        if cap.summary is None or not cap.summary.top:
+            return
+        rows = kernel_profile_rows(self.spec.name, variant.engine, prof.steps, cap.summary, artifact)
+        self.store.write_variant_table("kernel_profile", variant.name, "profile-" + gate_key(variant)[5:], rows)
+        self.log(f"[{variant.name}] kernel profile of {prof.steps} steps: {len(cap.files)} trace file(s), top "
+                 f"{cap.summary.top[0].kernel} ({cap.summary.top[0].share:.0%}); archive {artifact or 'not kept'}")
 
     def _gate(self, variant: ResolvedVariant, load: Any, server: ServerFacts, first: RunPlan) -> GateVerdict:
         """Ask the fixed gate prompts greedily; judge against the baseline's answers; store the evidence."""

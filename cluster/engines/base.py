@@ -180,6 +180,13 @@ class Engine(ABC):
         """name → GET path of JSON documents recorded in provenance (e.g. server_info)."""
         return {}
 
+    def profile_request(self, output_dir: str, steps: int, profile_id: str, cpu: bool) -> Optional[HttpRequest]:
+        """The POST that starts a kernel profile of the next `steps` forward steps (None: the engine has none)."""
+        return None
+
+    profile_stop_path: Optional[str] = None
+    """POST that stops a profile (and writes its traces)."""
+
     def device_sampler(self, variant: ResolvedVariant, base_url: str, gpu_ids: Sequence[str]) -> "DeviceSampler":
         """What reads this server's GPUs during its measured windows: NVML on the GPUs Ray gave it.
         TelemetryUnavailable when there is nothing to read (a CPU server, no nvidia-ml-py, no driver)."""

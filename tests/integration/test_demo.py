@@ -47,7 +47,7 @@ def test_demo_acceptance_and_speedup(ray_local: None, tmp_path: Path) -> None:
     data["output"] = str(tmp_path / "results")
     data["max_client_lag_ms"] = 1000.0
     # a copy of the baseline whose simulated GPUs throttle from the start: the telemetry path end to end
-    data["variants"].append({"name": "hot", "sim": {"gpu_throttle_after_s": 0.0}})
+    data["variants"].append({"name": "hot", "sim": {"gpu_throttle_after_s": 0.0}, "profile": {"steps": 6, "requests": 2}})
     spec = ExperimentSpec.model_validate(data)
     result = run_experiment(spec, base_dir=tmp_path)
     assert set(result.counts()) == {"ok"}, result.statuses
@@ -98,3 +98,13 @@ def test_demo_acceptance_and_speedup(ray_local: None, tmp_path: Path) -> None:
     hot = ci.loc["hot", "warnings"]
     assert any("GPUs throttled" in w for w in hot) and any("SM clock mean" in w for w in hot), hot
     assert not any("throttled" in w for w in ci.loc["baseline", "warnings"])
+    # the kernel profile after hot's windows: /start_profile + /stop_profile on the simulator, archived, summarised
+    kp = pd.read_parquet(root / "kernel_profile")
+    assert set(kp["variant"]) == {"hot"} and kp["simulated"].all() and (kp["profile_steps"] == 6).all()
+    assert kp.sort_values("rank")["category"].iloc[0] == "moe" and kp["share"].sum() == pytest.approx(1.0)
+    art = Path(kp["artifact"].iloc[0])
+    assert art.is_file() and art.parent == root / "_artifacts" / "profiles"
+    assert art.name.startswith("hot-") and art.name.endswith(".tar.gz")
+    import hashlib
+
+    assert hashlib.sha256(art.read_bytes()).hexdigest()[:16] in art.name
