@@ -100,7 +100,9 @@ def test_demo_acceptance_and_speedup(ray_local: None, tmp_path: Path) -> None:
     assert not any("throttled" in w for w in ci.loc["baseline", "warnings"])
     # the kernel profile after hot's windows: /start_profile + /stop_profile on the simulator, archived, summarised
     kp = pd.read_parquet(root / "kernel_profile")
-    assert set(kp["variant"]) == {"hot"} and kp["simulated"].all() and (kp["profile_steps"] == 6).all()
+    assert set(kp["variant"]) == set(runs.index) and kp["simulated"].all()  # the demo profiles every variant
+    kp = kp[kp["variant"] == "hot"]
+    assert (kp["profile_steps"] == 6).all()
     assert kp.sort_values("rank")["category"].iloc[0] == "moe" and kp["share"].sum() == pytest.approx(1.0)
     art = Path(kp["artifact"].iloc[0])
     assert art.is_file() and art.parent == root / "_artifacts" / "profiles"
