@@ -320,3 +320,15 @@ def deepseek_v4_mtp(model_dir: Path, *, layers: int = 2, hidden: int = 64, vocab
         "architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4", "hidden_size": hidden,
         "num_hidden_layers": layers, "vocab_size": vocab, "num_nextn_predict_layers": 1,
     }, t)
+
+
+TENSOR_SPEC_FILE = "tensors.json"
+"""In a committed test case, the checkpoint files to build: {"model.safetensors": {name: [dtype, shape]}}."""
+
+
+def materialise_tensor_specs(root: Path) -> None:
+    """Build every checkpoint a copied test case describes in a tensors.json (so no binary is committed)."""
+    for spec in sorted(root.rglob(TENSOR_SPEC_FILE)):
+        for fname, tensors in json.loads(spec.read_text()).items():
+            write_safetensors(spec.parent / fname, {n: (d, list(s)) for n, (d, s) in tensors.items()})
+        spec.unlink()

@@ -341,6 +341,22 @@ def compare_view(ci: pd.DataFrame) -> pd.DataFrame:
     })
 
 
+def served_devices(root: str, experiment: str) -> set[str]:
+    """The devices the servers said they ran on (`device` in their resolved args from /server_info), e.g. {"cpu"}."""
+    import json as _json
+
+    from cluster.dataset.store import DatasetStore
+
+    runs = DatasetStore(root, experiment).read_table("runs", columns=["resolved_args_json"]).to_pylist()
+    out: set[str] = set()
+    for r in runs:
+        if r["resolved_args_json"]:
+            device = _json.loads(r["resolved_args_json"]).get("device")
+            if isinstance(device, str):
+                out.add(device)
+    return out
+
+
 def unintended_differences(root: str, experiment: str) -> dict[str, dict[str, tuple[Any, Any]]]:
     """variant → resolved server args (from /server_info, stored per run) that differ from the baseline's, minus
     the speculative settings and every arg the spec itself declares differently for that variant."""

@@ -136,9 +136,14 @@ def print_compare(root: str, experiment: str, baseline: Optional[str], fmt_name:
 
         engines = sorted(set(df["engine"]))
         one_engine = len(engines) == 1
+        from cluster.analysis.comparison import served_devices
+
         label = {"sim": "sim (simulated engine, not GPU numbers)"}
+        on_cpu = "cpu" in served_devices(root, experiment)
         for wl, part in df.groupby("workload", sort=False):
             eng = f"; engine {label.get(engines[0], engines[0])}" if one_engine else ""
+            if on_cpu and engines != ["sim"]:
+                eng += "; served on CPU (CPU numbers, not GPU numbers)"
             t = Table(title=f"{experiment} / {wl}: means over ok repeats; ms; * = baseline{eng}", box=box.SIMPLE_HEAD,
                       pad_edge=False,
                       title_justify="left")

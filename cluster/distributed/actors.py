@@ -134,7 +134,7 @@ class EngineActorImpl:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
             env.pop("RAY_ADDRESS", None)
             log_path = self.log_dir / f"{self.variant.name}-{int(time.time() * 1000)}.log"
-            self.server = ServerProcess(cmd.argv, env, log_path)
+            self.server = ServerProcess(cmd.argv, env, log_path, redact=self.secrets)
             t0 = time.time()
             self.server.start()
             self.base_url = f"http://{self.host}:{p}"

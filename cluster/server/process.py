@@ -10,14 +10,16 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import IO, Any, Mapping, Optional, Sequence
 
 from cluster.errors import EngineFault
+from cluster.spec.secrets import scrub_text
 
 
 class ServerStartError(EngineFault):
@@ -152,6 +154,16 @@ def http_status(url: str, timeout_s: float = 5.0, method: str = "GET") -> int:
         return 0
 
 
+def _copy_masked(src: IO[bytes], log_path: Path, secrets: frozenset[str]) -> None:
+    """Server output → its log file, each line with the secret values masked, until every writer has closed."""
+    with open(log_path, "ab") as log:
+        for raw in iter(src.readline, b""):
+            text = raw.decode("utf-8", errors="surrogateescape")
+            log.write(scrub_text(text, secrets).encode("utf-8", errors="surrogateescape"))
+            log.flush()
+    src.close()
+
+
 @dataclass
 class ServerProcess:
     """A server subprocess. It is never daemonized: same session as its parent, own process group (pgid == pid),
@@ -164,6 +176,10 @@ class ServerProcess:
     proc: Optional[subprocess.Popen[bytes]] = None
     watchdog: bool = True
     """Run the server under cluster.server.watchdog, which kills the group if this process dies."""
+    redact: frozenset[str] = frozenset()
+    """Secret values (an --api-key the server prints in its own args line): with any, the server's output reaches
+    its log through a pipe, line by line, with each value masked, so no moment exists when the file holds one."""
+    _pump: Optional[threading.Thread] = None
 
     def start(self) -> int:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -175,7 +191,7 @@ class ServerProcess:
             self.proc = subprocess.Popen(
                 argv,
                 env=dict(self.env),
-                stdout=log,
+                stdout=subprocess.PIPE if self.redact else log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 process_group=0,
@@ -183,6 +199,10 @@ class ServerProcess:
             )
         finally:
             log.close()
+        if self.redact and self.proc.stdout is not None:
+            self._pump = threading.Thread(target=_copy_masked, args=(self.proc.stdout, self.log_path, self.redact),
+                                          name=f"server-log-{self.proc.pid}", daemon=True)
+            self._pump.start()
         return self.proc.pid
 
     @property
@@ -261,6 +281,8 @@ class ServerProcess:
         if self.proc is None:
             return None
         kill_group(self.proc.pid, grace_s, self.proc)
+        if self._pump is not None:
+            self._pump.join(grace_s)  # the group is gone: the pipe is at EOF, the log complete
         return self.proc.poll()
 
 

@@ -69,7 +69,8 @@ def synth_records(rng: np.random.Generator, n: int, conc: int, step_ms: float, t
 def build_dataset(root: str, name: str, *, other: str = "nextn", steps: Optional[list[int]] = None,
                   conc: tuple[int, ...] = (1, 8), repeats: int = 3, n_requests: int = 48, out_tokens: int = 48,
                   speed: Optional[dict[str, float]] = None, seed: int = 0, run_sigma: float = 0.03,
-                  invalid: Optional[tuple[str, int, int]] = None, gpu_name: Optional[str] = None) -> None:
+                  invalid: Optional[tuple[str, int, int]] = None, gpu_name: Optional[str] = None,
+                  device: Optional[str] = None, engine: str = "sim") -> None:
     """A synthetic experiment written through DatasetStore.write_run: baseline vs `other` (NEXTN depths `steps`,
     or a plain copy of the baseline when steps is empty), each repeat with its own run-level speed offset."""
     from cluster.dataset.store import DatasetStore
@@ -81,6 +82,10 @@ def build_dataset(root: str, name: str, *, other: str = "nextn", steps: Optional
         spec = parse_spec_text(SPEC.format(name=name, other=other, steps=[1], out=out_tokens, n=n_requests,
                                            conc=list(conc), repeats=repeats).replace(
             "    speculative: {algorithm: NEXTN, num_steps: [1]}\n", ""))
+    if engine != "sim":
+        spec = parse_spec_text(SPEC.format(
+            name=name, other=other, steps=steps or [1], out=out_tokens, n=n_requests, conc=list(conc),
+            repeats=repeats).replace("{path: sim://qwen, engine: sim, tp: 8}", f"{{path: /models/q, engine: {engine}, tp: 8}}"))
     store = DatasetStore(root, name)
     rng = np.random.default_rng(seed)
     for p in make_plan(spec):
@@ -97,6 +102,8 @@ def build_dataset(root: str, name: str, *, other: str = "nextn", steps: Optional
             row.update(status="invalid", invalid_reasons="client lag p99 85 ms exceeds 50 ms")
         if gpu_name:
             row["provenance_json"] = '{"gpu_names": ["%s"]}' % gpu_name
+        if device:
+            row["resolved_args_json"] = '{"device": "%s"}' % device
         store.write_run(p, row, reqs, chunks)
 
 
@@ -196,3 +203,22 @@ def test_one_baseline_rule_for_every_compare_path(tmp_path: Path) -> None:
         assert e.value.field == "--baseline" and e.value.expected == "one of baseline, nextn"
         messages.add(str(e.value))
     assert len(messages) == 1
+
+
+@pytest.mark.parametrize("engine,device,labelled", [("sglang", "cpu", True), ("sglang", "cuda", False),
+                                                    ("sglang", None, False), ("sim", "cpu", False)])
+def test_compare_table_says_when_servers_ran_on_a_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, engine: str,
+                                                      device: Optional[str], labelled: bool) -> None:
+    """A real engine on a CPU is labelled so (the simulator has its own label)."""
+    from rich.console import Console
+
+    import cluster.commands.results as results_cmd
+    from cluster.analysis.comparison import served_devices
+
+    build_dataset(str(tmp_path), "dev", steps=[1], repeats=1, conc=(1,), n_requests=8, device=device,
+                  engine=engine)
+    assert served_devices(str(tmp_path), "dev") == ({device} if device else set())
+    recorder = Console(record=True, width=220)
+    monkeypatch.setattr(results_cmd, "console", recorder)
+    results_cmd.print_compare(str(tmp_path), "dev", None, "table")
+    assert ("served on CPU (CPU numbers, not GPU numbers)" in " ".join(recorder.export_text().split())) is labelled

@@ -110,3 +110,30 @@ def test_wait_exit(tmp_path: Path) -> None:
     sp.start()
     assert sp.wait_exit(0.01) is None
     assert sp.wait_exit(30) == 0
+
+
+def test_a_secret_the_server_prints_never_reaches_its_log_file(tmp_path: Path) -> None:
+    """While the server still runs (not only after it stopped), its log holds the mask, never the value."""
+    import time
+
+    from cluster.server.process import ServerProcess
+    from cluster.spec.secrets import mask
+
+    secret = "sk-test-4f3c2a1b"
+    code = ("import sys, time; print('server_args=ServerArgs(api_key=%r, port=1)' % sys.argv[1], flush=True); "
+            "print('half', end='', flush=True); time.sleep(60)")
+    sp = ServerProcess([sys.executable, "-c", code, secret], dict(os.environ), tmp_path / "server.log",
+                       redact=frozenset({secret}))
+    sp.start()
+    try:
+        deadline = time.monotonic() + 20
+        text = ""
+        while mask(secret) not in text and time.monotonic() < deadline:
+            time.sleep(0.05)
+            text = (tmp_path / "server.log").read_text()
+        assert sp.alive()
+        assert mask(secret) in text and secret not in text, text
+    finally:
+        sp.stop(5.0)
+    final = (tmp_path / "server.log").read_text()
+    assert secret not in final and "\nhalf" in final  # an unterminated line is kept too

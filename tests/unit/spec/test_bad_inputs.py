@@ -9,6 +9,7 @@ import pytest
 
 from cluster.spec.loader import MAX_SPEC_BYTES, load_spec, parse_spec_text
 from cluster.spec.models import SpecError
+from tests.checkpoints import materialise_tensor_specs
 
 REPO = Path(__file__).resolve().parents[3]
 BAD_DIR = REPO / "tests" / "data" / "bad_specs"
@@ -279,6 +280,7 @@ def test_cli_validate_refuses_bad_spec(name: str, tmp_path: Path, monkeypatch: p
 def test_bad_input_is_refused_before_any_server(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     work = tmp_path / case
     shutil.copytree(INPUTS_DIR / case, work, symlinks=True)
+    materialise_tensor_specs(work)
     want = _expectation(work / "spec.yaml")
     before = _snapshot(tmp_path)
     monkeypatch.chdir(work)
