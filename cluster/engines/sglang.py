@@ -217,7 +217,8 @@ class SGLangEngine(Engine):
         """SGLang 0.5.23's /start_profile body (io_struct.ProfileReq: output_dir, num_steps, activities, profile_id;
         http_server.start_profile_async). With num_steps the scheduler stops by itself after that many forward
         steps and writes `<output_dir>/<profile_id>-TP-<rank>.trace.json.gz` (profiler_manager.py); a later
-        /stop_profile is then refused with "Profiling is not in progress"."""
+        /stop_profile is then a bare 500 "Internal Server Error" (its RuntimeError "Profiling is not in
+        progress", measured on the sglang_cpu tier)."""
         body = {"output_dir": output_dir, "num_steps": steps, "profile_id": profile_id,
                 "activities": ["CPU"] if cpu else ["CPU", "GPU"]}
         return encode_request("/start_profile", body)

@@ -2,7 +2,7 @@
 
 SGLang 0.5.23 (managers/scheduler_components/profiler_manager.py, io_struct.ProfileReq) takes `output_dir`
 (default env SGLANG_TORCH_PROFILER_DIR, else /tmp), `num_steps` (stop by itself after that many forward steps;
-/stop_profile is then refused with "Profiling is not in progress. Call /start_profile first."), `activities`
+/stop_profile then raises "Profiling is not in progress. Call /start_profile first.", a bare 500), `activities`
 and `profile_id` (default str(time.time())), and writes one `<profile_id>-TP-<rank>.trace.json.gz` per TP rank.
 The simulator does the same with made-up kernels: each step's time is split over one GEMM, MoE, attention,
 all-reduce and norm kernel in fixed shares (MoE about half of decode time, as sglang PR #29190 measured on SM120),

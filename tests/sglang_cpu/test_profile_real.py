@@ -1,5 +1,5 @@
 """A kernel profile of a real SGLang 0.5.23 server on the CPU: sglbench's /start_profile body (engines/sglang.py) is
-accepted, the profiler stops by itself after num_steps, /stop_profile then says 'not in progress', and the torch
+accepted, the profiler stops by itself after num_steps, /stop_profile is then a bare 500, and the torch
 profiler's chrome trace is summarised (CPU ops: there are no device kernels on a CPU)."""
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ def test_real_server_profile_is_summarised(sglang_cpu_python: Path, mimo_models:
     finally:
         server.stop()
     assert [f.name for f in files] == ["sglbench-real-TP-0.trace.json.gz"], server.log_tail()
-    assert status != 200 and "not in progress" in text, "num_steps stopped the profiler by itself"
+    # num_steps stopped the profiler by itself: SGLang raises RuntimeError("Profiling is not in progress ...") in the
+    # handler, which FastAPI answers as a bare 500 (the sim and the actor rely on this)
+    assert status == 500 and text == "Internal Server Error", (status, text)
     s = summarize_traces(files)
     print(f"[sglang_cpu] profile: level {s.level}, {len(s.top)} top ops, first {s.top[0].kernel} "
           f"({s.top[0].share:.0%}), by category {({k: round(v) for k, v in s.by_category_us.items()})}")
