@@ -123,7 +123,7 @@ def _run_values(runs: pd.DataFrame, column: str) -> list[np.ndarray]:
     return [np.array([v]) for v in vals if np.isfinite(v)]
 
 
-def _metric_runs(m: CiMetric, runs: pd.DataFrame, arrays: dict[str, dict[str, np.ndarray]],
+def metric_runs(m: CiMetric, runs: pd.DataFrame, arrays: dict[str, dict[str, np.ndarray]],
                  request_level: bool) -> list[np.ndarray]:
     if request_level and m.request_field is not None:
         got = [arrays.get(k, {}).get(m.request_field) for k in runs["run_key"]]
@@ -225,7 +225,7 @@ def compare_with_ci(root: str, experiment: str, baseline: Optional[str] = None, 
     for i, (key, cell) in enumerate(runs.groupby(keys, sort=False)):
         ok = cell[cell["status"] == "ok"]
         rng = np.random.default_rng([seed, i])
-        per_metric = {m.name: _metric_runs(m, ok, arrays, request_level) for m in CI_METRICS}
+        per_metric = {m.name: metric_runs(m, ok, arrays, request_level) for m in CI_METRICS}
         row: dict[str, Any] = dict(zip(keys, key))
         row.update(engine=cell["engine"].iloc[0], is_baseline=key[-1] == baseline, n_runs=len(ok),
                    n_failed=int((cell["status"] == "failed").sum()),
@@ -339,6 +339,29 @@ def compare_view(ci: pd.DataFrame) -> pd.DataFrame:
         "SM clock MHz": [format_estimate(*t, digits=0) for t in
                          zip(ci["sm_clock_mhz_mean"], ci["sm_clock_mhz_mean_lo"], ci["sm_clock_mhz_mean_hi"])],
     })
+
+
+def resolved_cap_problems(root: str, experiment: str) -> list[str]:
+    """One line per variant whose server resolved a different running-request cap than the baseline's (plan.fairness
+    resolved_cap_findings over the stored resolved args: e.g. a NEXTN variant capped by Mamba state slots)."""
+    import json as _json
+
+    from cluster.dataset.store import DatasetStore
+    from cluster.plan.fairness import format_findings, resolved_cap_findings
+    from cluster.plan.runs import expand_variants
+    from cluster.spec.models import ExperimentSpec
+
+    store = DatasetStore(root, experiment)
+    meta = store.read_experiment_meta() or {}
+    if "spec" not in meta:
+        return []
+    runs = store.read_table("runs", columns=["variant", "status", "resolved_args_json"]).to_pylist()
+    resolved: dict[str, dict[str, Any]] = {}
+    for r in runs:
+        if r["status"] != "failed" and r["resolved_args_json"]:
+            resolved.setdefault(r["variant"], _json.loads(r["resolved_args_json"]))
+    variants = expand_variants(ExperimentSpec.model_validate(meta["spec"]))
+    return format_findings(resolved_cap_findings(variants, resolved))
 
 
 def served_devices(root: str, experiment: str) -> set[str]:

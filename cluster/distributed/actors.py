@@ -20,6 +20,7 @@ from cluster.dataset.run_facts import ServerFacts
 from cluster.spec.secrets import redact_argv, redact_env, scrub, scrub_file, scrub_text, secret_values
 from cluster.loadgen.gate import GateAnswers
 from cluster.plan.runs import LoadPoint, ResolvedVariant
+from cluster.loadgen.output_sample import OutputSample
 from cluster.loadgen.server_metrics import MetricsScraper
 from cluster.server.process import (PortNotOwnedError, ServerProcess, ServerStartError, free_port, http_get_json,
                                     http_status, kill_group, pid_alive)
@@ -63,6 +64,7 @@ class ShardSummary:
     peak_buffered_rows: int
     server_metrics: Optional[pa.RecordBatch]
     window_start_monotonic_ns: int = 0
+    samples: tuple[OutputSample, ...] = ()
 
 
 LoadMessage = Union[LoadBatch, ShardSummary]
@@ -151,7 +153,7 @@ class EngineActorImpl:
                 line = scrub_text(e.log_line, self.secrets) if e.log_line else None
                 raise type(e)(scrub_text(str(e), self.secrets), tail, e.server_exit_code, log_line=line) from None
             infos: dict[str, Any] = {}
-            for name, path in self.engine.info_paths(self.launcher.version if self.launcher else None).items():
+            for name, path in self.engine.info_paths(self.engine.version_for(self.launcher, self.python)).items():
                 try:
                     infos[name] = http_get_json(self.base_url + path, timeout_s=10, headers=self.engine.headers)
                 except Exception as e:  # noqa: BLE001 - an info endpoint missing is recorded, not fatal
@@ -185,6 +187,7 @@ class EngineActorImpl:
                 log_path=str(log_path),
                 server_pid=server_pid,
                 server_saw_cuda_visible_devices=_env_of(server_pid or 0).get("CUDA_VISIBLE_DEVICES"),
+                cap_log_lines=tuple(scrub_text(line, self.secrets) for line in self._cap_log_lines()),
             )
         assert last_err is not None
         raise ServerStartError(f"could not bind a free port after {MAX_PORT_TRIES} tries: {last_err}",
@@ -236,6 +239,18 @@ class EngineActorImpl:
             return False
         return self.server_pid is None or pid_alive(self.server_pid)
 
+    def _cap_log_lines(self, max_bytes: int = 4 << 20) -> list[str]:
+        """Startup log lines naming a lowered concurrency cap (the engine's cap_log_marker), first 4 MiB only."""
+        marker = self.engine.cap_log_marker
+        if marker is None or self.server is None:
+            return []
+        try:
+            with open(self.server.log_path, "rb") as f:
+                head = f.read(max_bytes).decode("utf-8", "replace")
+        except OSError:
+            return []
+        return [line.strip() for line in head.splitlines() if marker in line][-4:]
+
     def log_tail(self, max_bytes: int = 8000) -> str:
         if self.server is None:
             return ""
@@ -272,12 +287,13 @@ class LoadActorImpl:
 
         return build_prompt_sequence(workload, n, seed, self.base_dir)
 
-    def run_gate(self, base_url: str, model_name: str, timeout_s: float = 300.0) -> GateAnswers:
+    def run_gate(self, base_url: str, model_name: str, timeout_s: float = 300.0,
+                 filler: Optional[int] = None) -> GateAnswers:
         import asyncio
 
         from cluster.loadgen.gate import collect_gate_answers
 
-        return asyncio.run(collect_gate_answers(self.engine, base_url, model_name, timeout_s))
+        return asyncio.run(collect_gate_answers(self.engine, base_url, model_name, timeout_s, filler))
 
     def visible_gpus(self) -> str:
         return os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
@@ -358,6 +374,7 @@ class LoadActorImpl:
             peak_buffered_rows=res.peak_buffered_rows,
             server_metrics=scraper.batch(res.window_start_unix_s) if scraper is not None else None,
             window_start_monotonic_ns=res.window_start_monotonic_ns,
+            samples=res.samples,
         )
 
 

@@ -6,7 +6,7 @@ import hashlib
 import itertools
 import json
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal, Optional
+from typing import Any, Callable, Literal, Optional
 
 from cluster.errors import UserError
 from cluster.spec.secrets import redact_args, redact_env
@@ -191,8 +191,9 @@ def workload_seed(spec_seed: int, workload: WorkloadSpec, repeat: int) -> int:
     return int.from_bytes(h[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
 
 
-def make_plan(spec: ExperimentSpec) -> list[RunPlan]:
-    """Every run of the experiment, in execution order.
+def make_plan(spec: ExperimentSpec, keep: Optional[Callable[[ResolvedVariant], bool]] = None) -> list[RunPlan]:
+    """Every run of the experiment, in execution order (`keep`: which expanded variants run, e.g. without the
+    back-end sweep duplicates plan/sweep_collapse.py finds; run keys do not depend on it).
 
     grouped (default): a variant's runs are contiguous, so each server starts once.
     interleaved: repeat r of every variant runs before repeat r+1 of any (ABAB...), which cancels drift
@@ -200,7 +201,8 @@ def make_plan(spec: ExperimentSpec) -> list[RunPlan]:
     In both, the baseline comes first (within each repeat when interleaved): its gate answers are what the other
     variants' gates compare with, so its first segment runs before any other. The driver executes this order.
     """
-    variants = sorted(expand_variants(spec), key=lambda v: not v.is_baseline)  # stable: baseline first
+    variants = sorted((v for v in expand_variants(spec) if keep is None or keep(v)),
+                      key=lambda v: not v.is_baseline)  # stable: baseline first
     points = load_points(spec)
     runs: list[RunPlan] = []
     if spec.order == "grouped":

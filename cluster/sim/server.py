@@ -500,10 +500,10 @@ async def serve(server: SimServer) -> int:
     return 0
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m cluster.sim.server") -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="[%(asctime)s] %(message)s")
-    ns, unknown = build_parser().parse_known_args(argv)
+    ns, unknown = build_parser(prog).parse_known_args(argv)
     refused = unrecognized(unknown)
     if refused:  # what SGLang 0.5.23's own parser says (and its exit code) for a flag it does not have
         print(f"error: unrecognized arguments: {' '.join(refused)}", file=sys.stderr, flush=True)

@@ -43,6 +43,8 @@ def test_demo_acceptance_and_speedup(ray_local: None, tmp_path: Path) -> None:
     data = demo.model_dump(mode="json", exclude_unset=True)
     data["sim"]["time_scale"] = 0.05
     data["workloads"][0]["num_requests"] = 64
+    data["workloads"][0]["output_tokens"] = 64
+    data["repeats"] = 1  # the demo's repeats show intervals; this test needs one long window per depth
     data["load"]["concurrency"] = [1]
     data["output"] = str(tmp_path / "results")
     data["max_client_lag_ms"] = 1000.0
