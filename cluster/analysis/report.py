@@ -9,7 +9,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import pandas as pd
@@ -132,7 +132,7 @@ def _table_html(df: pd.DataFrame) -> str:
 
 
 def _figures(ci: pd.DataFrame, runs: pd.DataFrame, arrays: dict[str, dict[str, np.ndarray]], out: Path,
-             labels: dict[str, str], colors: dict[str, Any], bw: pd.DataFrame) -> list[_Figure]:
+             labels: dict[str, str], colors: dict[str, Any], bw: pd.DataFrame, store: DatasetStore) -> list[_Figure]:
     figs: list[_Figure] = []
     ok = runs[runs["status"] == "ok"]
 
@@ -184,6 +184,7 @@ def _figures(ci: pd.DataFrame, runs: pd.DataFrame, arrays: dict[str, dict[str, n
                  rp.accept_hist_plot(by_depth, f"{title}: per-request acceptance length by NEXTN depth "
                                      "(all load points; dashed: run-scoped Σ-ratio, mean over runs)"),
                  f"{workload}: distribution of per-request (tokens − 1)/spec_verify_ct per speculative depth.")
+    _telemetry_figures(store, ok, labels, colors, save)
     if not bw.empty:
         for workload, g in bw.groupby("workload", sort=False):
             first = g.iloc[0]
@@ -197,6 +198,45 @@ def _figures(ci: pd.DataFrame, runs: pd.DataFrame, arrays: dict[str, dict[str, n
             save(f"bandwidth_{_slug(str(workload))}.png", rp.bandwidth_plot(g, title, colors, at),
                  f"{workload}: decode tok/s at {at} (1000 / TPOT mean) as % of N·BW / bytes per token.")
     return figs
+
+
+def _telemetry_figures(store: DatasetStore, ok: pd.DataFrame, labels: dict[str, str], colors: dict[str, Any],
+                       save: Callable[[str, bytes, str], None]) -> None:
+    """Power and SM clock over time per variant (gpu_metrics), and the kernel breakdown per variant (kernel_profile);
+    both say when they come from the simulator."""
+    gm = store.read_table("gpu_metrics", columns=["run_key", "t_ns", "power_w", "sm_clock_mhz", "source"]).to_pandas()
+    if not gm.empty:
+        sim = "sim" in set(gm["source"])
+        first = ok.sort_values("repeat").drop_duplicates(["workload", "load_kind", "load_value", "variant"])
+        for (workload, kind), g in first.groupby(["workload", "load_kind"], sort=False):
+            per_point = []
+            for value, sel in g.groupby("load_value"):
+                data = {}
+                for r in sel.itertuples(index=False):
+                    s = gm[(gm["run_key"] == r.run_key) & (gm["t_ns"] >= 0) & (gm["t_ns"] <= r.duration_s * 1e9)]
+                    if not s.empty:
+                        agg = s.groupby("t_ns").agg(power_w=("power_w", "sum"), sm_clock_mhz=("sm_clock_mhz", "mean"))
+                        data[r.variant] = agg.reset_index().assign(t_s=lambda d: d["t_ns"] / 1e9)
+                if data:
+                    per_point.append((point_label(str(kind), float(value)), data))
+            if per_point:
+                label = " (SIMULATED device model, not a GPU)" if sim else " (NVML)"
+                save(f"telemetry_{_slug(str(workload))}_{kind}.png",
+                     rp.telemetry_plot(per_point, f"{workload}: GPU power and SM clock over the window{label}",
+                                       labels, colors),
+                     f"{workload}: power of the server's GPUs and their mean SM clock during each variant's first ok "
+                     f"repeat{label}.")
+    kp = store.read_table("kernel_profile").to_pandas()
+    if not kp.empty and "category" in kp.columns:
+        from cluster.analysis.kernel_profile import CATEGORIES
+
+        shares = {str(v): {str(c): float(x) for c, x in g.groupby("category")["share"].sum().items()}
+                  for v, g in kp.groupby("variant", sort=False)}
+        label = " (SIMULATED trace)" if bool(kp["simulated"].any()) else ""
+        save("kernel_breakdown.png", rp.kernel_breakdown_plot(
+            shares, CATEGORIES, f"kernel time by category per variant (top kernels of each profile){label}"),
+            f"Kernel profile per variant: share of the top kernels' time in GEMM / MoE / attention / communication / "
+            f"other{label}.")
 
 
 def _pareto_points(g: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
@@ -238,7 +278,7 @@ def build_report(root: str, experiment: str, out_dir: Optional[str] = None, n_bo
     meta = store.read_experiment_meta()
     bpt = bytes_per_token or decode_bytes_per_token(meta)
     bw = bandwidth_table(ci, runs, bpt) if bpt else pd.DataFrame()
-    figs = _figures(ci, runs, arrays, out, labels, colors, bw)
+    figs = _figures(ci, runs, arrays, out, labels, colors, bw, store)
     page = _html(experiment, root, ci, runs, figs, engines, bw, bpt)
     path = out / "index.html"
     atomic_write(path, page.encode())

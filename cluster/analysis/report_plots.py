@@ -220,3 +220,46 @@ def pooled(arrays: Sequence[Optional[np.ndarray]]) -> np.ndarray:
     """Concatenate the present arrays (an empty float array when none)."""
     got = [a for a in arrays if a is not None and a.size]
     return np.concatenate(got) if got else np.empty(0)
+
+
+def telemetry_plot(per_point: list[tuple[str, dict[str, pd.DataFrame]]], title: str, labels: dict[str, str],
+                   colors: dict[str, Any]) -> bytes:
+    """Power (all the server's GPUs) and mean SM clock over the window, per variant (its first ok repeat), one
+    column per load point. Frames: t_s, power_w, sm_clock_mhz (summed / averaged over GPUs per sample time)."""
+    n = len(per_point)
+    fig, axes = plt.subplots(2, n, figsize=(4.8 * n, 6.0), squeeze=False, sharey="row")
+    for col, (point, data) in enumerate(per_point):
+        top, bottom = axes[0, col], axes[1, col]
+        for v, df in data.items():
+            top.plot(df["t_s"], df["power_w"], color=colors[v], label=labels[v], linewidth=1.2)
+            bottom.plot(df["t_s"], df["sm_clock_mhz"], color=colors[v], label=labels[v], linewidth=1.2)
+        top.set_title(point, fontsize=9)
+        bottom.set_xlabel("time in the measured window (s)")
+        for ax in (top, bottom):
+            ax.grid(alpha=0.3)
+    axes[0, 0].set_ylabel("GPU power, all GPUs (W)")
+    axes[1, 0].set_ylabel("SM clock, mean of GPUs (MHz)")
+    axes[0, 0].legend(fontsize=7, loc="best")
+    fig.suptitle(title, fontsize=10)
+    return _png(fig)
+
+
+def kernel_breakdown_plot(shares: dict[str, dict[str, float]], categories: Sequence[str], title: str) -> bytes:
+    """Per variant, the share of kernel time by category as one stacked horizontal bar (variants side by side)."""
+    names = list(shares)
+    fig, ax = plt.subplots(figsize=(7.5, 0.6 * len(names) + 1.6))
+    left = np.zeros(len(names))
+    cmap = plt.get_cmap("Set2")
+    for i, cat in enumerate(categories):
+        vals = np.array([shares[v].get(cat, 0.0) for v in names]) * 100
+        ax.barh(names, vals, left=left, color=cmap(i), label=cat)
+        for y, (x0, w) in enumerate(zip(left, vals)):
+            if w >= 6:
+                ax.text(x0 + w / 2, y, f"{w:.0f}%", ha="center", va="center", fontsize=7)
+        left += vals
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("share of profiled kernel time (%)")
+    ax.invert_yaxis()
+    ax.legend(fontsize=7, ncol=len(categories), loc="upper center", bbox_to_anchor=(0.5, -0.25))
+    ax.set_title(title, fontsize=10)
+    return _png(fig)

@@ -342,13 +342,15 @@ def show_cmd(
 def query_cmd(
     experiment: str = typer.Argument(...),
     sql: str = typer.Argument(..., help="One SELECT (DuckDB dialect) over the views runs, requests, chunks, "
-                                         "variants, request_metrics, chunk_gaps, correctness, server_metrics."),
+                                         "variants, request_metrics, chunk_gaps, correctness, server_metrics, "
+                                         "gpu_metrics, kernel_profile."),
     root: str = ROOT_OPT,
     fmt: Format = typer.Option(Format.table, "--format"),
 ) -> None:
     """Read-only SQL over the experiment's views: runs, requests, chunks, variants, request_metrics (per-request
-    TTFT, TPOT, E2E, acceptance, lag), chunk_gaps (per-chunk and per-token ITL), correctness, server_metrics (the
-    last two when the experiment has them). One SELECT; COPY, ATTACH, INSTALL/LOAD, DDL, PRAGMA and SET are
+    TTFT, TPOT, E2E, acceptance, lag), chunk_gaps (per-chunk and per-token ITL), correctness, server_metrics,
+    gpu_metrics (GPU telemetry), kernel_profile (top kernels of profiled variants) (the last four when the experiment
+    has them). One SELECT; COPY, ATTACH, INSTALL/LOAD, DDL, PRAGMA and SET are
     refused, and no file outside the dataset can be read."""
     from cluster.analysis.query import query
 

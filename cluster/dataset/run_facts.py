@@ -8,11 +8,14 @@ without a cycle (`server/` stays the process mechanics, `loadgen/` the HTTP clie
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import pyarrow as pa
 
 from cluster.loadgen.output_sample import OutputSample
+
+if TYPE_CHECKING:
+    from cluster.telemetry.recorder import TelemetryCapture
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,10 @@ class WindowSummary:
     flushed: bool
     load_actor_peak_buffered_rows: int
     server_metrics: Optional[pa.RecordBatch] = None
+    gpu_metrics: Optional[pa.Table] = None
+    """The window's GPU samples (records.GPU_METRIC_FIELDS), t_ns on the requests' zero; None without telemetry."""
+    telemetry: Optional["TelemetryCapture"] = None
+    """How sampling went (source, rate, errors, why unavailable), for provenance."""
     samples: tuple[OutputSample, ...] = ()
     """The run's output sample over every shard (loadgen/output_sample.py)."""
 

@@ -176,6 +176,9 @@ def build_run_row(p: RunPlan, out: WindowSummary, server: ServerFacts, segment: 
     for k, v in window.items():
         if k != "accept_length":
             m[k] = v
+    from cluster.analysis.gpu_metrics import summarize_gpu, throttle_summary
+
+    m.update(summarize_gpu(out.gpu_metrics, out.duration_s, m.get("output_tok_s")))
     n_ok = int(m.get("n_ok") or 0)
     invalid: list[str] = []
     # the stored m_lag_ms_p99 (request_metrics.client_lag over the committed requests), never a shard's own figure
@@ -199,6 +202,10 @@ def build_run_row(p: RunPlan, out: WindowSummary, server: ServerFacts, segment: 
     row = _common(p, spec, server, segment, git_sha, out.load_actor_peak_buffered_rows)
     provenance = json.loads(row["provenance_json"])
     provenance["concurrency"] = concurrency
+    telemetry: dict[str, object] = out.telemetry.provenance() if out.telemetry is not None else {"source": None, "unavailable":
+                                                                             "telemetry disabled or not captured"}
+    telemetry["throttle_reasons"] = throttle_summary(out.gpu_metrics, out.duration_s)
+    provenance["telemetry"] = telemetry
     provenance["output_sample"] = output_sample
     row["provenance_json"] = json.dumps(provenance, sort_keys=True, default=str)
     row.update({

@@ -25,6 +25,8 @@ from cluster.loadgen.server_metrics import MetricsScraper
 from cluster.server.process import (PortNotOwnedError, ServerProcess, ServerStartError, free_port, http_get_json,
                                     http_status, kill_group, pid_alive)
 from cluster.spec.models import EngineLauncher, WorkloadSpec
+from cluster.telemetry.profile import ProfileCapture
+from cluster.telemetry.recorder import TelemetryCapture, TelemetryRecorder
 
 MAX_PORT_TRIES = 3
 WATCHDOG_NOTE_S = 2.0
@@ -61,6 +63,7 @@ class ShardSummary:
     n_chunks: int
     peak_buffered_rows: int
     server_metrics: Optional[pa.RecordBatch]
+    window_start_monotonic_ns: int = 0
     samples: tuple[OutputSample, ...] = ()
 
 
@@ -90,11 +93,37 @@ class EngineActorImpl:
         self.base_url = ""
         self.server_pid: Optional[int] = None
         """The server process under the watchdog, once healthy."""
+        self._recorder: Optional[TelemetryRecorder] = None
+        self._no_telemetry: Optional[TelemetryCapture] = None
+        self._profile_dir = self.log_dir / "profiles" / variant.name
         self.secrets = secret_values(variant.env, variant.args, launcher.launcher if launcher and launcher.launcher else ())
         """Declared secret values: what the server echoes back (infos, log tails) is scrubbed of them."""
 
     def gpu_ids(self) -> list[str]:
         return [str(g) for g in ray.get_gpu_ids()]
+
+    def telemetry_start(self, rate_hz: float) -> Optional[str]:
+        """Start sampling this server's GPUs (NVML, or the simulator's device) in a thread of this actor; returns
+        why not when there is nothing to sample (recorded, never fatal)."""
+        from cluster.telemetry.nvml import TelemetryUnavailable
+        from cluster.telemetry.recorder import unavailable
+
+        self.telemetry_stop()
+        try:
+            sampler = self.engine.device_sampler(self.variant, self.base_url, self.gpu_ids())
+        except TelemetryUnavailable as e:
+            self._no_telemetry = unavailable(str(e), rate_hz)
+            return str(e)
+        self._recorder = TelemetryRecorder(sampler, rate_hz).start()
+        return None
+
+    def telemetry_stop(self) -> Optional[TelemetryCapture]:
+        """Stop sampling; the samples since telemetry_start (absolute monotonic ns), or None if none was started."""
+        rec, self._recorder = self._recorder, None
+        if rec is None:
+            capture, self._no_telemetry = self._no_telemetry, None
+            return capture
+        return rec.stop()
 
     def start(self, health_timeout_s: float, port: Optional[int] = None) -> ServerFacts:
         gpu_ids = self.gpu_ids()
@@ -164,6 +193,45 @@ class EngineActorImpl:
         raise ServerStartError(f"could not bind a free port after {MAX_PORT_TRIES} tries: {last_err}",
                                last_err.log_tail)
 
+    def profile_start(self, steps: int) -> Optional[str]:
+        """Ask the server for a kernel profile of its next `steps` forward steps into a fresh directory on this node;
+        returns why not (the engine has no profiler, the server refused), or None."""
+        from cluster.server.process import http_post
+
+        self._profile_dir = self.log_dir / "profiles" / f"{self.variant.name}-{int(time.time() * 1000)}"
+        self._profile_dir.mkdir(parents=True, exist_ok=True)
+        req = self.engine.profile_request(str(self._profile_dir), steps, f"sglbench-{self.variant.name}",
+                                          self.engine.runs_on_cpu(self.variant))
+        if req is None:
+            return f"engine {self.engine.name} has no profiler endpoint"
+        status, text = http_post(self.base_url + req.path, req.body, 60.0, self.engine.headers)
+        return None if status == 200 else scrub_text(f"start_profile answered {status}: {text.strip()[:300]}",
+                                                     self.secrets)
+
+    def profile_collect(self, timeout_s: float, max_archive_bytes: int) -> ProfileCapture:
+        """Stop the profile (refused harmlessly when it stopped by itself after its steps), wait for one trace per
+        TP rank, and archive the directory (content-hashed, size-capped)."""
+        from cluster.server.process import http_post
+        from cluster.telemetry.profile import archive_dir, wait_for_traces
+
+        d = self._profile_dir
+        stop = ""
+        if self.engine.profile_stop_path:
+            # after num_steps the profiler has stopped by itself and SGLang 0.5.23 answers this 500 "Internal Server
+            # Error" (its RuntimeError "Profiling is not in progress"; measured on the sglang_cpu tier): only worth
+            # saying when no trace appears
+            status, text = http_post(self.base_url + self.engine.profile_stop_path, b"", 120.0, self.engine.headers)
+            stop = f" (stop_profile answered {status}: {scrub_text(text.strip()[:300], self.secrets)})"
+        files = wait_for_traces(d, max(1, self.variant.tp), timeout_s)
+        note = None
+        if not files:
+            return ProfileCapture(str(d), (), None, None, 0, f"no trace was written in {timeout_s:g} s{stop}")
+        from cluster.analysis.kernel_profile import summarize_traces
+
+        data, sha, size, over = archive_dir(d, max_archive_bytes)
+        return ProfileCapture(str(d), tuple(p.name for p in files), data, sha, size, over or note,
+                              summarize_traces(files))
+
     def alive(self) -> bool:
         """The process group leader runs and so does the server itself (a killed server whose watchdog has not yet
         noticed is dead)."""
@@ -192,6 +260,7 @@ class EngineActorImpl:
         return scrub_text(self.server.log_tail(max_bytes), self.secrets)
 
     def stop(self) -> StopResult:
+        self.telemetry_stop()
         if self.server is None:
             return StopResult(False)
         code = self.server.stop()
@@ -304,6 +373,7 @@ class LoadActorImpl:
             n_chunks=res.n_chunks,
             peak_buffered_rows=res.peak_buffered_rows,
             server_metrics=scraper.batch(res.window_start_unix_s) if scraper is not None else None,
+            window_start_monotonic_ns=res.window_start_monotonic_ns,
             samples=res.samples,
         )
 

@@ -42,6 +42,7 @@ from cluster.server.process import with_decisive_line
 from cluster.spec.models import ExperimentSpec
 from cluster.spec.secrets import masked_spec_json
 from cluster.spec.loader import load_spec
+from cluster.telemetry.recorder import TelemetryCapture
 
 LOAD_ACTOR_CPUS = 1.0
 PLACEMENT_PROGRESS_S = 10.0
@@ -325,6 +326,8 @@ class Driver:
                                         death.tail, server, seg)
                     continue
                 loads, death = self._one_run(p, engine, loads, pg, server, seg)
+            if variant.profile is not None and death is None and runs:
+                self._profile(variant, engine, loads[0], server, runs[0])
         finally:
             self.shared.leave(variant.name)
             self._teardown(engine, loads, pg, server)
@@ -352,21 +355,33 @@ class Driver:
             raise _DiedBeforeWindow("server died before the measured window")
         n = len(loads)
         start = time.time() + 1.0 if n > 1 else None  # shards start their windows together
-        gens = [a.run_point_stream.options(num_returns="streaming").remote(
-            server.base_url, p.workload, p.load, p.seed, model_name, self.spec.request_timeout_s, i, n, start,
-            batch_rows=self.batch_rows)
-            for i, a in enumerate(loads)]
-        summaries: list[ShardSummary] = []
-        for gen in gens:
-            for ref in gen:
-                item = ray.get(ref)
-                if isinstance(item, LoadBatch):
-                    writer.write("requests", item.requests)
-                    writer.write("chunks", item.chunks)
-                else:
-                    summaries.append(item)
+        telemetry = self.spec.telemetry
+        if telemetry.enabled:  # sampling brackets the window: it starts before the first send, stops after the last
+            why_not = ray.get(engine.telemetry_start.remote(telemetry.rate_hz), timeout=60)
+            if why_not:
+                self.log(f"[{p.variant.name}] no GPU telemetry: {why_not}")
+        capture: Optional[TelemetryCapture] = None
+        try:
+            gens = [a.run_point_stream.options(num_returns="streaming").remote(
+                server.base_url, p.workload, p.load, p.seed, model_name, self.spec.request_timeout_s, i, n, start,
+                batch_rows=self.batch_rows)
+                for i, a in enumerate(loads)]
+            summaries: list[ShardSummary] = []
+            for gen in gens:
+                for ref in gen:
+                    item = ray.get(ref)
+                    if isinstance(item, LoadBatch):
+                        writer.write("requests", item.requests)
+                        writer.write("chunks", item.chunks)
+                    else:
+                        summaries.append(item)
+        finally:
+            if telemetry.enabled:
+                capture = self._telemetry_stop(engine)
         first = summaries[0]
         t0 = min(s.window_start_unix_s for s in summaries)
+        t0_mono = min(summaries, key=lambda s: s.window_start_unix_s).window_start_monotonic_ns
+        gpu = capture.aligned(t0_mono) if capture is not None and capture.samples.num_rows else None
         requests = writer.read("requests")
         lag = requests_lag(requests)  # over every shard's rows: the figure the runs row stores and is judged on
         lag_p50_ns, lag_p99_ns = (round(lag.p50_ns), round(lag.p99_ns)) if lag else (0, 0)
@@ -383,8 +398,18 @@ class Driver:
             flushed=prep.flushed,
             load_actor_peak_buffered_rows=max(s.peak_buffered_rows for s in summaries),
             server_metrics=first.server_metrics,
+            gpu_metrics=gpu,
+            telemetry=capture,
             samples=tuple(sorted((x for s in summaries for x in s.samples), key=lambda x: x.request_index)),
         )
+
+    def _telemetry_stop(self, engine: Any) -> Optional[TelemetryCapture]:
+        """The window's GPU samples from the EngineActor (None when it is gone: the run's other evidence decides)."""
+        try:
+            got: Optional[TelemetryCapture] = ray.get(engine.telemetry_stop.remote(), timeout=60)
+        except (RayActorError, RayTaskError, GetTimeoutError):
+            return None
+        return got
 
     def _one_run(self, p: RunPlan, engine: Any, loads: list[Any], pg: Any, server: ServerFacts,
                  seg: SegmentFacts) -> tuple[list[Any], Optional[_Death]]:
@@ -437,8 +462,10 @@ class Driver:
         row = build_run_row(p, out, server, seg, self.spec, sorted(neighbours), self.git_sha)
         from cluster.loadgen.output_sample import samples_table
 
-        sm = out.server_metrics
+        sm, gm = out.server_metrics, out.gpu_metrics
         extra: dict[str, Any] = {"server_metrics": sm} if sm is not None and sm.num_rows else {}
+        if gm is not None and gm.num_rows:
+            extra["gpu_metrics"] = gm
         if out.samples:  # the output ids of the run's deterministic sample: the evidence of a garbage verdict
             extra["output_samples"] = samples_table(out.samples)
         writer.commit(row, extra or None)
@@ -446,6 +473,39 @@ class Driver:
         if not alive:
             return loads, _Death(f"it died after the window of run {p.order_index}", self._engine_tail(engine))
         return loads, None
+
+    def _profile(self, variant: ResolvedVariant, engine: Any, load: Any, server: ServerFacts, first: RunPlan) -> None:
+        """After the variant's measured windows: a kernel profile of `profile.steps` forward steps driven by
+        `profile.requests` requests of its first workload; the trace archive goes to `_artifacts/profiles/`, the top
+        kernels to the `kernel_profile` table. A failed profile is logged, never a failed run."""
+        from cluster.analysis.kernel_profile import kernel_profile_rows
+
+        prof = variant.profile
+        assert prof is not None
+        model_name = self.spec.model.served_name or self.spec.model.path
+        try:
+            why_not = ray.get(engine.profile_start.remote(prof.steps), timeout=120)
+            if why_not:
+                self.log(f"[{variant.name}] no kernel profile: {why_not}")
+                return
+            ray.get(load.prepare.remote(server.base_url, first.workload, first.load, first.seed, prof.requests,
+                                        model_name, self.spec.request_timeout_s), timeout=self.spec.request_timeout_s)
+            cap = ray.get(engine.profile_collect.remote(120.0, prof.max_archive_bytes), timeout=600)
+        except (RayActorError, RayTaskError, GetTimeoutError) as e:
+            self.log(f"[{variant.name}] kernel profile failed: {_error_text(e)[0]}")
+            return
+        artifact = None
+        if cap.archive is not None and cap.archive_sha256:
+            artifact = self.store.write_artifact(f"profiles/{variant.name}-{cap.archive_sha256[:16]}.tar.gz",
+                                                 cap.archive)
+        if cap.note:
+            self.log(f"[{variant.name}] kernel profile: {cap.note}")
+        if cap.summary is None or not cap.summary.top:
+            return
+        rows = kernel_profile_rows(self.spec.name, variant.engine, prof.steps, cap.summary, artifact)
+        self.store.write_variant_table("kernel_profile", variant.name, "profile-" + gate_key(variant)[5:], rows)
+        self.log(f"[{variant.name}] kernel profile of {prof.steps} steps: {len(cap.files)} trace file(s), top "
+                 f"{cap.summary.top[0].kernel} ({cap.summary.top[0].share:.0%}); archive {artifact or 'not kept'}")
 
     def _gate(self, variant: ResolvedVariant, load: Any, server: ServerFacts, first: RunPlan) -> GateVerdict:
         """Ask the fixed gate prompts greedily; judge against the baseline's answers; store the evidence."""

@@ -25,11 +25,14 @@ import json
 import shlex
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from cluster.plan.runs import ResolvedVariant
 from cluster.spec.models import EngineLauncher
 from cluster.spec.secrets import redact_argv, redact_env
+
+if TYPE_CHECKING:
+    from cluster.telemetry.recorder import DeviceSampler
 
 
 @dataclass(frozen=True)
@@ -188,6 +191,22 @@ class Engine(ABC):
     def info_paths(self, version: Optional[str]) -> dict[str, str]:
         """name → GET path of JSON documents recorded in provenance (e.g. server_info)."""
         return {}
+
+    def profile_request(self, output_dir: str, steps: int, profile_id: str, cpu: bool) -> Optional[HttpRequest]:
+        """The POST that starts a kernel profile of the next `steps` forward steps (None: the engine has none)."""
+        return None
+
+    profile_stop_path: Optional[str] = None
+    """POST that stops a profile (and writes its traces)."""
+
+    def device_sampler(self, variant: ResolvedVariant, base_url: str, gpu_ids: Sequence[str]) -> "DeviceSampler":
+        """What reads this server's GPUs during its measured windows: NVML on the GPUs Ray gave it.
+        TelemetryUnavailable when there is nothing to read (a CPU server, no nvidia-ml-py, no driver)."""
+        from cluster.telemetry.nvml import NvmlSampler, TelemetryUnavailable
+
+        if self.runs_on_cpu(variant):
+            raise TelemetryUnavailable("the server computes on the CPU (device: cpu): no GPU to sample")
+        return NvmlSampler(gpu_ids)
 
     @abstractmethod
     def build_request(

@@ -245,6 +245,18 @@ class SGLangEngine(Engine):
         """`device: cpu` (SGLang's --device) in the variant's resolved args."""
         return str(variant.args.get("device", "")).lower() == "cpu"
 
+    profile_stop_path = "/stop_profile"
+
+    def profile_request(self, output_dir: str, steps: int, profile_id: str, cpu: bool) -> Optional[HttpRequest]:
+        """SGLang 0.5.23's /start_profile body (io_struct.ProfileReq: output_dir, num_steps, activities, profile_id;
+        http_server.start_profile_async). With num_steps the scheduler stops by itself after that many forward
+        steps and writes `<output_dir>/<profile_id>-TP-<rank>.trace.json.gz` (profiler_manager.py); a later
+        /stop_profile is then a bare 500 "Internal Server Error" (its RuntimeError "Profiling is not in
+        progress", measured on the sglang_cpu tier)."""
+        body = {"output_dir": output_dir, "num_steps": steps, "profile_id": profile_id,
+                "activities": ["CPU"] if cpu else ["CPU", "GPU"]}
+        return encode_request("/start_profile", body)
+
     def info_paths(self, version: Optional[str]) -> dict[str, str]:
         ver = parse_version(version)
         if ver >= SERVER_INFO_RENAME:

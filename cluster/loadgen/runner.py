@@ -56,6 +56,8 @@ class WindowResult:
     lag_max_ns: int = 0
     shard_index: int = 0
     num_shards: int = 1
+    window_start_monotonic_ns: int = 0
+    """time.monotonic_ns() at the window's start: the zero of every _ns time (GPU samples are aligned to it)."""
     samples: tuple[OutputSample, ...] = ()
     """The output sample of this shard's requests (loadgen/output_sample.py), in request_index order."""
 
@@ -284,6 +286,7 @@ async def run_window(
         lag_max_ns=lag_max,
         shard_index=shard_index,
         num_shards=num_shards,
+        window_start_monotonic_ns=t0_ns,
         samples=tuple(sorted(samples, key=lambda x: x.request_index)),
     )
 

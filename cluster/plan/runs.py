@@ -12,7 +12,8 @@ from cluster.errors import UserError
 from cluster.spec.secrets import redact_args, redact_env
 from cluster.sim.model import Knobs
 from cluster.spec.models import (ActiveTuning, ArgValue, BackendSweepOptions, BackendSweepTuning, EngineName,
-                                 ExperimentSpec, NoTuning, SpeculativeSpec, VariantSpec, WorkloadSpec, check_name)
+                                 ExperimentSpec, NoTuning, ProfileSpec, SpeculativeSpec, VariantSpec, WorkloadSpec,
+                                 check_name)
 
 RECORD_SCHEMA_VERSION = 1
 """Version of the dataset's record schemas (runs, requests, chunks, ...); part of every run key."""
@@ -64,6 +65,8 @@ class ResolvedVariant:
     is_baseline: bool = False
     family: str = ""
     """The spec variant this was expanded from (e.g. `nextn` for `nextn-2`)."""
+    profile: Optional[ProfileSpec] = None
+    """A kernel profile after the measured windows: not what the runs measure, so not in identity()."""
 
     def identity(self) -> dict[str, Any]:
         """What defines this variant as declared (the part of the run key that belongs to the variant)."""
@@ -74,6 +77,7 @@ class ResolvedVariant:
         d["tuning"] = {"kind": self.tuning.kind, "options": self.tuning.options.model_dump(
             mode="json", exclude_unset=True, by_alias=True)} if self.tuning else None
         d["sim"] = self.sim.wire()
+        d.pop("profile")
         return d
 
 
@@ -138,6 +142,7 @@ def _expand_one(spec: ExperimentSpec, v: VariantSpec) -> list[ResolvedVariant]:
         sim=spec.sim.merged(v.sim),
         is_baseline=v.baseline,
         family=v.name,
+        profile=v.profile,
     )
     sp: Optional[SpeculativeSpec] = v.speculative
     if sp is None:

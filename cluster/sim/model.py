@@ -13,7 +13,7 @@ import logging
 import random
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Callable, Mapping, Optional, Sequence, Union
+from typing import Annotated, Any, Callable, Literal, Mapping, Optional, Sequence, Union
 
 from pydantic import (BaseModel, ConfigDict, Field, JsonValue, StrictBool, StrictStr, ValidationError, ValidationInfo,
                       field_validator)
@@ -150,6 +150,30 @@ class Knobs(BaseModel):
     """MoE shape: experts per token."""
     moe_dtype: StrictStr = "auto"
     """MoE dtype the Triton config is tuned for."""
+    # the simulated GPU device (cluster/sim/device.py): power and clocks that follow the load, an injectable throttle
+    gpu_idle_w: _Ms = 90.0
+    """Power of one simulated GPU with nothing scheduled, W."""
+    gpu_busy_w: _Ms = 420.0
+    """Power of one simulated GPU while a step of one request runs, W."""
+    gpu_busy_w_per_req: _Ms = 2.0
+    """Extra power per further request in the step's batch, W."""
+    gpu_power_limit_w: _Positive = 600.0
+    """Above it the device caps power and lowers its SM clock in proportion (reason sw_power_cap)."""
+    gpu_sm_clock_mhz: Annotated[int, Field(ge=1)] = 2430
+    """SM clock while busy and unthrottled (boost)."""
+    gpu_idle_sm_clock_mhz: Annotated[int, Field(ge=1)] = 600
+    """SM clock of an idle simulated GPU, MHz."""
+    gpu_mem_clock_mhz: Annotated[int, Field(ge=1)] = 14001
+    """Memory clock the simulated GPU reports, MHz."""
+    gpu_memory_bytes: Annotated[int, Field(ge=1)] = 96 * 1024**3
+    """Device memory of one simulated GPU (the RTX PRO 6000's 96 GiB); 88% reads as used, bytes."""
+    gpu_throttle_after_s: Optional[_Ms] = None
+    """Injected throttle: this many wall seconds after the server started, the SM clock drops to
+    gpu_throttle_clock_mhz for good and every step takes longer in proportion (None: never)."""
+    gpu_throttle_clock_mhz: Annotated[int, Field(ge=1)] = 1400
+    """SM clock once the injected throttle starts, MHz."""
+    gpu_throttle_reason: Literal["thermal", "power"] = "thermal"
+    """The clock-event reason the injected throttle reports (sw_thermal, or sw_power_cap)."""
 
     _no_bools = field_validator("*", mode="before")(classmethod(lambda cls, v, info: _knob_value(v, info)))
 

@@ -352,6 +352,17 @@ ActiveTuning = Union[FlashinferAutotuneTuning, TritonMoeTuning, BackendSweepTuni
 """What a resolved variant carries (kind `none` resolves to no tuning)."""
 
 
+class ProfileSpec(_Frozen):
+    """A kernel profile of the variant's server after its measured windows (SGLang /start_profile, /stop_profile)."""
+
+    steps: int = Field(ge=1, le=1000)
+    """Forward steps the torch profiler records (SGLang's `num_steps`: it stops by itself after them)."""
+    requests: int = Field(default=4, ge=1, le=1000)
+    """Requests of the variant's first workload sent to drive those steps (the server is idle after its windows)."""
+    max_archive_bytes: int = Field(default=64 * 1024**2, ge=1024, le=16 * 1024**3)
+    """The archived trace directory is refused above this size (the summary table is still written)."""
+
+
 class VariantSpec(_Frozen):
     name: str
     """Variant name (letters, digits, '.', '_', '-'); a NEXTN list appends -<steps>."""
@@ -369,6 +380,8 @@ class VariantSpec(_Frozen):
     """Kernel tuning for this variant: {kind, options} (flashinfer_autotune, triton_moe, backend_sweep, none)."""
     sim: Knobs = Field(default_factory=Knobs)
     """Simulated-engine knobs for this variant (each one set here overrides the experiment's `sim:` block)."""
+    profile: Optional[ProfileSpec] = None
+    """Ask for a kernel profile after the variant's measured windows (not part of its run keys)."""
     baseline: bool = False
     """Compare every other variant against this one (default: the first variant)."""
 
@@ -496,6 +509,15 @@ class ClusterSpec(_Frozen):
     """GPUs on the largest node: a variant's tensor-parallel group must fit on one node."""
 
 
+class TelemetrySpec(_Frozen):
+    """GPU telemetry during every measured window (cluster/telemetry/): NVML, or the simulator's device model."""
+
+    enabled: bool = True
+    """Sample the server's GPUs during each measured window."""
+    rate_hz: float = Field(default=10.0, gt=0, le=100)
+    """Samples per second (monotonic ns timestamps on the requests' clock)."""
+
+
 class ExperimentSpec(_Frozen):
     version: Literal[1] = 1
     """Spec version; 1."""
@@ -531,6 +553,8 @@ class ExperimentSpec(_Frozen):
     """Per-request latency limits: goodput and SLO attainment per run."""
     correctness: CorrectnessSpec = Field(default_factory=CorrectnessSpec)
     """The correctness gate every variant passes before its speed counts."""
+    telemetry: TelemetrySpec = Field(default_factory=TelemetrySpec)
+    """GPU telemetry sampled during every measured window (gpu_metrics table)."""
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     """What the experiment assumes about the cluster."""
     health_timeout_s: float = Field(default=1800.0, gt=0)
