@@ -13,6 +13,7 @@
     │   ├── TuningError                    a tuning request that cannot be honoured (kind, options, NVFP4 MoE)
     │   ├── KnobError                      a simulator knob (the spec's `sim:` block, env SGLBENCH_SIM)
     │   ├── LaunchError                    a launch argument the simulated SGLang refuses, as SGLang would
+    │   ├── VersionMismatchError           a declared engine version that the installed engine contradicts
     │   ├── QueryError                     a results query (read-only SQL over the views) or its baseline
     │   ├── ExperimentNotFound             no dataset for that experiment under the root
     │   ├── StoreError                     a name or row the dataset store refuses (unsafe path component, schema)

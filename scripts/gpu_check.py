@@ -1,6 +1,7 @@
 """GPU check (Ray-free; needs only torch, Triton and the standard library; < 5 min on one GPU).
 
-Device discovery, device-to-device copy bandwidth, BF16/FP8 GEMM throughput (roofline inputs), and the tuning
+Device discovery, device-to-device copy bandwidth, BF16/FP8 GEMM throughput (roofline inputs), NVML telemetry under a
+GEMM load (energy counter, power, clocks, throttle reasons; needs nvidia-ml-py), and the tuning
 stage's GPU part (the fused-MoE Triton config search on a small shape, checked against a torch reference).
 Prints a short table, and a note when the GPU is not the SM120 the Qwen3.5 NVFP4 study targets.
 """
@@ -42,6 +43,43 @@ def copy_ms(n_bytes: int) -> float:
     return bench_ms(lambda: dst.copy_(src), 10)
 
 
+def nvml_rows(load_s: float = 3.0) -> list[tuple[str, str]]:
+    """NVML telemetry (cluster/telemetry/nvml.py, needs only nvidia-ml-py) read at ~10 Hz between batches of BF16
+    GEMMs for a few seconds: the energy counter advancing, power, SM clock and the clock-event reasons."""
+    import torch
+
+    try:
+        from cluster.telemetry.nvml import NvmlSampler
+        from cluster.telemetry.readings import reason_names
+
+        sampler = NvmlSampler([(os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0]])
+    except Exception as e:  # noqa: BLE001 - nvidia-ml-py missing or NVML down: say so, keep going
+        return [("NVML telemetry", f"unavailable: {type(e).__name__}: {e}")]
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    readings = [(time.monotonic(), sampler.sample()[0])]
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < load_s:
+        for _ in range(4):
+            a = (a @ a).clamp_(-1, 1)
+        torch.cuda.synchronize()
+        if time.monotonic() - readings[-1][0] >= 0.1:
+            readings.append((time.monotonic(), sampler.sample()[0]))
+    sampler.close()
+    span_s = readings[-1][0] - readings[0][0]
+    e0, e1 = readings[0][1].energy_j, readings[-1][1].energy_j
+    power = [r.power_w for _, r in readings if r.power_w is not None]
+    clocks = [r.sm_clock_mhz for _, r in readings[1:] if r.sm_clock_mhz is not None]
+    reasons = sorted({n for _, r in readings for n in reason_names(r.clock_event_reasons)})
+    energy = f"{e1 - e0:.0f} J in {span_s:.1f} s ({(e1 - e0) / span_s:.0f} W)" if e0 is not None and e1 is not None \
+        and span_s > 0 else "no energy counter"
+    return [("NVML samples under GEMM load", f"{len(readings)} in {span_s:.1f} s"),
+            ("NVML energy counter", ("advanced: " if e0 is not None and e1 is not None and e1 > e0 else "NOT advancing: ")
+             + energy),
+            ("NVML power W mean / max", f"{sum(power) / len(power):.0f} / {max(power):.0f}" if power else "n/a"),
+            ("NVML SM clock MHz mean / min", f"{sum(clocks) / len(clocks):.0f} / {min(clocks)}" if clocks else "n/a"),
+            ("NVML clock-event reasons seen", ", ".join(reasons) or "none")]
+
+
 def main() -> int:
     try:
         import torch
@@ -81,6 +119,7 @@ def main() -> int:
             rows.append(("FP8 GEMM M=4096 K=N=8192", f"{2 * 4096 * 8192 * 8192 / ms / 1e9:.1f} TFLOP/s"))
         except Exception as e:  # noqa: BLE001 - report, keep going
             rows.append(("FP8 GEMM", f"unavailable: {type(e).__name__}"))
+    rows += nvml_rows()
     from cluster.tuning.moe_search import tune_batch_sizes
 
     shape = {"num_experts": 64, "shard_n": 128, "hidden_size": 2048, "top_k": 8, "dtype": "auto"}

@@ -89,10 +89,11 @@ def _moe_layer(p: str, hidden: int, experts: int, moe_inter: int, shared_inter: 
     return t
 
 
-def _attention(p: str, hidden: int) -> Tensors:
+def _attention(p: str, hidden: int, gated_q: bool = False) -> Tensors:
+    """Full attention; `gated_q`: Qwen3.5's q_proj is twice as wide (the query and its output gate)."""
     t: Tensors = {}
     for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
-        t |= bf16(f"{p}.self_attn.{proj}.weight", hidden, hidden)
+        t |= bf16(f"{p}.self_attn.{proj}.weight", 2 * hidden if gated_q and proj == "q_proj" else hidden, hidden)
     t |= bf16(f"{p}.self_attn.q_norm.weight", 16) | bf16(f"{p}.self_attn.k_norm.weight", 16)
     return t
 
@@ -110,10 +111,13 @@ def qwen35_tensors(*, layers: int = 4, experts: int = 4, hidden: int = 64, moe_i
         p = f"{lm}.layers.{layer}"
         t |= _norms(p, hidden)
         if layer % 4 == 3:
-            t |= _attention(p, hidden)
+            t |= _attention(p, hidden, gated_q=True)
         else:
-            t |= bf16(f"{p}.linear_attn.in_proj_qkvz.weight", 2 * hidden, hidden)
-            t |= bf16(f"{p}.linear_attn.in_proj_ba.weight", 8, hidden)
+            # Qwen3.5's Gated DeltaNet names (Qwen3-Next fuses them as in_proj_qkvz / in_proj_ba)
+            t |= bf16(f"{p}.linear_attn.in_proj_qkv.weight", 3 * hidden // 2, hidden)
+            t |= bf16(f"{p}.linear_attn.in_proj_z.weight", hidden // 2, hidden)
+            t |= bf16(f"{p}.linear_attn.in_proj_b.weight", 4, hidden)
+            t |= bf16(f"{p}.linear_attn.in_proj_a.weight", 4, hidden)
             t |= bf16(f"{p}.linear_attn.out_proj.weight", hidden, hidden)
             t |= bf16(f"{p}.linear_attn.conv1d.weight", 2 * hidden, 1, 4)
             t |= {f"{p}.linear_attn.A_log": ("F32", [4]), f"{p}.linear_attn.dt_bias": ("BF16", [4])}
@@ -126,7 +130,7 @@ def qwen35_tensors(*, layers: int = 4, experts: int = 4, hidden: int = 64, moe_i
         t |= bf16("mtp.fc.weight", hidden, 2 * hidden)
         for n in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm"):
             t |= bf16(f"mtp.{n}.weight", hidden)
-        t |= _norms("mtp.layers.0", hidden) | _attention("mtp.layers.0", hidden)
+        t |= _norms("mtp.layers.0", hidden) | _attention("mtp.layers.0", hidden, gated_q=True)
         t |= _moe_layer("mtp.layers.0", hidden, experts, moe_inter, shared_inter, nvfp4=False)
     return t
 

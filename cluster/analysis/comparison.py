@@ -18,6 +18,12 @@ MIN_DURATION_S = 10.0
 
 CI_LEVEL = 0.95
 
+CLOCK_MISMATCH_REL = 0.03
+"""Compare warns when a variant's SM clocks (mean or 10th percentile over its ok runs' samples) differ from the
+baseline's at the same load point by more than this share: the A/B then measured clocks as well as the variants.
+3% is above the run-to-run clock spread of an unthrottled datacenter GPU at a fixed load (boost bins are ~15 MHz
+of ~2 GHz) and below the drop of a power-capped or thermally throttled one (typically 10-40%)."""
+
 
 @dataclass(frozen=True)
 class CiMetric:
@@ -42,6 +48,11 @@ CI_METRICS: tuple[CiMetric, ...] = (
     CiMetric("per_user_tok_s_mean", None, "m_per_user_tok_s_mean", "mean"),
     CiMetric("goodput_rps", None, "m_goodput_rps", "mean"),
     CiMetric("slo_attainment", None, "m_slo_attainment", "mean"),
+    CiMetric("energy_j_per_output_token", None, "m_energy_j_per_output_token", "mean"),
+    CiMetric("output_tok_s_per_w", None, "m_output_tok_s_per_w", "mean"),
+    CiMetric("gpu_power_w_mean", None, "m_gpu_power_w_mean", "mean"),
+    CiMetric("sm_clock_mhz_mean", None, "m_sm_clock_mhz_mean", "mean"),
+    CiMetric("sm_clock_mhz_p10", None, "m_sm_clock_mhz_p10", "mean"),
 )
 """Run-level metrics are bootstrapped over one value per run; request-level ones over runs, then requests."""
 
@@ -112,7 +123,7 @@ def _run_values(runs: pd.DataFrame, column: str) -> list[np.ndarray]:
     return [np.array([v]) for v in vals if np.isfinite(v)]
 
 
-def _metric_runs(m: CiMetric, runs: pd.DataFrame, arrays: dict[str, dict[str, np.ndarray]],
+def metric_runs(m: CiMetric, runs: pd.DataFrame, arrays: dict[str, dict[str, np.ndarray]],
                  request_level: bool) -> list[np.ndarray]:
     if request_level and m.request_field is not None:
         got = [arrays.get(k, {}).get(m.request_field) for k in runs["run_key"]]
@@ -128,6 +139,14 @@ def _status_warnings(cell: pd.DataFrame) -> list[str]:
         elif row.status == "failed":
             out.append(f"repeat {row.repeat} failed: {row.failure_reason or 'no reason stored'}")
     ok = cell[cell["status"] == "ok"]
+    if "m_gpu_throttled" in ok.columns:
+        for row in ok.sort_values("repeat").itertuples(index=False):
+            if getattr(row, "m_gpu_throttled", None) == 1.0:
+                share = getattr(row, "m_gpu_throttled_share", math.nan)
+                low = getattr(row, "m_sm_clock_mhz_min", math.nan)
+                out.append(f"repeat {row.repeat}: GPUs throttled (thermal or power clock-event reasons) on "
+                           f"{share:.0%} of the window's samples, SM clock down to {low:.0f} MHz: this run did "
+                           "not measure the variant alone")
     dur = pd.to_numeric(ok["duration_s"], errors="coerce")
     short = int((dur < MIN_DURATION_S).sum())
     if short:
@@ -164,6 +183,27 @@ def _speedup(base: list[np.ndarray], var: list[np.ndarray], base_rep: list[int],
         return None
 
 
+def _clock_warnings(out: pd.DataFrame, keys: list[str], baseline: Optional[str]) -> None:
+    """Append to each variant's warnings where its SM clocks differ from the baseline's beyond CLOCK_MISMATCH_REL."""
+    if baseline is None or "sm_clock_mhz_mean" not in out.columns:
+        return
+    by_key = {tuple(r[k] for k in keys): r for _, r in out.iterrows()}
+    for idx, row in out.iterrows():
+        if row["variant"] == baseline:
+            continue
+        base = by_key.get(tuple(row[k] for k in keys[:-1]) + (baseline,))
+        if base is None:
+            continue
+        for col, what in (("sm_clock_mhz_mean", "mean"), ("sm_clock_mhz_p10", "10th percentile")):
+            b, v = base[col], row[col]
+            if np.isfinite(b) and np.isfinite(v) and b > 0 and abs(v - b) / b > CLOCK_MISMATCH_REL:
+                out.at[idx, "warnings"] = list(out.at[idx, "warnings"]) + [
+                    f"SM clock {what} {v:.0f} MHz vs the baseline's {b:.0f} MHz ({(v - b) / b:+.0%}, beyond "
+                    f"{CLOCK_MISMATCH_REL:.0%}): the two sides ran at different clocks, so the difference is not "
+                    "the variants' alone"]
+                break
+
+
 def compare_with_ci(root: str, experiment: str, baseline: Optional[str] = None, n_boot: int = 2000,
                     seed: int = 0, request_level: bool = True) -> pd.DataFrame:
     """Per (workload, load point) and variant: point estimates with 95% CIs, speedups over the baseline at equal
@@ -185,7 +225,7 @@ def compare_with_ci(root: str, experiment: str, baseline: Optional[str] = None, 
     for i, (key, cell) in enumerate(runs.groupby(keys, sort=False)):
         ok = cell[cell["status"] == "ok"]
         rng = np.random.default_rng([seed, i])
-        per_metric = {m.name: _metric_runs(m, ok, arrays, request_level) for m in CI_METRICS}
+        per_metric = {m.name: metric_runs(m, ok, arrays, request_level) for m in CI_METRICS}
         row: dict[str, Any] = dict(zip(keys, key))
         row.update(engine=cell["engine"].iloc[0], is_baseline=key[-1] == baseline, n_runs=len(ok),
                    n_failed=int((cell["status"] == "failed").sum()),
@@ -203,6 +243,7 @@ def compare_with_ci(root: str, experiment: str, baseline: Optional[str] = None, 
         repeats[tuple(key)] = [int(r) for r in ok["repeat"]]
         rows.append(row)
     out = pd.DataFrame(rows)
+    _clock_warnings(out, keys, baseline)
     for n_sp, (col, metric, higher) in enumerate(SPEEDUPS):
         ests: list[tuple[int, stats.RatioEstimate]] = []
         for idx, row in out.iterrows():
@@ -291,7 +332,36 @@ def compare_view(ci: pd.DataFrame) -> pd.DataFrame:
                                                          ci["speedup_tpot_hi"], ci["speedup_tpot_verdict"])],
         "goodput req/s": [format_estimate(*t, digits=2) for t in
                           zip(ci["goodput_rps"], ci["goodput_rps_lo"], ci["goodput_rps_hi"])],
+        "J/token": [format_estimate(*t, digits=2) for t in zip(
+            ci["energy_j_per_output_token"], ci["energy_j_per_output_token_lo"], ci["energy_j_per_output_token_hi"])],
+        "tok/s per W": [format_estimate(*t, digits=3) for t in
+                        zip(ci["output_tok_s_per_w"], ci["output_tok_s_per_w_lo"], ci["output_tok_s_per_w_hi"])],
+        "SM clock MHz": [format_estimate(*t, digits=0) for t in
+                         zip(ci["sm_clock_mhz_mean"], ci["sm_clock_mhz_mean_lo"], ci["sm_clock_mhz_mean_hi"])],
     })
+
+
+def resolved_cap_problems(root: str, experiment: str) -> list[str]:
+    """One line per variant whose server resolved a different running-request cap than the baseline's (plan.fairness
+    resolved_cap_findings over the stored resolved args: e.g. a NEXTN variant capped by Mamba state slots)."""
+    import json as _json
+
+    from cluster.dataset.store import DatasetStore
+    from cluster.plan.fairness import format_findings, resolved_cap_findings
+    from cluster.plan.runs import expand_variants
+    from cluster.spec.models import ExperimentSpec
+
+    store = DatasetStore(root, experiment)
+    meta = store.read_experiment_meta() or {}
+    if "spec" not in meta:
+        return []
+    runs = store.read_table("runs", columns=["variant", "status", "resolved_args_json"]).to_pylist()
+    resolved: dict[str, dict[str, Any]] = {}
+    for r in runs:
+        if r["status"] != "failed" and r["resolved_args_json"]:
+            resolved.setdefault(r["variant"], _json.loads(r["resolved_args_json"]))
+    variants = expand_variants(ExperimentSpec.model_validate(meta["spec"]))
+    return format_findings(resolved_cap_findings(variants, resolved))
 
 
 def served_devices(root: str, experiment: str) -> set[str]:

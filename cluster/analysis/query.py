@@ -24,6 +24,8 @@ VIEWS: dict[str, str] = {
     "chunk_gaps": "one row per gap between token-bearing chunks of an ok request: itl_chunk_ms, tokens, itl_token_ms",
     "correctness": "the correctness gate's answers and verdicts (when the experiment ran a gate)",
     "server_metrics": "the server's /metrics scraped during each window (when scraped)",
+    "gpu_metrics": "GPU telemetry samples of each window: power, energy counter, clocks, temperature, throttle reasons",
+    "kernel_profile": "top kernels of each profiled variant, grouped moe/gemm/attention/communication/other",
 }
 """Every view `results query` may read (runs, requests, chunks always; the others when their files exist)."""
 

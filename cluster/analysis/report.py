@@ -9,7 +9,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import pandas as pd
@@ -132,7 +132,7 @@ def _table_html(df: pd.DataFrame) -> str:
 
 
 def _figures(ci: pd.DataFrame, runs: pd.DataFrame, arrays: dict[str, dict[str, np.ndarray]], out: Path,
-             labels: dict[str, str], colors: dict[str, Any], bw: pd.DataFrame) -> list[_Figure]:
+             labels: dict[str, str], colors: dict[str, Any], bw: pd.DataFrame, store: DatasetStore) -> list[_Figure]:
     figs: list[_Figure] = []
     ok = runs[runs["status"] == "ok"]
 
@@ -141,6 +141,9 @@ def _figures(ci: pd.DataFrame, runs: pd.DataFrame, arrays: dict[str, dict[str, n
         figs.append(_Figure(name, caption))
 
     for (workload, kind), g in ci.groupby(["workload", "load_kind"], sort=False):
+        if not (g["n_runs"] > 0).any():  # nothing finished ok here: no plot of empty axes (the page says why)
+            continue
+        g = g[g["n_runs"] > 0]
         tag = f"{_slug(str(workload))}_{kind}"
         title = f"{workload}: {'closed loop' if kind == 'concurrency' else 'Poisson arrivals'}"
         save(f"throughput_{tag}.png", rp.throughput_plot(g, f"{title}: output throughput", labels, colors),
@@ -151,7 +154,10 @@ def _figures(ci: pd.DataFrame, runs: pd.DataFrame, arrays: dict[str, dict[str, n
                 sel = ok[(ok["workload"] == workload) & (ok["load_kind"] == kind) & (ok["load_value"] == value)]
                 data = {v: rp.pooled([arrays.get(k, {}).get(field) for k in s["run_key"]])
                         for v, s in sel.groupby("variant", sort=False)}
-                per_point.append((point_label(kind, value), data))
+                if any(a.size for a in data.values()):
+                    per_point.append((point_label(kind, value), data))
+            if not per_point:
+                continue
             save(f"{field}_cdf_{tag}.png",
                  rp.cdf_plot(per_point, metric, unit, f"{title}: {metric} CDF per variant", labels, colors),
                  f"{workload}: {metric} CDF per variant at each load point (requests pooled over ok repeats).")
@@ -159,6 +165,12 @@ def _figures(ci: pd.DataFrame, runs: pd.DataFrame, arrays: dict[str, dict[str, n
             save(f"speedup_{tag}.png", rp.speedup_plot(g, "speedup_tok_s", "output tok/s",
                                                        f"{title}: speedup over the baseline", labels, colors),
                  f"{workload}: output tok/s speedup over the baseline at equal load, 95% CI.")
+        pts = _pareto_points(g, runs)
+        if pts["load_value"].nunique() > 1:
+            save(f"pareto_{tag}.png", rp.pareto_plot(pts, f"{title}: throughput per GPU vs interactivity and TTFT",
+                                                     labels, colors),
+                 f"{workload}: output tok/s per GPU vs per-user tok/s and vs TTFT p99 at every {kind} point; "
+                 "the line is each variant's Pareto frontier.")
         spec_runs = ok[(ok["workload"] == workload) & (ok["load_kind"] == kind) & ok["spec_num_steps"].notna()]
         by_depth = []
         for depth, s in spec_runs.groupby("spec_num_steps"):
@@ -172,16 +184,68 @@ def _figures(ci: pd.DataFrame, runs: pd.DataFrame, arrays: dict[str, dict[str, n
                  rp.accept_hist_plot(by_depth, f"{title}: per-request acceptance length by NEXTN depth "
                                      "(all load points; dashed: run-scoped Σ-ratio, mean over runs)"),
                  f"{workload}: distribution of per-request (tokens − 1)/spec_verify_ct per speculative depth.")
+    _telemetry_figures(store, ok, labels, colors, save)
     if not bw.empty:
         for workload, g in bw.groupby("workload", sort=False):
             first = g.iloc[0]
             gpu = str(first["gpu"]).replace(" (assumed: simulator reference node)", "")
-            title = (f"{workload}: % of the memory-bandwidth bound at batch 1\n"
+            concs = sorted({float(c) for c in g["concurrency"]})
+            at = ("batch 1" if concs == [1.0] else
+                  f"concurrency {', '.join(f'{c:g}' for c in concs)} (the lowest measured; not batch 1)")
+            title = (f"{workload}: % of the memory-bandwidth bound at {at}\n"
                      f"bound = {first['n_gpus']}× {gpu} BW / bytes per token = {first['bound_tok_s']:.0f} tok/s"
                      + ("\n(GPU assumed for the simulator: the reference node)" if first["engine"] == "sim" else ""))
-            save(f"bandwidth_{_slug(str(workload))}.png", rp.bandwidth_plot(g, title, colors),
-                 f"{workload}: decode tok/s at batch 1 (1000 / TPOT mean) as % of N·BW / bytes per token.")
+            save(f"bandwidth_{_slug(str(workload))}.png", rp.bandwidth_plot(g, title, colors, at),
+                 f"{workload}: decode tok/s at {at} (1000 / TPOT mean) as % of N·BW / bytes per token.")
     return figs
+
+
+def _telemetry_figures(store: DatasetStore, ok: pd.DataFrame, labels: dict[str, str], colors: dict[str, Any],
+                       save: Callable[[str, bytes, str], None]) -> None:
+    """Power and SM clock over time per variant (gpu_metrics), and the kernel breakdown per variant (kernel_profile);
+    both say when they come from the simulator."""
+    gm = store.read_table("gpu_metrics", columns=["run_key", "t_ns", "power_w", "sm_clock_mhz", "source"]).to_pandas()
+    if not gm.empty:
+        sim = "sim" in set(gm["source"])
+        first = ok.sort_values("repeat").drop_duplicates(["workload", "load_kind", "load_value", "variant"])
+        for (workload, kind), g in first.groupby(["workload", "load_kind"], sort=False):
+            per_point = []
+            for value, sel in g.groupby("load_value"):
+                data = {}
+                for r in sel.itertuples(index=False):
+                    s = gm[(gm["run_key"] == r.run_key) & (gm["t_ns"] >= 0) & (gm["t_ns"] <= r.duration_s * 1e9)]
+                    if not s.empty:
+                        agg = s.groupby("t_ns").agg(power_w=("power_w", "sum"), sm_clock_mhz=("sm_clock_mhz", "mean"))
+                        data[r.variant] = agg.reset_index().assign(t_s=lambda d: d["t_ns"] / 1e9)
+                if data:
+                    per_point.append((point_label(str(kind), float(value)), data))
+            if per_point:
+                label = " (SIMULATED device model, not a GPU)" if sim else " (NVML)"
+                save(f"telemetry_{_slug(str(workload))}_{kind}.png",
+                     rp.telemetry_plot(per_point, f"{workload}: GPU power and SM clock over the window{label}",
+                                       labels, colors),
+                     f"{workload}: power of the server's GPUs and their mean SM clock during each variant's first ok "
+                     f"repeat{label}.")
+    kp = store.read_table("kernel_profile").to_pandas()
+    if not kp.empty and "category" in kp.columns:
+        from cluster.analysis.kernel_profile import CATEGORIES
+
+        shares = {str(v): {str(c): float(x) for c, x in g.groupby("category")["share"].sum().items()}
+                  for v, g in kp.groupby("variant", sort=False)}
+        label = " (SIMULATED trace)" if bool(kp["simulated"].any()) else ""
+        save("kernel_breakdown.png", rp.kernel_breakdown_plot(
+            shares, CATEGORIES, f"kernel time by category per variant (top kernels of each profile){label}"),
+            f"Kernel profile per variant: share of the top kernels' time in GEMM / MoE / attention / communication / "
+            f"other{label}.")
+
+
+def _pareto_points(g: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """The frontier plot's points from the CI table of one workload and load kind: output tok/s divided by the
+    variant's GPUs (its tp), per-user tok/s and TTFT p99, one row per variant and load point."""
+    tp = pd.to_numeric(runs.groupby("variant")["tp"].first(), errors="coerce").fillna(1).clip(lower=1)
+    return pd.DataFrame({"variant": g["variant"], "load_value": g["load_value"],
+                         "tok_s_per_gpu": g["output_tok_s"] / g["variant"].map(tp).fillna(1),
+                         "per_user_tok_s": g["per_user_tok_s_mean"], "ttft_ms_p99": g["ttft_ms_p99"]})
 
 
 _CSS = ("body{font-family:sans-serif;margin:1.5em;max-width:1400px}table{border-collapse:collapse;font-size:12px;"
@@ -214,7 +278,7 @@ def build_report(root: str, experiment: str, out_dir: Optional[str] = None, n_bo
     meta = store.read_experiment_meta()
     bpt = bytes_per_token or decode_bytes_per_token(meta)
     bw = bandwidth_table(ci, runs, bpt) if bpt else pd.DataFrame()
-    figs = _figures(ci, runs, arrays, out, labels, colors, bw)
+    figs = _figures(ci, runs, arrays, out, labels, colors, bw, store)
     page = _html(experiment, root, ci, runs, figs, engines, bw, bpt)
     path = out / "index.html"
     atomic_write(path, page.encode())
@@ -235,12 +299,17 @@ def _html(experiment: str, root: str, ci: pd.DataFrame, runs: pd.DataFrame, figs
                      "simulated SGLang server (a step-time model), not measurements of a GPU.</p>")
     parts.append(f"<h2>Comparison</h2><p>{e(str(ci.attrs.get('ci_method', '')))}</p>")
     parts.append(_table_html(compare_view(ci)))
-    warn = [(r.workload, point_label(r.load_kind, r.load_value), r.variant, w)
-            for r in ci.itertuples(index=False) for w in r.warnings]
-    if warn:
+    warn: dict[str, list[str]] = {}
+    for r in ci.itertuples(index=False):
+        for w in r.warnings:
+            warn.setdefault(w, []).append(f"{r.workload} / {point_label(r.load_kind, r.load_value)} / {r.variant}")
+    if warn:  # each distinct warning once, with the points it concerns
         parts.append("<h3>Warnings</h3><ul>" + "".join(
-            f"<li>{e(str(a))} / {e(b)} / {e(str(c))}: {e(w)}</li>" for a, b, c, w in warn) + "</ul>")
+            f"<li>{e(w)} ({e(f'all {len(pts)} points' if len(pts) == len(ci) > 1 else '; '.join(pts))})</li>"
+            for w, pts in warn.items()) + "</ul>")
     parts.append("<h2>Plots</h2>")
+    if not figs:
+        parts.append("<p>No plots: no run finished ok (the reasons are under 'Invalid and failed runs').</p>")
     for f in figs:
         parts.append(f"<figure><img src='{e(f.file)}' alt='{e(f.caption)}'><figcaption>{e(f.caption)}"
                      "</figcaption></figure>")
@@ -252,7 +321,9 @@ def _html(experiment: str, root: str, ci: pd.DataFrame, runs: pd.DataFrame, figs
                           pct_of_bound=bw["pct_of_bound"].round(1))
         parts.append(_table_html(shown))
     elif bpt is None:
-        parts.append("<p>No memory-bandwidth bound: experiment.json has no probe decode_bytes_per_token.</p>")
+        parts.append("<p>No memory-bandwidth bound: experiment.json has no probe decode_bytes_per_token (a "
+                     "simulated or unprobed model); <code>sglbench results report EXP --bytes-per-token B</code> "
+                     "adds it, B = the bytes one decode step reads per token.</p>")
     bad = runs[runs["status"] != "ok"].sort_values("order_index")
     parts.append("<h2>Invalid and failed runs</h2>")
     if bad.empty:

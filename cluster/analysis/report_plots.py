@@ -122,16 +122,21 @@ def speedup_plot(ci: pd.DataFrame, column: str, what: str, title: str, labels: d
     others = ci[~ci["is_baseline"].astype(bool)]
     variants = list(dict.fromkeys(others["variant"]))
     width = 0.06 * max(len(variants) - 1, 1)
+    shown: set[str] = set()
     for j, v in enumerate(variants):
         g = others[others["variant"] == v].sort_values("load_value")
         x = g["load_value"].to_numpy(float) * (1 + (j - (len(variants) - 1) / 2) * width / max(len(variants), 1))
         y = g[column].to_numpy(float)
         lo, hi = g[f"{column}_lo"].to_numpy(float), g[f"{column}_hi"].to_numpy(float)
         err = np.vstack([np.where(np.isfinite(lo), y - lo, 0), np.where(np.isfinite(hi), hi - y, 0)])
-        sig = g[f"{column}_verdict"].isin(["faster", "slower"]).to_numpy()
+        verdict = g[f"{column}_verdict"].to_numpy()
+        sig = np.isin(verdict, ["faster", "slower"])
+        few = verdict == "insufficient repeats"
         ax.errorbar(x, y, yerr=err, color=colors[v], capsize=4, linestyle="-", linewidth=1, label=labels[v])
         ax.scatter(x[sig], y[sig], color=colors[v], s=36, zorder=3)
-        ax.scatter(x[~sig], y[~sig], facecolors="white", edgecolors=[colors[v]], s=36, zorder=3)
+        ax.scatter(x[~sig & ~few], y[~sig & ~few], facecolors="white", edgecolors=[colors[v]], s=36, zorder=3)
+        ax.scatter(x[few], y[few], color=colors[v], marker="x", s=40, zorder=3)
+        shown.update(verdict)
     ax.axhline(1.0, color="black", linewidth=0.8)
     kind = str(ci["load_kind"].iloc[0])
     ax.set_xlabel(_load_label(kind))
@@ -140,15 +145,24 @@ def speedup_plot(ci: pd.DataFrame, column: str, what: str, title: str, labels: d
         ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
     ax.set_xticks(sorted(ci["load_value"].unique()))
     ax.set_ylabel(f"speedup over baseline ({what}, ×)")
-    ax.set_title(title + "\nbars = 95% CI; filled = significant, hollow = no significant difference",
-                 fontsize=10)
+    ax.set_title(title + "\n" + speedup_legend(shown), fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     return _png(fig)
 
 
-def bandwidth_plot(rows: pd.DataFrame, title: str, colors: dict[str, Any]) -> bytes:
-    """% of the memory-bandwidth bound per variant at batch 1 (bars), 100% line."""
+def speedup_legend(verdicts: set[str]) -> str:
+    """The marker key for the verdicts a speedup plot shows, in the compare table's own words."""
+    keys = [("bars = 95% CI", bool(verdicts - {"insufficient repeats"})),
+            ("filled = significant", bool(verdicts & {"faster", "slower"})),
+            ("hollow = no significant difference", "no significant difference" in verdicts),
+            ("× = insufficient repeats (one repeat: no interval)", "insufficient repeats" in verdicts)]
+    return "; ".join(text for text, present in keys if present)
+
+
+def bandwidth_plot(rows: pd.DataFrame, title: str, colors: dict[str, Any], at: str = "batch 1") -> bytes:
+    """% of the memory-bandwidth bound per variant at the lowest concurrency measured (`at` says which), bars and
+    the 100% line."""
     fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(rows) + 2), 4.0))
     x = np.arange(len(rows))
     pct = rows["pct_of_bound"].to_numpy(float)
@@ -157,9 +171,48 @@ def bandwidth_plot(rows: pd.DataFrame, title: str, colors: dict[str, Any]) -> by
         ax.text(float(xi), p, f"{p:.0f}%", ha="center", va="bottom", fontsize=8)
     ax.axhline(100.0, color="black", linewidth=0.8, linestyle="--")
     ax.set_xticks(x, rows["variant"], rotation=20, ha="right", fontsize=8)
-    ax.set_ylabel("% of bound (decode tok/s, batch 1)")
+    ax.set_ylabel(f"% of bound (decode tok/s, {at.split(' (')[0]})")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3, axis="y")
+    return _png(fig)
+
+
+def pareto_front(x: Sequence[float], y: Sequence[float], x_higher: bool = True, y_higher: bool = True) -> list[int]:
+    """Indices of the points no other point beats on both axes (ties on one axis kept only if better on the
+    other), ordered by x: the frontier of a throughput-vs-latency sweep."""
+    sx, sy = (1.0 if x_higher else -1.0), (1.0 if y_higher else -1.0)
+    pts = [(sx * float(a), sy * float(b), i) for i, (a, b) in enumerate(zip(x, y))
+           if math.isfinite(float(a)) and math.isfinite(float(b))]
+    front = [i for a, b, i in pts
+             if not any((c >= a and d >= b) and (c > a or d > b) for c, d, _ in pts)]
+    return sorted(front, key=lambda i: float(x[i]))
+
+
+def pareto_plot(points: pd.DataFrame, title: str, labels: dict[str, str], colors: dict[str, Any]) -> bytes:
+    """Output tok/s per GPU against per-user tok/s (left) and against TTFT p99 (right), every load point of every
+    variant a dot (annotated with its load), each variant's Pareto frontier a line. points: variant, load_value,
+    tok_s_per_gpu, per_user_tok_s, ttft_ms_p99."""
+    fig, axes = plt.subplots(1, 2, figsize=(11.5, 4.4))
+    for ax, xcol, xlabel, x_higher in ((axes[0], "per_user_tok_s", "per-user output tok/s (interactivity)", True),
+                                      (axes[1], "ttft_ms_p99", "TTFT p99 (ms)", False)):
+        for v, g in points.groupby("variant", sort=False):
+            g = g.reset_index(drop=True)
+            x, y = g[xcol].to_numpy(float), g["tok_s_per_gpu"].to_numpy(float)
+            ax.scatter(x, y, color=colors[v], s=18, alpha=0.6)
+            for xi, yi, load in zip(x, y, g["load_value"]):
+                if math.isfinite(xi) and math.isfinite(yi):
+                    ax.annotate(f"{load:g}", (xi, yi), fontsize=6, xytext=(2, 2), textcoords="offset points")
+            front = pareto_front(x, y, x_higher=x_higher)
+            if front:
+                ax.plot(x[front], y[front], color=colors[v], marker="o", linewidth=1.4, label=labels[v])
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("output tok/s per GPU")
+        ax.grid(alpha=0.3)
+        ax.set_ylim(bottom=0)
+    axes[0].legend(fontsize=7, loc="best")
+    fig.suptitle(title + "\nline = Pareto frontier per variant (up and right is better on the left, up and left on "
+                 "the right); numbers = load point", fontsize=10)
+    fig.tight_layout()
     return _png(fig)
 
 
@@ -167,3 +220,46 @@ def pooled(arrays: Sequence[Optional[np.ndarray]]) -> np.ndarray:
     """Concatenate the present arrays (an empty float array when none)."""
     got = [a for a in arrays if a is not None and a.size]
     return np.concatenate(got) if got else np.empty(0)
+
+
+def telemetry_plot(per_point: list[tuple[str, dict[str, pd.DataFrame]]], title: str, labels: dict[str, str],
+                   colors: dict[str, Any]) -> bytes:
+    """Power (all the server's GPUs) and mean SM clock over the window, per variant (its first ok repeat), one
+    column per load point. Frames: t_s, power_w, sm_clock_mhz (summed / averaged over GPUs per sample time)."""
+    n = len(per_point)
+    fig, axes = plt.subplots(2, n, figsize=(4.8 * n, 6.0), squeeze=False, sharey="row")
+    for col, (point, data) in enumerate(per_point):
+        top, bottom = axes[0, col], axes[1, col]
+        for v, df in data.items():
+            top.plot(df["t_s"], df["power_w"], color=colors[v], label=labels[v], linewidth=1.2)
+            bottom.plot(df["t_s"], df["sm_clock_mhz"], color=colors[v], label=labels[v], linewidth=1.2)
+        top.set_title(point, fontsize=9)
+        bottom.set_xlabel("time in the measured window (s)")
+        for ax in (top, bottom):
+            ax.grid(alpha=0.3)
+    axes[0, 0].set_ylabel("GPU power, all GPUs (W)")
+    axes[1, 0].set_ylabel("SM clock, mean of GPUs (MHz)")
+    axes[0, 0].legend(fontsize=7, loc="best")
+    fig.suptitle(title, fontsize=10)
+    return _png(fig)
+
+
+def kernel_breakdown_plot(shares: dict[str, dict[str, float]], categories: Sequence[str], title: str) -> bytes:
+    """Per variant, the share of kernel time by category as one stacked horizontal bar (variants side by side)."""
+    names = list(shares)
+    fig, ax = plt.subplots(figsize=(7.5, 0.6 * len(names) + 1.6))
+    left = np.zeros(len(names))
+    cmap = plt.get_cmap("Set2")
+    for i, cat in enumerate(categories):
+        vals = np.array([shares[v].get(cat, 0.0) for v in names]) * 100
+        ax.barh(names, vals, left=left, color=cmap(i), label=cat)
+        for y, (x0, w) in enumerate(zip(left, vals)):
+            if w >= 6:
+                ax.text(x0 + w / 2, y, f"{w:.0f}%", ha="center", va="center", fontsize=7)
+        left += vals
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("share of profiled kernel time (%)")
+    ax.invert_yaxis()
+    ax.legend(fontsize=7, ncol=len(categories), loc="upper center", bbox_to_anchor=(0.5, -0.25))
+    ax.set_title(title, fontsize=10)
+    return _png(fig)

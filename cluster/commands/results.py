@@ -15,6 +15,8 @@ from rich.markup import escape
 from cluster.errors import EnvironmentFault, SglbenchError
 from rich.table import Table
 
+from cluster.commands.terminal import print_table
+
 console = Console()
 err_console = Console(stderr=True)
 
@@ -45,12 +47,25 @@ def _clear_errors() -> Iterator[None]:
         raise EnvironmentFault(f"cannot read the dataset: {e}") from e
 
 
-def _cell(v: Any) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
+def _missing(v: Any) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
+
+
+def _cell(v: Any, digits: Optional[int] = None) -> str:
+    if _missing(v):
         return "-"
     if isinstance(v, float):
-        return f"{v:.3f}" if abs(v) < 10 else f"{v:.1f}"
+        return f"{v:.{digits if digits is not None else (3 if abs(v) < 10 else 1)}f}"
     return str(v)
+
+
+def _column(values: Any) -> list[str]:
+    """One precision per column (from its largest magnitude), so 13.9 never stands beside 8.429."""
+    vals = list(values)
+    floats = [abs(v) for v in vals if isinstance(v, float) and not _missing(v)]
+    digits = None if not floats else (0 if all(v.is_integer() for v in floats) else
+                                      3 if max(floats) < 10 else 2 if max(floats) < 100 else 1)
+    return [_cell(v, digits) for v in vals]
 
 
 def _markdown(df: pd.DataFrame) -> str:
@@ -67,18 +82,23 @@ def _emit(df: pd.DataFrame, fmt: Format, title: str = "") -> None:
     elif fmt is Format.markdown:
         typer.echo(_markdown(df))
     else:
-        t = Table(title=title or None, show_lines=False)
-        for c in df.columns:
-            t.add_column(str(c), justify="right" if pd.api.types.is_numeric_dtype(df[c]) else "left")
-        for row in df.itertuples(index=False):
-            t.add_row(*(escape(_cell(v)) for v in row))  # "[no CI]" is text, not rich markup
-        console.print(t)
+        cols = [[escape(v) for v in _column(df[c])] for c in df.columns]  # text: "[no CI]" is not markup
+        print_table(console, [str(c) for c in df.columns], list(zip(*cols)) if cols else [], title=title,
+                    right=[pd.api.types.is_numeric_dtype(df[c]) for c in df.columns])
+
+
+NEW_ROOT_OPT = typer.Option(None, "--new-root", help="Dataset root of the second experiment (default: --root), "
+                            "e.g. the same experiment run from another commit into another output: root.")
 
 
 @results_app.command("compare")
 def compare_cmd(
     experiment: str = typer.Argument(..., help="Experiment name (a directory under --root)."),
+    experiment_b: Optional[str] = typer.Argument(
+        None, metavar="[EXP_B]", help="A second experiment: compare it point for point against the first "
+        "(matched by workload, load point and variant), with intervals and verdicts."),
     root: str = ROOT_OPT,
+    new_root: Optional[str] = NEW_ROOT_OPT,
     baseline: str = typer.Option(None, "--baseline", help="Variant to compute speedups against."),
     fmt: Format = typer.Option(Format.table, "--format", help="Output format."),
     ci: bool = typer.Option(False, "--ci", help="95% confidence intervals, speedup verdicts and quality warnings."),
@@ -87,10 +107,16 @@ def compare_cmd(
     by: Optional[By] = typer.Option(None, "--by", help="Break the table down: 'category' (prompt categories, with "
                                     "95% intervals)."),
 ) -> None:
-    """Per load point and variant: means over ok repeats and output tok/s speedup over the baseline."""
+    """Per load point and variant: means over ok repeats and output tok/s speedup over the baseline. With EXP_B:
+    EXP_B against EXP (same workload, load point and variant), each ratio > 1 when EXP_B is better. With --by
+    category: per prompt category, with 95% intervals."""
     if by is By.category:
         print_compare_by_category(root, experiment, baseline, fmt.value, n_boot, seed)
-    elif ci:
+        return
+    if experiment_b is not None or new_root is not None:
+        print_cross(root, experiment, new_root or root, experiment_b or experiment, fmt.value, n_boot, seed)
+        return
+    if ci:
         print_compare_ci(root, experiment, baseline, fmt.value, n_boot, seed)
     else:
         print_compare(root, experiment, baseline, fmt.value)
@@ -121,13 +147,25 @@ def print_compare_ci(root: str, experiment: str, baseline: Optional[str], fmt_na
         keep.insert(0, "workload")
     if df["goodput_rps"].notna().any():
         keep.append("goodput req/s")
-    _emit(view[keep].rename(columns={"ok/failed/invalid": "ok/f/inv"}), fmt,
-          title=f"{experiment}: estimate [95% CI]; latencies in ms; * = baseline; (sim) = simulated engine")
-    console.print(df.attrs.get("ci_method", ""), highlight=False, soft_wrap=True)
+    _emit(view[keep].rename(columns={"ok/failed/invalid": "ok/f/i"}), fmt,
+          title=f"{experiment}: estimate [95% CI]; latencies in ms; * = baseline; (sim) = simulated engine; "
+                f"ok/f/i = ok / failed / invalid repeats")
+    console.print(df.attrs.get("ci_method", ""), highlight=False)
+    for text, points in grouped_warnings(df):
+        console.print(f"[yellow]warning[/] {text} ({points})", highlight=False)
+
+
+def grouped_warnings(df: pd.DataFrame) -> list[tuple[str, str]]:
+    """Each distinct warning once, with the points it concerns ('all 8 points' when every one): a 1-repeat demo
+    says 'insufficient repeats' once, not once per row."""
+    by_text: dict[str, list[str]] = {}
     for r in df.itertuples(index=False):
+        load = f"c{r.load_value:g}" if r.load_kind == "concurrency" else f"r{r.load_value:g}"
+        multi = df["workload"].nunique() > 1
         for w in r.warnings:
-            console.print(f"[yellow]warning[/] {r.workload} {r.load_kind}={r.load_value:g} {r.variant}: {w}",
-                          highlight=False, soft_wrap=True)
+            by_text.setdefault(w, []).append(f"{r.workload + ' ' if multi else ''}{load} {r.variant}")
+    return [(text, f"all {len(points)} points" if len(points) == len(df) > 1 else ", ".join(points))
+            for text, points in by_text.items()]
 
 
 def print_compare_by_category(root: str, experiment: str, baseline: Optional[str], fmt_name: str,
@@ -180,29 +218,28 @@ def print_compare(root: str, experiment: str, baseline: Optional[str], fmt_name:
         from cluster.analysis.comparison import served_devices
 
         label = {"sim": "sim (simulated engine, not GPU numbers)"}
+        cols = ("load", "variant", "ok/f/i", "tok/s", "TTFT99", "TPOT", "ITL/tok", "accept", "×base")
         on_cpu = "cpu" in served_devices(root, experiment)
         for wl, part in df.groupby("workload", sort=False):
             eng = f"; engine {label.get(engines[0], engines[0])}" if one_engine else ""
             if on_cpu and engines != ["sim"]:
                 eng += "; served on CPU (CPU numbers, not GPU numbers)"
             t = Table(title=f"{experiment} / {wl}: means over ok repeats; ms; * = baseline{eng}", box=box.SIMPLE_HEAD,
-                      pad_edge=False,
-                      title_justify="left")
-            width = max(len(str(v)) + 1 for v in part["variant"])
-            for col in ("load", "variant", "ok/f/i", "tok/s", "TTFT50", "TPOT", "ITL/tok", "accept", "×base"):
-                t.add_column(col, justify="left" if col in ("load", "variant") else "right", no_wrap=True,
-                             min_width=width if col == "variant" else None)
-            for r in part.itertuples(index=False):
-                load = f"c{r.load_value:g}" if r.load_kind == "concurrency" else f"r{r.load_value:g}"
-                name = f"{r.variant}{'*' if r.is_baseline else ''}" + ("" if one_engine else f" ({r.engine})")
-                t.add_row(load, name, f"{r.n_runs}/{r.n_failed}/{r.n_invalid}", _cell(r.output_tok_s),
-                          _cell(r.ttft_ms_p50), _cell(r.tpot_ms_mean), _cell(r.itl_token_ms_p50),
-                          _cell(r.accept_length), _cell(r.speedup_output_tok_s))
-            console.print(t)
-        console.print("×base = output tok/s over the baseline at the same load; TTFT50 = median TTFT; TPOT = mean (E2E − TTFT)/(tokens − 1); "
-                      "ITL/tok = chunk gaps split over the tokens each chunk carried; accept = tokens per verify "
-                      "step. --ci gives confidence intervals (needs repeats), --format csv|markdown|json every "
-                      "column.", highlight=False, soft_wrap=True)
+                      pad_edge=False, title_justify="left")
+            rows = list(zip(
+                [f"c{v:g}" if k == "concurrency" else f"r{v:g}" for k, v in zip(part["load_kind"], part["load_value"])],
+                [f"{v}{'*' if b else ''}" + ("" if one_engine else f" ({e})")
+                 for v, b, e in zip(part["variant"], part["is_baseline"], part["engine"])],
+                [f"{a}/{b}/{c}" for a, b, c in zip(part["n_runs"], part["n_failed"], part["n_invalid"])],
+                [_cell(v, 1) for v in part["output_tok_s"]], [_cell(v, 1) for v in part["ttft_ms_p99"]],
+                [_cell(v, 2) for v in part["tpot_ms_mean"]], [_cell(v, 2) for v in part["itl_token_ms_p50"]],
+                [_cell(v, 2) for v in part["accept_length"]], [_cell(v, 2) for v in part["speedup_output_tok_s"]]))
+            print_table(console, cols, rows, right=[False, False] + [True] * 7, table=t)
+        console.print("ok/f/i = ok / failed / invalid repeats; ×base = output tok/s over the baseline at the same "
+                      "load; TTFT99 = TTFT p99 (mean over repeats); TPOT = mean (E2E − TTFT)/(tokens − 1); ITL/tok = "
+                      "median chunk gap split over the tokens each chunk carried; accept = tokens per verify step. "
+                      "--ci gives 95% intervals and verdicts (needs 2+ repeats), --format csv|markdown|json every "
+                      "column.", highlight=False)
         print_resolved_differences(root, experiment)
     else:
         _emit(df, fmt)
@@ -218,10 +255,96 @@ def print_resolved_differences(root: str, experiment: str) -> None:
         # it lacks (pydantic and pyarrow raise ValueErrors); the table above stays, the note says why this is missing
         err_console.print(f"[yellow]note[/] resolved-args comparison unavailable: {e}", soft_wrap=True)
         return
+    from cluster.analysis.comparison import resolved_cap_problems
+
+    for line in resolved_cap_problems(root, experiment):  # the caps the servers really ran, not the declared flags
+        console.print(line, style="red", highlight=False, soft_wrap=True, markup=False)
     for variant, d in diffs.items():
         items = "; ".join(f"{k}: {a!r} (baseline) vs {b!r}" for k, (a, b) in d.items())
         console.print(f"[yellow]warning[/] {variant}: resolved server args differ from the baseline's beyond "
                       f"what the spec declares: {items}", highlight=False, soft_wrap=True)
+
+
+def _cross(root: str, base: str, new_root: str, new: str, n_boot: int, seed: int) -> pd.DataFrame:
+    from cluster.analysis.cross_experiment import Side, compare_experiments
+
+    with _clear_errors():
+        return compare_experiments(Side(root, base), Side(new_root, new), n_boot=n_boot, seed=seed)
+
+
+def print_cross(root: str, base: str, new_root: str, new: str, fmt_name: str, n_boot: int, seed: int) -> None:
+    """Render compare_experiments: one table per workload and load point, a row per variant and metric."""
+    from cluster.analysis import stats
+    from cluster.analysis.comparison import format_speedup
+    from cluster.analysis.cross_experiment import CROSS_METRICS
+
+    fmt = Format(fmt_name)
+    df = _cross(root, base, new_root, new, n_boot, seed)
+    if fmt is not Format.table:
+        _emit(df, fmt)
+        return
+    from rich import box
+
+    labels = {"output_tok_s": "tok/s", "tpot_ms_mean": "TPOT ms", "ttft_ms_p99": "TTFT99 ms"}
+    a, b = (base if root == new_root else f"{root}:{base}"), (new if root == new_root else f"{new_root}:{new}")
+    console.print(f"BASE = {a} (commit {df.attrs['base_sha']}), NEW = {b} (commit {df.attrs['new_sha']}). "
+                  "NEW/BASE > 1 means NEW is better (for latencies it is BASE/NEW); 95% intervals; verdicts after "
+                  "Holm correction over the whole comparison (n.s. = no significant difference; 1 rep = a side "
+                  "has one repeat, so no interval); reps = ok repeats BASE/NEW.", highlight=False)
+    for (wl, kind, value), part in df.groupby(["workload", "load_kind", "load_value"], sort=True):
+        load = f"concurrency {value:g}" if kind == "concurrency" else f"rate {value:g} req/s"
+        t = Table(title=f"{wl} ({part['input_tokens'].iloc[0]}→{part['output_tokens'].iloc[0]} tokens), {load}",
+                  box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
+        for col in ("variant", "metric", "reps", "BASE", "NEW", "NEW/BASE [95% CI]", "verdict"):
+            t.add_column(col, justify="left" if col in ("variant", "metric", "verdict") else "right")
+        short = {stats.VERDICT_NO_DIFFERENCE: "n.s.", stats.VERDICT_INSUFFICIENT: "1 rep"}
+        for r in part.to_dict("records"):
+            for name, _ in CROSS_METRICS:
+                ratio = format_speedup(r[f"{name}_ratio"], r[f"{name}_ratio_lo"], r[f"{name}_ratio_hi"], "")
+                t.add_row(r["variant"], labels[name], r[f"{name}_repeats"], _cell(r[f"{name}_base"]),
+                          _cell(r[f"{name}_new"]), ratio, short.get(r[f"{name}_verdict"], r[f"{name}_verdict"]))
+        console.print(t)
+    for line in df.attrs["unmatched"]:
+        console.print(f"[yellow]not compared[/] {line}", highlight=False, soft_wrap=True)
+
+
+@results_app.command("regress")
+def regress_cmd(
+    base: str = typer.Argument(..., help="Baseline experiment (under --root)."),
+    new: str = typer.Argument(..., help="Experiment to check (under --new-root, default --root)."),
+    max_slowdown: str = typer.Option("5%", "--max-slowdown", help="Allowed slowdown, e.g. 5% (or 0.05)."),
+    root: str = ROOT_OPT,
+    new_root: Optional[str] = NEW_ROOT_OPT,
+    n_boot: int = typer.Option(2000, "--n-boot", min=100, help="Bootstrap resamples."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+) -> None:
+    """CI gate: exit 1 when NEW is significantly slower than BASE by more than --max-slowdown on output tok/s,
+    mean TPOT or TTFT p99 at any matched point (workload, load point, variant); 0 when not; 2 when nothing can be
+    judged (no common point, or no point with two ok repeats on each side)."""
+    from cluster.analysis.cross_experiment import parse_fraction, regressions, undecided
+    from cluster.errors import UserError
+
+    limit = parse_fraction(max_slowdown)
+    df = _cross(root, base, new_root or root, new, n_boot, seed)
+    found = regressions(df, limit)
+    open_cells = undecided(df)
+    total = len(df) * 3
+    if open_cells == total:
+        raise UserError(f"no matched point of {base!r} and {new!r} has two ok repeats on each side, so nothing can "
+                        "be judged", field="repeats", expected="at least 2 ok repeats per point on both sides "
+                        "(3 or more for a trustworthy gate)")
+    for r in found:
+        console.print(f"REGRESSION {r.point}: {r.metric} NEW/BASE {r.ratio:.3f} [{r.lo:.3f}, {r.hi:.3f}], "
+                      f"beyond the allowed {limit:.1%}", highlight=False, soft_wrap=True)
+    if open_cells:
+        console.print(f"[yellow]warning[/] {open_cells} of {total} (point, metric) cells have too few repeats "
+                      "for a verdict and were not judged", highlight=False, soft_wrap=True)
+    for line in df.attrs["unmatched"]:
+        console.print(f"[yellow]not compared[/] {line}", highlight=False, soft_wrap=True)
+    console.print(f"{len(found)} regression(s) beyond {limit:.1%} in {total - open_cells} judged (point, metric) "
+                  f"cells", highlight=False)
+    if found:
+        raise typer.Exit(1)
 
 
 @results_app.command("list")
@@ -262,13 +385,15 @@ def show_cmd(
 def query_cmd(
     experiment: str = typer.Argument(...),
     sql: str = typer.Argument(..., help="One SELECT (DuckDB dialect) over the views runs, requests, chunks, "
-                                         "variants, request_metrics, chunk_gaps, correctness, server_metrics."),
+                                         "variants, request_metrics, chunk_gaps, correctness, server_metrics, "
+                                         "gpu_metrics, kernel_profile."),
     root: str = ROOT_OPT,
     fmt: Format = typer.Option(Format.table, "--format"),
 ) -> None:
     """Read-only SQL over the experiment's views: runs, requests, chunks, variants, request_metrics (per-request
-    TTFT, TPOT, E2E, acceptance, lag), chunk_gaps (per-chunk and per-token ITL), correctness, server_metrics (the
-    last two when the experiment has them). One SELECT; COPY, ATTACH, INSTALL/LOAD, DDL, PRAGMA and SET are
+    TTFT, TPOT, E2E, acceptance, lag), chunk_gaps (per-chunk and per-token ITL), correctness, server_metrics,
+    gpu_metrics (GPU telemetry), kernel_profile (top kernels of profiled variants) (the last four when the experiment
+    has them). One SELECT; COPY, ATTACH, INSTALL/LOAD, DDL, PRAGMA and SET are
     refused, and no file outside the dataset can be read."""
     from cluster.analysis.query import query
 

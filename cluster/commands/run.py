@@ -15,10 +15,12 @@ from cluster.commands.results import print_compare, print_compare_by_category
 from cluster.engines.flagcheck import check_launch_flags
 from cluster.engines.registry import get_engine
 from cluster.plan.runs import expand_variants, make_plan
-from cluster.plan.fairness import check_fairness, format_findings
+from cluster.plan.fairness import ModelFacts, check_fairness, format_findings
+from cluster.plan.model_rules import facts_from_json
 from cluster.plan.inputs import check_inputs, resolve_output_root
 from cluster.errors import UserError
 from cluster.plan.preflight import PreflightError, check_speculative_support
+from cluster.probe.checkpoint import ProbeReport
 from cluster.spec.loader import load_spec
 from cluster.spec.models import ExperimentSpec
 from cluster.spec.secrets import redact_argv, redact_env
@@ -40,11 +42,17 @@ def _naming(experiment: Path) -> Iterator[None]:
         raise PreflightError(f"{where}: {e}", file=str(experiment), field=e.field, expected=e.expected) from None
 
 
-def _input_checks(spec: ExperimentSpec, output: Optional[str] = None) -> dict[str, Any]:
+def _probe_here(spec: ExperimentSpec) -> dict[str, ProbeReport]:
+    """The checkpoint probe where this machine can read it ({} otherwise: the GPU node probes it)."""
+    return check_speculative_support(spec, expand_variants(spec)) if Path(spec.model.path).exists() else {}
+
+
+def _input_checks(spec: ExperimentSpec, output: Optional[str] = None,
+                  reports: Optional[dict[str, ProbeReport]] = None) -> dict[str, Any]:
     """The checkpoint probe where this machine can read it, then the inputs a server would fail on later (prompt
     files and their fit to the model, the output root, Ray's ports): PreflightError naming file and field."""
     variants = expand_variants(spec)
-    reports = check_speculative_support(spec, variants) if Path(spec.model.path).exists() else {}
+    reports = _probe_here(spec) if reports is None else reports
     root = None if output is None else resolve_output_root(output, Path.cwd())
     for note in check_inputs(spec, variants, reports, Path.cwd(), root):
         err_console.print(f"[cyan]dataset[/] {note}", soft_wrap=True, highlight=False)
@@ -59,7 +67,10 @@ def _local_checks(spec: ExperimentSpec, quiet: bool = False, output: Optional[st
     variants = expand_variants(spec)
     for v in variants:
         tuning_options_check(v)  # back ends SGLang 0.5.23 has (the spec itself refuses unknown option keys)
-    findings = check_fairness(variants)
+    reports = _probe_here(spec)
+    findings = check_fairness(variants, {p: r.quant.kv_cache_quant_algo for p, r in reports.items()},
+                              facts={p: ModelFacts.from_report(r) for p, r in reports.items()},
+                              version=_sglang_version(spec))
     errors = [f for f in findings if f.level == "error"]
     if not quiet:
         for f, line in zip(findings, format_findings(findings)):
@@ -67,11 +78,28 @@ def _local_checks(spec: ExperimentSpec, quiet: bool = False, output: Optional[st
             err_console.print(line, style="red" if f.level == "error" else "yellow", markup=False, soft_wrap=True)
     if errors:
         raise typer.Exit(2)
+    if not quiet and not findings:
+        deferred = "" if reports else "; the checkpoint- and GPU-dependent rules run again on the GPU node"
+        err_console.print(f"fairness: no findings over {len(variants)} variant(s){deferred}", markup=False,
+                          soft_wrap=True)
+    if not quiet:
+        from cluster.engines.interconnect import collect_interconnect
+
+        for line in collect_interconnect().width_warnings():  # where this machine is a GPU node
+            err_console.print(f"warning: interconnect: {line}", style="yellow", markup=False, soft_wrap=True)
     if not Path(spec.model.path).exists() and spec.model.engine != "sim" and not quiet:
         err_console.print(f"[yellow]note[/] checkpoint {spec.model.path} is not readable here; "
                           "it is probed on a GPU node before any GPU is reserved", soft_wrap=True)
     # a PreflightError names the experiment, the variant and what is missing; the CLI's handler prints it
-    return _input_checks(spec, output)
+    return _input_checks(spec, output, reports)
+
+
+def _sglang_version(spec: ExperimentSpec) -> Optional[str]:
+    """The SGLang release the argv is built for: installed for the engine's interpreter where it can be run here,
+    else the declared one (VersionMismatchError when the two disagree)."""
+    if not any(v.engine == "sglang" for v in expand_variants(spec)):
+        return None
+    return get_engine("sglang").version_for(spec.engines.get("sglang"), "python")
 
 
 def validate(experiment: Path = typer.Argument(..., help="experiment YAML")) -> None:
@@ -95,9 +123,15 @@ def plan(experiment: Path = typer.Argument(..., help="experiment YAML"),
 
 
 def _plan(spec: ExperimentSpec, port: int) -> None:
-    _local_checks(spec)
-    runs = make_plan(spec)
-    variants = expand_variants(spec)
+    from cluster.plan.sweep_collapse import collapse_fp4_duplicates, undecided_note
+
+    reports = _local_checks(spec)
+    facts = {p: facts_from_json(r) for p, r in reports.items()}
+    variants, notes = collapse_fp4_duplicates(expand_variants(spec), facts)
+    kept = {v.name for v in variants}
+    runs = make_plan(spec, keep=lambda v: v.name in kept)
+    for line in notes + [n for n in [undecided_note(variants, facts)] if n]:
+        err_console.print(f"note: {line}", style="yellow", markup=False, soft_wrap=True)
     for v in variants:
         launcher = spec.engines.get(v.engine)
         # a tuned variant launches with its artifact, which exists only at run time: shown as a placeholder

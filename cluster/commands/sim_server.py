@@ -12,7 +12,8 @@ def register(app: typer.Typer) -> None:
         add_help_option=False,
     )
     def sim_server(ctx: typer.Context) -> None:
-        """Serve the simulated engine; every argument is SGLang's own server argv (knobs: env SGLBENCH_SIM)."""
+        """Serve the simulated engine; every argument is SGLang's own server argv (knobs: env SGLBENCH_SIM).
+        `sglbench sim-server --help` lists the flags it models and every knob."""
         from cluster.sim.server import main
 
-        raise typer.Exit(main(list(ctx.args)))
+        raise typer.Exit(main(list(ctx.args), prog="sglbench sim-server"))

@@ -15,7 +15,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Endpoints, /server_info keys, stream framing, meta_info, spec_verify_ct, /flush_cache: expected vs found."""
         from rich.console import Console
-        from rich.table import Table
+
+        from cluster.commands.terminal import print_table
 
         from cluster.engines.smoke import run_smoke
 
@@ -23,13 +24,15 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"smoke: URL: expected http://host:port, got {url!r}", field="URL",
                             expected="http://host:port")
         checks = run_smoke(url, timeout)
-        table = Table(title=f"sglbench smoke {url}")
-        for col in ("check", "result", "expected", "found"):
-            table.add_column(col)
-        for c in checks:
-            table.add_row(c.name, "[green]ok[/green]" if c.ok else "[red]FAIL[/red]", c.expected, c.found)
         console = Console()
-        console.print(table)
+        # cells fold instead of being cut at 80 columns (server_info.specula… was unreadable in a pipe)
+        print_table(console, ("check", "result", "expected", "found"),
+                    [(c.name, "[green]ok[/green]" if c.ok else "[red]FAIL[/red]", c.expected, c.found)
+                     for c in checks], title=f"sglbench smoke {url}")
+        from cluster.engines.interconnect import collect_interconnect
+
+        for line in collect_interconnect().width_warnings():  # the GPUs of this machine, where it has any
+            console.print(f"warning: interconnect: {line}", style="yellow", markup=False, soft_wrap=True)
         failed = [c for c in checks if not c.ok]
         console.print(f"{len(checks) - len(failed)} passed, {len(failed)} failed")
         if failed:

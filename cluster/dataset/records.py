@@ -57,10 +57,52 @@ CHUNK_FIELDS = [
 ]
 """Per-chunk arrivals (the `chunks` table, after KEY_FIELDS): kept apart so summaries never scan them."""
 
+GPU_METRIC_FIELDS = [
+    pa.field("t_ns", pa.int64(), nullable=False),
+    pa.field("gpu", pa.string(), nullable=False),
+    pa.field("source", pa.string(), nullable=False),
+    pa.field("power_w", pa.float64()),
+    pa.field("energy_j", pa.float64()),
+    pa.field("sm_clock_mhz", pa.int32()),
+    pa.field("mem_clock_mhz", pa.int32()),
+    pa.field("temperature_c", pa.int32()),
+    pa.field("gpu_util_pct", pa.int32()),
+    pa.field("mem_util_pct", pa.int32()),
+    pa.field("mem_used_bytes", pa.int64()),
+    pa.field("pcie_tx_kb_s", pa.int64()),
+    pa.field("pcie_rx_kb_s", pa.int64()),
+    pa.field("clock_event_reasons", pa.int64()),
+    pa.field("throttle_thermal", pa.bool_()),
+    pa.field("throttle_power", pa.bool_()),
+]
+"""GPU telemetry samples of a run (the `gpu_metrics` table, after KEY_FIELDS): one row per GPU per sample, `t_ns` on
+the same monotonic clock and zero as the requests (samples just before and after the window are kept)."""
+
+KERNEL_PROFILE_FIELDS = [
+    pa.field("experiment", pa.string(), nullable=False),
+    pa.field("engine", pa.string(), nullable=False),
+    pa.field("profile_steps", pa.int32(), nullable=False),
+    pa.field("rank", pa.int32(), nullable=False),
+    pa.field("kernel", pa.string(), nullable=False),
+    pa.field("category", pa.string(), nullable=False),
+    pa.field("calls", pa.int64(), nullable=False),
+    pa.field("total_us", pa.float64(), nullable=False),
+    pa.field("share", pa.float64(), nullable=False),
+    pa.field("trace_file", pa.string(), nullable=False),
+    pa.field("artifact", pa.string()),
+    pa.field("simulated", pa.bool_(), nullable=False),
+    pa.field("level", pa.string(), nullable=False),
+]
+"""Top kernels by device time of a variant's profile (the `kernel_profile` table: one file per variant, like
+`correctness`; the variant is the hive partition)."""
+
 REQUEST_BATCH_SCHEMA = pa.schema(REQUEST_FIELDS)
 CHUNK_BATCH_SCHEMA = pa.schema(CHUNK_FIELDS)
 REQUESTS_SCHEMA = pa.schema(KEY_FIELDS + REQUEST_FIELDS)
 CHUNKS_SCHEMA = pa.schema(KEY_FIELDS + CHUNK_FIELDS)
+GPU_METRICS_BATCH_SCHEMA = pa.schema(GPU_METRIC_FIELDS)
+GPU_METRICS_SCHEMA = pa.schema(KEY_FIELDS + GPU_METRIC_FIELDS)
+KERNEL_PROFILE_SCHEMA = pa.schema(KERNEL_PROFILE_FIELDS)
 
 
 @dataclass

@@ -8,9 +8,14 @@ without a cycle (`server/` stays the process mechanics, `loadgen/` the HTTP clie
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import pyarrow as pa
+
+from cluster.loadgen.output_sample import OutputSample
+
+if TYPE_CHECKING:
+    from cluster.telemetry.recorder import TelemetryCapture
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,8 @@ class ServerFacts:
     server_saw_cuda_visible_devices: Optional[str]
     environment: dict[str, Any]
     """Package/driver versions captured on the node (or {"error": ...})."""
+    cap_log_lines: tuple[str, ...] = ()
+    """Server log lines (scrubbed) that state a lowered concurrency cap (engine.cap_log_marker), read at startup."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,12 @@ class WindowSummary:
     flushed: bool
     load_actor_peak_buffered_rows: int
     server_metrics: Optional[pa.RecordBatch] = None
+    gpu_metrics: Optional[pa.Table] = None
+    """The window's GPU samples (records.GPU_METRIC_FIELDS), t_ns on the requests' zero; None without telemetry."""
+    telemetry: Optional["TelemetryCapture"] = None
+    """How sampling went (source, rate, errors, why unavailable), for provenance."""
+    samples: tuple[OutputSample, ...] = ()
+    """The run's output sample over every shard (loadgen/output_sample.py)."""
 
 
 @dataclass(frozen=True)

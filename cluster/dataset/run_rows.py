@@ -132,7 +132,7 @@ def concurrency_check(p: RunPlan, out: WindowSummary, server: ServerFacts, n_req
 
     engine = get_engine(p.variant.engine)
     offered = offered_concurrency(p, n_requests)
-    cap = engine.concurrency_cap(server.infos)
+    cap = engine.concurrency_cap(server.infos, server.cap_log_lines)
     running = _peak_per_scrape(out.server_metrics, engine.running_gauge, out.duration_s)
     queue = _series(out.server_metrics, engine.queue_gauge, out.duration_s)
     queued = max(queue.values()) if queue else None
@@ -140,14 +140,16 @@ def concurrency_check(p: RunPlan, out: WindowSummary, server: ServerFacts, n_req
     evidence: dict[str, Any] = {"offered": offered, "cap": cap.value if cap else None,
                                 "cap_source": cap.source if cap else None,
                                 "cap_declared": cap.declared if cap else None,
+                                "cap_cause": cap.cause if cap else None,
                                 "scraped_max_running": running, "scraped_max_queued": queued,
                                 "scraped_queued_share": queued_share}
     reasons: list[str] = []
     if offered is None:
         return reasons, evidence
     if cap is not None and offered > cap.value:
-        reasons.append(f"offered concurrency {offered} > server cap {cap.value} ({cap.source}): the server queued "
-                       "the rest, so this is not the offered load")
+        why = f"; {cap.cause}" if cap.cause else ""
+        reasons.append(f"offered concurrency {offered} > server cap {cap.value} ({cap.source}{why}): the server "
+                       "queued the rest, so this is not the offered load")
     if (running is not None and queued is not None and queued_share is not None and len(queue) >= 2
             and running < offered and queued > 0 and queued_share > QUEUED_SHARE_FLOOR):
         reasons.append(f"scraped {engine.running_gauge} peaked at {running:g} < offered concurrency {offered} while "
@@ -174,6 +176,9 @@ def build_run_row(p: RunPlan, out: WindowSummary, server: ServerFacts, segment: 
     for k, v in window.items():
         if k != "accept_length":
             m[k] = v
+    from cluster.analysis.gpu_metrics import summarize_gpu, throttle_summary
+
+    m.update(summarize_gpu(out.gpu_metrics, out.duration_s, m.get("output_tok_s")))
     n_ok = int(m.get("n_ok") or 0)
     invalid: list[str] = []
     # the stored m_lag_ms_p99 (request_metrics.client_lag over the committed requests), never a shard's own figure
@@ -187,11 +192,21 @@ def build_run_row(p: RunPlan, out: WindowSummary, server: ServerFacts, segment: 
     if not out.flushed:
         invalid.append("cache flush before the measured window failed")
     cap_reasons, concurrency = concurrency_check(p, out, server, n_req)
+    from cluster.loadgen.output_sample import sample_verdict
+
+    garbage, output_sample = sample_verdict(out.samples)
     invalid.extend(cap_reasons)
+    if garbage:
+        invalid.append(garbage)
     status = "failed" if n_ok == 0 else ("invalid" if invalid else "ok")
     row = _common(p, spec, server, segment, git_sha, out.load_actor_peak_buffered_rows)
     provenance = json.loads(row["provenance_json"])
     provenance["concurrency"] = concurrency
+    telemetry: dict[str, object] = out.telemetry.provenance() if out.telemetry is not None else {"source": None, "unavailable":
+                                                                             "telemetry disabled or not captured"}
+    telemetry["throttle_reasons"] = throttle_summary(out.gpu_metrics, out.duration_s)
+    provenance["telemetry"] = telemetry
+    provenance["output_sample"] = output_sample
     row["provenance_json"] = json.dumps(provenance, sort_keys=True, default=str)
     row.update({
         "status": status,

@@ -23,21 +23,25 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from cluster.analysis.gpu_metrics import GPU_METRIC_NAMES
 from cluster.analysis.metrics import METRIC_NAMES
 from cluster.errors import UserError
 from cluster.plan.runs import RECORD_SCHEMA_VERSION, RunPlan
 from cluster.dataset.atomic import atomic_write, move_into_place, remove_tree, write_error, write_synced
 from cluster.dataset.lock import DatasetLock
-from cluster.dataset.records import CHUNKS_SCHEMA, KEY_FIELDS, REQUESTS_SCHEMA, RUN_FIELDS
+from cluster.dataset.records import CHUNKS_SCHEMA, GPU_METRICS_SCHEMA, KEY_FIELDS, REQUESTS_SCHEMA, RUN_FIELDS
 
 Records = Union[pa.Table, pa.RecordBatch]
 
-RUNS_SCHEMA = pa.schema(KEY_FIELDS + RUN_FIELDS + [pa.field(f"m_{n}", pa.float64()) for n in METRIC_NAMES])
-TABLE_SCHEMAS: dict[str, pa.Schema] = {"runs": RUNS_SCHEMA, "requests": REQUESTS_SCHEMA, "chunks": CHUNKS_SCHEMA}
+RUN_METRIC_NAMES: tuple[str, ...] = METRIC_NAMES + GPU_METRIC_NAMES
+"""The fixed m_ columns of `runs`: request metrics (analysis/metrics.py), then GPU figures (analysis/gpu_metrics.py)."""
+RUNS_SCHEMA = pa.schema(KEY_FIELDS + RUN_FIELDS + [pa.field(f"m_{n}", pa.float64()) for n in RUN_METRIC_NAMES])
+TABLE_SCHEMAS: dict[str, pa.Schema] = {"runs": RUNS_SCHEMA, "requests": REQUESTS_SCHEMA, "chunks": CHUNKS_SCHEMA,
+                                       "gpu_metrics": GPU_METRICS_SCHEMA}
 """Known tables; any other table name (correctness, server_metrics, ...) gets KEY_FIELDS + its own columns."""
 
 _KEY_NAMES = [f.name for f in KEY_FIELDS]
-_METRIC_SET = set(METRIC_NAMES)
+_METRIC_SET = set(RUN_METRIC_NAMES)
 _RUN_NAMES = {f.name for f in RUN_FIELDS}
 _TABLE_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 _RUN_KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
@@ -186,7 +190,7 @@ class DatasetStore:
         """The one-row runs table: KEY_FIELDS + RUN_FIELDS (defaults from the plan) + m_<metric> columns.
 
         Metrics come from `m_<name>` keys of run_row and/or run_row["metrics"] (a dict), else from
-        run_row["metrics_json"]; metrics beyond METRIC_NAMES get extra float64 m_ columns after the fixed ones.
+        run_row["metrics_json"]; metrics beyond RUN_METRIC_NAMES get extra float64 m_ columns after the fixed ones.
         Unknown keys are an error (they would silently vanish otherwise).
         """
         row = dict(run_row)
@@ -218,7 +222,7 @@ class DatasetStore:
         for f in RUN_FIELDS:
             cols[f.name] = pa.array([row.get(f.name)], type=f.type)
         extra = sorted(n for n in metrics if n not in _METRIC_SET and _TABLE_RE.match(n))
-        for n in list(METRIC_NAMES) + extra:
+        for n in list(RUN_METRIC_NAMES) + extra:
             cols[f"m_{n}"] = pa.array([_as_float(metrics.get(n))], type=pa.float64())
         schema = pa.schema(list(RUNS_SCHEMA) + [pa.field(f"m_{n}", pa.float64()) for n in extra])
         return pa.Table.from_pydict(cols, schema=schema)
@@ -347,6 +351,15 @@ class DatasetStore:
                     removed.append(info.path)
         return removed
 
+    def write_artifact(self, relpath: str, data: bytes) -> str:
+        """A file under `<experiment>/_artifacts/` (a kernel profile's trace archive), written atomically; its path."""
+        parts = relpath.split("/")
+        for part in parts:
+            safe_name(part, "artifact path component")
+        path = f"{self.base}/_artifacts/{'/'.join(parts)}"
+        self._write_file(path, data)
+        return path
+
     def write_experiment_meta(self, meta: dict[str, Any]) -> None:
         """experiment.json (spec, probe results, ...), written atomically."""
         data = json.dumps(meta, indent=2, sort_keys=True, default=_json_default).encode()
@@ -414,7 +427,7 @@ class DatasetStore:
 
 
 PARTITION_COLUMN = "variant"
-VARIANT_TABLES = frozenset({"correctness"})
+VARIANT_TABLES = frozenset({"correctness", "kernel_profile"})
 """Tables written per variant (not per run): visible without a committed run."""
 
 

@@ -20,10 +20,13 @@ from cluster.dataset.run_facts import ServerFacts
 from cluster.spec.secrets import redact_argv, redact_env, scrub, scrub_file, scrub_text, secret_values
 from cluster.loadgen.gate import GateAnswers
 from cluster.plan.runs import LoadPoint, ResolvedVariant
+from cluster.loadgen.output_sample import OutputSample
 from cluster.loadgen.server_metrics import MetricsScraper
 from cluster.server.process import (PortNotOwnedError, ServerProcess, ServerStartError, free_port, http_get_json,
                                     http_status, kill_group, pid_alive)
 from cluster.spec.models import EngineLauncher, WorkloadSpec
+from cluster.telemetry.profile import ProfileCapture
+from cluster.telemetry.recorder import TelemetryCapture, TelemetryRecorder
 
 MAX_PORT_TRIES = 3
 WATCHDOG_NOTE_S = 2.0
@@ -60,6 +63,8 @@ class ShardSummary:
     n_chunks: int
     peak_buffered_rows: int
     server_metrics: Optional[pa.RecordBatch]
+    window_start_monotonic_ns: int = 0
+    samples: tuple[OutputSample, ...] = ()
 
 
 LoadMessage = Union[LoadBatch, ShardSummary]
@@ -88,11 +93,37 @@ class EngineActorImpl:
         self.base_url = ""
         self.server_pid: Optional[int] = None
         """The server process under the watchdog, once healthy."""
+        self._recorder: Optional[TelemetryRecorder] = None
+        self._no_telemetry: Optional[TelemetryCapture] = None
+        self._profile_dir = self.log_dir / "profiles" / variant.name
         self.secrets = secret_values(variant.env, variant.args, launcher.launcher if launcher and launcher.launcher else ())
         """Declared secret values: what the server echoes back (infos, log tails) is scrubbed of them."""
 
     def gpu_ids(self) -> list[str]:
         return [str(g) for g in ray.get_gpu_ids()]
+
+    def telemetry_start(self, rate_hz: float) -> Optional[str]:
+        """Start sampling this server's GPUs (NVML, or the simulator's device) in a thread of this actor; returns
+        why not when there is nothing to sample (recorded, never fatal)."""
+        from cluster.telemetry.nvml import TelemetryUnavailable
+        from cluster.telemetry.recorder import unavailable
+
+        self.telemetry_stop()
+        try:
+            sampler = self.engine.device_sampler(self.variant, self.base_url, self.gpu_ids())
+        except TelemetryUnavailable as e:
+            self._no_telemetry = unavailable(str(e), rate_hz)
+            return str(e)
+        self._recorder = TelemetryRecorder(sampler, rate_hz).start()
+        return None
+
+    def telemetry_stop(self) -> Optional[TelemetryCapture]:
+        """Stop sampling; the samples since telemetry_start (absolute monotonic ns), or None if none was started."""
+        rec, self._recorder = self._recorder, None
+        if rec is None:
+            capture, self._no_telemetry = self._no_telemetry, None
+            return capture
+        return rec.stop()
 
     def start(self, health_timeout_s: float, port: Optional[int] = None) -> ServerFacts:
         gpu_ids = self.gpu_ids()
@@ -122,7 +153,7 @@ class EngineActorImpl:
                 line = scrub_text(e.log_line, self.secrets) if e.log_line else None
                 raise type(e)(scrub_text(str(e), self.secrets), tail, e.server_exit_code, log_line=line) from None
             infos: dict[str, Any] = {}
-            for name, path in self.engine.info_paths(self.launcher.version if self.launcher else None).items():
+            for name, path in self.engine.info_paths(self.engine.version_for(self.launcher, self.python)).items():
                 try:
                     infos[name] = http_get_json(self.base_url + path, timeout_s=10, headers=self.engine.headers)
                 except Exception as e:  # noqa: BLE001 - an info endpoint missing is recorded, not fatal
@@ -156,10 +187,50 @@ class EngineActorImpl:
                 log_path=str(log_path),
                 server_pid=server_pid,
                 server_saw_cuda_visible_devices=_env_of(server_pid or 0).get("CUDA_VISIBLE_DEVICES"),
+                cap_log_lines=tuple(scrub_text(line, self.secrets) for line in self._cap_log_lines()),
             )
         assert last_err is not None
         raise ServerStartError(f"could not bind a free port after {MAX_PORT_TRIES} tries: {last_err}",
                                last_err.log_tail)
+
+    def profile_start(self, steps: int) -> Optional[str]:
+        """Ask the server for a kernel profile of its next `steps` forward steps into a fresh directory on this node;
+        returns why not (the engine has no profiler, the server refused), or None."""
+        from cluster.server.process import http_post
+
+        self._profile_dir = self.log_dir / "profiles" / f"{self.variant.name}-{int(time.time() * 1000)}"
+        self._profile_dir.mkdir(parents=True, exist_ok=True)
+        req = self.engine.profile_request(str(self._profile_dir), steps, f"sglbench-{self.variant.name}",
+                                          self.engine.runs_on_cpu(self.variant))
+        if req is None:
+            return f"engine {self.engine.name} has no profiler endpoint"
+        status, text = http_post(self.base_url + req.path, req.body, 60.0, self.engine.headers)
+        return None if status == 200 else scrub_text(f"start_profile answered {status}: {text.strip()[:300]}",
+                                                     self.secrets)
+
+    def profile_collect(self, timeout_s: float, max_archive_bytes: int) -> ProfileCapture:
+        """Stop the profile (refused harmlessly when it stopped by itself after its steps), wait for one trace per
+        TP rank, and archive the directory (content-hashed, size-capped)."""
+        from cluster.server.process import http_post
+        from cluster.telemetry.profile import archive_dir, wait_for_traces
+
+        d = self._profile_dir
+        stop = ""
+        if self.engine.profile_stop_path:
+            # after num_steps the profiler has stopped by itself and SGLang 0.5.23 answers this 500 "Internal Server
+            # Error" (its RuntimeError "Profiling is not in progress"; measured on the sglang_cpu tier): only worth
+            # saying when no trace appears
+            status, text = http_post(self.base_url + self.engine.profile_stop_path, b"", 120.0, self.engine.headers)
+            stop = f" (stop_profile answered {status}: {scrub_text(text.strip()[:300], self.secrets)})"
+        files = wait_for_traces(d, max(1, self.variant.tp), timeout_s)
+        note = None
+        if not files:
+            return ProfileCapture(str(d), (), None, None, 0, f"no trace was written in {timeout_s:g} s{stop}")
+        from cluster.analysis.kernel_profile import summarize_traces
+
+        data, sha, size, over = archive_dir(d, max_archive_bytes)
+        return ProfileCapture(str(d), tuple(p.name for p in files), data, sha, size, over or note,
+                              summarize_traces(files))
 
     def alive(self) -> bool:
         """The process group leader runs and so does the server itself (a killed server whose watchdog has not yet
@@ -167,6 +238,18 @@ class EngineActorImpl:
         if self.server is None or not self.server.alive():
             return False
         return self.server_pid is None or pid_alive(self.server_pid)
+
+    def _cap_log_lines(self, max_bytes: int = 4 << 20) -> list[str]:
+        """Startup log lines naming a lowered concurrency cap (the engine's cap_log_marker), first 4 MiB only."""
+        marker = self.engine.cap_log_marker
+        if marker is None or self.server is None:
+            return []
+        try:
+            with open(self.server.log_path, "rb") as f:
+                head = f.read(max_bytes).decode("utf-8", "replace")
+        except OSError:
+            return []
+        return [line.strip() for line in head.splitlines() if marker in line][-4:]
 
     def log_tail(self, max_bytes: int = 8000) -> str:
         if self.server is None:
@@ -177,6 +260,7 @@ class EngineActorImpl:
         return scrub_text(self.server.log_tail(max_bytes), self.secrets)
 
     def stop(self) -> StopResult:
+        self.telemetry_stop()
         if self.server is None:
             return StopResult(False)
         code = self.server.stop()
@@ -199,12 +283,13 @@ class LoadActorImpl:
 
         return build_prompt_sequence(workload, n, seed, self.base_dir, self.model_path)
 
-    def run_gate(self, base_url: str, model_name: str, timeout_s: float = 300.0) -> GateAnswers:
+    def run_gate(self, base_url: str, model_name: str, timeout_s: float = 300.0,
+                 filler: Optional[int] = None) -> GateAnswers:
         import asyncio
 
         from cluster.loadgen.gate import collect_gate_answers
 
-        return asyncio.run(collect_gate_answers(self.engine, base_url, model_name, timeout_s))
+        return asyncio.run(collect_gate_answers(self.engine, base_url, model_name, timeout_s, filler))
 
     def visible_gpus(self) -> str:
         return os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
@@ -284,6 +369,8 @@ class LoadActorImpl:
             n_chunks=res.n_chunks,
             peak_buffered_rows=res.peak_buffered_rows,
             server_metrics=scraper.batch(res.window_start_unix_s) if scraper is not None else None,
+            window_start_monotonic_ns=res.window_start_monotonic_ns,
+            samples=res.samples,
         )
 
 

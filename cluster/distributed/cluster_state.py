@@ -47,6 +47,22 @@ def _probe_on_node(spec_json: dict[str, Any], base_dir: str) -> tuple[dict[str, 
     check_on_node(spec, variants, reports, Path(base_dir), modules, sys.executable, _ray_ports())
     # each variant's launch argv through its engine's own parser, with the node's engine interpreter
     warnings = check_launch_flags(spec, variants, sys.executable, on_node=True)
+    # the fairness rules again, now with the probe's facts, the node's GPUs (SM120?) and the installed version
+    from cluster.engines.interconnect import collect_interconnect
+    from cluster.plan.fairness import ModelFacts, check_fairness, format_findings
+    from cluster.plan.preflight import PreflightError
+
+    wiring = collect_interconnect()
+    version = (get_engine("sglang").version_for(spec.engines.get("sglang"), sys.executable)
+               if any(v.engine == "sglang" for v in variants) else None)
+    findings = check_fairness(variants, {p: r.quant.kv_cache_quant_algo for p, r in reports.items()},
+                              facts={p: ModelFacts.from_report(r) for p, r in reports.items()},
+                              gpu_sm=wiring.compute_sm(), version=version)
+    errors = [line for f, line in zip(findings, format_findings(findings)) if f.level == "error"]
+    if errors:
+        raise PreflightError(f"experiment {spec.name!r} on the GPU node: " + "; ".join(errors))
+    warnings += [line for f, line in zip(findings, format_findings(findings)) if f.level == "warning"]
+    warnings += wiring.width_warnings()
     return {path: r.to_json() for path, r in reports.items()}, warnings
 
 
@@ -92,7 +108,7 @@ AUTH_FAILURE_TEXT = "InvalidAuthToken"
 """What Ray 2.60's GCS client says when the cluster refuses a missing or wrong token (RPC status text)."""
 
 
-def _reload_ray_auth_config() -> None:
+def reload_ray_auth_config() -> None:
     """Make this process see a RAY_AUTH_MODE set after Ray was imported: Ray caches its config and token at import
     (its own `_enable_token_auth` refreshes them the same way: Config.initialize, then the token cache)."""
     raylet = importlib.import_module("ray._raylet")
@@ -113,7 +129,7 @@ def join_cluster(address: str, note: Callable[[str], object] = lambda line: prin
     updates, line = token_auth_env(os.environ)
     if line:
         os.environ.update(updates)
-        _reload_ray_auth_config()
+        reload_ray_auth_config()
         note(line)
     try:
         ray.init(address=address, log_to_driver=True)

@@ -42,6 +42,7 @@ from cluster.server.process import with_decisive_line
 from cluster.spec.models import ExperimentSpec
 from cluster.spec.secrets import masked_spec_json
 from cluster.spec.loader import load_spec
+from cluster.telemetry.recorder import TelemetryCapture
 
 LOAD_ACTOR_CPUS = 1.0
 PLACEMENT_PROGRESS_S = 10.0
@@ -188,6 +189,20 @@ class Driver:
                 self.result.statuses[p.run_key] = "skipped"
         return todo
 
+    def _plans(self) -> list[RunPlan]:
+        """The plan without the back-end sweep duplicates the GPU node's probe proves identical (plan/sweep_collapse.py;
+        nothing collapses without a probe)."""
+        from cluster.plan.model_rules import facts_from_json
+        from cluster.plan.sweep_collapse import collapse_fp4_duplicates
+
+        reports = getattr(self, "preflight", None) or {}
+        facts = {p: facts_from_json(r) for p, r in reports.items() if isinstance(r, dict)}
+        kept, notes = collapse_fp4_duplicates(expand_variants(self.spec), facts)
+        for line in notes:
+            self.log(f"note: {line}")
+        names = {v.name for v in kept}
+        return make_plan(self.spec, keep=lambda v: v.name in names)
+
     def run(self) -> ExperimentResult:
         """Run what is left of the experiment while holding its dataset's lock (DatasetLocked naming the holder
         when another driver writes it); the lock is released on return and on an exception."""
@@ -195,7 +210,7 @@ class Driver:
             return self._run()
 
     def _run(self) -> ExperimentResult:
-        plans = make_plan(self.spec)
+        plans = self._plans()
         nodes = gpu_nodes()
         node_gpus = [n["gpus"] for n in nodes]
         gpn = max(node_gpus, default=0)
@@ -311,6 +326,8 @@ class Driver:
                                         death.tail, server, seg)
                     continue
                 loads, death = self._one_run(p, engine, loads, pg, server, seg)
+            if variant.profile is not None and death is None and runs:
+                self._profile(variant, engine, loads[0], server, runs[0])
         finally:
             self.shared.leave(variant.name)
             self._teardown(engine, loads, pg, server)
@@ -338,21 +355,33 @@ class Driver:
             raise _DiedBeforeWindow("server died before the measured window")
         n = len(loads)
         start = time.time() + 1.0 if n > 1 else None  # shards start their windows together
-        gens = [a.run_point_stream.options(num_returns="streaming").remote(
-            server.base_url, p.workload, p.load, p.seed, model_name, self.spec.request_timeout_s, i, n, start,
-            batch_rows=self.batch_rows)
-            for i, a in enumerate(loads)]
-        summaries: list[ShardSummary] = []
-        for gen in gens:
-            for ref in gen:
-                item = ray.get(ref)
-                if isinstance(item, LoadBatch):
-                    writer.write("requests", item.requests)
-                    writer.write("chunks", item.chunks)
-                else:
-                    summaries.append(item)
+        telemetry = self.spec.telemetry
+        if telemetry.enabled:  # sampling brackets the window: it starts before the first send, stops after the last
+            why_not = ray.get(engine.telemetry_start.remote(telemetry.rate_hz), timeout=60)
+            if why_not:
+                self.log(f"[{p.variant.name}] no GPU telemetry: {why_not}")
+        capture: Optional[TelemetryCapture] = None
+        try:
+            gens = [a.run_point_stream.options(num_returns="streaming").remote(
+                server.base_url, p.workload, p.load, p.seed, model_name, self.spec.request_timeout_s, i, n, start,
+                batch_rows=self.batch_rows)
+                for i, a in enumerate(loads)]
+            summaries: list[ShardSummary] = []
+            for gen in gens:
+                for ref in gen:
+                    item = ray.get(ref)
+                    if isinstance(item, LoadBatch):
+                        writer.write("requests", item.requests)
+                        writer.write("chunks", item.chunks)
+                    else:
+                        summaries.append(item)
+        finally:
+            if telemetry.enabled:
+                capture = self._telemetry_stop(engine)
         first = summaries[0]
         t0 = min(s.window_start_unix_s for s in summaries)
+        t0_mono = min(summaries, key=lambda s: s.window_start_unix_s).window_start_monotonic_ns
+        gpu = capture.aligned(t0_mono) if capture is not None and capture.samples.num_rows else None
         requests = writer.read("requests")
         lag = requests_lag(requests)  # over every shard's rows: the figure the runs row stores and is judged on
         lag_p50_ns, lag_p99_ns = (round(lag.p50_ns), round(lag.p99_ns)) if lag else (0, 0)
@@ -369,7 +398,18 @@ class Driver:
             flushed=prep.flushed,
             load_actor_peak_buffered_rows=max(s.peak_buffered_rows for s in summaries),
             server_metrics=first.server_metrics,
+            gpu_metrics=gpu,
+            telemetry=capture,
+            samples=tuple(sorted((x for s in summaries for x in s.samples), key=lambda x: x.request_index)),
         )
+
+    def _telemetry_stop(self, engine: Any) -> Optional[TelemetryCapture]:
+        """The window's GPU samples from the EngineActor (None when it is gone: the run's other evidence decides)."""
+        try:
+            got: Optional[TelemetryCapture] = ray.get(engine.telemetry_stop.remote(), timeout=60)
+        except (RayActorError, RayTaskError, GetTimeoutError):
+            return None
+        return got
 
     def _one_run(self, p: RunPlan, engine: Any, loads: list[Any], pg: Any, server: ServerFacts,
                  seg: SegmentFacts) -> tuple[list[Any], Optional[_Death]]:
@@ -420,12 +460,52 @@ class Driver:
             return loads, _Death(f"it died in the window of run {p.order_index}", tail)
         # dead with every request answered: it died after this window, whose measurement is whole
         row = build_run_row(p, out, server, seg, self.spec, sorted(neighbours), self.git_sha)
-        sm = out.server_metrics
-        writer.commit(row, {"server_metrics": sm} if sm is not None and sm.num_rows else None)
+        from cluster.loadgen.output_sample import samples_table
+
+        sm, gm = out.server_metrics, out.gpu_metrics
+        extra: dict[str, Any] = {"server_metrics": sm} if sm is not None and sm.num_rows else {}
+        if gm is not None and gm.num_rows:
+            extra["gpu_metrics"] = gm
+        if out.samples:  # the output ids of the run's deterministic sample: the evidence of a garbage verdict
+            extra["output_samples"] = samples_table(out.samples)
+        writer.commit(row, extra or None)
         self._finish(p, row["status"])
         if not alive:
             return loads, _Death(f"it died after the window of run {p.order_index}", self._engine_tail(engine))
         return loads, None
+
+    def _profile(self, variant: ResolvedVariant, engine: Any, load: Any, server: ServerFacts, first: RunPlan) -> None:
+        """After the variant's measured windows: a kernel profile of `profile.steps` forward steps driven by
+        `profile.requests` requests of its first workload; the trace archive goes to `_artifacts/profiles/`, the top
+        kernels to the `kernel_profile` table. A failed profile is logged, never a failed run."""
+        from cluster.analysis.kernel_profile import kernel_profile_rows
+
+        prof = variant.profile
+        assert prof is not None
+        model_name = self.spec.model.served_name or self.spec.model.path
+        try:
+            why_not = ray.get(engine.profile_start.remote(prof.steps), timeout=120)
+            if why_not:
+                self.log(f"[{variant.name}] no kernel profile: {why_not}")
+                return
+            ray.get(load.prepare.remote(server.base_url, first.workload, first.load, first.seed, prof.requests,
+                                        model_name, self.spec.request_timeout_s), timeout=self.spec.request_timeout_s)
+            cap = ray.get(engine.profile_collect.remote(120.0, prof.max_archive_bytes), timeout=600)
+        except (RayActorError, RayTaskError, GetTimeoutError) as e:
+            self.log(f"[{variant.name}] kernel profile failed: {_error_text(e)[0]}")
+            return
+        artifact = None
+        if cap.archive is not None and cap.archive_sha256:
+            artifact = self.store.write_artifact(f"profiles/{variant.name}-{cap.archive_sha256[:16]}.tar.gz",
+                                                 cap.archive)
+        if cap.note:
+            self.log(f"[{variant.name}] kernel profile: {cap.note}")
+        if cap.summary is None or not cap.summary.top:
+            return
+        rows = kernel_profile_rows(self.spec.name, variant.engine, prof.steps, cap.summary, artifact)
+        self.store.write_variant_table("kernel_profile", variant.name, "profile-" + gate_key(variant)[5:], rows)
+        self.log(f"[{variant.name}] kernel profile of {prof.steps} steps: {len(cap.files)} trace file(s), top "
+                 f"{cap.summary.top[0].kernel} ({cap.summary.top[0].share:.0%}); archive {artifact or 'not kept'}")
 
     def _gate(self, variant: ResolvedVariant, load: Any, server: ServerFacts, first: RunPlan) -> GateVerdict:
         """Ask the fixed gate prompts greedily; judge against the baseline's answers; store the evidence."""
@@ -434,7 +514,7 @@ class Driver:
         model_name = self.spec.model.served_name or self.spec.model.path
         try:
             answers: GateAnswers = ray.get(load.run_gate.remote(server.base_url, model_name,
-                                                                self.spec.request_timeout_s))
+                                                                self.spec.request_timeout_s, gate_filler(self.spec)))
         except (RayActorError, RayTaskError) as e:
             answers = GateAnswers.failed(_error_text(e)[0])
         self.gates.put(variant.name, answers)
@@ -449,13 +529,15 @@ class Driver:
                                is_nextn, min_prefix_tokens=self.spec.correctness.min_prefix_tokens,
                                check_answers=self.spec.correctness.check_answers)
         reasons = list(result.reasons)
+        under_load = answers.loaded_problems()
+        reasons.extend(under_load)
         if base is None and self.baseline_name and self.baseline_name != variant.name:
             reasons.append("note: the baseline gave no gate answers, so no prefix comparison was made")
         elif base is not None and base.stored:
             reasons.append("note: prefix compared with the baseline's gate answers stored in the dataset")
         table = correctness_rows(self.spec.name, variant.name, variant.engine, result, answers.outputs)
         self.store.write_variant_table("correctness", variant.name, gate_key(variant), table)
-        return GateVerdict(result.passed, tuple(reasons), result.accept_length)
+        return GateVerdict(result.passed and not under_load, tuple(reasons), result.accept_length)
 
     def _baseline_answers(self, variants: list[ResolvedVariant], segments: list[tuple[ResolvedVariant, list[RunPlan]]]
                           ) -> list[tuple[ResolvedVariant, list[RunPlan]]]:
@@ -549,6 +631,19 @@ class Driver:
             pass
 
 
+def gate_filler(spec: ExperimentSpec) -> int:
+    """Filler requests around the gate's concurrent pass: the experiment's highest offered concurrency (closed-loop
+    value, or an open loop's max_concurrency) less the gate prompts, never below 0."""
+    from cluster.analysis.correctness import GATE_PROMPTS
+    from cluster.plan.runs import load_points
+
+    peak = 0
+    for lp in load_points(spec):
+        bound = lp.value if lp.kind == "concurrency" else (lp.max_concurrency or 0)
+        peak = max(peak, int(bound))
+    return max(0, peak - len(GATE_PROMPTS))
+
+
 def actor_name(role: str, experiment: str, variant: str) -> str:
     """Named actors let an operator (or a fault test) find a variant's actors: sglbench-<role>-<exp>-<variant>-<id>."""
     return f"sglbench-{role}-{experiment}-{variant}-{uuid.uuid4().hex[:8]}"
@@ -599,6 +694,14 @@ def init_ray(address: Optional[str] = None, num_gpus: Optional[int] = None) -> N
 
         join_cluster(addr)  # token auth: RAY_AUTH_MODE=token when only RAY_AUTH_TOKEN is set; AuthError otherwise
     else:
+        if "RAY_AUTH_MODE" not in os.environ:
+            # Ray 2.60 turns token auth on for every new local cluster when the mode is unset, and warns about it on
+            # every run (ray/_private/authentication/authentication_token_setup.py, enable_token_auth_by_default);
+            # choosing the same mode explicitly keeps the secure default and drops the warning.
+            from cluster.distributed.cluster_state import reload_ray_auth_config
+
+            os.environ["RAY_AUTH_MODE"] = "token"
+            reload_ray_auth_config()
         ray.init(address="local", include_dashboard=False, dashboard_host="127.0.0.1", log_to_driver=False,
                  num_gpus=num_gpus, object_store_memory=256 * 1024**2, _node_ip_address="127.0.0.1")
 
@@ -616,8 +719,19 @@ def main(argv: Optional[list[str]] = None) -> int:
         result = run_experiment(spec, base_dir=Path.cwd(), output_root=args.output)
     except Exception as e:  # noqa: BLE001 - the error tree maps to exit codes; anything else is reported as a bug
         return report_error(e, sys.stderr)
-    print(json.dumps({"dataset_root": result.dataset_root, "counts": result.counts(), "skipped": result.skipped}))
-    return 0 if result.counts().get("failed", 0) == 0 else 1
+    counts = result.counts()
+    # a Ray job's log (what `sglbench submit` follows) ends with the same comparison `sglbench run` prints, then one
+    # machine-readable line
+    from cluster.commands.results import print_compare
+
+    print(f"dataset: {result.dataset_root}/{spec.name}  runs: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())),
+          flush=True)
+    try:
+        print_compare(result.dataset_root, spec.name, None, "table")
+    except SystemExit:  # no run recorded (print_compare said so on stderr)
+        pass
+    print(json.dumps({"dataset_root": result.dataset_root, "counts": counts, "skipped": result.skipped}), flush=True)
+    return 0 if counts.get("failed", 0) == 0 else 1
 
 
 if __name__ == "__main__":

@@ -25,11 +25,14 @@ import json
 import shlex
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from cluster.plan.runs import ResolvedVariant
 from cluster.spec.models import EngineLauncher
 from cluster.spec.secrets import redact_argv, redact_env
+
+if TYPE_CHECKING:
+    from cluster.telemetry.recorder import DeviceSampler
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,8 @@ class ConcurrencyCap:
     """e.g. `server_info.internal_states[0].effective_max_running_requests_per_dp`."""
     declared: Optional[int] = None
     """The resolved top-level max_running_requests (None when the server reports it unset)."""
+    cause: Optional[str] = None
+    """Why the cap is below the declared figure where the server said so (e.g. SGLang's Mamba state-slot log line)."""
 
 
 class StreamParser(ABC):
@@ -92,6 +97,10 @@ class StreamParser(ABC):
     def text(self) -> str:
         """Output text (only parsers built with keep_text=True keep it; used by the correctness gate)."""
         return ""
+
+    def output_ids(self) -> Optional[list[int]]:
+        """Output token ids, where the stream carries them and the parser was built with keep_text=True."""
+        return None
 
 
 @dataclass(frozen=True)
@@ -157,6 +166,8 @@ class Engine(ABC):
     """Prometheus gauge of requests running now (scraped into server_metrics), None when the engine has none."""
     queue_gauge: Optional[str] = None
     """Prometheus gauge of requests waiting to be scheduled."""
+    cap_log_marker: Optional[str] = None
+    """A substring of the server log line that states a lowered concurrency cap (kept as evidence at startup)."""
     headers: Mapping[str, str] = {}
     """Headers every call to the server sends (requests, info, flush; health and metrics too, where they are
     exempt): `Authorization: Bearer <api-key>` on an engine bound with `with_api_key`, else none. Never printed."""
@@ -198,6 +209,10 @@ class Engine(ABC):
         argv = self.program(launcher, default_python) + self.server_args(variant, host, port, v)
         return LaunchCommand(argv=tuple(argv), env=self.server_env(variant, v))
 
+    def version_for(self, launcher: Optional[EngineLauncher], default_python: str) -> Optional[str]:
+        """The engine version launch commands are built for (the declared one unless an adapter detects it)."""
+        return launcher.version if launcher else None
+
     def runs_on_cpu(self, variant: ResolvedVariant) -> bool:
         """True when the variant's server computes on the CPU (a test or demo server): it needs no GPU."""
         return False
@@ -205,6 +220,22 @@ class Engine(ABC):
     def info_paths(self, version: Optional[str]) -> dict[str, str]:
         """name → GET path of JSON documents recorded in provenance (e.g. server_info)."""
         return {}
+
+    def profile_request(self, output_dir: str, steps: int, profile_id: str, cpu: bool) -> Optional[HttpRequest]:
+        """The POST that starts a kernel profile of the next `steps` forward steps (None: the engine has none)."""
+        return None
+
+    profile_stop_path: Optional[str] = None
+    """POST that stops a profile (and writes its traces)."""
+
+    def device_sampler(self, variant: ResolvedVariant, base_url: str, gpu_ids: Sequence[str]) -> "DeviceSampler":
+        """What reads this server's GPUs during its measured windows: NVML on the GPUs Ray gave it.
+        TelemetryUnavailable when there is nothing to read (a CPU server, no nvidia-ml-py, no driver)."""
+        from cluster.telemetry.nvml import NvmlSampler, TelemetryUnavailable
+
+        if self.runs_on_cpu(variant):
+            raise TelemetryUnavailable("the server computes on the CPU (device: cpu): no GPU to sample")
+        return NvmlSampler(gpu_ids)
 
     @abstractmethod
     def build_request(
@@ -238,8 +269,9 @@ class Engine(ABC):
         """Resolved server args from the recorded info documents (engine-specific)."""
         return {}
 
-    def concurrency_cap(self, infos: Mapping[str, Any]) -> Optional[ConcurrencyCap]:
-        """The resolved cap on running requests from the recorded info documents (None when not reported)."""
+    def concurrency_cap(self, infos: Mapping[str, Any], log_lines: Sequence[str] = ()) -> Optional[ConcurrencyCap]:
+        """The resolved cap on running requests from the recorded info documents and the server log lines that
+        matched cap_log_marker (None when not reported)."""
         return None
 
     def spec_counters(self, metrics_text: str) -> dict[str, float]:

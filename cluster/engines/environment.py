@@ -94,4 +94,8 @@ def capture_environment(python: Optional[str] = None, timeout_s: float = 60.0) -
             env["cuda_driver"] = cuda
     elif probed.get("torch_gpus"):
         env["gpus"] = probed["torch_gpus"]
+    from cluster.engines.interconnect import collect_interconnect
+
+    # topology, PCIe links, P2P, NCCL_/CUDA_ env, IOMMU: {"available": false, "reason": ...} without nvidia-smi
+    env["interconnect"] = collect_interconnect().to_json()
     return env

@@ -6,7 +6,7 @@ import functools
 import json
 import re
 import subprocess
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from cluster.engines.base import (ConcurrencyCap, Engine, HttpRequest, LaunchCommand, Prompt, StreamParser,
                                   category_headers)
@@ -27,6 +27,20 @@ SERVER_INFO_RENAME = CUDA_GRAPH_REFACTOR
 """Releases from here on are asked for /server_info and /model_info; older ones for /get_server_info and
 /get_model_info. The exact release that added the new names is UNCONFIRMED, but the old names remain deprecated
 aliases through 0.5.23, so erring towards them is safe."""
+
+MAMBA_STRATEGY_RENAME = (0, 5, 15)
+"""First release assumed to spell the hybrid-model radix-cache strategy `--mamba-radix-cache-strategy` (0.5.23:
+sglang/srt/arg_groups/fields/exec_.py `mamba_radix_cache_strategy`, choices auto/no_buffer/extra_buffer/
+extra_buffer_lazy, default auto, resolved in arg_groups/overrides.py `_mamba_radix_cache_resolution`); earlier
+releases spell it `--mamba-scheduler-strategy` (PR #14792). The rename was filed as sglang#27418 (2026-06-06), in
+the same refactor window as CUDA_GRAPH_REFACTOR; the exact first release is UNCONFIRMED."""
+
+RENAMED_FLAGS: tuple[tuple[str, str, tuple[int, ...]], ...] = (
+    ("cuda-graph-max-bs", "cuda-graph-max-bs-decode", CUDA_GRAPH_REFACTOR),
+    ("cuda-graph-bs", "cuda-graph-bs-decode", CUDA_GRAPH_REFACTOR),
+    ("mamba-scheduler-strategy", "mamba-radix-cache-strategy", MAMBA_STRATEGY_RENAME),
+)
+"""(old spelling, new spelling, first release with the new one): the spec accepts either, argv gets the release's."""
 
 SPEC_V2_DEFAULT = (0, 5, 13)
 """Releases before this need SGLANG_ENABLE_SPEC_V2=1 for overlap scheduling with speculative decoding; newer
@@ -83,15 +97,23 @@ def detect_version(python: str, timeout_s: float = 60.0) -> Optional[str]:
     return out[-1].strip()
 
 
+class VersionMismatchError(UserError):
+    """The declared engines.sglang.version disagrees with the version installed for the engine's interpreter."""
+
+
 def resolve_version(declared: Optional[str], python: Optional[str]) -> str:
-    """Version to build argv for: declared in the spec, else installed for `python`, else DEFAULT_VERSION."""
-    if declared:
-        return declared
-    if python:
-        found = detect_version(python)
-        if found:
-            return found
-    return DEFAULT_VERSION
+    """Version to build argv for: the one installed for `python` (detected with the engine's own interpreter, on the
+    node), else the declared one (only where detection is impossible: no interpreter here, a launcher command, a
+    remote image), else DEFAULT_VERSION. A declared version that differs from the detected one is an error: an older
+    image would otherwise get 0.5.23's flags (issue 15 item 5). Compared on major.minor.patch, so `0.5.23` matches
+    an installed `0.5.23.post1`."""
+    found = detect_version(python) if python else None
+    if found and declared and parse_version(found) != parse_version(declared):
+        raise VersionMismatchError(
+            f"engines.sglang.version declares {declared!r} but {python} has sglang {found!r} installed; "
+            "fix or remove the declared version (it is used only where the installed one cannot be read)",
+            field="engines.sglang.version", expected=found)
+    return found or declared or DEFAULT_VERSION
 
 
 def uses_decode_graph_flags(version: Optional[str]) -> bool:
@@ -136,14 +158,19 @@ def render_args(args: Mapping[str, ArgValue]) -> list[str]:
 def version_adjusted_args(args: Mapping[str, ArgValue], version: tuple[int, ...]) -> dict[str, ArgValue]:
     """Full flag names, and the spelling of release-dependent flags (both spellings are accepted in the spec)."""
     out = {canonical_key(k): v for k, v in args.items()}
-    new_style = version >= CUDA_GRAPH_REFACTOR
-    pairs = (("cuda-graph-max-bs", "cuda-graph-max-bs-decode"), ("cuda-graph-bs", "cuda-graph-bs-decode"))
-    for old, new in pairs:
+    for old, new, since in RENAMED_FLAGS:
+        new_style = version >= since
         if new_style and old in out:
             out.setdefault(new, out.pop(old))
         elif not new_style and new in out:
             out.setdefault(old, out.pop(new))
     return out
+
+
+def mamba_strategy_flag(version: Optional[str]) -> str:
+    """The release's spelling of the hybrid-model radix-cache strategy flag (see MAMBA_STRATEGY_RENAME)."""
+    return "--mamba-radix-cache-strategy" if parse_version(version) >= MAMBA_STRATEGY_RENAME \
+        else "--mamba-scheduler-strategy"
 
 
 class SGLangEngine(Engine):
@@ -154,6 +181,7 @@ class SGLangEngine(Engine):
     metrics_path = "/metrics"
     running_gauge = "sglang:num_running_reqs"
     queue_gauge = "sglang:num_queue_reqs"
+    cap_log_marker = "by the mamba state cache"
 
     def server_args(self, variant: ResolvedVariant, host: str, port: int, version: Optional[str]) -> list[str]:
         ver = parse_version(version)
@@ -201,16 +229,34 @@ class SGLangEngine(Engine):
         default_python: str,
         version: Optional[str] = None,
     ) -> LaunchCommand:
-        """As Engine.launch, but a real SGLang with no declared version is asked for its installed one."""
-        declared = version or (launcher.version if launcher else None)
-        if declared is None and self.name == "sglang" and not (launcher and launcher.launcher):
-            python = launcher.python if launcher and launcher.python else default_python
-            declared = resolve_version(None, python)
-        return super().launch(variant, host, port, launcher, default_python, declared)
+        """As Engine.launch, but the version is the one installed for the engine's interpreter (see version_for)."""
+        return super().launch(variant, host, port, launcher, default_python,
+                              version or self.version_for(launcher, default_python))
+
+    def version_for(self, launcher: Optional[EngineLauncher], default_python: str) -> Optional[str]:
+        """Detected with the engine's own interpreter; the declared value only where nothing can be run here (a
+        launcher command, or an interpreter path that does not exist on this machine); a mismatch raises."""
+        declared = launcher.version if launcher else None
+        if self.name != "sglang" or (launcher and launcher.launcher):
+            return declared
+        python = launcher.python if launcher and launcher.python else default_python
+        return resolve_version(declared, python)
 
     def runs_on_cpu(self, variant: ResolvedVariant) -> bool:
         """`device: cpu` (SGLang's --device) in the variant's resolved args."""
         return str(variant.args.get("device", "")).lower() == "cpu"
+
+    profile_stop_path = "/stop_profile"
+
+    def profile_request(self, output_dir: str, steps: int, profile_id: str, cpu: bool) -> Optional[HttpRequest]:
+        """SGLang 0.5.23's /start_profile body (io_struct.ProfileReq: output_dir, num_steps, activities, profile_id;
+        http_server.start_profile_async). With num_steps the scheduler stops by itself after that many forward
+        steps and writes `<output_dir>/<profile_id>-TP-<rank>.trace.json.gz` (profiler_manager.py); a later
+        /stop_profile is then a bare 500 "Internal Server Error" (its RuntimeError "Profiling is not in
+        progress", measured on the sglang_cpu tier)."""
+        body = {"output_dir": output_dir, "num_steps": steps, "profile_id": profile_id,
+                "activities": ["CPU"] if cpu else ["CPU", "GPU"]}
+        return encode_request("/start_profile", body)
 
     def info_paths(self, version: Optional[str]) -> dict[str, str]:
         ver = parse_version(version)
@@ -258,8 +304,17 @@ class SGLangEngine(Engine):
             out[RESOLVED_CAP_KEY] = cap.value
         return out
 
-    def concurrency_cap(self, infos: Mapping[str, Any]) -> Optional[ConcurrencyCap]:
-        return concurrency_cap_from_server_info(infos.get("server_info"))
+    def concurrency_cap(self, infos: Mapping[str, Any], log_lines: Sequence[str] = ()) -> Optional[ConcurrencyCap]:
+        """server_info's scheduler figure (which on 0.5.23 already includes the Mamba state-slot cap), lowered to and
+        explained by the log's state-slot line where it is lower or the figure is missing (older releases)."""
+        cap = concurrency_cap_from_server_info(infos.get("server_info"))
+        slots = mamba_cap_from_log(log_lines)
+        if slots is None:
+            return cap
+        value, cause = slots
+        if cap is None or value < cap.value:
+            return ConcurrencyCap(value, "server log: mamba state cache line", cap.declared if cap else None, cause)
+        return ConcurrencyCap(cap.value, cap.source, cap.declared, cause if value == cap.value else None)
 
     def window_acceptance(self, before: Mapping[str, float], after: Mapping[str, float],
                           n_requests: int) -> dict[str, float]:
@@ -412,3 +467,25 @@ def concurrency_cap_from_server_info(doc: Any) -> Optional[ConcurrencyCap]:
     if declared is not None:
         return ConcurrencyCap(declared, "server_info.max_running_requests", declared)
     return None
+
+
+MAMBA_CAP_LINE = re.compile(
+    r"max_running_requests is capped to (\d+) by the mamba state cache \(max_mamba_cache_size=(\d+), (\d+) state "
+    r"slots per request\)")
+"""SGLang 0.5.23's warning when hybrid models' Mamba state slots lower the running-request cap
+(mem_cache/kv_cache_configurator.py `resolve_max_num_reqs`: "max_running_requests is capped to %d by the mamba state
+cache (max_mamba_cache_size=%d, %d state slots per request)"). Speculative decoding needs several slots per request
+(sglang#36889), so a NEXTN variant can be capped where its baseline is not; sglang#38846: "every N=16/24/32 number
+measured the queue"."""
+
+
+def mamba_cap_from_log(lines: Sequence[str]) -> Optional[tuple[int, str]]:
+    """(cap, cause) from the last state-slot cap line in the server log, or None."""
+    found: Optional[tuple[int, str]] = None
+    for line in lines:
+        m = MAMBA_CAP_LINE.search(line)
+        if m:
+            cap, pool, ratio = (int(x) for x in m.groups())
+            found = (cap, f"Mamba state slots: max_mamba_cache_size={pool}, {ratio} slots per request "
+                          f"(SGLang's log: 'capped to {cap} by the mamba state cache')")
+    return found

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
-from typing import Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from cluster.engines.sglang import SGLangEngine
 from cluster.plan.runs import ResolvedVariant
+from cluster.telemetry.readings import GpuReading
 
 SIM_ENV = "SGLBENCH_SIM"
+DEVICE_PATH = "/sim_device"
+"""The simulator's device readings (not an SGLang endpoint): what NVML would report for each of its GPUs."""
+_READING_FIELDS = frozenset(GpuReading.__dataclass_fields__)
 """Environment variable carrying the simulator's knobs as JSON (the argv stays exactly SGLang's)."""
 
 
@@ -20,3 +24,36 @@ class SimEngine(SGLangEngine):
         env = super().server_env(variant, version)
         env[SIM_ENV] = json.dumps(variant.sim.wire(), sort_keys=True)  # validated again by the server (sim/model.py)
         return env
+
+    def device_sampler(self, variant: ResolvedVariant, base_url: str, gpu_ids: Sequence[str]) -> "SimDeviceSampler":
+        """The simulated device model, read over the server's /sim_device (the same sampler interface as NVML)."""
+        return SimDeviceSampler(base_url, gpu_ids, self.headers)
+
+
+class SimDeviceSampler:
+    """Reads the simulated server's device model; its GPUs are relabelled with the ids Ray gave the server."""
+
+    source = "sim"
+
+    def __init__(self, base_url: str, gpu_ids: Sequence[str], headers: Mapping[str, str], timeout_s: float = 2.0):
+        self.url = base_url + DEVICE_PATH
+        self.gpu_ids = list(gpu_ids)
+        self.headers = dict(headers)
+        self.timeout_s = timeout_s
+
+    def sample(self) -> list[GpuReading]:
+        import urllib.request
+
+        req = urllib.request.Request(self.url, headers=self.headers)
+        with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:  # noqa: S310 - loopback URL we built
+            doc: Any = json.loads(resp.read())
+        out = []
+        for i, raw in enumerate(doc.get("gpus") or []):
+            fields = {k: v for k, v in raw.items() if k in _READING_FIELDS}
+            if i < len(self.gpu_ids):
+                fields["gpu"] = self.gpu_ids[i]
+            out.append(GpuReading(**fields))
+        return out
+
+    def close(self) -> None:
+        return None

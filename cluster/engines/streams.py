@@ -65,13 +65,14 @@ class SGLangNativeParser(StreamParser):
     (finish_reason not null) or an error chunk is JSON-decoded in full.
     """
 
-    __slots__ = ("_ct", "_meta", "_keep_text", "_text")
+    __slots__ = ("_ct", "_meta", "_keep_text", "_text", "_ids")
 
     def __init__(self, keep_text: bool = False) -> None:
         self._ct = 0
         self._meta = RequestMeta()
         self._keep_text = keep_text
         self._text = ""
+        self._ids: Optional[list[int]] = None
 
     def feed(self, payload: bytes) -> int:
         if self._keep_text:
@@ -106,6 +107,10 @@ class SGLangNativeParser(StreamParser):
             # cumulative by default; incremental servers send deltas (detected by shrinking length)
             t = obj["text"]
             self._text = t if t.startswith(self._text) else self._text + t
+        if self._keep_text and isinstance(obj.get("output_ids"), list):
+            got = [int(x) for x in obj["output_ids"] if isinstance(x, int) and not isinstance(x, bool)]
+            kept = self._ids or []
+            self._ids = got if got[:len(kept)] == kept else kept + got  # cumulative, or incremental deltas
         m = self._meta
         m.completion_tokens = self._ct
         m.prompt_tokens = mi.get("prompt_tokens", m.prompt_tokens)
@@ -131,6 +136,9 @@ class SGLangNativeParser(StreamParser):
 
     def text(self) -> str:
         return self._text
+
+    def output_ids(self) -> Optional[list[int]]:
+        return self._ids
 
 
 class OpenAIStreamParser(StreamParser):

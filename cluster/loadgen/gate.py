@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 import aiohttp
@@ -37,6 +37,21 @@ class GateAnswers:
     accept_length: Optional[float] = None
     stored: bool = False
     """Read back from the dataset's correctness table (text only: prefixes compare as words), not asked now."""
+    loaded: dict[str, GateOutput] = field(default_factory=dict)
+    """The same prompts asked again all at once inside `filler` concurrent filler requests (a mixed batch)."""
+    filler: int = 0
+
+    def loaded_problems(self) -> list[str]:
+        """One line per prompt whose answer under load is garbage while the batch was mixed (PR #20047's case)."""
+        from cluster.analysis.correctness import degeneracy
+
+        out = []
+        for pid, o in self.loaded.items():
+            why = degeneracy(o)
+            if why is not None:
+                out.append(f"under load ({self.filler} filler requests + {len(self.loaded)} gate prompts at once), "
+                           f"prompt {pid!r}: {why} (text {o.text[:80]!r})")
+        return out
 
     @classmethod
     def failed(cls, error: str) -> "GateAnswers":
@@ -54,11 +69,45 @@ async def collect_gate_outputs(engine: Engine, base_url: str, model_name: str,
     return out
 
 
+FILLER_PROMPT = "Write a long, detailed story about a lighthouse keeper, the sea and a storm that lasts a week."
+FILLER_TOKENS = 48
+"""Each filler request's length; fillers are resubmitted until the gate prompts have all answered."""
+
+
+async def collect_gate_outputs_under_load(engine: Engine, base_url: str, model_name: str, filler: int,
+                                          timeout_s: float = 120.0) -> dict[str, dict[str, Any]]:
+    """Every gate prompt at once while `filler` other requests keep the batch full (the variant's highest offered
+    concurrency less the gate prompts): FlashInfer CUTLASS FP4 produced NaN rows only in mixed batches, within a
+    few rounds of 64 concurrent requests, while the same prompt alone was clean (sglang PR #20047)."""
+    stop = asyncio.Event()
+    async with aiohttp.ClientSession(headers=engine.headers) as session:
+        async def fill() -> None:
+            while not stop.is_set():
+                await _ask(session, engine, base_url, FILLER_PROMPT, FILLER_TOKENS, model_name, timeout_s)
+
+        fillers = [asyncio.create_task(fill()) for _ in range(max(0, filler))]
+        try:
+            await asyncio.sleep(0)  # let the fillers send first, so the gate prompts join a running batch
+            answers = await asyncio.gather(*(_ask(session, engine, base_url, p.text, p.max_tokens, model_name,
+                                                  timeout_s) for p in GATE_PROMPTS))
+        finally:
+            stop.set()
+            for t in fillers:
+                t.cancel()
+            await asyncio.gather(*fillers, return_exceptions=True)
+    return {p.prompt_id: a for p, a in zip(GATE_PROMPTS, answers)}
+
+
 async def collect_gate_answers(engine: Engine, base_url: str, model_name: str,
-                               timeout_s: float = 120.0) -> GateAnswers:
-    """Ask every gate prompt (one at a time) and type the engine's parsed answers."""
+                               timeout_s: float = 120.0, filler: Optional[int] = None) -> GateAnswers:
+    """Ask every gate prompt (one at a time) and type the engine's parsed answers; with `filler` (≥ 0), ask them
+    again all at once inside that much filler load (GateAnswers.loaded)."""
     raw = await collect_gate_outputs(engine, base_url, model_name, timeout_s)
-    return GateAnswers(to_gate_outputs(raw), gate_accept_length(raw))
+    answers = GateAnswers(to_gate_outputs(raw), gate_accept_length(raw))
+    if filler is None:
+        return answers
+    loaded = await collect_gate_outputs_under_load(engine, base_url, model_name, filler, timeout_s)
+    return replace(answers, loaded=to_gate_outputs(loaded), filler=filler)
 
 
 def to_gate_outputs(raw: dict[str, dict[str, Any]]) -> dict[str, GateOutput]:

@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from cluster.analysis.request_metrics import client_lag
 from cluster.engines.base import Engine, HttpRequest, Prompt
+from cluster.loadgen.output_sample import OutputSample, sample_indices
 from cluster.loadgen.arrivals import arrival_offsets_ns
 from cluster.loadgen.client import new_session, stream_request
 from cluster.plan.runs import LoadPoint
@@ -55,6 +56,10 @@ class WindowResult:
     lag_max_ns: int = 0
     shard_index: int = 0
     num_shards: int = 1
+    window_start_monotonic_ns: int = 0
+    """time.monotonic_ns() at the window's start: the zero of every _ns time (GPU samples are aligned to it)."""
+    samples: tuple[OutputSample, ...] = ()
+    """The output sample of this shard's requests (loadgen/output_sample.py), in request_index order."""
 
 
 def _prompt_len(p: Prompt) -> int:
@@ -106,8 +111,11 @@ async def _dispatch(
     sink: RecordSink,
     num_shards: int,
     shard_index: int,
+    sampled: frozenset[int] = frozenset(),
+    samples: Optional[list[OutputSample]] = None,
 ) -> None:
-    """Send every request of this shard of the window; each finished record goes to `sink` exactly once."""
+    """Send every request of this shard of the window; each finished record goes to `sink` exactly once. The
+    requests in `sampled` keep their output (a text-keeping parser) in `samples`."""
     timeout = aiohttp.ClientTimeout(total=request_timeout_s)
     urls: dict[str, str] = {}
     new_parser = engine.new_parser
@@ -128,7 +136,12 @@ async def _dispatch(
             url = urls.get(r.path)
             if url is None:
                 url = urls[r.path] = base_url + r.path
-            end_ns = await stream_request(session, url, r.body, new_parser(api), t0_ns, timeout, rec, r.headers)
+            keep = i in sampled
+            parser = new_parser(api, keep_text=True) if keep else new_parser(api)
+            end_ns = await stream_request(session, url, r.body, parser, t0_ns, timeout, rec, r.headers)
+            if keep and samples is not None:
+                ids = parser.output_ids()
+                samples.append(OutputSample(i, tuple(ids) if ids is not None else None, parser.text(), rec.error))
         except Exception as e:  # a parser or client bug must not lose the record of a request already sent
             rec.error = rec.error or f"client error: {type(e).__name__}: {e}"
             end_ns = clock() - t0_ns
@@ -247,8 +260,10 @@ async def run_window(
                 pass
         window_start_unix_s = time.time()
         t0_ns = time.monotonic_ns()
+        samples: list[OutputSample] = []
         await _dispatch(session, engine, base_url, api, request_for, prompt_for, indices, n_total, max_tokens,
-                        load, seed, request_timeout_s, t0_ns, sink, num_shards, shard_index)
+                        load, seed, request_timeout_s, t0_ns, sink, num_shards, shard_index,
+                        sample_indices(n_total), samples)
         sink.flush()
         after = await _scrape(session, engine, base_url) if scrape_metrics else {}
     assert sink.rows == len(indices), "every request must have exactly one record"
@@ -275,6 +290,8 @@ async def run_window(
         lag_max_ns=lag_max,
         shard_index=shard_index,
         num_shards=num_shards,
+        window_start_monotonic_ns=t0_ns,
+        samples=tuple(sorted(samples, key=lambda x: x.request_index)),
     )
 
 

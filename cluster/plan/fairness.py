@@ -9,12 +9,14 @@ after launch, resolved_cap_findings compares the caps the servers really resolve
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
+from cluster.plan.findings import Finding, FindingCollector, Level, format_findings
+from cluster.plan.model_rules import ModelFacts, backend_rules, cross_variant_cache_rule, hybrid_cache_rules
 from cluster.plan.runs import ResolvedVariant
 
-Level = Literal["error", "warning"]
+__all__ = ["Finding", "Level", "ModelFacts", "check_fairness", "format_findings", "resolved_cap_findings",
+           "resolved_differences"]
 
 SGLANG_ARGV_ENGINES = ("sglang", "sim")
 """Engines whose argv is SGLang's (the simulator takes SGLang's flags, so it gets the same rules, as warnings)."""
@@ -40,14 +42,6 @@ ALWAYS_DIFFERENT = (
 )
 """Resolved /server_info keys that differ between any two launches (addresses, ports, per-launch state).
 random_seed: SGLang draws one per launch when unset, and greedy decoding does not use it."""
-
-
-@dataclass(frozen=True)
-class Finding:
-    level: Level
-    variant: str
-    rule: str
-    message: str
 
 
 def _norm_args(args: Mapping[str, Any]) -> dict[str, Any]:
@@ -83,42 +77,44 @@ def _kv_quant_for(v: ResolvedVariant, table: Optional[Mapping[str, Optional[str]
     return table.get(v.name) or table.get(v.model_path)
 
 
-class _Check:
-    """Collects findings; on a simulator variant every error is downgraded to a warning."""
-
-    def __init__(self) -> None:
-        self.findings: list[Finding] = []
-
-    def add(self, v: ResolvedVariant, level: Level, rule: str, message: str) -> None:
-        if v.engine == "sim" and level == "error":
-            level = "warning"
-            message += " (simulated engine: warning only)"
-        self.findings.append(Finding(level, v.name, rule, message))
-
-
 def check_fairness(
     variants: Sequence[ResolvedVariant],
     checkpoint_kv_quant: Optional[Mapping[str, Optional[str]]] = None,
+    *,
+    facts: Optional[Mapping[str, ModelFacts]] = None,
+    gpu_sm: Optional[int] = None,
+    version: Optional[str] = None,
 ) -> list[Finding]:
     """Findings for the variants of one comparison (errors first, then in variant order).
 
     checkpoint_kv_quant maps a model path (or a variant name) to the checkpoint's declared
     `kv_cache_quant_algo` (e.g. "FP8"), as the checkpoint probe reads it; None when it declares none.
-    """
-    chk = _Check()
+    facts maps a model path to what the probe says about it (hybrid, MoE, NVFP4 families; absent: not probed);
+    gpu_sm is the node's compute capability ×10 (120 for SM120; None: not known here); version is the SGLang
+    release the argv is built for (flag spellings and per-release traps)."""
+    from cluster.plan.launch_notes import launch_note_rules
+
+    chk = FindingCollector()
     checked = [v for v in variants if v.engine in SGLANG_ARGV_ENGINES]
     args_of = {v.name: _norm_args(v.args) for v in checked}
     for v in checked:
         _single_variant_rules(chk, v, args_of[v.name], _kv_quant_for(v, checkpoint_kv_quant))
+        mf = (facts or {}).get(v.model_path, ModelFacts())
+        hybrid_cache_rules(chk, v, args_of[v.name], mf, version)
+        backend_rules(chk, v, args_of[v.name], mf, gpu_sm)
+        if v.engine == "sglang":
+            launch_note_rules(chk, v, args_of[v.name], mf, gpu_sm, version)
     for engine in SGLANG_ARGV_ENGINES:
         group = [v for v in checked if v.engine == engine]
         if len(group) > 1:
             _cross_variant_rules(chk, group, args_of)
+            cross_variant_cache_rule(chk, group, args_of, version)
     order = {v.name: i for i, v in enumerate(variants)}
     return sorted(chk.findings, key=lambda f: (f.level != "error", order.get(f.variant, 0)))
 
 
-def _single_variant_rules(chk: _Check, v: ResolvedVariant, args: Mapping[str, Any], kv_quant: Optional[str]) -> None:
+def _single_variant_rules(chk: FindingCollector, v: ResolvedVariant, args: Mapping[str, Any],
+                          kv_quant: Optional[str]) -> None:
     from cluster.engines.sglang import SPECULATIVE_ALGORITHMS, canonical_key
 
     for key in args:
@@ -178,7 +174,8 @@ def _single_variant_rules(chk: _Check, v: ResolvedVariant, args: Mapping[str, An
         )
 
 
-def _cross_variant_rules(chk: _Check, group: Sequence[ResolvedVariant], args_of: Mapping[str, Mapping[str, Any]]) -> None:
+def _cross_variant_rules(chk: FindingCollector, group: Sequence[ResolvedVariant],
+                         args_of: Mapping[str, Mapping[str, Any]]) -> None:
     ref = next((v for v in group if v.is_baseline), group[0])
     ref_args = args_of[ref.name]
     rules: tuple[tuple[str, Level, Any], ...] = (
@@ -230,7 +227,7 @@ def resolved_cap_findings(variants: Sequence[ResolvedVariant], resolved_args: Ma
     `resolved_args` maps a variant name to its stored resolved args; variants without a figure are skipped."""
     from cluster.engines.sglang import RESOLVED_CAP_KEY
 
-    chk = _Check()
+    chk = FindingCollector()
     group = [v for v in variants if v.engine in SGLANG_ARGV_ENGINES
              and isinstance((resolved_args.get(v.name) or {}).get(RESOLVED_CAP_KEY), int)]
     if len(group) < 2:
@@ -248,8 +245,3 @@ def resolved_cap_findings(variants: Sequence[ResolvedVariant], resolved_args: Ma
                 f"(declared max_running_requests {declared[0]!r} vs {declared[1]!r}; read from server_info."
                 f"internal_states[*].effective_max_running_requests_per_dp): compared variants must run the same cap")
     return chk.findings
-
-
-def format_findings(findings: Sequence[Finding]) -> list[str]:
-    """One line per finding: `error: nextn-2: max-running-requests: ...`."""
-    return [f"{f.level}: {f.variant}: {f.rule}: {f.message}" for f in findings]

@@ -6,13 +6,14 @@ import hashlib
 import itertools
 import json
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal, Optional
+from typing import Any, Callable, Literal, Optional
 
 from cluster.errors import UserError
 from cluster.spec.secrets import redact_args, redact_env
 from cluster.sim.model import Knobs
 from cluster.spec.models import (ActiveTuning, ArgValue, BackendSweepOptions, BackendSweepTuning, EngineName,
-                                 ExperimentSpec, NoTuning, SpeculativeSpec, VariantSpec, WorkloadSpec, check_name)
+                                 ExperimentSpec, NoTuning, ProfileSpec, SpeculativeSpec, VariantSpec, WorkloadSpec,
+                                 check_name)
 
 RECORD_SCHEMA_VERSION = 1
 """Version of the dataset's record schemas (runs, requests, chunks, ...); part of every run key."""
@@ -64,6 +65,8 @@ class ResolvedVariant:
     is_baseline: bool = False
     family: str = ""
     """The spec variant this was expanded from (e.g. `nextn` for `nextn-2`)."""
+    profile: Optional[ProfileSpec] = None
+    """A kernel profile after the measured windows: not what the runs measure, so not in identity()."""
 
     def identity(self) -> dict[str, Any]:
         """What defines this variant as declared (the part of the run key that belongs to the variant)."""
@@ -74,6 +77,7 @@ class ResolvedVariant:
         d["tuning"] = {"kind": self.tuning.kind, "options": self.tuning.options.model_dump(
             mode="json", exclude_unset=True, by_alias=True)} if self.tuning else None
         d["sim"] = self.sim.wire()
+        d.pop("profile")
         return d
 
 
@@ -149,6 +153,7 @@ def _expand_one(spec: ExperimentSpec, v: VariantSpec) -> list[ResolvedVariant]:
         sim=spec.sim.merged(v.sim),
         is_baseline=v.baseline,
         family=v.name,
+        profile=v.profile,
     )
     sp: Optional[SpeculativeSpec] = v.speculative
     if sp is None:
@@ -198,8 +203,9 @@ def workload_seed(spec_seed: int, workload: WorkloadSpec, repeat: int) -> int:
     return int.from_bytes(h[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
 
 
-def make_plan(spec: ExperimentSpec) -> list[RunPlan]:
-    """Every run of the experiment, in execution order.
+def make_plan(spec: ExperimentSpec, keep: Optional[Callable[[ResolvedVariant], bool]] = None) -> list[RunPlan]:
+    """Every run of the experiment, in execution order (`keep`: which expanded variants run, e.g. without the
+    back-end sweep duplicates plan/sweep_collapse.py finds; run keys do not depend on it).
 
     grouped (default): a variant's runs are contiguous, so each server starts once.
     interleaved: repeat r of every variant runs before repeat r+1 of any (ABAB...), which cancels drift
@@ -207,7 +213,8 @@ def make_plan(spec: ExperimentSpec) -> list[RunPlan]:
     In both, the baseline comes first (within each repeat when interleaved): its gate answers are what the other
     variants' gates compare with, so its first segment runs before any other. The driver executes this order.
     """
-    variants = sorted(expand_variants(spec), key=lambda v: not v.is_baseline)  # stable: baseline first
+    variants = sorted((v for v in expand_variants(spec) if keep is None or keep(v)),
+                      key=lambda v: not v.is_baseline)  # stable: baseline first
     points = load_points(spec)
     runs: list[RunPlan] = []
     if spec.order == "grouped":

@@ -11,11 +11,13 @@ JSON report (`ProbeReport.to_json()`, schema 1), stable keys:
   mtp{verdict, kind, declared, declared_layers, declared_in, index_tensors, header_tensors, layers_found, fc_tensor,
   fc_dtype, weight_format, dtypes, has_weight_scale, excluded_in_quant_config, looked_in[], layout, layout_source,
   expected_layouts[], layout_matches_architecture} (layouts: probe/tensors.py MTP_LAYOUTS),
-  quantization{source, quant_method, quant_algo, group_size, kv_cache_quant_algo, exclude_modules[], producer,
-  quantized_families{family: modules}, unquantized_families{family: modules}},
+  quantization{source, quant_method, quant_algo, group_size, kv_cache_quant_algo, kv_cache_quant_source,
+  exclude_modules[], producer, quantized_families{family: modules}, unquantized_families{family: modules},
+  uncovered_plain_weights{family: modules}},
   params{total, target, mtp, vision, routed_experts, embedding, active_per_token, active_per_token_excl_embedding,
   decode_bytes_per_token, decode_routed_expert_bytes_per_token, mtp_bytes, bytes_by_dtype},
-  speculative{supported[], needs_draft_model[]}, warnings[].
+  speculative{supported[], needs_draft_model[]}, identity{fingerprint, hub_revision}, warnings[].
+Keys are only ever added within schema 1 (readers ignore keys they do not know).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from cluster.plan.runs import uses_builtin_mtp_head
+from cluster.probe.coverage import coverage_warning, uncovered_plain_weights
+from cluster.probe.fingerprint import checkpoint_fingerprint, hub_revision
 from cluster.probe.config import ModelConfig, QuantInfo, load_json_object, parse_model_config, parse_quant
 from cluster.probe.tensors import (
     Classifier,
@@ -64,6 +68,12 @@ class ProbeReport:
     quantized_families: dict[str, int]
     unquantized_families: dict[str, int]
     warnings: list[str] = field(default_factory=list)
+    fingerprint: str = ""
+    """SHA-256 over config.json, hf_quant_config.json, the index and every shard header (probe/fingerprint.py)."""
+    hub_revision: Optional[str] = None
+    """The Hugging Face commit of the files where the directory records it (None: not recorded, never guessed)."""
+    uncovered_plain_weights: dict[str, int] = field(default_factory=dict)
+    """Unquantized 2-D weight families no exclude pattern covers (probe/coverage.py)."""
 
     @property
     def speculative_supported(self) -> list[str]:
@@ -78,6 +88,7 @@ class ProbeReport:
         quant = self.quant.to_json()
         quant["quantized_families"] = self.quantized_families
         quant["unquantized_families"] = self.unquantized_families
+        quant["uncovered_plain_weights"] = self.uncovered_plain_weights
         return {
             "schema": PROBE_SCHEMA_VERSION,
             "model_dir": self.model_dir,
@@ -97,6 +108,7 @@ class ProbeReport:
                 "supported": self.speculative_supported,
                 "needs_draft_model": self.speculative_needs_draft_model,
             },
+            "identity": {"fingerprint": self.fingerprint, "hub_revision": self.hub_revision},
             "warnings": list(self.warnings),
         }
 
@@ -166,8 +178,10 @@ def probe_checkpoint(model_dir: str) -> ProbeReport:
     tensors: dict[str, TensorInfo] = {}
     header_bytes = file_bytes = 0
     missing_from_index = 0
+    header_digests: list[tuple[str, str]] = []
     for shard in shards:
         hdr = read_header(os.path.join(model_dir, shard))
+        header_digests.append((shard, hdr.header_sha256))
         header_bytes += 8 + hdr.header_bytes
         file_bytes += hdr.file_size_bytes
         for name, info in hdr.tensors.items():
@@ -208,7 +222,13 @@ def probe_checkpoint(model_dir: str) -> ProbeReport:
         p = top_prefix(name)
         modules[p] = modules.get(p, 0) + 1
     qf, uf = quantized_families(tensors)
+    uncovered = uncovered_plain_weights(tensors, quant)
+    if uncovered:
+        warnings.append(coverage_warning(uncovered, quant))
     return ProbeReport(
+        fingerprint=checkpoint_fingerprint(model_dir, index_file, header_digests),
+        hub_revision=hub_revision(model_dir),
+        uncovered_plain_weights=uncovered,
         model_dir=model_dir,
         config=cfg,
         quant=quant,

@@ -139,6 +139,9 @@ class QuantInfo:
     kv_cache_quant_algo: Optional[str] = None
     exclude_modules: list[str] = field(default_factory=list)
     producer: Optional[str] = None
+    kv_cache_quant_source: Optional[str] = None
+    """Where kv_cache_quant_algo was found: it can live only in hf_quant_config.json even when config.json has a
+    quantization_config (SGLang reads both: PR #27906)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -170,8 +173,19 @@ def _group_size(qc: dict[str, Any]) -> Optional[int]:
     return None
 
 
+def _hf_kv_cache_algo(model_dir: str) -> Optional[str]:
+    """hf_quant_config.json's quantization.kv_cache_quant_algo, or None (absent file, key or object)."""
+    hf_file = os.path.join(model_dir, "hf_quant_config.json")
+    if not os.path.isfile(hf_file):
+        return None
+    q = load_json_object(hf_file).get("quantization")
+    kv = q.get("kv_cache_quant_algo") if isinstance(q, dict) else None
+    return kv if isinstance(kv, str) else None
+
+
 def parse_quant(model_dir: str, config: dict[str, Any]) -> QuantInfo:
-    """config.json quantization_config first (as SGLang reads it), else hf_quant_config.json."""
+    """config.json quantization_config first (as SGLang reads it), else hf_quant_config.json; the KV-cache
+    quantization from hf_quant_config.json also when config.json's block names none (SGLang reads both, #27906)."""
     cfg_file = os.path.join(model_dir, "config.json")
     qc = config.get("quantization_config")
     if qc is not None:
@@ -182,7 +196,12 @@ def parse_quant(model_dir: str, config: dict[str, Any]) -> QuantInfo:
         if kv is None and isinstance(scheme, dict) and scheme.get("type") == "float" and scheme.get("num_bits") == 8:
             kv = "FP8"
         excl_key = next((k for k in ("ignore", "modules_to_not_convert", "exclude_modules") if k in qc), "ignore")
+        kv_source = "config.json quantization_config" if isinstance(kv, str) else None
+        if not isinstance(kv, str):
+            hf_kv = _hf_kv_cache_algo(model_dir)
+            kv, kv_source = hf_kv, ("hf_quant_config.json" if hf_kv else None)
         return QuantInfo(
+            kv_cache_quant_source=kv_source,
             source="config.json quantization_config",
             quant_method=qc.get("quant_method") if isinstance(qc.get("quant_method"), str) else None,
             quant_algo=qc.get("quant_algo") if isinstance(qc.get("quant_algo"), str) else None,
@@ -201,6 +220,7 @@ def parse_quant(model_dir: str, config: dict[str, Any]) -> QuantInfo:
     kv = q.get("kv_cache_quant_algo")
     return QuantInfo(
         source="hf_quant_config.json",
+        kv_cache_quant_source="hf_quant_config.json" if isinstance(kv, str) else None,
         quant_method=_producer(hf.get("producer")) and str(hf["producer"]["name"]),
         quant_algo=q.get("quant_algo") if isinstance(q.get("quant_algo"), str) else None,
         group_size=q.get("group_size") if isinstance(q.get("group_size"), int) else None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import errno
 import os
@@ -50,6 +51,8 @@ class ShardHeader:
     header_bytes: int
     tensors: dict[str, TensorInfo]
     metadata: dict[str, str] = field(default_factory=dict)
+    header_sha256: str = ""
+    """SHA-256 of the header's JSON bytes (part of the checkpoint fingerprint; the data is never read)."""
 
 
 def _tensor(file: str, name: str, entry: Any, data_bytes: int) -> TensorInfo:
@@ -152,4 +155,5 @@ def read_header(path: str) -> ShardHeader:
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise CheckpointError(path, "__metadata__ must be an object of string values")
     tensors = {name: _tensor(path, name, entry, data_bytes) for name, entry in header.items()}
-    return ShardHeader(path=path, file_size_bytes=size, header_bytes=n, tensors=tensors, metadata=metadata)
+    return ShardHeader(path=path, file_size_bytes=size, header_bytes=n, tensors=tensors, metadata=metadata,
+                       header_sha256=hashlib.sha256(raw).hexdigest())

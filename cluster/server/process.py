@@ -131,6 +131,18 @@ def http_get_json(url: str, timeout_s: float = 5.0, headers: Optional[Mapping[st
         return json.loads(resp.read().decode("utf-8", "replace"))
 
 
+def http_post(url: str, body: bytes, timeout_s: float = 30.0, headers: Optional[Mapping[str, str]] = None
+              ) -> tuple[int, str]:
+    """(status, body text) of a JSON POST; an HTTP error status is returned, not raised."""
+    req = urllib.request.Request(url, data=body, method="POST",
+                                 headers={"Content-Type": "application/json", **dict(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            return int(resp.status), resp.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as e:
+        return int(e.code), e.read().decode("utf-8", "replace")
+
+
 def http_status(url: str, timeout_s: float = 5.0, method: str = "GET") -> int:
     req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
     try:

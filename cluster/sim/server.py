@@ -15,12 +15,15 @@ import signal
 import sys
 import time
 import uuid
+from dataclasses import asdict
 from typing import Any, Awaitable, Callable, Optional, Sequence
 
 from aiohttp import web
 
 from cluster.engines.base import CATEGORY_HEADER
 from cluster.sim import tuning as sim_tuning
+from cluster.sim.device import SimDevice
+from cluster.sim.profiler import SimProfiler
 from cluster.sim.launch_args import build_parser as build_parser, unrecognized  # build_parser: tests' import
 from cluster.spec.secrets import redact_argv
 from cluster.sim.model import (Knobs, KnobError, LaunchError, Scheduler, SimRequest, SpecParams,
@@ -62,6 +65,8 @@ class SimServer:
         self._streaming = StreamingCounts()
         self._created = int(time.time())
         self.pacer = Pacer.from_knobs(knobs.fixed_ttft_ms, knobs.fixed_itl_ms)
+        self.device = SimDevice(knobs, int(args.get("tp_size") or 1))
+        self.profiler = SimProfiler(int(args.get("tp_size") or 1))
 
     # ---- scheduler loop -------------------------------------------------------------------------------------
     async def run_scheduler(self) -> None:
@@ -77,10 +82,15 @@ class SimServer:
                 await self._wake.wait()
                 next_t = loop.time()
                 continue
-            delay_s = dt_ms / 1000.0 * scale
+            batch = len(self.sched.running)
+            delay_s = dt_ms / 1000.0 * scale * self.device.slowdown(batch)  # a throttled device runs slower
             now = loop.time()
             next_t = max(next_t + delay_s, now)
+            self.device.begin_step(batch)
+            step_start = time.time()
             await asyncio.sleep(next_t - now if next_t > now else 0)
+            self.device.end_step()
+            self.profiler.on_step(step_start, time.time() - step_start, batch)
             for req in self.sched.commit_step():
                 if req.on_progress is not None:
                     req.on_progress()
@@ -206,6 +216,28 @@ class SimServer:
                 writer.note_progress()
 
     # ---- endpoints ------------------------------------------------------------------------------------------
+    async def sim_device(self, request: web.Request) -> web.Response:
+        """The simulated device's readings (sim only: what NVML would report for each of the server's GPUs)."""
+        return web.json_response({"source": "sim", "gpus": [asdict(r) for r in self.device.read()]})
+
+    async def start_profile(self, request: web.Request) -> web.Response:
+        """SGLang 0.5.23's /start_profile (body: io_struct.ProfileReq fields; an empty body starts with defaults)."""
+        try:
+            body = await request.json() if request.can_read_body else {}
+        except ValueError:
+            return _err(400, "start_profile body must be JSON")
+        err = self.profiler.start(body if isinstance(body, dict) else {})
+        if err:  # SGLang raises RuntimeError(message) in the handler: a 500
+            return web.Response(status=500, text=err)
+        return web.Response(text="Start profiling.\n")
+
+    async def stop_profile(self, request: web.Request) -> web.Response:
+        err = self.profiler.stop()
+        if err:  # SGLang 0.5.23 raises RuntimeError(message): its body is only "Internal Server Error" (measured)
+            log.error("stop_profile: %s", err)
+            return web.Response(status=500, text="Internal Server Error")
+        return web.Response(text="Stop profiling. This will take some time.\n")
+
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(status=200 if self._healthy() else 503)
 
@@ -420,6 +452,10 @@ def build_app(server: SimServer) -> web.Application:
         r.add_get(path, server.server_info)
     r.add_get("/v1/models", server.models)
     r.add_get("/sim_pacing", server.sim_pacing)
+    r.add_get("/sim_device", server.sim_device)
+    for method in ("GET", "POST"):
+        r.add_route(method, "/start_profile", server.start_profile)
+        r.add_route(method, "/stop_profile", server.stop_profile)
     r.add_route("GET", "/flush_cache", server.flush_cache)
     r.add_route("POST", "/flush_cache", server.flush_cache)
     r.add_post("/generate", server.generate)
@@ -467,10 +503,10 @@ async def serve(server: SimServer) -> int:
     return 0
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m cluster.sim.server") -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="[%(asctime)s] %(message)s")
-    ns, unknown = build_parser().parse_known_args(argv)
+    ns, unknown = build_parser(prog).parse_known_args(argv)
     refused = unrecognized(unknown)
     if refused:  # what SGLang 0.5.23's own parser says (and its exit code) for a flag it does not have
         print(f"error: unrecognized arguments: {' '.join(refused)}", file=sys.stderr, flush=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, Mapping, Optional, Union, get_args, get_origin
 
-from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator,
-                      model_validator)
+from pydantic import (BaseModel, ConfigDict, Discriminator, Field, FieldSerializationInfo, Tag, ValidationInfo,
+                      field_serializer, field_validator, model_validator)
 
 from cluster.errors import UserError
 from cluster.sim.model import Knobs
@@ -82,7 +82,7 @@ def _refuses_strings(annotation: Any) -> bool:
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, use_attribute_docstrings=True)
 
     @field_validator("*", mode="before")
     @classmethod
@@ -156,15 +156,20 @@ class ModelSpec(_Frozen):
     path: str = Field(min_length=1)
     """Checkpoint directory as seen on the GPU node (e.g. the model volume's mount point in k8s/)."""
     engine: EngineName = "sglang"
+    """Engine every variant uses unless it sets its own: sglang, vllm, or sim (the simulated SGLang server)."""
     tp: int = Field(default=1, ge=1, le=64)
+    """Tensor-parallel size (GPUs per server) unless a variant sets its own."""
     served_name: Optional[str] = None
+    """Model name the OpenAI endpoints expect (default: the engine's own, from the path)."""
 
 
 class ServerSpec(_Frozen):
     """Server args (flag name without dashes → value) and environment shared by every variant."""
 
     args: dict[str, ArgValue] = Field(default_factory=dict)
+    """Server flags without leading dashes -> value (true = a bare flag), passed to every variant."""
     env: dict[str, str] = Field(default_factory=dict)
+    """Environment variables set for every variant's server."""
 
     _a = field_validator("args")(classmethod(lambda cls, v: _check_args(v)))
     _e = field_validator("env")(classmethod(lambda cls, v: _check_env(v)))
@@ -174,10 +179,15 @@ class SpeculativeSpec(_Frozen):
     """Speculative decoding; `num_steps` may be a list, which expands the variant into one per value."""
 
     algorithm: Literal["NEXTN", "EAGLE", "EAGLE3", "STANDALONE", "NGRAM", "MTP"] = "NEXTN"
+    """Speculative algorithm; NEXTN (MTP) uses the checkpoint's built-in MTP head."""
     num_steps: Union[int, list[int]] = Field(default=1)
+    """Draft steps; a list expands the variant into NAME-<steps> per value."""
     eagle_topk: int = Field(default=1, ge=1, le=16)
+    """Draft branches per step (1 = a chain; num_draft_tokens is then steps + 1)."""
     num_draft_tokens: Optional[int] = Field(default=None, ge=2)
+    """Tokens verified per step (default steps + 1 at topk 1; must equal it there)."""
     draft_model_path: Optional[str] = None
+    """Draft checkpoint directory (EAGLE3 and STANDALONE need one)."""
 
     @field_validator("algorithm", mode="before")
     @classmethod
@@ -242,12 +252,14 @@ class TritonMoeOptions(_Frozen):
     batch_sizes: Optional[list[int]] = Field(default=None, min_length=1)
     """Batch sizes to tune (default: SGLang's list)."""
     ep: int = Field(default=1, ge=1, le=64)
+    """Expert-parallel size the configs are tuned for."""
     max_configs: Optional[int] = Field(default=None, ge=1)
     """Subsample of the search space per batch size (default: all of it)."""
     seed: int = Field(default=0, ge=0)
+    """Seed of the search-space subsample."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, populate_by_name=True,
-                              protected_namespaces=())
+                              use_attribute_docstrings=True, protected_namespaces=())
 
     @field_validator("batch_sizes")
     @classmethod
@@ -262,7 +274,9 @@ class BackendPair(_Frozen):
     """One (MoE runner, FP4 GEMM) back-end pair; either side may be left out."""
 
     moe_runner_backend: Optional[str] = None
+    """MoE runner back end of the pair (--moe-runner-backend)."""
     fp4_gemm_backend: Optional[str] = None
+    """FP4 GEMM back end of the pair (--fp4-gemm-backend)."""
 
 
 def _name_list(v: Any) -> Any:
@@ -273,8 +287,11 @@ class BackendSweepOptions(_Frozen):
     """`backend_sweep`: one variant per (MoE runner, FP4 GEMM) back-end pair; no artifact."""
 
     moe_runner_backend: list[str] = Field(default_factory=list)
+    """MoE runner back ends to sweep (one name or a list)."""
     fp4_gemm_backend: list[str] = Field(default_factory=list)
+    """FP4 GEMM back ends to sweep (one name or a list)."""
     exclude: list[BackendPair] = Field(default_factory=list)
+    """Pairs to leave out of the cross product."""
     combination: Optional[dict[str, str]] = None
     """Set by the planner on each expanded variant: the server args (spec spelling) of its pair."""
 
@@ -288,22 +305,30 @@ class NoOptions(_Frozen):
 
 class FlashinferAutotuneTuning(_Frozen):
     kind: Literal["flashinfer_autotune"] = "flashinfer_autotune"
+    """Tuning kind: FlashInfer's autotuner cache as an artifact."""
     options: FlashinferAutotuneOptions = Field(default_factory=FlashinferAutotuneOptions)
+    """Options of the flashinfer_autotune kind."""
 
 
 class TritonMoeTuning(_Frozen):
     kind: Literal["triton_moe"] = "triton_moe"
+    """Tuning kind: SGLang's fused-MoE Triton config search."""
     options: TritonMoeOptions = Field(default_factory=TritonMoeOptions)
+    """Options of the triton_moe kind."""
 
 
 class BackendSweepTuning(_Frozen):
     kind: Literal["backend_sweep"] = "backend_sweep"
+    """Tuning kind: one variant per back-end pair."""
     options: BackendSweepOptions = Field(default_factory=BackendSweepOptions)
+    """Options of the backend_sweep kind."""
 
 
 class NoTuning(_Frozen):
     kind: Literal["none"] = "none"
+    """Tuning kind: none (the same as leaving tuning: out)."""
     options: NoOptions = Field(default_factory=NoOptions)
+    """No options."""
 
 
 TUNING_MODELS: dict[str, type[BaseModel]] = {"flashinfer_autotune": FlashinferAutotuneTuning,
@@ -327,28 +352,58 @@ ActiveTuning = Union[FlashinferAutotuneTuning, TritonMoeTuning, BackendSweepTuni
 """What a resolved variant carries (kind `none` resolves to no tuning)."""
 
 
+class ProfileSpec(_Frozen):
+    """A kernel profile of the variant's server after its measured windows (SGLang /start_profile, /stop_profile)."""
+
+    steps: int = Field(ge=1, le=1000)
+    """Forward steps the torch profiler records (SGLang's `num_steps`: it stops by itself after them)."""
+    requests: int = Field(default=4, ge=1, le=1000)
+    """Requests of the variant's first workload sent to drive those steps (the server is idle after its windows)."""
+    max_archive_bytes: int = Field(default=64 * 1024**2, ge=1024, le=16 * 1024**3)
+    """The archived trace directory is refused above this size (the summary table is still written)."""
+
+
 class VariantSpec(_Frozen):
     name: str
+    """Variant name (letters, digits, '.', '_', '-'); a NEXTN list appends -<steps>."""
     engine: Optional[EngineName] = None
+    """This variant's engine (default: model.engine)."""
     tp: Optional[int] = Field(default=None, ge=1, le=64)
+    """This variant's tensor-parallel size (default: model.tp)."""
     args: dict[str, ArgValue] = Field(default_factory=dict)
+    """Server flags for this variant (without dashes), over server.args."""
     env: dict[str, str] = Field(default_factory=dict)
+    """Environment variables for this variant's server, over server.env."""
     speculative: Optional[SpeculativeSpec] = None
+    """Speculative decoding for this variant (algorithm, num_steps, ...)."""
     tuning: Optional[TuningSpec] = None
+    """Kernel tuning for this variant: {kind, options} (flashinfer_autotune, triton_moe, backend_sweep, none)."""
     sim: Knobs = Field(default_factory=Knobs)
     """Simulated-engine knobs for this variant (each one set here overrides the experiment's `sim:` block)."""
+    profile: Optional[ProfileSpec] = None
+    """Ask for a kernel profile after the variant's measured windows (not part of its run keys)."""
     baseline: bool = False
+    """Compare every other variant against this one (default: the first variant)."""
 
     _n = field_validator("name")(classmethod(lambda cls, v: check_name(v, "variant name")))
     _a = field_validator("args")(classmethod(lambda cls, v: _check_args(v)))
     _e = field_validator("env")(classmethod(lambda cls, v: _check_env(v)))
+
+    @field_serializer("sim")
+    def _sim_as_set(self, knobs: Knobs, info: FieldSerializationInfo) -> dict[str, object]:
+        """Only the knobs this variant sets: a dumped and re-read spec must not turn every default into an
+        override of the experiment's `sim:` block (which made a dumped demo run at time_scale 1.0)."""
+        out: dict[str, object] = knobs.model_dump(mode=info.mode, exclude_unset=True)
+        return out
 
 
 class RandomIdsPrompts(_Frozen):
     """`random_ids`: seeded token ids drawn uniformly from [100, vocab_size), of exactly the drawn input length."""
 
     source: Literal["random_ids"] = "random_ids"
+    """Seeded random token ids."""
     vocab_size: int = Field(default=32000, ge=16)
+    """Token ids are drawn below this."""
 
 
 def _need_path(source: str, path: Optional[str]) -> None:
@@ -360,7 +415,9 @@ class JsonlPrompts(_Frozen):
     """`jsonl`: one object per line with `prompt` (text) or `input_ids`, sent as given."""
 
     source: Literal["jsonl"] = "jsonl"
+    """A prompt file."""
     path: Optional[str] = None
+    """The JSONL file (relative paths: against the directory sglbench runs in)."""
 
     @model_validator(mode="after")
     def _path(self) -> "JsonlPrompts":
@@ -372,7 +429,9 @@ class TextPrompts(_Frozen):
     """`text`: a local corpus tokenized on the node with the model's own tokenizer, cut into windows."""
 
     source: Literal["text"] = "text"
+    """A corpus tokenized to exact lengths."""
     path: Optional[str] = None
+    """The corpus: UTF-8 text, or JSONL with a `text`/`prompt` field per line."""
     tokenizer: Optional[str] = None
     """Directory (or tokenizer.json) of the tokenizer; default: the model's own directory."""
 
@@ -388,7 +447,9 @@ class ConversationPrompts(_Frozen):
     the reference answer (cluster/loadgen/conversations.py)."""
 
     source: Literal["sharegpt", "messages"]
+    """sharegpt: `conversations` of `{from, value}` turns; messages: OpenAI-style `messages` of `{role, content}`."""
     path: Optional[str] = None
+    """The dataset file: a JSON array or JSONL (relative paths: against the directory sglbench runs in)."""
     category_field: str = Field(default="category", min_length=1)
     """The row key holding the row's category (rows without one get `category`, else none)."""
     category: Optional[str] = None
@@ -449,10 +510,15 @@ class LengthDist(_Frozen):
     lognormal: mean and std of the lognormal itself (not of its log), so heavy-tailed lengths keep their mean."""
 
     dist: Literal["uniform", "normal", "lognormal"]
+    """The distribution's family."""
     mean: Optional[float] = Field(default=None, gt=0)
+    """Mean length in tokens (normal, lognormal)."""
     std: Optional[float] = Field(default=None, ge=0)
+    """Standard deviation in tokens (normal, lognormal)."""
     min: int = Field(ge=1, le=1_000_000)
+    """Shortest length: draws below are clipped to it."""
     max: int = Field(ge=1, le=1_000_000)
+    """Longest length: draws above are clipped to it (preflight checks it against the model's context)."""
 
     @model_validator(mode="after")
     def _bounds(self) -> "LengthDist":
@@ -507,14 +573,19 @@ def _length_nominal(v: Length) -> Optional[int]:
 
 class WorkloadSpec(_Frozen):
     name: str
+    """Workload name (letters, digits, '.', '_', '-')."""
     input_tokens: Length
     """A fixed count, `{dist, mean, std, min, max}`, or `dataset` (the prompt as given: jsonl, sharegpt, messages)."""
     output_tokens: Length
     """A fixed count, a distribution (one max_tokens per request), or `dataset` (the reference answer's length)."""
     num_requests: int = Field(ge=1, le=10_000_000)
+    """Requests in each measured window."""
     prompts: PromptSource = Field(default_factory=RandomIdsPrompts)
+    """Where the prompts come from (`source:` picks the kind)."""
     ignore_eos: bool = True
+    """Generate exactly output_tokens, ignoring end-of-sequence."""
     temperature: float = Field(default=0.0, ge=0.0)
+    """Sampling temperature (0 = greedy)."""
     api: Literal["native", "completions", "chat"] = "native"
     """Which endpoint the load generator drives: SGLang /generate, or the OpenAI endpoints."""
 
@@ -563,12 +634,14 @@ class WorkloadSpec(_Frozen):
 
 class LoadSpec(_Frozen):
     concurrency: list[int] = Field(default_factory=list)
+    """Closed-loop load points: requests kept in flight."""
     request_rate: list[float] = Field(default_factory=list)
     """Open-loop arrival rates in requests/s."""
     arrival: Literal["poisson", "gamma"] = "poisson"
     """Open-loop inter-arrival times: exponential (Poisson) or gamma with coefficient of variation `arrival_cv`
     (cv > 1 burstier than Poisson, < 1 more regular; cv 1 has Poisson's spread)."""
     arrival_cv: Optional[float] = Field(default=None, gt=0, le=100)
+    """Coefficient of variation of gamma inter-arrival times (arrival: gamma only)."""
     max_concurrency: Optional[int] = Field(default=None, ge=1)
     """Cap on in-flight requests for open-loop load points."""
     actors_per_server: int = Field(default=1, ge=1, le=64)
@@ -621,8 +694,11 @@ class LoadSpec(_Frozen):
 
 class SLOSpec(_Frozen):
     ttft_ms: Optional[float] = Field(default=None, gt=0)
+    """Time-to-first-token limit per request, ms."""
     tpot_ms: Optional[float] = Field(default=None, gt=0)
+    """Time-per-output-token limit per request, ms."""
     e2e_ms: Optional[float] = Field(default=None, gt=0)
+    """End-to-end latency limit per request, ms."""
 
 
 class CorrectnessSpec(_Frozen):
@@ -631,6 +707,7 @@ class CorrectnessSpec(_Frozen):
     enabled: bool = True
     """Turn off only for models that cannot answer (random weights in tests); runs then record the gate as skipped."""
     min_prefix_tokens: int = Field(default=8, ge=0)
+    """Greedy outputs must share at least this many leading tokens with the baseline's on most prompts."""
     check_answers: bool = True
     """False turns off only the task-answer check (random-weight models cannot answer); the prefix, acceptance and
     degeneracy checks still run."""
@@ -643,30 +720,58 @@ class ClusterSpec(_Frozen):
     """GPUs on the largest node: a variant's tensor-parallel group must fit on one node."""
 
 
+class TelemetrySpec(_Frozen):
+    """GPU telemetry during every measured window (cluster/telemetry/): NVML, or the simulator's device model."""
+
+    enabled: bool = True
+    """Sample the server's GPUs during each measured window."""
+    rate_hz: float = Field(default=10.0, gt=0, le=100)
+    """Samples per second (monotonic ns timestamps on the requests' clock)."""
+
+
 class ExperimentSpec(_Frozen):
     version: Literal[1] = 1
+    """Spec version; 1."""
     name: str
+    """Experiment name: a directory in the dataset."""
     model: ModelSpec
+    """Checkpoint, engine and tensor-parallel size."""
     engines: dict[EngineName, EngineLauncher] = Field(default_factory=dict)
+    """Per engine, how to start it on the node (python: or launcher:, version:)."""
     server: ServerSpec = Field(default_factory=ServerSpec)
+    """Server args and env for every variant."""
     sim: Knobs = Field(default_factory=Knobs)
     """Simulated-engine knobs (cluster/sim/model.py): the same model the simulated server validates them with."""
     variants: list[VariantSpec] = Field(min_length=1)
+    """Server configurations to compare."""
     workloads: list[WorkloadSpec] = Field(min_length=1)
+    """Request shapes to drive at every variant."""
     load: LoadSpec
+    """Load points: closed-loop concurrency and/or open-loop request rates."""
     repeats: int = Field(default=1, ge=1, le=1000)
+    """Repeats of every load point (3 or more give intervals and verdicts; 5 recommended)."""
     order: Literal["grouped", "interleaved"] = "grouped"
     """grouped: each server starts once and runs all its points; interleaved: ABAB across repeats (restarts)."""
     warmup_requests: int = Field(default=2, ge=0, le=100_000)
+    """Requests sent before every measured window (then /flush_cache)."""
     seed: int = Field(default=0, ge=0, le=2**63 - 1)
+    """One seed for prompts and arrival schedules."""
     isolation: Literal["node", "gpus"] = "node"
+    """node: a variant has its node to itself while measured; gpus: variants share nodes on disjoint GPUs."""
     output: str = "results"
     """Dataset root: a local path or a pyarrow filesystem URI (s3://, gs://, ...)."""
     slo: Optional[SLOSpec] = None
+    """Per-request latency limits: goodput and SLO attainment per run."""
     correctness: CorrectnessSpec = Field(default_factory=CorrectnessSpec)
+    """The correctness gate every variant passes before its speed counts."""
+    telemetry: TelemetrySpec = Field(default_factory=TelemetrySpec)
+    """GPU telemetry sampled during every measured window (gpu_metrics table)."""
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
+    """What the experiment assumes about the cluster."""
     health_timeout_s: float = Field(default=1800.0, gt=0)
+    """Seconds a server may take to become healthy."""
     request_timeout_s: float = Field(default=600.0, gt=0)
+    """Seconds one request may take."""
     max_client_lag_ms: float = Field(default=10.0, gt=0)
     """A run whose client send lag p99 exceeds this is flagged invalid: the client, not the server, set the pace."""
 
@@ -688,4 +793,5 @@ class ExperimentSpec(_Frozen):
             if v.tp is not None and v.tp > node:
                 raise FieldProblem(("variants", i, "tp"), f"tp {v.tp} is larger than cluster.gpus_per_node {node}")
         return self
+
 

@@ -56,24 +56,28 @@ def test_demo_acceptance_and_speedup(ray_local: None, tmp_path: Path) -> None:
     demo = load_spec(REPO / "experiments" / "demo-sim.yaml")
     # Same experiment, run faster: simulated time scaled down, and enough requests that k=2 and k=3 cannot be
     # confused (expected gap 0.26 tokens/step is > 6 combined standard errors at 64 requests of 64 tokens).
-    # exclude_unset: a full dump would mark every variant's default `sim:` knob as set, and the variant level
-    # would then override the experiment's time_scale and category_accept_probs with the defaults
+    # exclude_unset: a full dump would pin every variant's sim knobs to their defaults, time_scale 1.0 included,
+    # overriding the experiment-level 0.05 below (the variants ran in real time, ~4 min, before this)
     data = demo.model_dump(mode="json", exclude_unset=True)
     data["sim"]["time_scale"] = 0.05
     data["workloads"][0]["num_requests"] = 64
+    data["workloads"][0]["output_tokens"] = 64
     data["workloads"][1]["num_requests"] = 144  # every bundled row once per repeat: 24 per category
+    data["workloads"][1]["output_tokens"] = 24
     data["workloads"][1]["prompts"]["path"] = str(REPO / "datasets" / "categories-sharegpt.json")
-    data["repeats"] = 2  # two repeats: per-category intervals exist
+    data["repeats"] = 2  # repeat 0 gives the long window per depth checked below; two give per-category intervals
     data["load"]["concurrency"] = [1]
     data["output"] = str(tmp_path / "results")
     data["max_client_lag_ms"] = 1000.0
+    # a copy of the baseline whose simulated GPUs throttle from the start: the telemetry path end to end
+    data["variants"].append({"name": "hot", "sim": {"gpu_throttle_after_s": 0.0}, "profile": {"steps": 6, "requests": 2}})
     spec = ExperimentSpec.model_validate(data)
     result = run_experiment(spec, base_dir=tmp_path)
     assert set(result.counts()) == {"ok"}, result.statuses
 
     root = Path(result.dataset_root) / spec.name
     all_runs = pd.read_parquet(root / "runs")
-    runs = all_runs[(all_runs["workload"] == "chat-128-64") & (all_runs["repeat"] == 0)].set_index("variant")
+    runs = all_runs[(all_runs["workload"] == "chat-128-32") & (all_runs["repeat"] == 0)].set_index("variant")
     all_reqs = pd.read_parquet(root / "requests")
     reqs = all_reqs[all_reqs["run_key"].isin(runs["run_key"])]
     probs = list(spec.sim.accept_probs)
@@ -100,6 +104,37 @@ def test_demo_acceptance_and_speedup(ray_local: None, tmp_path: Path) -> None:
     # the step model separates the depths by far more than the noise
     assert expected_for(probs, 3) - expected_for(probs, 2) > 6 * se
 
+    # GPU telemetry (the simulated device, sampled by the EngineActor at 10 Hz during each window)
+    gm = pd.read_parquet(root / "gpu_metrics")
+    assert set(gm["run_key"]) == set(all_runs["run_key"]) and set(gm["source"]) == {"sim"}
+    for name, run in runs.iterrows():
+        g = gm[gm["run_key"] == run["run_key"]]
+        inside = g[(g["t_ns"] >= 0) & (g["t_ns"] <= run["duration_s"] * 1e9)]
+        assert len(inside) >= 0.8 * run["duration_s"] * 10 * 8, f"{name}: ~10 Hz × 8 GPUs"
+        assert run["m_energy_j_per_output_token"] > 0 and run["m_gpu_power_w_mean"] > 8 * 90
+        assert run["m_output_tok_s_per_w"] == pytest.approx(run["m_output_tok_s"] / run["m_gpu_power_w_mean"])
+        assert run["m_gpu_throttled"] == (1.0 if name == "hot" else 0.0), name
+    assert runs.loc["hot", "m_sm_clock_mhz_mean"] == pytest.approx(1400, abs=1)
+    assert runs.loc["baseline", "m_sm_clock_mhz_mean"] > 2000
+    assert runs.loc["hot", "m_output_tok_s"] < runs.loc["baseline", "m_output_tok_s"], "throttled steps are slower"
+    from cluster.analysis.comparison import compare_with_ci
+
+    ci = compare_with_ci(str(tmp_path / "results"), spec.name, n_boot=100, request_level=False).set_index("variant")
+    hot = ci.loc["hot", "warnings"]
+    assert any("GPUs throttled" in w for w in hot) and any("SM clock mean" in w for w in hot), hot
+    assert not any("throttled" in w for w in ci.loc["baseline", "warnings"])
+    # the kernel profile after hot's windows: /start_profile + /stop_profile on the simulator, archived, summarised
+    kp = pd.read_parquet(root / "kernel_profile")
+    assert set(kp["variant"]) == set(runs.index) and kp["simulated"].all()  # the demo profiles every variant
+    kp = kp[kp["variant"] == "hot"]
+    assert (kp["profile_steps"] == 6).all()
+    assert kp.sort_values("rank")["category"].iloc[0] == "moe" and kp["share"].sum() == pytest.approx(1.0)
+    art = Path(kp["artifact"].iloc[0])
+    assert art.is_file() and art.parent == root / "_artifacts" / "profiles"
+    assert art.name.startswith("hot-") and art.name.endswith(".tar.gz")
+    import hashlib
+
+    assert hashlib.sha256(art.read_bytes()).hexdigest()[:16] in art.name
 
     # categories: acceptance differs by construction (sim.category_accept_probs), each within 3 SE of its own
     # step-model expectation, and `results compare --by category` reports them apart with intervals

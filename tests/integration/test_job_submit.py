@@ -73,6 +73,7 @@ def test_submit_runs_the_driver_and_writes_the_dataset(job_api: str, tmp_path: P
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "SUCCEEDED" in proc.stderr
     assert '"dataset_root"' in proc.stdout, "the driver's summary line comes through the followed logs"
+    assert "means over ok repeats" in proc.stdout and "×base" in proc.stdout, "the comparison `run` prints"
 
     client = JobClient(job_api)
     assert client.status("sglbench-submit-test") == "SUCCEEDED"

@@ -217,19 +217,13 @@ def record_busy_flush(base: str, red: Redactor, model_name: str) -> dict[str, An
     return out
 
 
-def record_server(python: Path, model: Path, tag: str, args: list[str], log_dir: Path,
-                  paths: dict[str, str]) -> dict[str, Any]:
-    server = SGLangCPUServer(python=python, model=model, extra_args=args, log_path=log_dir / f"{tag}.log")
-    try:
-        start_s = server.start()
-        print(f"[record] {tag}: healthy after {start_s:.1f} s", flush=True)
-        red = Redactor(server.port, paths)
-        name = "tiny"
-        recs = [record_one(e, server.url, red) for e in exchanges(name)]
-        recs.append(record_busy_flush(server.url, red, name))
-    finally:
-        server.stop()
-    doc = {"sglang_version": SGLANG_VERSION, "tag": tag, "model": red.text(str(model)),
+def record_running(server: SGLangCPUServer, tag: str, paths: dict[str, str]) -> dict[str, Any]:
+    """The transcript of one healthy server (the caller owns its start and stop)."""
+    red = Redactor(server.port, paths)
+    name = "tiny"
+    recs = [record_one(e, server.url, red) for e in exchanges(name)]
+    recs.append(record_busy_flush(server.url, red, name))
+    doc = {"sglang_version": SGLANG_VERSION, "tag": tag, "model": red.text(str(server.model)),
            "launch_args": red.value(server.argv()[3:]), "recorded_by": "tests/sglang_cpu/record_transcripts.py",
            "exchanges": recs}
     leftover = [p for p in paths if p in json.dumps(doc)]
@@ -238,11 +232,35 @@ def record_server(python: Path, model: Path, tag: str, args: list[str], log_dir:
     return doc
 
 
-# ---- shapes (what a version bump must not change unnoticed) ------------------------------------------------------
+def redaction_paths(python: Path, models_dir: Path, tmp: Path) -> dict[str, str]:
+    """Machine paths replaced by stable placeholders, so transcripts recorded anywhere compare equal."""
+    paths = {str(models_dir.resolve()): "/models", str(models_dir): "/models", str(python.parent.parent): "/venv",
+             str(REPO): "/repo", str(tmp): "/tmp/record", str(Path.home()): "/home/user"}
+    return {k: v for k, v in paths.items() if k not in ("", "/")}
+
+
+def record_server(python: Path, model: Path, tag: str, args: list[str], log_dir: Path,
+                  paths: dict[str, str]) -> dict[str, Any]:
+    server = SGLangCPUServer(python=python, model=model, extra_args=args, log_path=log_dir / f"{tag}.log")
+    try:
+        start_s = server.start()
+        print(f"[record] {tag}: healthy after {start_s:.1f} s", flush=True)
+        return record_running(server, tag, paths)
+    finally:
+        server.stop()
+
+
+HIT_DEPENDENT_KEYS = frozenset({"cached_tokens_details"})
+"""Keys whose value is null or an object depending on the traffic before (SGLang 0.5.23
+scheduler_components/output_streamer.py get_cached_tokens_details: None when no token came from the prefix
+cache, else {"device": n, "host": n}); their shape is "cache-dependent", whichever was seen."""
+
+
 def value_shape(v: Any) -> Any:
     """Keys in order and JSON types, recursively; a list's shape is its distinct element shapes."""
     if isinstance(v, dict):
-        return {k: value_shape(x) for k, x in v.items()}
+        return {k: "cache-dependent" if k in HIT_DEPENDENT_KEYS and (x is None or isinstance(x, dict))
+                else value_shape(x) for k, x in v.items()}
     if isinstance(v, list):
         seen: list[Any] = []
         for x in v:
@@ -313,9 +331,7 @@ def record(out_dir: Path, python: Path, models_dir: Optional[Path], model: str, 
         if models_dir is None:
             models_dir = tmp / "models"
             build_models(python, models_dir)
-        paths = {str(models_dir.resolve()): "/models", str(models_dir): "/models", str(python.parent.parent): "/venv",
-                 str(REPO): "/repo", str(tmp): "/tmp/record", str(Path.home()): "/home/user"}
-        paths = {k: v for k, v in paths.items() if k not in ("", "/")}
+        paths = redaction_paths(python, models_dir, tmp)
         servers = [("baseline", baseline_args())] + [(f"nextn{s}", nextn_args(s)) for s in steps]
         out_dir.mkdir(parents=True, exist_ok=True)
         written = []

@@ -138,3 +138,18 @@ def test_no_server_outlived_its_segment(echo_experiment: dict[str, Any]) -> None
     for name in result.servers:
         assert_group_gone(facts(result, name).pgid, name)
 
+
+
+def test_compare_labels_cpu_numbers(echo_experiment: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compare table says these are CPU numbers: SGLang's own /server_info answered device=cpu."""
+    from rich.console import Console
+
+    import cluster.commands.results as results_cmd
+    from cluster.analysis.comparison import served_devices
+
+    root, name = str(echo_experiment["result"].dataset_root), echo_experiment["spec"].name
+    assert served_devices(root, name) == {"cpu"}
+    recorder = Console(record=True, width=200)
+    monkeypatch.setattr(results_cmd, "console", recorder)
+    results_cmd.print_compare(root, name, None, "table")
+    assert "served on CPU (CPU numbers, not GPU numbers)" in " ".join(recorder.export_text().split())

@@ -1,16 +1,30 @@
-"""Real SGLang 0.5.23 servers on the CPU: a torch_native baseline and NEXTN (1-3 draft steps) on the echo MiMo model."""
+"""Real SGLang 0.5.23 servers on the CPU, driven directly: a torch_native baseline and NEXTN-3 on the echo MiMo model.
+
+Two server starts serve every check of this module (one server at a time: each fixture gathers what its tests assert
+on, then stops its server). The NEXTN-1/2 acceptance on echo is asserted through the pipeline (test_pipeline.py).
+"""
 
 from __future__ import annotations
 
 import json
 import math
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from record_transcripts import FIXTURE_DIR, record_running, redaction_paths, shape_diffs
 from sglang_cpu_server import PROMPTS, SGLangCPUServer, accept_length, baseline_args, nextn_args
 
+from cluster.dataset.run_rows import _peak_per_scrape, _series
+from cluster.engines.sglang import SGLangEngine
+from cluster.loadgen.server_metrics import MetricsScraper
+
 MAX_NEW_TOKENS = 32
+STEPS = 3
+OFFERED = 64
 
 
 def ideal_accept_length(steps: int, n_tokens: int = MAX_NEW_TOKENS) -> float:
@@ -18,61 +32,111 @@ def ideal_accept_length(steps: int, n_tokens: int = MAX_NEW_TOKENS) -> float:
     return (n_tokens - 1) / math.ceil((n_tokens - 1) / (steps + 1))
 
 
-def run_server(python: Path, model: Path, args: list[str], log: Path) -> tuple[SGLangCPUServer, list[dict]]:
-    server = SGLangCPUServer(python=python, model=model, extra_args=args, log_path=log)
+def _burst(server: SGLangCPUServer) -> dict[str, Any]:
+    """OFFERED concurrent requests with /metrics scraped at 10 Hz: what really ran at once, what queued."""
+    engine = SGLangEngine()
+    scraper = MetricsScraper(server.url + "/metrics", interval_s=0.1).start()
+    t0 = time.time()
+    codes: list[int] = []
+
+    def one(i: int) -> None:
+        codes.append(server.generate(PROMPTS[i % len(PROMPTS)] + f" {i}", max_new_tokens=64)[0])
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(OFFERED)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=300)
+    duration_s = time.time() - t0
+    scraper.halt()
+    batch = scraper.batch(t0)
+    queue = _series(batch, engine.queue_gauge, duration_s)
+    return {"codes": codes, "duration_s": duration_s,
+            "running": _peak_per_scrape(batch, engine.running_gauge, duration_s),
+            "queued": _peak_per_scrape(batch, engine.queue_gauge, duration_s),
+            "queue_share": sum(1 for x in queue.values() if x > 0) / max(1, len(queue)), "scrapes": len(queue)}
+
+
+def _serve(python: Path, models: Path, tag: str, args: list[str], log_dir: Path, nextn: bool) -> dict[str, Any]:
+    server = SGLangCPUServer(python=python, model=models / "echo", extra_args=args, log_path=log_dir / f"{tag}.log")
+    got: dict[str, Any] = {}
     try:
         server.start()
-        print(f"[sglang_cpu] {log.stem}: healthy after {server.start_s:.1f} s")
-        return server, server.greedy_outputs(MAX_NEW_TOKENS)
+        print(f"[sglang_cpu] {tag}: healthy after {server.start_s:.1f} s")
+        got["outputs"] = server.greedy_outputs(MAX_NEW_TOKENS)
+        status, body = server.request("/server_info")
+        assert status == 200, body[:500]
+        got["server_info"] = json.loads(body)
+        got["transcript"] = record_running(server, tag, redaction_paths(python, models, log_dir))
+        if nextn:
+            got["bad_max_new_tokens"] = server.generate(PROMPTS[0], max_new_tokens=-1)
+            got["burst"] = _burst(server)
     finally:
         server.stop()
+    return got
 
 
 @pytest.fixture(scope="module")
-def echo_baseline(sglang_cpu_python: Path, mimo_models: Path, tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
-    """Greedy outputs of SGLang's own torch_native attention (no stand-in attention in the path): the oracle."""
-    log = tmp_path_factory.mktemp("logs") / "echo_baseline.log"
-    _, outs = run_server(sglang_cpu_python, mimo_models / "echo", baseline_args(), log)
-    return outs
+def baseline(sglang_cpu_python: Path, mimo_models: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """SGLang's own torch_native attention (no stand-in attention in the path): the oracle for greedy outputs."""
+    return _serve(sglang_cpu_python, mimo_models, "baseline", baseline_args(), tmp_path_factory.mktemp("base"), False)
 
 
-def test_baseline_serves_greedy_tokens(echo_baseline: list[dict]) -> None:
-    assert len(echo_baseline) == len(PROMPTS)
-    for out in echo_baseline:
+@pytest.fixture(scope="module")
+def nextn(sglang_cpu_python: Path, mimo_models: Path, baseline: dict[str, Any],
+          tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return _serve(sglang_cpu_python, mimo_models, f"nextn{STEPS}", nextn_args(STEPS), tmp_path_factory.mktemp("nx"),
+                  True)
+
+
+def test_baseline_serves_greedy_tokens(baseline: dict[str, Any]) -> None:
+    assert len(baseline["outputs"]) == len(PROMPTS)
+    for out in baseline["outputs"]:
         assert out["meta_info"]["completion_tokens"] == MAX_NEW_TOKENS
         assert out["meta_info"]["finish_reason"]["type"] == "length"
         assert "spec_verify_ct" not in out["meta_info"]
 
 
-@pytest.mark.parametrize("steps", [3, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)])
-def test_nextn_echo_matches_baseline_and_accepts_every_draft(
-    sglang_cpu_python: Path, mimo_models: Path, echo_baseline: list[dict], steps: int, tmp_path: Path
-) -> None:
-    log = tmp_path / f"echo_nextn{steps}.log"
-    server = SGLangCPUServer(python=sglang_cpu_python, model=mimo_models / "echo", extra_args=nextn_args(steps),
-                             log_path=log)
-    try:
-        server.start()
-        print(f"[sglang_cpu] NEXTN-{steps}: healthy after {server.start_s:.1f} s")
-        outs = server.greedy_outputs(MAX_NEW_TOKENS)
-        status, body = server.request("/server_info")
-        assert status == 200
-        info = json.loads(body)
-        status, err = server.generate(PROMPTS[0], max_new_tokens=-1)
-    finally:
-        server.stop()
-    assert [o["text"] for o in outs] == [o["text"] for o in echo_baseline], "NEXTN changed greedy outputs"
+def test_nextn_echo_matches_baseline_and_accepts_every_draft(baseline: dict[str, Any], nextn: dict[str, Any]) -> None:
+    outs = nextn["outputs"]
+    assert [o["text"] for o in outs] == [o["text"] for o in baseline["outputs"]], "NEXTN changed greedy outputs"
     acc = accept_length(outs)
-    print(f"[sglang_cpu] NEXTN-{steps} echo accept length {acc:.3f} (ideal {ideal_accept_length(steps):.3f})")
-    assert acc >= 0.97 * ideal_accept_length(steps), f"echo drafts should all be accepted, got {acc:.3f}"
-    assert acc <= steps + 1 + 1e-9
+    print(f"[sglang_cpu] NEXTN-{STEPS} echo accept length {acc:.3f} (ideal {ideal_accept_length(STEPS):.3f})")
+    assert acc >= 0.97 * ideal_accept_length(STEPS), f"echo drafts should all be accepted, got {acc:.3f}"
+    assert acc <= STEPS + 1 + 1e-9
     for out in outs:
-        hist = out["meta_info"]["spec_correct_drafts_histogram"]
-        assert len(hist) == steps + 1
-    # What SGLang resolves for NEXTN on a CPU, observable for real.
+        assert len(out["meta_info"]["spec_correct_drafts_histogram"]) == STEPS + 1
+
+
+def test_server_info_shows_what_sglang_resolves_for_nextn_on_a_cpu(nextn: dict[str, Any]) -> None:
+    info = nextn["server_info"]
     assert info["speculative_algorithm"] == "EAGLE"
-    assert info["speculative_num_steps"] == steps
+    assert info["speculative_num_steps"] == STEPS
     assert info["attention_backend"] == "intel_amx"
     assert info["disable_overlap_schedule"] is True
     assert info["max_running_requests"] == 48
+    status, err = nextn["bad_max_new_tokens"]
     assert status == 400 and "max_new_tokens" in err
+
+
+def test_live_server_keeps_the_recorded_shapes(baseline: dict[str, Any], nextn: dict[str, Any]) -> None:
+    """The committed contract fixtures (recorded on the mix model) have the shapes a live server answers in."""
+    problems = []
+    for tag, got in (("baseline", baseline), (f"nextn{STEPS}", nextn)):
+        recorded = json.loads((FIXTURE_DIR / f"{tag}.json").read_text())
+        problems += [f"{tag}.json: {d}" for d in shape_diffs(recorded, got["transcript"])]
+    assert not problems, "SGLang's wire shapes changed; re-record with tests/sglang_cpu/record_transcripts.py " \
+                         "and update the contract assertions:\n" + "\n".join(problems)
+
+
+def test_real_nextn_server_caps_running_requests_at_48(nextn: dict[str, Any]) -> None:
+    """The adapter reads the speculative cap of 48 with its source, and a burst of 64 really runs 48 at a time."""
+    cap = SGLangEngine().concurrency_cap({"server_info": nextn["server_info"]})
+    assert cap is not None and cap.value == 48 and cap.declared == 48
+    assert cap.source == "server_info.internal_states[0].effective_max_running_requests_per_dp"
+    b = nextn["burst"]
+    assert b["codes"] == [200] * OFFERED
+    print(f"[sglang_cpu] NEXTN-{STEPS} burst of {OFFERED} in {b['duration_s']:.1f} s: scraped max running "
+          f"{b['running']}, max queued {b['queued']} (non-empty on {b['queue_share']:.0%} of {b['scrapes']} scrapes)")
+    assert b["running"] is not None and b["queued"] is not None
+    assert b["running"] <= 48 < OFFERED and b["queued"] > 0

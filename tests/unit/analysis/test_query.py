@@ -234,6 +234,11 @@ def test_every_view_answers_a_select(root: str, tmp_path: Path, monkeypatch: pyt
     plan = _plans()[("base", 1.0, 0)]
     store.write_table_rows("correctness", plan, pa.table({"prompt_id": ["p1"], "passed": [True]}))
     store.write_table_rows("server_metrics", plan, pa.table({"t_s": [0.5], "running": [2]}))
+    from cluster.telemetry.readings import GpuReading
+    from cluster.telemetry.recorder import readings_table
+
+    store.write_table_rows("gpu_metrics", plan, readings_table([(0, GpuReading(gpu="0", power_w=300.0))], "sim"))
+    store.write_variant_table("kernel_profile", "base", "profile-x", pa.table({"kernel": ["fused_moe_kernel"]}))
     for view in VIEWS:
         assert query(root, "cmp", f"SELECT count(*) AS n FROM {view}")["n"].iloc[0] >= 1, view
     # a relative dataset root (the CLI's default is "results") works under the guards too

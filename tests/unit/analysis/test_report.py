@@ -38,7 +38,7 @@ def test_report_html_and_pngs(demo_root: str, tmp_path: Path) -> None:
     written = {p.name for p in path.parent.glob("*.png")}
     assert referenced == written
     kinds = {name.split("_chat")[0] for name in written}
-    assert kinds == {"throughput", "ttft_ms_cdf", "tpot_ms_cdf", "speedup", "accept_hist", "bandwidth"}
+    assert kinds == {"throughput", "ttft_ms_cdf", "tpot_ms_cdf", "speedup", "accept_hist", "bandwidth", "pareto"}
     for name in written:
         png = path.parent / name
         assert png.stat().st_size > 15_000, name
@@ -120,3 +120,54 @@ def test_report_with_an_all_failed_cell(tmp_path: Path) -> None:
     page = build_report(root, "f", str(tmp_path / "out"), n_boot=100).read_text()
     assert page.count("server OOM at startup") >= 2  # warnings list and the failed-runs table
     assert "No memory-bandwidth bound" in page
+
+
+def test_report_of_an_all_failed_experiment_draws_no_empty_plot(tmp_path: Path) -> None:
+    """Every run failed: the page says so and names the reasons; no plot is drawn on empty data and matplotlib
+    says nothing (it used to draw empty axes on 0-0.05 with a warning)."""
+    import warnings
+
+    from cluster.plan.runs import make_plan
+    from cluster.spec.loader import parse_spec_text
+    from tests.unit.analysis.test_comparison import SPEC
+
+    root = str(tmp_path)
+    spec = parse_spec_text(SPEC.format(name="dead", other="nextn", steps=[2], out=16, n=12, conc=[1, 4], repeats=2))
+    store = DatasetStore(root, "dead")
+    for p in make_plan(spec):
+        store.write_run(p, {"status": "failed", "failure_reason": "server died at startup"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        path = build_report(root, "dead", str(tmp_path / "out"), n_boot=100, bytes_per_token=BYTES_PER_TOKEN)
+    page = path.read_text()
+    assert not list(path.parent.glob("*.png")) and "<img" not in page
+    assert "No plots: no run finished ok" in page and page.count("server died at startup") >= 1
+
+
+def test_speedup_legend_uses_the_tables_words() -> None:
+    from cluster.analysis.report_plots import speedup_legend
+
+    one_repeat = speedup_legend({"baseline", "insufficient repeats"})
+    assert "insufficient repeats" in one_repeat and "no significant difference" not in one_repeat
+    assert "hollow = no significant difference" in speedup_legend({"no significant difference", "faster"})
+
+
+def test_bandwidth_bound_names_the_concurrency_it_used(tmp_path: Path) -> None:
+    root = str(tmp_path)
+    build_dataset(root, "c4", steps=[1], conc=(4, 8), repeats=2, n_requests=12, out_tokens=16)
+    page = build_report(root, "c4", str(tmp_path / "out"), n_boot=100, bytes_per_token=BYTES_PER_TOKEN).read_text()
+    assert "decode tok/s at concurrency 4 (the lowest measured; not batch 1)" in page
+    assert "at batch 1" not in page
+
+
+def test_pareto_front() -> None:
+    from cluster.analysis.report_plots import pareto_front
+
+    # (per-user tok/s, tok/s per GPU) of a sweep: c1 (70, 9), c4 (60, 30), c8 (40, 50), c16 (20, 45) is dominated
+    # by c8, and (55, 25) by c4
+    x, y = [70.0, 60.0, 40.0, 20.0, 55.0], [9.0, 30.0, 50.0, 45.0, 25.0]
+    assert pareto_front(x, y) == [2, 1, 0]
+    # against a latency (lower is better): TTFT 50 ms with 9, 80 with 30, 200 with 50, 150 with 45 (kept: less
+    # latency than c8), 90 with 25 (dominated by 80 with 30)
+    assert pareto_front([50.0, 80.0, 200.0, 150.0, 90.0], y, x_higher=False) == [0, 1, 3, 2]
+    assert pareto_front([1.0, float("nan")], [1.0, 5.0]) == [0]

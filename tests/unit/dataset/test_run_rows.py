@@ -140,3 +140,40 @@ def test_server_record_lookup_by_name_is_strict() -> None:
     assert rec["pgid"] == 4101 and rec["load_actor_node_id"] == "node-abc" and rec.get("startup_s") == 1.25
     with pytest.raises(KeyError):
         rec["pgdi"]
+
+
+def test_a_state_slot_cap_below_the_offered_concurrency_is_invalid_with_its_cause() -> None:
+    """Issue 15 item 2: the Mamba state-slot log line caps the server below the offered 2 requests."""
+    from dataclasses import replace
+
+    line = ("max_running_requests is capped to 1 by the mamba state cache (max_mamba_cache_size=5, 5 state slots "
+            "per request). To raise it: ...")
+    server = replace(SERVER, cap_log_lines=(line,))
+    row = build_run_row(_plan("mtp"), _window(2, 0), server, SEGMENT, parse_spec_text(SPEC), [], None)
+    assert row["status"] == "invalid"
+    assert "server cap 1" in row["invalid_reasons"] and "5 slots per request" in row["invalid_reasons"]
+    ev = json.loads(row["provenance_json"])["concurrency"]
+    assert ev["cap"] == 1 and "Mamba state slots" in ev["cap_cause"]
+    assert build_run_row(_plan("mtp"), _window(2, 0), SERVER, SEGMENT, parse_spec_text(SPEC), [], None)[
+        "status"] == "ok"
+
+
+def test_garbage_in_the_output_sample_makes_the_run_invalid_with_evidence() -> None:
+    """Issue 15 item 4: ignore_eos throughput over NaN rows is not a measurement."""
+    from dataclasses import replace
+
+    from cluster.loadgen.output_sample import OutputSample, samples_table
+
+    good = OutputSample(0, (11, 12, 13, 14), "a sane answer")
+    nan = OutputSample(1, None, "nan")  # an OpenAI stream carries no ids: the text is judged
+    spec = parse_spec_text(SPEC)
+    ok = build_run_row(_plan("mtp"), replace(_window(2, 0), samples=(good,)), SERVER, SEGMENT, spec, [], None)
+    assert ok["status"] == "ok"
+    assert json.loads(ok["provenance_json"])["output_sample"]["degenerate"] == []
+    bad = build_run_row(_plan("mtp"), replace(_window(2, 0), samples=(good, nan)), SERVER, SEGMENT, spec, [], None)
+    assert bad["status"] == "invalid" and "1 of 2 sampled outputs are garbage (request 1: output is 'nan')" in \
+        bad["invalid_reasons"]
+    ev = json.loads(bad["provenance_json"])["output_sample"]
+    assert ev["indices"] == [0, 1] and ev["degenerate"][0]["text_head"] == "nan"
+    t = samples_table((good, nan)).to_pylist()
+    assert t[0]["output_ids"] == [11, 12, 13, 14] and t[1]["degenerate"] == "output is 'nan'"

@@ -97,7 +97,7 @@ def _join_raising(monkeypatch: pytest.MonkeyPatch, error: BaseException, env: di
         raise error
 
     monkeypatch.setattr(ray, "init", fake_init)
-    monkeypatch.setattr(cluster_state, "_reload_ray_auth_config", lambda: None)
+    monkeypatch.setattr(cluster_state, "reload_ray_auth_config", lambda: None)
     notes: list[str] = []
     with pytest.raises(Exception) as info:
         cluster_state.join_cluster("10.0.0.1:6379", note=notes.append)
@@ -161,9 +161,33 @@ def test_join_with_only_the_token_sets_the_mode_first(monkeypatch: pytest.Monkey
     seen: list[str] = []
     reloaded: list[bool] = []
     monkeypatch.setattr(ray, "init", lambda **kw: seen.append(os.environ.get("RAY_AUTH_MODE", "")))
-    monkeypatch.setattr(cluster_state, "_reload_ray_auth_config", lambda: reloaded.append(True))
+    monkeypatch.setattr(cluster_state, "reload_ray_auth_config", lambda: reloaded.append(True))
     notes: list[str] = []
     cluster_state.join_cluster("10.0.0.1:6379", note=notes.append)
     monkeypatch.setenv("RAY_AUTH_MODE", "")  # undone after the test like the rest
     assert seen == ["token"] and reloaded == [True]
     assert notes == ["note: RAY_AUTH_TOKEN is set and RAY_AUTH_MODE is not: using RAY_AUTH_MODE=token"]
+
+
+def test_a_local_cluster_chooses_token_auth_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray 2.60 enables token auth on a new local cluster when RAY_AUTH_MODE is unset and warns on every run; the
+    driver sets the same mode explicitly first, so auth stays on and the warning goes. An explicit mode is kept."""
+    import os
+
+    import ray
+
+    from cluster.distributed import cluster_state, driver
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_AUTH_MODE", "")
+    monkeypatch.delenv("RAY_AUTH_MODE")
+    seen: list[str] = []
+    reloaded: list[bool] = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: seen.append(os.environ.get("RAY_AUTH_MODE", "")))
+    monkeypatch.setattr(cluster_state, "reload_ray_auth_config", lambda: reloaded.append(True))
+    driver.init_ray(None)
+    assert seen == ["token"] and reloaded == [True]
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    driver.init_ray(None)
+    assert seen == ["token", "disabled"] and reloaded == [True]

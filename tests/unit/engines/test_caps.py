@@ -59,3 +59,29 @@ def test_engines_without_server_info_report_no_cap() -> None:
     assert VLLMEngine().concurrency_cap({"version": {"version": "0.11"}}) is None
     assert (SGLangEngine.running_gauge, SGLangEngine.queue_gauge) == ("sglang:num_running_reqs",
                                                                       "sglang:num_queue_reqs")
+
+
+# SGLang 0.5.23's own format string (mem_cache/kv_cache_configurator.py resolve_max_num_reqs), filled as it logs it
+MAMBA_FMT = ("max_running_requests is capped to %d by the mamba state cache (max_mamba_cache_size=%d, %d state "
+             "slots per request). To raise it: increase --mamba-full-memory-ratio or --max-mamba-cache-size, or halve "
+             "the state size with --mamba-ssm-dtype bfloat16.")
+
+
+def test_mamba_state_slot_cap_from_the_log_lowers_and_explains_the_cap() -> None:
+    """Issue 15 item 2: a hybrid model's state slots cap running requests and SGLang says so only in its log."""
+    from cluster.engines.sglang import mamba_cap_from_log
+
+    line = "[2026-11-30 10:00:01 TP0] WARNING kv_cache_configurator.py:3141: " + MAMBA_FMT % (15, 80, 5)
+    assert mamba_cap_from_log(["noise", line]) == (15, mamba_cap_from_log([line])[1])  # type: ignore[index]
+    value, cause = mamba_cap_from_log([line]) or (0, "")
+    assert value == 15 and "5 slots per request" in cause and "max_mamba_cache_size=80" in cause
+    # an older release's server_info without the scheduler's figure: the log is the only cap
+    old = SGLangEngine().concurrency_cap({"server_info": {"max_running_requests": 64}}, [line])
+    assert old == ConcurrencyCap(15, "server log: mamba state cache line", 64, cause)
+    # 0.5.23 reports the lowered figure in internal_states too: keep that source, add the cause
+    new = {"max_running_requests": 64, "internal_states": [{"effective_max_running_requests_per_dp": 15}]}
+    cap = SGLangEngine().concurrency_cap({"server_info": new}, [line])
+    assert cap is not None and (cap.value, cap.cause) == (15, cause) and cap.source.startswith("server_info.")
+    assert SGLangEngine().concurrency_cap({"server_info": new}) == ConcurrencyCap(
+        15, "server_info.internal_states[0].effective_max_running_requests_per_dp", 64)
+    assert SGLangEngine.cap_log_marker is not None and SGLangEngine.cap_log_marker in line

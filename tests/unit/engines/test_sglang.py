@@ -14,6 +14,7 @@ from cluster.engines.sglang import (
     detect_version,
     flag_name,
     parse_version,
+    VersionMismatchError,
     resolve_version,
     server_info_summary,
     version_adjusted_args,
@@ -118,12 +119,23 @@ def test_detect_version_reads_the_engine_interpreter(tmp_path: Path) -> None:
 
 
 def test_resolve_version_order(tmp_path: Path) -> None:
+    """Issue 15 item 5: the installed version wins; the declared one only where detection is impossible; a
+    mismatch is an error (before, a declared 0.5.20 silently overrode an installed 0.5.9)."""
     detect_version.cache_clear()
     py = _fake_python(tmp_path, "echo 0.5.9")
-    assert resolve_version("0.5.20", py) == "0.5.20"
+    with pytest.raises(VersionMismatchError, match="declares '0.5.20'.*'0.5.9'") as e:
+        resolve_version("0.5.20", py)
+    assert e.value.field == "engines.sglang.version"
+    assert resolve_version("0.5.9", py) == "0.5.9"
     assert resolve_version(None, py) == "0.5.9"
     detect_version.cache_clear()
+    post = _fake_python(tmp_path, "echo 0.5.23.post1")
+    assert resolve_version("0.5.23", post) == "0.5.23.post1"
+    detect_version.cache_clear()
     assert resolve_version(None, _fake_python(tmp_path, "exit 1")) == DEFAULT_VERSION
+    detect_version.cache_clear()
+    assert resolve_version("0.5.12", _fake_python(tmp_path, "exit 1")) == "0.5.12"
+    assert resolve_version("0.5.12", str(tmp_path / "no-such-python")) == "0.5.12"
 
 
 def test_launch_detects_the_installed_version(tmp_path: Path) -> None:
@@ -132,9 +144,13 @@ def test_launch_detects_the_installed_version(tmp_path: Path) -> None:
     cmd = SGLangEngine().launch(variant({"cuda-graph-max-bs-decode": 16}), "h", 1, EngineLauncher(python=py), "python")
     assert cmd.argv[:3] == (py, "-m", "sglang.launch_server")
     assert "--cuda-graph-max-bs" in cmd.argv
-    declared = SGLangEngine().launch(variant({"cuda-graph-max-bs": 16}), "h", 1,
-                                     EngineLauncher(python=py, version="0.5.23"), "python")
-    assert "--cuda-graph-max-bs-decode" in declared.argv
+    with pytest.raises(VersionMismatchError):
+        SGLangEngine().launch(variant({"cuda-graph-max-bs": 16}), "h", 1,
+                              EngineLauncher(python=py, version="0.5.23"), "python")
+    remote = SGLangEngine().launch(variant({"cuda-graph-max-bs": 16}), "h", 1,
+                                   EngineLauncher(launcher=["sglang", "serve"], version="0.5.23"), "python")
+    assert "--cuda-graph-max-bs-decode" in remote.argv
+    assert SGLangEngine().version_for(EngineLauncher(python=py), "python") == "0.5.12"
 
 
 def test_server_info_summary() -> None:

@@ -25,6 +25,7 @@ SPEC_PATTERN = [3, 2, 1, 4]
 FAIL_HTTP = 1  # first input id that makes the fake answer 503
 FAIL_MIDSTREAM = 2  # first input id that makes the fake send an error chunk after two chunks
 BYTEWISE = 3  # first input id that makes the fake write its events a few bytes at a time
+GARBAGE = 4  # first input id that makes the fake answer one token over and over (a NaN row decodes like this)
 
 
 def chunk_sizes(max_tokens: int) -> list[int]:
@@ -68,7 +69,7 @@ class FakeSGLang:
                     err = {"error": {"message": "scheduler died", "type": "internal", "code": 500}}
                     await resp.write(b"data: " + json.dumps(err).encode() + b"\n\n")
                     break
-                out.extend(range(len(out), len(out) + size))
+                out.extend([7] * size if ids[0] == GARBAGE else range(len(out), len(out) + size))
                 last = k == len(sizes) - 1
                 meta: dict[str, Any] = {
                     "id": "x", "finish_reason": {"type": "length", "length": n} if last else None,
@@ -349,3 +350,25 @@ def test_open_loop_gamma_point_sends_on_the_gamma_schedule() -> None:
     expected = gamma_offsets_ns(n, rate, cv, np.random.default_rng(42)).tolist()
     assert res.requests.column("intended_send_ns").to_pylist() == expected
     assert expected != poisson_offsets_ns(n, rate, np.random.default_rng(42)).tolist()
+
+
+def test_a_deterministic_output_sample_is_kept_and_judged() -> None:
+    """Issue 15 item 4: 1 in 32 requests (at least 4) keep their output ids; a garbage one makes the run invalid."""
+    from cluster.loadgen.output_sample import sample_indices, sample_verdict
+
+    assert sample_indices(128) == {0, 32, 64, 96} and sample_indices(16) == {0, 4, 8, 12}
+    assert sample_indices(3) == {0, 1, 2} and len(sample_indices(1000)) == 32
+
+    async def body(fake: FakeSGLang, url: str) -> WindowResult:
+        return await _window(url, _prompts(16, {8: GARBAGE}), LoadPoint("concurrency", 4))
+
+    res = asyncio.run(_with_server(0.001, body))
+    _ = res.requests  # every request still recorded; only the sampled ones keep output
+    assert [x.request_index for x in res.samples] == [0, 4, 8, 12]
+    assert res.samples[0].output_ids == tuple(range(11)) and res.samples[0].degenerate() is None
+    assert res.samples[2].output_ids == (7,) * 11
+    reason, evidence = sample_verdict(res.samples)
+    assert reason is not None and "1 of 4 sampled outputs are garbage (request 8" in reason
+    assert evidence["indices"] == [0, 4, 8, 12]
+    assert evidence["degenerate"] == [{"request_index": 8, "reason": "one token (7) is 11/11 of the output",
+                                       "output_ids_head": [7] * 11, "text_head": "t" * 11}]

@@ -120,10 +120,11 @@ def test_json_report_is_stable_and_serialisable(tmp_path: Path) -> None:
     j = json.loads(json.dumps(r.to_json()))
     assert j["schema"] == 1
     assert set(j) == {"schema", "model_dir", "config", "files", "tensors", "modules", "mtp", "quantization",
-                      "params", "speculative", "warnings"}
+                      "params", "speculative", "identity", "warnings"}
     assert j["mtp"]["verdict"] == "present" and j["config"]["mtp_declared_layers"] == 1
     assert j["speculative"]["supported"] == ["NEXTN", "MTP", "EAGLE", "NGRAM"]
-    assert j["tensors"]["by_dtype"] == {"BF16": 86, "F32": 99, "F8_E4M3": 48, "U8": 48}
+    # 3 Gated-DeltaNet layers with Qwen3.5's four input projections (in_proj_qkv/z/b/a) each
+    assert j["tensors"]["by_dtype"] == {"BF16": 86 + 3 * 2, "F32": 99, "F8_E4M3": 48, "U8": 48}
 
 
 def test_mtp_unquantized_but_not_excluded_warns(tmp_path: Path) -> None:

@@ -30,13 +30,27 @@ def test_acceptance_length_matches_expectation(k: int) -> None:
     se = math.sqrt(var / len(samples))
     expected = expected_accept_length(probs)
     assert abs(mean - expected) < 3 * se
-    want = {1: 1.8, 2: 1 + 0.8 + 0.8 * 0.65, 3: 1 + 0.8 + 0.52 + 0.26}.get(k)
+    want = {1: 1.93, 2: 1 + 0.93 + 0.93 * 0.86, 3: 1 + 0.93 + 0.93 * 0.86 + 0.93 * 0.86 * 0.8}.get(k)
     if want is not None:
         assert expected == pytest.approx(want)
 
 
+def test_default_acceptance_is_calibrated_to_the_cited_qwen35_figure() -> None:
+    """Issue 15 item 10: 0.8/0.65/0.5 gave 2.58 tokens per step at depth 3; public Qwen3.5 MTP figures exceed 3.3."""
+    import yaml
+    from pathlib import Path
+
+    from cluster.sim.model import QWEN35_MTP_CITED_ACCEPT_LENGTH
+
+    assert QWEN35_MTP_CITED_ACCEPT_LENGTH > 3.3
+    assert expected_accept_length(accept_probs_for(Knobs(), 3)) == pytest.approx(QWEN35_MTP_CITED_ACCEPT_LENGTH,
+                                                                                 abs=0.01)
+    demo = yaml.safe_load((Path(__file__).parents[3] / "experiments" / "demo-sim.yaml").read_text())
+    assert tuple(demo["sim"]["accept_probs"]) == Knobs().accept_probs
+
+
 def test_probs_extend_by_repeating_last_and_mtp_absent_is_one() -> None:
-    assert accept_probs_for(Knobs(), 5) == (0.8, 0.65, 0.5, 0.5, 0.5)
+    assert accept_probs_for(Knobs(), 5) == (0.93, 0.86, 0.8, 0.8, 0.8)
     absent = accept_probs_for(Knobs(mtp_absent=True), 3)
     rng = random.Random(0)
     assert all(draw_accepted(rng, absent) == 0 for _ in range(1000))
@@ -85,9 +99,11 @@ def test_scheduler_honours_max_running_and_counts_verify_steps() -> None:
         assert r.finished and r.generated == 12
         assert r.spec_verify_ct >= 11 / 3
         # SGLang counts every accepted draft, also past max_new_tokens (recorded: echo NEXTN-3, 12 tokens, 3 verify
-        # steps, 9 correct drafts), so the last step may count up to steps - 1 more than the tokens it kept
+        # steps, 9 correct drafts), so the last step may count up to `steps` more than the tokens it kept (all its
+        # drafts accepted with one token left to generate: the bonus token is kept, every draft cut); the old bound
+        # of steps - 1 held only while the 0.8/0.65/0.5 acceptance never drew that case for this seed
         cut = r.spec_num_correct_drafts - (r.generated - 1 - r.spec_verify_ct)
-        assert 0 <= cut <= 1
+        assert 0 <= cut <= 2
         assert sum(r.spec_correct_drafts_histogram) == r.spec_verify_ct
         assert sum(i * h for i, h in enumerate(r.spec_correct_drafts_histogram)) == r.spec_num_correct_drafts
         assert 1 <= len(r.spec_correct_drafts_histogram) <= 3 and r.spec_correct_drafts_histogram[-1] > 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -79,3 +80,21 @@ def test_run_keys_keep_declared_options_and_knobs_only() -> None:
     assert ident["tuning"] == {"kind": "flashinfer_autotune", "options": {"extend": True, "warmup_requests": 1}}
     assert ident["sim"] == {"time_scale": 0.0, "seed": 3}
     assert len({r.run_key for r in make_plan(spec)}) == len(make_plan(spec))
+
+
+def test_a_dumped_spec_keeps_the_experiments_sim_knobs() -> None:
+    """model_dump → model_validate must not turn a variant's unset knobs into overrides of the experiment's."""
+    from cluster.plan.runs import expand_variants
+    from cluster.spec.loader import load_spec
+
+    spec = load_spec(Path(__file__).resolve().parents[3] / "experiments" / "demo-sim.yaml")
+    data = spec.model_dump(mode="json")
+    data["sim"]["time_scale"] = 0.05
+    again = ExperimentSpec.model_validate(data)
+    assert {v.name: v.sim.time_scale for v in expand_variants(again)} == \
+        {v.name: 0.05 for v in expand_variants(spec)}
+    # what a variant does set survives the round trip
+    data["variants"][1]["sim"] = {"accept_probs": [0.5]}
+    nextn = [v for v in expand_variants(ExperimentSpec.model_validate(data)) if v.name.startswith("nextn")]
+    assert all(v.sim.accept_probs == (0.5,) or list(v.sim.accept_probs) == [0.5] for v in nextn)
+    assert all(v.sim.time_scale == 0.05 for v in nextn)

@@ -1,0 +1,93 @@
+"""Capacity at an SLO: which load to probe next, and the answer, as pure functions of the probes so far."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, Optional, Sequence
+
+
+@dataclass(frozen=True)
+class CapacitySearch:
+    """Find the highest load in [min_load, max_load] whose SLO attainment stays at or above `target`, to within
+    `resolution` (load units; concurrency is searched over integers, so its resolution is at least 1)."""
+
+    target: float
+    min_load: float
+    max_load: float
+    resolution: float
+    integer: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0 < self.target <= 1:
+            raise ValueError(f"target {self.target} must be an attainment fraction in (0, 1]")
+        if not 0 < self.min_load < self.max_load:
+            raise ValueError(f"need 0 < min_load < max_load, got {self.min_load} and {self.max_load}")
+        if not self.resolution > 0:
+            raise ValueError(f"resolution {self.resolution} must be positive")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One measured probe: its load and the SLO attainment its run recorded."""
+
+    load: float
+    attainment: float
+
+
+@dataclass(frozen=True)
+class CapacityAnswer:
+    """The highest load seen to meet the SLO below the lowest one seen to miss it. status: 'found' (bracketed to
+    the resolution), 'below_min' (min_load already misses: capacity < min_load, value None), 'at_max' (max_load
+    still meets it: capacity ≥ max_load), 'searching' (not finished)."""
+
+    value: Optional[float]
+    lowest_miss: Optional[float]
+    status: Literal["found", "below_min", "at_max", "searching"]
+
+
+def _bracket(probes: Sequence[Probe], target: float) -> tuple[Optional[float], Optional[float]]:
+    """(highest meeting load below the lowest missing one, lowest missing load): a noisy, non-monotone probe
+    above a miss never raises the answer."""
+    misses = [p.load for p in probes if p.attainment < target]
+    lowest_miss = min(misses) if misses else None
+    meets = [p.load for p in probes if p.attainment >= target and (lowest_miss is None or p.load < lowest_miss)]
+    return (max(meets) if meets else None), lowest_miss
+
+
+def answer(search: CapacitySearch, probes: Sequence[Probe]) -> CapacityAnswer:
+    """The answer the probes so far support."""
+    meet, miss = _bracket(probes, search.target)
+    if miss is not None and miss <= search.min_load:
+        return CapacityAnswer(None, miss, "below_min")
+    if meet is not None and meet >= search.max_load:
+        return CapacityAnswer(meet, None, "at_max")
+    if meet is not None and miss is not None and miss - meet <= _step(search):
+        return CapacityAnswer(meet, miss, "found")
+    return CapacityAnswer(meet, miss, "searching")
+
+
+def _step(search: CapacitySearch) -> float:
+    return max(search.resolution, 1.0) if search.integer else search.resolution
+
+
+def next_probe(search: CapacitySearch, probes: Sequence[Probe]) -> Optional[float]:
+    """The load to measure next, or None when the answer is settled: min_load first; while every probe meets the
+    SLO, double the highest one (capped at max_load) to bracket; then bisect between the highest meeting load and
+    the lowest missing one until they are within the resolution. Each probe is a normal recorded run."""
+    if not probes:
+        return search.min_load
+    if answer(search, probes).status != "searching":
+        return None
+    meet, miss = _bracket(probes, search.target)
+    assert meet is not None  # a miss at min_load is 'below_min'; min_load is probed first
+    if miss is None:
+        nxt = min(search.max_load, meet * 2)
+    else:
+        nxt = (meet + miss) / 2
+    if search.integer:
+        nxt = float(math.floor(nxt)) if miss is not None else float(math.ceil(nxt))
+        if miss is not None and nxt <= meet:
+            nxt = meet + 1
+    done = {p.load for p in probes}
+    return None if nxt in done else nxt

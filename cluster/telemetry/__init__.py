@@ -1,0 +1,1 @@
+"""GPU telemetry during measured windows: the readings, the sampling loop and its samplers (NVML; the simulator's device)."""

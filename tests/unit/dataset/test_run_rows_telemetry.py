@@ -1,0 +1,42 @@
+"""A run's GPU samples become its m_ figures and provenance telemetry; a run without them says why."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from cluster.dataset.run_rows import build_run_row
+from cluster.dataset.store import DatasetStore
+from cluster.telemetry.readings import REASON_HW_THERMAL, GpuReading
+from cluster.telemetry.recorder import TelemetryCapture, readings_table, unavailable
+from test_run_rows import SEGMENT, SERVER, _plan, _window, parse_spec_text, SPEC
+
+
+def test_gpu_figures_and_provenance(tmp_path: Path) -> None:
+    rows = [(t, GpuReading(gpu=g, power_w=200.0, energy_j=50.0 + 200.0 * t / 1e9, sm_clock_mhz=1900,
+                           clock_event_reasons=REASON_HW_THERMAL if t == 1_000_000_000 else 0))
+            for t in range(-100_000_000, 2_200_000_000, 100_000_000) for g in ("2", "3")]
+    cap = TelemetryCapture("nvml", 10.0, readings_table(rows, "nvml"))
+    out = replace(_window(2, 0), gpu_metrics=cap.samples, telemetry=cap)
+    row = build_run_row(_plan("base"), out, SERVER, SEGMENT, parse_spec_text(SPEC), [], None)
+    assert row["m_gpu_energy_j"] == pytest.approx(2 * 200.0 * 2.0)
+    tokens = row["m_output_tok_s"] * 2.0
+    assert row["m_energy_j_per_output_token"] == pytest.approx(800.0 / tokens)
+    assert row["m_gpu_throttled"] == 1.0 and row["m_sm_clock_mhz_min"] == 1900
+    tele = json.loads(row["provenance_json"])["telemetry"]
+    assert tele["source"] == "nvml" and tele["samples"] == len(rows) and tele["throttle_reasons"] == {"hw_thermal": 2}
+    assert row["status"] == "ok", "a throttled run is flagged (m_gpu_throttled, compare), not invalid"
+    store = DatasetStore(str(tmp_path), "rows")
+    store.write_run(_plan("base"), row)
+    runs = store.read_table("runs")
+    assert runs.column("m_gpu_throttled").to_pylist() == [1.0]
+
+
+def test_no_telemetry_is_said() -> None:
+    out = replace(_window(2, 0), telemetry=unavailable("the server computes on the CPU (device: cpu)"))
+    row = build_run_row(_plan("base"), out, SERVER, SEGMENT, parse_spec_text(SPEC), [], None)
+    tele = json.loads(row["provenance_json"])["telemetry"]
+    assert tele["unavailable"].startswith("the server computes on the CPU") and row["m_gpu_energy_j"] is None

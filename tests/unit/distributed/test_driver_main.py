@@ -1,0 +1,35 @@
+"""The Ray-job driver's log (what `sglbench submit` follows) ends with the comparison `sglbench run` prints, then
+the one JSON line with the counts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from tests.unit.analysis.test_comparison import build_dataset
+
+
+def test_driver_main_prints_the_comparison(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from cluster.distributed import driver
+
+    root = str(tmp_path)
+    build_dataset(root, "job", other="tuned", steps=[], conc=(1,), repeats=1, n_requests=8, out_tokens=8)
+    result = SimpleNamespace(dataset_root=root, counts=lambda: {"ok": 2}, skipped=0)
+    monkeypatch.setattr(driver, "load_spec", lambda path: SimpleNamespace(name="job"))
+    monkeypatch.setattr(driver, "init_ray", lambda *a: None)
+    monkeypatch.setattr(driver, "logical_gpus_for", lambda spec: None)
+
+    def fake_run(spec: Any, **kw: Any) -> Any:
+        return result
+
+    monkeypatch.setattr(driver, "run_experiment", fake_run)
+    assert driver.main(["exp.yaml"]) == 0
+    out = capsys.readouterr().out
+    assert f"dataset: {root}/job  runs: ok=2" in out
+    assert "job / chat: means over ok repeats" in out and "tuned" in out and "×base" in out
+    assert json.loads(out.strip().splitlines()[-1]) == {"dataset_root": root, "counts": {"ok": 2}, "skipped": 0}
