@@ -27,11 +27,12 @@ class TelemetryUnavailable(EnvironmentFault):
 
 def load_nvml() -> ModuleType:
     """pynvml from nvidia-ml-py, or TelemetryUnavailable saying how to get it."""
+    import importlib
+
     try:
-        import pynvml
+        return importlib.import_module("pynvml")
     except ImportError as e:
         raise TelemetryUnavailable("nvidia-ml-py is not installed (pip install 'sglbench[gpu]')") from e
-    return pynvml
 
 
 class NvmlSampler:
