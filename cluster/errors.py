@@ -7,6 +7,7 @@
     │   ├── CheckpointError                a checkpoint directory, config.json, index or shard header
     │   ├── PromptSourceError              a prompt file, corpus or tokenizer a workload names
     │   │   ├── DatasetError                   a jsonl prompt file
+    │   │   ├── ConversationError              a ShareGPT or messages dataset, or one of its rows (file:line)
     │   │   └── TextPromptError                a text corpus or its tokenizer
     │   ├── PreflightError                 what the experiment needs is not there (before any GPU is touched)
     │   ├── TuningError                    a tuning request that cannot be honoured (kind, options, NVFP4 MoE)

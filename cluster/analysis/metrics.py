@@ -37,6 +37,9 @@ computes the run-level statistics of them. Definitions:
 - slo_attainment: fraction of ALL requests that are ok and meet every SLO set (TTFT, TPOT, E2E; a request with
   one output token meets the TPOT SLO, as in SGLang's goodput); goodput_rps = such requests / duration_s.
   None when no SLO is given.
+- prefix_hit_rate: Σ cached_tokens / Σ prompt_tokens over ok requests that report both (prefix caching's share).
+- n_finish_stop / n_finish_length: ok requests by finish reason; eos_output_tokens_mean: mean output tokens of the
+  'stop' ones (what the model chose to write when ignore_eos is false).
 A statistic over an empty set is None.
 """
 
@@ -79,6 +82,10 @@ METRIC_NAMES: tuple[str, ...] = (
     "lag_ms_max",
     "slo_attainment",
     "goodput_rps",
+    "prefix_hit_rate",
+    "n_finish_stop",
+    "n_finish_length",
+    "eos_output_tokens_mean",
 )
 """Every key summarize_run returns, in a stable order (the runs table stores each as `m_<name>`)."""
 
@@ -105,6 +112,13 @@ METRIC_DEFINITIONS: dict[str, str] = {
     "lag_ms_max": "largest client send lag",
     "slo_attainment": "fraction of all requests ok and meeting every set SLO (TTFT, TPOT, E2E) (SGLang/vLLM goodput criterion)",
     "goodput_rps": "requests meeting every SLO / duration_s (SGLang/vLLM goodput)",
+    "prefix_hit_rate": "sum(cached_tokens) / sum(prompt_tokens) over ok requests reporting both: the share of prompt "
+                       "tokens served from the prefix cache (SGLang meta_info cached_tokens, vLLM usage "
+                       "prompt_tokens_details.cached_tokens)",
+    "n_finish_stop": "ok requests that finished on a stop condition (EOS or a stop string: finish_reason 'stop')",
+    "n_finish_length": "ok requests that finished at their max_tokens (finish_reason 'length')",
+    "eos_output_tokens_mean": "mean output tokens of the ok requests that finished on 'stop' (with ignore_eos: false, "
+                              "the lengths the model chose)",
 }
 """One line per metric: what it is and which peer definition it follows (latencies from request_metrics)."""
 
@@ -220,4 +234,15 @@ def summarize_run(
         n_good = int(good.sum())
         out["slo_attainment"] = _ratio(n_good, n)
         out["goodput_rps"] = n_good / duration_s if duration_s > 0 else None
+
+    cached, cached_ok = int_column(requests, "cached_tokens", 0)
+    both = ok & cached_ok & ptok_ok
+    out["prefix_hit_rate"] = _ratio(float(cached[both].sum()), float(ptok[both].sum())) if both.any() else None
+    if "finish_reason" in requests.schema.names:
+        reasons = np.asarray(requests.column("finish_reason").to_pylist(), dtype=object)
+        stop = ok & (reasons == "stop")
+        out["n_finish_stop"] = float(stop.sum())
+        out["n_finish_length"] = float((ok & (reasons == "length")).sum())
+        if stop.any():
+            out["eos_output_tokens_mean"] = float(out_tok[stop].mean())
     return out

@@ -166,11 +166,13 @@ ITL_TOKEN = Quantity(
 """Chunk-level quantities: rows of the `chunk_gaps` view (chunk_gaps() is their numpy side)."""
 
 
-def request_metrics_view_sql() -> str:
-    """CREATE VIEW request_metrics: one row per request, its key columns, ok, spec_verify_ct and every quantity."""
+def request_metrics_view_sql(has_category: bool = True) -> str:
+    """CREATE VIEW request_metrics: one row per request, its key columns, category, ok, spec_verify_ct and every
+    quantity. `has_category` False: a dataset written before the requests table had `category` (NULL there)."""
     cols = ",\n       ".join(f"{q.sql} AS {q.name}" for q in REQUEST_QUANTITIES)
+    category = "category" if has_category else "CAST(NULL AS VARCHAR) AS category"
     return (f"CREATE VIEW request_metrics AS\n"
-            f"SELECT run_key, variant, workload, load_kind, load_value, repeat, request_index,\n"
+            f"SELECT run_key, variant, workload, load_kind, load_value, repeat, request_index, {category},\n"
             f"       {OK_SQL} AS ok, spec_verify_ct,\n       {cols}\nFROM requests")
 
 

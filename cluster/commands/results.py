@@ -10,6 +10,7 @@ from typing import Any, Iterator, Optional
 import pandas as pd
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from cluster.errors import EnvironmentFault, SglbenchError
 from rich.table import Table
@@ -27,6 +28,10 @@ class Format(str, enum.Enum):
     csv = "csv"
     markdown = "markdown"
     json = "json"
+
+
+class By(str, enum.Enum):
+    category = "category"
 
 
 ROOT_OPT = typer.Option("results", "--root", help="Dataset root: a local path or a pyarrow filesystem URI.")
@@ -77,7 +82,7 @@ def _emit(df: pd.DataFrame, fmt: Format, title: str = "") -> None:
     elif fmt is Format.markdown:
         typer.echo(_markdown(df))
     else:
-        cols = [_column(df[c]) for c in df.columns]
+        cols = [[escape(v) for v in _column(df[c])] for c in df.columns]  # text: "[no CI]" is not markup
         print_table(console, [str(c) for c in df.columns], list(zip(*cols)) if cols else [], title=title,
                     right=[pd.api.types.is_numeric_dtype(df[c]) for c in df.columns])
 
@@ -99,9 +104,15 @@ def compare_cmd(
     ci: bool = typer.Option(False, "--ci", help="95% confidence intervals, speedup verdicts and quality warnings."),
     n_boot: int = typer.Option(2000, "--n-boot", min=100, help="Bootstrap resamples (with --ci)."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed (with --ci)."),
+    by: Optional[By] = typer.Option(None, "--by", help="Break the table down: 'category' (prompt categories, with "
+                                    "95% intervals)."),
 ) -> None:
     """Per load point and variant: means over ok repeats and output tok/s speedup over the baseline. With EXP_B:
-    EXP_B against EXP (same workload, load point and variant), each ratio > 1 when EXP_B is better."""
+    EXP_B against EXP (same workload, load point and variant), each ratio > 1 when EXP_B is better. With --by
+    category: per prompt category, with 95% intervals."""
+    if by is By.category:
+        print_compare_by_category(root, experiment, baseline, fmt.value, n_boot, seed)
+        return
     if experiment_b is not None or new_root is not None:
         print_cross(root, experiment, new_root or root, experiment_b or experiment, fmt.value, n_boot, seed)
         return
@@ -155,6 +166,38 @@ def grouped_warnings(df: pd.DataFrame) -> list[tuple[str, str]]:
             by_text.setdefault(w, []).append(f"{r.workload + ' ' if multi else ''}{load} {r.variant}")
     return [(text, f"all {len(points)} points" if len(points) == len(df) > 1 else ", ".join(points))
             for text, points in by_text.items()]
+
+
+def print_compare_by_category(root: str, experiment: str, baseline: Optional[str], fmt_name: str,
+                              n_boot: int = 2000, seed: int = 0) -> None:
+    """Render compare_by_category: per prompt category acceptance, TPOT, TTFT and throughput with intervals."""
+    from cluster.analysis.categories import category_view, compare_by_category
+
+    fmt = Format(fmt_name)
+    with _clear_errors():
+        df = compare_by_category(root, experiment, baseline, n_boot=n_boot, seed=seed)
+    if df.empty:
+        err_console.print(f"no ok runs recorded for experiment {experiment!r} under {root!r}")
+        raise typer.Exit(2)
+    with_cats = set(df.loc[df["category"] != "-", "workload"])
+    if with_cats:  # workloads whose prompts have no categories would only repeat the plain compare table
+        df = df[df["workload"].isin(with_cats)].reset_index(drop=True)
+    if fmt is not Format.table:
+        _emit(df, fmt)
+        return
+    view = category_view(df)
+    if df["workload"].nunique() == 1:
+        view = view.drop(columns="workload")
+    sim = " (simulated engine)" if "sim" in set(_engines(root, experiment)) else ""
+    _emit(view, fmt, title=f"{experiment} by category{sim}: estimate [95% CI]; * = baseline")
+    console.print(df.attrs.get("ci_method", ""), highlight=False, soft_wrap=True)
+
+
+def _engines(root: str, experiment: str) -> list[str]:
+    from cluster.dataset.store import DatasetStore
+
+    return [str(e) for e in DatasetStore(root, experiment).read_table("runs", columns=["engine"]).column("engine")
+            .to_pylist()]
 
 
 def print_compare(root: str, experiment: str, baseline: Optional[str], fmt_name: str) -> None:

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cluster.commands.results import print_compare
+from cluster.commands.results import print_compare, print_compare_by_category
 from cluster.engines.flagcheck import check_launch_flags
 from cluster.engines.registry import get_engine
 from cluster.plan.runs import expand_variants, make_plan
@@ -54,7 +54,8 @@ def _input_checks(spec: ExperimentSpec, output: Optional[str] = None,
     variants = expand_variants(spec)
     reports = _probe_here(spec) if reports is None else reports
     root = None if output is None else resolve_output_root(output, Path.cwd())
-    check_inputs(spec, variants, reports, Path.cwd(), root)
+    for note in check_inputs(spec, variants, reports, Path.cwd(), root):
+        err_console.print(f"[cyan]dataset[/] {note}", soft_wrap=True, highlight=False)
     # the simulator's flags here; SGLang's and vLLM's by their own parsers in the GPU node's preflight
     for line in check_launch_flags(spec, variants, sys.executable, on_node=False):
         err_console.print(line, style="yellow", markup=False, soft_wrap=True)
@@ -187,6 +188,8 @@ def run(
     console.print(f"dataset: {result.dataset_root}/{spec.name}  runs: " +
                   ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
     print_compare(result.dataset_root, spec.name, None, "table")
+    if any(w.prompts.source in ("sharegpt", "messages") for w in spec.workloads) and counts.get("ok"):
+        print_compare_by_category(result.dataset_root, spec.name, None, "table", n_boot=1000)
     if counts.get("failed"):
         raise typer.Exit(1)
 

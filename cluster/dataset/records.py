@@ -45,6 +45,7 @@ REQUEST_FIELDS = [
     pa.field("finish_reason", pa.string()),
     pa.field("error", pa.string()),
     pa.field("http_status", pa.int32()),
+    pa.field("category", pa.string()),
 ]
 """Scalar per-request columns (the `requests` table, after KEY_FIELDS)."""
 
@@ -122,6 +123,8 @@ class RequestRecord:
     finish_reason: Optional[str] = None
     error: Optional[str] = None
     http_status: Optional[int] = None
+    category: Optional[str] = None
+    """The prompt's category (a dataset row's, e.g. code or chat); None when the prompt source has none."""
 
     @property
     def ok(self) -> bool:

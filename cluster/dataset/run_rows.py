@@ -67,9 +67,9 @@ def _common(p: RunPlan, spec: ExperimentSpec, server: Optional[ServerFacts], seg
     return {
         "seed": p.seed,
         "order_index": p.order_index,
-        "input_tokens": p.workload.input_tokens,
-        "output_tokens": p.workload.output_tokens,
-        "max_tokens": p.workload.output_tokens,
+        "input_tokens": p.workload.input_tokens_nominal(),
+        "output_tokens": p.workload.output_tokens_nominal(),
+        "max_tokens": p.workload.output_tokens_nominal(),
         "tp": v.tp,
         "variant_family": v.family,
         "is_baseline": v.is_baseline,

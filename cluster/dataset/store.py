@@ -211,7 +211,9 @@ class DatasetStore:
             "spec_algorithm": v.speculative.algorithm if v.speculative else None,
             "spec_num_steps": v.speculative.num_steps if v.speculative else None,
             "spec_num_draft_tokens": v.speculative.num_draft_tokens if v.speculative else None,
-            "input_tokens": w.input_tokens, "output_tokens": w.output_tokens, "max_tokens": w.output_tokens,
+            # a distribution records its mean, the dataset's own lengths nothing (requests.max_tokens has each one)
+            "input_tokens": w.input_tokens_nominal(), "output_tokens": w.output_tokens_nominal(),
+            "max_tokens": w.output_tokens_nominal(),
         }
         for k, d in defaults.items():
             if row.get(k) is None:

@@ -279,13 +279,9 @@ class LoadActorImpl:
         self.model_path = model_path
 
     def _prompts(self, workload: WorkloadSpec, n: int, seed: int) -> Any:
-        if workload.prompts.source == "text":
-            from cluster.loadgen.text_prompts import build_text_prompts
-
-            return build_text_prompts(workload, n, seed, self.base_dir, self.model_path)
         from cluster.loadgen.datasets import build_prompt_sequence
 
-        return build_prompt_sequence(workload, n, seed, self.base_dir)
+        return build_prompt_sequence(workload, n, seed, self.base_dir, self.model_path)
 
     def run_gate(self, base_url: str, model_name: str, timeout_s: float = 300.0,
                  filler: Optional[int] = None) -> GateAnswers:
@@ -312,7 +308,7 @@ class LoadActorImpl:
         warm_ok = 0
         if warmup_requests > 0:
             warm_prompts = self._prompts(workload, warmup_requests, seed ^ 0x5EED)
-            warm_ok = asyncio.run(warmup(self.engine, base_url, workload.api, warm_prompts, workload.output_tokens,
+            warm_ok = asyncio.run(warmup(self.engine, base_url, workload.api, warm_prompts, workload.output_tokens_nominal() or 1,
                                          max(1, min(conc, warmup_requests)), workload.ignore_eos,
                                          workload.temperature, model_name, request_timeout_s))
         flushed = asyncio.run(flush(self.engine, base_url, flush_timeout_s))
@@ -340,7 +336,7 @@ class LoadActorImpl:
         def work() -> None:
             try:
                 box["res"] = run_load_point(
-                    self.engine, base_url, workload.api, prompts, workload.output_tokens, load, seed,
+                    self.engine, base_url, workload.api, prompts, workload.output_tokens_nominal() or 1, load, seed,
                     workload.ignore_eos, workload.temperature, model_name, request_timeout_s,
                     scrape_metrics=shard_index == 0, on_batch=lambda r, c: q.put(LoadBatch(r, c)),
                     batch_rows=batch_rows, shard_index=shard_index, num_shards=num_shards,

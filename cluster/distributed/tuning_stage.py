@@ -165,8 +165,8 @@ def _warm(spec: ExperimentSpec, variant: ResolvedVariant, base_url: str, per_wor
     model_name = spec.model.served_name or spec.model.path
     for w in spec.workloads:
         for i in range(per_workload):
-            ids = tuple(100 + (j * 7 + i) % 1000 for j in range(w.input_tokens))
-            req = engine.build_request("native", Prompt(input_ids=ids), min(w.output_tokens, WARMUP_OUTPUT_TOKENS),
+            ids = tuple(100 + (j * 7 + i) % 1000 for j in range(w.input_tokens_nominal() or 128))
+            req = engine.build_request("native", Prompt(input_ids=ids), min(w.output_tokens_nominal() or WARMUP_OUTPUT_TOKENS, WARMUP_OUTPUT_TOKENS),
                                        True, 0.0, model_name)
             http = urllib.request.Request(base_url + req.path, data=req.body, method="POST",
                                           headers={"Content-Type": "application/json"})

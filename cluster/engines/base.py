@@ -52,6 +52,8 @@ class LaunchCommand:
 class HttpRequest:
     path: str
     body: bytes
+    headers: Mapping[str, str] = field(default_factory=dict)
+    """Per-request headers on top of the session's (the category header)."""
 
 
 @dataclass
@@ -102,15 +104,42 @@ class StreamParser(ABC):
 
 
 @dataclass(frozen=True)
+class ChatTurn:
+    """One message of a conversation prompt, in OpenAI's roles."""
+
+    role: str
+    """system, user or assistant."""
+    content: str
+
+
+@dataclass(frozen=True)
 class Prompt:
-    """One prompt: token ids (exact input length) and/or text."""
+    """One prompt: token ids (exact input length) and/or text, and what travels with it."""
 
     input_ids: Optional[tuple[int, ...]] = None
     text: Optional[str] = None
+    messages: Optional[tuple[ChatTurn, ...]] = None
+    """A conversation prompt's turns: what the chat API sends (text / input_ids are the same turns flattened)."""
+    category: Optional[str] = None
+    """The prompt's category (code, math, ...): recorded per request and sent as CATEGORY_HEADER."""
+    max_tokens: Optional[int] = None
+    """This request's own output budget (a length distribution, or the dataset's reference answer); None: the
+    workload's fixed output_tokens."""
 
     def __post_init__(self) -> None:
         if self.input_ids is None and self.text is None:
             raise ValueError("a prompt needs input_ids or text")
+
+
+CATEGORY_HEADER = "X-Sglbench-Category"
+"""Request header carrying the prompt's category. Engines ignore unknown headers; the simulator reads it to apply
+a per-category acceptance (its `category_accept_probs` knob), since it has no language model to make acceptance
+depend on the content itself. Only ever sglbench's own category name, never prompt text."""
+
+
+def category_headers(prompt: Prompt) -> dict[str, str]:
+    """The per-request headers of a prompt: its category, when it has one."""
+    return {CATEGORY_HEADER: prompt.category} if prompt.category else {}
 
 
 API_KEY_ARGS = ("api-key", "api_key")

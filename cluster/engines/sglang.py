@@ -8,7 +8,8 @@ import re
 import subprocess
 from typing import Any, Mapping, Optional, Sequence
 
-from cluster.engines.base import ConcurrencyCap, Engine, HttpRequest, LaunchCommand, Prompt, StreamParser
+from cluster.engines.base import (ConcurrencyCap, Engine, HttpRequest, LaunchCommand, Prompt, StreamParser,
+                                  category_headers)
 from cluster.engines.streams import OpenAIStreamParser, SGLangNativeParser
 from cluster.errors import UserError
 from cluster.plan.runs import ResolvedVariant
@@ -379,15 +380,18 @@ def sglang_request_body(
         "return_spec_tokens_details": True,
     }
     if api == "chat":
-        text = prompt.text if prompt.text is not None else " ".join(str(t) for t in prompt.input_ids or ())
-        common["messages"] = [{"role": "user", "content": text}]
+        if prompt.messages is not None:
+            common["messages"] = [{"role": t.role, "content": t.content} for t in prompt.messages]
+        else:
+            text = prompt.text if prompt.text is not None else " ".join(str(t) for t in prompt.input_ids or ())
+            common["messages"] = [{"role": "user", "content": text}]
         return "/v1/chat/completions", common
     common["prompt"] = list(prompt.input_ids) if prompt.input_ids is not None else prompt.text
     return "/v1/completions", common
 
 
-def encode_request(path: str, body: Mapping[str, Any]) -> HttpRequest:
-    return HttpRequest(path, json.dumps(body, separators=(",", ":")).encode())
+def encode_request(path: str, body: Mapping[str, Any], headers: Mapping[str, str] = {}) -> HttpRequest:
+    return HttpRequest(path, json.dumps(body, separators=(",", ":")).encode(), dict(headers))
 
 
 def build_sglang_request(
@@ -400,7 +404,8 @@ def build_sglang_request(
     rid: Optional[str] = None,
 ) -> HttpRequest:
     """A streaming request to SGLang's native /generate or its OpenAI endpoints (the sim serves the same)."""
-    return encode_request(*sglang_request_body(api, prompt, max_tokens, ignore_eos, temperature, model_name, rid))
+    path, body = sglang_request_body(api, prompt, max_tokens, ignore_eos, temperature, model_name, rid)
+    return encode_request(path, body, category_headers(prompt))
 
 
 SERVER_INFO_KEYS = ("version", "internal_states", "max_running_requests", "speculative_algorithm")

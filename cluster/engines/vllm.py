@@ -6,7 +6,7 @@ import json
 import re
 from typing import Any, Mapping, Optional
 
-from cluster.engines.base import Engine, HttpRequest, Prompt, StreamParser
+from cluster.engines.base import Engine, HttpRequest, Prompt, StreamParser, category_headers
 from cluster.engines.prometheus import parse_prometheus, sum_metric
 from cluster.engines.sglang import encode_request, render_args, sglang_request_body
 from cluster.engines.streams import OpenAIStreamParser
@@ -119,7 +119,7 @@ class VLLMEngine(Engine):
         path, body = sglang_request_body(api, prompt, max_tokens, ignore_eos, temperature, model_name, rid)
         for key in _SGLANG_ONLY_FIELDS:
             body.pop(key, None)
-        return encode_request(path, body)
+        return encode_request(path, body, category_headers(prompt))
 
     def new_parser(self, api: str, keep_text: bool = False) -> StreamParser:
         return OpenAIStreamParser(keep_text)

@@ -1,6 +1,8 @@
-"""Seeded arrival schedules: open-loop Poisson send offsets; closed loop needs none (send when a slot frees)."""
+"""Seeded arrival schedules: open-loop Poisson or gamma send offsets; closed loop needs none (send when a slot frees)."""
 
 from __future__ import annotations
+
+from typing import Optional
 
 import numpy as np
 
@@ -25,6 +27,30 @@ def poisson_offsets_ns(n: int, rate_per_s: float, rng: np.random.Generator) -> n
     # cumulative sum in float64 then round once, so rounding errors do not accumulate across gaps
     out[1:] = np.rint(np.cumsum(gaps_ns)).astype(np.int64)
     return out
+
+
+def gamma_offsets_ns(n: int, rate_per_s: float, cv: float, rng: np.random.Generator) -> np.ndarray:
+    """Intended send offsets of `n` arrivals whose gaps are gamma-distributed with mean 1/rate and coefficient of
+    variation `cv` (shape 1/cv², scale cv²/rate): cv > 1 is bursty, cv < 1 regular. Offsets as poisson_offsets_ns
+    (first at 0, cumulative sum rounded once); the same generator state gives the same schedule."""
+    if n < 0:
+        raise ValueError(f"number of arrivals must be >= 0, got {n}")
+    if not rate_per_s > 0 or not np.isfinite(rate_per_s):
+        raise ValueError(f"request rate must be a positive finite number of requests/s, got {rate_per_s}")
+    if not cv > 0 or not np.isfinite(cv):
+        raise ValueError(f"coefficient of variation must be a positive finite number, got {cv}")
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    shape = 1.0 / (cv * cv)
+    gaps_ns = rng.gamma(shape, scale=NS_PER_S / (rate_per_s * shape), size=n - 1)
+    out = np.zeros(n, dtype=np.int64)
+    out[1:] = np.rint(np.cumsum(gaps_ns)).astype(np.int64)
+    return out
+
+
+def arrival_offsets_ns(n: int, rate_per_s: float, cv: Optional[float], rng: np.random.Generator) -> np.ndarray:
+    """Poisson offsets when `cv` is None, gamma ones otherwise."""
+    return poisson_offsets_ns(n, rate_per_s, rng) if cv is None else gamma_offsets_ns(n, rate_per_s, cv, rng)
 
 
 def mean_rate_per_s(offsets_ns: np.ndarray) -> float:

@@ -58,6 +58,7 @@ async def stream_request(
     t0_ns: int,
     timeout: aiohttp.ClientTimeout,
     rec: RequestRecord,
+    headers: Mapping[str, str] = {},
 ) -> int:
     """POST one streaming request and fill `rec` (send time, chunks, meta, error); return the response end (ns from t0).
 
@@ -70,7 +71,7 @@ async def stream_request(
     clock = time.monotonic_ns
     rec.actual_send_ns = clock() - t0_ns
     try:
-        async with session.post(url, data=body, timeout=timeout) as resp:
+        async with session.post(url, data=body, timeout=timeout, headers=headers or None) as resp:
             rec.http_status = resp.status
             if resp.status != 200:
                 text = await resp.text(errors="replace")

@@ -1,16 +1,19 @@
-"""Prompt sources: seeded random token ids of exact length, JSONL files; the same (workload, n, seed) gives the same prompts."""
+"""Prompt sources: seeded random token ids, JSONL files, corpora, conversation datasets; the same (workload, n, seed)
+gives the same prompts."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
-from typing import Any, Sequence, Union, overload
+from typing import Any, Optional, Sequence, Union, overload
 
 import numpy as np
 
 from cluster.engines.base import Prompt
 from cluster.errors import PromptSourceError
-from cluster.spec.models import WorkloadSpec
+from cluster.loadgen.lengths import INPUT_STREAM, OUTPUT_STREAM, draw_lengths, length_rng
+from cluster.spec.models import ConversationPrompts, LengthDist, WorkloadSpec
 
 RANDOM_ID_LOW = 100
 """Lowest random token id: the first ids of common vocabularies are special tokens (BOS/EOS/pad, control)."""
@@ -20,39 +23,69 @@ class DatasetError(PromptSourceError):
     """A prompt source that cannot be read; the message names the file, the line and what was expected."""
 
 
-def build_prompts(workload: WorkloadSpec, n: int, seed: int, base_dir: pathlib.Path) -> list[Prompt]:
-    """`n` prompts for `workload`, deterministic in (workload, n, seed); relative paths resolve against `base_dir`."""
+def build_prompts(workload: WorkloadSpec, n: int, seed: int, base_dir: pathlib.Path,
+                  model_path: str = "") -> list[Prompt]:
+    """`n` prompts for `workload`, deterministic in (workload, n, seed); relative paths resolve against `base_dir`.
+
+    A length distribution draws each prompt's input length (random_ids) and each request's max_tokens from
+    their own seeded streams (cluster/loadgen/lengths.py); `model_path` is where a tokenizer defaults to."""
     if n < 0:
         raise ValueError(f"number of prompts must be >= 0, got {n}")
     src = workload.prompts
+    if isinstance(src, ConversationPrompts):
+        from cluster.loadgen.conversations import conversation_prompts, load_selection
+
+        sel, encode = load_selection(workload, base_dir, model_path)
+        return conversation_prompts(sel, workload, n, seed, encode)
     if src.source == "random_ids":
-        return random_id_prompts(n, workload.input_tokens, src.vocab_size, np.random.default_rng(seed))
+        rng = np.random.default_rng(seed)
+        if isinstance(workload.input_tokens, LengthDist):
+            lengths = draw_lengths(workload.input_tokens, n, length_rng(seed, INPUT_STREAM))
+            out = [random_id_prompts(1, int(k), src.vocab_size, rng)[0] for k in lengths]
+        else:
+            assert isinstance(workload.input_tokens, int)  # the spec refuses 'dataset' for random_ids
+            out = random_id_prompts(n, workload.input_tokens, src.vocab_size, rng)
+        return with_output_budgets(out, workload, seed)
     if src.source == "jsonl":
-        assert src.path is not None  # PromptSource validation guarantees a path
-        path = pathlib.Path(src.path)
-        if not path.is_absolute():
-            path = base_dir / path
-        return sample_jsonl(load_jsonl_prompts(path), n, np.random.default_rng(seed))
+        return with_output_budgets(sample_jsonl(load_jsonl_prompts(resolve_path(src.path, base_dir)), n,
+                                                np.random.default_rng(seed)), workload, seed)
     if src.source == "text":
-        raise NotImplementedError(
-            f"workload {workload.name!r}: prompt source 'text' (a corpus tokenized on the node) is not implemented "
-            "yet; use 'random_ids' or 'jsonl'"
-        )
+        from cluster.loadgen.text_prompts import build_text_prompts
+
+        return with_output_budgets(build_text_prompts(workload, n, seed, base_dir, model_path), workload, seed)
     raise DatasetError(f"workload {workload.name!r}: unknown prompt source {src.source!r}")
 
 
-def build_prompt_sequence(workload: WorkloadSpec, n: int, seed: int, base_dir: pathlib.Path) -> Sequence[Prompt]:
-    """The prompts of `build_prompts`, identical, but random-id prompts kept as one int32 array (long windows).
+def resolve_path(path: Optional[str], base_dir: pathlib.Path) -> pathlib.Path:
+    assert path is not None  # the spec requires a path for file sources
+    p = pathlib.Path(path)
+    return p if p.is_absolute() else base_dir / p
+
+
+def with_output_budgets(prompts: list[Prompt], workload: WorkloadSpec, seed: int) -> list[Prompt]:
+    """The prompts with one seeded max_tokens each when output_tokens is a distribution (unchanged otherwise)."""
+    if not isinstance(workload.output_tokens, LengthDist):
+        return prompts
+    budgets = draw_lengths(workload.output_tokens, len(prompts), length_rng(seed, OUTPUT_STREAM))
+    return [dataclasses.replace(p, max_tokens=int(b)) for p, b in zip(prompts, budgets)]
+
+
+def build_prompt_sequence(workload: WorkloadSpec, n: int, seed: int, base_dir: pathlib.Path,
+                          model_path: str = "") -> Sequence[Prompt]:
+    """The prompts of `build_prompts`, identical, but fixed-length random-id prompts kept as one int32 array.
 
     A million 128-token prompts as tuples of Python ints take ~4.7 GB; as a `PromptArray` 0.5 GB, and each
     Prompt is built when its request is sent.
     """
     src = workload.prompts
-    if src.source == "random_ids":
+    if src.source == "random_ids" and isinstance(workload.input_tokens, int) \
+            and isinstance(workload.output_tokens, int):
+        assert not isinstance(src, ConversationPrompts)
         if n < 0:
             raise ValueError(f"number of prompts must be >= 0, got {n}")
-        return random_id_prompt_array(n, workload.input_tokens, src.vocab_size, np.random.default_rng(seed))
-    return build_prompts(workload, n, seed, base_dir)
+        return random_id_prompt_array(n, workload.input_tokens, src.vocab_size,
+                                      np.random.default_rng(seed))
+    return build_prompts(workload, n, seed, base_dir, model_path)
 
 
 class PromptArray(Sequence[Prompt]):

@@ -19,7 +19,7 @@ import pyarrow as pa
 from cluster.analysis.request_metrics import client_lag
 from cluster.engines.base import Engine, HttpRequest, Prompt
 from cluster.loadgen.output_sample import OutputSample, sample_indices
-from cluster.loadgen.arrivals import poisson_offsets_ns
+from cluster.loadgen.arrivals import arrival_offsets_ns
 from cluster.loadgen.client import new_session, stream_request
 from cluster.plan.runs import LoadPoint
 from cluster.loadgen.sink import DEFAULT_BATCH_ROWS, BatchCallback, RecordSink
@@ -100,7 +100,7 @@ async def _dispatch(
     base_url: str,
     api: str,
     request_for: Callable[[int], HttpRequest],
-    prompt_len_for: Callable[[int], int],
+    prompt_for: Callable[[int], Prompt],
     indices: range,
     n_total: int,
     max_tokens: int,
@@ -122,12 +122,14 @@ async def _dispatch(
     clock = time.monotonic_ns
 
     async def one(i: int, intended_ns: int) -> None:
+        p = prompt_for(i)
         rec = RequestRecord(
             request_index=i,
             intended_send_ns=intended_ns,
             actual_send_ns=intended_ns,
-            prompt_tokens_sent=prompt_len_for(i),
-            max_tokens=max_tokens,
+            prompt_tokens_sent=_prompt_len(p),
+            max_tokens=p.max_tokens or max_tokens,
+            category=p.category,
         )
         try:
             r = request_for(i)
@@ -136,7 +138,7 @@ async def _dispatch(
                 url = urls[r.path] = base_url + r.path
             keep = i in sampled
             parser = new_parser(api, keep_text=True) if keep else new_parser(api)
-            end_ns = await stream_request(session, url, r.body, parser, t0_ns, timeout, rec)
+            end_ns = await stream_request(session, url, r.body, parser, t0_ns, timeout, rec, r.headers)
             if keep and samples is not None:
                 ids = parser.output_ids()
                 samples.append(OutputSample(i, tuple(ids) if ids is not None else None, parser.text(), rec.error))
@@ -163,7 +165,8 @@ async def _dispatch(
         await asyncio.gather(*(worker() for _ in range(min(workers, len(indices)))))
     elif load.kind == "rate":
         # the global schedule of all n requests, of which this shard sends its own indices
-        offsets = poisson_offsets_ns(n_total, load.value, np.random.default_rng(seed))[indices.start::indices.step]
+        offsets = arrival_offsets_ns(n_total, load.value, load.arrival_cv,
+                                     np.random.default_rng(seed))[indices.start::indices.step]
         cap = (asyncio.Semaphore(max(1, shard_concurrency(int(load.max_concurrency), shard_index, num_shards)))
                if load.max_concurrency else None)
         tasks: set[asyncio.Task[None]] = set()
@@ -235,10 +238,11 @@ async def run_window(
 
     def request_for(i: int) -> HttpRequest:
         # built at send time: a long window never holds every request body at once
-        return engine.build_request(api, prompts[i], max_tokens, ignore_eos, temperature, model_name)
+        p = prompts[i]
+        return engine.build_request(api, p, p.max_tokens or max_tokens, ignore_eos, temperature, model_name)
 
-    def prompt_len_for(i: int) -> int:
-        return _prompt_len(prompts[i])
+    def prompt_for(i: int) -> Prompt:
+        return prompts[i]
 
     if load.kind == "concurrency":
         limit = shard_concurrency(int(load.value), shard_index, num_shards)
@@ -257,7 +261,7 @@ async def run_window(
         window_start_unix_s = time.time()
         t0_ns = time.monotonic_ns()
         samples: list[OutputSample] = []
-        await _dispatch(session, engine, base_url, api, request_for, prompt_len_for, indices, n_total, max_tokens,
+        await _dispatch(session, engine, base_url, api, request_for, prompt_for, indices, n_total, max_tokens,
                         load, seed, request_timeout_s, t0_ns, sink, num_shards, shard_index,
                         sample_indices(n_total), samples)
         sink.flush()

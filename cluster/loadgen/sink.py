@@ -78,6 +78,7 @@ class RecordSink:
         c["finish_reason"].append(rec.finish_reason)
         c["error"].append(rec.error)
         c["http_status"].append(rec.http_status)
+        c["category"].append(rec.category)
         if n:
             self._ch_req.extend([rec.request_index] * n)
             self._ch_idx.extend(range(n))

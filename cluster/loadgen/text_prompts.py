@@ -18,7 +18,8 @@ import numpy as np
 
 from cluster.engines.base import Prompt
 from cluster.errors import PromptSourceError
-from cluster.spec.models import WorkloadSpec
+from cluster.loadgen.lengths import INPUT_STREAM, draw_lengths, length_rng
+from cluster.spec.models import LengthDist, TextPrompts, WorkloadSpec
 
 
 class TextPromptError(PromptSourceError):
@@ -67,18 +68,23 @@ def build_text_prompts(workload: WorkloadSpec, n: int, seed: int, base_dir: Path
     from tokenizers import Tokenizer
 
     src = workload.prompts
-    assert src.path is not None
+    assert isinstance(src, TextPrompts) and src.path is not None
     corpus_path = Path(src.path) if Path(src.path).is_absolute() else base_dir / src.path
     tok = Tokenizer.from_file(str(tokenizer_file(src.tokenizer, model_path, base_dir)))
     ids = tok.encode(_corpus_text(corpus_path), add_special_tokens=False).ids
-    need = workload.input_tokens
+    need = workload.input_tokens_max()
+    assert need is not None  # the spec refuses input_tokens 'dataset' for a corpus
     if len(ids) < need:
         raise TextPromptError(f"{corpus_path}: the corpus has {len(ids)} tokens, fewer than input_tokens={need}")
     corpus = np.asarray(ids, dtype=np.int64)
     rng = np.random.default_rng(seed)
     starts = rng.integers(0, len(corpus) - need + 1, size=n)
+    if isinstance(workload.input_tokens, LengthDist):
+        sizes = draw_lengths(workload.input_tokens, n, length_rng(seed, INPUT_STREAM)).tolist()
+    else:
+        sizes = [need] * n
     out = []
-    for s in starts:
-        window = corpus[s: s + need].tolist()
+    for s, size in zip(starts, sizes):
+        window = corpus[s: s + size].tolist()
         out.append(Prompt(input_ids=tuple(window), text=tok.decode(window)))
     return out

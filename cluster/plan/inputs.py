@@ -20,7 +20,8 @@ from cluster.plan.preflight import PreflightError
 from cluster.plan.runs import ResolvedVariant
 from cluster.probe.checkpoint import ProbeReport
 from cluster.probe.safetensors_header import describe_non_file
-from cluster.spec.models import EngineLauncher, EngineName, ExperimentSpec, WorkloadSpec
+from cluster.spec.models import (ConversationPrompts, EngineLauncher, EngineName, ExperimentSpec, RandomIdsPrompts,
+                                 TextPrompts, WorkloadSpec)
 
 RAY_PORTS: dict[int, str] = {6379: "Ray's GCS server", 8265: "Ray's dashboard", 10001: "Ray's client server",
                              8076: "Ray's object manager", 52365: "Ray's dashboard agent"}
@@ -55,46 +56,58 @@ def _resolve(path: str, base_dir: Path) -> Path:
 
 
 def check_prompts(spec: ExperimentSpec, variants: Sequence[ResolvedVariant], reports: Mapping[str, ProbeReport],
-                  base_dir: Path, *, absent_ok: bool = False) -> None:
+                  base_dir: Path, *, absent_ok: bool = False) -> list[str]:
     """Every workload's prompts exist, parse, and fit every variant's model. `absent_ok`: an absolute prompt path
-    missing here may exist on the GPU node (checked again there)."""
+    missing here may exist on the GPU node (checked again there). Returns one note per conversation dataset: its
+    rows read, used (per category) and filtered by reason."""
+    notes: dict[str, str] = {}
     for i, w in enumerate(spec.workloads):
         for v in variants:
             limits = limits_for(v, reports)
-            _check_workload(spec.model.path, i, w, limits, base_dir, absent_ok)
+            note = _check_workload(spec.model.path, i, w, limits, base_dir, absent_ok)
+            if note is not None:
+                notes.setdefault(w.name, note)
+    return [f"workload {name!r}: {note}" for name, note in notes.items()]
 
 
 def _check_workload(model_path: str, i: int, w: WorkloadSpec, limits: ModelLimits, base_dir: Path,
-                    absent_ok: bool) -> None:
+                    absent_ok: bool) -> Optional[str]:
     field = f"workloads.{i}"
     ctx = limits.context_tokens
-    if ctx is not None and w.input_tokens + w.output_tokens > ctx:
-        raise PreflightError(f"{field}.input_tokens: {w.input_tokens} input + {w.output_tokens} output tokens do not fit "
-                             f"the model's context of {ctx} tokens ({limits.source})", field=f"{field}.input_tokens",
+    n_in, n_out = w.input_tokens_max(), w.output_tokens_max()
+    if ctx is not None and n_in is not None and n_out is not None and n_in + n_out > ctx:
+        # a distribution's max is what the longest request asks for: long-context load points fail here, not on
+        # the GPU node after the model has loaded
+        which = "input + output tokens" if isinstance(w.input_tokens, int) and isinstance(w.output_tokens, int) \
+            else "input + output tokens at the distributions' max"
+        raise PreflightError(f"{field}.input_tokens: {n_in} + {n_out} {which} do not fit the model's context of "
+                             f"{ctx} tokens ({limits.source})", field=f"{field}.input_tokens",
                              expected=f"input_tokens + output_tokens <= {ctx}")
     src = w.prompts
-    if src.source == "random_ids":
+    if isinstance(src, RandomIdsPrompts):
         if limits.vocab_size is not None and src.vocab_size > limits.vocab_size:
             raise PreflightError(f"{field}.prompts.vocab_size: {src.vocab_size} draws ids outside the model's vocabulary "
                                  f"of {limits.vocab_size} ({limits.source})", field=f"{field}.prompts.vocab_size",
                                  expected=f"at most {limits.vocab_size}")
-        return
-    assert src.path is not None  # the spec requires a path for jsonl and text sources
+        return None
+    assert src.path is not None  # the spec requires a path for file sources
     path = _resolve(src.path, base_dir)
     what = describe_non_file(str(path))
     if what == "does not exist" and absent_ok and Path(src.path).is_absolute():
-        return
+        return None
     if what is not None:
         raise PreflightError(f"{path}: {field}.prompts.path {what}", file=str(path), field=f"{field}.prompts.path",
                              expected=f"a readable {src.source} file")
-    if src.source == "text":
+    if isinstance(src, TextPrompts):
         from cluster.loadgen.text_prompts import tokenizer_file
 
         tok = src.tokenizer
         if tok is None and not Path(model_path).exists() and absent_ok:
-            return  # the model directory (and its tokenizer) lives on the GPU node: checked there
+            return None  # the model directory (and its tokenizer) lives on the GPU node: checked there
         tokenizer_file(tok, model_path, base_dir)
-        return
+        return None
+    if isinstance(src, ConversationPrompts):
+        return _check_conversations(model_path, field, w, src, limits, base_dir, absent_ok)
     from cluster.loadgen.datasets import DatasetError, load_jsonl_rows
 
     try:
@@ -102,19 +115,52 @@ def _check_workload(model_path: str, i: int, w: WorkloadSpec, limits: ModelLimit
     except DatasetError as e:
         raise PreflightError(f"{field}.prompts.path: {e}", file=e.file, field=e.field or f"{field}.prompts.path",
                              expected=e.expected) from None
+    out = n_out or 0
     for line, prompt in rows:
         ids = prompt.input_ids
         if ids is None:
             continue
-        if ctx is not None and len(ids) + w.output_tokens > ctx:
-            raise PreflightError(f"{path}:{line}: input_ids: a {len(ids)}-token prompt plus {w.output_tokens} output "
+        if ctx is not None and len(ids) + out > ctx:
+            raise PreflightError(f"{path}:{line}: input_ids: a {len(ids)}-token prompt plus {out} output "
                                  f"tokens does not fit the model's context of {ctx} tokens ({limits.source})",
                                  file=f"{path}:{line}", field="input_ids",
-                                 expected=f"at most {ctx - w.output_tokens} tokens")
+                                 expected=f"at most {ctx - out} tokens")
         if limits.vocab_size is not None and max(ids) >= limits.vocab_size:
             raise PreflightError(f"{path}:{line}: input_ids: id {max(ids)} is outside the model's vocabulary of "
                                  f"{limits.vocab_size} ({limits.source})", file=f"{path}:{line}", field="input_ids",
                                  expected=f"ids below {limits.vocab_size}")
+    return None
+
+
+def _check_conversations(model_path: str, field: str, w: WorkloadSpec, src: ConversationPrompts,
+                         limits: ModelLimits, base_dir: Path, absent_ok: bool) -> Optional[str]:
+    """Every row parses (file:line at the first that does not); with a tokenizer every used row fits the context
+    with its output budget. Returns the rows read / used / filtered note."""
+    from cluster.errors import PromptSourceError
+    from cluster.loadgen.conversations import load_selection, needs_tokenizer
+
+    if needs_tokenizer(w) and src.tokenizer is None and not Path(model_path).exists() and absent_ok:
+        return None  # counted with the model's own tokenizer, which lives on the GPU node: checked there
+    try:
+        sel, _ = load_selection(w, base_dir, model_path)
+    except PromptSourceError as e:
+        raise PreflightError(f"{field}.prompts.path: {e}", file=e.file, field=e.field or f"{field}.prompts.path",
+                             expected=e.expected) from None
+    if not sel.rows:
+        raise PreflightError(f"{field}.prompts: every row was filtered ({sel.summary()})", file=str(sel.path),
+                             field=f"{field}.prompts", expected="at least one usable row")
+    ctx = limits.context_tokens
+    fixed_out = w.output_tokens_max()
+    for r in sel.rows:
+        n_in = sel.input_tokens.get(r.line)
+        n_out = sel.output_tokens.get(r.line, fixed_out)
+        if ctx is not None and n_in is not None and n_out is not None and n_in + n_out > ctx:
+            raise PreflightError(f"{sel.path}:{r.line}: a {n_in}-token prompt plus {n_out} output tokens does not fit "
+                                 f"the model's context of {ctx} tokens ({limits.source}); set "
+                                 f"{field}.prompts.max_input_tokens to leave such rows out (they are then counted)",
+                                 file=f"{sel.path}:{r.line}", field=f"{field}.prompts.max_input_tokens",
+                                 expected=f"prompt + output <= {ctx} tokens")
+    return str(sel.summary())
 
 
 def resolve_output_root(output: str, base_dir: Path) -> str:
@@ -207,12 +253,14 @@ def check_engine_import(engine: str, module: str, launcher: Optional[EngineLaunc
 
 
 def check_inputs(spec: ExperimentSpec, variants: Sequence[ResolvedVariant], reports: Mapping[str, ProbeReport],
-                 base_dir: Path, output_root: Optional[str] = None) -> None:
-    """What this machine can check (validate/plan/run): prompts readable here, the output root, Ray's ports."""
-    check_prompts(spec, variants, reports, base_dir, absent_ok=True)
+                 base_dir: Path, output_root: Optional[str] = None) -> list[str]:
+    """What this machine can check (validate/plan/run): prompts readable here, the output root, Ray's ports.
+    Returns the notes to print (conversation datasets' rows read, used and filtered)."""
+    notes = check_prompts(spec, variants, reports, base_dir, absent_ok=True)
     if output_root is not None:
         check_output_root(output_root)
     check_ports(variants)
+    return notes
 
 
 def check_on_node(spec: ExperimentSpec, variants: Sequence[ResolvedVariant], reports: Mapping[str, ProbeReport],

@@ -86,10 +86,21 @@ class LoadPoint:
     kind: Literal["concurrency", "rate"]
     value: float
     max_concurrency: Optional[int] = None
+    arrival_cv: Optional[float] = None
+    """Open loop: gamma inter-arrival times with this coefficient of variation; None: Poisson (exponential gaps)."""
 
     @property
     def label(self) -> str:
-        return f"c{int(self.value)}" if self.kind == "concurrency" else f"r{self.value:g}"
+        if self.kind == "concurrency":
+            return f"c{int(self.value)}"
+        return f"r{self.value:g}" + (f" gamma cv {self.arrival_cv:g}" if self.arrival_cv is not None else "")
+
+    def identity(self) -> dict[str, Any]:
+        """What the run key hashes: Poisson points keep the form they had before gamma arrivals existed."""
+        out = asdict(self)
+        if out["arrival_cv"] is None:
+            del out["arrival_cv"]
+        return out
 
 
 @dataclass(frozen=True)
@@ -164,7 +175,8 @@ def _expand_one(spec: ExperimentSpec, v: VariantSpec) -> list[ResolvedVariant]:
 
 def load_points(spec: ExperimentSpec) -> list[LoadPoint]:
     pts = [LoadPoint("concurrency", float(c)) for c in spec.load.concurrency]
-    pts += [LoadPoint("rate", float(r), spec.load.max_concurrency) for r in spec.load.request_rate]
+    cv = spec.load.arrival_cv if spec.load.arrival == "gamma" else None
+    pts += [LoadPoint("rate", float(r), spec.load.max_concurrency, cv) for r in spec.load.request_rate]
     return pts
 
 
@@ -175,8 +187,8 @@ def run_key(
     ident = {
         "experiment": experiment,
         "variant": variant.identity(),
-        "workload": workload.model_dump(mode="json"),
-        "load": asdict(load),
+        "workload": workload.identity(),
+        "load": load.identity(),
         "repeat": repeat,
         "seed": seed,
         "schema_version": RECORD_SCHEMA_VERSION,

@@ -93,6 +93,12 @@ class Knobs(BaseModel):
     accept_probs: Annotated[tuple[Annotated[float, Field(ge=0.0, le=1.0)], ...], Field(min_length=1)] = (
         QWEN35_MTP_ACCEPT_PROBS)
     """Per-draft-position acceptance probabilities (the last one repeats; default: SGLang PR #18906's Qwen3.5 MTP)."""
+    category_accept_probs: Mapping[StrictStr, Annotated[tuple[Annotated[float, Field(ge=0.0, le=1.0)], ...],
+                                                        Field(min_length=1)]] = Field(default_factory=dict)
+    """Per prompt category, acceptance probabilities used instead of `accept_probs` for requests whose
+    X-Sglbench-Category header names it (the load client sends each prompt's category there). The simulator has
+    no language model, so the way speculative acceptance depends on what is asked (code accepts more drafts
+    than chat) is declared here by construction, never inferred; other categories use `accept_probs`."""
     answers: StrictBool = True
     """Answer the correctness gate's questions correctly."""
     late_divergence_after: Optional[_Count] = None
@@ -212,11 +218,12 @@ class SpecParams:
     num_draft_tokens: int
 
 
-def accept_probs_for(knobs: Knobs, num_steps: int) -> tuple[float, ...]:
-    """Per-draft-position acceptance probabilities (the last one repeated), zeros when the MTP head is absent."""
+def accept_probs_for(knobs: Knobs, num_steps: int, category: Optional[str] = None) -> tuple[float, ...]:
+    """Per-draft-position acceptance probabilities (the last one repeated), zeros when the MTP head is absent;
+    a category with its own entry in `category_accept_probs` uses that one."""
     if knobs.mtp_absent:
         return (0.0,) * num_steps
-    p = list(knobs.accept_probs)
+    p = list(knobs.category_accept_probs.get(category, knobs.accept_probs) if category else knobs.accept_probs)
     while len(p) < num_steps:
         p.append(p[-1])
     return tuple(p[:num_steps])
@@ -314,6 +321,8 @@ class SimRequest:
     out_ids: list[int]
     stops_on_eos: bool
     accept_rng: random.Random
+    probs: tuple[float, ...] = ()
+    """This request's per-draft-position acceptance probabilities (its category's, else the knob's)."""
     cached_tokens: int = 0
     generated: int = 0
     spec_verify_ct: int = 0
@@ -371,13 +380,16 @@ class Scheduler:
         self._new: list[SimRequest] = []
 
     def new_request(
-        self, rid: str, input_ids: Optional[Sequence[int]], text: Optional[str], max_new_tokens: int, ignore_eos: bool
+        self, rid: str, input_ids: Optional[Sequence[int]], text: Optional[str], max_new_tokens: int, ignore_eos: bool,
+        category: Optional[str] = None,
     ) -> SimRequest:
         key = prompt_key(input_ids, text)
         n_prompt = len(input_ids) if input_ids is not None else max(1, len((text or "").split()))
         ids, stops = output_ids(self.knobs, key, text, max_new_tokens, ignore_eos, self.spec is not None)
         rng = random.Random(_seed_from(self.knobs.seed, key, "accept"))
-        return SimRequest(rid=rid, prompt_tokens=n_prompt, key=key, out_ids=ids, stops_on_eos=stops, accept_rng=rng)
+        probs = accept_probs_for(self.knobs, self.spec.num_steps, category) if self.spec else ()
+        return SimRequest(rid=rid, prompt_tokens=n_prompt, key=key, out_ids=ids, stops_on_eos=stops, accept_rng=rng,
+                          probs=probs)
 
     def submit(self, req: SimRequest) -> None:
         if req.target == 0:
@@ -415,7 +427,7 @@ class Scheduler:
         gen = 0
         for req in self.running:
             if self.spec is not None:
-                acc = draw_accepted(req.accept_rng, self.probs)
+                acc = draw_accepted(req.accept_rng, req.probs)
                 n = min(1 + acc, req.target - req.generated)
                 req.spec_verify_ct += 1
                 # SGLang counts every accepted draft, also those cut off by max_new_tokens

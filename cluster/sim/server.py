@@ -20,6 +20,7 @@ from typing import Any, Awaitable, Callable, Optional, Sequence
 
 from aiohttp import web
 
+from cluster.engines.base import CATEGORY_HEADER
 from cluster.sim import tuning as sim_tuning
 from cluster.sim.device import SimDevice
 from cluster.sim.profiler import SimProfiler
@@ -121,8 +122,8 @@ class SimServer:
 
     # ---- request plumbing -----------------------------------------------------------------------------------
     def _submit(self, input_ids: Optional[list[int]], text: Optional[str], max_new: int, ignore_eos: bool,
-                rid: Optional[str]) -> tuple[SimRequest, asyncio.Event]:
-        req = self.sched.new_request(rid or uuid.uuid4().hex, input_ids, text, max_new, ignore_eos)
+                rid: Optional[str], category: Optional[str] = None) -> tuple[SimRequest, asyncio.Event]:
+        req = self.sched.new_request(rid or uuid.uuid4().hex, input_ids, text, max_new, ignore_eos, category)
         ev = asyncio.Event()
         req.on_progress = ev.set
         self.sched.submit(req)
@@ -330,7 +331,8 @@ class SimServer:
         if stream and self.pacer is not None:
             return await self._stream_fixed(request, body, list(ids) if ids is not None else None, text, max_new,
                                             ignore_eos, t_recv_ns)
-        req, ev = self._submit(list(ids) if ids is not None else None, text, max_new, ignore_eos, body.get("rid"))
+        req, ev = self._submit(list(ids) if ids is not None else None, text, max_new, ignore_eos, body.get("rid"),
+                               request.headers.get(CATEGORY_HEADER))
         return await self._respond(request, req, ev, self._writer(req, "native"), stream)
 
     async def _request_error(self, request: web.Request, message: str, stream: bool) -> web.StreamResponse:
@@ -395,7 +397,8 @@ class SimServer:
             max_new = int(max_new)
         except (ValueError, TypeError, AttributeError) as e:
             return _err(400, str(e))
-        req, ev = self._submit(ids, text, max_new, bool(body.get("ignore_eos", False)), body.get("rid"))
+        req, ev = self._submit(ids, text, max_new, bool(body.get("ignore_eos", False)), body.get("rid"),
+                               request.headers.get(CATEGORY_HEADER))
         opts = body.get("stream_options") or {}
         writer = self._writer(
             req, "chat" if chat else "completions", model=str(body.get("model") or self.args["served_model_name"]),

@@ -9,7 +9,7 @@ from typing import Any, Optional, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from cluster.spec.models import TUNING_MODELS, ExperimentSpec, FieldProblem, SpecError
+from cluster.spec.models import LENGTH_TAGS, PROMPT_TAGS, TUNING_MODELS, ConversationPrompts, ExperimentSpec, FieldProblem, SpecError
 from cluster.spec.secrets import is_secret_name, mask
 
 
@@ -136,15 +136,19 @@ def _models_in(ann: Any) -> list[type[BaseModel]]:
 
 
 def _tag_of(model: type[BaseModel]) -> Optional[str]:
-    kind = model.model_fields.get("kind")
+    if model is ConversationPrompts:
+        return "conversation"  # one model for two sources (sharegpt, messages): the union's tag names it
+    kind = model.model_fields.get("kind") or model.model_fields.get("source")
     return kind.default if kind is not None and isinstance(kind.default, str) else None
 
 
 def _without_tags(loc: tuple[Any, ...]) -> tuple[Any, ...]:
-    """Drop a tagged union's tag from an error location: `tuning.triton_moe.options.x` → `tuning.options.x`."""
+    """Drop a tagged union's tag from an error location: `tuning.triton_moe.options.x` → `tuning.options.x`,
+    `prompts.conversation.path` → `prompts.path`."""
     out: list[Any] = []
     for i, p in enumerate(loc):
-        if i and loc[i - 1] == "tuning" and p in TUNING_MODELS:
+        if i and ((loc[i - 1] == "tuning" and p in TUNING_MODELS) or (loc[i - 1] == "prompts" and p in PROMPT_TAGS)
+                  or (loc[i - 1] in ("input_tokens", "output_tokens") and p in LENGTH_TAGS)):
             continue
         out.append(p)
     return tuple(out)
@@ -167,6 +171,9 @@ def _describe(err: Any) -> tuple[tuple[Any, ...], str]:
         msg = f"unknown field{allowed}"
     elif kind == "missing":
         msg = "required field is missing"
+    elif kind == "prompt_source":
+        loc = loc + ("source",)
+        msg = f"{msg} (got {reprlib.repr(err['input'].get('source') if isinstance(err['input'], dict) else err['input'])})"
     elif "input" in err and not isinstance(err["input"], (dict, list)):
         shown = mask(err["input"]) if any(is_secret_name(str(p)) for p in loc) else reprlib.repr(err["input"])
         msg = f"{msg} (got {shown})"  # a secret-named field's value is never echoed

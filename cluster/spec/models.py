@@ -397,34 +397,191 @@ class VariantSpec(_Frozen):
         return out
 
 
-class PromptSource(_Frozen):
-    source: Literal["random_ids", "jsonl", "text"] = "random_ids"
-    """random_ids (seeded token ids), jsonl (a prompt file) or text (a corpus tokenized to exact lengths)."""
-    path: Optional[str] = None
-    """jsonl: one object per line with `prompt` (text) or `input_ids`; text: a corpus tokenized on the node."""
+class RandomIdsPrompts(_Frozen):
+    """`random_ids`: seeded token ids drawn uniformly from [100, vocab_size), of exactly the drawn input length."""
+
+    source: Literal["random_ids"] = "random_ids"
+    """Seeded random token ids."""
     vocab_size: int = Field(default=32000, ge=16)
-    """random_ids: token ids are drawn below this."""
-    tokenizer: Optional[str] = None
-    """text: directory (or tokenizer.json) of the tokenizer; default: the model's own directory."""
+    """Token ids are drawn below this."""
+
+
+def _need_path(source: str, path: Optional[str]) -> None:
+    if not path:
+        raise FieldProblem(("path",), f"prompt source {source!r} needs 'path'")
+
+
+class JsonlPrompts(_Frozen):
+    """`jsonl`: one object per line with `prompt` (text) or `input_ids`, sent as given."""
+
+    source: Literal["jsonl"] = "jsonl"
+    """A prompt file."""
+    path: Optional[str] = None
+    """The JSONL file (relative paths: against the directory sglbench runs in)."""
 
     @model_validator(mode="after")
-    def _path(self) -> "PromptSource":
-        if self.source in ("jsonl", "text") and not self.path:
-            raise FieldProblem(("path",), f"prompt source {self.source!r} needs 'path'")
+    def _path(self) -> "JsonlPrompts":
+        _need_path(self.source, self.path)
         return self
+
+
+class TextPrompts(_Frozen):
+    """`text`: a local corpus tokenized on the node with the model's own tokenizer, cut into windows."""
+
+    source: Literal["text"] = "text"
+    """A corpus tokenized to exact lengths."""
+    path: Optional[str] = None
+    """The corpus: UTF-8 text, or JSONL with a `text`/`prompt` field per line."""
+    tokenizer: Optional[str] = None
+    """Directory (or tokenizer.json) of the tokenizer; default: the model's own directory."""
+
+    @model_validator(mode="after")
+    def _path(self) -> "TextPrompts":
+        _need_path(self.source, self.path)
+        return self
+
+
+class ConversationPrompts(_Frozen):
+    """`sharegpt` (JSON array or JSONL of `{conversations: [{from, value}]}`) or `messages` (JSONL of OpenAI-style
+    `{messages: [{role, content}]}`): the turns before the first assistant turn are the prompt, that assistant turn
+    the reference answer (cluster/loadgen/conversations.py)."""
+
+    source: Literal["sharegpt", "messages"]
+    """sharegpt: `conversations` of `{from, value}` turns; messages: OpenAI-style `messages` of `{role, content}`."""
+    path: Optional[str] = None
+    """The dataset file: a JSON array or JSONL (relative paths: against the directory sglbench runs in)."""
+    category_field: str = Field(default="category", min_length=1)
+    """The row key holding the row's category (rows without one get `category`, else none)."""
+    category: Optional[str] = None
+    """Category of rows that carry none."""
+    categories: Optional[list[str]] = Field(default=None, min_length=1)
+    """Keep only rows of these categories (the others are counted as filtered)."""
+    max_input_tokens: Optional[int] = Field(default=None, ge=1, le=1_000_000)
+    """Leave out (and count) rows whose prompt is longer than this many tokens (needs a tokenizer)."""
+    tokenizer: Optional[str] = None
+    """Directory (or tokenizer.json) to count tokens with, for `max_input_tokens` and `output_tokens: dataset`
+    (default: the model's directory); without either the text is sent as written and the server tokenizes."""
+
+    _c = field_validator("category")(classmethod(lambda cls, v: v if v is None else check_name(v, "category")))
+
+    @field_validator("categories")
+    @classmethod
+    def _cats(cls, v: Optional[list[str]]) -> Optional[list[str]]:
+        for i, c in enumerate(v or []):
+            try:
+                check_name(c, "category")
+            except ValueError as e:
+                raise FieldProblem((i,), str(e)) from None
+        return v
+
+    @model_validator(mode="after")
+    def _path(self) -> "ConversationPrompts":
+        _need_path(self.source, self.path)
+        return self
+
+
+PROMPT_SOURCES: dict[str, type[BaseModel]] = {"random_ids": RandomIdsPrompts, "jsonl": JsonlPrompts,
+                                               "text": TextPrompts, "sharegpt": ConversationPrompts,
+                                               "messages": ConversationPrompts}
+"""Prompt source name (the `source:` field) → its model."""
+
+
+def _prompt_source(v: Any) -> Optional[str]:
+    src = v.get("source", "random_ids") if isinstance(v, dict) else getattr(v, "source", None)
+    if not isinstance(src, str) or src not in PROMPT_SOURCES:
+        return None
+    return "conversation" if src in ("sharegpt", "messages") else src
+
+
+PromptSource = Annotated[
+    Union[Annotated[RandomIdsPrompts, Tag("random_ids")], Annotated[JsonlPrompts, Tag("jsonl")],
+          Annotated[TextPrompts, Tag("text")], Annotated[ConversationPrompts, Tag("conversation")]],
+    Discriminator(_prompt_source, custom_error_type="prompt_source",
+                  custom_error_message="unknown prompt source; expected one of: " + ", ".join(PROMPT_SOURCES))]
+"""A workload's `prompts: {source, ...}`: one model per source, so an option of another source is refused."""
+PROMPT_TAGS = ("random_ids", "jsonl", "text", "conversation")
+"""The union's tags as they appear in pydantic error locations (dropped from the locations shown)."""
+
+
+class LengthDist(_Frozen):
+    """A seeded distribution of token lengths (cluster/loadgen/lengths.py draws it), clipped to [min, max].
+
+    uniform: integers in [min, max] (mean and std unused); normal: mean and std of the draws before clipping;
+    lognormal: mean and std of the lognormal itself (not of its log), so heavy-tailed lengths keep their mean."""
+
+    dist: Literal["uniform", "normal", "lognormal"]
+    """The distribution's family."""
+    mean: Optional[float] = Field(default=None, gt=0)
+    """Mean length in tokens (normal, lognormal)."""
+    std: Optional[float] = Field(default=None, ge=0)
+    """Standard deviation in tokens (normal, lognormal)."""
+    min: int = Field(ge=1, le=1_000_000)
+    """Shortest length: draws below are clipped to it."""
+    max: int = Field(ge=1, le=1_000_000)
+    """Longest length: draws above are clipped to it (preflight checks it against the model's context)."""
+
+    @model_validator(mode="after")
+    def _bounds(self) -> "LengthDist":
+        if self.min > self.max:
+            raise FieldProblem(("max",), f"max {self.max} is below min {self.min}")
+        if self.dist == "uniform":
+            for name in ("mean", "std"):
+                if getattr(self, name) is not None:
+                    raise FieldProblem((name,), f"uniform draws from [min, max]; '{name}' is not used (remove it)")
+        else:
+            for name in ("mean", "std"):
+                if getattr(self, name) is None:
+                    raise FieldProblem((name,), f"a {self.dist} distribution needs '{name}'")
+        return self
+
+    def nominal(self) -> int:
+        """The length a runs row records for it: the mean (uniform: the middle of [min, max]), clipped."""
+        centre = (self.min + self.max) / 2 if self.mean is None else self.mean
+        return int(round(min(max(centre, self.min), self.max)))
+
+
+TokenCount = Annotated[int, Field(ge=1, le=1_000_000)]
+
+
+def _length_kind(v: Any) -> str:
+    if isinstance(v, (dict, LengthDist)):
+        return "dist"
+    return "dataset" if v == "dataset" else "count"
+
+
+Length = Annotated[Union[Annotated[TokenCount, Tag("count")], Annotated[LengthDist, Tag("dist")],
+                         Annotated[Literal["dataset"], Tag("dataset")]], Discriminator(_length_kind)]
+"""A workload's input_tokens / output_tokens: a fixed count, a seeded distribution, or the dataset's own lengths."""
+LENGTH_TAGS = ("count", "dist", "dataset")
+
+
+def _check_length(v: Any) -> Any:
+    if isinstance(v, str) and v != "dataset":
+        if _coercible(v):
+            raise ValueError(f"expected a number or boolean, got the string {v!r} (remove the quotes)")
+        raise ValueError(f"expected a token count, a {{dist, mean, std, min, max}} mapping or 'dataset', got {v!r}")
+    return v
+
+
+def _length_max(v: Length) -> Optional[int]:
+    return v if isinstance(v, int) else v.max if isinstance(v, LengthDist) else None
+
+
+def _length_nominal(v: Length) -> Optional[int]:
+    return v if isinstance(v, int) else v.nominal() if isinstance(v, LengthDist) else None
 
 
 class WorkloadSpec(_Frozen):
     name: str
     """Workload name (letters, digits, '.', '_', '-')."""
-    input_tokens: int = Field(ge=1, le=1_000_000)
-    """Prompt length in tokens."""
-    output_tokens: int = Field(ge=1, le=1_000_000)
-    """Tokens generated per request (max_new_tokens)."""
+    input_tokens: Length
+    """A fixed count, `{dist, mean, std, min, max}`, or `dataset` (the prompt as given: jsonl, sharegpt, messages)."""
+    output_tokens: Length
+    """A fixed count, a distribution (one max_tokens per request), or `dataset` (the reference answer's length)."""
     num_requests: int = Field(ge=1, le=10_000_000)
     """Requests in each measured window."""
-    prompts: PromptSource = Field(default_factory=PromptSource)
-    """Where the prompts come from."""
+    prompts: PromptSource = Field(default_factory=RandomIdsPrompts)
+    """Where the prompts come from (`source:` picks the kind)."""
     ignore_eos: bool = True
     """Generate exactly output_tokens, ignoring end-of-sequence."""
     temperature: float = Field(default=0.0, ge=0.0)
@@ -433,13 +590,58 @@ class WorkloadSpec(_Frozen):
     """Which endpoint the load generator drives: SGLang /generate, or the OpenAI endpoints."""
 
     _n = field_validator("name")(classmethod(lambda cls, v: check_name(v, "workload name")))
+    _l = field_validator("input_tokens", "output_tokens", mode="before")(classmethod(lambda cls, v: _check_length(v)))
+
+    @model_validator(mode="after")
+    def _lengths(self) -> "WorkloadSpec":
+        src = self.prompts.source
+        if self.input_tokens == "dataset" and src in ("random_ids", "text"):
+            raise FieldProblem(("input_tokens",), f"prompt source {src!r} has no lengths of its own; give a count "
+                               "or a distribution")
+        if src in ("sharegpt", "messages") and self.input_tokens != "dataset":
+            raise FieldProblem(("input_tokens",), f"prompt source {src!r} sends each prompt as written: "
+                               "input_tokens must be 'dataset'")
+        if self.output_tokens == "dataset" and src not in ("sharegpt", "messages"):
+            raise FieldProblem(("output_tokens",), "output_tokens 'dataset' takes each row's reference answer "
+                               "length: it needs prompt source 'sharegpt' or 'messages'")
+        return self
+
+    def input_tokens_max(self) -> Optional[int]:
+        """The longest input this workload asks for (None: the dataset's own, checked row by row)."""
+        return _length_max(self.input_tokens)
+
+    def output_tokens_max(self) -> Optional[int]:
+        return _length_max(self.output_tokens)
+
+    def input_tokens_nominal(self) -> Optional[int]:
+        """The input length a runs row records (a distribution's mean; None for the dataset's own lengths)."""
+        return _length_nominal(self.input_tokens)
+
+    def output_tokens_nominal(self) -> Optional[int]:
+        return _length_nominal(self.output_tokens)
+
+    def identity(self) -> dict[str, object]:
+        """What the run key hashes: the full dump, in the form workloads had before distributions and prompt
+        source kinds (random_ids and jsonl without their new defaults), so existing datasets keep their keys."""
+        dump: dict[str, object] = self.model_dump(mode="json")
+        p = dump["prompts"]
+        assert isinstance(p, dict)
+        if p["source"] in ("random_ids", "jsonl", "text"):
+            dump["prompts"] = {"source": p["source"], "path": p.get("path"), "vocab_size": p.get("vocab_size", 32000),
+                               "tokenizer": p.get("tokenizer")}
+        return dump
 
 
 class LoadSpec(_Frozen):
     concurrency: list[int] = Field(default_factory=list)
     """Closed-loop load points: requests kept in flight."""
     request_rate: list[float] = Field(default_factory=list)
-    """Open-loop Poisson arrival rates in requests/s."""
+    """Open-loop arrival rates in requests/s."""
+    arrival: Literal["poisson", "gamma"] = "poisson"
+    """Open-loop inter-arrival times: exponential (Poisson) or gamma with coefficient of variation `arrival_cv`
+    (cv > 1 burstier than Poisson, < 1 more regular; cv 1 has Poisson's spread)."""
+    arrival_cv: Optional[float] = Field(default=None, gt=0, le=100)
+    """Coefficient of variation of gamma inter-arrival times (arrival: gamma only)."""
     max_concurrency: Optional[int] = Field(default=None, ge=1)
     """Cap on in-flight requests for open-loop load points."""
     actors_per_server: int = Field(default=1, ge=1, le=64)
@@ -472,6 +674,15 @@ class LoadSpec(_Frozen):
                                    "(each load actor runs an equal share of the closed loop)")
         if self.max_concurrency is not None and self.max_concurrency % n:
             raise FieldProblem(("max_concurrency",), f"max_concurrency must be a multiple of actors_per_server={n}")
+        return self
+
+    @model_validator(mode="after")
+    def _arrival(self) -> "LoadSpec":
+        if self.arrival == "gamma" and self.arrival_cv is None:
+            raise FieldProblem(("arrival_cv",), "gamma arrivals need arrival_cv (the inter-arrival coefficient of "
+                               "variation, e.g. 2 for bursty traffic)")
+        if self.arrival == "poisson" and self.arrival_cv is not None:
+            raise FieldProblem(("arrival_cv",), "arrival_cv is for arrival: gamma (Poisson's is 1 by definition)")
         return self
 
     @model_validator(mode="after")

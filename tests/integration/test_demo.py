@@ -1,5 +1,6 @@
 """The demo experiment on the simulator: NEXTN beats the baseline at concurrency 1 and acceptance lengths of NEXTN
-1, 2, 3 strictly increase, each within three standard errors of the step model's 1 + p1 + p1·p2 + …"""
+1, 2, 3 strictly increase, each within three standard errors of the step model's 1 + p1 + p1·p2 + …; on the demo's
+category workload (the bundled ShareGPT set) each category's acceptance is its own knob's, reported apart."""
 
 from __future__ import annotations
 
@@ -24,6 +25,23 @@ def expected_for(probs: list[float], steps: int) -> float:
     return expected_accept_length([probs[min(i, len(probs) - 1)] for i in range(steps)])
 
 
+def truncated_expectation(probs: list[float], steps: int, out_tokens: int, n: int = 20_000) -> float:
+    """Σ(tokens − 1)/Σ verify steps the step model gives for requests of `out_tokens` tokens: the last verify step
+    is cut at max_tokens, which short outputs (the category workload's 24 tokens) feel (Monte Carlo, seeded)."""
+    import random
+
+    from cluster.sim.model import draw_accepted
+
+    rng, p = random.Random(0), [probs[min(i, len(probs) - 1)] for i in range(steps)]
+    verify = 0
+    for _ in range(n):
+        left = out_tokens - 1
+        while left > 0:
+            left -= min(1 + draw_accepted(rng, p), left)
+            verify += 1
+    return n * (out_tokens - 1) / verify
+
+
 def ratio_se(x: np.ndarray, v: np.ndarray) -> float:
     """Standard error of the ratio estimator Σx/Σv over requests (delta method)."""
     r = x.sum() / v.sum()
@@ -44,7 +62,10 @@ def test_demo_acceptance_and_speedup(ray_local: None, tmp_path: Path) -> None:
     data["sim"]["time_scale"] = 0.05
     data["workloads"][0]["num_requests"] = 64
     data["workloads"][0]["output_tokens"] = 64
-    data["repeats"] = 1  # the demo's repeats show intervals; this test needs one long window per depth
+    data["workloads"][1]["num_requests"] = 144  # every bundled row once per repeat: 24 per category
+    data["workloads"][1]["output_tokens"] = 24
+    data["workloads"][1]["prompts"]["path"] = str(REPO / "datasets" / "categories-sharegpt.json")
+    data["repeats"] = 2  # repeat 0 gives the long window per depth checked below; two give per-category intervals
     data["load"]["concurrency"] = [1]
     data["output"] = str(tmp_path / "results")
     data["max_client_lag_ms"] = 1000.0
@@ -55,8 +76,10 @@ def test_demo_acceptance_and_speedup(ray_local: None, tmp_path: Path) -> None:
     assert set(result.counts()) == {"ok"}, result.statuses
 
     root = Path(result.dataset_root) / spec.name
-    runs = pd.read_parquet(root / "runs").set_index("variant")
-    reqs = pd.read_parquet(root / "requests")
+    all_runs = pd.read_parquet(root / "runs")
+    runs = all_runs[(all_runs["workload"] == "chat-128-32") & (all_runs["repeat"] == 0)].set_index("variant")
+    all_reqs = pd.read_parquet(root / "requests")
+    reqs = all_reqs[all_reqs["run_key"].isin(runs["run_key"])]
     probs = list(spec.sim.accept_probs)
     base_tok_s = runs.loc["baseline", "m_output_tok_s"]
     prev = 1.0
@@ -75,7 +98,7 @@ def test_demo_acceptance_and_speedup(ray_local: None, tmp_path: Path) -> None:
         prev = al
     # --enable-metrics in the demo: /metrics was scraped during every window into the server_metrics table
     sm = pd.read_parquet(root / "server_metrics")
-    assert set(sm["run_key"]) == set(runs["run_key"])
+    assert set(sm["run_key"]) == set(all_runs["run_key"])
     running = sm[sm["metric"] == "sglang:num_running_reqs"]
     assert len(running) >= len(runs) and running["value"].max() >= 1
     # the step model separates the depths by far more than the noise
@@ -83,7 +106,7 @@ def test_demo_acceptance_and_speedup(ray_local: None, tmp_path: Path) -> None:
 
     # GPU telemetry (the simulated device, sampled by the EngineActor at 10 Hz during each window)
     gm = pd.read_parquet(root / "gpu_metrics")
-    assert set(gm["run_key"]) == set(runs["run_key"]) and set(gm["source"]) == {"sim"}
+    assert set(gm["run_key"]) == set(all_runs["run_key"]) and set(gm["source"]) == {"sim"}
     for name, run in runs.iterrows():
         g = gm[gm["run_key"] == run["run_key"]]
         inside = g[(g["t_ns"] >= 0) & (g["t_ns"] <= run["duration_s"] * 1e9)]
@@ -112,3 +135,25 @@ def test_demo_acceptance_and_speedup(ray_local: None, tmp_path: Path) -> None:
     import hashlib
 
     assert hashlib.sha256(art.read_bytes()).hexdigest()[:16] in art.name
+
+    # categories: acceptance differs by construction (sim.category_accept_probs), each within 3 SE of its own
+    # step-model expectation, and `results compare --by category` reports them apart with intervals
+    from cluster.analysis.categories import compare_by_category
+
+    cat_probs = {c: list(p) for c, p in spec.sim.category_accept_probs.items()}
+    cat_runs = all_runs[(all_runs["workload"] == "categories") & (all_runs["variant"] == "nextn-3")]
+    cat_reqs = all_reqs[all_reqs["run_key"].isin(cat_runs["run_key"])]
+    assert set(cat_reqs["category"]) == set(cat_probs)
+    by_cat = compare_by_category(result.dataset_root, spec.name, n_boot=500)
+    row = by_cat[(by_cat["workload"] == "categories") & (by_cat["variant"] == "nextn-3")].set_index("category")
+    for cat, probs in cat_probs.items():
+        r = cat_reqs[cat_reqs["category"] == cat]
+        x = (r["completion_tokens"] - 1).to_numpy(float)
+        v = r["spec_verify_ct"].to_numpy(float)
+        exp = truncated_expectation(probs, 3, spec.workloads[1].output_tokens_nominal() or 0)
+        assert abs(x.sum() / v.sum() - exp) <= 3 * ratio_se(x, v), f"{cat}: {x.sum() / v.sum():.3f} vs {exp:.3f}"
+        got = row.loc[cat]
+        assert got["n_runs"] == 2 and got["n_requests"] == 48
+        assert got["accept_length_lo"] <= got["accept_length"] <= got["accept_length_hi"]
+        assert abs(got["accept_length"] - exp) <= 3 * ratio_se(x, v) + 0.05
+    assert row.loc["code", "accept_length"] > row.loc["chat", "accept_length"]

@@ -320,3 +320,21 @@ def test_numpy_and_sql_sides_of_each_definition_agree_exactly(tmp_path: Path) ->
     np.testing.assert_array_equal(itl_chunk, gaps["itl_chunk_ms"].to_numpy())
     np.testing.assert_array_equal(itl_token, np.repeat(gaps["itl_token_ms"].to_numpy(), gaps["tokens"].to_numpy()))
     np.testing.assert_array_equal(tokens, gaps["tokens"].to_numpy())
+
+
+def test_prefix_hit_rate_and_finish_reasons() -> None:
+    from cluster.dataset.records import RequestRecord
+    from cluster.loadgen.sink import request_batches
+
+    def rec(i: int, cached: object, finish: str, tokens: int, error: object = None) -> RequestRecord:
+        return RequestRecord(request_index=i, intended_send_ns=0, actual_send_ns=0, prompt_tokens_sent=100,
+                             max_tokens=8, chunk_arrival_ns=list(range(10, 10 + tokens)), chunk_tokens=[1] * tokens,
+                             prompt_tokens=100, completion_tokens=tokens, cached_tokens=cached,  # type: ignore[arg-type]
+                             finish_reason=finish, error=error)  # type: ignore[arg-type]
+
+    reqs, chunks = request_batches([rec(0, 99, "stop", 3), rec(1, 0, "length", 8), rec(2, None, "stop", 5),
+                                    rec(3, 50, "stop", 7, error="HTTP 500: boom")])
+    m = summarize_run(reqs, chunks, 1.0)
+    assert m["prefix_hit_rate"] == pytest.approx(99 / 200)  # the request without cached_tokens and the error are out
+    assert (m["n_finish_stop"], m["n_finish_length"]) == (2.0, 1.0)
+    assert m["eos_output_tokens_mean"] == pytest.approx(4.0)

@@ -209,3 +209,24 @@ def test_object_store_path_mock(plans: list[RunPlan]) -> None:
     names = [i.path for i in store.fs.get_file_info(pafs.FileSelector("bucket", recursive=True)) if i.is_file]
     assert not any(n.endswith(".tmp") for n in names)
     assert f"bucket/prefix/exp1/runs/variant=nextn-1/{plans[3].run_key}.parquet" in names
+
+
+def test_runs_row_of_a_workload_with_dataset_and_distribution_lengths(tmp_path: Path) -> None:
+    # input_tokens 'dataset' has no single figure (NULL); a distribution records its mean; requests keep each
+    # request's own max_tokens and category
+    spec = parse_spec_text(SPEC.replace(
+        "{name: w1, input_tokens: 16, output_tokens: 8, num_requests: 4}",
+        "{name: w1, input_tokens: dataset, output_tokens: {dist: normal, mean: 24, std: 4, min: 8, max: 40}, "
+        "num_requests: 4, prompts: {source: sharegpt, path: d.json}}"))
+    store = DatasetStore(str(tmp_path), "exp1")
+    recs = [RequestRecord(request_index=i, intended_send_ns=0, actual_send_ns=i, prompt_tokens_sent=0,
+                          max_tokens=20 + i, chunk_arrival_ns=[10 + i, 20 + i], chunk_tokens=[1, 2],
+                          completion_tokens=3, category="code" if i else "chat") for i in range(3)]
+    reqs, chunks = request_batches(recs)
+    plan = make_plan(spec)[0]
+    store.write_run(plan, {"status": "ok", "duration_s": 1.0, "metrics": summarize_run(reqs, chunks, 1.0)},
+                    reqs, chunks)
+    row = store.read_table("runs").to_pylist()[0]
+    assert (row["input_tokens"], row["output_tokens"], row["max_tokens"]) == (None, 24, 24)
+    got = store.read_table("requests").to_pydict()
+    assert got["max_tokens"] == [20, 21, 22] and got["category"] == ["chat", "code", "code"]

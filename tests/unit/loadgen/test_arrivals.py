@@ -47,3 +47,48 @@ def test_edge_cases() -> None:
         poisson_offsets_ns(10, 0.0, np.random.default_rng(0))
     with pytest.raises(ValueError, match=">= 0"):
         poisson_offsets_ns(-1, 1.0, np.random.default_rng(0))
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**63 - 1), rate=st.floats(0.05, 5000.0), cv=st.floats(0.1, 8.0), n=st.integers(2, 300))
+def test_gamma_same_seed_same_schedule(seed: int, rate: float, cv: float, n: int) -> None:
+    from cluster.loadgen.arrivals import gamma_offsets_ns
+
+    a = gamma_offsets_ns(n, rate, cv, np.random.default_rng(seed))
+    assert a.dtype == np.int64 and len(a) == n and a[0] == 0
+    assert np.array_equal(a, gamma_offsets_ns(n, rate, cv, np.random.default_rng(seed)))
+    assert np.all(np.diff(a) >= 0)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), rate=st.floats(0.1, 10000.0), cv=st.floats(0.2, 3.0))
+def test_gamma_mean_rate_and_burstiness_are_the_declared_ones(seed: int, rate: float, cv: float) -> None:
+    from cluster.loadgen.arrivals import gamma_offsets_ns
+
+    n = 40_001
+    offsets = gamma_offsets_ns(n, rate, cv, np.random.default_rng(seed))
+    # 40,000 gaps of relative std cv: the mean's relative error is cv/200 (at most 1.5 %); 6 sigma
+    assert mean_rate_per_s(offsets) == pytest.approx(rate, rel=max(0.01, 6 * cv / 200))
+    gaps = np.diff(offsets).astype(float)
+    # the coefficient of variation of the gaps is the declared one (sub-ns gaps at high rates round: small slack)
+    assert gaps.std() / gaps.mean() == pytest.approx(cv, rel=0.1)
+
+
+def test_gamma_arrivals_in_the_spec_and_run_keys(tmp_path: object) -> None:
+    from pydantic import ValidationError
+
+    from cluster.plan.runs import LoadPoint, load_points
+    from cluster.spec.models import LoadSpec
+    from cluster.spec.loader import parse_spec_text
+
+    with pytest.raises(ValidationError, match="gamma arrivals need arrival_cv"):
+        LoadSpec.model_validate({"request_rate": [2.0], "arrival": "gamma"})
+    with pytest.raises(ValidationError, match="arrival_cv is for arrival: gamma"):
+        LoadSpec.model_validate({"request_rate": [2.0], "arrival_cv": 2.0})
+    text = ("version: 1\nname: e\nmodel: {path: sim://m, engine: sim}\nvariants: [{name: b}]\n"
+            "workloads: [{name: w, input_tokens: 8, output_tokens: 8, num_requests: 4}]\nload: {request_rate: [2.0]%s}\n")
+    pts = load_points(parse_spec_text(text % ", arrival: gamma, arrival_cv: 2.5"))
+    assert pts == [LoadPoint("rate", 2.0, None, 2.5)] and pts[0].label == "r2 gamma cv 2.5"
+    # a Poisson point hashes as it did before gamma existed (resumable datasets keep their run keys)
+    assert load_points(parse_spec_text(text % ""))[0].identity() == {"kind": "rate", "value": 2.0,
+                                                                     "max_concurrency": None}

@@ -8,7 +8,7 @@ import pathlib
 import pytest
 
 from cluster.loadgen.datasets import RANDOM_ID_LOW, DatasetError, build_prompts
-from cluster.spec.models import PromptSource, WorkloadSpec
+from cluster.spec.models import TextPrompts, WorkloadSpec
 
 
 def _wl(**kw: object) -> WorkloadSpec:
@@ -92,7 +92,12 @@ def test_jsonl_missing_and_empty(tmp_path: pathlib.Path) -> None:
         build_prompts(wl, 1, 0, tmp_path)
 
 
-def test_text_source_not_implemented(tmp_path: pathlib.Path) -> None:
-    wl = _wl(prompts=PromptSource(source="text", path="corpus.txt"))
-    with pytest.raises(NotImplementedError, match="'text'"):
-        build_prompts(wl, 1, 0, tmp_path)
+def test_text_source_goes_through_the_corpus_tokenizer(tmp_path: pathlib.Path) -> None:
+    # build_prompts serves every source (the load actor no longer special-cases 'text'): a corpus without a
+    # tokenizer is the text source's own error, naming the tokenizer.json it looked for
+    from cluster.loadgen.text_prompts import TextPromptError
+
+    (tmp_path / "corpus.txt").write_text("some words " * 50)
+    wl = _wl(prompts=TextPrompts(source="text", path="corpus.txt"))
+    with pytest.raises(TextPromptError, match="tokenizer.json"):
+        build_prompts(wl, 1, 0, tmp_path, model_path=str(tmp_path / "no-model"))

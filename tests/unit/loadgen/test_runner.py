@@ -12,7 +12,7 @@ from typing import Any, Optional
 import numpy as np
 from aiohttp import web
 
-from cluster.engines.base import Prompt
+from cluster.engines.base import CATEGORY_HEADER, Prompt
 from cluster.engines.sglang import SGLangEngine
 from cluster.loadgen.arrivals import poisson_offsets_ns
 from cluster.loadgen.runner import WindowResult, flush, run_load_point, run_window, warmup
@@ -45,12 +45,14 @@ class FakeSGLang:
         self.in_flight = 0
         self.max_in_flight = 0
         self.served = 0
+        self.categories: list[Optional[str]] = []
         self.runner: Optional[web.AppRunner] = None
         self.port = 0
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         ids = body["input_ids"]
+        self.categories.append(request.headers.get(CATEGORY_HEADER))
         n = int(body["sampling_params"]["max_new_tokens"])
         if ids[0] == FAIL_HTTP:
             return web.Response(status=503, text="overloaded")
@@ -316,6 +318,38 @@ def test_flush_gives_up_quickly_when_nothing_listens() -> None:
     t0 = time.monotonic()
     assert asyncio.run(flush(SGLangEngine(), f"http://127.0.0.1:{port}", timeout_s=60)) is False
     assert time.monotonic() - t0 < FLUSH_REFUSED_GIVE_UP_S + 5
+
+
+def test_each_request_carries_its_own_budget_and_category() -> None:
+    # a length distribution gives each prompt its max_tokens; a dataset row its category, which the request's
+    # header carries (the simulator keys its per-category acceptance on it) and the record keeps
+    prompts = [Prompt(input_ids=(100 + i, 200, 300), category=("code" if i % 2 else None),
+                      max_tokens=(5 + i if i < 3 else None)) for i in range(6)]
+
+    async def body(fake: FakeSGLang, url: str) -> tuple[WindowResult, list[Optional[str]]]:
+        return await _window(url, prompts, LoadPoint("concurrency", 1.0), max_tokens=11), fake.categories
+
+    res, seen = asyncio.run(_with_server(0.0005, body))
+    req = res.requests.to_pydict()
+    assert req["max_tokens"] == [5, 6, 7, 11, 11, 11]
+    assert req["completion_tokens"] == [5, 6, 7, 11, 11, 11]  # the server was asked for each budget
+    assert req["category"] == [None, "code", None, "code", None, "code"]
+    assert seen == [None, "code", None, "code", None, "code"]  # closed loop at 1: in request order
+
+
+def test_open_loop_gamma_point_sends_on_the_gamma_schedule() -> None:
+    from cluster.loadgen.arrivals import gamma_offsets_ns
+
+    n, rate, cv = 30, 300.0, 2.5
+
+    async def body(fake: FakeSGLang, url: str) -> WindowResult:
+        return await _window(url, _prompts(n), LoadPoint("rate", rate, None, cv), max_tokens=5)
+
+    res = asyncio.run(_with_server(0.001, body))
+    _check_ok_records(res, n, 5)
+    expected = gamma_offsets_ns(n, rate, cv, np.random.default_rng(42)).tolist()
+    assert res.requests.column("intended_send_ns").to_pylist() == expected
+    assert expected != poisson_offsets_ns(n, rate, np.random.default_rng(42)).tolist()
 
 
 def test_a_deterministic_output_sample_is_kept_and_judged() -> None:

@@ -77,3 +77,57 @@ def test_an_output_root_on_a_read_only_filesystem() -> None:
     ro = "/sys" if not os.access("/sys", os.W_OK) else "/proc/sys"
     with pytest.raises(PreflightError, match="not writable"):
         check_output_root(f"{ro}/sglbench-results")
+
+
+def _word_tokenizer(path: Path) -> Path:
+    """A one-token-per-word tokenizer.json built here (nothing downloaded)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel(vocab={"[UNK]": 0, "w": 1}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    path.mkdir()
+    tok.save(str(path / "tokenizer.json"))
+    return path
+
+
+CONV_SPEC = """
+version: 1
+name: conv
+model: {{path: sim://m, engine: sim}}
+sim: {{context_length: 64}}
+variants: [{{name: base}}]
+workloads:
+  - name: w
+    input_tokens: dataset
+    output_tokens: {out}
+    num_requests: 4
+    prompts: {{source: sharegpt, path: {path}, tokenizer: {tok}{extra}}}
+load: {{concurrency: [1]}}
+"""
+
+
+def test_a_conversation_row_past_the_context_is_refused_at_its_line_unless_filtered(tmp_path: Path) -> None:
+    import json
+
+    from cluster.plan.inputs import check_prompts
+
+    tok = _word_tokenizer(tmp_path / "tok")
+    data = tmp_path / "d.jsonl"
+    rows = [{"category": "chat", "conversations": [{"from": "human", "value": "w " * n},
+                                                   {"from": "gpt", "value": "w " * 8}]} for n in (10, 60, 20)]
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+
+    def check(out: object, extra: str = "") -> list[str]:
+        spec = parse_spec_text(CONV_SPEC.format(out=out, path=data, tok=tok, extra=extra))
+        return check_prompts(spec, expand_variants(spec), {}, tmp_path)
+
+    # the context is only checkable with token counts: max_input_tokens or output_tokens: dataset ask for them
+    with pytest.raises(PreflightError) as info:
+        check("dataset")  # 60 + 8 > 64 on line 2
+    assert info.value.file == f"{data}:2" and "a 60-token prompt plus 8 output tokens" in str(info.value)
+    assert "max_input_tokens" in str(info.value)
+    notes = check("dataset", ", max_input_tokens: 50")
+    assert notes == [f"workload 'w': {data}: 3 rows read, 2 used (chat 2), 1 filtered (1 longer than "
+                     "max_input_tokens 50)"]
+    with pytest.raises(PreflightError, match="every row was filtered"):
+        check(8, ", max_input_tokens: 5")

@@ -140,3 +140,23 @@ def test_knob_errors() -> None:
         Knobs.from_mapping({"crash_after_requests": "two"})
     assert Knobs.from_mapping(None) == Knobs()
     assert Knobs.from_mapping({"time_scale": 0, "accept_probs": [0.9]}).accept_probs == (0.9,)
+
+
+def test_category_acceptance_is_the_declared_one_per_request() -> None:
+    # by construction: the category named by the request's header picks its own probabilities; others use
+    # accept_probs; a dropped MTP head still accepts nothing in any category
+    from cluster.sim.model import Knobs, Scheduler, SpecParams, accept_probs_for
+
+    knobs = Knobs(accept_probs=(0.5,), category_accept_probs={"code": (1.0,), "chat": (0.0,)})
+    sched = Scheduler(knobs, 8, SpecParams("EAGLE", 3, 1, 4))
+    reqs = {c: sched.new_request(f"r-{c}", [1, 2, 3], None, 41, True, c) for c in ("code", "chat", None)}
+    assert reqs["code"].probs == (1.0, 1.0, 1.0) and reqs["chat"].probs == (0.0, 0.0, 0.0)
+    assert reqs[None].probs == (0.5, 0.5, 0.5)
+    for r in reqs.values():
+        sched.submit(r)
+    while sched.busy:
+        sched.plan_step()
+        sched.commit_step()
+    # code: every verify step accepts all 3 drafts (4 tokens); chat: none (1 token)
+    assert reqs["code"].spec_verify_ct == 10 and reqs["chat"].spec_verify_ct == 40
+    assert accept_probs_for(Knobs(mtp_absent=True, category_accept_probs={"code": (1.0,)}), 2, "code") == (0.0, 0.0)

@@ -1,0 +1,159 @@
+"""Compare by prompt category: per (workload, load point, variant, category) acceptance, TPOT, TTFT and per-user
+throughput with the compare table's intervals, and the TPOT speedup over the baseline per category.
+
+The definitions are the ones of cluster/analysis/request_metrics.py restricted to one category's requests of a
+run: acceptance length Σ(output_tokens − 1)/Σ spec_verify_ct over them (ACCEPT_LENGTH_SQL, run level, one value
+per run and category, bootstrapped over runs as the compare table does); TPOT and TTFT per request (hierarchical
+bootstrap: runs, then requests); per-user tok/s = output_tokens / E2E_s per request (metrics.py's
+per_user_tok_s_mean, hierarchical); the category's output tok/s = its requests' output tokens / the run's window
+(a share of the window's throughput, run level). Requests of a prompt source without categories are `-`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import numpy as np
+import pandas as pd
+
+from cluster.analysis import stats
+from cluster.analysis.comparison import CI_LEVEL, format_estimate, format_speedup, point_label
+from cluster.analysis.query import POINT_KEYS, connect, resolve_baseline
+from cluster.analysis.request_metrics import ACCEPT_LENGTH_SQL
+from cluster.dataset.store import DatasetStore, ExperimentNotFound
+
+NO_CATEGORY = "-"
+
+_REQ_SQL = """
+SELECT run_key, coalesce(category, '-') AS category, tpot_ms, ttft_ms, output_tokens / (e2e_ms / 1000.0) AS user_tok_s
+FROM request_metrics WHERE run_key IN (SELECT unnest(?)) AND ok
+"""
+_RUN_SQL = f"""
+SELECT run_key, coalesce(category, '-') AS category, count(*) AS n_ok, sum(output_tokens) AS out_tokens,
+       {ACCEPT_LENGTH_SQL} AS accept_length
+FROM request_metrics WHERE run_key IN (SELECT unnest(?)) AND ok GROUP BY ALL
+"""
+
+CATEGORY_METHOD = (
+    "per category: acceptance length = Σ(tokens − 1)/Σ verify steps over the category's requests of each run, "
+    "95% interval by bootstrap over repeats; TPOT, TTFT and per-user tok/s by hierarchical bootstrap (repeats, "
+    "then requests); output tok/s = the category's output tokens over the run's window (its share of the "
+    "window); speedup TPOT = baseline TPOT / variant TPOT for the same category, load point and workload.")
+
+
+def _est(prefix: str, e: Optional[stats.Estimate]) -> dict[str, float]:
+    if e is None:
+        return {prefix: math.nan, f"{prefix}_lo": math.nan, f"{prefix}_hi": math.nan}
+    return {prefix: e.point, f"{prefix}_lo": e.lo, f"{prefix}_hi": e.hi}
+
+
+def compare_by_category(root: str, experiment: str, baseline: Optional[str] = None, n_boot: int = 2000,
+                        seed: int = 0) -> pd.DataFrame:
+    """One row per (workload, load point, variant, category) over ok runs; empty when nothing ran."""
+    store = DatasetStore(root, experiment)
+    if not store.exists():
+        raise ExperimentNotFound(f"experiment {experiment!r} not found under {root!r}")
+    runs = store.read_table("runs").to_pandas()
+    ok = runs[runs["status"] == "ok"]
+    if ok.empty:
+        return pd.DataFrame()
+    baseline = resolve_baseline(runs.sort_values("order_index", kind="stable"), baseline, experiment)
+    con = connect(root, experiment)
+    try:
+        req = con.execute(_REQ_SQL, [ok["run_key"].tolist()]).df()
+        per_run = con.execute(_RUN_SQL, [ok["run_key"].tolist()]).df()
+    finally:
+        con.close()
+    per_run = per_run.merge(ok[["run_key", "duration_s"]], on="run_key")
+    groups = {k: g for k, g in req.groupby(["run_key", "category"], sort=False)}
+    keys = list(POINT_KEYS) + ["variant"]
+    rows: list[dict[str, Any]] = []
+    tpot_runs: dict[tuple[Any, ...], list[np.ndarray]] = {}
+    tpot_reps: dict[tuple[Any, ...], list[int]] = {}
+    vorder = {v: i for i, v in enumerate(dict.fromkeys(runs.sort_values("order_index")["variant"]))}
+    cats = sorted(set(per_run["category"]))
+    for i, (key, cell) in enumerate(ok.groupby(keys, sort=False)):
+        for j, cat in enumerate(cats):
+            rng = np.random.default_rng([seed, i, j])
+            cell_runs = per_run[(per_run["run_key"].isin(cell["run_key"])) & (per_run["category"] == cat)]
+            if cell_runs.empty:
+                continue
+            repeat_of = dict(zip(cell["run_key"], cell["repeat"]))
+            present = [k for k in cell_runs["run_key"] if (k, cat) in groups]
+            row: dict[str, Any] = dict(zip(keys, key))
+            row.update(category=cat, is_baseline=key[-1] == baseline, n_runs=len(cell_runs),
+                       n_requests=int(cell_runs["n_ok"].sum()))
+            for name, col, stat in (("tpot_ms_mean", "tpot_ms", "mean"), ("ttft_ms_p50", "ttft_ms", "p50"),
+                                    ("per_user_tok_s_mean", "user_tok_s", "mean")):
+                pairs = [(int(repeat_of[k]), a[np.isfinite(a)]) for k in present
+                         for a in [groups[(k, cat)][col].to_numpy(np.float64, na_value=np.nan)]]
+                data = [a for _, a in pairs if a.size]
+                row.update(_est(name, stats.hierarchical_bootstrap(data, stat, n_boot, rng=rng, level=CI_LEVEL)
+                                if data else None))
+                if name == "tpot_ms_mean":
+                    tpot_runs[tuple(key) + (cat,)] = data
+                    tpot_reps[tuple(key) + (cat,)] = [r for r, a in pairs if a.size]
+            acc = pd.to_numeric(cell_runs["accept_length"], errors="coerce").to_numpy(np.float64)
+            acc = acc[np.isfinite(acc)]
+            row.update(_est("accept_length", stats.run_level_bootstrap(acc, "mean", n_boot, rng=rng, level=CI_LEVEL)
+                            if acc.size else None))
+            share = (pd.to_numeric(cell_runs["out_tokens"]) / pd.to_numeric(cell_runs["duration_s"])).to_numpy(
+                np.float64)
+            share = share[np.isfinite(share)]
+            row.update(_est("output_tok_s", stats.run_level_bootstrap(share, "mean", n_boot, rng=rng, level=CI_LEVEL)
+                            if share.size else None))
+            rows.append(row)
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    sp: list[tuple[float, float, float, str]] = []
+    for idx, r in out.iterrows():
+        k = tuple(r[c] for c in keys) + (r["category"],)
+        bk = k[:-2] + (baseline, r["category"])
+        if r["is_baseline"]:
+            sp.append((math.nan, math.nan, math.nan, "baseline"))
+            continue
+        if baseline is None or bk not in tpot_runs or not tpot_runs[bk] or not tpot_runs[k]:
+            sp.append((math.nan, math.nan, math.nan, ""))
+            continue
+        b, v, br, vr = tpot_runs[bk], tpot_runs[k], tpot_reps[bk], tpot_reps[k]
+        paired = bool(br) and sorted(br) == sorted(vr) and len(set(br)) == len(br) == len(b) == len(v)
+        if paired:
+            b, v = [b[i] for i in np.argsort(br)], [v[i] for i in np.argsort(vr)]
+        try:
+            e = stats.ratio_estimate(b, v, "mean", n_boot, higher_is_better=False,
+                                     rng=np.random.default_rng([seed, 7_000_003, int(idx)]), level=CI_LEVEL,
+                                     paired=paired)
+        except ValueError:
+            sp.append((math.nan, math.nan, math.nan, ""))
+            continue
+        sp.append((e.point, e.lo, e.hi, e.verdict))
+    out["speedup_tpot"], out["speedup_tpot_lo"], out["speedup_tpot_hi"], out["speedup_tpot_verdict"] = zip(*sp)
+    out["_v"] = out["variant"].map(vorder)
+    out = out.sort_values(list(POINT_KEYS) + ["category", "_v"], kind="stable").drop(columns="_v")
+    out = out.reset_index(drop=True)
+    out.attrs["ci_method"] = CATEGORY_METHOD
+    out.attrs["baseline"] = baseline
+    return out
+
+
+def category_view(df: pd.DataFrame) -> pd.DataFrame:
+    """compare_by_category as display strings: 'estimate [lo, hi]'."""
+    return pd.DataFrame({
+        "workload": df["workload"],
+        "load": [point_label(k, v) for k, v in zip(df["load_kind"], df["load_value"])],
+        "category": df["category"],
+        "variant": [f"{v}{'*' if b else ''}" for v, b in zip(df["variant"], df["is_baseline"])],
+        "runs/req": [f"{a}/{b}" for a, b in zip(df["n_runs"], df["n_requests"])],
+        "accept length": [format_estimate(*t, digits=2) for t in
+                          zip(df["accept_length"], df["accept_length_lo"], df["accept_length_hi"])],
+        "TPOT mean ms": [format_estimate(*t, digits=2) for t in
+                         zip(df["tpot_ms_mean"], df["tpot_ms_mean_lo"], df["tpot_ms_mean_hi"])],
+        "per-user tok/s": [format_estimate(*t) for t in zip(df["per_user_tok_s_mean"], df["per_user_tok_s_mean_lo"],
+                                                             df["per_user_tok_s_mean_hi"])],
+        "output tok/s": [format_estimate(*t) for t in zip(df["output_tok_s"], df["output_tok_s_lo"],
+                                                           df["output_tok_s_hi"])],
+        "speedup TPOT": [format_speedup(*t) for t in zip(df["speedup_tpot"], df["speedup_tpot_lo"],
+                                                         df["speedup_tpot_hi"], df["speedup_tpot_verdict"])],
+    })

@@ -1,0 +1,285 @@
+"""Conversation datasets: ShareGPT (JSON array or JSONL of `conversations: [{from, value}]`) and OpenAI-style
+`messages` JSONL, read into prompts with a category; malformed rows are errors naming file:line, filtered rows counted.
+
+A row's prompt is its turns before the first assistant turn (a system turn and the first user turn, or several
+user turns), its reference answer that first assistant turn — the convention of SGLang's and vLLM's
+bench_serving ShareGPT loaders, which take turn 0 as the prompt and turn 1 as the completion. Without a chat
+template the prompt text is the turns' contents joined by a blank line; the chat API sends the turns as messages.
+Rows are never skipped silently: a row that cannot be read is a ConversationError (file:line, what was expected), a
+row left out (no user text, no reference answer where one is needed, a category not selected, longer than
+`max_input_tokens`) is counted by reason in `Selection.filtered`, which validate/plan print.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from cluster.engines.base import ChatTurn, Prompt
+from cluster.errors import PromptSourceError
+from cluster.loadgen.lengths import OUTPUT_STREAM, draw_lengths, length_rng
+from cluster.spec.models import ConversationPrompts, LengthDist, WorkloadSpec
+
+SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant", "bard": "assistant",
+                  "bing": "assistant", "model": "assistant", "assistant": "assistant", "system": "system"}
+"""ShareGPT `from` values (as the public ShareGPT dumps spell them) → OpenAI roles."""
+MESSAGE_ROLES = ("system", "user", "assistant")
+_CATEGORY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+class ConversationError(PromptSourceError):
+    """A conversation dataset that cannot be read, or a row that cannot: the message names file:line, the field and
+    what was expected."""
+
+
+Counter = Callable[[str], int]
+"""Token count of a text (the workload's tokenizer)."""
+Encoder = Callable[[str], list[int]]
+
+
+@dataclass(frozen=True)
+class ConversationRow:
+    line: int
+    """Line of the file where the row starts (file:line in every message about it)."""
+    category: Optional[str]
+    turns: tuple[ChatTurn, ...]
+    """The prompt: the turns before the first assistant turn."""
+    reference: Optional[str]
+    """The first assistant turn (the reference answer), None when the row has none."""
+
+    @property
+    def text(self) -> str:
+        return "\n\n".join(t.content for t in self.turns)
+
+
+@dataclass
+class Selection:
+    """The rows a workload uses, and how many of the file's rows were left out, by reason."""
+
+    path: pathlib.Path
+    rows_read: int
+    rows: list[ConversationRow]
+    filtered: dict[str, int] = field(default_factory=dict)
+    input_tokens: dict[int, int] = field(default_factory=dict)
+    """Row line → prompt tokens, when a tokenizer counted them."""
+    output_tokens: dict[int, int] = field(default_factory=dict)
+    """Row line → reference answer tokens, when a tokenizer counted them."""
+
+    def summary(self) -> str:
+        """'120 rows read, 118 used, 2 filtered (1 empty, 1 too long)'."""
+        n_out = sum(self.filtered.values())
+        why = ", ".join(f"{n} {reason}" for reason, n in sorted(self.filtered.items()))
+        cats: dict[str, int] = {}
+        for r in self.rows:
+            cats[r.category or "-"] = cats.get(r.category or "-", 0) + 1
+        per = ", ".join(f"{c} {n}" for c, n in sorted(cats.items()))
+        return (f"{self.path}: {self.rows_read} rows read, {len(self.rows)} used"
+                + (f" ({per})" if per else "") + (f", {n_out} filtered ({why})" if n_out else ", none filtered"))
+
+
+def _error(path: pathlib.Path, line: int, message: str, fld: Optional[str] = None) -> ConversationError:
+    where = f"{path}:{line}"
+    return ConversationError(f"{where}: {message}", file=where, field=fld, expected=message)
+
+
+def _objects(path: pathlib.Path) -> list[tuple[int, Any]]:
+    """(line, parsed value) per row: a JSON array's elements, or the non-blank lines of a JSONL file."""
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConversationError(f"{path}: dataset file not found", file=str(path)) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConversationError(f"{path}: cannot read the dataset file: {e}", file=str(path)) from None
+    body = raw.lstrip()
+    if body.startswith("["):
+        return _array_elements(path, raw)
+    out: list[tuple[int, Any]] = []
+    for lineno, line in enumerate(raw.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            out.append((lineno, json.loads(line)))
+        except ValueError as e:
+            raise _error(path, lineno, f"invalid JSON ({e.args[0] if e.args else e}); expected one JSON object "
+                         "per line") from None
+    return out
+
+
+def _array_elements(path: pathlib.Path, raw: str) -> list[tuple[int, Any]]:
+    dec = json.JSONDecoder()
+    i = raw.index("[") + 1
+    out: list[tuple[int, Any]] = []
+    ws = " \t\r\n"
+    while True:
+        while i < len(raw) and raw[i] in ws:
+            i += 1
+        if i < len(raw) and raw[i] == "]":
+            return out
+        line = raw.count("\n", 0, i) + 1
+        try:
+            obj, i = dec.raw_decode(raw, i)
+        except ValueError as e:
+            raise _error(path, line, f"invalid JSON ({e.args[0] if e.args else e}); expected a JSON array of "
+                         "objects") from None
+        out.append((line, obj))
+        while i < len(raw) and raw[i] in ws:
+            i += 1
+        if i < len(raw) and raw[i] == ",":
+            i += 1
+        elif i < len(raw) and raw[i] == "]":
+            return out
+        else:
+            raise _error(path, raw.count("\n", 0, i) + 1, "expected ',' or ']' after an array element")
+
+
+def _turns(path: pathlib.Path, line: int, obj: dict[str, Any], source: str) -> list[ChatTurn]:
+    key, role_key, text_key = (("conversations", "from", "value") if source == "sharegpt"
+                               else ("messages", "role", "content"))
+    turns = obj.get(key)
+    if not isinstance(turns, list):
+        raise _error(path, line, f"expected a list field {key!r} (got {type(turns).__name__ if key in obj else 'no such key'})",
+                     key)
+    out: list[ChatTurn] = []
+    for j, t in enumerate(turns):
+        where = f"{key}[{j}]"
+        if not isinstance(t, dict):
+            raise _error(path, line, f"{where}: expected an object with {role_key!r} and {text_key!r}", where)
+        role, text = t.get(role_key), t.get(text_key)
+        roles = SHAREGPT_ROLES if source == "sharegpt" else {r: r for r in MESSAGE_ROLES}
+        if not isinstance(role, str) or role.lower() not in roles:
+            raise _error(path, line, f"{where}.{role_key}: expected one of {', '.join(sorted(roles))}, got {role!r}",
+                         f"{where}.{role_key}")
+        if not isinstance(text, str):
+            raise _error(path, line, f"{where}.{text_key}: expected a string, got {type(text).__name__}",
+                         f"{where}.{text_key}")
+        out.append(ChatTurn(roles[role.lower()], text))
+    return out
+
+
+def load_conversations(path: pathlib.Path, src: ConversationPrompts) -> list[ConversationRow]:
+    """Every row of a conversation dataset; ConversationError (file:line, field, expectation) at the first malformed one."""
+    rows: list[ConversationRow] = []
+    for line, obj in _objects(path):
+        if not isinstance(obj, dict):
+            raise _error(path, line, f"expected a JSON object per row, got {type(obj).__name__}")
+        turns = _turns(path, line, obj, src.source)
+        cat = obj.get(src.category_field, src.category)
+        if cat is not None and (not isinstance(cat, str) or not _CATEGORY_RE.match(cat)):
+            raise _error(path, line, f"{src.category_field}: expected a category name (1-64 letters, digits, '.', "
+                         f"'_' or '-'), got {cat!r}", src.category_field)
+        first_answer = next((k for k, t in enumerate(turns) if t.role == "assistant"), len(turns))
+        prompt = tuple(turns[:first_answer])
+        ref = turns[first_answer].content if first_answer < len(turns) else None
+        rows.append(ConversationRow(line, cat, prompt, ref))
+    if not rows:
+        raise ConversationError(f"{path}: no rows (expected {'ShareGPT conversations' if src.source == 'sharegpt' else 'messages'})",
+                           file=str(path))
+    return rows
+
+
+def select_rows(path: pathlib.Path, rows: list[ConversationRow], workload: WorkloadSpec,
+                count: Optional[Counter]) -> Selection:
+    """The rows the workload uses; the others counted by reason. `count` (a tokenizer) is needed for
+    `max_input_tokens` and `output_tokens: dataset` (the caller checks that it has one)."""
+    src = workload.prompts
+    assert isinstance(src, ConversationPrompts)
+    sel = Selection(path, len(rows), [])
+
+    def drop(reason: str) -> None:
+        sel.filtered[reason] = sel.filtered.get(reason, 0) + 1
+
+    for r in rows:
+        if not any(t.role == "user" and t.content.strip() for t in r.turns):
+            drop("empty (no user text before the first answer)")
+            continue
+        if src.categories is not None and r.category not in src.categories:
+            drop("category not selected")
+            continue
+        if workload.output_tokens == "dataset":
+            if r.reference is None or not r.reference.strip():
+                drop("no reference answer (output_tokens: dataset)")
+                continue
+        if count is not None:
+            n_in = count(r.text)
+            if src.max_input_tokens is not None and n_in > src.max_input_tokens:
+                drop(f"longer than max_input_tokens {src.max_input_tokens}")
+                continue
+            sel.input_tokens[r.line] = n_in
+            if workload.output_tokens == "dataset":
+                assert r.reference is not None
+                sel.output_tokens[r.line] = max(1, count(r.reference))
+        sel.rows.append(r)
+    return sel
+
+
+def needs_tokenizer(workload: WorkloadSpec) -> bool:
+    src = workload.prompts
+    return isinstance(src, ConversationPrompts) and (src.max_input_tokens is not None
+                                                     or workload.output_tokens == "dataset")
+
+
+def conversation_prompts(sel: Selection, workload: WorkloadSpec, n: int, seed: int,
+                         encode: Optional[Encoder]) -> list[Prompt]:
+    """`n` prompts: a seeded permutation of the selected rows, cycled (each pass reshuffled) past their number.
+
+    Output budgets: the workload's fixed output_tokens (max_tokens None), a seeded draw per request from its
+    distribution, or each row's reference answer length (`dataset`). With `encode` the prompt is sent as token ids.
+    """
+    if not sel.rows:
+        raise ConversationError(f"{sel.path}: every row was filtered ({sel.summary()}); nothing to send",
+                           file=str(sel.path), expected="at least one usable row")
+    rng = np.random.default_rng(seed)
+    picked: list[ConversationRow] = []
+    while len(picked) < n:
+        order = rng.permutation(len(sel.rows))
+        picked.extend(sel.rows[int(i)] for i in order[: n - len(picked)])
+    out_len = workload.output_tokens
+    budgets: list[Optional[int]] = [None] * n
+    if isinstance(out_len, LengthDist):
+        budgets = [int(x) for x in draw_lengths(out_len, n, length_rng(seed, OUTPUT_STREAM))]
+    elif out_len == "dataset":
+        budgets = [sel.output_tokens[r.line] for r in picked]
+    prompts = []
+    cache: dict[int, Prompt] = {}
+    for r, budget in zip(picked, budgets):
+        base = cache.get(r.line)
+        if base is None:
+            text = r.text
+            ids = tuple(encode(text)) if encode is not None else None
+            base = cache[r.line] = Prompt(input_ids=ids, text=text, messages=r.turns, category=r.category)
+        prompts.append(replace(base, max_tokens=budget) if budget is not None else base)
+    return prompts
+
+
+def tokenizer_functions(tokenizer_json: pathlib.Path) -> tuple[Counter, Encoder]:
+    """(count, encode) from a tokenizer.json (the `tokenizers` package; nothing is downloaded)."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer_json))
+
+    def encode(text: str) -> list[int]:
+        return list(tok.encode(text, add_special_tokens=False).ids)
+
+    return (lambda text: len(encode(text))), encode
+
+
+def load_selection(workload: WorkloadSpec, base_dir: pathlib.Path,
+                   model_path: str) -> tuple[Selection, Optional[Encoder]]:
+    """A conversation workload's rows and its encoder (None without a tokenizer): what the load actor sends and
+    what validate reports."""
+    from cluster.loadgen.text_prompts import tokenizer_file
+
+    src = workload.prompts
+    assert isinstance(src, ConversationPrompts)
+    assert src.path is not None  # the spec requires a path
+    path = src.path if pathlib.Path(src.path).is_absolute() else str(base_dir / src.path)
+    path_ = pathlib.Path(path)
+    rows = load_conversations(path_, src)
+    count = encode = None
+    if needs_tokenizer(workload):
+        count, encode = tokenizer_functions(tokenizer_file(src.tokenizer, model_path, base_dir))
+    return select_rows(path_, rows, workload, count), encode
