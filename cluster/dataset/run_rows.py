@@ -196,8 +196,9 @@ def build_run_row(p: RunPlan, out: WindowSummary, server: ServerFacts, segment: 
 
     garbage, output_sample = sample_verdict(out.samples)
     invalid.extend(cap_reasons)
-    if garbage:
+    if garbage and spec.correctness.check_output_samples:
         invalid.append(garbage)
+    output_sample["judged"] = spec.correctness.check_output_samples
     status = "failed" if n_ok == 0 else ("invalid" if invalid else "ok")
     row = _common(p, spec, server, segment, git_sha, out.load_actor_peak_buffered_rows)
     provenance = json.loads(row["provenance_json"])

@@ -711,6 +711,10 @@ class CorrectnessSpec(_Frozen):
     check_answers: bool = True
     """False turns off only the task-answer check (random-weight models cannot answer); the prefix, acceptance and
     degeneracy checks still run."""
+    check_output_samples: bool = True
+    """False keeps each measured run's output sample (table output_samples, provenance) but does not mark a run
+    invalid when the sample degenerates: only for models whose output is garbage by construction (random weights
+    in tests)."""
 
 
 class ClusterSpec(_Frozen):

@@ -177,3 +177,18 @@ def test_garbage_in_the_output_sample_makes_the_run_invalid_with_evidence() -> N
     assert ev["indices"] == [0, 1] and ev["degenerate"][0]["text_head"] == "nan"
     t = samples_table((good, nan)).to_pylist()
     assert t[0]["output_ids"] == [11, 12, 13, 14] and t[1]["degenerate"] == "output is 'nan'"
+
+
+def test_an_unjudged_output_sample_is_kept_but_does_not_invalidate() -> None:
+    """correctness.check_output_samples: false (random-weight test models): evidence kept, run not invalid."""
+    from dataclasses import replace
+
+    from cluster.loadgen.output_sample import OutputSample
+
+    spec = parse_spec_text(SPEC)
+    spec = spec.model_copy(update={"correctness": spec.correctness.model_copy(update={"check_output_samples": False})})
+    same = OutputSample(0, (471,) * 32, "x")
+    row = build_run_row(_plan("mtp"), replace(_window(2, 0), samples=(same,)), SERVER, SEGMENT, spec, [], None)
+    assert row["status"] == "ok", row["invalid_reasons"]
+    ev = json.loads(row["provenance_json"])["output_sample"]
+    assert ev["judged"] is False and ev["degenerate"][0]["request_index"] == 0
