@@ -249,7 +249,8 @@ def _pareto_points(g: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
 
 
 _CSS = ("body{font-family:sans-serif;margin:1.5em;max-width:1400px}table{border-collapse:collapse;font-size:12px;"
-        "margin-bottom:1em}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}th{background:#eee}"
+        "margin-bottom:1em;max-width:100%}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right;"
+        "overflow-wrap:anywhere}th{background:#eee}"
         "img{max-width:100%;border:1px solid #ddd;margin:.3em 0}.sim{color:#a40;font-weight:bold}"
         "figure{margin:0 0 1.5em 0}")
 

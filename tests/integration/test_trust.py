@@ -170,10 +170,10 @@ def test_stranger_on_the_port_is_never_measured(ray_local: None, tmp_path: Path,
 
 
 def test_server_death_mid_window_is_a_retried_failure(ray_local: None, tmp_path: Path) -> None:
-    """Case 4: the server crashes in the middle of run 1's window (3 gate answers + 6 + 3 completed requests; the
-    crash lands 50 ms after the 12th, while ~85 ms requests are in flight). Before: run 1 was `invalid` ("k of 6
-    requests failed", never retried) and run 2 blamed its own window."""
-    variants = """  - {name: a, baseline: true, sim: {crash_after_requests: 12, time_scale: 0.5}}
+    """Case 4: the server crashes in the middle of run 1's window (the gate's 3 prompts asked alone and again
+    under load, then 6 + 3 completed requests; the crash lands 50 ms after the 15th, while ~85 ms requests are in
+    flight). Before: run 1 was `invalid` ("k of 6 requests failed", never retried) and run 2 blamed its own window."""
+    variants = """  - {name: a, baseline: true, sim: {crash_after_requests: 15, time_scale: 0.5}}
   - {name: b, speculative: {algorithm: NEXTN, num_steps: 1}}"""
     spec = parse_spec_text(spec_text(tmp_path / "out", "death", variants, conc="[1, 2, 3]", n=6))
     result = run(spec, tmp_path)
