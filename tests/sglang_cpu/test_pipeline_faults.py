@@ -110,7 +110,9 @@ def fault_experiment(ray_local: None, sglang_cpu_python: Path, mimo_models: Path
         for w in watchers.values():
             w.thread.start()
 
-    result = run(spec, tmp, on_run, on_driver=on_driver)
+    # preflight=False: the node preflight refuses a speculative variant without --max-running-requests (SGLang
+    # silently caps it at 48; issue 15's fairness rules); this experiment exercises the runtime cap check behind it
+    result = run(spec, tmp, on_run, on_driver=on_driver, preflight=False)
     for w in watchers.values():
         w.thread.join(timeout=5)
     return {"spec": spec, "result": result, "runs": table(result, spec, "runs"), "watchers": watchers}
