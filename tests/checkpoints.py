@@ -327,12 +327,16 @@ def deepseek_v4_mtp(model_dir: Path, *, layers: int = 2, hidden: int = 64, vocab
 
 
 TENSOR_SPEC_FILE = "tensors.json"
-"""In a committed test case, the checkpoint files to build: {"model.safetensors": {name: [dtype, shape]}}."""
+"""In a committed test case, the checkpoint files to build: {"model.safetensors": {name: [dtype, shape]}}, or
+{"model.safetensors": {"raw_hex": "0102"}} for a deliberately broken file of exactly those bytes."""
 
 
 def materialise_tensor_specs(root: Path) -> None:
     """Build every checkpoint a copied test case describes in a tensors.json (so no binary is committed)."""
     for spec in sorted(root.rglob(TENSOR_SPEC_FILE)):
         for fname, tensors in json.loads(spec.read_text()).items():
-            write_safetensors(spec.parent / fname, {n: (d, list(s)) for n, (d, s) in tensors.items()})
+            if "raw_hex" in tensors:
+                (spec.parent / fname).write_bytes(bytes.fromhex(tensors["raw_hex"]))
+            else:
+                write_safetensors(spec.parent / fname, {n: (d, list(s)) for n, (d, s) in tensors.items()})
         spec.unlink()
