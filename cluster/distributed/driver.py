@@ -329,6 +329,10 @@ class Driver:
             if variant.profile is not None and death is None and runs:
                 self._profile(variant, engine, loads[0], server, runs[0])
         finally:
+            if not self.gates.has(variant.name):
+                # whatever ended this segment (an unexpected error included), no other variant's gate may wait
+                # health_timeout_s + 600 s for answers this one will never give
+                self.gates.put(variant.name, None)
             self.shared.leave(variant.name)
             self._teardown(engine, loads, pg, server)
             if server is not None:
@@ -514,7 +518,8 @@ class Driver:
         model_name = self.spec.model.served_name or self.spec.model.path
         try:
             answers: GateAnswers = ray.get(load.run_gate.remote(server.base_url, model_name,
-                                                                self.spec.request_timeout_s, gate_filler(self.spec)))
+                                                                self.spec.request_timeout_s, gate_filler(self.spec),
+                                                                self.spec.correctness.max_new_tokens))
         except (RayActorError, RayTaskError) as e:
             answers = GateAnswers.failed(_error_text(e)[0])
         self.gates.put(variant.name, answers)

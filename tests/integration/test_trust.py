@@ -201,3 +201,36 @@ def test_failed_start_names_the_decisive_log_line(ray_local: None, tmp_path: Pat
     assert a["status"] == "failed"
     assert "CUDA error: no kernel image for sm_90 (decisive)" in a["failure_reason"], a["failure_reason"]
     assert any("server logs:" in line for line in log), log
+
+
+def test_a_baseline_segment_that_raises_does_not_stall_the_others(ray_local: None, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any error ending the baseline's segment publishes "no answers": before, only the failure paths the driver
+    knew did, so an unexpected error left b's gate waiting health_timeout_s + 600 s (the pool joined b before the
+    error surfaced)."""
+    from cluster.distributed.driver import Driver
+
+    real = Driver._new_load_actor
+
+    def broken(self: Any, pg: Any, variant: Any, index: int) -> Any:
+        if variant.name == "a":
+            raise RuntimeError("injected: load actor creation broke")
+        return real(self, pg, variant, index)
+
+    monkeypatch.setattr(Driver, "_new_load_actor", broken)
+    spec = parse_spec_text(spec_text(tmp_path / "out", "raises", AB, extra="isolation: gpus"))
+    box: dict[str, Any] = {}
+
+    def go() -> None:
+        try:
+            run(spec, tmp_path)
+        except RuntimeError as e:
+            box["error"] = e
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    t.join(timeout=150)
+    assert not t.is_alive(), "b's gate waited for the answers of a baseline whose segment had raised"
+    assert "injected" in str(box.get("error")), box
+    b = pd.read_parquet(Path(tmp_path / "out") / spec.name / "runs").set_index("variant").loc["b"]
+    assert b["status"] == "ok" and "no prefix comparison" in b["provenance_json"]
