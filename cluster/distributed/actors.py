@@ -284,12 +284,12 @@ class LoadActorImpl:
         return build_prompt_sequence(workload, n, seed, self.base_dir, self.model_path)
 
     def run_gate(self, base_url: str, model_name: str, timeout_s: float = 300.0,
-                 filler: Optional[int] = None) -> GateAnswers:
+                 filler: Optional[int] = None, cap: Optional[int] = None) -> GateAnswers:
         import asyncio
 
         from cluster.loadgen.gate import collect_gate_answers
 
-        return asyncio.run(collect_gate_answers(self.engine, base_url, model_name, timeout_s, filler))
+        return asyncio.run(collect_gate_answers(self.engine, base_url, model_name, timeout_s, filler, cap))
 
     def visible_gpus(self) -> str:
         return os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")

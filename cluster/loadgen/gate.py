@@ -59,13 +59,19 @@ class GateAnswers:
         return cls({"_": GateOutput(text="", error=error)}, None)
 
 
+def _budget(prompt_max_tokens: int, cap: Optional[int]) -> int:
+    """A gate prompt's token budget: its own, or the spec's `correctness.max_new_tokens` cap when lower."""
+    return prompt_max_tokens if cap is None else min(prompt_max_tokens, cap)
+
+
 async def collect_gate_outputs(engine: Engine, base_url: str, model_name: str,
-                               timeout_s: float = 120.0) -> dict[str, dict[str, Any]]:
+                               timeout_s: float = 120.0, cap: Optional[int] = None) -> dict[str, dict[str, Any]]:
     """prompt_id → {text, token_ids, completion_tokens, finish_reason, spec_verify_ct, error?}, one at a time."""
     out: dict[str, dict[str, Any]] = {}
     async with aiohttp.ClientSession(headers=engine.headers) as session:
         for p in GATE_PROMPTS:
-            out[p.prompt_id] = await _ask(session, engine, base_url, p.text, p.max_tokens, model_name, timeout_s)
+            out[p.prompt_id] = await _ask(session, engine, base_url, p.text, _budget(p.max_tokens, cap), model_name,
+                                          timeout_s)
     return out
 
 
@@ -75,7 +81,8 @@ FILLER_TOKENS = 48
 
 
 async def collect_gate_outputs_under_load(engine: Engine, base_url: str, model_name: str, filler: int,
-                                          timeout_s: float = 120.0) -> dict[str, dict[str, Any]]:
+                                          timeout_s: float = 120.0, cap: Optional[int] = None
+                                          ) -> dict[str, dict[str, Any]]:
     """Every gate prompt at once while `filler` other requests keep the batch full (the variant's highest offered
     concurrency less the gate prompts): FlashInfer CUTLASS FP4 produced NaN rows only in mixed batches, within a
     few rounds of 64 concurrent requests, while the same prompt alone was clean (sglang PR #20047)."""
@@ -88,8 +95,8 @@ async def collect_gate_outputs_under_load(engine: Engine, base_url: str, model_n
         fillers = [asyncio.create_task(fill()) for _ in range(max(0, filler))]
         try:
             await asyncio.sleep(0)  # let the fillers send first, so the gate prompts join a running batch
-            answers = await asyncio.gather(*(_ask(session, engine, base_url, p.text, p.max_tokens, model_name,
-                                                  timeout_s) for p in GATE_PROMPTS))
+            answers = await asyncio.gather(*(_ask(session, engine, base_url, p.text, _budget(p.max_tokens, cap),
+                                                  model_name, timeout_s) for p in GATE_PROMPTS))
         finally:
             stop.set()
             for t in fillers:
@@ -99,14 +106,16 @@ async def collect_gate_outputs_under_load(engine: Engine, base_url: str, model_n
 
 
 async def collect_gate_answers(engine: Engine, base_url: str, model_name: str,
-                               timeout_s: float = 120.0, filler: Optional[int] = None) -> GateAnswers:
+                               timeout_s: float = 120.0, filler: Optional[int] = None,
+                               cap: Optional[int] = None) -> GateAnswers:
     """Ask every gate prompt (one at a time) and type the engine's parsed answers; with `filler` (≥ 0), ask them
-    again all at once inside that much filler load (GateAnswers.loaded)."""
-    raw = await collect_gate_outputs(engine, base_url, model_name, timeout_s)
+    again all at once inside that much filler load (GateAnswers.loaded). `cap` lowers every prompt's budget
+    (`correctness.max_new_tokens`)."""
+    raw = await collect_gate_outputs(engine, base_url, model_name, timeout_s, cap)
     answers = GateAnswers(to_gate_outputs(raw), gate_accept_length(raw))
     if filler is None:
         return answers
-    loaded = await collect_gate_outputs_under_load(engine, base_url, model_name, filler, timeout_s)
+    loaded = await collect_gate_outputs_under_load(engine, base_url, model_name, filler, timeout_s, cap)
     return replace(answers, loaded=to_gate_outputs(loaded), filler=filler)
 
 

@@ -715,6 +715,22 @@ class CorrectnessSpec(_Frozen):
     """False keeps each measured run's output sample (table output_samples, provenance) but does not mark a run
     invalid when the sample degenerates: only for models whose output is garbage by construction (random weights
     in tests)."""
+    max_new_tokens: Optional[int] = Field(default=None, ge=8)
+    """Caps every gate prompt's token budget (default: each prompt's own, up to 256). Only with `check_answers:
+    false`: an answer needs its prompt's whole budget, while the prefix, acceptance and degeneracy checks judge the
+    first tokens (min_prefix_tokens ≤ the cap). For slow test engines (real SGLang on a CPU), where the 256-token
+    reasoning prompt, asked twice, cost more than the measured window."""
+
+    @model_validator(mode="after")
+    def _cap_needs_no_answers(self) -> "CorrectnessSpec":
+        if self.max_new_tokens is not None:
+            if self.check_answers:
+                raise ValueError("max_new_tokens caps the gate prompts' budgets, which the answer check needs: "
+                                 "set check_answers: false to use it, or remove max_new_tokens")
+            if self.max_new_tokens < self.min_prefix_tokens:
+                raise ValueError(f"max_new_tokens {self.max_new_tokens} is below min_prefix_tokens "
+                                 f"{self.min_prefix_tokens}: no prefix could be compared")
+        return self
 
 
 class ClusterSpec(_Frozen):

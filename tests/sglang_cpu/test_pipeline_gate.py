@@ -18,7 +18,7 @@ pytestmark = pytest.mark.ray
 
 
 def _experiment(name: str, model: Path, python: Path, tmp: Path, steps: int, baseline: bool,
-                gate: str = "{enabled: true, check_answers: false}") -> dict[str, Any]:
+                gate: str = "{enabled: true, check_answers: false, max_new_tokens: 32}") -> dict[str, Any]:
     variants = ("  - {name: baseline, baseline: true}\n" if baseline else "") + \
         f"  - {{name: nextn-{steps}, speculative: {{algorithm: NEXTN, num_steps: {steps}}}}}"
     spec = load(spec_text(name, model, python, tmp / "out", variants, gate=gate))
@@ -40,7 +40,7 @@ def rand_experiment(ray_local: None, sglang_cpu_python: Path, mimo_models: Path,
     # with its baseline: the prefix rule passes, so acceptance alone fails the NEXTN variant
     # a random-weight model's window output is one token repeated: keep its output sample, do not judge it
     return _experiment("cpu-rand", mimo_models / "rand", sglang_cpu_python, tmp_path_factory.mktemp("rand"), 1, True,
-                       gate="{enabled: true, check_answers: false, check_output_samples: false}")
+                       gate="{enabled: true, check_answers: false, check_output_samples: false, max_new_tokens: 32}")
 
 
 def test_mix_accepts_some_drafts_and_passes_the_gate(mix_experiment: dict[str, Any]) -> None:

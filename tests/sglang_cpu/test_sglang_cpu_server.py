@@ -2,6 +2,9 @@
 
 Two server starts serve every check of this module (one server at a time: each fixture gathers what its tests assert
 on, then stops its server). The NEXTN-1/2 acceptance on echo is asserted through the pipeline (test_pipeline.py).
+The baseline server is also profiled last: sglbench's /start_profile body (engines/sglang.py) is accepted, the
+profiler stops by itself after num_steps, /stop_profile is then a bare 500, and the torch profiler's chrome trace is
+summarised (CPU ops: there are no device kernels on a CPU).
 """
 
 from __future__ import annotations
@@ -18,13 +21,16 @@ import pytest
 from record_transcripts import FIXTURE_DIR, record_running, redaction_paths, shape_diffs
 from sglang_cpu_server import PROMPTS, SGLangCPUServer, accept_length, baseline_args, nextn_args
 
+from cluster.analysis.kernel_profile import summarize_traces
 from cluster.dataset.run_rows import _peak_per_scrape, _series
 from cluster.engines.sglang import SGLangEngine
 from cluster.loadgen.server_metrics import MetricsScraper
+from cluster.telemetry.profile import archive_dir, wait_for_traces
 
 MAX_NEW_TOKENS = 32
 STEPS = 3
 OFFERED = 64
+PROFILE_STEPS = 4
 
 
 def ideal_accept_length(steps: int, n_tokens: int = MAX_NEW_TOKENS) -> float:
@@ -71,9 +77,25 @@ def _serve(python: Path, models: Path, tag: str, args: list[str], log_dir: Path,
         if nextn:
             got["bad_max_new_tokens"] = server.generate(PROMPTS[0], max_new_tokens=-1)
             got["burst"] = _burst(server)
+        else:
+            got["profile"] = _profile(server, log_dir / "profile")
     finally:
         server.stop()
+    got["log_tail"] = server.log_tail()
     return got
+
+
+def _profile(server: SGLangCPUServer, out: Path) -> dict[str, Any]:
+    """sglbench's own /start_profile body, two short requests, then the traces and /stop_profile's answer."""
+    req = SGLangEngine().profile_request(str(out), PROFILE_STEPS, "sglbench-real", cpu=True)
+    assert req is not None
+    status, text = server.request(req.path, json.loads(req.body))
+    assert status == 200, text
+    for p in PROMPTS[:2]:
+        assert server.generate(p, max_new_tokens=8)[0] == 200
+    files = wait_for_traces(out, 1, timeout_s=120)
+    stop = server.request("/stop_profile", {})
+    return {"out": out, "files": files, "stop": stop}
 
 
 @pytest.fixture(scope="module")
@@ -140,3 +162,17 @@ def test_real_nextn_server_caps_running_requests_at_48(nextn: dict[str, Any]) ->
           f"{b['running']}, max queued {b['queued']} (non-empty on {b['queue_share']:.0%} of {b['scrapes']} scrapes)")
     assert b["running"] is not None and b["queued"] is not None
     assert b["running"] <= 48 < OFFERED and b["queued"] > 0
+
+
+def test_real_server_profile_is_summarised(baseline: dict[str, Any]) -> None:
+    prof = baseline["profile"]
+    assert [f.name for f in prof["files"]] == ["sglbench-real-TP-0.trace.json.gz"], baseline["log_tail"]
+    # num_steps stopped the profiler by itself: SGLang raises RuntimeError("Profiling is not in progress ...") in the
+    # handler, which FastAPI answers as a bare 500 (the sim and the actor rely on this)
+    assert prof["stop"] == (500, "Internal Server Error"), prof["stop"]
+    s = summarize_traces(prof["files"])
+    print(f"[sglang_cpu] profile: level {s.level}, {len(s.top)} top ops, first {s.top[0].kernel} "
+          f"({s.top[0].share:.0%}), by category {({k: round(v) for k, v in s.by_category_us.items()})}")
+    assert s.level in ("cpu_op", "kernel") and not s.simulated and s.top and s.total_us > 0
+    data, sha, size, note = archive_dir(prof["out"], 64 << 20)
+    assert data is not None and sha and note is None

@@ -21,6 +21,7 @@ class MixedBatchNaN:
         self.in_flight = 0
         self.peak = 0
         self.fillers = 0
+        self.budgets: dict[str, list[int]] = {}
         self.runner: Any = None
 
     async def generate(self, request: web.Request) -> web.Response:
@@ -28,6 +29,7 @@ class MixedBatchNaN:
         self.in_flight += 1
         self.peak = max(self.peak, self.in_flight)
         self.fillers += body["text"] == FILLER_PROMPT
+        self.budgets.setdefault(body["text"], []).append(body["sampling_params"]["max_new_tokens"])
         try:
             mixed = self.in_flight > self.clean_up_to
             await asyncio.sleep(0.01)  # one "decode step", so concurrent requests overlap
@@ -50,12 +52,12 @@ class MixedBatchNaN:
         return f"http://127.0.0.1:{self.runner.addresses[0][1]}"
 
 
-def _run(clean_up_to: int, filler: int | None) -> tuple[Any, MixedBatchNaN]:
+def _run(clean_up_to: int, filler: int | None, cap: int | None = None) -> tuple[Any, MixedBatchNaN]:
     async def body() -> Any:
         fake = MixedBatchNaN(clean_up_to)
         url = await fake.start()
         try:
-            return await collect_gate_answers(SGLangEngine(), url, "m", 10.0, filler), fake
+            return await collect_gate_answers(SGLangEngine(), url, "m", 10.0, filler, cap), fake
         finally:
             await fake.runner.cleanup()
     return asyncio.run(body())
@@ -86,3 +88,29 @@ def test_filler_is_the_highest_offered_concurrency_less_the_gate_prompts() -> No
     repo = Path(__file__).resolve().parents[3]
     assert gate_filler(load_spec(repo / "experiments" / "qwen35-397b-nvfp4-mtp.yaml")) == 64 - 3
     assert gate_filler(load_spec(repo / "experiments" / "demo-sglang-cpu.yaml")) == 1
+
+
+def test_max_new_tokens_caps_every_gate_prompt_in_both_passes() -> None:
+    """correctness.max_new_tokens: the 32/64/256-token prompts ask for min(own, 40), alone and under load."""
+    from cluster.analysis.correctness import GATE_PROMPTS
+
+    _, fake = _run(clean_up_to=1000, filler=2, cap=40)
+    for p in GATE_PROMPTS:
+        assert fake.budgets[p.text] == [min(p.max_tokens, 40)] * 2, (p.prompt_id, fake.budgets[p.text])
+    _, fake = _run(clean_up_to=1000, filler=None)
+    assert sorted(b for p in GATE_PROMPTS for b in fake.budgets[p.text]) == sorted(p.max_tokens for p in GATE_PROMPTS)
+
+
+def test_max_new_tokens_is_refused_while_answers_are_checked() -> None:
+    import pytest
+
+    from cluster.errors import UserError
+    from cluster.spec.loader import parse_spec_text
+
+    base = ("version: 1\nname: x\nmodel: {path: sim://m, engine: sim}\nvariants: [{name: b, baseline: true}]\n"
+            "workloads: [{name: w, input_tokens: 8, output_tokens: 8, num_requests: 2}]\nload: {concurrency: [1]}\n")
+    assert parse_spec_text(base + "correctness: {check_answers: false, max_new_tokens: 32}\n").correctness.max_new_tokens == 32
+    with pytest.raises(UserError, match=r"correctness.*max_new_tokens.*check_answers: false"):
+        parse_spec_text(base + "correctness: {max_new_tokens: 32}\n")
+    with pytest.raises(UserError, match="below min_prefix_tokens"):
+        parse_spec_text(base + "correctness: {check_answers: false, max_new_tokens: 8, min_prefix_tokens: 16}\n")
