@@ -217,14 +217,16 @@ def record_busy_flush(base: str, red: Redactor, model_name: str) -> dict[str, An
     return out
 
 
-def record_running(server: SGLangCPUServer, tag: str, paths: dict[str, str]) -> dict[str, Any]:
-    """The transcript of one healthy server (the caller owns its start and stop)."""
+def record_running(server: SGLangCPUServer, tag: str, paths: dict[str, str],
+                   launch_argv: Optional[list[str]] = None) -> dict[str, Any]:
+    """The transcript of one healthy server (the caller owns its start and stop); `launch_argv` when another
+    launcher started it (the sglbench EngineActor) and `server` only addresses it."""
     red = Redactor(server.port, paths)
     name = "tiny"
     recs = [record_one(e, server.url, red) for e in exchanges(name)]
     recs.append(record_busy_flush(server.url, red, name))
     doc = {"sglang_version": SGLANG_VERSION, "tag": tag, "model": red.text(str(server.model)),
-           "launch_args": red.value(server.argv()[3:]), "recorded_by": "tests/sglang_cpu/record_transcripts.py",
+           "launch_args": red.value((launch_argv or server.argv())[3:]), "recorded_by": "tests/sglang_cpu/record_transcripts.py",
            "exchanges": recs}
     leftover = [p for p in paths if p in json.dumps(doc)]
     if leftover:

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 HOST = "127.0.0.1"
+ORACLE_MAX_NEW_TOKENS = 32
+"""Greedy budget of the prompts the oracle baseline and the NEXTN servers compared with it answer."""
 SERVER_ENV = {"SGLANG_USE_CPU_ENGINE": "1", "SGLBENCH_CPU_STANDINS": "1"}
 START_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 20.0

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from cpu_pipeline import assert_group_gone, facts, ideal_accept_length, load, run, spec_text, table
+from sglang_cpu_server import ORACLE_MAX_NEW_TOKENS, accept_length
 
 pytestmark = pytest.mark.ray
 
@@ -31,25 +32,40 @@ def _counter_delta(row: pd.Series, name: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def echo_experiment(ray_local: None, sglang_cpu_python: Path, mimo_models: Path,
+def echo_experiment(ray_local: None, sglang_cpu_python: Path, mimo_models: Path, oracle_baseline: dict[str, Any],
                     tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """echo: a baseline and NEXTN-1/2/3 in one experiment (four servers, one at a time); smoke runs against the
-    NEXTN-3 server once its run is done, while it is still up."""
+    """echo: a baseline and NEXTN-1/2/3 in one experiment (four servers, one at a time). Once NEXTN-3's run is
+    done, while its server is still up: smoke, greedy outputs (compared with the oracle's), a negative budget, and
+    its wire transcript (compared with the committed recording)."""
+    from record_transcripts import record_running, redaction_paths
+    from sglang_cpu_server import SGLangCPUServer
+
     from cluster.engines.smoke import run_smoke
 
     tmp = tmp_path_factory.mktemp("echo-pipeline")
     variants = """  - {name: baseline, baseline: true}
   - {name: nextn, speculative: {algorithm: NEXTN, num_steps: [1, 2, 3]}}"""
     spec = load(spec_text("cpu-echo", mimo_models / "echo", sglang_cpu_python, tmp / "out", variants))
-    smoke: dict[str, Any] = {}
+    live: dict[str, Any] = {}
 
     def on_run(drv: Any, p: Any, status: str) -> None:
-        if p.variant.name == "nextn-3" and not smoke:
-            smoke["checks"] = run_smoke(facts(drv.result, "nextn-3").base_url, 120.0)
+        if p.variant.name != "nextn-3" or live:
+            return
+        f = facts(drv.result, "nextn-3")
+        live["smoke"] = run_smoke(f.base_url, 120.0)
+        # addresses the driver's server (the EngineActor started it and stops it); never starts or stops one
+        view = SGLangCPUServer(python=sglang_cpu_python, model=mimo_models / "echo", extra_args=[],
+                               log_path=Path(f.log_path), port=f.port)
+        assert view.url == f.base_url.rstrip("/"), (view.url, f.base_url)
+        live["outputs"] = view.greedy_outputs(ORACLE_MAX_NEW_TOKENS)
+        live["bad_max_new_tokens"] = view.generate("The cat runs", max_new_tokens=-1)
+        live["transcript"] = record_running(view, f"nextn{max(STEPS)}",
+                                            redaction_paths(sglang_cpu_python, mimo_models, tmp), list(f.argv))
 
     result = run(spec, tmp, on_run)
-    return {"spec": spec, "result": result, "smoke": smoke, "runs": table(result, spec, "runs"),
-            "requests": table(result, spec, "requests"), "server_metrics": table(result, spec, "server_metrics")}
+    return {"spec": spec, "result": result, "live": live, "runs": table(result, spec, "runs"),
+            "oracle": oracle_baseline, "requests": table(result, spec, "requests"),
+            "server_metrics": table(result, spec, "server_metrics")}
 
 
 def test_echo_runs_ok_and_accepts_every_draft(echo_experiment: dict[str, Any]) -> None:
@@ -86,6 +102,8 @@ def test_server_info_records_what_sglang_resolved(echo_experiment: dict[str, Any
         assert si["max_running_requests"] == 16
         assert si["internal_states"][0]["effective_max_running_requests_per_dp"] == 16
         assert "--speculative-algorithm NEXTN" in " ".join(f.argv)
+        # SGLang turns overlap scheduling off for speculative decoding on a CPU; every variant here asks for it off
+        assert si["disable_overlap_schedule"] is True
     base = facts(result, "baseline")
     assert base.infos["server_info"]["speculative_algorithm"] is None
     assert base.infos["server_info"]["attention_backend"] == "intel_amx"
@@ -127,7 +145,7 @@ def test_gate_passes_on_echo_without_answer_checks(echo_experiment: dict[str, An
 
 
 def test_smoke_passes_against_real_nextn(echo_experiment: dict[str, Any]) -> None:
-    checks = echo_experiment["smoke"]["checks"]
+    checks = echo_experiment["live"]["smoke"]
     failed = [(c.name, c.expected, c.found) for c in checks if not c.ok]
     assert failed == [], failed
     assert "meta_info.spec_verify_ct" in {c.name for c in checks}
@@ -153,3 +171,33 @@ def test_compare_labels_cpu_numbers(echo_experiment: dict[str, Any], monkeypatch
     monkeypatch.setattr(results_cmd, "console", recorder)
     results_cmd.print_compare(root, name, None, "table")
     assert "served on CPU (CPU numbers, not GPU numbers)" in " ".join(recorder.export_text().split())
+
+
+def test_nextn_matches_the_oracle_and_accepts_every_draft(echo_experiment: dict[str, Any]) -> None:
+    """NEXTN-3 (the stand-in intel_amx attention) gives the torch_native baseline's greedy outputs, token for token,
+    with every draft accepted: the echo model's MTP layer predicts the next token exactly."""
+    outs, oracle = echo_experiment["live"]["outputs"], echo_experiment["oracle"]["outputs"]
+    assert [o["text"] for o in outs] == [o["text"] for o in oracle], "NEXTN changed greedy outputs"
+    acc, k = accept_length(outs), max(STEPS)
+    ideal = ideal_accept_length(k, ORACLE_MAX_NEW_TOKENS)
+    print(f"[sglang_cpu] NEXTN-{k} echo accept length {acc:.3f} (ideal {ideal:.3f}), greedy outputs as the oracle's")
+    assert 0.97 * ideal <= acc <= k + 1 + 1e-9, f"echo drafts should all be accepted, got {acc:.3f}"
+    for out in outs:
+        assert len(out["meta_info"]["spec_correct_drafts_histogram"]) == k + 1
+
+
+def test_negative_budget_is_a_400_on_real_nextn(echo_experiment: dict[str, Any]) -> None:
+    status, err = echo_experiment["live"]["bad_max_new_tokens"]
+    assert status == 400 and "max_new_tokens" in err, (status, err[:300])
+
+
+def test_live_nextn_server_keeps_the_recorded_shapes(echo_experiment: dict[str, Any]) -> None:
+    """The committed NEXTN-3 contract fixture (recorded on a directly started server) has the shapes the driver's
+    NEXTN-3 server answers in."""
+    from record_transcripts import FIXTURE_DIR, shape_diffs
+
+    tag = f"nextn{max(STEPS)}"
+    recorded = json.loads((FIXTURE_DIR / f"{tag}.json").read_text())
+    problems = [f"{tag}.json: {d}" for d in shape_diffs(recorded, echo_experiment["live"]["transcript"])]
+    assert not problems, "SGLang's wire shapes changed; re-record with tests/sglang_cpu/record_transcripts.py " \
+                         "and update the contract assertions:\n" + "\n".join(problems)

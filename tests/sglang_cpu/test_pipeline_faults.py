@@ -171,10 +171,12 @@ def test_cap_flags_nextn_offered_64(fault_experiment: dict[str, Any]) -> None:
     assert "offered concurrency 64 > server cap 48" in reasons, reasons
     assert "server_info" in reasons or "internal_states" in reasons, reasons
     conc = json.loads(row["provenance_json"])["concurrency"]
-    assert conc["offered"] == 64 and conc["cap"] == 48
-    # the scraped gauges back it up: never more than 48 running while requests queued
-    if conc.get("scraped_max_running") is not None:
-        assert conc["scraped_max_running"] <= 48
+    assert conc["offered"] == 64 and conc["cap"] == 48 and conc["cap_declared"] == 48
+    assert conc["cap_source"] == "server_info.internal_states[0].effective_max_running_requests_per_dp", conc
+    # the scraped gauges back it up: never more than 48 running, while requests queued for a slot
+    print(f"[sglang_cpu] cap evidence: {conc}")
+    assert conc["scraped_max_running"] is not None and conc["scraped_max_running"] <= 48, conc
+    assert conc["scraped_max_queued"] is not None and conc["scraped_max_queued"] > 0, conc
     acc = float(row["m_accept_length"])
     print(f"[sglang_cpu] rand NEXTN-1 (runs table): accept length {acc:.3f}")
     assert 0.99 <= acc <= 1.05, f"a random MTP layer accepts nothing: {acc:.3f}"
