@@ -297,11 +297,18 @@ def _group_alive(pgid: int) -> bool:
 
 
 def kill_group(pgid: int, grace_s: float = 15.0, proc: Optional[subprocess.Popen[bytes]] = None) -> None:
-    """Terminate every process of a group; used by the actor and, after an actor died, by a cleanup task."""
+    """Terminate every process of a group; used by the actor and, after an actor died, by a cleanup task.
+
+    SIGTERM goes to the group leader first (the watchdog, which asks the server's main process alone to stop: see
+    watchdog.SERVER_GRACE_S); the rest of the group gets SIGTERM only if the leader is gone already, and SIGKILL
+    whatever is left after grace_s."""
     try:
-        os.killpg(pgid, signal.SIGTERM)
+        os.kill(pgid, signal.SIGTERM)  # the leader's pid is the group id (start_new_session)
     except ProcessLookupError:
-        pass
+        try:
+            os.killpg(pgid, signal.SIGTERM)  # no leader (it died): the members themselves
+        except ProcessLookupError:
+            pass
     except OSError as e:  # pragma: no cover - permission problems are reported, not hidden
         if e.errno != errno.ESRCH:
             raise

@@ -2,8 +2,9 @@
 
 `python -m cluster.server.watchdog OWNER_PID -- ARGV...`. Ray reaps an actor's plain children when the actor
 exits cleanly, but a SIGKILLed actor, a crashed raylet or a killed driver can leave a server running with
-GPUs held. The watchdog polls its owner's pid; when the owner is gone (or sends SIGTERM) it terminates the
-process group — SGLang's per-rank scheduler processes included — then exits with the server's code. If the
+GPUs held. The watchdog polls its owner's pid; when the owner is gone (or sends SIGTERM) it asks the server alone to
+stop (SIGTERM to its main process, which shuts its own children down), then terminates what is left of the process
+group — SGLang's per-rank scheduler processes included — then exits with the server's code. If the
 watchdog itself is SIGKILLed (Ray does that to a dead worker's children), the kernel kills the server through
 PR_SET_PDEATHSIG.
 """
@@ -21,6 +22,12 @@ from cluster.server.process import WATCHDOG_MARK
 
 POLL_S = 0.25
 GRACE_S = 10.0
+SERVER_GRACE_S = 8.0
+"""How long the server's main process gets to stop its own children before the whole group is signalled. SGLang
+0.5.23 checks for SIGTERM every 5 s (tokenizer_manager.sigterm_watchdog) and then stops its schedulers itself; a
+SIGTERM sent to the whole group instead reaches the scheduler too, which SGLang takes for a crash ("Subprocess
+scheduler_0 crashed with exit code -15"): it sleeps 5 s for crash diagnostics, may run py-spy or dump requests, and
+the log then names a crash that never happened."""
 PR_SET_PDEATHSIG = 1
 
 
@@ -48,6 +55,15 @@ def _owner_alive(owner_pid: int) -> bool:
         return False
     except PermissionError:
         return True
+
+
+def _stop_server(child: "subprocess.Popen[bytes]", grace_s: float) -> None:
+    """SIGTERM the server's main process alone and give it grace_s to exit (its own shutdown stops its children)."""
+    try:
+        child.terminate()
+        child.wait(timeout=grace_s)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
 
 
 def _kill_group(grace_s: float) -> None:
@@ -95,6 +111,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                       file=sys.stderr, flush=True)
             return int(code)
         if stop["requested"] or not _owner_alive(owner):
+            _stop_server(child, SERVER_GRACE_S)
             _kill_group(GRACE_S)
             return 143
         time.sleep(POLL_S)
