@@ -84,16 +84,25 @@ GATE_WAIT_LOG_S = 30.0
 
 
 class GateBoard:
-    """Gate answers per variant, shared between segment threads (None: the variant gave none)."""
+    """Gate answers per variant, shared between segment threads (None: the variant gave none), and whether the
+    baseline holds its GPUs yet.
+
+    Every other variant's gate waits for the baseline's answers while its server holds GPUs. Under `isolation: gpus`
+    variants that took every GPU first would wait for a baseline that can never be placed (tp 4 + tp 4 on 8 GPUs,
+    the baseline third: a stall of health_timeout_s + 600 s, seen in CI). So other variants ask for GPUs only once
+    the baseline has its own, or has answers (stored, or none), or its segment ended."""
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
         self.outputs: dict[str, Optional[GateAnswers]] = {}
+        self.baseline_placed = threading.Event()
 
-    def put(self, variant: str, outputs: Optional[GateAnswers]) -> None:
+    def put(self, variant: str, outputs: Optional[GateAnswers], baseline: bool = False) -> None:
         with self.cond:
             self.outputs[variant] = outputs
             self.cond.notify_all()
+        if baseline:
+            self.baseline_placed.set()
 
     def has(self, variant: str) -> bool:
         with self.cond:
@@ -262,9 +271,19 @@ class Driver:
             self.log(f"[{variant}] waiting {time.monotonic() - t0:.0f} s for {gpus} GPU(s) on one node "
                      f"({free:g} GPU free cluster-wide; other variants are still running)")
 
+    def _wait_baseline_placed(self, variant: str) -> None:
+        """Before a variant asks for GPUs: the baseline holds its own, or will never need them (see GateBoard)."""
+        t0 = time.monotonic()
+        while not self.gates.baseline_placed.wait(PLACEMENT_PROGRESS_S):
+            self.log(f"[{variant}] waiting {time.monotonic() - t0:.0f} s for the baseline {self.baseline_name!r} to "
+                     "get its GPUs first (every gate compares with its answers)")
+
     def _segment(self, variant: ResolvedVariant, runs: list[RunPlan], todo: set[str], r: Any) -> None:
         runs = [p for p in runs if p.run_key in todo]
         n_load = self.spec.load.actors_per_server
+        is_baseline = variant.name == self.baseline_name
+        if not is_baseline:
+            self._wait_baseline_placed(variant.name)
         bundles = [{"GPU": float(r.gpus)}] + [{"CPU": float(r.cpus_for_load)}] * n_load
         pg = placement_group(bundles, strategy="STRICT_PACK", name=f"sglbench-{self.spec.name}-{variant.name}")
         engine = None
@@ -280,6 +299,8 @@ class Driver:
                 self.gates.put(variant.name, None)
                 return
             self._wait_pg(pg, variant.name, r.gpus)
+            if is_baseline:
+                self.gates.baseline_placed.set()
             launcher = self.spec.engines.get(variant.engine)
             launch_variant = with_artifact(variant, art)
             engine = EngineActor.options(
@@ -333,6 +354,8 @@ class Driver:
                 # whatever ended this segment (an unexpected error included), no other variant's gate may wait
                 # health_timeout_s + 600 s for answers this one will never give
                 self.gates.put(variant.name, None)
+            if is_baseline:
+                self.gates.baseline_placed.set()
             self.shared.leave(variant.name)
             self._teardown(engine, loads, pg, server)
             if server is not None:
@@ -553,10 +576,11 @@ class Driver:
 
         base = next((v for v in variants if v.is_baseline), None)
         if base is None or not self.spec.correctness.enabled:
+            self.gates.baseline_placed.set()  # no gate waits on a baseline: nothing to order
             return segments
         stored = self.store.read_variant_table("correctness", base.name, gate_key(base))
         if stored is not None and stored.num_rows:
-            self.gates.put(base.name, answers_from_correctness_rows(stored))
+            self.gates.put(base.name, answers_from_correctness_rows(stored), baseline=True)
             self.log(f"[{base.name}] gate: using the baseline's {stored.num_rows} stored gate answers")
             return segments
         first = next((i for i, (v, _) in enumerate(segments) if v.name == base.name), None)
@@ -564,7 +588,7 @@ class Driver:
             if segments:
                 self.log(f"[{base.name}] gate: the baseline runs nothing now and has no stored gate answers; "
                          "other variants' gates make no prefix comparison")
-            self.gates.put(base.name, None)
+            self.gates.put(base.name, None, baseline=True)
             return segments
         if first:
             self.log(f"[{base.name}] gate: no stored baseline answers; the baseline's remaining segment runs first")

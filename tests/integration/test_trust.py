@@ -234,3 +234,36 @@ def test_a_baseline_segment_that_raises_does_not_stall_the_others(ray_local: Non
     assert "injected" in str(box.get("error")), box
     b = pd.read_parquet(Path(tmp_path / "out") / spec.name / "runs").set_index("variant").loc["b"]
     assert b["status"] == "ok" and "no prefix comparison" in b["provenance_json"]
+
+
+def test_other_variants_never_take_the_gpus_the_baseline_needs(ray_local: None, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """isolation: gpus, three tp-4 variants on 8 GPUs, the baseline's placement asked for last (a 2-s delay stands
+    in for losing the race, which CI's test_tuning_experiment once did): before, b and c took all 8 GPUs and their
+    gates waited health_timeout_s + 600 s for the answers of a baseline that could never be placed."""
+    import cluster.distributed.driver as driver_mod
+
+    real = driver_mod.placement_group
+
+    def late_for_the_baseline(bundles: Any, strategy: str, name: str) -> Any:
+        if name.endswith("-a"):
+            time.sleep(2.0)
+        return real(bundles, strategy=strategy, name=name)
+
+    monkeypatch.setattr(driver_mod, "placement_group", late_for_the_baseline)
+    variants = """  - {name: a, baseline: true}
+  - {name: b, speculative: {algorithm: NEXTN, num_steps: 1}}
+  - {name: c, speculative: {algorithm: NEXTN, num_steps: 2}}"""
+    text = spec_text(tmp_path / "out", "placed", variants, extra="isolation: gpus")
+    spec = parse_spec_text(text.replace("model: {path: sim://trust, engine: sim}",
+                                        "model: {path: sim://trust, engine: sim, tp: 4}"))
+    log: list[str] = []
+    box: dict[str, Any] = {}
+    t = threading.Thread(target=lambda: box.update(result=run(spec, tmp_path, log=log)), daemon=True)
+    t.start()
+    t.join(timeout=180)
+    assert not t.is_alive(), "variants held every GPU while their gates waited for the baseline:\n" + "\n".join(log)
+    runs = runs_of(box["result"], spec).set_index("variant")
+    assert set(runs["status"]) == {"ok"}, runs["status"].to_dict()
+    for v in ("b", "c"):
+        assert "no prefix comparison" not in runs.loc[v, "provenance_json"], v
