@@ -90,19 +90,28 @@ class GateBoard:
     Every other variant's gate waits for the baseline's answers while its server holds GPUs. Under `isolation: gpus`
     variants that took every GPU first would wait for a baseline that can never be placed (tp 4 + tp 4 on 8 GPUs,
     the baseline third: a stall of health_timeout_s + 600 s, seen in CI). So other variants ask for GPUs only once
-    the baseline has its own, or has answers (stored, or none), or its segment ended."""
+    the baseline has its own, or has answers (stored, or none: its segment's end always puts them)."""
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
         self.outputs: dict[str, Optional[GateAnswers]] = {}
-        self.baseline_placed = threading.Event()
+        self._placed = False
 
-    def put(self, variant: str, outputs: Optional[GateAnswers], baseline: bool = False) -> None:
+    def put(self, variant: str, outputs: Optional[GateAnswers]) -> None:
         with self.cond:
             self.outputs[variant] = outputs
             self.cond.notify_all()
-        if baseline:
-            self.baseline_placed.set()
+
+    def placed(self) -> None:
+        """The baseline holds its GPUs."""
+        with self.cond:
+            self._placed = True
+            self.cond.notify_all()
+
+    def wait_placed(self, baseline: str, timeout_s: float) -> bool:
+        """True once the baseline holds its GPUs or has answers; False after timeout_s."""
+        with self.cond:
+            return self.cond.wait_for(lambda: self._placed or baseline in self.outputs, timeout=timeout_s)
 
     def has(self, variant: str) -> bool:
         with self.cond:
@@ -271,19 +280,20 @@ class Driver:
             self.log(f"[{variant}] waiting {time.monotonic() - t0:.0f} s for {gpus} GPU(s) on one node "
                      f"({free:g} GPU free cluster-wide; other variants are still running)")
 
-    def _wait_baseline_placed(self, variant: str) -> None:
+    def _wait_baseline_placed(self, variant: ResolvedVariant) -> None:
         """Before a variant asks for GPUs: the baseline holds its own, or will never need them (see GateBoard)."""
+        baseline = self.baseline_name
+        if baseline is None or variant.name == baseline or not self.spec.correctness.enabled:
+            return  # no gate of this variant waits on a baseline's answers
         t0 = time.monotonic()
-        while not self.gates.baseline_placed.wait(PLACEMENT_PROGRESS_S):
-            self.log(f"[{variant}] waiting {time.monotonic() - t0:.0f} s for the baseline {self.baseline_name!r} to "
+        while not self.gates.wait_placed(baseline, PLACEMENT_PROGRESS_S):
+            self.log(f"[{variant.name}] waiting {time.monotonic() - t0:.0f} s for the baseline {baseline!r} to "
                      "get its GPUs first (every gate compares with its answers)")
 
     def _segment(self, variant: ResolvedVariant, runs: list[RunPlan], todo: set[str], r: Any) -> None:
         runs = [p for p in runs if p.run_key in todo]
         n_load = self.spec.load.actors_per_server
-        is_baseline = variant.name == self.baseline_name
-        if not is_baseline:
-            self._wait_baseline_placed(variant.name)
+        self._wait_baseline_placed(variant)
         bundles = [{"GPU": float(r.gpus)}] + [{"CPU": float(r.cpus_for_load)}] * n_load
         pg = placement_group(bundles, strategy="STRICT_PACK", name=f"sglbench-{self.spec.name}-{variant.name}")
         engine = None
@@ -299,8 +309,8 @@ class Driver:
                 self.gates.put(variant.name, None)
                 return
             self._wait_pg(pg, variant.name, r.gpus)
-            if is_baseline:
-                self.gates.baseline_placed.set()
+            if variant.name == self.baseline_name:
+                self.gates.placed()
             launcher = self.spec.engines.get(variant.engine)
             launch_variant = with_artifact(variant, art)
             engine = EngineActor.options(
@@ -354,8 +364,6 @@ class Driver:
                 # whatever ended this segment (an unexpected error included), no other variant's gate may wait
                 # health_timeout_s + 600 s for answers this one will never give
                 self.gates.put(variant.name, None)
-            if is_baseline:
-                self.gates.baseline_placed.set()
             self.shared.leave(variant.name)
             self._teardown(engine, loads, pg, server)
             if server is not None:
@@ -576,11 +584,10 @@ class Driver:
 
         base = next((v for v in variants if v.is_baseline), None)
         if base is None or not self.spec.correctness.enabled:
-            self.gates.baseline_placed.set()  # no gate waits on a baseline: nothing to order
             return segments
         stored = self.store.read_variant_table("correctness", base.name, gate_key(base))
         if stored is not None and stored.num_rows:
-            self.gates.put(base.name, answers_from_correctness_rows(stored), baseline=True)
+            self.gates.put(base.name, answers_from_correctness_rows(stored))
             self.log(f"[{base.name}] gate: using the baseline's {stored.num_rows} stored gate answers")
             return segments
         first = next((i for i, (v, _) in enumerate(segments) if v.name == base.name), None)
@@ -588,7 +595,7 @@ class Driver:
             if segments:
                 self.log(f"[{base.name}] gate: the baseline runs nothing now and has no stored gate answers; "
                          "other variants' gates make no prefix comparison")
-            self.gates.put(base.name, None, baseline=True)
+            self.gates.put(base.name, None)
             return segments
         if first:
             self.log(f"[{base.name}] gate: no stored baseline answers; the baseline's remaining segment runs first")
