@@ -60,6 +60,27 @@ def run(spec: ExperimentSpec, tmp: Path, on_run: Callable[[Any, RunPlan, str], N
     return drv.run()
 
 
+def run_within(timeout_s: float, stalled: str, spec: ExperimentSpec, tmp: Path, log: list[str] | None = None) -> Any:
+    """`run` on a thread, failing with `stalled` (and the log) if it is still running after timeout_s: a stall is
+    the fault these tests look for, so it must fail the test, not hang it. The driver's exception, if any, is
+    raised here."""
+    box: dict[str, Any] = {}
+
+    def go() -> None:
+        try:
+            box["result"] = run(spec, tmp, log=log)
+        except Exception as e:  # noqa: BLE001 - re-raised on the test's thread below
+            box["error"] = e
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    t.join(timeout=timeout_s)
+    assert not t.is_alive(), stalled + ":\n" + "\n".join(log or [])
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
+
+
 def runs_of(result: Any, spec: ExperimentSpec) -> pd.DataFrame:
     return pd.read_parquet(Path(result.dataset_root) / spec.name / "runs")
 
@@ -72,15 +93,8 @@ def test_resume_takes_the_baseline_gate_answers_from_the_dataset(ray_local: None
     assert set(runs_of(run(first, tmp_path), first)["status"]) == {"ok"}
     more = parse_spec_text(spec_text(out, "resume", AB + "\n  - {name: c, args: {max-running-requests: 4}}"))
     log: list[str] = []
-    box: dict[str, Any] = {}
-    t0 = time.monotonic()
-    t = threading.Thread(target=lambda: box.update(result=run(more, tmp_path, log=log)), daemon=True)
-    t.start()
-    t.join(timeout=240)
-    assert not t.is_alive(), "the resumed experiment stalled waiting for the baseline's gate answers:\n" + \
-        "\n".join(log)
-    assert time.monotonic() - t0 < 240
-    result = box["result"]
+    result = run_within(240, "the resumed experiment stalled waiting for the baseline's gate answers", more,
+                        tmp_path, log)
     assert result.skipped == 2 and result.counts().get("ok") == 1
     assert any("stored gate answers" in line for line in log), log
     gate = pd.read_parquet(Path(result.dataset_root) / more.name / "correctness")
@@ -99,12 +113,7 @@ def test_resume_without_baseline_answers_does_not_wait(ray_local: None, tmp_path
         f.unlink()
     more = parse_spec_text(spec_text(out, "resume-none", AB + "\n  - {name: c, args: {max-running-requests: 4}}"))
     log: list[str] = []
-    box: dict[str, Any] = {}
-    t = threading.Thread(target=lambda: box.update(result=run(more, tmp_path, log=log)), daemon=True)
-    t.start()
-    t.join(timeout=240)
-    assert not t.is_alive(), "stalled:\n" + "\n".join(log)
-    runs = runs_of(box["result"], more)
+    runs = runs_of(run_within(240, "stalled", more, tmp_path, log), more)
     c = runs[runs["variant"] == "c"].iloc[0]
     assert c["status"] == "ok"
     assert "no prefix comparison" in c["provenance_json"]
@@ -219,19 +228,8 @@ def test_a_baseline_segment_that_raises_does_not_stall_the_others(ray_local: Non
 
     monkeypatch.setattr(Driver, "_new_load_actor", broken)
     spec = parse_spec_text(spec_text(tmp_path / "out", "raises", AB, extra="isolation: gpus"))
-    box: dict[str, Any] = {}
-
-    def go() -> None:
-        try:
-            run(spec, tmp_path)
-        except RuntimeError as e:
-            box["error"] = e
-
-    t = threading.Thread(target=go, daemon=True)
-    t.start()
-    t.join(timeout=150)
-    assert not t.is_alive(), "b's gate waited for the answers of a baseline whose segment had raised"
-    assert "injected" in str(box.get("error")), box
+    with pytest.raises(RuntimeError, match="injected"):
+        run_within(150, "b's gate waited for the answers of a baseline whose segment had raised", spec, tmp_path)
     b = pd.read_parquet(Path(tmp_path / "out") / spec.name / "runs").set_index("variant").loc["b"]
     assert b["status"] == "ok" and "no prefix comparison" in b["provenance_json"]
 
@@ -258,12 +256,8 @@ def test_other_variants_never_take_the_gpus_the_baseline_needs(ray_local: None, 
     spec = parse_spec_text(text.replace("model: {path: sim://trust, engine: sim}",
                                         "model: {path: sim://trust, engine: sim, tp: 4}"))
     log: list[str] = []
-    box: dict[str, Any] = {}
-    t = threading.Thread(target=lambda: box.update(result=run(spec, tmp_path, log=log)), daemon=True)
-    t.start()
-    t.join(timeout=180)
-    assert not t.is_alive(), "variants held every GPU while their gates waited for the baseline:\n" + "\n".join(log)
-    runs = runs_of(box["result"], spec).set_index("variant")
+    result = run_within(180, "variants held every GPU while their gates waited for the baseline", spec, tmp_path, log)
+    runs = runs_of(result, spec).set_index("variant")
     assert set(runs["status"]) == {"ok"}, runs["status"].to_dict()
     for v in ("b", "c"):
         assert "no prefix comparison" not in runs.loc[v, "provenance_json"], v

@@ -320,6 +320,14 @@ def shape_diffs(recorded: dict[str, Any], live: dict[str, Any]) -> list[str]:
     return diffs
 
 
+def assert_keeps_recorded_shapes(tag: str, live: dict[str, Any]) -> None:
+    """The committed contract fixture `<tag>.json` has the shapes the live server's transcript answers in."""
+    recorded = json.loads((FIXTURE_DIR / f"{tag}.json").read_text())
+    problems = [f"{tag}.json: {d}" for d in shape_diffs(recorded, live)]
+    assert not problems, "SGLang's wire shapes changed; re-record with tests/sglang_cpu/record_transcripts.py " \
+                         "and update the contract assertions:\n" + "\n".join(problems)
+
+
 def build_models(python: Path, out: Path) -> None:
     cmd = [str(python), str(HERE / "build_mimo_model.py"), str(out), "--seed", "0", "--variants", "echo", "mix",
            "rand"]

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from cpu_pipeline import assert_group_gone, facts, ideal_accept_length, load, run, spec_text, table
-from sglang_cpu_server import ORACLE_MAX_NEW_TOKENS, accept_length
+from sglang_cpu_server import ORACLE_MAX_NEW_TOKENS, PROMPTS, accept_length
 
 pytestmark = pytest.mark.ray
 
@@ -58,7 +58,7 @@ def echo_experiment(ray_local: None, sglang_cpu_python: Path, mimo_models: Path,
                                log_path=Path(f.log_path), port=f.port)
         assert view.url == f.base_url.rstrip("/"), (view.url, f.base_url)
         live["outputs"] = view.greedy_outputs(ORACLE_MAX_NEW_TOKENS)
-        live["bad_max_new_tokens"] = view.generate("The cat runs", max_new_tokens=-1)
+        live["bad_max_new_tokens"] = view.generate(PROMPTS[0], max_new_tokens=-1)
         live["transcript"] = record_running(view, f"nextn{max(STEPS)}",
                                             redaction_paths(sglang_cpu_python, mimo_models, tmp), list(f.argv))
 
@@ -194,10 +194,6 @@ def test_negative_budget_is_a_400_on_real_nextn(echo_experiment: dict[str, Any])
 def test_live_nextn_server_keeps_the_recorded_shapes(echo_experiment: dict[str, Any]) -> None:
     """The committed NEXTN-3 contract fixture (recorded on a directly started server) has the shapes the driver's
     NEXTN-3 server answers in."""
-    from record_transcripts import FIXTURE_DIR, shape_diffs
+    from record_transcripts import assert_keeps_recorded_shapes
 
-    tag = f"nextn{max(STEPS)}"
-    recorded = json.loads((FIXTURE_DIR / f"{tag}.json").read_text())
-    problems = [f"{tag}.json: {d}" for d in shape_diffs(recorded, echo_experiment["live"]["transcript"])]
-    assert not problems, "SGLang's wire shapes changed; re-record with tests/sglang_cpu/record_transcripts.py " \
-                         "and update the contract assertions:\n" + "\n".join(problems)
+    assert_keeps_recorded_shapes(f"nextn{max(STEPS)}", echo_experiment["live"]["transcript"])

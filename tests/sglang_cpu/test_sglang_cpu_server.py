@@ -10,10 +10,9 @@ SGLang's speculative cap of 48 on the fault experiment's unset-cap server (test_
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from record_transcripts import FIXTURE_DIR, shape_diffs
+from record_transcripts import assert_keeps_recorded_shapes
 from sglang_cpu_server import ORACLE_MAX_NEW_TOKENS, PROMPTS
 
 from cluster.analysis.kernel_profile import summarize_traces
@@ -32,10 +31,7 @@ def test_baseline_serves_greedy_tokens(oracle_baseline: dict[str, Any]) -> None:
 
 def test_live_server_keeps_the_recorded_shapes(oracle_baseline: dict[str, Any]) -> None:
     """The committed contract fixture (recorded on the mix model) has the shapes a live server answers in."""
-    recorded = json.loads((FIXTURE_DIR / "baseline.json").read_text())
-    problems = [f"baseline.json: {d}" for d in shape_diffs(recorded, oracle_baseline["transcript"])]
-    assert not problems, "SGLang's wire shapes changed; re-record with tests/sglang_cpu/record_transcripts.py " \
-                         "and update the contract assertions:\n" + "\n".join(problems)
+    assert_keeps_recorded_shapes("baseline", oracle_baseline["transcript"])
 
 
 def test_real_server_profile_is_summarised(oracle_baseline: dict[str, Any]) -> None:
