@@ -65,9 +65,43 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: Optional[pytest.Item]) 
         ray.shutdown()
 
 
+REAL_ENGINE_DIRS = ("sglang_cpu", "e2e")
+"""Tiers whose tests start real engine servers (SGLang, vLLM on the CPU): they share one xdist group, so they run one
+after another on one worker and never two real servers at once on a 2-core machine."""
+REAL_ENGINE_GROUP = "real-engine"
+
+
+def _real_engine(item: pytest.Item) -> bool:
+    return os.path.basename(os.path.dirname(str(item.fspath))) in REAL_ENGINE_DIRS
+
+
+def _scope(nodeid: str) -> str:
+    """The work unit a test belongs to: the real-engine group, or its own module."""
+    path = nodeid.split("::", 1)[0]
+    parts = path.split("/")
+    return REAL_ENGINE_GROUP if len(parts) > 2 and parts[1] in REAL_ENGINE_DIRS else path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """`-n 2` (pyproject's addopts) schedules whole work units: the real-engine tiers as one unit on one worker, every
+    other module as its own, so a module's tests stay on one worker with its module- and session-scoped fixtures
+    (one local Ray cluster per run of Ray modules, see pytest_runtest_teardown). xdist's own `loadgroup` marks do
+    nothing under pytest 9 (xdist 3.8 rewrites a node id attribute pytest 9 no longer reads), hence this hook."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class RealEngineTogether(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope(nodeid)
+
+    return RealEngineTogether(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Within each test directory, the modules that use `ray_local` run first and back to back, so one local Ray
-    cluster serves them all (see pytest_runtest_teardown); the order inside a module is unchanged."""
+    """The real-engine group first (with --no-loadscope-reorder the first worker takes it at once: it is the longest,
+    ~1000 s of CI's tests); then, within each test directory, the modules that use `ray_local` first and back to
+    back, so one local Ray cluster serves them all (see pytest_runtest_teardown); the order inside a module is
+    unchanged."""
     def directory(it: pytest.Item) -> str:
         return os.path.dirname(str(it.fspath))
 
@@ -75,5 +109,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     first_seen: dict[str, int] = {}
     for i, it in enumerate(items):
         first_seen.setdefault(directory(it), i)
-    items.sort(key=lambda it: (first_seen[directory(it)],
+    items.sort(key=lambda it: (not _real_engine(it), first_seen[directory(it)],
                                0 if directory(it) + "|" + str(it.fspath) in uses_ray else 1))
