@@ -397,6 +397,17 @@ class VariantSpec(_Frozen):
         return out
 
 
+class SharedPrefix(_Frozen):
+    """`groups` seeded random prefixes (system prompts) of `tokens` ids each; every request starts with one of them
+    (the groups take equal shares of the requests, in a seeded order) and goes on with ids of its own, so a prefix
+    cache serves all but the first request of each group its prefix (cluster/loadgen/datasets.py)."""
+
+    groups: int = Field(ge=1, le=100_000)
+    """How many distinct prefixes."""
+    tokens: int = Field(ge=1, le=1_000_000)
+    """Length of each prefix in tokens (part of input_tokens, which must be longer)."""
+
+
 class RandomIdsPrompts(_Frozen):
     """`random_ids`: seeded token ids drawn uniformly from [100, vocab_size), of exactly the drawn input length."""
 
@@ -404,6 +415,9 @@ class RandomIdsPrompts(_Frozen):
     """Seeded random token ids."""
     vocab_size: int = Field(default=32000, ge=16)
     """Token ids are drawn below this."""
+    shared_prefix: Optional[SharedPrefix] = None
+    """Start every prompt with one of `groups` shared prefixes of `tokens` ids (prefix caching measured; the
+    run's prefix_hit_rate says how much of the input the server served from its cache)."""
 
 
 def _need_path(source: str, path: Optional[str]) -> None:
@@ -601,6 +615,13 @@ class WorkloadSpec(_Frozen):
         if src in ("sharegpt", "messages") and self.input_tokens != "dataset":
             raise FieldProblem(("input_tokens",), f"prompt source {src!r} sends each prompt as written: "
                                "input_tokens must be 'dataset'")
+        sp = getattr(self.prompts, "shared_prefix", None)
+        if sp is not None:
+            shortest = self.input_tokens.min if isinstance(self.input_tokens, LengthDist) else self.input_tokens
+            assert isinstance(shortest, int)  # random_ids refuses 'dataset' above
+            if shortest <= sp.tokens:
+                raise FieldProblem(("input_tokens",), f"every prompt starts with a shared prefix of {sp.tokens} "
+                                   f"tokens: input_tokens (its shortest: {shortest}) must be longer than that")
         if self.output_tokens == "dataset" and src not in ("sharegpt", "messages"):
             raise FieldProblem(("output_tokens",), "output_tokens 'dataset' takes each row's reference answer "
                                "length: it needs prompt source 'sharegpt' or 'messages'")
@@ -627,8 +648,11 @@ class WorkloadSpec(_Frozen):
         p = dump["prompts"]
         assert isinstance(p, dict)
         if p["source"] in ("random_ids", "jsonl", "text"):
-            dump["prompts"] = {"source": p["source"], "path": p.get("path"), "vocab_size": p.get("vocab_size", 32000),
-                               "tokenizer": p.get("tokenizer")}
+            kept: dict[str, object] = {"source": p["source"], "path": p.get("path"),
+                                       "vocab_size": p.get("vocab_size", 32000), "tokenizer": p.get("tokenizer")}
+            if p.get("shared_prefix") is not None:
+                kept["shared_prefix"] = p["shared_prefix"]
+            dump["prompts"] = kept
         return dump
 
 
