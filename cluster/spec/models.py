@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, Mapping, Optional, Union, get_args, get_origin
 
-from pydantic import (BaseModel, ConfigDict, Discriminator, Field, FieldSerializationInfo, Tag, ValidationInfo,
-                      field_serializer, field_validator, model_validator)
+from pydantic import (BaseModel, ConfigDict, Discriminator, Field, FieldSerializationInfo, StrictBool, StrictFloat,
+                      StrictInt, StrictStr, Tag, ValidationInfo, field_serializer, field_validator, model_validator)
 
 from cluster.errors import UserError
 from cluster.sim.model import Knobs
@@ -475,6 +475,13 @@ class ConversationPrompts(_Frozen):
     tokenizer: Optional[str] = None
     """Directory (or tokenizer.json) to count tokens with, for `max_input_tokens` and `output_tokens: dataset`
     (default: the model's directory); without either the text is sent as written and the server tokenizes."""
+    chat_template: bool = False
+    """Render the turns with the model's own chat template (chat_template.jinja or tokenizer_config.json's
+    `chat_template` beside the tokenizer), generation prompt included, and send those tokens: /generate then gets
+    what /v1/chat/completions would have sent the model. Off: the turns' contents joined by a blank line."""
+    chat_template_kwargs: dict[str, Union[StrictBool, StrictInt, StrictFloat, StrictStr]] = Field(default_factory=dict)
+    """Template variables (e.g. `enable_thinking: false` for Qwen3.5), also sent as the chat API's
+    `chat_template_kwargs`, so both paths render the same prompt."""
 
     _c = field_validator("category")(classmethod(lambda cls, v: v if v is None else check_name(v, "category")))
 
@@ -615,6 +622,10 @@ class WorkloadSpec(_Frozen):
         if src in ("sharegpt", "messages") and self.input_tokens != "dataset":
             raise FieldProblem(("input_tokens",), f"prompt source {src!r} sends each prompt as written: "
                                "input_tokens must be 'dataset'")
+        if isinstance(self.prompts, ConversationPrompts) and self.prompts.chat_template_kwargs \
+                and not self.prompts.chat_template and self.api != "chat":
+            raise FieldProblem(("prompts", "chat_template_kwargs"), "template variables need a template: set "
+                               "prompts.chat_template: true (or api: chat, where the server renders it)")
         sp = getattr(self.prompts, "shared_prefix", None)
         if sp is not None:
             shortest = self.input_tokens.min if isinstance(self.input_tokens, LengthDist) else self.input_tokens
@@ -653,6 +664,9 @@ class WorkloadSpec(_Frozen):
             if p.get("shared_prefix") is not None:
                 kept["shared_prefix"] = p["shared_prefix"]
             dump["prompts"] = kept
+        elif not p.get("chat_template") and not p.get("chat_template_kwargs"):
+            p.pop("chat_template", None)  # conversation workloads without templates keep their earlier run keys
+            p.pop("chat_template_kwargs", None)
         return dump
 
 
