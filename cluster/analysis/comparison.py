@@ -48,6 +48,7 @@ CI_METRICS: tuple[CiMetric, ...] = (
     CiMetric("per_user_tok_s_mean", None, "m_per_user_tok_s_mean", "mean"),
     CiMetric("goodput_rps", None, "m_goodput_rps", "mean"),
     CiMetric("slo_attainment", None, "m_slo_attainment", "mean"),
+    CiMetric("prefix_hit_rate", None, "m_prefix_hit_rate", "mean"),
     CiMetric("energy_j_per_output_token", None, "m_energy_j_per_output_token", "mean"),
     CiMetric("output_tok_s_per_w", None, "m_output_tok_s_per_w", "mean"),
     CiMetric("gpu_power_w_mean", None, "m_gpu_power_w_mean", "mean"),
@@ -332,6 +333,9 @@ def compare_view(ci: pd.DataFrame) -> pd.DataFrame:
                                                          ci["speedup_tpot_hi"], ci["speedup_tpot_verdict"])],
         "goodput req/s": [format_estimate(*t, digits=2) for t in
                           zip(ci["goodput_rps"], ci["goodput_rps_lo"], ci["goodput_rps_hi"])],
+        "prefix hit %": [format_estimate(100 * p, 100 * lo, 100 * hi, digits=1) for p, lo, hi in zip(
+            ci["prefix_hit_rate"].astype(float), ci["prefix_hit_rate_lo"].astype(float),
+            ci["prefix_hit_rate_hi"].astype(float))],
         "J/token": [format_estimate(*t, digits=2) for t in zip(
             ci["energy_j_per_output_token"], ci["energy_j_per_output_token_lo"], ci["energy_j_per_output_token_hi"])],
         "tok/s per W": [format_estimate(*t, digits=3) for t in

@@ -147,6 +147,8 @@ def print_compare_ci(root: str, experiment: str, baseline: Optional[str], fmt_na
         keep.insert(0, "workload")
     if df["goodput_rps"].notna().any():
         keep.append("goodput req/s")
+    if (df["prefix_hit_rate"].fillna(0) > 0).any():  # prefix caching served something: say how much, per point
+        keep.append("prefix hit %")
     _emit(view[keep].rename(columns={"ok/failed/invalid": "ok/f/i"}), fmt,
           title=f"{experiment}: estimate [95% CI]; latencies in ms; * = baseline; (sim) = simulated engine; "
                 f"ok/f/i = ok / failed / invalid repeats")

@@ -25,7 +25,7 @@ import json
 import shlex
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Union
 
 from cluster.plan.runs import ResolvedVariant
 from cluster.spec.models import EngineLauncher
@@ -125,6 +125,8 @@ class Prompt:
     max_tokens: Optional[int] = None
     """This request's own output budget (a length distribution, or the dataset's reference answer); None: the
     workload's fixed output_tokens."""
+    chat_template_kwargs: Optional[tuple[tuple[str, Union[bool, int, float, str]], ...]] = None
+    """Chat template variables the chat API sends (`chat_template_kwargs`), as sorted (name, value) pairs."""
 
     def __post_init__(self) -> None:
         if self.input_ids is None and self.text is None:

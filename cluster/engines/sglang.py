@@ -385,6 +385,8 @@ def sglang_request_body(
         else:
             text = prompt.text if prompt.text is not None else " ".join(str(t) for t in prompt.input_ids or ())
             common["messages"] = [{"role": "user", "content": text}]
+        if prompt.chat_template_kwargs:
+            common["chat_template_kwargs"] = dict(prompt.chat_template_kwargs)
         return "/v1/chat/completions", common
     common["prompt"] = list(prompt.input_ids) if prompt.input_ids is not None else prompt.text
     return "/v1/completions", common

@@ -3,8 +3,10 @@
 
 A row's prompt is its turns before the first assistant turn (a system turn and the first user turn, or several
 user turns), its reference answer that first assistant turn — the convention of SGLang's and vLLM's
-bench_serving ShareGPT loaders, which take turn 0 as the prompt and turn 1 as the completion. Without a chat
-template the prompt text is the turns' contents joined by a blank line; the chat API sends the turns as messages.
+bench_serving ShareGPT loaders, which take turn 0 as the prompt and turn 1 as the completion. With
+`chat_template: true` the prompt text is the model's own chat template rendered over the turns
+(cluster/loadgen/chat_template.py), sent as its tokens; without, the turns' contents joined by a blank line. The
+chat API always sends the turns as messages (with the workload's chat_template_kwargs).
 Rows are never skipped silently: a row that cannot be read is a ConversationError (file:line, what was expected), a
 row left out (no user text, no reference answer where one is needed, a category not selected, longer than
 `max_input_tokens`) is counted by reason in `Selection.filtered`, which validate/plan print.
@@ -39,6 +41,8 @@ class ConversationError(PromptSourceError):
 Counter = Callable[[str], int]
 """Token count of a text (the workload's tokenizer)."""
 Encoder = Callable[[str], list[int]]
+Renderer = Callable[[tuple[ChatTurn, ...]], str]
+"""A prompt's turns → the text sent (the model's chat template)."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,8 @@ class Selection:
     """Row line → prompt tokens, when a tokenizer counted them."""
     output_tokens: dict[int, int] = field(default_factory=dict)
     """Row line → reference answer tokens, when a tokenizer counted them."""
+    texts: dict[int, str] = field(default_factory=dict)
+    """Row line → the prompt text sent, when a chat template rendered it (else the row's joined turns)."""
 
     def summary(self) -> str:
         """'120 rows read, 118 used, 2 filtered (1 empty, 1 too long)'."""
@@ -182,9 +188,10 @@ def load_conversations(path: pathlib.Path, src: ConversationPrompts) -> list[Con
 
 
 def select_rows(path: pathlib.Path, rows: list[ConversationRow], workload: WorkloadSpec,
-                count: Optional[Counter]) -> Selection:
+                count: Optional[Counter], render: Optional[Renderer] = None) -> Selection:
     """The rows the workload uses; the others counted by reason. `count` (a tokenizer) is needed for
-    `max_input_tokens` and `output_tokens: dataset` (the caller checks that it has one)."""
+    `max_input_tokens` and `output_tokens: dataset` (the caller checks that it has one); `render` (a chat
+    template) makes each prompt's text, so lengths are counted on what is sent."""
     src = workload.prompts
     assert isinstance(src, ConversationPrompts)
     sel = Selection(path, len(rows), [])
@@ -203,8 +210,11 @@ def select_rows(path: pathlib.Path, rows: list[ConversationRow], workload: Workl
             if r.reference is None or not r.reference.strip():
                 drop("no reference answer (output_tokens: dataset)")
                 continue
+        text = r.text
+        if render is not None:
+            text = sel.texts[r.line] = render(r.turns)
         if count is not None:
-            n_in = count(r.text)
+            n_in = count(text)
             if src.max_input_tokens is not None and n_in > src.max_input_tokens:
                 drop(f"longer than max_input_tokens {src.max_input_tokens}")
                 continue
@@ -218,7 +228,7 @@ def select_rows(path: pathlib.Path, rows: list[ConversationRow], workload: Workl
 
 def needs_tokenizer(workload: WorkloadSpec) -> bool:
     src = workload.prompts
-    return isinstance(src, ConversationPrompts) and (src.max_input_tokens is not None
+    return isinstance(src, ConversationPrompts) and (src.max_input_tokens is not None or src.chat_template
                                                      or workload.output_tokens == "dataset")
 
 
@@ -243,14 +253,18 @@ def conversation_prompts(sel: Selection, workload: WorkloadSpec, n: int, seed: i
         budgets = [int(x) for x in draw_lengths(out_len, n, length_rng(seed, OUTPUT_STREAM))]
     elif out_len == "dataset":
         budgets = [sel.output_tokens[r.line] for r in picked]
+    src = workload.prompts
+    assert isinstance(src, ConversationPrompts)
+    kwargs = tuple(sorted(src.chat_template_kwargs.items())) or None
     prompts = []
     cache: dict[int, Prompt] = {}
     for r, budget in zip(picked, budgets):
         base = cache.get(r.line)
         if base is None:
-            text = r.text
+            text = sel.texts.get(r.line, r.text)
             ids = tuple(encode(text)) if encode is not None else None
-            base = cache[r.line] = Prompt(input_ids=ids, text=text, messages=r.turns, category=r.category)
+            base = cache[r.line] = Prompt(input_ids=ids, text=text, messages=r.turns, category=r.category,
+                                          chat_template_kwargs=kwargs)
         prompts.append(replace(base, max_tokens=budget) if budget is not None else base)
     return prompts
 
@@ -280,6 +294,13 @@ def load_selection(workload: WorkloadSpec, base_dir: pathlib.Path,
     path_ = pathlib.Path(path)
     rows = load_conversations(path_, src)
     count = encode = None
+    render: Optional[Renderer] = None
     if needs_tokenizer(workload):
-        count, encode = tokenizer_functions(tokenizer_file(src.tokenizer, model_path, base_dir))
-    return select_rows(path_, rows, workload, count), encode
+        tok = tokenizer_file(src.tokenizer, model_path, base_dir)
+        count, encode = tokenizer_functions(tok)
+        if src.chat_template:
+            from cluster.loadgen.chat_template import load_chat_template
+
+            template, kwargs = load_chat_template(tok.parent), src.chat_template_kwargs
+            render = lambda turns: template.render(turns, kwargs)  # noqa: E731
+    return select_rows(path_, rows, workload, count, render), encode

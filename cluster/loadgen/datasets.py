@@ -13,7 +13,7 @@ import numpy as np
 from cluster.engines.base import Prompt
 from cluster.errors import PromptSourceError
 from cluster.loadgen.lengths import INPUT_STREAM, OUTPUT_STREAM, draw_lengths, length_rng
-from cluster.spec.models import ConversationPrompts, LengthDist, WorkloadSpec
+from cluster.spec.models import ConversationPrompts, LengthDist, RandomIdsPrompts, SharedPrefix, WorkloadSpec
 
 RANDOM_ID_LOW = 100
 """Lowest random token id: the first ids of common vocabularies are special tokens (BOS/EOS/pad, control)."""
@@ -37,14 +37,18 @@ def build_prompts(workload: WorkloadSpec, n: int, seed: int, base_dir: pathlib.P
 
         sel, encode = load_selection(workload, base_dir, model_path)
         return conversation_prompts(sel, workload, n, seed, encode)
-    if src.source == "random_ids":
+    if isinstance(src, RandomIdsPrompts):
         rng = np.random.default_rng(seed)
+        own = 0 if src.shared_prefix is None else src.shared_prefix.tokens  # each prompt's own ids come after it
         if isinstance(workload.input_tokens, LengthDist):
             lengths = draw_lengths(workload.input_tokens, n, length_rng(seed, INPUT_STREAM))
-            out = [random_id_prompts(1, int(k), src.vocab_size, rng)[0] for k in lengths]
+            out = [random_id_prompts(1, int(k) - own, src.vocab_size, rng)[0] for k in lengths]
         else:
             assert isinstance(workload.input_tokens, int)  # the spec refuses 'dataset' for random_ids
-            out = random_id_prompts(n, workload.input_tokens, src.vocab_size, rng)
+            out = random_id_prompts(n, workload.input_tokens - own, src.vocab_size, rng)
+        if src.shared_prefix is not None:
+            prefixes, groups = shared_prefixes(src.shared_prefix, n, src.vocab_size, seed)
+            out = [Prompt(input_ids=tuple(prefixes[g].tolist()) + (p.input_ids or ())) for p, g in zip(out, groups)]
         return with_output_budgets(out, workload, seed)
     if src.source == "jsonl":
         return with_output_budgets(sample_jsonl(load_jsonl_prompts(resolve_path(src.path, base_dir)), n,
@@ -78,14 +82,32 @@ def build_prompt_sequence(workload: WorkloadSpec, n: int, seed: int, base_dir: p
     Prompt is built when its request is sent.
     """
     src = workload.prompts
-    if src.source == "random_ids" and isinstance(workload.input_tokens, int) \
+    if isinstance(src, RandomIdsPrompts) and isinstance(workload.input_tokens, int) \
             and isinstance(workload.output_tokens, int):
-        assert not isinstance(src, ConversationPrompts)
         if n < 0:
             raise ValueError(f"number of prompts must be >= 0, got {n}")
-        return random_id_prompt_array(n, workload.input_tokens, src.vocab_size,
-                                      np.random.default_rng(seed))
+        if src.shared_prefix is None:
+            return random_id_prompt_array(n, workload.input_tokens, src.vocab_size, np.random.default_rng(seed))
+        own = random_id_prompt_array(n, workload.input_tokens - src.shared_prefix.tokens, src.vocab_size,
+                                     np.random.default_rng(seed))
+        prefixes, groups = shared_prefixes(src.shared_prefix, n, src.vocab_size, seed)
+        return PromptArray(np.concatenate([prefixes[groups].astype(own.ids.dtype), own.ids], axis=1))
     return build_prompts(workload, n, seed, base_dir, model_path)
+
+
+PREFIX_STREAM = 0x5AFE
+"""Seed stream of the shared prefixes and their group order: apart from the prompts' own ids, so a workload's own
+ids are those of the same workload without shared prefixes at `input_tokens - tokens`."""
+
+
+def shared_prefixes(sp: SharedPrefix, n: int, vocab_size: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(groups × tokens prefix ids, each of the `n` requests' group): the groups take equal shares (counts differ by
+    at most one), in a seeded order."""
+    rng = np.random.default_rng([seed, PREFIX_STREAM])
+    low = RANDOM_ID_LOW if vocab_size > 2 * RANDOM_ID_LOW else vocab_size // 4
+    prefixes = rng.integers(low, vocab_size, size=(sp.groups, sp.tokens), dtype=np.int64)
+    groups = rng.permutation(np.arange(n) % sp.groups)
+    return prefixes, groups
 
 
 class PromptArray(Sequence[Prompt]):

@@ -4,7 +4,8 @@
 exits cleanly, but a SIGKILLed actor, a crashed raylet or a killed driver can leave a server running with
 GPUs held. The watchdog polls its owner's pid; when the owner is gone (or sends SIGTERM) it asks the server alone to
 stop (SIGTERM to its main process, which shuts its own children down), then terminates what is left of the process
-group — SGLang's per-rank scheduler processes included — then exits with the server's code. If the
+group — SGLang's per-rank scheduler processes included — then exits with the server's code. A server whose main
+process exits on its own gets the same: whatever it left in the group is stopped before the watchdog exits. If the
 watchdog itself is SIGKILLed (Ray does that to a dead worker's children), the kernel kills the server through
 PR_SET_PDEATHSIG.
 """
@@ -18,7 +19,7 @@ import sys
 import time
 from typing import Optional
 
-from cluster.server.process import WATCHDOG_MARK
+from cluster.server.process import WATCHDOG_MARK, group_members
 
 POLL_S = 0.25
 GRACE_S = 10.0
@@ -28,6 +29,8 @@ SERVER_GRACE_S = 8.0
 SIGTERM sent to the whole group instead reaches the scheduler too, which SGLang takes for a crash ("Subprocess
 scheduler_0 crashed with exit code -15"): it sleeps 5 s for crash diagnostics, may run py-spy or dump requests, and
 the log then names a crash that never happened."""
+LEFTOVER_GRACE_S = 5.0
+"""How long what is left of a group whose server exited gets after SIGTERM, before SIGKILL."""
 PR_SET_PDEATHSIG = 1
 
 
@@ -64,6 +67,26 @@ def _stop_server(child: "subprocess.Popen[bytes]", grace_s: float) -> None:
         child.wait(timeout=grace_s)
     except (ProcessLookupError, subprocess.TimeoutExpired):
         pass
+
+
+def _stop_leftovers(grace_s: float) -> None:
+    """After the server's main process exited on its own: SIGTERM what is left of the group (this watchdog aside),
+    SIGKILL what is still there after grace_s. vLLM's EngineCore and Worker outlived their api_server this way
+    (reparented to init, memory held) when nothing killed the group; SGLang's schedulers die with their parent."""
+    me = os.getpid()
+    left = [p for p in group_members(os.getpgid(0)) if p != me]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in left:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace_s
+        while left and time.monotonic() < deadline:
+            time.sleep(0.05)
+            left = [p for p in group_members(os.getpgid(0)) if p != me]
+        if not left:
+            return
 
 
 def _kill_group(grace_s: float) -> None:
@@ -109,6 +132,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             if code < 0:  # a SIGKILLed server writes nothing itself: this line is its log's decisive one
                 print(f"{WATCHDOG_MARK} server pid {child.pid} was killed by {signal.Signals(-code).name}",
                       file=sys.stderr, flush=True)
+            _stop_leftovers(LEFTOVER_GRACE_S)
             return int(code)
         if stop["requested"] or not _owner_alive(owner):
             _stop_server(child, SERVER_GRACE_S)

@@ -269,6 +269,24 @@ def prompt_key(input_ids: Optional[Sequence[int]], text: Optional[str]) -> str:
     return "text:" + (text or "")
 
 
+PREFIX_BLOCK_TOKENS = 16
+"""The simulated prefix cache matches prompts by whole blocks of this many leading ids (SGLang's radix tree matches
+token by token at page size 1): a shared prefix of P tokens is served as 16 * floor(P / 16) cached tokens."""
+
+
+def prefix_blocks(input_ids: Sequence[int]) -> tuple[int, ...]:
+    """Chained hashes of a prompt's leading whole blocks: the k-th covers input_ids[:16 * (k + 1)], so two prompts
+    share their first k hashes exactly when they share their first 16 * k ids (up to hash collisions)."""
+    b = PREFIX_BLOCK_TOKENS
+    ids = tuple(input_ids)
+    out: list[int] = []
+    h = 0
+    for k in range(len(ids) // b):
+        h = hash((h, ids[k * b:(k + 1) * b]))
+        out.append(h)
+    return tuple(out)
+
+
 def piece(token_id: int) -> str:
     """Deterministic decode of one token id (ASCII only, never needs JSON escaping)."""
     sp = SPECIAL_PIECES.get(token_id)
@@ -323,6 +341,8 @@ class SimRequest:
     accept_rng: random.Random
     probs: tuple[float, ...] = ()
     """This request's per-draft-position acceptance probabilities (its category's, else the knob's)."""
+    blocks: tuple[int, ...] = ()
+    """prefix_blocks of the prompt's ids (none for text prompts, or with the prefix cache off)."""
     cached_tokens: int = 0
     generated: int = 0
     spec_verify_ct: int = 0
@@ -377,6 +397,7 @@ class Scheduler:
         self.running: list[SimRequest] = []
         self.counters = Counters()
         self._cache: dict[str, int] = {}
+        self._blocks: set[int] = set()
         self._new: list[SimRequest] = []
 
     def new_request(
@@ -388,8 +409,9 @@ class Scheduler:
         ids, stops = output_ids(self.knobs, key, text, max_new_tokens, ignore_eos, self.spec is not None)
         rng = random.Random(_seed_from(self.knobs.seed, key, "accept"))
         probs = accept_probs_for(self.knobs, self.spec.num_steps, category) if self.spec else ()
+        blocks = prefix_blocks(input_ids) if input_ids is not None and self.knobs.radix_cache else ()
         return SimRequest(rid=rid, prompt_tokens=n_prompt, key=key, out_ids=ids, stops_on_eos=stops, accept_rng=rng,
-                          probs=probs)
+                          probs=probs, blocks=blocks)
 
     def submit(self, req: SimRequest) -> None:
         if req.target == 0:
@@ -412,13 +434,25 @@ class Scheduler:
         """Admit waiting requests; return the next step's model time in ms, or None when idle."""
         while self.waiting and len(self.running) + len(self._new) < self.max_running:
             req = self.waiting.popleft()
-            if self.knobs.radix_cache and req.key in self._cache:
-                req.cached_tokens = max(0, req.prompt_tokens - 1)
+            if self.knobs.radix_cache:
+                req.cached_tokens = self._cached_tokens(req)
             self._new.append(req)
         if not self.running and not self._new:
             return None
         prefill = sum(r.prompt_tokens - r.cached_tokens for r in self._new)
         return step_time_ms(self.knobs, len(self.running), prefill, self.spec)
+
+    def _cached_tokens(self, req: SimRequest) -> int:
+        """A repeated prompt is all cached but its last token (which is computed again, as SGLang does); otherwise
+        the leading blocks an earlier prompt's prefill put in the cache."""
+        if req.key in self._cache:
+            return max(0, req.prompt_tokens - 1)
+        hit = 0
+        for h in req.blocks:
+            if h not in self._blocks:
+                break
+            hit += PREFIX_BLOCK_TOKENS
+        return min(hit, max(0, req.prompt_tokens - 1))
 
     def commit_step(self) -> list[SimRequest]:
         """Apply the planned step; return every request that got tokens (finished ones leave the batch)."""
@@ -454,9 +488,11 @@ class Scheduler:
             c.prompt_tokens_total += req.prompt_tokens
             c.num_requests_total += 1
             if self.knobs.radix_cache:
-                if len(self._cache) > 100_000:
+                if len(self._cache) > 100_000 or len(self._blocks) > 2_000_000:
                     self._cache.clear()
+                    self._blocks.clear()
                 self._cache[req.key] = req.prompt_tokens
+                self._blocks.update(req.blocks)
             touched.append(req)
         self.running.extend(self._new)
         self._new = []
@@ -479,6 +515,7 @@ class Scheduler:
     def flush(self) -> None:
         """Drop the prefix cache and reset the speculative counters (SGLang's /flush_cache)."""
         self._cache.clear()
+        self._blocks.clear()
         c = self.counters
         c.spec_accept_tokens = c.spec_forward_ct = 0
         c.interval_verify = c.interval_accept_tokens = 0

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, Mapping, Optional, Union, get_args, get_origin
 
-from pydantic import (BaseModel, ConfigDict, Discriminator, Field, FieldSerializationInfo, Tag, ValidationInfo,
-                      field_serializer, field_validator, model_validator)
+from pydantic import (BaseModel, ConfigDict, Discriminator, Field, FieldSerializationInfo, StrictBool, StrictFloat,
+                      StrictInt, StrictStr, Tag, ValidationInfo, field_serializer, field_validator, model_validator)
 
 from cluster.errors import UserError
 from cluster.sim.model import Knobs
@@ -397,6 +397,17 @@ class VariantSpec(_Frozen):
         return out
 
 
+class SharedPrefix(_Frozen):
+    """`groups` seeded random prefixes (system prompts) of `tokens` ids each; every request starts with one of them
+    (the groups take equal shares of the requests, in a seeded order) and goes on with ids of its own, so a prefix
+    cache serves all but the first request of each group its prefix (cluster/loadgen/datasets.py)."""
+
+    groups: int = Field(ge=1, le=100_000)
+    """How many distinct prefixes."""
+    tokens: int = Field(ge=1, le=1_000_000)
+    """Length of each prefix in tokens (part of input_tokens, which must be longer)."""
+
+
 class RandomIdsPrompts(_Frozen):
     """`random_ids`: seeded token ids drawn uniformly from [100, vocab_size), of exactly the drawn input length."""
 
@@ -404,6 +415,9 @@ class RandomIdsPrompts(_Frozen):
     """Seeded random token ids."""
     vocab_size: int = Field(default=32000, ge=16)
     """Token ids are drawn below this."""
+    shared_prefix: Optional[SharedPrefix] = None
+    """Start every prompt with one of `groups` shared prefixes of `tokens` ids (prefix caching measured; the
+    run's prefix_hit_rate says how much of the input the server served from its cache)."""
 
 
 def _need_path(source: str, path: Optional[str]) -> None:
@@ -461,6 +475,13 @@ class ConversationPrompts(_Frozen):
     tokenizer: Optional[str] = None
     """Directory (or tokenizer.json) to count tokens with, for `max_input_tokens` and `output_tokens: dataset`
     (default: the model's directory); without either the text is sent as written and the server tokenizes."""
+    chat_template: bool = False
+    """Render the turns with the model's own chat template (chat_template.jinja or tokenizer_config.json's
+    `chat_template` beside the tokenizer), generation prompt included, and send those tokens: /generate then gets
+    what /v1/chat/completions would have sent the model. Off: the turns' contents joined by a blank line."""
+    chat_template_kwargs: dict[str, Union[StrictBool, StrictInt, StrictFloat, StrictStr]] = Field(default_factory=dict)
+    """Template variables (e.g. `enable_thinking: false` for Qwen3.5), also sent as the chat API's
+    `chat_template_kwargs`, so both paths render the same prompt."""
 
     _c = field_validator("category")(classmethod(lambda cls, v: v if v is None else check_name(v, "category")))
 
@@ -601,6 +622,17 @@ class WorkloadSpec(_Frozen):
         if src in ("sharegpt", "messages") and self.input_tokens != "dataset":
             raise FieldProblem(("input_tokens",), f"prompt source {src!r} sends each prompt as written: "
                                "input_tokens must be 'dataset'")
+        if isinstance(self.prompts, ConversationPrompts) and self.prompts.chat_template_kwargs \
+                and not self.prompts.chat_template and self.api != "chat":
+            raise FieldProblem(("prompts", "chat_template_kwargs"), "template variables need a template: set "
+                               "prompts.chat_template: true (or api: chat, where the server renders it)")
+        sp = getattr(self.prompts, "shared_prefix", None)
+        if sp is not None:
+            shortest = self.input_tokens.min if isinstance(self.input_tokens, LengthDist) else self.input_tokens
+            assert isinstance(shortest, int)  # random_ids refuses 'dataset' above
+            if shortest <= sp.tokens:
+                raise FieldProblem(("input_tokens",), f"every prompt starts with a shared prefix of {sp.tokens} "
+                                   f"tokens: input_tokens (its shortest: {shortest}) must be longer than that")
         if self.output_tokens == "dataset" and src not in ("sharegpt", "messages"):
             raise FieldProblem(("output_tokens",), "output_tokens 'dataset' takes each row's reference answer "
                                "length: it needs prompt source 'sharegpt' or 'messages'")
@@ -627,8 +659,14 @@ class WorkloadSpec(_Frozen):
         p = dump["prompts"]
         assert isinstance(p, dict)
         if p["source"] in ("random_ids", "jsonl", "text"):
-            dump["prompts"] = {"source": p["source"], "path": p.get("path"), "vocab_size": p.get("vocab_size", 32000),
-                               "tokenizer": p.get("tokenizer")}
+            kept: dict[str, object] = {"source": p["source"], "path": p.get("path"),
+                                       "vocab_size": p.get("vocab_size", 32000), "tokenizer": p.get("tokenizer")}
+            if p.get("shared_prefix") is not None:
+                kept["shared_prefix"] = p["shared_prefix"]
+            dump["prompts"] = kept
+        elif not p.get("chat_template") and not p.get("chat_template_kwargs"):
+            p.pop("chat_template", None)  # conversation workloads without templates keep their earlier run keys
+            p.pop("chat_template_kwargs", None)
         return dump
 
 

@@ -122,3 +122,19 @@ def test_one_repeat_says_no_interval_in_the_table(tmp_path: Path) -> None:
                                    "--n-boot", "200"], env={"COLUMNS": "250"})
     assert res.exit_code == 0, res.output
     assert "4.00 [no CI]" in res.output and "2.00 [no CI]" in res.output
+
+
+def test_the_report_has_the_category_table_only_when_prompts_have_categories(tmp_path: Path) -> None:
+    import html
+
+    from cluster.analysis.report import build_report
+
+    _build(str(tmp_path / "with"))
+    page = html.unescape(build_report(str(tmp_path / "with"), "cats", str(tmp_path / "r1"), n_boot=200).read_text())
+    assert "By prompt category" in page and "<td>code</td>" in page and "<td>chat</td>" in page
+    # nextn's code requests carry 4 tokens per verify step: (33 - 1) / 8 steps = 4.00, chat's 2.00
+    section = page.split("By prompt category")[1].split("<h2>")[0]
+    assert "4.00" in section and "2.00" in section
+    _build(str(tmp_path / "without"), categories=False)
+    page = build_report(str(tmp_path / "without"), "cats", str(tmp_path / "r2"), n_boot=200).read_text()
+    assert "By prompt category" not in page

@@ -37,7 +37,7 @@ ACCEPT_PROBS = (0.8, 0.65, 0.5)
 
 
 def synth_records(rng: np.random.Generator, n: int, conc: int, step_ms: float, ttft_ms: float, out_tokens: int,
-                  spec_steps: int) -> list[RequestRecord]:
+                  spec_steps: int, cached_tokens: Optional[int] = None) -> list[RequestRecord]:
     """Closed loop with `conc` lanes: each request = TTFT then verify steps carrying 1 + accepted drafts tokens."""
     lanes = np.zeros(conc, dtype=np.int64)
     recs = []
@@ -62,7 +62,8 @@ def synth_records(rng: np.random.Generator, n: int, conc: int, step_ms: float, t
             request_index=i, intended_send_ns=send, actual_send_ns=send + int(rng.integers(0, 200_000)),
             prompt_tokens_sent=128, max_tokens=out_tokens, chunk_arrival_ns=arrivals, chunk_tokens=tokens,
             prompt_tokens=128, completion_tokens=out_tokens,
-            spec_verify_ct=len(arrivals) - 1 if spec_steps else None, finish_reason="length"))
+            spec_verify_ct=len(arrivals) - 1 if spec_steps else None, finish_reason="length",
+            cached_tokens=cached_tokens))
     return recs
 
 
@@ -70,7 +71,8 @@ def build_dataset(root: str, name: str, *, other: str = "nextn", steps: Optional
                   conc: tuple[int, ...] = (1, 8), repeats: int = 3, n_requests: int = 48, out_tokens: int = 48,
                   speed: Optional[dict[str, float]] = None, seed: int = 0, run_sigma: float = 0.03,
                   invalid: Optional[tuple[str, int, int]] = None, gpu_name: Optional[str] = None,
-                  device: Optional[str] = None, engine: str = "sim") -> None:
+                  device: Optional[str] = None, engine: str = "sim",
+                  cached_tokens: Optional[dict[str, int]] = None) -> None:
     """A synthetic experiment written through DatasetStore.write_run: baseline vs `other` (NEXTN depths `steps`,
     or a plain copy of the baseline when steps is empty), each repeat with its own run-level speed offset."""
     from cluster.dataset.store import DatasetStore
@@ -93,7 +95,8 @@ def build_dataset(root: str, name: str, *, other: str = "nextn", steps: Optional
         c = int(p.load.value)
         factor = (speed or {}).get(p.variant.name, 1.0) * rng.lognormal(0, run_sigma)
         step_ms = 13.9 * (1 + 0.06 * (c - 1)) * (1 + 0.12 * k) / factor
-        recs = synth_records(rng, n_requests, c, step_ms, 60.0 * (1 + 0.15 * (c - 1)), out_tokens, k)
+        recs = synth_records(rng, n_requests, c, step_ms, 60.0 * (1 + 0.15 * (c - 1)), out_tokens, k,
+                             (cached_tokens or {}).get(p.variant.name))
         reqs, chunks = request_batches(recs)
         duration_s = max(r.chunk_arrival_ns[-1] for r in recs) / 1e9
         row = {"status": "ok", "duration_s": duration_s,
@@ -222,3 +225,23 @@ def test_compare_table_says_when_servers_ran_on_a_cpu(tmp_path: Path, monkeypatc
     monkeypatch.setattr(results_cmd, "console", recorder)
     results_cmd.print_compare(str(tmp_path), "dev", None, "table")
     assert ("served on CPU (CPU numbers, not GPU numbers)" in " ".join(recorder.export_text().split())) is labelled
+
+
+def test_prefix_hit_rate_per_point_and_only_shown_when_something_hit(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from cluster.cli import app
+
+    # every nextn request found 32 of its 128 prompt tokens cached: 32 / 128 = 25 %; the baseline's found none
+    build_dataset(str(tmp_path), "pc", steps=[1], conc=(1,), repeats=2, n_requests=12, out_tokens=8,
+                  cached_tokens={"nextn": 32, "baseline": 0})
+    r = compare_with_ci(str(tmp_path), "pc", n_boot=200).set_index("variant")
+    assert r.loc["nextn", "prefix_hit_rate"] == pytest.approx(0.25)
+    assert r.loc["baseline", "prefix_hit_rate"] == 0.0
+    out = CliRunner().invoke(app, ["results", "compare", "pc", "--ci", "--n-boot", "200", "--root", str(tmp_path)],
+                             env={"COLUMNS": "200"}).output
+    assert "prefix hit %" in out and "25.0" in out, out
+    build_dataset(str(tmp_path), "none", steps=[1], conc=(1,), repeats=2, n_requests=12, out_tokens=8)
+    out = CliRunner().invoke(app, ["results", "compare", "none", "--ci", "--n-boot", "200", "--root", str(tmp_path)],
+                             env={"COLUMNS": "200"}).output
+    assert "prefix hit" not in out, out

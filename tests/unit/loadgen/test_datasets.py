@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from cluster.loadgen.datasets import RANDOM_ID_LOW, DatasetError, build_prompts
+from cluster.loadgen.datasets import RANDOM_ID_LOW, DatasetError, build_prompt_sequence, build_prompts
 from cluster.spec.models import TextPrompts, WorkloadSpec
 
 
@@ -101,3 +101,53 @@ def test_text_source_goes_through_the_corpus_tokenizer(tmp_path: pathlib.Path) -
     wl = _wl(prompts=TextPrompts(source="text", path="corpus.txt"))
     with pytest.raises(TextPromptError, match="tokenizer.json"):
         build_prompts(wl, 1, 0, tmp_path, model_path=str(tmp_path / "no-model"))
+
+
+def _shared(input_tokens: object, groups: int = 3, tokens: int = 32, vocab: int = 5000) -> WorkloadSpec:
+    return WorkloadSpec.model_validate({
+        "name": "sp", "input_tokens": input_tokens, "output_tokens": 4, "num_requests": 1,
+        "prompts": {"source": "random_ids", "vocab_size": vocab, "shared_prefix": {"groups": groups, "tokens": tokens}}})
+
+
+def test_shared_prefix_groups_take_equal_shares(tmp_path: pathlib.Path) -> None:
+    w = _shared(40)
+    ps = build_prompts(w, 10, seed=7, base_dir=tmp_path)
+    assert all(p.input_ids is not None and len(p.input_ids) == 40 for p in ps)
+    heads = [p.input_ids[:32] for p in ps if p.input_ids]
+    counts = sorted(heads.count(h) for h in set(heads))
+    assert counts == [3, 3, 4]  # 10 requests over 3 groups: shares differ by at most one
+    assert len({p.input_ids[32:] for p in ps if p.input_ids}) == 10  # each request's own ids are its own
+    assert all(RANDOM_ID_LOW <= t < 5000 for p in ps for t in p.input_ids or ())
+    assert build_prompts(w, 10, seed=7, base_dir=tmp_path) == ps
+    assert [h for h in heads] != [p.input_ids[:32] for p in build_prompts(w, 10, seed=8, base_dir=tmp_path)
+                                  if p.input_ids]
+    # the array path (fixed lengths) gives the same prompts
+    assert list(build_prompt_sequence(w, 10, seed=7, base_dir=tmp_path)) == ps
+    # the prompts' own ids are those of the same workload without shared prefixes at input_tokens - tokens
+    plain = WorkloadSpec.model_validate({"name": "sp", "input_tokens": 8, "output_tokens": 4, "num_requests": 1,
+                                         "prompts": {"source": "random_ids", "vocab_size": 5000}})
+    assert [p.input_ids[32:] for p in ps if p.input_ids] == [p.input_ids for p in build_prompts(plain, 10, 7, tmp_path)]
+
+
+def test_shared_prefix_with_a_length_distribution(tmp_path: pathlib.Path) -> None:
+    w = _shared({"dist": "uniform", "min": 33, "max": 60}, groups=2)
+    ps = build_prompts(w, 8, seed=1, base_dir=tmp_path)
+    assert len({p.input_ids[:32] for p in ps if p.input_ids}) == 2
+    assert all(p.input_ids is not None and 33 <= len(p.input_ids) <= 60 for p in ps)
+
+
+@pytest.mark.parametrize("input_tokens, shortest", [(32, 32), ({"dist": "uniform", "min": 20, "max": 90}, 20)])
+def test_shared_prefix_longer_than_the_input_is_refused(input_tokens: object, shortest: int) -> None:
+    from cluster.spec.loader import SpecError
+
+    with pytest.raises((SpecError, ValueError)) as e:
+        _shared(input_tokens)
+    assert "input_tokens" in str(e.value) and f"its shortest: {shortest}" in str(e.value)
+
+
+def test_shared_prefix_is_part_of_the_run_key_and_plain_keys_are_unchanged() -> None:
+    plain = WorkloadSpec.model_validate({"name": "sp", "input_tokens": 40, "output_tokens": 4, "num_requests": 1})
+    assert plain.identity()["prompts"] == {"source": "random_ids", "path": None, "vocab_size": 32000,
+                                           "tokenizer": None}
+    shared = _shared(40, vocab=32000)
+    assert shared.identity()["prompts"]["shared_prefix"] == {"groups": 3, "tokens": 32}  # type: ignore[index]

@@ -80,3 +80,34 @@ def test_stop_asks_the_server_alone_and_lets_it_stop_its_children(tmp_path) -> N
     got = notes.read_text().splitlines()
     assert got == ["child up", "main got SIGTERM", "child stopped by its parent"], got
     assert took_s < 5, f"a server that stops at once took {took_s:.1f} s to stop"
+
+
+# A server whose main process exits (crash, or a stop it does not pass on) and leaves a child of its process group
+# running, as vLLM's api_server left its EngineCore and Worker when it died (found when an interrupted test run left
+# both holding 1.7 GB for minutes, reparented to init).
+ORPHANING = r"""
+import subprocess, sys
+child = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.05)"])
+print(child.pid, flush=True)
+sys.exit(3)
+"""
+
+
+def test_a_server_that_exits_leaves_nothing_of_its_group_behind() -> None:
+    import time
+
+    from cluster.server.process import wait_group_gone
+
+    proc = subprocess.Popen([sys.executable, "-m", "cluster.server.watchdog", str(os.getpid()), "--", sys.executable,
+                             "-c", ORPHANING], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        leftover = int((proc.stdout.readline() if proc.stdout else "0").strip())
+        assert proc.wait(timeout=30) == 3, "the watchdog exits with the server's own code"
+        assert wait_group_gone(proc.pid, 5.0, poll_s=0.1) == [], "the server's child outlived it"
+    finally:
+        try:
+            os.killpg(proc.pid, 9)  # this test's own session: whatever the watchdog left
+        except ProcessLookupError:
+            pass
+        time.sleep(0.1)
+    assert not os.path.exists(f"/proc/{leftover}") or "Z" in open(f"/proc/{leftover}/stat").read().split()[2]

@@ -8,6 +8,7 @@ import random
 import pytest
 
 from cluster.sim.model import (
+    PREFIX_BLOCK_TOKENS,
     Knobs,
     KnobError,
     Scheduler,
@@ -113,6 +114,33 @@ def test_scheduler_honours_max_running_and_counts_verify_steps() -> None:
     s.flush()
     assert s.avg_spec_accept_length() is None
     assert s.plan_step() is None
+
+
+def _served(s: Scheduler, rid: str, ids: list[int]) -> int:
+    """Run one request through the scheduler alone; its cached_tokens."""
+    r = s.new_request(rid, ids, None, 2, True)
+    s.submit(r)
+    while s.busy:
+        s.plan_step()
+        s.commit_step()
+    return r.cached_tokens
+
+
+def test_a_shared_prefix_is_served_from_cache_in_whole_blocks() -> None:
+    assert PREFIX_BLOCK_TOKENS == 16
+    prefix = list(range(1000, 1040))  # 40 ids: two whole blocks (32) and 8 left over
+    s = Scheduler(Knobs(), 4, None)
+    assert _served(s, "a", prefix + [1, 2, 3]) == 0  # nothing cached yet
+    assert _served(s, "b", prefix + [7, 8, 9]) == 32  # 40 shared ids, of which 2 whole blocks
+    assert _served(s, "c", prefix[:16] + [5] * 30) == 16  # one block shared
+    assert _served(s, "d", [5] + prefix) == 0  # the same ids shifted by one share no leading block
+    assert _served(s, "e", list(range(1000, 1020))) == 16  # a 20-id prompt inside a cached one: its whole block
+    assert _served(s, "g", list(range(1000, 1016))) == 15  # all of it cached: the last id is computed again
+    s.flush()
+    assert _served(s, "f", prefix + [7, 8, 9]) == 0
+    off = Scheduler(Knobs(radix_cache=False), 4, None)
+    _served(off, "a", prefix + [1])
+    assert _served(off, "b", prefix + [2]) == 0
 
 
 def test_prefix_cache_hits_after_repeat_and_flush_clears() -> None:
