@@ -135,6 +135,9 @@ def test_the_report_has_the_category_table_only_when_prompts_have_categories(tmp
     # nextn's code requests carry 4 tokens per verify step: (33 - 1) / 8 steps = 4.00, chat's 2.00
     section = page.split("By prompt category")[1].split("<h2>")[0]
     assert "4.00" in section and "2.00" in section
+    # a category's tokens over the shared window follow how many of its prompts a repeat drew: never labelled as a
+    # throughput of its own
+    assert "tok/s share" in section and "output tok/s" not in section and "no speed of its own" in section
     _build(str(tmp_path / "without"), categories=False)
     page = build_report(str(tmp_path / "without"), "cats", str(tmp_path / "r2"), n_boot=200).read_text()
     assert "By prompt category" not in page
