@@ -300,8 +300,13 @@ def format_speedup(point: float, lo: float, hi: float, verdict: str) -> str:
 
 
 def point_label(kind: str, value: float) -> str:
-    """'concurrency 8' or 'rate 2.5 req/s'."""
+    """'concurrency 8' or 'rate 2.5 req/s': a load point in titles and tables."""
     return f"concurrency {value:g}" if kind == "concurrency" else f"rate {value:g} req/s"
+
+
+def short_point_label(kind: str, value: float) -> str:
+    """'c8' or 'r2.5': a load point where a table cell or a warning list is short of room."""
+    return f"c{value:g}" if kind == "concurrency" else f"r{value:g}"
 
 
 def compare_view(ci: pd.DataFrame) -> pd.DataFrame:

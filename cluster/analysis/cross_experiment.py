@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from cluster.analysis import stats
-from cluster.analysis.comparison import CI_LEVEL, CI_METRICS, metric_runs, request_arrays
+from cluster.analysis.comparison import CI_LEVEL, CI_METRICS, metric_runs, request_arrays, short_point_label
 from cluster.dataset.store import DatasetStore, ExperimentNotFound
 from cluster.errors import UserError
 
@@ -105,7 +105,7 @@ def compare_experiments(base: Side, new: Side, n_boot: int = 2000, seed: int = 0
 
 def _key_text(key: tuple[Any, ...]) -> str:
     d = dict(zip(MATCH_KEYS, key))
-    load = f"c{d['load_value']:g}" if d["load_kind"] == "concurrency" else f"r{d['load_value']:g}"
+    load = short_point_label(d["load_kind"], d["load_value"])
     return f"{d['workload']} ({d['input_tokens']}→{d['output_tokens']} tokens) {load} {d['variant']}"
 
 

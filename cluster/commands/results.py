@@ -160,9 +160,11 @@ def print_compare_ci(root: str, experiment: str, baseline: Optional[str], fmt_na
 def grouped_warnings(df: pd.DataFrame) -> list[tuple[str, str]]:
     """Each distinct warning once, with the points it concerns ('all 8 points' when every one): a 1-repeat demo
     says 'insufficient repeats' once, not once per row."""
+    from cluster.analysis.comparison import short_point_label
+
     by_text: dict[str, list[str]] = {}
     for r in df.itertuples(index=False):
-        load = f"c{r.load_value:g}" if r.load_kind == "concurrency" else f"r{r.load_value:g}"
+        load = short_point_label(r.load_kind, r.load_value)
         multi = df["workload"].nunique() > 1
         for w in r.warnings:
             by_text.setdefault(w, []).append(f"{r.workload + ' ' if multi else ''}{load} {r.variant}")
@@ -204,6 +206,7 @@ def _engines(root: str, experiment: str) -> list[str]:
 
 def print_compare(root: str, experiment: str, baseline: Optional[str], fmt_name: str) -> None:
     """Render the compare table (also used by `sglbench run` after an experiment)."""
+    from cluster.analysis.comparison import short_point_label
     from cluster.analysis.query import compare_table
 
     fmt = Format(fmt_name)
@@ -229,7 +232,7 @@ def print_compare(root: str, experiment: str, baseline: Optional[str], fmt_name:
             t = Table(title=f"{experiment} / {wl}: means over ok repeats; ms; * = baseline{eng}", box=box.SIMPLE_HEAD,
                       pad_edge=False, title_justify="left")
             rows = list(zip(
-                [f"c{v:g}" if k == "concurrency" else f"r{v:g}" for k, v in zip(part["load_kind"], part["load_value"])],
+                [short_point_label(k, v) for k, v in zip(part["load_kind"], part["load_value"])],
                 [f"{v}{'*' if b else ''}" + ("" if one_engine else f" ({e})")
                  for v, b, e in zip(part["variant"], part["is_baseline"], part["engine"])],
                 [f"{a}/{b}/{c}" for a, b, c in zip(part["n_runs"], part["n_failed"], part["n_invalid"])],
@@ -277,7 +280,7 @@ def _cross(root: str, base: str, new_root: str, new: str, n_boot: int, seed: int
 def print_cross(root: str, base: str, new_root: str, new: str, fmt_name: str, n_boot: int, seed: int) -> None:
     """Render compare_experiments: one table per workload and load point, a row per variant and metric."""
     from cluster.analysis import stats
-    from cluster.analysis.comparison import format_speedup
+    from cluster.analysis.comparison import format_speedup, point_label
     from cluster.analysis.cross_experiment import CROSS_METRICS
 
     fmt = Format(fmt_name)
@@ -294,7 +297,7 @@ def print_cross(root: str, base: str, new_root: str, new: str, fmt_name: str, n_
                   "Holm correction over the whole comparison (n.s. = no significant difference; 1 rep = a side "
                   "has one repeat, so no interval); reps = ok repeats BASE/NEW.", highlight=False)
     for (wl, kind, value), part in df.groupby(["workload", "load_kind", "load_value"], sort=True):
-        load = f"concurrency {value:g}" if kind == "concurrency" else f"rate {value:g} req/s"
+        load = point_label(kind, value)
         t = Table(title=f"{wl} ({part['input_tokens'].iloc[0]}→{part['output_tokens'].iloc[0]} tokens), {load}",
                   box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
         for col in ("variant", "metric", "reps", "BASE", "NEW", "NEW/BASE [95% CI]", "verdict"):
