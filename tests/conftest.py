@@ -65,9 +65,10 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: Optional[pytest.Item]) 
         ray.shutdown()
 
 
-REAL_ENGINE_DIRS = ("sglang_cpu", "e2e")
-"""Tiers whose tests start real engine servers (SGLang, vLLM on the CPU): they share one xdist group, so they run one
-after another on one worker and never two real servers at once on a 2-core machine."""
+REAL_ENGINE_DIRS = ("sglang_cpu", "e2e", "gpu")
+"""Tiers whose tests start real engine servers (SGLang, vLLM on the CPU) or load the machine's GPU (NVML sampling under
+a GEMM load, kernel tuning): they share one work unit, so they run one after another on one worker — never two real
+servers at once on a 2-core machine, never two GPU tests measuring each other."""
 REAL_ENGINE_GROUP = "real-engine"
 
 
