@@ -127,6 +127,8 @@ class Prompt:
     workload's fixed output_tokens."""
     chat_template_kwargs: Optional[tuple[tuple[str, Union[bool, int, float, str]], ...]] = None
     """Chat template variables the chat API sends (`chat_template_kwargs`), as sorted (name, value) pairs."""
+    arrival_s: Optional[float] = None
+    """A trace row's time after the trace's first row: `arrival: trace` rate points send at these, rescaled."""
 
     def __post_init__(self) -> None:
         if self.input_ids is None and self.text is None:

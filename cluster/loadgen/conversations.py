@@ -24,6 +24,7 @@ import numpy as np
 
 from cluster.engines.base import ChatTurn, Prompt
 from cluster.errors import PromptSourceError
+from cluster.loadgen.source_files import read_source_text
 from cluster.loadgen.lengths import OUTPUT_STREAM, draw_lengths, length_rng
 from cluster.spec.models import ConversationPrompts, LengthDist, WorkloadSpec
 
@@ -94,12 +95,7 @@ def _error(path: pathlib.Path, line: int, message: str, fld: Optional[str] = Non
 
 def _objects(path: pathlib.Path) -> list[tuple[int, Any]]:
     """(line, parsed value) per row: a JSON array's elements, or the non-blank lines of a JSONL file."""
-    try:
-        raw = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConversationError(f"{path}: dataset file not found", file=str(path)) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConversationError(f"{path}: cannot read the dataset file: {e}", file=str(path)) from None
+    raw = read_source_text(path, ConversationError, "dataset file")
     body = raw.lstrip()
     if body.startswith("["):
         return _array_elements(path, raw)

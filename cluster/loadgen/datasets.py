@@ -12,8 +12,11 @@ import numpy as np
 
 from cluster.engines.base import Prompt
 from cluster.errors import PromptSourceError
+from cluster.loadgen.source_files import read_source_text
 from cluster.loadgen.lengths import INPUT_STREAM, OUTPUT_STREAM, draw_lengths, length_rng
-from cluster.spec.models import ConversationPrompts, LengthDist, RandomIdsPrompts, SharedPrefix, WorkloadSpec
+from cluster.loadgen.traces import TraceRow
+from cluster.spec.models import (ConversationPrompts, LengthDist, RandomIdsPrompts, SharedPrefix, TracePrompts,
+                                 WorkloadSpec)
 
 RANDOM_ID_LOW = 100
 """Lowest random token id: the first ids of common vocabularies are special tokens (BOS/EOS/pad, control)."""
@@ -50,6 +53,12 @@ def build_prompts(workload: WorkloadSpec, n: int, seed: int, base_dir: pathlib.P
             prefixes, groups = shared_prefixes(src.shared_prefix, n, src.vocab_size, seed)
             out = [Prompt(input_ids=tuple(prefixes[g].tolist()) + (p.input_ids or ())) for p, g in zip(out, groups)]
         return with_output_budgets(out, workload, seed)
+    if isinstance(src, TracePrompts):
+        from cluster.loadgen.traces import load_trace, replayed_rows
+
+        path = resolve_path(src.path, base_dir)
+        rows = replayed_rows(load_trace(path), n, path)
+        return trace_prompts(rows, src.vocab_size, np.random.default_rng(seed))
     if src.source == "jsonl":
         return with_output_budgets(sample_jsonl(load_jsonl_prompts(resolve_path(src.path, base_dir)), n,
                                                 np.random.default_rng(seed)), workload, seed)
@@ -162,12 +171,7 @@ def load_jsonl_prompts(path: pathlib.Path) -> list[Prompt]:
 
 def load_jsonl_rows(path: pathlib.Path) -> list[tuple[int, Prompt]]:
     """(line number, prompt) for every prompt of a JSONL file (preflight names the line of a prompt it refuses)."""
-    try:
-        raw = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DatasetError(f"{path}: prompt file not found", file=str(path)) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise DatasetError(f"{path}: cannot read prompt file: {e}", file=str(path)) from None
+    raw = read_source_text(path, DatasetError, "prompt file")
     prompts: list[tuple[int, Prompt]] = []
     for lineno, line in enumerate(raw.splitlines(), start=1):
         if not line.strip():
@@ -213,4 +217,15 @@ def sample_jsonl(prompts: list[Prompt], n: int, rng: np.random.Generator) -> lis
     while len(out) < n:
         order = rng.permutation(len(prompts))
         out.extend(prompts[int(i)] for i in order[: n - len(out)])
+    return out
+
+
+def trace_prompts(rows: Sequence[TraceRow], vocab_size: int, rng: np.random.Generator) -> list[Prompt]:
+    """One prompt per row: seeded random ids of its input length, its output length as max_tokens, its offset from
+    the first row as arrival_s."""
+    t0 = rows[0].timestamp_s if rows else 0.0
+    out = []
+    for r in rows:
+        (p,) = random_id_prompts(1, r.input_tokens, vocab_size, rng)
+        out.append(Prompt(input_ids=p.input_ids, max_tokens=r.output_tokens, arrival_s=r.timestamp_s - t0))
     return out

@@ -20,6 +20,7 @@ from cluster.analysis.request_metrics import client_lag
 from cluster.engines.base import Engine, HttpRequest, Prompt
 from cluster.loadgen.output_sample import OutputSample, sample_indices
 from cluster.loadgen.arrivals import arrival_offsets_ns
+from cluster.loadgen.traces import trace_offsets_ns
 from cluster.loadgen.client import new_session, stream_request
 from cluster.plan.runs import LoadPoint
 from cluster.loadgen.sink import DEFAULT_BATCH_ROWS, BatchCallback, RecordSink
@@ -165,8 +166,14 @@ async def _dispatch(
         await asyncio.gather(*(worker() for _ in range(min(workers, len(indices)))))
     elif load.kind == "rate":
         # the global schedule of all n requests, of which this shard sends its own indices
-        offsets = arrival_offsets_ns(n_total, load.value, load.arrival_cv,
-                                     np.random.default_rng(seed))[indices.start::indices.step]
+        if load.trace:
+            arrivals = [prompt_for(i).arrival_s for i in range(n_total)]
+            if any(a is None for a in arrivals):
+                raise ValueError("a trace load point needs prompts that carry their recorded arrival_s")
+            offsets = trace_offsets_ns([float(a or 0.0) for a in arrivals], load.value)[indices.start::indices.step]
+        else:
+            offsets = arrival_offsets_ns(n_total, load.value, load.arrival_cv,
+                                         np.random.default_rng(seed))[indices.start::indices.step]
         cap = (asyncio.Semaphore(max(1, shard_concurrency(int(load.max_concurrency), shard_index, num_shards)))
                if load.max_concurrency else None)
         tasks: set[asyncio.Task[None]] = set()

@@ -21,7 +21,7 @@ from cluster.plan.runs import ResolvedVariant
 from cluster.probe.checkpoint import ProbeReport
 from cluster.probe.safetensors_header import describe_non_file
 from cluster.spec.models import (ConversationPrompts, EngineLauncher, EngineName, ExperimentSpec, RandomIdsPrompts,
-                                 TextPrompts, WorkloadSpec)
+                                 TextPrompts, TracePrompts, WorkloadSpec)
 
 RAY_PORTS: dict[int, str] = {6379: "Ray's GCS server", 8265: "Ray's dashboard", 10001: "Ray's client server",
                              8076: "Ray's object manager", 52365: "Ray's dashboard agent"}
@@ -64,14 +64,14 @@ def check_prompts(spec: ExperimentSpec, variants: Sequence[ResolvedVariant], rep
     for i, w in enumerate(spec.workloads):
         for v in variants:
             limits = limits_for(v, reports)
-            note = _check_workload(spec.model.path, i, w, limits, base_dir, absent_ok)
+            note = _check_workload(spec.model.path, i, w, limits, base_dir, absent_ok, spec.load.arrival == "trace")
             if note is not None:
                 notes.setdefault(w.name, note)
     return [f"workload {name!r}: {note}" for name, note in notes.items()]
 
 
 def _check_workload(model_path: str, i: int, w: WorkloadSpec, limits: ModelLimits, base_dir: Path,
-                    absent_ok: bool) -> Optional[str]:
+                    absent_ok: bool, replay_times: bool = False) -> Optional[str]:
     field = f"workloads.{i}"
     ctx = limits.context_tokens
     n_in, n_out = w.input_tokens_max(), w.output_tokens_max()
@@ -108,6 +108,8 @@ def _check_workload(model_path: str, i: int, w: WorkloadSpec, limits: ModelLimit
         return None
     if isinstance(src, ConversationPrompts):
         return _check_conversations(model_path, field, w, src, limits, base_dir, absent_ok)
+    if isinstance(src, TracePrompts):
+        return _check_trace(field, w, src, path, limits, replay_times)
     from cluster.loadgen.datasets import DatasetError, load_jsonl_rows
 
     try:
@@ -130,6 +132,41 @@ def _check_workload(model_path: str, i: int, w: WorkloadSpec, limits: ModelLimit
                                  f"{limits.vocab_size} ({limits.source})", file=f"{path}:{line}", field="input_ids",
                                  expected=f"ids below {limits.vocab_size}")
     return None
+
+
+def _check_trace(field: str, w: WorkloadSpec, src: TracePrompts, path: Path, limits: ModelLimits,
+                 replay_times: bool) -> str:
+    """Every row parses and, of the rows a window replays, each fits the context and the vocabulary; returns the
+    replayed stretch's note (rows, span, recorded mean rate)."""
+    from cluster.loadgen.traces import TraceError, load_trace, recorded_rate_per_s, replayed_rows
+
+    try:
+        rows = replayed_rows(load_trace(path), w.num_requests, path)
+    except TraceError as e:
+        raise PreflightError(f"{field}.prompts.path: {e}", file=e.file,
+                             field=f"{field}.num_requests" if e.field == "num_requests"
+                             else (e.field or f"{field}.prompts.path"), expected=e.expected) from None
+    ctx = limits.context_tokens
+    for r in rows:
+        if ctx is not None and r.input_tokens + r.output_tokens > ctx:
+            raise PreflightError(f"{path}:{r.line}: a {r.input_tokens}-token prompt plus {r.output_tokens} output "
+                                 f"tokens does not fit the model's context of {ctx} tokens ({limits.source})",
+                                 file=f"{path}:{r.line}", field="input_tokens", expected=f"prompt + output <= {ctx}")
+    if limits.vocab_size is not None and src.vocab_size > limits.vocab_size:
+        raise PreflightError(f"{field}.prompts.vocab_size: {src.vocab_size} draws ids outside the model's vocabulary "
+                             f"of {limits.vocab_size} ({limits.source})", field=f"{field}.prompts.vocab_size",
+                             expected=f"at most {limits.vocab_size}")
+    times = [r.timestamp_s - rows[0].timestamp_s for r in rows]
+    try:
+        rate = f", recorded mean rate {recorded_rate_per_s(times):.3g} req/s"
+    except ValueError:
+        if replay_times:
+            raise PreflightError(f"{path}: the {len(rows)} replayed rows have no rate to rescale (fewer than two "
+                                 "distinct times); load.arrival: trace needs one", file=str(path),
+                                 field=f"{field}.num_requests", expected="two or more rows at different times") \
+                from None
+        rate = ", no recorded rate (fewer than two distinct times)"
+    return f"{path}: {len(rows)} trace rows replayed over {times[-1]:.3g} s{rate}"
 
 
 def _check_conversations(model_path: str, field: str, w: WorkloadSpec, src: ConversationPrompts,

@@ -88,18 +88,23 @@ class LoadPoint:
     max_concurrency: Optional[int] = None
     arrival_cv: Optional[float] = None
     """Open loop: gamma inter-arrival times with this coefficient of variation; None: Poisson (exponential gaps)."""
+    trace: bool = False
+    """Open loop: send at the prompts' recorded times (arrival_s) rescaled to this mean rate (arrival: trace)."""
 
     @property
     def label(self) -> str:
         if self.kind == "concurrency":
             return f"c{int(self.value)}"
-        return f"r{self.value:g}" + (f" gamma cv {self.arrival_cv:g}" if self.arrival_cv is not None else "")
+        return f"r{self.value:g}" + (f" gamma cv {self.arrival_cv:g}" if self.arrival_cv is not None else "") \
+            + (" trace" if self.trace else "")
 
     def identity(self) -> dict[str, Any]:
-        """What the run key hashes: Poisson points keep the form they had before gamma arrivals existed."""
+        """What the run key hashes: Poisson points keep the form they had before gamma and trace arrivals existed."""
         out = asdict(self)
         if out["arrival_cv"] is None:
             del out["arrival_cv"]
+        if not out["trace"]:
+            del out["trace"]
         return out
 
 
@@ -176,7 +181,8 @@ def _expand_one(spec: ExperimentSpec, v: VariantSpec) -> list[ResolvedVariant]:
 def load_points(spec: ExperimentSpec) -> list[LoadPoint]:
     pts = [LoadPoint("concurrency", float(c)) for c in spec.load.concurrency]
     cv = spec.load.arrival_cv if spec.load.arrival == "gamma" else None
-    pts += [LoadPoint("rate", float(r), spec.load.max_concurrency, cv) for r in spec.load.request_rate]
+    pts += [LoadPoint("rate", float(r), spec.load.max_concurrency, cv, spec.load.arrival == "trace")
+            for r in spec.load.request_rate]
     return pts
 
 

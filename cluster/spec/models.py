@@ -501,9 +501,28 @@ class ConversationPrompts(_Frozen):
         return self
 
 
+class TracePrompts(_Frozen):
+    """`trace`: a recorded request trace (CSV or JSONL rows of timestamp_s or timestamp_ms, input_tokens,
+    output_tokens; cluster/loadgen/traces.py): each request is seeded random ids of its row's input length with its
+    row's output length as max_tokens; with `load.arrival: trace` rate points also send at the recorded times,
+    rescaled to each request_rate."""
+
+    source: Literal["trace"]
+    """A request trace."""
+    path: Optional[str] = None
+    """The trace file: `.csv` with a header, else JSONL (relative paths: against the directory sglbench runs in)."""
+    vocab_size: int = Field(default=32000, ge=16)
+    """Token ids are drawn below this."""
+
+    @model_validator(mode="after")
+    def _path(self) -> "TracePrompts":
+        _need_path(self.source, self.path)
+        return self
+
+
 PROMPT_SOURCES: dict[str, type[BaseModel]] = {"random_ids": RandomIdsPrompts, "jsonl": JsonlPrompts,
                                                "text": TextPrompts, "sharegpt": ConversationPrompts,
-                                               "messages": ConversationPrompts}
+                                               "messages": ConversationPrompts, "trace": TracePrompts}
 """Prompt source name (the `source:` field) → its model."""
 
 
@@ -516,11 +535,12 @@ def _prompt_source(v: Any) -> Optional[str]:
 
 PromptSource = Annotated[
     Union[Annotated[RandomIdsPrompts, Tag("random_ids")], Annotated[JsonlPrompts, Tag("jsonl")],
-          Annotated[TextPrompts, Tag("text")], Annotated[ConversationPrompts, Tag("conversation")]],
+          Annotated[TextPrompts, Tag("text")], Annotated[ConversationPrompts, Tag("conversation")],
+          Annotated[TracePrompts, Tag("trace")]],
     Discriminator(_prompt_source, custom_error_type="prompt_source",
                   custom_error_message="unknown prompt source; expected one of: " + ", ".join(PROMPT_SOURCES))]
 """A workload's `prompts: {source, ...}`: one model per source, so an option of another source is refused."""
-PROMPT_TAGS = ("random_ids", "jsonl", "text", "conversation")
+PROMPT_TAGS = ("random_ids", "jsonl", "text", "conversation", "trace")
 """The union's tags as they appear in pydantic error locations (dropped from the locations shown)."""
 
 
@@ -633,9 +653,13 @@ class WorkloadSpec(_Frozen):
             if shortest <= sp.tokens:
                 raise FieldProblem(("input_tokens",), f"every prompt starts with a shared prefix of {sp.tokens} "
                                    f"tokens: input_tokens (its shortest: {shortest}) must be longer than that")
-        if self.output_tokens == "dataset" and src not in ("sharegpt", "messages"):
+        if src == "trace" and (self.input_tokens != "dataset" or self.output_tokens != "dataset"):
+            raise FieldProblem(("input_tokens" if self.input_tokens != "dataset" else "output_tokens",),
+                               "prompt source 'trace' replays each row's own lengths: input_tokens and "
+                               "output_tokens must be 'dataset'")
+        if self.output_tokens == "dataset" and src not in ("sharegpt", "messages", "trace"):
             raise FieldProblem(("output_tokens",), "output_tokens 'dataset' takes each row's reference answer "
-                               "length: it needs prompt source 'sharegpt' or 'messages'")
+                               "length: it needs prompt source 'sharegpt', 'messages' or 'trace'")
         return self
 
     def input_tokens_max(self) -> Optional[int]:
@@ -675,9 +699,10 @@ class LoadSpec(_Frozen):
     """Closed-loop load points: requests kept in flight."""
     request_rate: list[float] = Field(default_factory=list)
     """Open-loop arrival rates in requests/s."""
-    arrival: Literal["poisson", "gamma"] = "poisson"
-    """Open-loop inter-arrival times: exponential (Poisson) or gamma with coefficient of variation `arrival_cv`
-    (cv > 1 burstier than Poisson, < 1 more regular; cv 1 has Poisson's spread)."""
+    arrival: Literal["poisson", "gamma", "trace"] = "poisson"
+    """Open-loop inter-arrival times: exponential (Poisson), gamma with coefficient of variation `arrival_cv`
+    (cv > 1 burstier than Poisson, < 1 more regular; cv 1 has Poisson's spread), or `trace`: the recorded times of
+    the workloads' `trace` prompts, every gap scaled so the window's mean rate is each request_rate."""
     arrival_cv: Optional[float] = Field(default=None, gt=0, le=100)
     """Coefficient of variation of gamma inter-arrival times (arrival: gamma only)."""
     max_concurrency: Optional[int] = Field(default=None, ge=1)
@@ -850,6 +875,19 @@ class ExperimentSpec(_Frozen):
         for i, v in enumerate(self.variants):
             if v.tp is not None and v.tp > node:
                 raise FieldProblem(("variants", i, "tp"), f"tp {v.tp} is larger than cluster.gpus_per_node {node}")
+        return self
+
+    @model_validator(mode="after")
+    def _trace_arrivals(self) -> "ExperimentSpec":
+        if self.load.arrival != "trace":
+            return self
+        if not self.load.request_rate:
+            raise FieldProblem(("load", "request_rate"), "arrival: trace rescales the recorded times to each "
+                               "request_rate: give at least one")
+        for i, w in enumerate(self.workloads):
+            if w.prompts.source != "trace":
+                raise FieldProblem(("workloads", i, "prompts", "source"), f"arrival: trace sends at the times "
+                                   f"of a trace, but workload {w.name!r} has prompt source {w.prompts.source!r}")
         return self
 
 

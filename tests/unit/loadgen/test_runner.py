@@ -10,6 +10,7 @@ import threading
 from typing import Any, Optional
 
 import numpy as np
+import pytest
 from aiohttp import web
 
 from cluster.engines.base import CATEGORY_HEADER, Prompt
@@ -372,3 +373,25 @@ def test_a_deterministic_output_sample_is_kept_and_judged() -> None:
     assert evidence["indices"] == [0, 4, 8, 12]
     assert evidence["degenerate"] == [{"request_index": 8, "reason": "one token (7) is 11/11 of the output",
                                        "output_ids_head": [7] * 11, "text_head": "t" * 11}]
+
+
+def test_a_trace_point_sends_at_the_recorded_times_rescaled() -> None:
+    import dataclasses
+
+    # recorded: 0, 0.1, 0.1, 0.4 s: 3 gaps over 0.4 s = 7.5 req/s; replayed at 15 req/s every gap is halved
+    arrivals = [0.0, 0.1, 0.1, 0.4]
+    prompts = [dataclasses.replace(p, arrival_s=a) for p, a in zip(_prompts(4), arrivals)]
+
+    async def body(fake: FakeSGLang, url: str) -> WindowResult:
+        return await _window(url, prompts, LoadPoint("rate", 15.0, trace=True), max_tokens=3)
+
+    res = asyncio.run(_with_server(0.001, body))
+    _check_ok_records(res, 4, 3)
+    assert res.requests.column("intended_send_ns").to_pylist() == [0, 50_000_000, 50_000_000, 200_000_000]
+    assert res.duration_s >= 0.2
+
+    async def untimed(fake: FakeSGLang, url: str) -> WindowResult:
+        return await _window(url, _prompts(2), LoadPoint("rate", 15.0, trace=True), max_tokens=3)
+
+    with pytest.raises(ValueError, match="recorded arrival_s"):
+        asyncio.run(_with_server(0.001, untimed))

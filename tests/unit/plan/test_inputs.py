@@ -131,3 +131,42 @@ def test_a_conversation_row_past_the_context_is_refused_at_its_line_unless_filte
                      "max_input_tokens 50)"]
     with pytest.raises(PreflightError, match="every row was filtered"):
         check(8, ", max_input_tokens: 5")
+
+
+TRACE_SPEC = """
+version: 1
+name: tr
+model: {{path: sim://m, engine: sim}}
+sim: {{context_length: 64}}
+variants: [{{name: base}}]
+workloads:
+  - {{name: w, input_tokens: dataset, output_tokens: dataset, num_requests: {n}, prompts: {{source: trace, path: {path}}}}}
+load: {{request_rate: [2], arrival: trace}}
+"""
+
+
+def test_a_trace_is_checked_row_by_row_before_anything_starts(tmp_path: Path) -> None:
+    import json
+
+    from cluster.plan.inputs import check_prompts
+
+    data = tmp_path / "t.jsonl"
+    rows = [(0.0, 10, 5), (1.0, 20, 5), (2.0, 60, 8), (2.0, 4, 4)]
+    data.write_text("".join(json.dumps({"timestamp_s": t, "input_tokens": i, "output_tokens": o}) + "\n"
+                            for t, i, o in rows))
+
+    def check(n: int) -> list[str]:
+        spec = parse_spec_text(TRACE_SPEC.format(n=n, path=data))
+        return check_prompts(spec, expand_variants(spec), {}, tmp_path)
+
+    # the first two rows: 1 gap over 1 s
+    assert check(2) == [f"workload 'w': {data}: 2 trace rows replayed over 1 s, recorded mean rate 1 req/s"]
+    with pytest.raises(PreflightError) as info:
+        check(3)  # row 3: 60 + 8 > 64
+    assert info.value.file == f"{data}:3" and "a 60-token prompt plus 8 output tokens" in str(info.value)
+    with pytest.raises(PreflightError) as info:
+        check(5)
+    assert info.value.field == "workloads.0.num_requests" and "more than the trace's 4 rows" in str(info.value)
+    data.write_text(json.dumps({"timestamp_s": 3.0, "input_tokens": 4, "output_tokens": 4}) + "\n")
+    with pytest.raises(PreflightError, match="no rate to rescale"):
+        check(1)

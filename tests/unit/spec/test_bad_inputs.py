@@ -113,7 +113,7 @@ EXPECTED: dict[str, tuple[int, str, str]] = {
     "unknown_model_key.yaml": (7, "model.quant", "unknown field; expected one of: path, engine, tp"),
     "unknown_order.yaml": (21, "order", "Input should be 'grouped' or 'interleaved'"),
     "unknown_prompt_source.yaml": (19, "workloads.0.prompts.source",
-                                   "unknown prompt source; expected one of: random_ids, jsonl, text, sharegpt, messages (got 'huggingface')"),
+                                   "unknown prompt source; expected one of: random_ids, jsonl, text, sharegpt, messages, trace (got 'huggingface')"),
     "unknown_slo_key.yaml": (22, "slo.itl_ms", 'unknown field; expected one of: ttft_ms, tpot_ms'),
     "unknown_spec_algorithm.yaml": (11, "variants.1.speculative.algorithm", "(got 'MEDUSA')"),
     "unknown_top_key.yaml": (21, "colour", "unknown field; expected one of: version, name, model"),

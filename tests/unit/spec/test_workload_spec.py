@@ -45,7 +45,9 @@ def test_old_workloads_keep_their_run_key_identity() -> None:
     ("  - name: w\n    input_tokens: dataset\n    output_tokens: 8\n    num_requests: 2\n", 8,
      "workloads.0.input_tokens", "no lengths of its own"),
     ("  - name: w\n    input_tokens: 8\n    output_tokens: dataset\n    num_requests: 2\n", 9,
-     "workloads.0.output_tokens", "needs prompt source 'sharegpt' or 'messages'"),
+     "workloads.0.output_tokens", "needs prompt source 'sharegpt', 'messages' or 'trace'"),
+    ("  - name: w\n    input_tokens: 8\n    output_tokens: dataset\n    num_requests: 2\n"
+     "    prompts: {source: trace, path: t.csv}\n", 8, "workloads.0.input_tokens", "replays each row's own lengths"),
     ("  - name: w\n    input_tokens: {dist: normal, mean: 100, min: 1, max: 400}\n    output_tokens: 8\n"
      "    num_requests: 2\n", 8, "workloads.0.input_tokens.std", "needs 'std'"),
     ("  - name: w\n    input_tokens: lots\n    output_tokens: 8\n    num_requests: 2\n", 8,
@@ -73,3 +75,26 @@ def test_conversation_source_parses(tmp_path: Path) -> None:
     src = spec.workloads[0].prompts
     assert isinstance(src, ConversationPrompts) and src.category_field == "topic" and src.categories == ["code"]
     assert spec.workloads[0].input_tokens_max() is None and spec.workloads[0].output_tokens_nominal() is None
+
+
+TRACE_WL = ("  - name: w\n    input_tokens: dataset\n    output_tokens: dataset\n    num_requests: 2\n"
+            "    prompts: {source: trace, path: t.csv}\n")
+
+
+@pytest.mark.parametrize("load, workloads, field, fragment", [
+    ("{concurrency: [1], arrival: trace}", TRACE_WL, "load.request_rate", "give at least one"),
+    ("{request_rate: [2], arrival: trace}", TRACE_WL + "  - {name: r, input_tokens: 8, output_tokens: 8, "
+     "num_requests: 2}\n", "workloads.1.prompts.source", "has prompt source 'random_ids'"),
+])
+def test_trace_arrivals_need_rates_and_trace_workloads(tmp_path: Path, load: str, workloads: str, field: str,
+                                                        fragment: str) -> None:
+    f = tmp_path / "e.yaml"
+    f.write_text(HEAD.replace("load: {concurrency: [1]}", f"load: {load}") + workloads)
+    with pytest.raises(SpecError) as info:
+        load_spec(f)
+    assert info.value.field == field and fragment in info.value.message, str(info.value)
+    f.write_text(HEAD.replace("load: {concurrency: [1]}", "load: {request_rate: [2, 4], arrival: trace}") + TRACE_WL)
+    from cluster.plan.runs import make_plan
+
+    points = {p.load.label for p in make_plan(load_spec(f))}
+    assert points == {"r2 trace", "r4 trace"}
