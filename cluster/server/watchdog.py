@@ -70,22 +70,29 @@ def _stop_server(child: "subprocess.Popen[bytes]", grace_s: float) -> None:
 
 
 def _stop_leftovers(grace_s: float) -> None:
-    """After the server's main process exited on its own: SIGTERM what is left of the group (this watchdog aside),
-    SIGKILL what is still there after grace_s. vLLM's EngineCore and Worker outlived their api_server this way
-    (reparented to init, memory held) when nothing killed the group; SGLang's schedulers die with their parent."""
+    """After the server's main process exited on its own: whatever is left of the group (this watchdog aside) gets
+    grace_s to exit by itself, then SIGTERM and grace_s more, then SIGKILL. vLLM's EngineCore and Worker outlived
+    their api_server this way (reparented to init, memory held) when nothing killed the group. The first wait is
+    for the processes that do exit once their parent is gone: SGLang's schedulers, and multiprocessing's resource
+    tracker, which ignores SIGTERM and unlinks leaked shared memory when the last user exits (signalled at once it
+    only lost that cleanup, and held the stop 5 s)."""
     me = os.getpid()
-    left = [p for p in group_members(os.getpgid(0)) if p != me]
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in left:
+
+    def left() -> list[int]:
+        return [p for p in group_members(os.getpgid(0)) if p != me]
+
+    pids = left()
+    for sig in (None, signal.SIGTERM, signal.SIGKILL):
+        for pid in pids if sig is not None else ():
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + grace_s
-        while left and time.monotonic() < deadline:
+        while pids and time.monotonic() < deadline:
             time.sleep(0.05)
-            left = [p for p in group_members(os.getpgid(0)) if p != me]
-        if not left:
+            pids = left()
+        if not pids:
             return
 
 

@@ -111,3 +111,39 @@ def test_a_server_that_exits_leaves_nothing_of_its_group_behind() -> None:
             pass
         time.sleep(0.1)
     assert not os.path.exists(f"/proc/{leftover}") or "Z" in open(f"/proc/{leftover}/stat").read().split()[2]
+
+
+# A leftover that exits by itself once its parent is gone and ignores SIGTERM, as multiprocessing's resource tracker
+# does: it is left to finish (and to do its cleanup), never signalled.
+LEFTOVER = (
+    "import os, signal, sys, time\n"
+    "notes = sys.argv[1]\n"
+    "signal.signal(signal.SIGTERM, lambda *a: open(notes, 'a').write('got SIGTERM\\n'))\n"
+    "t0, parent = time.monotonic(), int(sys.argv[2])\n"
+    "while os.getppid() == parent and time.monotonic() - t0 < 60:  # until its parent is gone\n"
+    "    time.sleep(0.05)\n"
+    "time.sleep(0.5)\n"
+    "open(notes, 'a').write('exited by itself\\n')\n"
+)
+SELF_EXITING = (
+    "import os, subprocess, sys\n"
+    f"child = subprocess.Popen([sys.executable, '-c', {LEFTOVER!r}, sys.argv[1], str(os.getpid())])\n"
+    "sys.exit(0)\n"
+)
+
+
+def test_a_leftover_that_exits_by_itself_is_not_signalled(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from cluster.server.process import wait_group_gone
+
+    notes = tmp_path / "notes"
+    proc = subprocess.Popen([sys.executable, "-m", "cluster.server.watchdog", str(os.getpid()), "--", sys.executable,
+                             "-c", SELF_EXITING, str(notes)], start_new_session=True)
+    try:
+        assert proc.wait(timeout=30) == 0
+        assert wait_group_gone(proc.pid, 5.0, poll_s=0.1) == []
+    finally:
+        try:
+            os.killpg(proc.pid, 9)
+        except ProcessLookupError:
+            pass
+    assert notes.read_text().splitlines() == ["exited by itself"]
