@@ -82,8 +82,8 @@ def _stop_leftovers(grace_s: float) -> None:
         return [p for p in group_members(os.getpgid(0)) if p != me]
 
     pids = left()
-    for sig in (None, signal.SIGTERM, signal.SIGKILL):
-        for pid in pids if sig is not None else ():
+    for sig in (0, signal.SIGTERM, signal.SIGKILL):  # 0: no signal, only the wait
+        for pid in pids if sig else ():
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
