@@ -140,6 +140,15 @@ def compare_by_category(root: str, experiment: str, baseline: Optional[str] = No
     return out
 
 
+def categorised(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of compare_by_category whose workload's prompts carry categories (empty when none do): a workload
+    without any would only repeat the plain comparison table."""
+    if df.empty:
+        return df
+    with_cats = set(df.loc[df["category"] != NO_CATEGORY, "workload"])
+    return df[df["workload"].isin(with_cats)].reset_index(drop=True)
+
+
 def category_view(df: pd.DataFrame) -> pd.DataFrame:
     """compare_by_category as display strings: 'estimate [lo, hi]'."""
     return pd.DataFrame({

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from cluster.analysis import report_plots as rp
-from cluster.analysis.categories import category_view, compare_by_category
+from cluster.analysis.categories import categorised, category_view, compare_by_category
 from cluster.analysis.comparison import CI_METRICS, compare_view, compare_with_ci, point_label, request_arrays
 from cluster.analysis.metrics import METRIC_DEFINITIONS
 from cluster.dataset.atomic import atomic_write
@@ -281,9 +281,7 @@ def build_report(root: str, experiment: str, out_dir: Optional[str] = None, n_bo
     bpt = bytes_per_token or decode_bytes_per_token(meta)
     bw = bandwidth_table(ci, runs, bpt) if bpt else pd.DataFrame()
     figs = _figures(ci, runs, arrays, out, labels, colors, bw, store)
-    by_cat = compare_by_category(root, experiment, n_boot=n_boot, seed=seed)
-    if not by_cat.empty:  # workloads whose prompts carry no category would only repeat the comparison table
-        by_cat = by_cat[by_cat["workload"].isin(set(by_cat.loc[by_cat["category"] != "-", "workload"]))]
+    by_cat = categorised(compare_by_category(root, experiment, n_boot=n_boot, seed=seed))
     page = _html(experiment, root, ci, runs, figs, engines, bw, bpt, by_cat)
     path = out / "index.html"
     atomic_write(path, page.encode())
@@ -315,7 +313,7 @@ def _html(experiment: str, root: str, ci: pd.DataFrame, runs: pd.DataFrame, figs
     if not by_cat.empty:
         parts.append("<h2>By prompt category</h2><p>Each category's requests apart (acceptance, TPOT, TTFT and "
                      f"throughput): {e(str(by_cat.attrs.get('ci_method', '')))}</p>")
-        parts.append(_table_html(category_view(by_cat.reset_index(drop=True))))
+        parts.append(_table_html(category_view(by_cat)))
     parts.append("<h2>Plots</h2>")
     if not figs:
         parts.append("<p>No plots: no run finished ok (the reasons are under 'Invalid and failed runs').</p>")

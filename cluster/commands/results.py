@@ -175,7 +175,7 @@ def grouped_warnings(df: pd.DataFrame) -> list[tuple[str, str]]:
 def print_compare_by_category(root: str, experiment: str, baseline: Optional[str], fmt_name: str,
                               n_boot: int = 2000, seed: int = 0) -> None:
     """Render compare_by_category: per prompt category acceptance, TPOT, TTFT and throughput with intervals."""
-    from cluster.analysis.categories import category_view, compare_by_category
+    from cluster.analysis.categories import categorised, category_view, compare_by_category
 
     fmt = Format(fmt_name)
     with _clear_errors():
@@ -183,9 +183,9 @@ def print_compare_by_category(root: str, experiment: str, baseline: Optional[str
     if df.empty:
         err_console.print(f"no ok runs recorded for experiment {experiment!r} under {root!r}")
         raise typer.Exit(2)
-    with_cats = set(df.loc[df["category"] != "-", "workload"])
-    if with_cats:  # workloads whose prompts have no categories would only repeat the plain compare table
-        df = df[df["workload"].isin(with_cats)].reset_index(drop=True)
+    shown = categorised(df)
+    if not shown.empty:  # without categories anywhere the table shows every workload's '-' rows
+        df = shown
     if fmt is not Format.table:
         _emit(df, fmt)
         return

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import pathlib
 from dataclasses import dataclass
+from functools import cached_property
 from datetime import datetime
 from typing import Any, Mapping, NoReturn, Sequence
 
@@ -40,8 +41,9 @@ class ChatTemplate:
     bos_token: str
     eos_token: str
 
-    def render(self, turns: Sequence[ChatTurn], kwargs: Mapping[str, Any]) -> str:
-        """The prompt text: the turns as messages, with the generation prompt, and `kwargs` as template variables."""
+    @cached_property
+    def _compiled(self) -> Any:
+        """The template compiled once (every row of a dataset renders through it)."""
         from jinja2 import TemplateError
         from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -54,9 +56,20 @@ class ChatTemplate:
         env.globals.update(raise_exception=raise_exception,
                            strftime_now=lambda fmt: datetime.now().strftime(fmt))
         try:
-            return env.from_string(self.template).render(
+            return env.from_string(self.template)
+        except TemplateError as e:
+            raise ChatTemplateError(f"{self.source}: the chat template does not compile: {e}",
+                                    file=str(self.source), expected="a jinja2 chat template") from None
+
+    def render(self, turns: Sequence[ChatTurn], kwargs: Mapping[str, Any]) -> str:
+        """The prompt text: the turns as messages, with the generation prompt, and `kwargs` as template variables."""
+        from jinja2 import TemplateError
+
+        template = self._compiled
+        try:
+            return str(template.render(
                 messages=[{"role": t.role, "content": t.content} for t in turns], add_generation_prompt=True,
-                bos_token=self.bos_token, eos_token=self.eos_token, **dict(kwargs))
+                bos_token=self.bos_token, eos_token=self.eos_token, **dict(kwargs)))
         except TemplateError as e:
             raise ChatTemplateError(f"{self.source}: the chat template fails to render a prompt: {e}",
                                     file=str(self.source), expected="a jinja2 chat template") from None

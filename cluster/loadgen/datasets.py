@@ -14,12 +14,17 @@ from cluster.engines.base import Prompt
 from cluster.errors import PromptSourceError
 from cluster.loadgen.source_files import read_source_text
 from cluster.loadgen.lengths import INPUT_STREAM, OUTPUT_STREAM, draw_lengths, length_rng
-from cluster.loadgen.traces import TraceRow
+from cluster.loadgen.traces import TraceRow, load_trace, replayed_rows
 from cluster.spec.models import (ConversationPrompts, LengthDist, RandomIdsPrompts, SharedPrefix, TracePrompts,
                                  WorkloadSpec)
 
 RANDOM_ID_LOW = 100
 """Lowest random token id: the first ids of common vocabularies are special tokens (BOS/EOS/pad, control)."""
+
+
+def random_id_low(vocab_size: int) -> int:
+    """The lowest random id drawn: RANDOM_ID_LOW, or vocab_size // 4 for vocabularies too small for that range."""
+    return RANDOM_ID_LOW if vocab_size > 2 * RANDOM_ID_LOW else vocab_size // 4
 
 
 class DatasetError(PromptSourceError):
@@ -54,8 +59,6 @@ def build_prompts(workload: WorkloadSpec, n: int, seed: int, base_dir: pathlib.P
             out = [Prompt(input_ids=tuple(prefixes[g].tolist()) + (p.input_ids or ())) for p, g in zip(out, groups)]
         return with_output_budgets(out, workload, seed)
     if isinstance(src, TracePrompts):
-        from cluster.loadgen.traces import load_trace, replayed_rows
-
         path = resolve_path(src.path, base_dir)
         rows = replayed_rows(load_trace(path), n, path)
         return trace_prompts(rows, src.vocab_size, np.random.default_rng(seed))
@@ -113,7 +116,7 @@ def shared_prefixes(sp: SharedPrefix, n: int, vocab_size: int, seed: int) -> tup
     """(groups × tokens prefix ids, each of the `n` requests' group): the groups take equal shares (counts differ by
     at most one), in a seeded order."""
     rng = np.random.default_rng([seed, PREFIX_STREAM])
-    low = RANDOM_ID_LOW if vocab_size > 2 * RANDOM_ID_LOW else vocab_size // 4
+    low = random_id_low(vocab_size)
     prefixes = rng.integers(low, vocab_size, size=(sp.groups, sp.tokens), dtype=np.int64)
     groups = rng.permutation(np.arange(n) % sp.groups)
     return prefixes, groups
@@ -142,7 +145,7 @@ class PromptArray(Sequence[Prompt]):
 
 def random_id_prompt_array(n: int, input_tokens: int, vocab_size: int, rng: np.random.Generator) -> PromptArray:
     """`random_id_prompts` (same draws, same prompts) stored as one int32 array."""
-    low = RANDOM_ID_LOW if vocab_size > 2 * RANDOM_ID_LOW else vocab_size // 4
+    low = random_id_low(vocab_size)
     dtype = np.int32 if vocab_size < 2**31 else np.int64
     out = np.empty((n, input_tokens), dtype=dtype)
     for r in range(n):
@@ -155,7 +158,7 @@ def random_id_prompts(n: int, input_tokens: int, vocab_size: int, rng: np.random
 
     Vocabularies too small for that range (toy models) draw from [vocab_size // 4, vocab_size) instead.
     """
-    low = RANDOM_ID_LOW if vocab_size > 2 * RANDOM_ID_LOW else vocab_size // 4
+    low = random_id_low(vocab_size)
     out: list[Prompt] = []
     for _ in range(n):
         # one row at a time keeps peak memory at one prompt for long inputs × many requests

@@ -85,10 +85,7 @@ def _check_workload(model_path: str, i: int, w: WorkloadSpec, limits: ModelLimit
                              expected=f"input_tokens + output_tokens <= {ctx}")
     src = w.prompts
     if isinstance(src, RandomIdsPrompts):
-        if limits.vocab_size is not None and src.vocab_size > limits.vocab_size:
-            raise PreflightError(f"{field}.prompts.vocab_size: {src.vocab_size} draws ids outside the model's vocabulary "
-                                 f"of {limits.vocab_size} ({limits.source})", field=f"{field}.prompts.vocab_size",
-                                 expected=f"at most {limits.vocab_size}")
+        _check_vocab(field, src.vocab_size, limits)
         return None
     assert src.path is not None  # the spec requires a path for file sources
     path = _resolve(src.path, base_dir)
@@ -134,6 +131,14 @@ def _check_workload(model_path: str, i: int, w: WorkloadSpec, limits: ModelLimit
     return None
 
 
+def _check_vocab(field: str, vocab_size: int, limits: ModelLimits) -> None:
+    """Random ids (random_ids, trace) are drawn below prompts.vocab_size: it must not exceed the model's vocabulary."""
+    if limits.vocab_size is not None and vocab_size > limits.vocab_size:
+        raise PreflightError(f"{field}.prompts.vocab_size: {vocab_size} draws ids outside the model's vocabulary "
+                             f"of {limits.vocab_size} ({limits.source})", field=f"{field}.prompts.vocab_size",
+                             expected=f"at most {limits.vocab_size}")
+
+
 def _check_trace(field: str, w: WorkloadSpec, src: TracePrompts, path: Path, limits: ModelLimits,
                  replay_times: bool) -> str:
     """Every row parses and, of the rows a window replays, each fits the context and the vocabulary; returns the
@@ -152,10 +157,7 @@ def _check_trace(field: str, w: WorkloadSpec, src: TracePrompts, path: Path, lim
             raise PreflightError(f"{path}:{r.line}: a {r.input_tokens}-token prompt plus {r.output_tokens} output "
                                  f"tokens does not fit the model's context of {ctx} tokens ({limits.source})",
                                  file=f"{path}:{r.line}", field="input_tokens", expected=f"prompt + output <= {ctx}")
-    if limits.vocab_size is not None and src.vocab_size > limits.vocab_size:
-        raise PreflightError(f"{field}.prompts.vocab_size: {src.vocab_size} draws ids outside the model's vocabulary "
-                             f"of {limits.vocab_size} ({limits.source})", field=f"{field}.prompts.vocab_size",
-                             expected=f"at most {limits.vocab_size}")
+    _check_vocab(field, src.vocab_size, limits)
     times = [r.timestamp_s - rows[0].timestamp_s for r in rows]
     try:
         rate = f", recorded mean rate {recorded_rate_per_s(times):.3g} req/s"
