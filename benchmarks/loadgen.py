@@ -21,7 +21,7 @@ from typing import Optional
 
 from cluster.engines.base import Prompt
 from cluster.engines.sglang import SGLangEngine
-from cluster.loadgen import runner
+from cluster.loadgen import pacing
 from cluster.loadgen.runner import run_load_point
 from cluster.plan.runs import LoadPoint
 from cluster.server.process import free_port
@@ -121,7 +121,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--concurrency", type=int, nargs="*", default=[16, 64])
     ap.add_argument("--rate", type=float, nargs="*", default=[50.0])
-    ap.add_argument("--spin-ns", type=int, nargs="*", default=[runner.SPIN_NS],
+    ap.add_argument("--spin-ns", type=int, nargs="*", default=[pacing.SPIN_NS],
                     help="open-loop spin windows to compare (0 = timer only)")
     ap.add_argument("--serve-fake", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -142,7 +142,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             measure(url, LoadPoint("concurrency", 8.0), 16, 16)  # warm connections and the server
             runs = [(load, spin) for load in loads for spin in (args.spin_ns if load.kind == "rate" else [0])]
             for load, spin in runs:
-                runner.SPIN_NS = spin
+                pacing.SPIN_NS = spin
                 m = measure(url, load, args.requests, args.max_tokens)
                 print(f"{kind:6} {spin / 1000:7.0f} {load.label:>6} {m['chunks_per_s']:9.0f} {m['tokens_per_s']:9.0f} "
                       f"{m['client_cpu_us_per_chunk']:12.1f} {m['lag_p50_ms']:10.3f} {m['lag_p99_ms']:10.3f} "

@@ -25,13 +25,19 @@ from cluster.dataset.store import DatasetStore, ExperimentNotFound
 
 NO_CATEGORY = "-"
 
+BY_COLUMNS = ("category", "turn")
+"""What the requests can be grouped by: the prompt category, or the turn of a multi-turn session."""
+
+_GROUP_SQL = "coalesce(CAST({by} AS VARCHAR), '-') AS category"
 _REQ_SQL = """
-SELECT run_key, coalesce(category, '-') AS category, tpot_ms, ttft_ms, output_tokens / (e2e_ms / 1000.0) AS user_tok_s
+SELECT run_key, {group}, tpot_ms, ttft_ms, output_tokens / (e2e_ms / 1000.0) AS user_tok_s
 FROM request_metrics WHERE run_key IN (SELECT unnest(?)) AND ok
 """
 _RUN_SQL = f"""
-SELECT run_key, coalesce(category, '-') AS category, count(*) AS n_ok, sum(output_tokens) AS out_tokens,
-       {ACCEPT_LENGTH_SQL} AS accept_length
+SELECT run_key, {{group}}, count(*) AS n_ok, sum(output_tokens) AS out_tokens,
+       {ACCEPT_LENGTH_SQL} AS accept_length,
+       sum(cached_tokens) FILTER (WHERE prompt_tokens IS NOT NULL)
+         / nullif(sum(prompt_tokens) FILTER (WHERE cached_tokens IS NOT NULL), 0) AS prefix_hit_rate
 FROM request_metrics WHERE run_key IN (SELECT unnest(?)) AND ok GROUP BY ALL
 """
 
@@ -51,8 +57,12 @@ def _est(prefix: str, e: Optional[stats.Estimate]) -> dict[str, float]:
 
 
 def compare_by_category(root: str, experiment: str, baseline: Optional[str] = None, n_boot: int = 2000,
-                        seed: int = 0) -> pd.DataFrame:
-    """One row per (workload, load point, variant, category) over ok runs; empty when nothing ran."""
+                        seed: int = 0, by: str = "category") -> pd.DataFrame:
+    """One row per (workload, load point, variant, category) over ok runs; empty when nothing ran. `by`: "turn"
+    groups by session turn instead (the column is then `turn`: 1, 2, ... or '-' outside sessions)."""
+    if by not in BY_COLUMNS:
+        raise ValueError(f"by must be one of {BY_COLUMNS}, got {by!r}")
+    group = _GROUP_SQL.format(by=by)
     store = DatasetStore(root, experiment)
     if not store.exists():
         raise ExperimentNotFound(f"experiment {experiment!r} not found under {root!r}")
@@ -63,8 +73,8 @@ def compare_by_category(root: str, experiment: str, baseline: Optional[str] = No
     baseline = resolve_baseline(runs.sort_values("order_index", kind="stable"), baseline, experiment)
     con = connect(root, experiment)
     try:
-        req = con.execute(_REQ_SQL, [ok["run_key"].tolist()]).df()
-        per_run = con.execute(_RUN_SQL, [ok["run_key"].tolist()]).df()
+        req = con.execute(_REQ_SQL.format(group=group), [ok["run_key"].tolist()]).df()
+        per_run = con.execute(_RUN_SQL.format(group=group), [ok["run_key"].tolist()]).df()
     finally:
         con.close()
     per_run = per_run.merge(ok[["run_key", "duration_s"]], on="run_key")
@@ -105,6 +115,10 @@ def compare_by_category(root: str, experiment: str, baseline: Optional[str] = No
             share = share[np.isfinite(share)]
             row.update(_est("output_tok_s", stats.run_level_bootstrap(share, "mean", n_boot, rng=rng, level=CI_LEVEL)
                             if share.size else None))
+            hit = pd.to_numeric(cell_runs["prefix_hit_rate"], errors="coerce").to_numpy(np.float64)
+            hit = hit[np.isfinite(hit)]
+            row.update(_est("prefix_hit_rate", stats.run_level_bootstrap(hit, "mean", n_boot, rng=rng,
+                                                                         level=CI_LEVEL) if hit.size else None))
             rows.append(row)
     out = pd.DataFrame(rows)
     if out.empty:
@@ -133,28 +147,34 @@ def compare_by_category(root: str, experiment: str, baseline: Optional[str] = No
         sp.append((e.point, e.lo, e.hi, e.verdict))
     out["speedup_tpot"], out["speedup_tpot_lo"], out["speedup_tpot_hi"], out["speedup_tpot_verdict"] = zip(*sp)
     out["_v"] = out["variant"].map(vorder)
-    out = out.sort_values(list(POINT_KEYS) + ["category", "_v"], kind="stable").drop(columns="_v")
-    out = out.reset_index(drop=True)
-    out.attrs["ci_method"] = CATEGORY_METHOD
+    # turns sort as numbers (2 before 10), '-' last
+    out["_g"] = [(1, 0, g) if g == NO_CATEGORY else (0, int(g), "") if by == "turn" else (0, 0, g)
+                 for g in out["category"]]
+    out = out.sort_values(list(POINT_KEYS) + ["_g", "_v"], kind="stable").drop(columns=["_v", "_g"])
+    out = out.reset_index(drop=True).rename(columns={"category": by})
+    out.attrs["ci_method"] = CATEGORY_METHOD if by == "category" else CATEGORY_METHOD.replace(
+        "per category", "per session turn").replace("category's", "turn's").replace("same category", "same turn")
     out.attrs["baseline"] = baseline
+    out.attrs["by"] = by
     return out
 
 
-def categorised(df: pd.DataFrame) -> pd.DataFrame:
-    """The rows of compare_by_category whose workload's prompts carry categories (empty when none do): a workload
-    without any would only repeat the plain comparison table."""
+def categorised(df: pd.DataFrame, by: str = "category") -> pd.DataFrame:
+    """The rows of compare_by_category whose workload's requests carry a `by` value (empty when none do): a
+    workload without any would only repeat the plain comparison table."""
     if df.empty:
         return df
-    with_cats = set(df.loc[df["category"] != NO_CATEGORY, "workload"])
+    with_cats = set(df.loc[df[by] != NO_CATEGORY, "workload"])
     return df[df["workload"].isin(with_cats)].reset_index(drop=True)
 
 
 def category_view(df: pd.DataFrame) -> pd.DataFrame:
     """compare_by_category as display strings: 'estimate [lo, hi]'."""
-    return pd.DataFrame({
+    by = str(df.attrs.get("by", "category"))
+    out = pd.DataFrame({
         "workload": df["workload"],
         "load": [point_label(k, v) for k, v in zip(df["load_kind"], df["load_value"])],
-        "category": df["category"],
+        by: df[by],
         "variant": [f"{v}{'*' if b else ''}" for v, b in zip(df["variant"], df["is_baseline"])],
         "runs/req": [f"{a}/{b}" for a, b in zip(df["n_runs"], df["n_requests"])],
         "accept length": [format_estimate(*t, digits=2) for t in
@@ -167,6 +187,14 @@ def category_view(df: pd.DataFrame) -> pd.DataFrame:
         # (the demo's chat rows: 3, 1, 1 in three repeats gave 6.5 [1.7, 31.6] beside code's 11.7 [11.7, 11.8])
         "tok/s share": [format_estimate(*t) for t in zip(df["output_tok_s"], df["output_tok_s_lo"],
                                                           df["output_tok_s_hi"])],
+
         "speedup TPOT": [format_speedup(*t) for t in zip(df["speedup_tpot"], df["speedup_tpot_lo"],
                                                          df["speedup_tpot_hi"], df["speedup_tpot_verdict"])],
     })
+    if (pd.to_numeric(df["prefix_hit_rate"], errors="coerce").fillna(0) > 0).any():
+        # shown where the prefix cache served something (a session's later turns): 0.0 everywhere else says nothing
+        out.insert(len(out.columns) - 1, "prefix hit %", [format_estimate(100 * a, 100 * b, 100 * c, digits=1)
+                                                          for a, b, c in zip(df["prefix_hit_rate"],
+                                                                             df["prefix_hit_rate_lo"],
+                                                                             df["prefix_hit_rate_hi"])])
+    return out

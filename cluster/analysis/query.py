@@ -19,8 +19,9 @@ VIEWS: dict[str, str] = {
     "requests": "one row per request: send times, first/last chunk, token counts, spec_verify_ct, error",
     "chunks": "one row per token-bearing chunk: arrival_ns, tokens",
     "variants": "one row per variant: engine, tp, family, speculative settings, baseline flag, run counts",
-    "request_metrics": "one row per request: category, ok, output_tokens, ttft_ms, e2e_ms, tpot_ms, accept_length, lag_ms "
-                       "(the definitions of cluster/analysis/request_metrics.py)",
+    "request_metrics": "one row per request: category, session_index, turn, ok, cached_tokens, prompt_tokens, "
+                       "output_tokens, ttft_ms, e2e_ms, tpot_ms, accept_length, lag_ms (the definitions of "
+                       "cluster/analysis/request_metrics.py)",
     "chunk_gaps": "one row per gap between token-bearing chunks of an ok request: itl_chunk_ms, tokens, itl_token_ms",
     "correctness": "the correctness gate's answers and verdicts (when the experiment ran a gate)",
     "server_metrics": "the server's /metrics scraped during each window (when scraped)",
@@ -108,8 +109,8 @@ def connect(root: str, experiment: str) -> duckdb.DuckDBPyConnection:
             con.register(table, pads.dataset(files, filesystem=store.fs, format="parquet", schema=schema))
         allowed += files if store.is_local else []
     con.execute(VARIANTS_VIEW_SQL)
-    has_category = "category" in {d[0] for d in con.execute("SELECT * FROM requests LIMIT 0").description}
-    con.execute(request_metrics_view_sql(has_category))
+    present = frozenset(d[0] for d in con.execute("SELECT * FROM requests LIMIT 0").description)
+    con.execute(request_metrics_view_sql(present))
     con.execute(chunk_gaps_view_sql())
     _lock_down(con, allowed)
     return con

@@ -282,14 +282,16 @@ def build_report(root: str, experiment: str, out_dir: Optional[str] = None, n_bo
     bw = bandwidth_table(ci, runs, bpt) if bpt else pd.DataFrame()
     figs = _figures(ci, runs, arrays, out, labels, colors, bw, store)
     by_cat = categorised(compare_by_category(root, experiment, n_boot=n_boot, seed=seed))
-    page = _html(experiment, root, ci, runs, figs, engines, bw, bpt, by_cat)
+    by_turn = categorised(compare_by_category(root, experiment, n_boot=n_boot, seed=seed, by="turn"), "turn")
+    page = _html(experiment, root, ci, runs, figs, engines, bw, bpt, by_cat, by_turn)
     path = out / "index.html"
     atomic_write(path, page.encode())
     return path
 
 
 def _html(experiment: str, root: str, ci: pd.DataFrame, runs: pd.DataFrame, figs: list[_Figure],
-          engines: dict[str, str], bw: pd.DataFrame, bpt: Optional[float], by_cat: pd.DataFrame) -> str:
+          engines: dict[str, str], bw: pd.DataFrame, bpt: Optional[float], by_cat: pd.DataFrame,
+          by_turn: pd.DataFrame) -> str:
     e = html.escape
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>sglbench: {e(experiment)}</title>"
              f"<style>{_CSS}</style></head><body><h1>sglbench report: {e(experiment)}</h1>",
@@ -314,6 +316,11 @@ def _html(experiment: str, root: str, ci: pd.DataFrame, runs: pd.DataFrame, figs
         parts.append("<h2>By prompt category</h2><p>Each category's requests apart (acceptance, TPOT, TTFT and "
                      f"throughput): {e(str(by_cat.attrs.get('ci_method', '')))}</p>")
         parts.append(_table_html(category_view(by_cat)))
+    if not by_turn.empty:
+        parts.append("<h2>By session turn</h2><p>Each turn of the multi-turn sessions apart: a later turn's prompt "
+                     "holds the conversation so far, which the prefix cache can serve (prefix hit %): "
+                     f"{e(str(by_turn.attrs.get('ci_method', '')))}</p>")
+        parts.append(_table_html(category_view(by_turn)))
     parts.append("<h2>Plots</h2>")
     if not figs:
         parts.append("<p>No plots: no run finished ok (the reasons are under 'Invalid and failed runs').</p>")

@@ -166,14 +166,19 @@ ITL_TOKEN = Quantity(
 """Chunk-level quantities: rows of the `chunk_gaps` view (chunk_gaps() is their numpy side)."""
 
 
-def request_metrics_view_sql(has_category: bool = True) -> str:
-    """CREATE VIEW request_metrics: one row per request, its key columns, category, ok, spec_verify_ct and every
-    quantity. `has_category` False: a dataset written before the requests table had `category` (NULL there)."""
+OPTIONAL_REQUEST_COLUMNS = {"category": "VARCHAR", "session_index": "INTEGER", "turn": "INTEGER"}
+"""Columns of `requests` that datasets written before them lack (NULL in request_metrics there)."""
+
+
+def request_metrics_view_sql(present: frozenset[str] = frozenset(OPTIONAL_REQUEST_COLUMNS)) -> str:
+    """CREATE VIEW request_metrics: one row per request, its key columns, category, session and turn, ok,
+    spec_verify_ct, cached and prompt tokens and every quantity. `present`: the optional columns the requests table
+    has (a dataset written before one gets NULL there)."""
     cols = ",\n       ".join(f"{q.sql} AS {q.name}" for q in REQUEST_QUANTITIES)
-    category = "category" if has_category else "CAST(NULL AS VARCHAR) AS category"
+    opt = ", ".join(c if c in present else f"CAST(NULL AS {t}) AS {c}" for c, t in OPTIONAL_REQUEST_COLUMNS.items())
     return (f"CREATE VIEW request_metrics AS\n"
-            f"SELECT run_key, variant, workload, load_kind, load_value, repeat, request_index, {category},\n"
-            f"       {OK_SQL} AS ok, spec_verify_ct,\n       {cols}\nFROM requests")
+            f"SELECT run_key, variant, workload, load_kind, load_value, repeat, request_index, {opt},\n"
+            f"       {OK_SQL} AS ok, spec_verify_ct, cached_tokens, prompt_tokens,\n       {cols}\nFROM requests")
 
 
 def chunk_gaps_view_sql() -> str:

@@ -32,6 +32,7 @@ class Format(str, enum.Enum):
 
 class By(str, enum.Enum):
     category = "category"
+    turn = "turn"
 
 
 ROOT_OPT = typer.Option("results", "--root", help="Dataset root: a local path or a pyarrow filesystem URI.")
@@ -104,14 +105,14 @@ def compare_cmd(
     ci: bool = typer.Option(False, "--ci", help="95% confidence intervals, speedup verdicts and quality warnings."),
     n_boot: int = typer.Option(2000, "--n-boot", min=100, help="Bootstrap resamples (with --ci)."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed (with --ci)."),
-    by: Optional[By] = typer.Option(None, "--by", help="Break the table down: 'category' (prompt categories, with "
-                                    "95% intervals)."),
+    by: Optional[By] = typer.Option(None, "--by", help="Break the table down: 'category' (prompt categories) or "
+                                    "'turn' (turns of multi-turn sessions), with 95% intervals."),
 ) -> None:
     """Per load point and variant: means over ok repeats and output tok/s speedup over the baseline. With EXP_B:
     EXP_B against EXP (same workload, load point and variant), each ratio > 1 when EXP_B is better. With --by
-    category: per prompt category, with 95% intervals."""
-    if by is By.category:
-        print_compare_by_category(root, experiment, baseline, fmt.value, n_boot, seed)
+    category (or turn): per prompt category (or session turn), with 95% intervals."""
+    if by is not None:
+        print_compare_by_category(root, experiment, baseline, fmt.value, n_boot, seed, by.value)
         return
     if experiment_b is not None or new_root is not None:
         print_cross(root, experiment, new_root or root, experiment_b or experiment, fmt.value, n_boot, seed)
@@ -173,17 +174,18 @@ def grouped_warnings(df: pd.DataFrame) -> list[tuple[str, str]]:
 
 
 def print_compare_by_category(root: str, experiment: str, baseline: Optional[str], fmt_name: str,
-                              n_boot: int = 2000, seed: int = 0) -> None:
-    """Render compare_by_category: per prompt category acceptance, TPOT, TTFT and throughput with intervals."""
+                              n_boot: int = 2000, seed: int = 0, by: str = "category") -> None:
+    """Render compare_by_category: per prompt category (or session turn) acceptance, TPOT, TTFT and throughput
+    with intervals."""
     from cluster.analysis.categories import categorised, category_view, compare_by_category
 
     fmt = Format(fmt_name)
     with _clear_errors():
-        df = compare_by_category(root, experiment, baseline, n_boot=n_boot, seed=seed)
+        df = compare_by_category(root, experiment, baseline, n_boot=n_boot, seed=seed, by=by)
     if df.empty:
         err_console.print(f"no ok runs recorded for experiment {experiment!r} under {root!r}")
         raise typer.Exit(2)
-    shown = categorised(df)
+    shown = categorised(df, by)
     if not shown.empty:  # without categories anywhere the table shows every workload's '-' rows
         df = shown
     if fmt is not Format.table:
@@ -193,7 +195,8 @@ def print_compare_by_category(root: str, experiment: str, baseline: Optional[str
     if df["workload"].nunique() == 1:
         view = view.drop(columns="workload")
     sim = " (simulated engine)" if "sim" in set(_engines(root, experiment)) else ""
-    _emit(view, fmt, title=f"{experiment} by category{sim}: estimate [95% CI]; * = baseline")
+    _emit(view, fmt, title=f"{experiment} by {'session turn' if by == 'turn' else by}{sim}: estimate [95% CI]; "
+          "* = baseline")
     console.print(df.attrs.get("ci_method", ""), highlight=False, soft_wrap=True)
 
 

@@ -190,6 +190,8 @@ def run(
     print_compare(result.dataset_root, spec.name, None, "table")
     if any(w.prompts.source in ("sharegpt", "messages") for w in spec.workloads) and counts.get("ok"):
         print_compare_by_category(result.dataset_root, spec.name, None, "table", n_boot=1000)
+    if any(w.sessions is not None for w in spec.workloads) and counts.get("ok"):
+        print_compare_by_category(result.dataset_root, spec.name, None, "table", n_boot=1000, by="turn")
     if counts.get("failed"):
         raise typer.Exit(1)
 

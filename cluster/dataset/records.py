@@ -46,6 +46,8 @@ REQUEST_FIELDS = [
     pa.field("error", pa.string()),
     pa.field("http_status", pa.int32()),
     pa.field("category", pa.string()),
+    pa.field("session_index", pa.int32()),
+    pa.field("turn", pa.int32()),
 ]
 """Scalar per-request columns (the `requests` table, after KEY_FIELDS)."""
 
@@ -125,6 +127,10 @@ class RequestRecord:
     http_status: Optional[int] = None
     category: Optional[str] = None
     """The prompt's category (a dataset row's, e.g. code or chat); None when the prompt source has none."""
+    session_index: Optional[int] = None
+    """The multi-turn session the request belongs to (cluster/loadgen/sessions.py); None outside sessions."""
+    turn: Optional[int] = None
+    """The request's turn in its session, 1 for the first; None outside sessions."""
 
     @property
     def ok(self) -> bool:

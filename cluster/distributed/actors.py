@@ -325,7 +325,10 @@ class LoadActorImpl:
 
         from cluster.loadgen.runner import run_load_point
 
+        from cluster.loadgen.datasets import build_session_plan
+
         prompts = self._prompts(workload, workload.num_requests, seed)
+        sessions = build_session_plan(workload, workload.num_requests, seed, self.base_dir, self.model_path)
         q: "queue.Queue[Optional[LoadBatch]]" = queue.Queue()  # unbounded: blocking here would stall the event loop's timing
         scraper = None
         if shard_index == 0 and scrape_interval_s and self.engine.metrics_path \
@@ -340,7 +343,7 @@ class LoadActorImpl:
                     workload.ignore_eos, workload.temperature, model_name, request_timeout_s,
                     scrape_metrics=shard_index == 0, on_batch=lambda r, c: q.put(LoadBatch(r, c)),
                     batch_rows=batch_rows, shard_index=shard_index, num_shards=num_shards,
-                    start_unix_s=start_unix_s)
+                    start_unix_s=start_unix_s, sessions=sessions)
             except BaseException as e:  # noqa: BLE001 - re-raised in the generator below
                 box["error"] = e
             finally:

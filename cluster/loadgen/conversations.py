@@ -26,6 +26,7 @@ from cluster.engines.base import ChatTurn, Prompt
 from cluster.errors import PromptSourceError
 from cluster.loadgen.source_files import read_source_text
 from cluster.loadgen.lengths import OUTPUT_STREAM, draw_lengths, length_rng
+from cluster.loadgen.sessions import Render
 from cluster.spec.models import ConversationPrompts, LengthDist, WorkloadSpec
 
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant", "bard": "assistant",
@@ -55,6 +56,8 @@ class ConversationRow:
     """The prompt: the turns before the first assistant turn."""
     reference: Optional[str]
     """The first assistant turn (the reference answer), None when the row has none."""
+    followups: tuple[str, ...] = ()
+    """The user text after each later assistant turn (consecutive user turns joined): a session's later turns."""
 
     @property
     def text(self) -> str:
@@ -162,6 +165,22 @@ def _turns(path: pathlib.Path, line: int, obj: dict[str, Any], source: str) -> l
     return out
 
 
+def _followups(after: list[ChatTurn]) -> tuple[str, ...]:
+    """The user text of each exchange after the first answer: the user turns between two assistant turns, joined."""
+    out: list[str] = []
+    pending: list[str] = []
+    for t in after:
+        if t.role == "assistant":
+            if pending:
+                out.append("\n\n".join(pending))
+            pending = []
+        elif t.role == "user" and t.content.strip():
+            pending.append(t.content)
+    if pending:
+        out.append("\n\n".join(pending))
+    return tuple(out)
+
+
 def load_conversations(path: pathlib.Path, src: ConversationPrompts) -> list[ConversationRow]:
     """Every row of a conversation dataset; ConversationError (file:line, field, expectation) at the first malformed one."""
     rows: list[ConversationRow] = []
@@ -176,7 +195,7 @@ def load_conversations(path: pathlib.Path, src: ConversationPrompts) -> list[Con
         first_answer = next((k for k, t in enumerate(turns) if t.role == "assistant"), len(turns))
         prompt = tuple(turns[:first_answer])
         ref = turns[first_answer].content if first_answer < len(turns) else None
-        rows.append(ConversationRow(line, cat, prompt, ref))
+        rows.append(ConversationRow(line, cat, prompt, ref, _followups(turns[first_answer:])))
     if not rows:
         raise ConversationError(f"{path}: no rows (expected {'ShareGPT conversations' if src.source == 'sharegpt' else 'messages'})",
                            file=str(path))
@@ -201,6 +220,9 @@ def select_rows(path: pathlib.Path, rows: list[ConversationRow], workload: Workl
             continue
         if src.categories is not None and r.category not in src.categories:
             drop("category not selected")
+            continue
+        if workload.sessions is not None and len(r.followups) < workload.sessions.turns - 1:
+            drop(f"fewer than {workload.sessions.turns} user turns (sessions.turns)")
             continue
         if workload.output_tokens == "dataset":
             if r.reference is None or not r.reference.strip():
@@ -239,22 +261,32 @@ def conversation_prompts(sel: Selection, workload: WorkloadSpec, n: int, seed: i
         raise ConversationError(f"{sel.path}: every row was filtered ({sel.summary()}); nothing to send",
                            file=str(sel.path), expected="at least one usable row")
     rng = np.random.default_rng(seed)
+    turns = workload.sessions.turns if workload.sessions is not None else 1
+    n_rows = -(-n // turns)  # a session takes one row for all its turns
     picked: list[ConversationRow] = []
-    while len(picked) < n:
+    while len(picked) < n_rows:
         order = rng.permutation(len(sel.rows))
-        picked.extend(sel.rows[int(i)] for i in order[: n - len(picked)])
+        picked.extend(sel.rows[int(i)] for i in order[: n_rows - len(picked)])
     out_len = workload.output_tokens
     budgets: list[Optional[int]] = [None] * n
     if isinstance(out_len, LengthDist):
         budgets = [int(x) for x in draw_lengths(out_len, n, length_rng(seed, OUTPUT_STREAM))]
     elif out_len == "dataset":
+        assert turns == 1  # the spec refuses output_tokens: dataset with sessions
         budgets = [sel.output_tokens[r.line] for r in picked]
     src = workload.prompts
     assert isinstance(src, ConversationPrompts)
     kwargs = tuple(sorted(src.chat_template_kwargs.items())) or None
-    prompts = []
+    prompts: list[Prompt] = []
     cache: dict[int, Prompt] = {}
-    for r, budget in zip(picked, budgets):
+    for i in range(n):
+        r, k, budget = picked[i // turns], i % turns, budgets[i]
+        if k:
+            # a later session turn: only its user text; the runner prepends the history and the real answer
+            text = r.followups[k - 1]
+            prompts.append(Prompt(text=text, messages=(ChatTurn("user", text),), category=r.category,
+                                  max_tokens=budget, chat_template_kwargs=kwargs))
+            continue
         base = cache.get(r.line)
         if base is None:
             text = sel.texts.get(r.line, r.text)
@@ -289,14 +321,40 @@ def load_selection(workload: WorkloadSpec, base_dir: pathlib.Path,
     path = src.path if pathlib.Path(src.path).is_absolute() else str(base_dir / src.path)
     path_ = pathlib.Path(path)
     rows = load_conversations(path_, src)
-    count = encode = None
-    render: Optional[Renderer] = None
-    if needs_tokenizer(workload):
-        tok = tokenizer_file(src.tokenizer, model_path, base_dir)
-        count, encode = tokenizer_functions(tok)
-        if src.chat_template:
-            from cluster.loadgen.chat_template import load_chat_template
-
-            template, kwargs = load_chat_template(tok.parent), src.chat_template_kwargs
-            render = lambda turns: template.render(turns, kwargs)  # noqa: E731
+    count, encode, render = _text_functions(workload, base_dir, model_path)
     return select_rows(path_, rows, workload, count, render), encode
+
+
+def _text_functions(workload: WorkloadSpec, base_dir: pathlib.Path,
+                    model_path: str) -> tuple[Optional[Counter], Optional[Encoder], Optional[Renderer]]:
+    """(count, encode, chat template) of a conversation workload; None where it needs none."""
+    from cluster.loadgen.text_prompts import tokenizer_file
+
+    src = workload.prompts
+    assert isinstance(src, ConversationPrompts)
+    if not needs_tokenizer(workload):
+        return None, None, None
+    tok = tokenizer_file(src.tokenizer, model_path, base_dir)
+    count, encode = tokenizer_functions(tok)
+    if not src.chat_template:
+        return count, encode, None
+    from cluster.loadgen.chat_template import load_chat_template
+
+    template, kwargs = load_chat_template(tok.parent), src.chat_template_kwargs
+    return count, encode, lambda turns: template.render(turns, kwargs)
+
+
+def session_renderer(workload: WorkloadSpec, base_dir: pathlib.Path, model_path: str) -> Optional[Render]:
+    """How a conversation session's later turns become the text and ids sent, as its first turns did: the chat
+    template rendered over the whole conversation and tokenized, or the turns joined and tokenized; None when the
+    workload sends text as written (the server tokenizes; cluster/loadgen/sessions.py joins the texts)."""
+    _, encode, render = _text_functions(workload, base_dir, model_path)
+    if encode is None:
+        return None
+    enc = encode
+
+    def session_text(turns: tuple[ChatTurn, ...]) -> tuple[str, Optional[tuple[int, ...]]]:
+        text = render(turns) if render is not None else "\n\n".join(t.content for t in turns)
+        return text, tuple(enc(text))
+
+    return session_text

@@ -13,6 +13,7 @@ import numpy as np
 from cluster.engines.base import Prompt
 from cluster.errors import PromptSourceError
 from cluster.loadgen.source_files import read_source_text
+from cluster.loadgen.sessions import SessionPlan, session_plan
 from cluster.loadgen.lengths import INPUT_STREAM, OUTPUT_STREAM, draw_lengths, length_rng
 from cluster.loadgen.traces import TraceRow, load_trace, replayed_rows
 from cluster.spec.models import (ConversationPrompts, LengthDist, RandomIdsPrompts, SharedPrefix, TracePrompts,
@@ -54,9 +55,12 @@ def build_prompts(workload: WorkloadSpec, n: int, seed: int, base_dir: pathlib.P
         else:
             assert isinstance(workload.input_tokens, int)  # the spec refuses 'dataset' for random_ids
             out = random_id_prompts(n, workload.input_tokens - own, src.vocab_size, rng)
+        turns = workload.sessions.turns if workload.sessions is not None else 0
         if src.shared_prefix is not None:
             prefixes, groups = shared_prefixes(src.shared_prefix, n, src.vocab_size, seed)
-            out = [Prompt(input_ids=tuple(prefixes[g].tolist()) + (p.input_ids or ())) for p, g in zip(out, groups)]
+            # a later session turn is new ids only: its session's history (first turn included) holds the prefix
+            out = [p if turns and i % turns else Prompt(input_ids=tuple(prefixes[g].tolist()) + (p.input_ids or ()))
+                   for i, (p, g) in enumerate(zip(out, groups))]
         return with_output_budgets(out, workload, seed)
     if isinstance(src, TracePrompts):
         path = resolve_path(src.path, base_dir)
@@ -70,6 +74,20 @@ def build_prompts(workload: WorkloadSpec, n: int, seed: int, base_dir: pathlib.P
 
         return with_output_budgets(build_text_prompts(workload, n, seed, base_dir, model_path), workload, seed)
     raise DatasetError(f"workload {workload.name!r}: unknown prompt source {src.source!r}")
+
+
+def build_session_plan(workload: WorkloadSpec, n: int, seed: int, base_dir: pathlib.Path,
+                       model_path: str = "") -> Optional[SessionPlan]:
+    """How a window of `n` requests of `workload` runs as sessions (None: not a session workload): the seeded think
+    times, and for conversations how a later turn's text becomes what is sent."""
+    if workload.sessions is None:
+        return None
+    render = None
+    if isinstance(workload.prompts, ConversationPrompts):
+        from cluster.loadgen.conversations import session_renderer
+
+        render = session_renderer(workload, base_dir, model_path)
+    return session_plan(workload.sessions, n, seed, render)
 
 
 def resolve_path(path: Optional[str], base_dir: pathlib.Path) -> pathlib.Path:
@@ -95,7 +113,7 @@ def build_prompt_sequence(workload: WorkloadSpec, n: int, seed: int, base_dir: p
     """
     src = workload.prompts
     if isinstance(src, RandomIdsPrompts) and isinstance(workload.input_tokens, int) \
-            and isinstance(workload.output_tokens, int):
+            and isinstance(workload.output_tokens, int) and workload.sessions is None:
         if n < 0:
             raise ValueError(f"number of prompts must be >= 0, got {n}")
         if src.shared_prefix is None:

@@ -22,6 +22,8 @@ from cluster.loadgen.output_sample import OutputSample, sample_indices
 from cluster.loadgen.arrivals import arrival_offsets_ns
 from cluster.loadgen.traces import trace_offsets_ns
 from cluster.loadgen.client import new_session, stream_request
+from cluster.loadgen.pacing import closed_loop, pace, shard_concurrency
+from cluster.loadgen.sessions import Answer, SessionPlan, dispatch_sessions
 from cluster.plan.runs import LoadPoint
 from cluster.loadgen.sink import DEFAULT_BATCH_ROWS, BatchCallback, RecordSink
 from cluster.dataset.records import RequestRecord
@@ -29,8 +31,6 @@ from cluster.dataset.records import RequestRecord
 METRICS_TIMEOUT_S = 10.0
 FLUSH_REFUSED_GIVE_UP_S = 3.0
 FLUSH_RETRY_S = 0.25
-SPIN_NS = 1_500_000
-"""Open loop: the last stretch before an intended send is waited by yielding to the loop, not by a timer."""
 
 
 @dataclass
@@ -82,14 +82,6 @@ async def _scrape(session: aiohttp.ClientSession, engine: Engine, base_url: str)
     return dict(engine.spec_counters(text))
 
 
-def shard_concurrency(total: int, shard_index: int, num_shards: int) -> int:
-    """This shard's share of a closed-loop concurrency (shares differ by at most one and sum to `total`).
-
-    Each shard sends ~n/num_shards requests, so unequal shares finish at different times: use a concurrency
-    divisible by the number of shards for a window whose concurrency holds to its end."""
-    return total // num_shards + (1 if shard_index < total % num_shards else 0)
-
-
 def _check_shard(shard_index: int, num_shards: int) -> None:
     if num_shards < 1 or not 0 <= shard_index < num_shards:
         raise ValueError(f"shard_index must be in [0, num_shards) and num_shards >= 1, got {shard_index}/{num_shards}")
@@ -100,9 +92,9 @@ async def _dispatch(
     engine: Engine,
     base_url: str,
     api: str,
-    request_for: Callable[[int], HttpRequest],
+    request_for: Callable[[Prompt], HttpRequest],
     prompt_for: Callable[[int], Prompt],
-    indices: range,
+    indices: Sequence[int],
     n_total: int,
     max_tokens: int,
     load: LoadPoint,
@@ -114,16 +106,20 @@ async def _dispatch(
     shard_index: int,
     sampled: frozenset[int] = frozenset(),
     samples: Optional[list[OutputSample]] = None,
+    sessions: Optional[SessionPlan] = None,
 ) -> None:
     """Send every request of this shard of the window; each finished record goes to `sink` exactly once. The
-    requests in `sampled` keep their output (a text-keeping parser) in `samples`."""
+    requests in `sampled` keep their output (a text-keeping parser) in `samples`; `sessions` sends the window as
+    multi-turn sessions (`indices` then holds this shard's sessions' requests)."""
     timeout = aiohttp.ClientTimeout(total=request_timeout_s)
     urls: dict[str, str] = {}
     new_parser = engine.new_parser
     clock = time.monotonic_ns
 
-    async def one(i: int, intended_ns: int) -> None:
-        p = prompt_for(i)
+    async def one(i: int, intended_ns: int, p: Optional[Prompt] = None, answer: bool = False,
+                  where: tuple[Optional[int], Optional[int]] = (None, None)) -> tuple[int, Optional[Answer]]:
+        """Send request i (prompt `p`, else its own); (its end, its answer when `answer` and it succeeded)."""
+        p = prompt_for(i) if p is None else p
         rec = RequestRecord(
             request_index=i,
             intended_send_ns=intended_ns,
@@ -131,52 +127,49 @@ async def _dispatch(
             prompt_tokens_sent=_prompt_len(p),
             max_tokens=p.max_tokens or max_tokens,
             category=p.category,
+            session_index=where[0],
+            turn=where[1],
         )
+        got: Optional[Answer] = None
         try:
-            r = request_for(i)
+            r = request_for(p)
             url = urls.get(r.path)
             if url is None:
                 url = urls[r.path] = base_url + r.path
-            keep = i in sampled
+            keep = answer or i in sampled
             parser = new_parser(api, keep_text=True) if keep else new_parser(api)
             end_ns = await stream_request(session, url, r.body, parser, t0_ns, timeout, rec, r.headers)
-            if keep and samples is not None:
+            if keep:
                 ids = parser.output_ids()
-                samples.append(OutputSample(i, tuple(ids) if ids is not None else None, parser.text(), rec.error))
+                if i in sampled and samples is not None:
+                    samples.append(OutputSample(i, tuple(ids) if ids is not None else None, parser.text(), rec.error))
+                if answer and rec.ok:
+                    got = Answer(parser.text(), tuple(ids) if ids is not None else None)
         except Exception as e:  # a parser or client bug must not lose the record of a request already sent
             rec.error = rec.error or f"client error: {type(e).__name__}: {e}"
             end_ns = clock() - t0_ns
         sink.add(rec, end_ns)
+        return end_ns, got
 
+    if sessions is not None:
+        await dispatch_sessions(one, prompt_for, sessions, n_total, max_tokens, load, seed, t0_ns, sink,
+                                 num_shards, shard_index)
+        return
     if load.kind == "concurrency":
-        total_workers = int(load.value)
-        if total_workers < 1:
-            raise ValueError(f"concurrency must be >= 1, got {load.value}")
-        if total_workers < num_shards:
-            raise ValueError(f"closed-loop concurrency {total_workers} is below the number of shards {num_shards}")
-        workers = shard_concurrency(total_workers, shard_index, num_shards)
-        it = iter(indices)
-
-        async def worker() -> None:
-            intended = 0  # each worker's slot is free at window start
-            for i in it:
-                await one(i, intended)
-                intended = clock() - t0_ns
-
-        await asyncio.gather(*(worker() for _ in range(min(workers, len(indices)))))
+        await closed_loop(indices, load.value, shard_index, num_shards, t0_ns, one)
     elif load.kind == "rate":
         # the global schedule of all n requests, of which this shard sends its own indices
         if load.trace:
             arrivals = [prompt_for(i).arrival_s for i in range(n_total)]
             if any(a is None for a in arrivals):
                 raise ValueError("a trace load point needs prompts that carry their recorded arrival_s")
-            offsets = trace_offsets_ns([float(a or 0.0) for a in arrivals], load.value)[indices.start::indices.step]
+            offsets = trace_offsets_ns([float(a or 0.0) for a in arrivals], load.value)[shard_index::num_shards]
         else:
             offsets = arrival_offsets_ns(n_total, load.value, load.arrival_cv,
-                                         np.random.default_rng(seed))[indices.start::indices.step]
+                                         np.random.default_rng(seed))[shard_index::num_shards]
         cap = (asyncio.Semaphore(max(1, shard_concurrency(int(load.max_concurrency), shard_index, num_shards)))
                if load.max_concurrency else None)
-        tasks: set[asyncio.Task[None]] = set()
+        tasks: set[asyncio.Task[Any]] = set()
         late_ns = 0
 
         async def capped(i: int, intended: int) -> None:
@@ -186,17 +179,9 @@ async def _dispatch(
             finally:
                 cap.release()
 
+        task: asyncio.Task[Any]
         for i, off in zip(indices, offsets.tolist()):
-            target_ns = t0_ns + off
-            spin_ns = SPIN_NS if late_ns < SPIN_NS else 0
-            delay_ns = target_ns - clock()
-            if delay_ns > spin_ns:
-                await asyncio.sleep((delay_ns - spin_ns) / 1e9)
-            # event-loop timers fire on a 1 ms grid: finish the wait by yielding, which still serves other tasks;
-            # a loop that is already late skips this (spinning would only take CPU from the streams)
-            while spin_ns and clock() < target_ns:
-                await asyncio.sleep(0)
-            late_ns = clock() - target_ns
+            late_ns = await pace(t0_ns + off, late_ns)
             if cap is not None:
                 # a request held back by the cap keeps its intended time: the wait shows up as lag
                 await cap.acquire()
@@ -230,6 +215,7 @@ async def run_window(
     shard_index: int = 0,
     num_shards: int = 1,
     start_unix_s: Optional[float] = None,
+    sessions: Optional[SessionPlan] = None,
 ) -> WindowResult:
     """One measured window: one request per prompt, raw records as Arrow batches, client lag and server counters.
 
@@ -241,11 +227,14 @@ async def run_window(
     _check_shard(shard_index, num_shards)
     base_url = base_url.rstrip("/")
     n_total = len(prompts)
-    indices = range(shard_index, n_total, num_shards)
+    indices: Sequence[int] = range(shard_index, n_total, num_shards)
+    if sessions is not None:
+        # a shard sends whole sessions: those s with s % num_shards == shard_index
+        indices = [i for s in range(shard_index, sessions.n_sessions(n_total), num_shards)
+                   for i in sessions.requests_of(s, n_total)]
 
-    def request_for(i: int) -> HttpRequest:
+    def request_for(p: Prompt) -> HttpRequest:
         # built at send time: a long window never holds every request body at once
-        p = prompts[i]
         return engine.build_request(api, p, p.max_tokens or max_tokens, ignore_eos, temperature, model_name)
 
     def prompt_for(i: int) -> Prompt:
@@ -270,7 +259,7 @@ async def run_window(
         samples: list[OutputSample] = []
         await _dispatch(session, engine, base_url, api, request_for, prompt_for, indices, n_total, max_tokens,
                         load, seed, request_timeout_s, t0_ns, sink, num_shards, shard_index,
-                        sample_indices(n_total), samples)
+                        sample_indices(n_total), samples, sessions)
         sink.flush()
         after = await _scrape(session, engine, base_url) if scrape_metrics else {}
     assert sink.rows == len(indices), "every request must have exactly one record"
@@ -391,7 +380,8 @@ def run_load_point(
 ) -> WindowResult:
     """Synchronous `run_window` on its own event loop (for a sync actor method or a script).
 
-    `window_kw`: run_window's keyword-only options (on_batch, batch_rows, shard_index, num_shards, start_unix_s).
+    `window_kw`: run_window's keyword-only options (on_batch, batch_rows, shard_index, num_shards, start_unix_s,
+    sessions).
     """
     result: WindowResult = _run(
         lambda: run_window(

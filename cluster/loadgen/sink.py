@@ -79,6 +79,8 @@ class RecordSink:
         c["error"].append(rec.error)
         c["http_status"].append(rec.http_status)
         c["category"].append(rec.category)
+        c["session_index"].append(rec.session_index)
+        c["turn"].append(rec.turn)
         if n:
             self._ch_req.extend([rec.request_index] * n)
             self._ch_idx.extend(range(n))

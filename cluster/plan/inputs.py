@@ -74,12 +74,15 @@ def _check_workload(model_path: str, i: int, w: WorkloadSpec, limits: ModelLimit
                     absent_ok: bool, replay_times: bool = False) -> Optional[str]:
     field = f"workloads.{i}"
     ctx = limits.context_tokens
-    n_in, n_out = w.input_tokens_max(), w.output_tokens_max()
+    n_in, n_out = w.prompt_tokens_max(), w.output_tokens_max()
     if ctx is not None and n_in is not None and n_out is not None and n_in + n_out > ctx:
         # a distribution's max is what the longest request asks for: long-context load points fail here, not on
         # the GPU node after the model has loaded
         which = "input + output tokens" if isinstance(w.input_tokens, int) and isinstance(w.output_tokens, int) \
             else "input + output tokens at the distributions' max"
+        if w.sessions is not None:
+            which += (f" of a session's last turn (its prompt holds {w.sessions.turns} turns' input and "
+                      f"{w.sessions.turns - 1} answers)")
         raise PreflightError(f"{field}.input_tokens: {n_in} + {n_out} {which} do not fit the model's context of "
                              f"{ctx} tokens ({limits.source})", field=f"{field}.input_tokens",
                              expected=f"input_tokens + output_tokens <= {ctx}")

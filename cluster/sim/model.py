@@ -274,13 +274,14 @@ PREFIX_BLOCK_TOKENS = 16
 token by token at page size 1): a shared prefix of P tokens is served as 16 * floor(P / 16) cached tokens."""
 
 
-def prefix_blocks(input_ids: Sequence[int]) -> tuple[int, ...]:
+def prefix_blocks(input_ids: Sequence[int], after: int = 0) -> tuple[int, ...]:
     """Chained hashes of a prompt's leading whole blocks: the k-th covers input_ids[:16 * (k + 1)], so two prompts
-    share their first k hashes exactly when they share their first 16 * k ids (up to hash collisions)."""
+    share their first k hashes exactly when they share their first 16 * k ids (up to hash collisions). `after`: the
+    hash of the whole blocks before `input_ids` (their chain goes on from it)."""
     b = PREFIX_BLOCK_TOKENS
     ids = tuple(input_ids)
     out: list[int] = []
-    h = 0
+    h = after
     for k in range(len(ids) // b):
         h = hash((h, ids[k * b:(k + 1) * b]))
         out.append(h)
@@ -343,6 +344,9 @@ class SimRequest:
     """This request's per-draft-position acceptance probabilities (its category's, else the knob's)."""
     blocks: tuple[int, ...] = ()
     """prefix_blocks of the prompt's ids (none for text prompts, or with the prefix cache off)."""
+    tail_ids: Optional[tuple[int, ...]] = None
+    """The prompt's ids after its whole blocks (None for text prompts or with the prefix cache off): a finished
+    request caches prompt and answer, as SGLang's radix cache does, so a session's next turn finds both."""
     cached_tokens: int = 0
     generated: int = 0
     spec_verify_ct: int = 0
@@ -409,9 +413,11 @@ class Scheduler:
         ids, stops = output_ids(self.knobs, key, text, max_new_tokens, ignore_eos, self.spec is not None)
         rng = random.Random(_seed_from(self.knobs.seed, key, "accept"))
         probs = accept_probs_for(self.knobs, self.spec.num_steps, category) if self.spec else ()
-        blocks = prefix_blocks(input_ids) if input_ids is not None and self.knobs.radix_cache else ()
+        cached = input_ids is not None and self.knobs.radix_cache
+        blocks = prefix_blocks(input_ids) if cached and input_ids is not None else ()
+        tail = tuple(input_ids[len(blocks) * PREFIX_BLOCK_TOKENS:]) if cached and input_ids is not None else None
         return SimRequest(rid=rid, prompt_tokens=n_prompt, key=key, out_ids=ids, stops_on_eos=stops, accept_rng=rng,
-                          probs=probs, blocks=blocks)
+                          probs=probs, blocks=blocks, tail_ids=tail)
 
     def submit(self, req: SimRequest) -> None:
         if req.target == 0:
@@ -507,6 +513,9 @@ class Scheduler:
         for req in self.running:
             if req.generated >= req.target:
                 req.finished = True
+                if req.tail_ids is not None:
+                    self._blocks.update(prefix_blocks(req.tail_ids + tuple(req.out_ids[:req.generated]),
+                                                      req.blocks[-1] if req.blocks else 0))
             else:
                 still.append(req)
         self.running = still

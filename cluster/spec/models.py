@@ -540,8 +540,26 @@ PromptSource = Annotated[
     Discriminator(_prompt_source, custom_error_type="prompt_source",
                   custom_error_message="unknown prompt source; expected one of: " + ", ".join(PROMPT_SOURCES))]
 """A workload's `prompts: {source, ...}`: one model per source, so an option of another source is refused."""
+SESSION_SOURCES = ("random_ids", "sharegpt", "messages")
+"""Prompt sources whose requests can be sessions: random ids (each turn new ids) and conversations (their later
+user turns)."""
 PROMPT_TAGS = ("random_ids", "jsonl", "text", "conversation", "trace")
 """The union's tags as they appear in pydantic error locations (dropped from the locations shown)."""
+
+
+class SessionSpec(_Frozen):
+    """Multi-turn sessions (cluster/loadgen/sessions.py): each session sends `turns` requests one after another; a
+    later turn's prompt is the previous turn's prompt, the answer the server gave it and a new user turn, sent
+    `think_time_s` after that answer ended. Closed loop: `concurrency` is the number of sessions in flight (users);
+    open loop: sessions start at request_rate / turns per second, so the long-run offered request rate is the
+    point's request_rate."""
+
+    turns: int = Field(ge=2, le=64)
+    """Requests per session (num_requests must be a multiple)."""
+    think_time_s: float = Field(default=0.0, ge=0.0, le=3600.0)
+    """Pause between an answer's end and the next turn's send (its mean when `think_time` is exponential)."""
+    think_time: Literal["fixed", "exponential"] = "fixed"
+    """fixed: every pause is think_time_s; exponential: seeded exponential pauses of that mean."""
 
 
 class LengthDist(_Frozen):
@@ -629,6 +647,8 @@ class WorkloadSpec(_Frozen):
     """Sampling temperature (0 = greedy)."""
     api: Literal["native", "completions", "chat"] = "native"
     """Which endpoint the load generator drives: SGLang /generate, or the OpenAI endpoints."""
+    sessions: Optional[SessionSpec] = None
+    """Multi-turn sessions: each later turn appends the previous answer (prefix caching across turns measured)."""
 
     _n = field_validator("name")(classmethod(lambda cls, v: check_name(v, "workload name")))
     _l = field_validator("input_tokens", "output_tokens", mode="before")(classmethod(lambda cls, v: _check_length(v)))
@@ -660,7 +680,34 @@ class WorkloadSpec(_Frozen):
         if self.output_tokens == "dataset" and src not in ("sharegpt", "messages", "trace"):
             raise FieldProblem(("output_tokens",), "output_tokens 'dataset' takes each row's reference answer "
                                "length: it needs prompt source 'sharegpt', 'messages' or 'trace'")
+        if self.sessions is not None:
+            self._check_sessions(self.sessions)
         return self
+
+    def _check_sessions(self, s: SessionSpec) -> None:
+        src = self.prompts.source
+        if src not in SESSION_SOURCES:
+            raise FieldProblem(("sessions",), f"prompt source {src!r} has no later turns: sessions need prompt "
+                               f"source {' or '.join(repr(x) for x in SESSION_SOURCES)}")
+        if src == "random_ids" and self.api != "native":
+            raise FieldProblem(("api",), "sessions over random_ids append the answer's token ids, which only the "
+                               "native /generate stream returns: use api: native (or a sharegpt/messages dataset)")
+        if self.output_tokens == "dataset":
+            raise FieldProblem(("output_tokens",), "sessions answer each turn with the model's own answer: give "
+                               "output_tokens a count or a distribution, not 'dataset'")
+        if self.num_requests % s.turns:
+            raise FieldProblem(("num_requests",), f"num_requests {self.num_requests} must be a multiple of "
+                               f"sessions.turns {s.turns} (every session sends all its turns)")
+
+    def prompt_tokens_max(self) -> Optional[int]:
+        """The longest prompt a request can carry (None: the dataset's own): a session's last turn holds every
+        earlier turn's prompt and answer."""
+        inp = self.input_tokens_max()
+        if inp is None or self.sessions is None:
+            return inp
+        out = self.output_tokens_max()
+        assert out is not None  # sessions refuse output_tokens: dataset
+        return self.sessions.turns * inp + (self.sessions.turns - 1) * out
 
     def input_tokens_max(self) -> Optional[int]:
         """The longest input this workload asks for (None: the dataset's own, checked row by row)."""
@@ -691,6 +738,8 @@ class WorkloadSpec(_Frozen):
         elif not p.get("chat_template") and not p.get("chat_template_kwargs"):
             p.pop("chat_template", None)  # conversation workloads without templates keep their earlier run keys
             p.pop("chat_template_kwargs", None)
+        if dump.get("sessions") is None:
+            dump.pop("sessions", None)  # workloads without sessions keep the run keys they had before them
         return dump
 
 

@@ -31,6 +31,27 @@ def _counter_delta(row: pd.Series, name: str) -> float:
     return float(json.loads(row["server_counters_json"])["delta"].get(name, 0.0))
 
 
+SESSION_INPUT, SESSION_OUTPUT, SESSION_TURNS = 16, 8, 3
+
+
+def _session_window(base_url: str, tmp: Path) -> dict[str, list[Any]]:
+    """Two 3-turn sessions sent straight to the running server by the window runner (the columns of `requests`)."""
+    from cluster.engines.sglang import SGLangEngine
+    from cluster.loadgen.datasets import build_prompt_sequence, build_session_plan
+    from cluster.loadgen.runner import run_load_point
+    from cluster.plan.runs import LoadPoint
+    from cluster.spec.models import WorkloadSpec
+
+    w = WorkloadSpec.model_validate({
+        "name": "s", "input_tokens": SESSION_INPUT, "output_tokens": SESSION_OUTPUT, "num_requests": 2 * SESSION_TURNS,
+        "prompts": {"source": "random_ids", "vocab_size": 900}, "sessions": {"turns": SESSION_TURNS}})
+    prompts = build_prompt_sequence(w, w.num_requests, 11, tmp)
+    res = run_load_point(SGLangEngine(), base_url, "native", prompts, SESSION_OUTPUT, LoadPoint("concurrency", 2.0),
+                         11, True, 0.0, "tiny", 300.0, sessions=build_session_plan(w, w.num_requests, 11, tmp))
+    out: dict[str, list[Any]] = res.requests.to_pydict()
+    return out
+
+
 @pytest.fixture(scope="module")
 def echo_experiment(ray_local: None, sglang_cpu_python: Path, mimo_models: Path, oracle_baseline: dict[str, Any],
                     tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
@@ -61,6 +82,7 @@ def echo_experiment(ray_local: None, sglang_cpu_python: Path, mimo_models: Path,
         live["bad_max_new_tokens"] = view.generate(PROMPTS[0], max_new_tokens=-1)
         live["transcript"] = record_running(view, f"nextn{max(STEPS)}",
                                             redaction_paths(sglang_cpu_python, mimo_models, tmp), list(f.argv))
+        live["sessions"] = _session_window(f.base_url, tmp)
 
     result = run(spec, tmp, on_run)
     return {"spec": spec, "result": result, "live": live, "runs": table(result, spec, "runs"),
@@ -197,3 +219,19 @@ def test_live_nextn_server_keeps_the_recorded_shapes(echo_experiment: dict[str, 
     from record_transcripts import assert_keeps_recorded_shapes
 
     assert_keeps_recorded_shapes(f"nextn{max(STEPS)}", echo_experiment["live"]["transcript"])
+
+
+def test_sessions_on_real_nextn_append_the_answer_ids_and_hit_the_radix_cache(echo_experiment: dict[str, Any]) -> None:
+    """SGLang's /generate stream gives each turn's output_ids, so a later turn sends the history with the answer;
+    its radix cache then serves that history (recorded in the closing note: what 0.5.23 reported on the CPU)."""
+    t = echo_experiment["live"]["sessions"]
+    assert all(e is None for e in t["error"]), t["error"]
+    assert t["turn"] == [1, 2, 3] * 2
+    # the server's own count: 16; 16 + 8 + 16 = 40; 40 + 8 + 16 = 64
+    assert t["prompt_tokens"] == [16, 40, 64] * 2
+    for turn, prompt, cached in zip(t["turn"], t["prompt_tokens"], t["cached_tokens"]):
+        if turn > 1:
+            # at least the turn before's prompt and answer but its last token (whose KV was never computed), never
+            # the whole prompt (the new user ids are new)
+            before = prompt - SESSION_INPUT
+            assert before - 1 <= cached <= prompt - SESSION_INPUT, (turn, prompt, cached)

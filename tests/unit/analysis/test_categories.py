@@ -141,3 +141,44 @@ def test_the_report_has_the_category_table_only_when_prompts_have_categories(tmp
     _build(str(tmp_path / "without"), categories=False)
     page = build_report(str(tmp_path / "without"), "cats", str(tmp_path / "r2"), n_boot=200).read_text()
     assert "By prompt category" not in page
+
+
+def _session_records() -> list[RequestRecord]:
+    """5 sessions of 4 turns: turn t's prompt is 16·t tokens, of which the cache served 16·(t − 1) (the history);
+    turn t's first token comes 10·t ms after its send, each of its 32 later tokens 10 ms apart."""
+    recs, t0 = [], 0
+    for i in range(20):
+        turn = i % 4 + 1
+        first = t0 + 10_000_000 * turn
+        arrivals = [first + 10_000_000 * k for k in range(33)]
+        recs.append(RequestRecord(
+            request_index=i, intended_send_ns=t0, actual_send_ns=t0, prompt_tokens_sent=16 * turn, max_tokens=33,
+            chunk_arrival_ns=arrivals, chunk_tokens=[1] * 33, prompt_tokens=16 * turn, completion_tokens=33,
+            cached_tokens=16 * (turn - 1), finish_reason="length", session_index=i // 4, turn=turn))
+        t0 = arrivals[-1]
+    return recs
+
+
+def test_by_turn_reports_each_session_turn_apart_with_its_prefix_hit_rate(tmp_path: Path) -> None:
+    spec = parse_spec_text(SPEC)
+    store = DatasetStore(str(tmp_path), "cats")
+    for p in make_plan(spec):
+        recs = _session_records()
+        reqs, chunks = request_batches(recs)
+        dur = recs[-1].chunk_arrival_ns[-1] / 1e9
+        store.write_run(p, {"status": "ok", "duration_s": dur, "metrics": summarize_run(reqs, chunks, dur, None)},
+                        reqs, chunks)
+    df = compare_by_category(str(tmp_path), "cats", n_boot=200, by="turn")
+    base = df[df["variant"] == "baseline"].set_index("turn")
+    assert list(base.index) == ["1", "2", "3", "4"]  # in turn order
+    # prefix hit rate of turn t: Σ cached / Σ prompt = 16(t − 1) / 16t → 0, 1/2, 2/3, 3/4
+    assert list(base["prefix_hit_rate"]) == pytest.approx([0.0, 1 / 2, 2 / 3, 3 / 4])
+    # TTFT p50 of turn t: 10·t ms; TPOT: 32 gaps of 10 ms over 32 tokens = 10 ms in every turn
+    assert list(base["ttft_ms_p50"]) == pytest.approx([10.0, 20.0, 30.0, 40.0])
+    assert list(base["tpot_ms_mean"]) == pytest.approx([10.0] * 4)
+    assert (base["n_requests"] == 15).all()  # 5 sessions × 3 repeats each
+    assert "per session turn" in df.attrs["ci_method"]
+    res = CliRunner().invoke(app, ["results", "compare", "cats", "--root", str(tmp_path), "--by", "turn",
+                                   "--n-boot", "200"])
+    assert res.exit_code == 0, res.output
+    assert "by session turn" in res.output and "prefix hit %" in res.output
