@@ -43,3 +43,26 @@ def test_later_turns_carry_the_answers_and_find_them_cached(sim_factory: Callabl
             gap_s = (t["intended_send_ns"][i] - t["last_chunk_ns"][i - 1]) / 1e9
             assert THINK_S <= gap_s < THINK_S + 0.05
             assert t["actual_send_ns"][i] >= t["intended_send_ns"][i]
+
+
+def test_chat_sessions_send_the_answers_as_assistant_turns(sim_factory: Callable[..., SimHandle],
+                                                          tmp_path: pathlib.Path) -> None:
+    import json
+
+    sim = sim_factory(["--enable-metrics"])
+    data = tmp_path / "d.jsonl"
+    turns = [{"from": r, "value": v} for r, v in
+             [("human", "one two three"), ("gpt", "x"), ("human", "four five"), ("gpt", "y"), ("human", "six")]]
+    data.write_text(json.dumps({"conversations": turns}) + "\n")
+    w = WorkloadSpec.model_validate({
+        "name": "c", "input_tokens": "dataset", "output_tokens": 4, "num_requests": 6, "api": "chat",
+        "prompts": {"source": "sharegpt", "path": str(data)}, "sessions": {"turns": 3}})
+    prompts = build_prompt_sequence(w, 6, seed=1, base_dir=tmp_path)
+    res = run_load_point(SGLangEngine(), sim.base, "chat", prompts, 4, LoadPoint("concurrency", 1), 1, True, 0.0,
+                         "m", 30.0, sessions=build_session_plan(w, 6, 1, tmp_path))
+    t = res.requests.to_pydict()
+    assert all(e is None for e in t["error"]), t["error"]
+    assert t["turn"] == [1, 2, 3, 1, 2, 3]
+    # every later turn's prompt holds the one before, the answer and the new user turn: it grows turn by turn
+    p = t["prompt_tokens"]
+    assert all(p[i] < p[i + 1] for i in (0, 1, 3, 4)) and p[:3] == p[3:], p

@@ -121,3 +121,29 @@ def test_template_variables_without_a_template_are_refused(tmp_path: pathlib.Pat
         "name": "w", "input_tokens": "dataset", "output_tokens": 8, "num_requests": 2,
         "prompts": {"source": "sharegpt", "path": "d.jsonl"}})
     assert "chat_template" not in plain.identity()["prompts"]  # type: ignore[operator]  # earlier run keys kept
+
+
+def test_a_session_turn_is_the_whole_conversation_rendered_again(tmp_path: pathlib.Path) -> None:
+    from cluster.loadgen.datasets import build_session_plan
+    from cluster.loadgen.sessions import Answer, next_turn
+
+    model = _model_dir(tmp_path, {"chat_template": CHATML})
+    data = tmp_path / "s.jsonl"
+    data.write_text(json.dumps({"conversations": [{"from": "human", "value": "write code"},
+                                                  {"from": "gpt", "value": "hello"},
+                                                  {"from": "human", "value": "please"}]}) + "\n")
+    w = WorkloadSpec.model_validate({
+        "name": "w", "input_tokens": "dataset", "output_tokens": 8, "num_requests": 2, "sessions": {"turns": 2},
+        "prompts": {"source": "sharegpt", "path": str(data), "tokenizer": str(model), "chat_template": True}})
+    first, later = build_prompts(w, 2, seed=0, base_dir=tmp_path)
+    plan = build_session_plan(w, 2, 0, tmp_path)
+    assert plan is not None and plan.render is not None
+    # the model's answer ("world"), not the dataset's ("hello"), goes into the history
+    p = next_turn(first, Answer("world", None), later, plan.render)
+    assert p.text == ("<|im_start|>user\nwrite code<|im_end|>\n<|im_start|>assistant\nworld<|im_end|>\n"
+                      "<|im_start|>user\nplease<|im_end|>\n<|im_start|>assistant\n")
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(model / "tokenizer.json"))
+    assert p.input_ids == tuple(tok.encode(p.text, add_special_tokens=False).ids)
+    assert first.input_ids is not None and p.input_ids[:len(first.input_ids)] == first.input_ids  # a cacheable prefix
