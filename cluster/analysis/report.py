@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from cluster.analysis import report_plots as rp
+from cluster.analysis.capacity import capacity_table, capacity_view
 from cluster.analysis.categories import categorised, category_view, compare_by_category
 from cluster.analysis.comparison import CI_METRICS, compare_view, compare_with_ci, point_label, request_arrays
 from cluster.analysis.metrics import METRIC_DEFINITIONS
@@ -283,7 +284,8 @@ def build_report(root: str, experiment: str, out_dir: Optional[str] = None, n_bo
     figs = _figures(ci, runs, arrays, out, labels, colors, bw, store)
     by_cat = categorised(compare_by_category(root, experiment, n_boot=n_boot, seed=seed))
     by_turn = categorised(compare_by_category(root, experiment, n_boot=n_boot, seed=seed, by="turn"), "turn")
-    page = _html(experiment, root, ci, runs, figs, engines, bw, bpt, by_cat, by_turn)
+    cap = capacity_table(root, experiment, n_boot=n_boot, seed=seed)
+    page = _html(experiment, root, ci, runs, figs, engines, bw, bpt, by_cat, by_turn, cap)
     path = out / "index.html"
     atomic_write(path, page.encode())
     return path
@@ -291,7 +293,7 @@ def build_report(root: str, experiment: str, out_dir: Optional[str] = None, n_bo
 
 def _html(experiment: str, root: str, ci: pd.DataFrame, runs: pd.DataFrame, figs: list[_Figure],
           engines: dict[str, str], bw: pd.DataFrame, bpt: Optional[float], by_cat: pd.DataFrame,
-          by_turn: pd.DataFrame) -> str:
+          by_turn: pd.DataFrame, cap: pd.DataFrame) -> str:
     e = html.escape
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>sglbench: {e(experiment)}</title>"
              f"<style>{_CSS}</style></head><body><h1>sglbench report: {e(experiment)}</h1>",
@@ -316,6 +318,11 @@ def _html(experiment: str, root: str, ci: pd.DataFrame, runs: pd.DataFrame, figs
         parts.append("<h2>By prompt category</h2><p>Each category's requests apart (acceptance, TPOT, TTFT and "
                      f"throughput): {e(str(by_cat.attrs.get('ci_method', '')))}</p>")
         parts.append(_table_html(category_view(by_cat)))
+    if not cap.empty:
+        parts.append(f"<h2>Capacity at SLO</h2><p>The highest load meeting SLO attainment &ge; "
+                     f"{float(cap['target'].iloc[0]):g} ({e(str(cap['over'].iloc[0]))}): "
+                     f"{e(str(cap.attrs.get('ci_method', '')))}</p>")
+        parts.append(_table_html(capacity_view(cap)))
     if not by_turn.empty:
         parts.append("<h2>By session turn</h2><p>Each turn of the multi-turn sessions apart: a later turn's prompt "
                      "holds the conversation so far, which the prefix cache can serve (prefix hit %): "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import math
 from contextlib import contextmanager
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import pandas as pd
 import typer
@@ -46,6 +46,16 @@ def _clear_errors() -> Iterator[None]:
         yield
     except OSError as e:
         raise EnvironmentFault(f"cannot read the dataset: {e}") from e
+
+
+def _table_or_exit(build: Callable[[], pd.DataFrame], nothing: str) -> pd.DataFrame:
+    """The table `build` makes (a user error printed as one line), or exit 2 saying `nothing` when it is empty."""
+    with _clear_errors():
+        df = build()
+    if df.empty:
+        err_console.print(nothing)
+        raise typer.Exit(2)
+    return df
 
 
 def _missing(v: Any) -> bool:
@@ -129,11 +139,8 @@ def print_compare_ci(root: str, experiment: str, baseline: Optional[str], fmt_na
     from cluster.analysis.comparison import compare_view, compare_with_ci
 
     fmt = Format(fmt_name)
-    with _clear_errors():
-        df = compare_with_ci(root, experiment, baseline, n_boot=n_boot, seed=seed)
-    if df.empty:
-        err_console.print(f"no runs recorded for experiment {experiment!r} under {root!r}")
-        raise typer.Exit(2)
+    df = _table_or_exit(lambda: compare_with_ci(root, experiment, baseline, n_boot=n_boot, seed=seed),
+                        f"no runs recorded for experiment {experiment!r} under {root!r}")
     if fmt is not Format.table:
         out = df.copy()
         out["warnings"] = ["; ".join(w) for w in out["warnings"]]
@@ -180,11 +187,8 @@ def print_compare_by_category(root: str, experiment: str, baseline: Optional[str
     from cluster.analysis.categories import categorised, category_view, compare_by_category
 
     fmt = Format(fmt_name)
-    with _clear_errors():
-        df = compare_by_category(root, experiment, baseline, n_boot=n_boot, seed=seed, by=by)
-    if df.empty:
-        err_console.print(f"no ok runs recorded for experiment {experiment!r} under {root!r}")
-        raise typer.Exit(2)
+    df = _table_or_exit(lambda: compare_by_category(root, experiment, baseline, n_boot=n_boot, seed=seed, by=by),
+                        f"no ok runs recorded for experiment {experiment!r} under {root!r}")
     shown = categorised(df, by)
     if not shown.empty:  # without categories anywhere the table shows every workload's '-' rows
         df = shown
@@ -408,6 +412,37 @@ def query_cmd(
     with _clear_errors():
         df = query(root, experiment, sql)
     _emit(df, fmt)
+
+
+@results_app.command("capacity")
+def capacity_cmd(
+    experiment: str = typer.Argument(..., help="Experiment name (a directory under --root)."),
+    root: str = ROOT_OPT,
+    baseline: str = typer.Option(None, "--baseline", help="Variant to compare capacities against."),
+    fmt: Format = typer.Option(Format.table, "--format", help="Output format."),
+    n_boot: int = typer.Option(2000, "--n-boot", min=100, help="Bootstrap resamples."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+) -> None:
+    """Capacity at the SLO (load.search): per variant the highest load meeting the SLO attainment target, with a
+    95% interval over repeats and a verdict against the baseline; bounds and incomplete searches say so."""
+    print_capacity(root, experiment, baseline, fmt.value, n_boot, seed)
+
+
+def print_capacity(root: str, experiment: str, baseline: Optional[str], fmt_name: str, n_boot: int = 2000,
+                   seed: int = 0) -> None:
+    from cluster.analysis.capacity import capacity_table, capacity_view
+
+    fmt = Format(fmt_name)
+    df = _table_or_exit(lambda: capacity_table(root, experiment, baseline, n_boot=n_boot, seed=seed),
+                        f"experiment {experiment!r} under {root!r} has no capacity search (load.search) runs")
+    if fmt is not Format.table:
+        _emit(df, fmt)
+        return
+    r = df.iloc[0]
+    sim = " (simulated engine)" if "sim" in set(_engines(root, experiment)) else ""
+    _emit(capacity_view(df), fmt, title=f"{experiment}{sim}: capacity at SLO attainment >= {r['target']:g}, "
+          f"resolution {r['resolution']:g}; * = baseline")
+    console.print(df.attrs.get("ci_method", ""), highlight=False, soft_wrap=True)
 
 
 @results_app.command("report")

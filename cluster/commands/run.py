@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cluster.commands.results import print_compare, print_compare_by_category
+from cluster.commands.results import print_capacity, print_compare, print_compare_by_category
 from cluster.engines.flagcheck import check_launch_flags
 from cluster.engines.registry import get_engine
 from cluster.plan.runs import expand_variants, make_plan
@@ -149,6 +149,13 @@ def _plan(spec: ExperimentSpec, port: int) -> None:
     for r in runs:
         t.add_row(str(r.order_index), r.run_key, r.variant.name, r.workload.name, r.load.label, str(r.repeat))
     console.print(t)
+    s = spec.load.search
+    if s is not None:
+        console.print(f"capacity search over {s.over}: each (variant, workload, repeat) starts at its planned probe "
+                      f"{s.min:g}, doubles while SLO attainment >= {s.slo_attainment:g}, then bisects to "
+                      f"{s.step():g} within [{s.min:g}, {s.max:g}] (a concurrency search stops at the server's own "
+                      "cap); the later probes are decided at run time, each a recorded run", highlight=False,
+                      soft_wrap=True)
 
 
 def run(
@@ -190,6 +197,8 @@ def run(
     print_compare(result.dataset_root, spec.name, None, "table")
     if any(w.prompts.source in ("sharegpt", "messages") for w in spec.workloads) and counts.get("ok"):
         print_compare_by_category(result.dataset_root, spec.name, None, "table", n_boot=1000)
+    if spec.load.search is not None and counts.get("ok"):
+        print_capacity(result.dataset_root, spec.name, None, "table", n_boot=1000)
     if any(w.sessions is not None for w in spec.workloads) and counts.get("ok"):
         print_compare_by_category(result.dataset_root, spec.name, None, "table", n_boot=1000, by="turn")
     if counts.get("failed"):

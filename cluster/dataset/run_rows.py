@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 import pyarrow as pa
 
@@ -156,6 +156,21 @@ def concurrency_check(p: RunPlan, out: WindowSummary, server: ServerFacts, n_req
                        f"{engine.queue_gauge} reached {queued:g} (non-empty on {queued_share:.0%} of the scrapes): "
                        "requests waited for a slot")
     return reasons, evidence
+
+
+def reported_cap(provenance: Iterable[Optional[str]]) -> Optional[float]:
+    """The lowest concurrency cap the servers of these runs reported (what concurrency_check put in provenance)."""
+    caps = []
+    for text in provenance:
+        if not isinstance(text, str):
+            continue
+        try:
+            cap = (json.loads(text).get("concurrency") or {}).get("cap")
+        except ValueError:
+            continue
+        if isinstance(cap, (int, float)):
+            caps.append(float(cap))
+    return min(caps) if caps else None
 
 
 def build_run_row(p: RunPlan, out: WindowSummary, server: ServerFacts, segment: SegmentFacts,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import os
 import subprocess
@@ -31,15 +32,17 @@ from cluster.dataset.run_facts import GateVerdict, SegmentFacts, ServerFacts, Se
 from cluster.distributed.actors import EngineActor, LoadActor, LoadBatch, Prepared, ShardSummary, cleanup_task
 from cluster.loadgen.gate import GateAnswers
 from cluster.distributed.cluster_state import gpu_nodes, resolve_output_root
-from cluster.plan.runs import ResolvedVariant, RunPlan, expand_variants, make_plan, server_segments
-from cluster.dataset.run_rows import build_run_row, failed_run_row
+from cluster.plan.capacity import Outcome, answer, clamped, drive, from_spec, replay
+from cluster.plan.runs import (ResolvedVariant, RunPlan, expand_variants, make_plan, plan_run, search_point,
+                               server_segments)
+from cluster.dataset.run_rows import build_run_row, failed_run_row, reported_cap
 from cluster.plan.schedule import reservation, unplaceable
 from cluster.dataset.writer import RunWriter
 from cluster.tuning.stage import ARTIFACT_KINDS, with_artifact
 from cluster.engines.base import api_key_of
 from cluster.errors import EngineFault, EnvironmentFault, report_error
 from cluster.server.process import with_decisive_line
-from cluster.spec.models import ExperimentSpec
+from cluster.spec.models import ExperimentSpec, WorkloadSpec
 from cluster.spec.secrets import masked_spec_json
 from cluster.spec.loader import load_spec
 from cluster.telemetry.recorder import TelemetryCapture
@@ -55,6 +58,8 @@ class ExperimentResult:
     skipped: int = 0
     servers: dict[str, ServerRecord] = field(default_factory=dict)
     """variant → server and segment facts (pid, node, GPU ids, load actors) of its (last) server start."""
+    attainment: dict[str, Optional[float]] = field(default_factory=dict)
+    """run key → the SLO attainment its committed row recorded (what a capacity search's next probe depends on)."""
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -193,6 +198,9 @@ class Driver:
         self.tuning_failures: dict[str, str] = {}
         self.baseline_name: Optional[str] = None
         self.gates = GateBoard()
+        self.recorded: dict[str, Outcome] = {}
+        self.recorded_caps: dict[str, float] = {}
+        """variant → the lowest concurrency cap its recorded runs' servers reported (a resumed search's end)."""
         self.batch_rows = 4096
         """Finished requests per Arrow batch leaving a load actor."""
 
@@ -238,6 +246,8 @@ class Driver:
         if problems:
             raise PlacementError("; ".join(problems))
         todo = self.runs_to_do(plans)
+        self.recorded = self._recorded_outcomes()
+        self._probe_index = itertools.count(len(plans))
         self.store.write_experiment_meta({
             "spec": masked_spec_json(self.spec.model_dump(mode="json")),
             "sglbench_version": __version__,
@@ -247,7 +257,8 @@ class Driver:
             "started_unix_s": time.time(),
             "preflight": getattr(self, "preflight", None),
         })
-        segments = [(v, runs) for v, runs in server_segments(plans) if any(r.run_key in todo for r in runs)]
+        segments = [(v, runs) for v, runs in server_segments(plans)
+                    if any(r.run_key in todo for r in runs) or self._search_pending(v, runs)]
         # executed in the planned order (make_plan puts the baseline's first segment first: a plan rule)
         self.baseline_name = next((v.name for v in variants if v.is_baseline), None)
         segments = self._baseline_answers(variants, segments)
@@ -291,7 +302,9 @@ class Driver:
                      "get its GPUs first (every gate compares with its answers)")
 
     def _segment(self, variant: ResolvedVariant, runs: list[RunPlan], todo: set[str], r: Any) -> None:
+        planned = runs  # a capacity search goes on in a segment whose planned runs are all done
         runs = [p for p in runs if p.run_key in todo]
+        first = runs[0] if runs else planned[0]
         n_load = self.spec.load.actors_per_server
         self._wait_baseline_placed(variant)
         bundles = [{"GPU": float(r.gpus)}] + [{"CPU": float(r.cpus_for_load)}] * n_load
@@ -341,7 +354,7 @@ class Driver:
             seg = replace(seg, load_actor_cuda_visible_devices=ray.get(loads[0].visible_gpus.remote()),
                           load_actor_node_id=ray.get(loads[0].node_id.remote()), load_actors=n_load)
             self.result.servers[variant.name] = ServerRecord(server, seg)
-            gate = self._gate(variant, loads[0], server, runs[0]) if self.spec.correctness.enabled \
+            gate = self._gate(variant, loads[0], server, first) if self.spec.correctness.enabled \
                 else GateVerdict(True, ("correctness gate disabled in the spec",), skipped=True)
             seg = replace(seg, correctness=gate)
             self.result.servers[variant.name] = ServerRecord(server, seg)
@@ -357,6 +370,8 @@ class Driver:
                                         death.tail, server, seg)
                     continue
                 loads, death = self._one_run(p, engine, loads, pg, server, seg)
+            if death is None and self.spec.load.search is not None:
+                loads, death = self._searches(variant, planned, engine, loads, pg, server, seg)
             if variant.profile is not None and death is None and runs:
                 self._profile(variant, engine, loads[0], server, runs[0])
         finally:
@@ -495,6 +510,7 @@ class Driver:
             return loads, _Death(f"it died in the window of run {p.order_index}", tail)
         # dead with every request answered: it died after this window, whose measurement is whole
         row = build_run_row(p, out, server, seg, self.spec, sorted(neighbours), self.git_sha)
+        self.result.attainment[p.run_key] = row.get("m_slo_attainment")
         from cluster.loadgen.output_sample import samples_table
 
         sm, gm = out.server_metrics, out.gpu_metrics
@@ -508,6 +524,72 @@ class Driver:
         if not alive:
             return loads, _Death(f"it died after the window of run {p.order_index}", self._engine_tail(engine))
         return loads, None
+
+    # ------------------------------------------------------------------ capacity at an SLO
+    def _recorded_outcomes(self) -> dict[str, Outcome]:
+        """run key → (status, SLO attainment) of every committed run: where a resumed capacity search stands."""
+        if self.spec.load.search is None:
+            return {}
+        t = self.store.read_table("runs", columns=["run_key", "variant", "status", "m_slo_attainment",
+                                                   "provenance_json"]).to_pandas()
+        if t.empty:
+            return {}
+        for v, g in t.groupby("variant"):
+            cap = reported_cap(g["provenance_json"])
+            if cap is not None:
+                self.recorded_caps[str(v)] = cap
+        att = t["m_slo_attainment"].astype(object).where(t["m_slo_attainment"].notna(), None)
+        return {k: Outcome(st, a) for k, st, a in zip(t["run_key"], t["status"], att)}
+
+    def _search_cells(self, planned: list[RunPlan]) -> list[tuple[WorkloadSpec, int]]:
+        """(workload, repeat) of each search a segment carries (one per planned first probe)."""
+        cells: dict[tuple[str, int], tuple[WorkloadSpec, int]] = {}
+        for p in planned:
+            cells.setdefault((p.workload.name, p.repeat), (p.workload, p.repeat))
+        return list(cells.values())
+
+    def _outcome_of(self, v: ResolvedVariant, w: WorkloadSpec, r: int) -> Callable[[float], Optional[Outcome]]:
+        def get(load: float) -> Optional[Outcome]:
+            return self.recorded.get(plan_run(self.spec, v, w, search_point(self.spec.load, load), r, 0).run_key)
+
+        return get
+
+    def _search_pending(self, v: ResolvedVariant, planned: list[RunPlan]) -> bool:
+        s = self.spec.load.search
+        if s is None:
+            return False
+        search = clamped(from_spec(s), self.recorded_caps.get(v.name))  # the cap its server reported before
+        return any(replay(search, self._outcome_of(v, w, r)).next_load is not None
+                   for w, r in self._search_cells(planned))
+
+    def _searches(self, variant: ResolvedVariant, planned: list[RunPlan], engine: Any, loads: list[Any], pg: Any,
+                  server: ServerFacts, seg: SegmentFacts) -> tuple[list[Any], Optional[_Death]]:
+        """Every capacity search of this segment, on its server: each probe a normal recorded run."""
+        from cluster.engines.registry import get_engine
+
+        assert self.spec.load.search is not None
+        cap = get_engine(variant.engine).concurrency_cap(server.infos, server.cap_log_lines)
+        search = clamped(from_spec(self.spec.load.search), cap.value if cap else None)
+        state: dict[str, Any] = {"loads": loads, "death": None}
+        for w, r in self._search_cells(planned):
+            def measure(load: float, w: WorkloadSpec = w, r: int = r) -> None:
+                if state["death"] is not None:
+                    return
+                p = plan_run(self.spec, variant, w, search_point(self.spec.load, load), r, next(self._probe_index))
+                self.log(f"[{variant.name}] capacity search {w.name} repeat {r}: probe {p.load.label}")
+                state["loads"], state["death"] = self._one_run(p, engine, state["loads"], pg, server, seg)
+                self.recorded[p.run_key] = Outcome(self.result.statuses.get(p.run_key, "failed"),
+                                                   self.result.attainment.get(p.run_key))
+
+            rp = drive(search, self._outcome_of(variant, w, r), measure)
+            got = answer(search, rp.probes)
+            self.log(f"[{variant.name}] capacity search {w.name} repeat {r}: {got.status}"
+                     + (f" at {got.value:g}" if got.value is not None else "")
+                     + (f" ({rp.stopped})" if rp.stopped else "")
+                     + (f" (probe {rp.next_load:g} not measured)" if rp.next_load is not None else ""))
+            if state["death"] is not None:
+                break
+        return state["loads"], state["death"]
 
     def _profile(self, variant: ResolvedVariant, engine: Any, load: Any, server: ServerFacts, first: RunPlan) -> None:
         """After the variant's measured windows: a kernel profile of `profile.steps` forward steps driven by

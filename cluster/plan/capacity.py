@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Literal, Optional, Sequence
+from dataclasses import dataclass, replace
+from typing import Callable, Literal, Optional, Sequence
+
+from cluster.spec.models import SearchSpec
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,72 @@ class CapacitySearch:
             raise ValueError(f"need 0 < min_load < max_load, got {self.min_load} and {self.max_load}")
         if not self.resolution > 0:
             raise ValueError(f"resolution {self.resolution} must be positive")
+
+
+def from_spec(spec: SearchSpec) -> CapacitySearch:
+    """The search a spec's `load.search` asks for."""
+    return CapacitySearch(spec.slo_attainment, spec.min, spec.max, spec.step(), spec.over == "concurrency")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A recorded run at a probe's load: its status and the SLO attainment it recorded."""
+
+    status: str
+    attainment: Optional[float]
+
+
+@dataclass(frozen=True)
+class Replay:
+    """Where a search stands given the runs recorded so far."""
+
+    probes: tuple["Probe", ...]
+    """The probes the search took, in order, each answered by an ok run."""
+    next_load: Optional[float]
+    """The next load to measure (None: settled, or stopped)."""
+    stopped: Optional[str] = None
+    """Why the search cannot go on (a probe's run was not ok): its answer is then incomplete."""
+
+
+def replay(search: CapacitySearch, recorded: Callable[[float], Optional[Outcome]],
+           retry_failed: bool = True) -> Replay:
+    """Walk the search over the recorded runs: each probe it asks for is answered by the run at that load, until
+    one is missing (`next_load`), the answer is settled, or a probe's run is not ok. A `failed` run (the server or
+    client broke) is measured again when `retry_failed`, as every failed run is on resubmission; an `invalid` one
+    (its numbers cannot be vouched for) stops the search, since the next probe would depend on it."""
+    probes: list[Probe] = []
+    while True:
+        load = next_probe(search, probes)
+        if load is None:
+            return Replay(tuple(probes), None)
+        got = recorded(load)
+        if got is None or (got.status == "failed" and retry_failed):
+            return Replay(tuple(probes), load)
+        if got.status != "ok" or got.attainment is None:
+            why = "no SLO attainment" if got.status == "ok" else got.status
+            return Replay(tuple(probes), None, f"the probe at {load:g} was {why}")
+        probes.append(Probe(load, got.attainment))
+
+
+def drive(search: CapacitySearch, recorded: Callable[[float], Optional[Outcome]],
+          measure: Callable[[float], None]) -> Replay:
+    """Measure what the search still needs: `measure(load)` records a run that `recorded` then answers for. A load
+    measured here that still has no usable run (it failed again) ends the search: resubmission retries it."""
+    tried: set[float] = set()
+    while True:
+        rp = replay(search, recorded)
+        if rp.next_load is None or rp.next_load in tried:
+            return rp
+        tried.add(rp.next_load)
+        measure(rp.next_load)
+
+
+def clamped(search: CapacitySearch, cap: Optional[float]) -> CapacitySearch:
+    """The search below a server's own concurrency cap: past it the server only queues (a probe there is flagged
+    invalid), so the answer is then 'at least the cap' (status at_max with max_load = cap)."""
+    if cap is None or not search.integer or cap >= search.max_load or cap <= search.min_load:
+        return search
+    return replace(search, max_load=float(cap))
 
 
 @dataclass(frozen=True)

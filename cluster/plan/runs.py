@@ -12,8 +12,8 @@ from cluster.errors import UserError
 from cluster.spec.secrets import redact_args, redact_env
 from cluster.sim.model import Knobs
 from cluster.spec.models import (ActiveTuning, ArgValue, BackendSweepOptions, BackendSweepTuning, EngineName,
-                                 ExperimentSpec, NoTuning, ProfileSpec, SpeculativeSpec, VariantSpec, WorkloadSpec,
-                                 check_name)
+                                 ExperimentSpec, LoadSpec, NoTuning, ProfileSpec, SpeculativeSpec, VariantSpec,
+                                 WorkloadSpec, check_name)
 
 RECORD_SCHEMA_VERSION = 1
 """Version of the dataset's record schemas (runs, requests, chunks, ...); part of every run key."""
@@ -186,6 +186,23 @@ def load_points(spec: ExperimentSpec) -> list[LoadPoint]:
     return pts
 
 
+def search_point(load: LoadSpec, value: float) -> LoadPoint:
+    """The load point of a capacity-search probe at `value`: the point a fixed load of that value would be (same
+    run key), so a probe that lands on a fixed point reuses its run."""
+    assert load.search is not None
+    if load.search.over == "concurrency":
+        return LoadPoint("concurrency", float(value))
+    return LoadPoint("rate", float(value), load.max_concurrency,
+                     load.arrival_cv if load.arrival == "gamma" else None)
+
+
+def plan_run(spec: ExperimentSpec, v: ResolvedVariant, w: WorkloadSpec, lp: LoadPoint, r: int,
+             order_index: int) -> RunPlan:
+    seed = workload_seed(spec.seed, w, r)
+    return RunPlan(experiment=spec.name, variant=v, workload=w, load=lp, repeat=r, seed=seed,
+                   run_key=run_key(spec.name, v, w, lp, r, seed), order_index=order_index)
+
+
 def run_key(
     experiment: str, variant: ResolvedVariant, workload: WorkloadSpec, load: LoadPoint, repeat: int, seed: int
 ) -> str:
@@ -227,22 +244,13 @@ def make_plan(spec: ExperimentSpec, keep: Optional[Callable[[ResolvedVariant], b
         order = [(v, r) for v in variants for r in range(spec.repeats)]
     else:
         order = [(v, r) for r in range(spec.repeats) for v in variants]
+    search = spec.load.search
     for v, r in order:
         for w in spec.workloads:
-            for lp in points:
-                seed = workload_seed(spec.seed, w, r)
-                runs.append(
-                    RunPlan(
-                        experiment=spec.name,
-                        variant=v,
-                        workload=w,
-                        load=lp,
-                        repeat=r,
-                        seed=seed,
-                        run_key=run_key(spec.name, v, w, lp, r, seed),
-                        order_index=len(runs),
-                    )
-                )
+            first = [] if search is None else [search_point(spec.load, search.min)]
+            # a search's first probe (its min) is planned; where it is a fixed point it is that point's run
+            for lp in points + [x for x in first if x not in points]:
+                runs.append(plan_run(spec, v, w, lp, r, len(runs)))
     return runs
 
 

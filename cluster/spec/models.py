@@ -743,6 +743,42 @@ class WorkloadSpec(_Frozen):
         return dump
 
 
+class SearchSpec(_Frozen):
+    """Capacity at an SLO (cluster/plan/capacity.py): per variant, workload and repeat, on the variant's one server
+    start, the highest load in [min, max] whose SLO attainment (the spec's `slo:`) stays at or above
+    `slo_attainment`: probe `min`, double while every probe meets it, then bisect between the highest load that met
+    it and the lowest that missed until they are `resolution` apart. Every probe is a normal recorded run."""
+
+    slo_attainment: float = Field(gt=0, le=1)
+    """The fraction of requests that must be ok and meet every set SLO (0.9: 90 %)."""
+    over: Literal["concurrency", "request_rate"] = "concurrency"
+    """What is searched: closed-loop concurrency (integers) or open-loop request rate (req/s)."""
+    min: float = Field(gt=0)
+    """The lowest load probed (probed first)."""
+    max: float = Field(gt=0)
+    """The highest load probed: a variant still meeting the SLO there is reported as at least max."""
+    resolution: Optional[float] = Field(default=None, gt=0)
+    """How close the answer's bracket must close, in load units (default: 1 for concurrency, (max - min) / 32
+    for request rate)."""
+
+    @model_validator(mode="after")
+    def _range(self) -> "SearchSpec":
+        if not self.min < self.max:
+            raise FieldProblem(("max",), f"max ({self.max:g}) must be above min ({self.min:g})")
+        if self.over == "concurrency":
+            for name in ("min", "max"):
+                v = getattr(self, name)
+                if v != int(v):
+                    raise FieldProblem((name,), f"a concurrency search probes integers: {name} must be one, got {v:g}")
+        return self
+
+    def step(self) -> float:
+        """The resolution the bracket closes to."""
+        if self.resolution is not None:
+            return max(self.resolution, 1.0) if self.over == "concurrency" else self.resolution
+        return 1.0 if self.over == "concurrency" else (self.max - self.min) / 32
+
+
 class LoadSpec(_Frozen):
     concurrency: list[int] = Field(default_factory=list)
     """Closed-loop load points: requests kept in flight."""
@@ -758,6 +794,8 @@ class LoadSpec(_Frozen):
     """Cap on in-flight requests for open-loop load points."""
     actors_per_server: int = Field(default=1, ge=1, le=64)
     """Load actors driving one server together (each a shard of every window) when one core is not enough."""
+    search: Optional[SearchSpec] = None
+    """Capacity at an SLO: search the highest load meeting `slo:` (besides any fixed points above)."""
 
     @field_validator("concurrency")
     @classmethod
@@ -799,8 +837,13 @@ class LoadSpec(_Frozen):
 
     @model_validator(mode="after")
     def _some(self) -> "LoadSpec":
-        if not self.concurrency and not self.request_rate:
-            raise ValueError("give at least one concurrency or request_rate")
+        if not self.concurrency and not self.request_rate and self.search is None:
+            raise ValueError("give at least one concurrency or request_rate (or a search)")
+        if self.search is not None and self.actors_per_server > 1:
+            raise FieldProblem(("search",), "a capacity search probes any concurrency in its range: it needs "
+                               "actors_per_server: 1")
+        if self.search is not None and self.search.over == "request_rate" and self.arrival == "trace":
+            raise FieldProblem(("search", "over"), "a request-rate search runs Poisson or gamma arrivals, not trace")
         return self
 
 
@@ -924,6 +967,13 @@ class ExperimentSpec(_Frozen):
         for i, v in enumerate(self.variants):
             if v.tp is not None and v.tp > node:
                 raise FieldProblem(("variants", i, "tp"), f"tp {v.tp} is larger than cluster.gpus_per_node {node}")
+        return self
+
+    @model_validator(mode="after")
+    def _search_slo(self) -> "ExperimentSpec":
+        if self.load.search is not None and (self.slo is None or not self.slo.model_dump(exclude_none=True)):
+            raise FieldProblem(("load", "search"), "a capacity search looks for the highest load meeting the SLO: "
+                               "set slo: with ttft_ms, tpot_ms and/or e2e_ms")
         return self
 
     @model_validator(mode="after")

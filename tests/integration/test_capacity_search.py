@@ -1,0 +1,63 @@
+"""Capacity at an SLO through the driver on local Ray: each variant's search runs on its one server start, every
+probe a recorded run; a concurrency search stops at the server's own cap; a resubmission measures nothing again;
+`results capacity` reports a found value apart from a bound."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cluster.spec.loader import parse_spec_text
+
+pytestmark = pytest.mark.ray
+
+# fast: the default sim model at time_scale 0.02 meets a 110 ms TPOT anywhere, so its search ends at the server's
+# cap of 4; slow: steps of 10 + 40 ms per running request (time_scale 1), ~90 ms at c = 2 and ~130 ms at c = 3
+SPEC = """
+version: 1
+name: cap
+model: {{path: sim://m, engine: sim}}
+server: {{args: {{max-running-requests: 4, kv-cache-dtype: bf16, attention-backend: flashinfer}}}}
+sim: {{time_scale: 0.02}}
+variants:
+  - {{name: fast, baseline: true}}
+  - {{name: slow, sim: {{time_scale: 1.0, decode_base_ms: 10, decode_per_req_ms: 40, prefill_per_token_ms: 0}}}}
+workloads: [{{name: w, input_tokens: 16, output_tokens: 6, num_requests: 8}}]
+load: {{search: {{slo_attainment: 0.5, over: concurrency, min: 1, max: 32}}}}
+slo: {{tpot_ms: 110}}
+warmup_requests: 0
+output: {out}
+"""
+
+
+def test_each_variant_searches_on_its_server_and_a_resubmission_measures_nothing(ray_local: None,
+                                                                                 tmp_path: Path) -> None:
+    from cluster.analysis.capacity import capacity_table, capacity_view
+    from cluster.cli import app
+    from cluster.dataset.store import DatasetStore
+    from cluster.distributed.driver import Driver
+
+    out = tmp_path / "out"
+    spec = parse_spec_text(SPEC.format(out=out))
+    logs: list[str] = []
+    result = Driver(spec, tmp_path, None, logs.append, lambda p, s: None).run()
+    assert set(result.statuses.values()) == {"ok"}, result.statuses
+    runs = DatasetStore(str(out), "cap").read_table("runs").to_pandas()
+    probed = {v: sorted(g["load_value"]) for v, g in runs.groupby("variant")}
+    # fast: 1, 2, 4 meet, and 4 is its server's cap; slow: 1, 2 meet, 4 and then 3 miss → 2
+    assert probed == {"fast": [1, 2, 4], "slow": [1, 2, 3, 4]}, probed
+    assert any("capacity search w repeat 0: found at 2" in line for line in logs), logs
+    df = capacity_table(str(out), "cap", n_boot=200).set_index("variant")
+    assert df.loc["fast", "statuses"] == "at_max" and bool(df.loc["fast", "capped_at_server"])
+    assert df.loc["slow", "statuses"] == "found" and df.loc["slow", "capacity"] == 2
+    view = capacity_view(df.reset_index()).set_index("variant")
+    assert view.loc["fast*", "capacity at SLO (concurrency)"].startswith(">= 4 (met at the server's concurrency cap")
+    assert view.loc["slow", "vs baseline"] == "-"  # a bound is not a value: no speedup against it
+
+    again = Driver(spec, tmp_path, None, logs.append, lambda p, s: None).run()
+    assert set(again.statuses.values()) == {"skipped"} and not again.servers  # no server started again
+    res = CliRunner().invoke(app, ["results", "capacity", "cap", "--root", str(out), "--n-boot", "200"])
+    assert res.exit_code == 0, res.output
+    assert "capacity at SLO attainment >= 0.5" in res.output
