@@ -63,6 +63,6 @@ def test_the_driver_runs_sessions_whose_later_turns_carry_the_answers(ray_local:
                     "sessions: {turns: 3, think_time_s: 0.02}}", "{concurrency: [2]}")
     assert req["turn"].tolist() == [1, 2, 3, 1, 2, 3] and req["session_index"].tolist() == [0, 0, 0, 1, 1, 1]
     # each turn adds the answer (16) and 32 new ids: 32, 80, 128; the cache holds the whole 16-token blocks of the
-    # turn before's prompt and answer: 0, 48, 96 (tests/contract/test_sim_sessions.py has the arithmetic)
+    # turn before's prompt and answer but its last token: 0, 32, 80 (tests/contract/test_sim_sessions.py)
     assert req["prompt_tokens"].tolist() == [32, 80, 128] * 2
-    assert req["cached_tokens"].tolist() == [0, 48, 96] * 2
+    assert req["cached_tokens"].tolist() == [0, 32, 80] * 2

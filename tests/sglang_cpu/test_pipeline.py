@@ -229,9 +229,6 @@ def test_sessions_on_real_nextn_append_the_answer_ids_and_hit_the_radix_cache(ec
     assert t["turn"] == [1, 2, 3] * 2
     # the server's own count: 16; 16 + 8 + 16 = 40; 40 + 8 + 16 = 64
     assert t["prompt_tokens"] == [16, 40, 64] * 2
-    for turn, prompt, cached in zip(t["turn"], t["prompt_tokens"], t["cached_tokens"]):
-        if turn > 1:
-            # at least the turn before's prompt and answer but its last token (whose KV was never computed), never
-            # the whole prompt (the new user ids are new)
-            before = prompt - SESSION_INPUT
-            assert before - 1 <= cached <= prompt - SESSION_INPUT, (turn, prompt, cached)
+    # the radix cache serves the turn before's prompt and answer but that answer's last token, whose KV was never
+    # computed: 16 + 8 - 1 = 23, then 40 + 8 - 1 = 47 (what 0.5.23 served on the CPU, baseline and NEXTN alike)
+    assert t["cached_tokens"] == [0, 23, 47] * 2
