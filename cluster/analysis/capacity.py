@@ -148,7 +148,8 @@ def capacity_view(df: pd.DataFrame) -> pd.DataFrame:
         f"capacity at SLO ({df['over'].iloc[0] if len(df) else ''})": [_answer_text(r) for r in
                                                                       df.itertuples(index=False)],
         "found": [f"{a}/{b}" for a, b in zip(df["n_found"], df["n_repeats"])],
-        "vs baseline": [format_speedup(*t) for t in zip(df["speedup"], df["speedup_lo"], df["speedup_hi"],
-                                                        df["speedup_verdict"])],
+        # a capacity is higher or lower, not faster or slower
+        "vs baseline": [format_speedup(*t).replace(" faster", " higher").replace(" slower", " lower") for t in
+                        zip(df["speedup"], df["speedup_lo"], df["speedup_hi"], df["speedup_verdict"])],
         "probes not ok": [x or "-" for x in df["not_ok_probes"]],
     })

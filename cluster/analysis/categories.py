@@ -174,13 +174,16 @@ def category_view(df: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame({
         "workload": df["workload"],
         "load": [point_label(k, v) for k, v in zip(df["load_kind"], df["load_value"])],
-        by: df[by],
+        # a turn reads as one where the key columns fold into a row's title ("concurrency 4 · turn 3")
+        by: [f"turn {g}" if by == "turn" and g != NO_CATEGORY else g for g in df[by]],
         "variant": [f"{v}{'*' if b else ''}" for v, b in zip(df["variant"], df["is_baseline"])],
         "runs/req": [f"{a}/{b}" for a, b in zip(df["n_runs"], df["n_requests"])],
         "accept length": [format_estimate(*t, digits=2) for t in
                           zip(df["accept_length"], df["accept_length_lo"], df["accept_length_hi"])],
         "TPOT mean ms": [format_estimate(*t, digits=2) for t in
                          zip(df["tpot_ms_mean"], df["tpot_ms_mean_lo"], df["tpot_ms_mean_hi"])],
+        "TTFT p50 ms": [format_estimate(*t, digits=2) for t in
+                        zip(df["ttft_ms_p50"], df["ttft_ms_p50_lo"], df["ttft_ms_p50_hi"])],
         "per-user tok/s": [format_estimate(*t) for t in zip(df["per_user_tok_s_mean"], df["per_user_tok_s_mean_lo"],
                                                              df["per_user_tok_s_mean_hi"])],
         # not "output tok/s": a category's tokens over the shared window scale with its sampled request count

@@ -171,3 +171,14 @@ def test_pareto_front() -> None:
     # latency than c8), 90 with 25 (dominated by 80 with 30)
     assert pareto_front([50.0, 80.0, 200.0, 150.0, 90.0], y, x_higher=False) == [0, 1, 3, 2]
     assert pareto_front([1.0, float("nan")], [1.0, 5.0]) == [0]
+
+
+def test_load_ticks_leave_out_the_ones_that_would_print_over_each_other() -> None:
+    from cluster.analysis.report_plots import spaced_ticks
+
+    # a capacity search's probes on a log2 axis spanning 5 octaves: ticks at least 0.04 · 5 = 0.2 octave apart,
+    # so 17 and 18 (0.09 and 0.17 octave above 16) and 20 (0.07 above 19) go; both ends stay
+    assert spaced_ticks([1, 2, 4, 8, 16, 17, 18, 19, 20, 24, 32], log=True) == [1, 2, 4, 8, 16, 19, 24, 32]
+    assert spaced_ticks([1, 2, 4], log=True) == [1, 2, 4]
+    assert spaced_ticks([10, 10.1, 20], log=False) == [10, 20]  # the highest load always labelled
+    assert spaced_ticks([5], log=False) == [5]
