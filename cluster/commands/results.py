@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import math
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 import pandas as pd
 import typer
@@ -16,6 +16,7 @@ from cluster.errors import EnvironmentFault, SglbenchError
 from rich.table import Table
 
 from cluster.commands.terminal import print_table
+from cluster.spec.models import ExperimentSpec
 
 console = Console()
 err_console = Console(stderr=True)
@@ -412,6 +413,20 @@ def query_cmd(
     with _clear_errors():
         df = query(root, experiment, sql)
     _emit(df, fmt)
+
+
+def print_run_summary(root: str, spec: ExperimentSpec, counts: Mapping[str, int]) -> None:
+    """What `sglbench run` and a Ray job's log end with: the comparison, then, where the spec has them and a run
+    was ok, the tables per prompt category, capacity at the SLO and per session turn."""
+    print_compare(root, spec.name, None, "table")
+    if not counts.get("ok"):
+        return
+    if any(w.prompts.source in ("sharegpt", "messages") for w in spec.workloads):
+        print_compare_by_category(root, spec.name, None, "table", n_boot=1000)
+    if spec.load.search is not None:
+        print_capacity(root, spec.name, None, "table", n_boot=1000)
+    if any(w.sessions is not None for w in spec.workloads):
+        print_compare_by_category(root, spec.name, None, "table", n_boot=1000, by="turn")
 
 
 @results_app.command("capacity")

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cluster.commands.results import print_capacity, print_compare, print_compare_by_category
+from cluster.commands.results import print_run_summary
 from cluster.engines.flagcheck import check_launch_flags
 from cluster.engines.registry import get_engine
 from cluster.plan.runs import expand_variants, make_plan
@@ -194,13 +194,7 @@ def run(
     counts = result.counts()
     console.print(f"dataset: {result.dataset_root}/{spec.name}  runs: " +
                   ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
-    print_compare(result.dataset_root, spec.name, None, "table")
-    if any(w.prompts.source in ("sharegpt", "messages") for w in spec.workloads) and counts.get("ok"):
-        print_compare_by_category(result.dataset_root, spec.name, None, "table", n_boot=1000)
-    if spec.load.search is not None and counts.get("ok"):
-        print_capacity(result.dataset_root, spec.name, None, "table", n_boot=1000)
-    if any(w.sessions is not None for w in spec.workloads) and counts.get("ok"):
-        print_compare_by_category(result.dataset_root, spec.name, None, "table", n_boot=1000, by="turn")
+    print_run_summary(result.dataset_root, spec, counts)
     if counts.get("failed"):
         raise typer.Exit(1)
 

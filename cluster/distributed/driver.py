@@ -838,15 +838,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     except Exception as e:  # noqa: BLE001 - the error tree maps to exit codes; anything else is reported as a bug
         return report_error(e, sys.stderr)
     counts = result.counts()
-    # a Ray job's log (what `sglbench submit` follows) ends with the same comparison `sglbench run` prints, then one
+    # a Ray job's log (what `sglbench submit` follows) ends with the same tables `sglbench run` prints, then one
     # machine-readable line
-    from cluster.commands.results import print_compare
+    from cluster.commands.results import print_run_summary
 
     print(f"dataset: {result.dataset_root}/{spec.name}  runs: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())),
           flush=True)
     try:
-        print_compare(result.dataset_root, spec.name, None, "table")
-    except SystemExit:  # no run recorded (print_compare said so on stderr)
+        print_run_summary(result.dataset_root, spec, counts)
+    except SystemExit:  # no run recorded (the table said so on stderr)
         pass
     print(json.dumps({"dataset_root": result.dataset_root, "counts": counts, "skipped": result.skipped}), flush=True)
     return 0 if counts.get("failed", 0) == 0 else 1
