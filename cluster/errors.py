@@ -28,7 +28,8 @@
     │   ├── DatasetLocked                  another driver writes that experiment dataset: names its holder
     │   └── JobError                       the Ray job API cannot be reached or refused the request
     └── EngineFault                    4   an engine server did not start or died (its decisive log line attached)
-        └── ServerStartError
+        ├── ServerStartError
+        └── SessionTurnError               a session's next turn cannot be built from the engine's answer
 
 Anything else that escapes is a bug in sglbench: the CLI prints its traceback and says so (exit code 70).
 A user error carries `file`, `field` and `expected` so the message can name all three. Each class is defined

@@ -19,6 +19,7 @@ import numpy as np
 
 from cluster.dataset.records import RequestRecord
 from cluster.engines.base import ChatTurn, Prompt
+from cluster.errors import EngineFault
 from cluster.loadgen.arrivals import arrival_offsets_ns
 from cluster.loadgen.pacing import SPIN_NS, closed_loop, pace, shard_concurrency
 from cluster.loadgen.sink import RecordSink
@@ -33,8 +34,9 @@ Render = Callable[[tuple[ChatTurn, ...]], tuple[str, Optional[tuple[int, ...]]]]
 the turns joined and tokenized, as the first turn was (cluster/loadgen/conversations.py `session_renderer`)."""
 
 
-class SessionTurnError(ValueError):
-    """A later turn that cannot be built from the answer before it (recorded as that request's error)."""
+class SessionTurnError(EngineFault):
+    """A later turn that cannot be built from the answer before it: the engine's stream lacked what the session
+    needs (its output ids). Recorded as that request's error, never raised past the window."""
 
 
 @dataclass(frozen=True)
