@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from cluster.spec.loader import parse_spec_text
 from tests.unit.analysis.test_comparison import build_dataset
 
 
@@ -20,7 +21,10 @@ def test_driver_main_prints_the_comparison(tmp_path: Path, monkeypatch: pytest.M
     root = str(tmp_path)
     build_dataset(root, "job", other="tuned", steps=[], conc=(1,), repeats=1, n_requests=8, out_tokens=8)
     result = SimpleNamespace(dataset_root=root, counts=lambda: {"ok": 2}, skipped=0)
-    monkeypatch.setattr(driver, "load_spec", lambda path: SimpleNamespace(name="job"))
+    spec = parse_spec_text("version: 1\nname: job\nmodel: {path: sim://m, engine: sim}\nvariants: [{name: base}]\n"
+                           "workloads: [{name: chat, input_tokens: 8, output_tokens: 8, num_requests: 8}]\n"
+                           "load: {concurrency: [1]}\n")
+    monkeypatch.setattr(driver, "load_spec", lambda path: spec)
     monkeypatch.setattr(driver, "init_ray", lambda *a: None)
     monkeypatch.setattr(driver, "logical_gpus_for", lambda spec: None)
 
