@@ -30,8 +30,8 @@ CAPACITY_METHOD = (
     "capacity at SLO = per repeat, the highest probed load whose SLO attainment (share of all requests ok and "
     "within every slo: limit) met the target, below the lowest probed load that missed it, bracketed to the "
     "resolution; 95% interval by bootstrap over repeats; speedup = variant capacity / baseline capacity (paired by "
-    "repeat), a verdict only when the interval excludes 1. A bound (at max, at the server's concurrency cap, below "
-    "min) or an incomplete search gives no value, no interval and no verdict.")
+    "repeat), a verdict only when the interval excludes 1 after Holm correction across the table. A bound (at max, "
+    "at the server's concurrency cap, below min) or an incomplete search gives no value, no interval and no verdict.")
 
 
 def search_of(store: DatasetStore) -> Optional[SearchSpec]:
@@ -97,7 +97,8 @@ def capacity_table(root: str, experiment: str, baseline: Optional[str] = None, n
     out = pd.DataFrame(rows)
     if out.empty:
         return out
-    sp = []
+    sp: list[tuple[float, float, float, str]] = []
+    family: dict[int, stats.RatioEstimate] = {}
     for idx, (_, r) in enumerate(out.iterrows()):
         if r["is_baseline"]:
             sp.append((math.nan, math.nan, math.nan, "baseline"))
@@ -115,7 +116,11 @@ def capacity_table(root: str, experiment: str, baseline: Optional[str] = None, n
         e = stats.ratio_estimate(a_runs, b_runs, "mean", n_boot, higher_is_better=True,
                                  rng=np.random.default_rng([seed, 9_000_011, idx]), level=CI_LEVEL,
                                  paired=paired)
+        family[idx] = e
         sp.append((e.point, e.lo, e.hi, e.verdict))
+    # the compare table's rule: verdicts after Holm correction across the table's comparisons
+    for idx, e in zip(family, stats.adjust_family(list(family.values()), CI_LEVEL)):
+        sp[idx] = (e.point, e.lo, e.hi, e.verdict)
     out["speedup"], out["speedup_lo"], out["speedup_hi"], out["speedup_verdict"] = zip(*sp)
     out["_v"] = out["variant"].map(vorder)
     out = out.sort_values(["workload", "_v"], kind="stable").drop(columns="_v").reset_index(drop=True)
