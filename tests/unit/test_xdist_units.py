@@ -27,3 +27,14 @@ def test_the_suite_runs_on_two_workers_by_unit() -> None:
     opts = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"]
     # loadscope is the scheduler the conftest hook subclasses; loadgroup marks do nothing under pytest 9
     assert "-n 2" in opts and "--dist loadscope" in opts and "--no-loadscope-reorder" in opts
+
+
+def test_no_two_test_modules_share_a_name() -> None:
+    # without __init__.py files pytest imports test modules by their basename: a second test_capacity.py made the
+    # collector drop one of the two modules (CI at 66a7865 collected 1164 items instead of 1184, with no error line)
+    from collections import Counter
+    from pathlib import Path
+
+    tests = Path(__file__).resolve().parents[1]
+    names = Counter(p.name for p in tests.rglob("test_*.py"))
+    assert [n for n, k in names.items() if k > 1] == []
