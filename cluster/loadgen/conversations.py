@@ -26,7 +26,7 @@ from cluster.engines.base import ChatTurn, Prompt
 from cluster.errors import PromptSourceError
 from cluster.loadgen.source_files import read_source_text
 from cluster.loadgen.lengths import OUTPUT_STREAM, draw_lengths, length_rng
-from cluster.loadgen.sessions import Render
+from cluster.loadgen.sessions import Render, session_count
 from cluster.spec.models import ConversationPrompts, LengthDist, WorkloadSpec
 
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant", "bard": "assistant",
@@ -262,7 +262,7 @@ def conversation_prompts(sel: Selection, workload: WorkloadSpec, n: int, seed: i
                            file=str(sel.path), expected="at least one usable row")
     rng = np.random.default_rng(seed)
     turns = workload.sessions.turns if workload.sessions is not None else 1
-    n_rows = -(-n // turns)  # a session takes one row for all its turns
+    n_rows = session_count(n, turns)  # a session takes one row for all its turns
     picked: list[ConversationRow] = []
     while len(picked) < n_rows:
         order = rng.permutation(len(sel.rows))

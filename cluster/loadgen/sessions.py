@@ -47,6 +47,11 @@ class Answer:
     ids: Optional[tuple[int, ...]]
 
 
+def session_count(n_requests: int, turns: int) -> int:
+    """Sessions of a window of n requests (the last one shorter when n is no multiple of turns: warmup)."""
+    return -(-n_requests // turns)
+
+
 @dataclass(frozen=True)
 class SessionPlan:
     """How the runner sends a window's sessions."""
@@ -57,8 +62,7 @@ class SessionPlan:
     render: Optional[Render] = None
 
     def n_sessions(self, n_requests: int) -> int:
-        """Sessions of a window of n requests (the last one shorter when n is no multiple of turns: warmup)."""
-        return -(-n_requests // self.turns)
+        return session_count(n_requests, self.turns)
 
     def requests_of(self, session: int, n_requests: int) -> range:
         return range(session * self.turns, min((session + 1) * self.turns, n_requests))
@@ -74,8 +78,7 @@ def think_times_ns(spec: SessionSpec, n_sessions: int, seed: int) -> np.ndarray:
 
 
 def session_plan(spec: SessionSpec, n_requests: int, seed: int, render: Optional[Render] = None) -> SessionPlan:
-    plan = SessionPlan(spec.turns, np.zeros((0, spec.turns - 1), dtype=np.int64), render)
-    return SessionPlan(spec.turns, think_times_ns(spec, plan.n_sessions(n_requests), seed), render)
+    return SessionPlan(spec.turns, think_times_ns(spec, session_count(n_requests, spec.turns), seed), render)
 
 
 def _join(*parts: Optional[str]) -> str:
