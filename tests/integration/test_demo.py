@@ -110,7 +110,14 @@ def test_demo_acceptance_and_speedup(ray_local: None, tmp_path: Path) -> None:
     for name, run in runs.iterrows():
         g = gm[gm["run_key"] == run["run_key"]]
         inside = g[(g["t_ns"] >= 0) & (g["t_ns"] <= run["duration_s"] * 1e9)]
-        assert len(inside) >= 0.8 * run["duration_s"] * 10 * 8, f"{name}: ~10 Hz × 8 GPUs"
+        # deadline-paced at 10 Hz, each sample an HTTP read of the busy simulator: on a loaded 2-core machine a read
+        # can outlast its period and the sampler skips that tick (CI saw 7 Hz), so ask for half the rate, and for
+        # coverage of the whole window: no gap between sampled instants longer than 2 s
+        instants = sorted(set(inside["t_ns"]))
+        assert len(instants) * 8 == len(inside), f"{name}: every instant reads all 8 GPUs"
+        assert len(instants) >= 0.5 * run["duration_s"] * 10, f"{name}: ~10 Hz"
+        gaps_s = [(b - a) / 1e9 for a, b in zip([0] + instants, instants + [run["duration_s"] * 1e9])]
+        assert max(gaps_s) < 2.0, f"{name}: telemetry gap of {max(gaps_s):.2f} s"
         assert run["m_energy_j_per_output_token"] > 0 and run["m_gpu_power_w_mean"] > 8 * 90
         assert run["m_output_tok_s_per_w"] == pytest.approx(run["m_output_tok_s"] / run["m_gpu_power_w_mean"])
         assert run["m_gpu_throttled"] == (1.0 if name == "hot" else 0.0), name

@@ -82,6 +82,9 @@ def test_tuning_stage_through_the_driver_then_reuse(ray_local: None, tmp_path: P
     launches, tasks = STAGE_STATS["autotune_launches"], STAGE_STATS["triton_tasks"]
     run_experiment(parse_spec_text(SPEC.format(name="tune-b", out=out)), base_dir=tmp_path)
     again = _runs(out, "tune-b")
+    # every run of the reuse is what it was the first time (a failed start would also lose the artifact hash)
+    assert again["status"].to_dict() == runs["status"].to_dict(), \
+        again[["status", "failure_reason", "invalid_reasons"]].to_dict("index")
     assert STAGE_STATS["autotune_launches"] == launches and STAGE_STATS["triton_tasks"] == tasks, "re-tuned"
     assert json.loads(again.loc["at", "provenance_json"])["tuning_artifact"] == art_at
     assert json.loads(again.loc["moe", "provenance_json"])["tuning_artifact"] == art_moe
