@@ -18,22 +18,28 @@ from cluster.spec.models import ArgValue, EngineLauncher
 DEFAULT_VERSION = "0.5.23"
 """The SGLang release this tool's launch commands target when the version is not known otherwise."""
 
-CUDA_GRAPH_REFACTOR = (0, 5, 15)
-"""First release assumed to have `--cuda-graph-max-bs-decode` (a v0.5.15 recipe uses it; the refactor landed
-around 2026-06 in PR #23906). Older images only accept `--cuda-graph-max-bs`; 0.5.23 rejects that spelling
-as ambiguous. See ../shared/reference/sglang-0.5.23.md §1.2."""
+# Release boundaries below were read from the SGLang wheels themselves (sglang/srt/**.py of every release from
+# 0.5.1 and 0.5.3 to 0.5.23, 0.5.5.post3 and 0.5.13.post1 included); `python scripts/sglang_release_facts.py WHEEL_DIR`
+# re-derives each one from a directory of downloaded wheels and fails where a constant here disagrees.
 
-SERVER_INFO_RENAME = CUDA_GRAPH_REFACTOR
-"""Releases from here on are asked for /server_info and /model_info; older ones for /get_server_info and
-/get_model_info. The exact release that added the new names is UNCONFIRMED, but the old names remain deprecated
-aliases through 0.5.23, so erring towards them is safe."""
+CUDA_GRAPH_REFACTOR = (0, 5, 14)
+"""First release with `--cuda-graph-max-bs-decode` / `--cuda-graph-bs-decode` (server_args.py field
+`cuda_graph_max_bs_decode`; absent in 0.5.13.post1). 0.5.14-0.5.19 still take `--cuda-graph-max-bs` as a
+`DeprecatedAliasStoreAction`; 0.5.20 dropped the alias, and 0.5.23 rejects that spelling as an ambiguous prefix
+(../shared/reference/sglang-0.5.23.md §1.2)."""
 
-MAMBA_STRATEGY_RENAME = (0, 5, 15)
-"""First release assumed to spell the hybrid-model radix-cache strategy `--mamba-radix-cache-strategy` (0.5.23:
-sglang/srt/arg_groups/fields/exec_.py `mamba_radix_cache_strategy`, choices auto/no_buffer/extra_buffer/
-extra_buffer_lazy, default auto, resolved in arg_groups/overrides.py `_mamba_radix_cache_resolution`); earlier
-releases spell it `--mamba-scheduler-strategy` (PR #14792). The rename was filed as sglang#27418 (2026-06-06), in
-the same refactor window as CUDA_GRAPH_REFACTOR; the exact first release is UNCONFIRMED."""
+SERVER_INFO_RENAME = (0, 5, 6)
+"""First release serving /server_info and /model_info (entrypoints/http_server.py; 0.5.5.post3 has only
+/get_server_info and /get_model_info). The old names stay as routes through 0.5.23."""
+
+MAMBA_STRATEGY_RENAME = (0, 5, 14)
+"""First release spelling the hybrid-model radix-cache strategy `--mamba-radix-cache-strategy` (server_args.py field
+`mamba_radix_cache_strategy`; 0.5.23: arg_groups/fields/exec_.py, choices auto/no_buffer/extra_buffer/
+extra_buffer_lazy, default auto, resolved in arg_groups/overrides.py `_mamba_radix_cache_resolution`). Earlier
+releases spell it `--mamba-scheduler-strategy` (PR #14792); 0.5.14-0.5.19 keep that as a deprecated alias, 0.5.20
+dropped it (rename filed as sglang#27418). The ValueError for NEXTN with `no_buffer` and the radix cache on
+("Speculative decoding ... is not compatible with radix cache when using --mamba-scheduler-strategy no_buffer",
+server_args.py) is in 0.5.10-0.5.13.post1 and gone from 0.5.14."""
 
 RENAMED_FLAGS: tuple[tuple[str, str, tuple[int, ...]], ...] = (
     ("cuda-graph-max-bs", "cuda-graph-max-bs-decode", CUDA_GRAPH_REFACTOR),
@@ -42,9 +48,16 @@ RENAMED_FLAGS: tuple[tuple[str, str, tuple[int, ...]], ...] = (
 )
 """(old spelling, new spelling, first release with the new one): the spec accepts either, argv gets the release's."""
 
-SPEC_V2_DEFAULT = (0, 5, 13)
-"""Releases before this need SGLANG_ENABLE_SPEC_V2=1 for overlap scheduling with speculative decoding; newer
-ones ignore the variable (0.5.23 does not contain it)."""
+SPEC_V2_DEFAULT = (0, 5, 11)
+"""Releases before this need SGLANG_ENABLE_SPEC_V2=1 for overlap scheduling with speculative decoding: environ.py
+declares it `EnvBool(False)` in 0.5.5-0.5.10 and `EnvBool(True)` from 0.5.11; 0.5.20 only warns that it was
+removed, 0.5.21 does not contain it (before 0.5.5 it did not exist, so setting it there does nothing)."""
+
+MTP_DRAFT_PATH_BEFORE = (0, 5, 15)
+"""Releases before this get `--speculative-draft-model-path <model>` for a built-in MTP head. Every release from
+0.5.1 to 0.5.23 sets it by itself only for the architectures it lists (DeepSeek, GLM, Bailing, Mistral, HY, ...;
+server_args.py, later arg_groups/speculative_hook.py), never Qwen3.5's; whether an old image fails without it was
+reported, not reproduced here, so the path is given where it is the listed architectures' own default (harmless)."""
 
 
 FLAG_ALIASES = {
@@ -200,8 +213,7 @@ class SGLangEngine(Engine):
             args["speculative-num-draft-tokens"] = sp.num_draft_tokens
             if sp.draft_model_path:
                 args["speculative-draft-model-path"] = sp.draft_model_path
-            elif ver < CUDA_GRAPH_REFACTOR and sp.algorithm in ("NEXTN", "MTP"):
-                # Old images were reported to need the draft path for built-in MTP heads (UNCONFIRMED; harmless).
+            elif ver < MTP_DRAFT_PATH_BEFORE and sp.algorithm in ("NEXTN", "MTP"):
                 args["speculative-draft-model-path"] = variant.model_path
         head = [
             "--model-path", variant.model_path,

@@ -84,13 +84,38 @@ def test_speculative_always_passes_all_three() -> None:
                    "--speculative-eagle-topk": "1", "--speculative-num-draft-tokens": "3"}
 
 
+# (last release with the old behaviour, first with the new), read from the wheels (scripts/sglang_release_facts.py)
+BOUNDARIES = {"decode CUDA-graph flags": ("0.5.13.post1", "0.5.14"), "mamba strategy": ("0.5.13.post1", "0.5.14"),
+              "/server_info": ("0.5.5.post3", "0.5.6"), "SPEC_V2 default": ("0.5.10", "0.5.11")}
+
+
+def test_each_release_boundary_is_where_the_wheels_put_it() -> None:
+    eng = SGLangEngine()
+    old, new = BOUNDARIES["decode CUDA-graph flags"]
+    assert "--cuda-graph-max-bs" in eng.server_args(variant({"cuda-graph-max-bs": 8}), "h", 1, old)
+    assert "--cuda-graph-max-bs-decode" in eng.server_args(variant({"cuda-graph-max-bs": 8}), "h", 1, new)
+    old, new = BOUNDARIES["mamba strategy"]
+    arg = {"mamba-radix-cache-strategy": "extra_buffer"}
+    assert "--mamba-scheduler-strategy" in eng.server_args(variant(arg), "h", 1, old)
+    assert "--mamba-radix-cache-strategy" in eng.server_args(variant(arg), "h", 1, new)
+    old, new = BOUNDARIES["/server_info"]
+    assert (eng.info_paths(old)["server_info"], eng.info_paths(new)["server_info"]) == ("/get_server_info",
+                                                                                      "/server_info")
+    assert (eng.info_paths(old)["model_info"], eng.info_paths(new)["model_info"]) == ("/get_model_info",
+                                                                                    "/model_info")
+    old, new = BOUNDARIES["SPEC_V2 default"]
+    sp = SpecDecode("NEXTN", 3, 1, 4)
+    assert eng.server_env(variant(spec=sp), old) == {"SGLANG_ENABLE_SPEC_V2": "1"}
+    assert eng.server_env(variant(spec=sp), new) == {}
+
+
 def test_old_images_get_the_draft_path_and_spec_v2() -> None:
     sp = SpecDecode("NEXTN", 3, 1, 4)
     eng = SGLangEngine()
     old = eng.server_args(variant(spec=sp), "h", 1, "0.5.10.post1")
     assert old[old.index("--speculative-draft-model-path") + 1] == MODEL
     assert "--speculative-draft-model-path" not in eng.server_args(variant(spec=sp), "h", 1, "0.5.23")
-    assert eng.server_env(variant(spec=sp), "0.5.12") == {"SGLANG_ENABLE_SPEC_V2": "1"}
+    assert eng.server_env(variant(spec=sp), "0.5.10") == {"SGLANG_ENABLE_SPEC_V2": "1"}
     assert eng.server_env(variant(spec=sp, env={"SGLANG_ENABLE_SPEC_V2": "1"}), "0.5.23") == {}
     assert eng.server_env(variant(), "0.5.12") == {}
 
@@ -98,8 +123,8 @@ def test_old_images_get_the_draft_path_and_spec_v2() -> None:
 def test_info_paths_follow_the_version() -> None:
     eng = SGLangEngine()
     assert eng.info_paths("0.5.23")["server_info"] == "/server_info"
-    assert eng.info_paths("0.5.9")["server_info"] == "/get_server_info"
-    assert eng.info_paths("0.5.9")["model_info"] == "/get_model_info"
+    assert eng.info_paths("0.5.5")["server_info"] == "/get_server_info"
+    assert eng.info_paths("0.5.5")["model_info"] == "/get_model_info"
 
 
 def _fake_python(tmp_path: Path, body: str) -> str:
