@@ -12,6 +12,7 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Mapping, Optional, Sequence
 
 import pyarrow as pa
@@ -199,6 +200,8 @@ CORRECTNESS_SCHEMA = pa.schema(
         pa.field("variant", pa.string(), nullable=False),
         pa.field("engine", pa.string(), nullable=False),
         pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("phase", pa.string()),
+        pa.field("filler_requests", pa.int32()),
         pa.field("prompt_passed", pa.bool_(), nullable=False),
         pa.field("answer_ok", pa.bool_()),
         pa.field("common_prefix_tokens", pa.int32()),
@@ -211,7 +214,14 @@ CORRECTNESS_SCHEMA = pa.schema(
         pa.field("schema_version", pa.int32(), nullable=False),
     ]
 )
-"""The `correctness` table: one row per (variant, gate prompt); the variant verdict repeats on each row."""
+"""The `correctness` table: one row per (variant, gate prompt, phase); the variant verdict repeats on each row.
+
+phase "alone": the prompt asked by itself, judged by evaluate_gate. phase "under_load": the same prompt asked again,
+all prompts at once inside `filler_requests` concurrent filler requests (issue 15 item 4: garbage only a mixed batch
+produces), judged for degeneracy only; its evidence is why it degenerated. A null phase (tables written before the
+column existed) is "alone"."""
+
+PHASE_ALONE, PHASE_UNDER_LOAD = "alone", "under_load"
 
 MAX_STORED_TEXT = 2000
 
@@ -222,32 +232,35 @@ def correctness_rows(
     engine: str,
     result: GateResult,
     outputs: Mapping[str, GateOutput],
+    verdict: Optional[tuple[bool, Sequence[str]]] = None,
+    loaded: Mapping[str, GateOutput] = MappingProxyType({}),
+    filler_requests: int = 0,
 ) -> pa.Table:
-    """The gate's result for one variant as rows of CORRECTNESS_SCHEMA."""
+    """The gate's answers for one variant as rows of CORRECTNESS_SCHEMA: each prompt alone, then (when the gate ran
+    its loaded pass) each prompt under load. `verdict` (passed, reasons) is the variant's final one, where more than
+    evaluate_gate judged it (the loaded pass); by default the result's own."""
+    passed, reasons = verdict if verdict is not None else (result.passed, result.reasons)
+    common = {"experiment": experiment, "variant": variant, "engine": engine, "variant_passed": passed,
+              "variant_reasons": "; ".join(reasons), "accept_length": result.accept_length,
+              "schema_version": RECORD_SCHEMA_VERSION}
     rows: list[dict[str, Any]] = []
     for v in result.prompts:
         out = outputs.get(v.prompt_id)
-        n_out = None
-        if out is not None:
-            n_out = out.completion_tokens if out.completion_tokens is not None else (
-                len(out.token_ids) if out.token_ids is not None else None
-            )
-        rows.append(
-            {
-                "experiment": experiment,
-                "variant": variant,
-                "engine": engine,
-                "prompt_id": v.prompt_id,
-                "prompt_passed": v.passed,
-                "answer_ok": v.answer_ok,
-                "common_prefix_tokens": v.common_prefix_tokens,
-                "output_tokens": n_out,
-                "output_text": out.text[:MAX_STORED_TEXT] if out is not None else None,
-                "evidence": "; ".join(v.evidence),
-                "variant_passed": result.passed,
-                "variant_reasons": "; ".join(result.reasons),
-                "accept_length": result.accept_length,
-                "schema_version": RECORD_SCHEMA_VERSION,
-            }
-        )
+        rows.append({**common, "prompt_id": v.prompt_id, "phase": PHASE_ALONE, "filler_requests": None,
+                     "prompt_passed": v.passed, "answer_ok": v.answer_ok, "common_prefix_tokens": v.common_prefix_tokens,
+                     "output_tokens": _output_tokens(out), "output_text": out.text[:MAX_STORED_TEXT] if out else None,
+                     "evidence": "; ".join(v.evidence)})
+    for prompt_id, out in loaded.items():
+        why = degeneracy(out)
+        rows.append({**common, "prompt_id": prompt_id, "phase": PHASE_UNDER_LOAD, "filler_requests": filler_requests,
+                     "prompt_passed": why is None, "answer_ok": None, "common_prefix_tokens": None,
+                     "output_tokens": _output_tokens(out), "output_text": out.text[:MAX_STORED_TEXT],
+                     "evidence": why or ""})
     return pa.Table.from_pylist(rows, schema=CORRECTNESS_SCHEMA)
+
+
+def _output_tokens(out: Optional[GateOutput]) -> Optional[int]:
+    if out is None:
+        return None
+    return out.completion_tokens if out.completion_tokens is not None else (
+        len(out.token_ids) if out.token_ids is not None else None)

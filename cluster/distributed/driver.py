@@ -653,9 +653,11 @@ class Driver:
             reasons.append("note: the baseline gave no gate answers, so no prefix comparison was made")
         elif base is not None and base.stored:
             reasons.append("note: prefix compared with the baseline's gate answers stored in the dataset")
-        table = correctness_rows(self.spec.name, variant.name, variant.engine, result, answers.outputs)
+        passed = result.passed and not under_load
+        table = correctness_rows(self.spec.name, variant.name, variant.engine, result, answers.outputs,
+                                 (passed, reasons), answers.loaded, answers.filler)
         self.store.write_variant_table("correctness", variant.name, gate_key(variant), table)
-        return GateVerdict(result.passed and not under_load, tuple(reasons), result.accept_length)
+        return GateVerdict(passed, tuple(reasons), result.accept_length)
 
     def _baseline_answers(self, variants: list[ResolvedVariant], segments: list[tuple[ResolvedVariant, list[RunPlan]]]
                           ) -> list[tuple[ResolvedVariant, list[RunPlan]]]:

@@ -10,7 +10,7 @@ from typing import Any, Optional
 import aiohttp
 import pyarrow as pa
 
-from cluster.analysis.correctness import GATE_PROMPTS, GateOutput
+from cluster.analysis.correctness import GATE_PROMPTS, PHASE_ALONE, GateOutput
 from cluster.analysis.request_metrics import acceptance
 from cluster.engines.base import Engine
 
@@ -144,8 +144,12 @@ def gate_accept_length(raw: dict[str, dict[str, Any]]) -> float | None:
 
 
 def answers_from_correctness_rows(table: pa.Table) -> GateAnswers:
-    """A variant's gate answers as the `correctness` table stored them (analysis.correctness.correctness_rows)."""
-    rows = table.select(["prompt_id", "output_text", "output_tokens", "accept_length"]).to_pylist()
+    """A variant's gate answers as the `correctness` table stored them (analysis.correctness.correctness_rows): the
+    prompts asked alone (a table from before the `phase` column holds only those)."""
+    cols = ["prompt_id", "output_text", "output_tokens", "accept_length"]
+    has_phase = "phase" in table.column_names
+    rows = [r for r in table.select(cols + (["phase"] if has_phase else [])).to_pylist()
+            if r.get("phase") in (None, PHASE_ALONE)]
     outputs = {str(r["prompt_id"]): GateOutput(text=str(r["output_text"] or ""), completion_tokens=r["output_tokens"])
                for r in rows}
     accept = next((r["accept_length"] for r in rows if r["accept_length"] is not None), None)

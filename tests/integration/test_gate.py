@@ -54,7 +54,10 @@ def test_gate_marks_bad_variants_invalid(ray_local: None, tmp_path: Path) -> Non
     assert set(gate["variant"].astype(str)) == {"baseline", "garbage", "no-mtp", "drifts-late"}
     g = gate[gate["variant"] == "garbage"]
     assert not g["variant_passed"].any() and g["evidence"].str.len().gt(0).all()
-    late = gate[gate["variant"] == "drifts-late"].set_index("prompt_id")
+    # each prompt alone, then all at once (concurrency 2 leaves no room for filler requests beside 3 prompts)
+    assert (gate.groupby(["variant", "phase"]).size() == 3).all() and set(gate["phase"]) == {"alone", "under_load"}
+    assert set(gate[gate["phase"] == "under_load"]["filler_requests"]) == {0}
+    late = gate[(gate["variant"] == "drifts-late") & (gate["phase"] == "alone")].set_index("prompt_id")
     # the drift shows up as a shorter common prefix on the long answer, but stays above the threshold
     assert late.loc["reasoning", "common_prefix_tokens"] == 24
     assert late["variant_passed"].all()

@@ -89,3 +89,33 @@ def test_correctness_rows_match_the_schema() -> None:
     assert rows["multiply"]["prompt_passed"] is False and rows["reply_ok"]["prompt_passed"] is True
     assert rows["multiply"]["variant_passed"] is False and "wrong answer" in rows["multiply"]["variant_reasons"]
     assert rows["reply_ok"]["common_prefix_tokens"] == 40 and rows["reply_ok"]["output_tokens"] == 40
+
+
+def test_the_loaded_pass_is_stored_beside_the_answers_alone_and_its_verdict_on_every_row() -> None:
+    """Issue 15 item 4's evidence: the answers asked inside filler load are rows of their own (phase under_load),
+    and a variant that only degenerates under load says failed on every row, not the solo pass's verdict."""
+    from cluster.loadgen.gate import answers_from_correctness_rows
+
+    alone = outputs(ANSWERS)
+    r = evaluate_gate(alone, alone, accept_length=2.0, is_nextn=True)
+    assert r.passed
+    loaded = {**outputs(ANSWERS), "multiply": GateOutput(text="nan", token_ids=(7,), completion_tokens=1)}
+    why = "under load (61 filler requests + 3 gate prompts at once), prompt 'multiply': output is 'nan'"
+    t = correctness_rows("exp", "nextn-2", "sim", r, alone, (False, [why]), loaded, 61)
+    assert t.schema.equals(CORRECTNESS_SCHEMA) and t.num_rows == 6
+    rows = {(x["phase"], x["prompt_id"]): x for x in t.to_pylist()}
+    bad = rows[("under_load", "multiply")]
+    assert bad["prompt_passed"] is False and bad["evidence"] == "output is 'nan'" and bad["filler_requests"] == 61
+    assert bad["output_text"] == "nan" and bad["output_tokens"] == 1
+    assert rows[("under_load", "reply_ok")]["prompt_passed"] is True
+    assert rows[("alone", "multiply")]["prompt_passed"] is True and rows[("alone", "multiply")]["filler_requests"] is None
+    assert {x["variant_passed"] for x in rows.values()} == {False}
+    assert {x["variant_reasons"] for x in rows.values()} == {why}
+    # read back on a resume, the baseline's answers are the ones asked alone
+    back = answers_from_correctness_rows(t)
+    assert {k: o.text for k, o in back.outputs.items()} == ANSWERS and back.accept_length == 2.0
+    # a table written before the phase column existed is all answers alone
+    import pyarrow.compute as pc
+
+    old = t.filter(pc.equal(t.column("phase"), "alone")).drop_columns(["phase", "filler_requests"])
+    assert set(answers_from_correctness_rows(old).outputs) == set(ANSWERS)
