@@ -72,6 +72,10 @@ class SegmentFacts:
     """What the driver learns about a server segment after the start: tuning, load actors, gate, end."""
 
     tuning_artifact: Optional[str] = None
+    checkpoint_fingerprint: Optional[str] = None
+    """The GPU node's probe of the variant's checkpoint: SHA-256 over its config, index and shard headers."""
+    hub_revision: Optional[str] = None
+    """The hub commit the checkpoint was downloaded at, where its files say so (never guessed)."""
     load_actor_cuda_visible_devices: Optional[str] = None
     load_actor_node_id: Optional[str] = None
     load_actors: Optional[int] = None

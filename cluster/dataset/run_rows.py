@@ -58,6 +58,8 @@ def _common(p: RunPlan, spec: ExperimentSpec, server: Optional[ServerFacts], seg
         "git_sha": git_sha,
         "tuning": v.tuning.model_dump(mode="json") if v.tuning else None,
         "tuning_artifact": g.tuning_artifact if g else None,
+        "checkpoint_fingerprint": g.checkpoint_fingerprint if g else None,
+        "hub_revision": g.hub_revision if g else None,
         "correctness": g.correctness.as_json() if g and g.correctness else None,
         "load_actors": g.load_actors if g else None,
         "load_actor_peak_buffered_rows": peak_buffered_rows,

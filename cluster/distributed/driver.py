@@ -229,6 +229,16 @@ class Driver:
         names = {v.name for v in kept}
         return make_plan(self.spec, keep=lambda v: v.name in names)
 
+    def _checkpoint_identity(self, variant: ResolvedVariant) -> SegmentFacts:
+        """A segment's first facts: the node probe's fingerprint and hub revision of the variant's checkpoint (None
+        without a probe)."""
+        report = (getattr(self, "preflight", None) or {}).get(variant.model_path)
+        ident = report.get("identity") if isinstance(report, dict) else None
+        if not isinstance(ident, dict):
+            return SegmentFacts()
+        return SegmentFacts(checkpoint_fingerprint=ident.get("fingerprint") or None,
+                            hub_revision=ident.get("hub_revision") or None)
+
     def run(self) -> ExperimentResult:
         """Run what is left of the experiment while holding its dataset's lock (DatasetLocked naming the holder
         when another driver writes it); the lock is released on return and on an exception."""
@@ -312,7 +322,7 @@ class Driver:
         engine = None
         loads: list[Any] = []
         server: Optional[ServerFacts] = None
-        seg = SegmentFacts()
+        seg = self._checkpoint_identity(variant)
         try:
             art = self.artifacts.get(variant.name)
             if variant.tuning is not None and variant.tuning.kind in ARTIFACT_KINDS and art is None:

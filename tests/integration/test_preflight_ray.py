@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from cluster.spec.loader import parse_spec_text
@@ -60,3 +61,10 @@ def test_probe_result_stored_with_the_experiment(ray_local: None, tmp_path: Path
     meta = json.loads((tmp_path / "out" / "preflight" / "experiment.json").read_text())
     report = meta["preflight"][str(model)]
     assert report["mtp"]["verdict"] == "present"
+    # the checkpoint's identity reaches every run's provenance, not only the experiment's metadata
+    fingerprint = report["identity"]["fingerprint"]
+    assert len(fingerprint) == 64
+    runs = pd.read_parquet(tmp_path / "out" / "preflight" / "runs")
+    for text in runs["provenance_json"]:
+        prov = json.loads(text)
+        assert prov["checkpoint_fingerprint"] == fingerprint and prov["hub_revision"] is None

@@ -41,8 +41,9 @@ SERVER = ServerFacts(
     started_unix_s=1_700_000_000.0, infos={"server_info": {"version": "0.5.23"}},
     resolved_args={"tp_size": 2}, log_path="/tmp/x.log", server_pid=4102, server_saw_cuda_visible_devices="2,3",
     environment={"python": "3.11"})
-SEGMENT = SegmentFacts(tuning_artifact="art-123", load_actor_cuda_visible_devices="", load_actor_node_id="node-abc",
-                       load_actors=1, correctness=GateVerdict(True, ("note: x",), 2.5))
+SEGMENT = SegmentFacts(tuning_artifact="art-123", checkpoint_fingerprint="fp-9f2", hub_revision="rev-77",
+                       load_actor_cuda_visible_devices="", load_actor_node_id="node-abc", load_actors=1,
+                       correctness=GateVerdict(True, ("note: x",), 2.5))
 
 
 def _window(n_ok: int, n_err: int, lag_p99_ns: int = 0, reported_lag_p99_ns: int | None = None) -> WindowSummary:
@@ -84,6 +85,7 @@ def test_provenance_fields_land_in_their_columns() -> None:
     assert prov["server_startup_s"] == 1.25
     assert prov["env"] == {"SIM_X": "1"} and prov["environment"] == {"python": "3.11"}
     assert prov["tuning_artifact"] == "art-123" and row["tuning_artifact"] == "art-123"
+    assert prov["checkpoint_fingerprint"] == "fp-9f2" and prov["hub_revision"] == "rev-77"
     assert prov["correctness"] == {"passed": True, "reasons": ["note: x"], "accept_length": 2.5}
     assert prov["load_actors"] == 1 and prov["load_actor_peak_buffered_rows"] == 7
     assert prov["engine_version"] == "0.5.23" and row["engine_version"] == "0.5.23"
