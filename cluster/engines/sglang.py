@@ -37,9 +37,11 @@ MAMBA_STRATEGY_RENAME = (0, 5, 14)
 `mamba_radix_cache_strategy`; 0.5.23: arg_groups/fields/exec_.py, choices auto/no_buffer/extra_buffer/
 extra_buffer_lazy, default auto, resolved in arg_groups/overrides.py `_mamba_radix_cache_resolution`). Earlier
 releases spell it `--mamba-scheduler-strategy` (PR #14792); 0.5.14-0.5.19 keep that as a deprecated alias, 0.5.20
-dropped it (rename filed as sglang#27418). The ValueError for NEXTN with `no_buffer` and the radix cache on
-("Speculative decoding ... is not compatible with radix cache when using --mamba-scheduler-strategy no_buffer",
-server_args.py) is in 0.5.10-0.5.13.post1 and gone from 0.5.14."""
+dropped it (rename filed as sglang#27418). The old flag itself first appears in 0.5.7. With speculative decoding on
+a hybrid model, 0.5.8-0.5.9 turn the radix cache off with only a warning ("Disabling radix cache since speculative
+decoding for ... is not supported with radix cache yet"), 0.5.10-0.5.13.post1 raise a ValueError under `no_buffer`
+("... is not compatible with radix cache when using --mamba-scheduler-strategy no_buffer"; server_args.py), and
+0.5.14 resolves `auto` instead."""
 
 RENAMED_FLAGS: tuple[tuple[str, str, tuple[int, ...]], ...] = (
     ("cuda-graph-max-bs", "cuda-graph-max-bs-decode", CUDA_GRAPH_REFACTOR),

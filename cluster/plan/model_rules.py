@@ -105,9 +105,10 @@ def hybrid_cache_rules(chk: FindingCollector, v: ResolvedVariant, args: Mapping[
     if (parse_version(version) < MAMBA_STRATEGY_RENAME and _speculative(v, args) and strategy == "no_buffer"
             and not radix_off):
         chk.add(v, "error", "mamba-radix-cache-strategy",
-                f"{flag} no_buffer with speculative decoding on SGLang {version}: releases before the "
-                "radix-cache refactor raised or silently disabled the radix cache for the speculative variant "
-                "only (sglang#27418), so it is compared without the cache its baseline has; use extra_buffer")
+                f"{flag} no_buffer with speculative decoding on SGLang {version}: releases before 0.5.14 "
+                "turned the radix cache off for the speculative variant only (0.5.8-0.5.9, with a warning) or "
+                "refused to start (0.5.10-0.5.13, ValueError; server_args.py of each wheel, sglang#27418), so it "
+                "is compared without the cache its baseline has; use extra_buffer")
 
 
 def backend_rules(chk: FindingCollector, v: ResolvedVariant, args: Mapping[str, Any], facts: ModelFacts,
