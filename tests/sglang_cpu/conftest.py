@@ -6,12 +6,10 @@ SGLBENCH_SGLANG_VENV names the venv (default <repo>/.ci/venvs/sglang). When SGLB
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -69,52 +67,3 @@ def mimo_models(sglang_cpu_python: Path, tmp_path_factory: pytest.TempPathFactor
     for variant in ("echo", "mix", "rand"):
         assert (out / variant / "config.json").exists() and (out / variant / "model.safetensors").exists()
     return out
-
-
-ORACLE_PROFILE_STEPS = 4
-
-
-@pytest.fixture(scope="session")
-def oracle_baseline(sglang_cpu_python: Path, mimo_models: Path,
-                    tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """SGLang's own torch_native attention on the echo model, started directly (no driver, no stand-in attention in
-    the path): the oracle for greedy outputs. One start serves its greedy outputs, /server_info, its transcript and
-    a kernel profile (taken last); the server is stopped before the fixture returns (one server at a time)."""
-    from record_transcripts import record_running, redaction_paths
-    from sglang_cpu_server import ORACLE_MAX_NEW_TOKENS, SGLangCPUServer, baseline_args
-
-    log_dir = tmp_path_factory.mktemp("oracle")
-    server = SGLangCPUServer(python=sglang_cpu_python, model=mimo_models / "echo", extra_args=baseline_args(),
-                             log_path=log_dir / "baseline.log")
-    got: dict[str, Any] = {}
-    try:
-        server.start()
-        print(f"[sglang_cpu] oracle baseline: healthy after {server.start_s:.1f} s")
-        got["outputs"] = server.greedy_outputs(ORACLE_MAX_NEW_TOKENS)
-        status, body = server.request("/server_info")
-        assert status == 200, body[:500]
-        got["server_info"] = json.loads(body)
-        got["transcript"] = record_running(server, "baseline", redaction_paths(sglang_cpu_python, mimo_models,
-                                                                                log_dir))
-        got["profile"] = _profile(server, log_dir / "profile")
-    finally:
-        server.stop()
-    got["log_tail"] = server.log_tail()
-    return got
-
-
-def _profile(server: Any, out: Path) -> dict[str, Any]:
-    """sglbench's own /start_profile body, two short requests, then the traces and /stop_profile's answer."""
-    from sglang_cpu_server import PROMPTS
-
-    from cluster.engines.sglang import SGLangEngine
-    from cluster.telemetry.profile import wait_for_traces
-
-    req = SGLangEngine().profile_request(str(out), ORACLE_PROFILE_STEPS, "sglbench-real", cpu=True)
-    assert req is not None
-    status, text = server.request(req.path, json.loads(req.body))
-    assert status == 200, text
-    for p in PROMPTS[:2]:
-        assert server.generate(p, max_new_tokens=8)[0] == 200
-    files = wait_for_traces(out, 1, timeout_s=120)
-    return {"out": out, "files": files, "stop": server.request("/stop_profile", {})}

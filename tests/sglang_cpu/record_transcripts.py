@@ -304,6 +304,18 @@ def exchange_shape(e: dict[str, Any]) -> Any:
     return out
 
 
+def shapes_match(a: Any, b: Any) -> bool:
+    """Equal shapes, where a JSON null (value_shape "null") matches any type: a null carries none, and a field is
+    null or set by the server's arguments (`max_running_requests` unset on one server, 16 on another)."""
+    if a == "null" or b == "null":
+        return True
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(shapes_match(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(shapes_match(x, y) for x, y in zip(a, b))
+    return bool(a == b)
+
+
 def shape_diffs(recorded: dict[str, Any], live: dict[str, Any]) -> list[str]:
     """Exchanges whose shape differs between two transcripts of the same server (names of both must match)."""
     a = {e["name"]: e for e in recorded["exchanges"]}
@@ -315,7 +327,7 @@ def shape_diffs(recorded: dict[str, Any], live: dict[str, Any]) -> list[str]:
         if name == "flush_cache_busy" and a[name].get("busy_seen_in_metrics") != b[name].get("busy_seen_in_metrics"):
             continue
         sa, sb = exchange_shape(a[name]), exchange_shape(b[name])
-        if sa != sb:
+        if not shapes_match(sa, sb):
             diffs.append(f"{name}: recorded {json.dumps(sa)[:1500]}\n  live {json.dumps(sb)[:1500]}")
     return diffs
 
