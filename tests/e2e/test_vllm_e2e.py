@@ -57,7 +57,8 @@ def _spec(model: Path, python: str, out: Path, n_requests: int) -> ExperimentSpe
             "name": "short", "input_tokens": 24, "output_tokens": OUTPUT_TOKENS, "num_requests": n_requests,
             "api": "completions", "prompts": {"source": "random_ids", "vocab_size": PROMPT_VOCAB},
         }],
-        "load": {"concurrency": [1, 4]},
+        # issue 4's shape: 8 requests at concurrency 4 per variant (a concurrency-1 point doubled the windows)
+        "load": {"concurrency": [4]},
         "warmup_requests": 2,
         "output": str(out),
         "health_timeout_s": HEALTH_TIMEOUT_S,
@@ -77,7 +78,7 @@ def test_experiment_through_driver(local_ray: None, vllm_python: str, tiny_model
     from cluster.dataset.store import DatasetStore
 
     monkeypatch.setenv("SGLBENCH_LOG_DIR", str(tmp_path / "logs"))
-    n_requests = 12
+    n_requests = 8
     spec = _spec(tiny_model, vllm_python, tmp_path / "results", n_requests)
     plans = make_plan(spec)
     t0 = time.monotonic()
