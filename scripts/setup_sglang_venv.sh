@@ -13,6 +13,8 @@ STAMP="$VENV_DIR/.sglbench-sglang-$SGLANG_VERSION-server-ok"
 STANDINS_DIR="$REPO_DIR/sglang_cpu_standins"
 STANDINS_STAMP="$VENV_DIR/.sglbench-cpu-standins.sha256"
 PIP=("$VENV_DIR/bin/python" -m pip install --quiet --no-input)
+# SGLBENCH_PIP_NO_COMPILE=1 (set by .ci/run): no .pyc at install; the first import writes the ones used
+if [[ "${SGLBENCH_PIP_NO_COMPILE:-}" == 1 ]]; then PIP+=(--no-compile); fi
 # pip's notes about file:// index locations and about sglang's unmet GPU pins are expected: keep the log readable.
 quiet() {
     "$@" 2>&1 | { grep -v -e "is ignored: it is neither" -e "^sglang .* requires" -e "dependency resolver" || true; }

