@@ -61,3 +61,47 @@ def test_gate_marks_bad_variants_invalid(ray_local: None, tmp_path: Path) -> Non
     # the drift shows up as a shorter common prefix on the long answer, but stays above the threshold
     assert late.loc["reasoning", "common_prefix_tokens"] == 24
     assert late["variant_passed"].all()
+
+
+SAMPLES_SPEC = """
+version: 1
+name: samples
+model: {{path: sim://samples, engine: sim}}
+server: {{args: {{max-running-requests: 8, kv-cache-dtype: bf16, attention-backend: flashinfer}}}}
+sim: {{time_scale: 0.02}}
+variants:
+  - {{name: baseline, baseline: true}}
+  - {{name: garbage, sim: {{garbage_output: true}}}}
+workloads:
+  - {{name: w, input_tokens: 16, output_tokens: 16, num_requests: 8}}
+load: {{concurrency: [2]}}
+warmup_requests: 0
+correctness: {{enabled: false}}
+isolation: gpus
+max_client_lag_ms: 1000
+output: {out}
+"""
+
+
+def test_garbage_in_the_measured_window_makes_the_run_invalid_and_keeps_the_ids(ray_local: None,
+                                                                                tmp_path: Path) -> None:
+    """Issue 15 item 4 end to end: with no gate to stop it, a variant whose output is garbage runs its window, and
+    the window's deterministic output sample (1 in 32, at least 4) marks the run invalid; the ids are stored."""
+    import json
+
+    from cluster.distributed.driver import run_experiment
+
+    spec = parse_spec_text(SAMPLES_SPEC.format(out=tmp_path / "results"))
+    result = run_experiment(spec, base_dir=tmp_path)
+    root = Path(result.dataset_root) / "samples"
+    runs = pd.read_parquet(root / "runs").set_index("variant")
+    assert runs.loc["baseline", "status"] == "ok", runs.loc["baseline", "invalid_reasons"]
+    assert runs.loc["garbage", "status"] == "invalid"
+    assert "4 of 4 sampled outputs are garbage" in runs.loc["garbage", "invalid_reasons"]
+    evidence = json.loads(runs.loc["garbage", "provenance_json"])["output_sample"]
+    assert evidence["judged"] and evidence["indices"] == [0, 2, 4, 6] and len(evidence["degenerate"]) == 4
+    samples = pd.read_parquet(root / "output_samples")
+    by_variant = samples.groupby(samples["variant"].astype(str))
+    assert by_variant.size().to_dict() == {"baseline": 4, "garbage": 4}
+    assert by_variant["degenerate"].apply(lambda s: s.notna().sum()).to_dict() == {"baseline": 0, "garbage": 4}
+    assert samples["output_ids"].map(len).gt(0).all()
