@@ -203,6 +203,8 @@ class Driver:
         """variant → the lowest concurrency cap its recorded runs' servers reported (a resumed search's end)."""
         self.batch_rows = 4096
         """Finished requests per Arrow batch leaving a load actor."""
+        self.preflight: Optional[dict[str, Any]] = None
+        """The GPU node's checkpoint probe (remote_preflight: model path → report), set before run() when taken."""
 
     # ------------------------------------------------------------------ planning
     def runs_to_do(self, plans: list[RunPlan]) -> set[str]:
@@ -221,7 +223,7 @@ class Driver:
         from cluster.plan.model_rules import facts_from_json
         from cluster.plan.sweep_collapse import collapse_fp4_duplicates
 
-        reports = getattr(self, "preflight", None) or {}
+        reports = self.preflight or {}
         facts = {p: facts_from_json(r) for p, r in reports.items() if isinstance(r, dict)}
         kept, notes = collapse_fp4_duplicates(expand_variants(self.spec), facts)
         for line in notes:
@@ -232,7 +234,7 @@ class Driver:
     def _checkpoint_identity(self, variant: ResolvedVariant) -> SegmentFacts:
         """A segment's first facts: the node probe's fingerprint and hub revision of the variant's checkpoint (None
         without a probe)."""
-        report = (getattr(self, "preflight", None) or {}).get(variant.model_path)
+        report = (self.preflight or {}).get(variant.model_path)
         ident = report.get("identity") if isinstance(report, dict) else None
         if not isinstance(ident, dict):
             return SegmentFacts()
@@ -265,7 +267,7 @@ class Driver:
             "nodes": nodes,
             "planned_runs": len(plans),
             "started_unix_s": time.time(),
-            "preflight": getattr(self, "preflight", None),
+            "preflight": self.preflight,
         })
         segments = [(v, runs) for v, runs in server_segments(plans)
                     if any(r.run_key in todo for r in runs) or self._search_pending(v, runs)]
@@ -797,7 +799,7 @@ def run_experiment(spec: ExperimentSpec, *, base_dir: Path, output_root: Optiona
     if preflight:
         from cluster.distributed.cluster_state import remote_preflight
 
-        drv.preflight = remote_preflight(spec, Path(base_dir))  # type: ignore[attr-defined]
+        drv.preflight = remote_preflight(spec, Path(base_dir))
     return drv.run()
 
 

@@ -100,7 +100,7 @@ def run(spec: ExperimentSpec, base_dir: Path, on_run: Optional[Callable[[Any, Ru
     if on_driver is not None:
         on_driver(drv)
     if preflight:
-        drv.preflight = remote_preflight(spec, base_dir)  # type: ignore[attr-defined]
+        drv.preflight = remote_preflight(spec, base_dir)
     return drv.run()
 
 
