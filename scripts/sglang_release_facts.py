@@ -52,21 +52,27 @@ def wheel_version(path: Path) -> tuple[int, ...]:
     return tuple(int(g or 0) for g in m.groups())
 
 
-def has_marker(wheel: Path, pattern: re.Pattern[str]) -> bool:
-    with zipfile.ZipFile(wheel) as z:
-        return any(pattern.search(z.read(n).decode("utf-8", "replace"))
-                   for n in z.namelist() if n.startswith("sglang/srt/") and n.endswith(".py"))
+def presence(wheels: Sequence[Path]) -> list[tuple[tuple[int, ...], frozenset[str]]]:
+    """(version, names of the FACTS whose marker its source has) per wheel, by version; each wheel read once."""
+    patterns = {f.name: re.compile(f.marker) for f in FACTS}
+    out = []
+    for wheel in sorted(wheels, key=wheel_version):
+        with zipfile.ZipFile(wheel) as z:
+            text = "\n".join(z.read(n).decode("utf-8", "replace")
+                             for n in z.namelist() if n.startswith("sglang/srt/") and n.endswith(".py"))
+        out.append((wheel_version(wheel), frozenset(name for name, pat in patterns.items() if pat.search(text))))
+    return out
 
 
-def boundary(wheels: Sequence[Path], fact: Fact) -> tuple[Optional[tuple[int, ...]], str]:
+def boundary(seen: Sequence[tuple[tuple[int, ...], frozenset[str]]], fact: Fact
+             ) -> tuple[Optional[tuple[int, ...]], str]:
     """(first release on the far side of the boundary, how the wheels show it); None where they do not decide."""
-    pattern = re.compile(fact.marker)
-    seen = [(wheel_version(w), has_marker(w, pattern)) for w in sorted(wheels, key=wheel_version)]
-    for (v_before, before), (v_after, after) in zip(seen, seen[1:]):
+    has = [(v, fact.name in names) for v, names in seen]
+    for (v_before, before), (v_after, after) in zip(has, has[1:]):
         if before != fact.appears and after == fact.appears:
             return v_after[:3], f"{_label(v_before)} {'lacks' if fact.appears else 'has'} it, {_label(v_after)} " \
                                 f"{'has' if fact.appears else 'lacks'} it"
-    return None, "no change across " + ", ".join(_label(v) for v, _ in seen)
+    return None, "no change across " + ", ".join(_label(v) for v, _ in has)
 
 
 def _label(v: tuple[int, ...]) -> str:
@@ -75,9 +81,10 @@ def _label(v: tuple[int, ...]) -> str:
 
 def check(wheels: Sequence[Path]) -> list[tuple[Fact, Optional[tuple[int, ...]], tuple[int, ...], str]]:
     """(fact, boundary the wheels show or None, the constant's value, evidence) for every fact."""
+    seen = presence(wheels)
     out = []
     for fact in FACTS:
-        found, why = boundary(wheels, fact)
+        found, why = boundary(seen, fact)
         out.append((fact, found, tuple(getattr(eng, fact.constant)), why))
     return out
 

@@ -43,7 +43,8 @@ def test_boundaries_from_wheels(facts: ModuleType, tmp_path: Path) -> None:
               _wheel(tmp_path, "0.5.13.post1", raising),
               _wheel(tmp_path, "0.5.14", "cuda_graph_max_bs_decode: int = 0\nmamba_radix_cache_strategy = 'auto'"),
               _wheel(tmp_path, "0.5.16", "cuda_graph_max_bs_decode: int = 0\nmamba_radix_cache_strategy = 'auto'")]
-    by_name = {f.name: facts.boundary(wheels, f) for f in facts.FACTS}
+    seen = facts.presence(wheels)
+    by_name = {f.name: facts.boundary(seen, f) for f in facts.FACTS}
     assert by_name["decode CUDA-graph flags"] == ((0, 5, 14), "0.5.13.post1 lacks it, 0.5.14 has it")
     assert by_name["NEXTN + no_buffer radix-cache ValueError"][0] == (0, 5, 14)
     assert by_name["/server_info route"][0] is None  # no wheel shows the change: undecided, never "agrees"
