@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from cpu_faults import MidWindow, assert_decisive, kill_main, kill_scheduler
 from cpu_pipeline import assert_group_gone, facts, ideal_accept_length, load, run, spec_text, table
 from sglang_cpu_server import ORACLE_MAX_NEW_TOKENS, PROMPTS, accept_length
 
@@ -21,6 +22,9 @@ pytestmark = pytest.mark.ray
 
 OUTPUT_TOKENS = 32
 STEPS = (1, 2, 3)
+OK_POINT, FAULT_POINT = 4, 8
+ECHO_REQUESTS = 16
+"""Two waves at c8: a window long enough (~1 s) for a fault fired at its first prefill to land inside it."""
 
 
 def _verify_sum(requests: pd.DataFrame, run_key: str) -> int:
@@ -82,11 +86,13 @@ def _profile(server: Any, out: Path) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def echo_experiment(ray_local: None, sglang_cpu_python: Path, mimo_models: Path,
                     tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """echo: a baseline and NEXTN-1/2/3 in one experiment (four servers, one at a time). Once the baseline's run is
-    done, while its server is still up: its greedy outputs, /server_info, wire transcript and a kernel profile (taken
-    last). Once NEXTN-3's: smoke, greedy outputs (compared with the baseline's), a negative budget, its wire
-    transcript and two sessions. No server of its own: SGLang's torch_native attention is the stand-in attention's
-    reference op by op (test_standin_ops.py), and each extra start costs ~35-60 s of the tier."""
+    """echo: a baseline and NEXTN-1/2/3 in one experiment (four servers, one at a time), each at c4 then c8. Once the
+    baseline's c4 run is done, while its server is still up: its greedy outputs, /server_info, wire transcript and a
+    kernel profile. Once NEXTN-3's: smoke, greedy outputs (compared with the baseline's), a negative budget, its wire
+    transcript and two sessions. Two faults ride on these servers' c8 windows (each extra start costs ~35-60 s of
+    the tier): the baseline's scheduler is SIGKILLed, then NEXTN-1's main pid; the next variant goes on each time.
+    No server of its own for the oracle: SGLang's torch_native attention is the stand-in attention's reference op by
+    op (test_standin_ops.py)."""
     from record_transcripts import record_running, redaction_paths
 
     from cluster.engines.smoke import run_smoke
@@ -94,12 +100,20 @@ def echo_experiment(ray_local: None, sglang_cpu_python: Path, mimo_models: Path,
     tmp = tmp_path_factory.mktemp("echo-pipeline")
     variants = """  - {name: baseline, baseline: true}
   - {name: nextn, speculative: {algorithm: NEXTN, num_steps: [1, 2, 3]}}"""
-    spec = load(spec_text("cpu-echo", mimo_models / "echo", sglang_cpu_python, tmp / "out", variants))
+    spec = load(spec_text("cpu-echo", mimo_models / "echo", sglang_cpu_python, tmp / "out", variants,
+                          concurrency=f"[{OK_POINT}, {FAULT_POINT}]", num_requests=ECHO_REQUESTS))
     redact = redaction_paths(sglang_cpu_python, mimo_models, tmp)
     base: dict[str, Any] = {}
     live: dict[str, Any] = {}
+    watchers = {"baseline": MidWindow("baseline", kill_scheduler), "nextn-1": MidWindow("nextn-1", kill_main)}
 
     def on_run(drv: Any, p: Any, status: str) -> None:
+        extras(drv, p)
+        # armed after the extras (the transcript flushes the cache and sends requests): the c8 window is the fault's
+        if p.load.label == f"c{OK_POINT}" and p.variant.name in watchers:
+            watchers[p.variant.name].arm(drv)
+
+    def extras(drv: Any, p: Any) -> None:
         if p.variant.name == "baseline" and not base:
             f = facts(drv.result, "baseline")
             view = _view(sglang_cpu_python, mimo_models / "echo", f)
@@ -121,31 +135,92 @@ def echo_experiment(ray_local: None, sglang_cpu_python: Path, mimo_models: Path,
         live["sessions"] = _session_window(f.base_url, tmp)
 
     result = run(spec, tmp, on_run)
-    return {"spec": spec, "result": result, "live": live, "runs": table(result, spec, "runs"),
+    for w in watchers.values():
+        w.join()
+    return {"spec": spec, "result": result, "live": live, "runs": table(result, spec, "runs"), "watchers": watchers,
             "baseline": base, "requests": table(result, spec, "requests"),
             "server_metrics": table(result, spec, "server_metrics")}
 
 
+FAULTED = {("baseline", FAULT_POINT), ("nextn-1", FAULT_POINT)}
+"""The runs whose windows the echo experiment's faults hit."""
+
+
+def _ok_rows(runs: pd.DataFrame) -> pd.DataFrame:
+    hit = [(v, int(c)) in FAULTED for v, c in zip(runs["variant"], runs["load_value"])]
+    return runs[[not h for h in hit]]
+
+
 def test_echo_runs_ok_and_accepts_every_draft(echo_experiment: dict[str, Any]) -> None:
-    runs = echo_experiment["runs"].set_index("variant")
-    assert sorted(runs.index) == ["baseline", "nextn-1", "nextn-2", "nextn-3"]
-    assert set(runs["status"]) == {"ok"}, runs[["status", "invalid_reasons", "failure_reason"]].to_dict("index")
-    assert pd.isna(runs.loc["baseline", "m_accept_length"])
+    runs = _ok_rows(echo_experiment["runs"])
+    assert sorted(zip(runs["variant"], runs["load_value"].astype(int))) == [
+        ("baseline", OK_POINT), ("nextn-1", OK_POINT), ("nextn-2", OK_POINT), ("nextn-2", FAULT_POINT),
+        ("nextn-3", OK_POINT), ("nextn-3", FAULT_POINT)]
+    assert set(runs["status"]) == {"ok"}, \
+        runs[["variant", "status", "invalid_reasons", "failure_reason"]].to_dict("records")
+    assert runs[runs["variant"] == "baseline"]["m_accept_length"].isna().all()
     for k in STEPS:
-        acc = float(runs.loc[f"nextn-{k}", "m_accept_length"])
         ideal = ideal_accept_length(k, OUTPUT_TOKENS)
-        print(f"[sglang_cpu] echo NEXTN-{k}: accept length {acc:.3f} (all accepted: {ideal:.3f})")
-        assert 0.97 * ideal <= acc <= k + 1 + 1e-9, f"echo NEXTN-{k}: {acc:.3f}, every draft should be accepted"
+        for acc in runs[runs["variant"] == f"nextn-{k}"]["m_accept_length"].astype(float):
+            print(f"[sglang_cpu] echo NEXTN-{k}: accept length {acc:.3f} (all accepted: {ideal:.3f})")
+            assert 0.97 * ideal <= acc <= k + 1 + 1e-9, f"echo NEXTN-{k}: {acc:.3f}, every draft should be accepted"
 
 
 def test_verify_counter_delta_equals_per_request_verify_steps(echo_experiment: dict[str, Any]) -> None:
-    runs, requests = echo_experiment["runs"], echo_experiment["requests"]
+    runs, requests = _ok_rows(echo_experiment["runs"]), echo_experiment["requests"]
     for _, row in runs[runs["variant"] != "baseline"].iterrows():
         per_request = _verify_sum(requests, row["run_key"])
         assert per_request > 0
         assert _counter_delta(row, "verify_calls") == per_request, (row["variant"], row["server_counters_json"])
     base = runs[runs["variant"] == "baseline"].iloc[0]
     assert _counter_delta(base, "verify_calls") == 0
+
+
+def _faulted_run(echo_experiment: dict[str, Any], variant: str) -> pd.Series:
+    runs = echo_experiment["runs"]
+    rows = runs[runs["variant"] == variant].sort_values("order_index")
+    assert list(rows["load_value"].astype(int)) == [OK_POINT, FAULT_POINT]
+    assert rows.iloc[0]["status"] == "ok", rows.iloc[0].to_dict()
+    row = rows.iloc[1]
+    assert row["status"] == "failed", row.to_dict()
+    assert "server died during the measured window" in row["failure_reason"], row["failure_reason"]
+    assert row["log_tail"], "a failed run keeps the server log tail"
+    return row
+
+
+def _next_variant_went_on(echo_experiment: dict[str, Any], variant: str) -> None:
+    order = ["baseline", "nextn-1", "nextn-2", "nextn-3"]
+    after = order[order.index(variant) + 1]
+    runs = echo_experiment["runs"]
+    assert (runs[runs["variant"] == after]["status"] == "ok").any(), f"{after} did not go on after {variant}'s fault"
+
+
+def test_scheduler_sigkill_mid_window(echo_experiment: dict[str, Any]) -> None:
+    w = echo_experiment["watchers"]["baseline"]
+    assert w.done.get("what", "").startswith("SIGKILL sglang::scheduler"), w.done
+    row = _faulted_run(echo_experiment, "baseline")
+    # SGLang's own line: "Subprocess scheduler_0 (pid=…) crashed with exit code -9. Triggering SIGQUIT for cleanup..."
+    assert "scheduler_0" in row["failure_reason"] and "crashed with exit code -9" in row["failure_reason"]
+    assert_decisive(row)
+    assert_group_gone(w.done["pgid"], "baseline")
+    _next_variant_went_on(echo_experiment, "baseline")
+
+
+def test_main_pid_sigkill_mid_window(echo_experiment: dict[str, Any]) -> None:
+    w = echo_experiment["watchers"]["nextn-1"]
+    assert w.done.get("what", "").startswith("SIGKILL main pid"), w.done
+    row = _faulted_run(echo_experiment, "nextn-1")
+    # a SIGKILLed SGLang writes nothing: the watchdog's note is the decisive line
+    assert "was killed by SIGKILL" in row["failure_reason"], row["failure_reason"]
+    assert_decisive(row)
+    assert_group_gone(w.done["pgid"], "nextn-1")
+    _next_variant_went_on(echo_experiment, "nextn-1")
+
+
+def test_echo_experiment_leaves_no_process(echo_experiment: dict[str, Any]) -> None:
+    from cpu_pipeline import assert_none_marked
+
+    assert_none_marked(echo_experiment["spec"].name)
 
 
 def test_server_info_records_what_sglang_resolved(echo_experiment: dict[str, Any]) -> None:
@@ -181,7 +256,7 @@ def test_argv_is_what_plan_prints(echo_experiment: dict[str, Any]) -> None:
 
 
 def test_flush_before_every_window_and_metrics_scraped(echo_experiment: dict[str, Any]) -> None:
-    runs, sm, result = echo_experiment["runs"], echo_experiment["server_metrics"], echo_experiment["result"]
+    runs, sm, result = _ok_rows(echo_experiment["runs"]), echo_experiment["server_metrics"], echo_experiment["result"]
     for _, row in runs.iterrows():
         prov = json.loads(row["provenance_json"])
         assert prov.get("flushed", True) is True and "cache flush" not in str(row["invalid_reasons"])
