@@ -33,14 +33,14 @@ def _log_text(path: str) -> str:
 
 
 class MidWindow:
-    """Fires `action(driver, server facts)` once, at the first prefill that follows the first cache flush logged
-    after `arm`: warmup requests come before that flush, so that prefill is the next window's.
+    """Fires `action(driver, server facts, variant)` once, at the first prefill that follows the first cache flush
+    logged after `arm`: warmup requests come before that flush, so that prefill is the next window's.
 
     arm() runs inside the driver's on_run callback, before the driver starts the next run, so the count of flushes
     it takes cannot include the next run's; the watcher finds the window by position in the log, so a window whose
     requests are all prefilled in one batch is not missed."""
 
-    def __init__(self, variant: str, action: Callable[[Any, Any], str]) -> None:
+    def __init__(self, variant: str, action: Callable[[Any, Any, str], str]) -> None:
         self.variant, self.action = variant, action
         self.done: dict[str, Any] = {}
         self.thread: threading.Thread | None = None
@@ -64,7 +64,7 @@ class MidWindow:
                 if pos < 0:
                     break
             if pos >= 0 and text.find(PREFILL_LINE, pos) >= 0:
-                self.done["what"] = self.action(drv, f)
+                self.done["what"] = self.action(drv, f, self.variant)
                 self.done["pgid"] = f.pgid
                 return
             time.sleep(0.02)
@@ -75,22 +75,22 @@ class MidWindow:
             self.thread.join(timeout=timeout_s)
 
 
-def kill_scheduler(drv: Any, f: Any) -> str:
+def kill_scheduler(drv: Any, f: Any, variant: str) -> str:
     pid = scheduler_of(f.pgid)
     assert pid is not None, f"no sglang::scheduler in server group {f.pgid}"
     os.kill(pid, signal.SIGKILL)
     return f"SIGKILL sglang::scheduler pid {pid}"
 
 
-def kill_main(drv: Any, f: Any) -> str:
+def kill_main(drv: Any, f: Any, variant: str) -> str:
     os.kill(f.server_pid, signal.SIGKILL)
     return f"SIGKILL main pid {f.server_pid}"
 
 
-def kill_engine_actor(drv: Any, f: Any) -> str:
+def kill_engine_actor(drv: Any, f: Any, variant: str) -> str:
     import ray
 
-    prefix = f"sglbench-engine-{drv.spec.name}-engineactor-"
+    prefix = f"sglbench-engine-{drv.spec.name}-{variant}-"
     name = next(n["name"] for n in ray.util.list_named_actors(all_namespaces=True) if n["name"].startswith(prefix))
     ray.kill(ray.get_actor(name), no_restart=True)
     return f"ray.kill {name}"
