@@ -161,6 +161,10 @@ def probe_answer(python: str, engine: str, argvs: Mapping[str, list[str]],
                  timeout_s: float = PROBE_TIMEOUT_S) -> Union[ParserAnswer, str]:
     """Ask the engine's interpreter's own parser about each argv; a string says why the parser was not reachable."""
     job = json.dumps({"engine": engine, "argvs": dict(argvs)})
+    if "/" in python and not Path(python).is_absolute():
+        # a relative path names the interpreter the import check and the server launch run, from this directory;
+        # the probe itself runs in an empty one (no package there may shadow the engine's)
+        python = str(Path(python).absolute())
     try:
         with tempfile.TemporaryDirectory(prefix="sglbench-flags-") as cwd:
             done = subprocess.run([python, "-c", PROBE_SOURCE.read_text()], input=job, capture_output=True,

@@ -177,3 +177,16 @@ def test_the_simulator_refuses_a_flag_sglang_does_not_have(capsys: pytest.Captur
     assert "error: unrecognized arguments: --enable-warp-drive" in capsys.readouterr().err
     assert unrecognized(["--mem-fraction-static", "0.8", "--tp", "8", "--cuda-graph-max-bs-decode", "4"]) == []
     assert unrecognized(["--quant", "fp8", "--speculative-draft", "x"]) == ["--quant", "--speculative-draft"]
+
+
+def test_probe_answer_runs_a_relative_interpreter_path_from_the_callers_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relative `engines.<e>.python` (the CPU demo's `.ci/venvs/sglang/bin/python`) names the same interpreter for
+    the parser probe as for the import check and the server launch; the probe's own empty working directory made it
+    "could not be run" and the demo's flags went unchecked."""
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "python").symlink_to(sys.executable)
+    monkeypatch.chdir(tmp_path)
+    answer = probe_answer("venv/bin/python", "sglang", {"b": ["--model-path", "m"]})
+    assert isinstance(answer, str) and "could not be run" not in answer, answer
+    assert answer.startswith(f"sglang's parser cannot be built in {tmp_path / 'venv' / 'bin' / 'python'}"), answer
