@@ -14,29 +14,35 @@ pytestmark = pytest.mark.ray
 
 SPEC = """
 version: 1
-name: gate
-model: {{path: sim://gate, engine: sim}}
+name: {name}
+model: {{path: sim://{name}, engine: sim}}
 server: {{args: {{max-running-requests: 8, kv-cache-dtype: bf16, attention-backend: flashinfer}}}}
 sim: {{time_scale: 0.02}}
 variants:
-  - {{name: baseline, baseline: true}}
-  - {{name: garbage, sim: {{garbage_output: true}}}}
-  - {{name: no-mtp, speculative: {{algorithm: NEXTN, num_steps: 2}}, sim: {{mtp_absent: true}}}}
-  - {{name: drifts-late, speculative: {{algorithm: NEXTN, num_steps: 2}}, sim: {{late_divergence_after: 24}}}}
+{variants}
 workloads:
-  - {{name: w, input_tokens: 16, output_tokens: 16, num_requests: 4}}
+  - {{name: w, input_tokens: 16, output_tokens: 16, num_requests: {num_requests}}}
 load: {{concurrency: [2]}}
 warmup_requests: 0
-isolation: gpus
+{extra}isolation: gpus
 max_client_lag_ms: 1000
 output: {out}
 """
+"""One small simulated experiment; each test names its variants (the baseline and a garbage variant first)."""
+
+BASE_VARIANTS = """  - {name: baseline, baseline: true}
+  - {name: garbage, sim: {garbage_output: true}}"""
+
+GATE_VARIANTS = BASE_VARIANTS + """
+  - {name: no-mtp, speculative: {algorithm: NEXTN, num_steps: 2}, sim: {mtp_absent: true}}
+  - {name: drifts-late, speculative: {algorithm: NEXTN, num_steps: 2}, sim: {late_divergence_after: 24}}"""
 
 
 def test_gate_marks_bad_variants_invalid(ray_local: None, tmp_path: Path) -> None:
     from cluster.distributed.driver import run_experiment
 
-    spec = parse_spec_text(SPEC.format(out=tmp_path / "results"))
+    spec = parse_spec_text(SPEC.format(name="gate", variants=GATE_VARIANTS, num_requests=4, extra="",
+                                       out=tmp_path / "results"))
     result = run_experiment(spec, base_dir=tmp_path)
     root = Path(result.dataset_root) / spec.name
     runs = pd.read_parquet(root / "runs").set_index("variant")
@@ -63,26 +69,6 @@ def test_gate_marks_bad_variants_invalid(ray_local: None, tmp_path: Path) -> Non
     assert late["variant_passed"].all()
 
 
-SAMPLES_SPEC = """
-version: 1
-name: samples
-model: {{path: sim://samples, engine: sim}}
-server: {{args: {{max-running-requests: 8, kv-cache-dtype: bf16, attention-backend: flashinfer}}}}
-sim: {{time_scale: 0.02}}
-variants:
-  - {{name: baseline, baseline: true}}
-  - {{name: garbage, sim: {{garbage_output: true}}}}
-workloads:
-  - {{name: w, input_tokens: 16, output_tokens: 16, num_requests: 8}}
-load: {{concurrency: [2]}}
-warmup_requests: 0
-correctness: {{enabled: false}}
-isolation: gpus
-max_client_lag_ms: 1000
-output: {out}
-"""
-
-
 def test_garbage_in_the_measured_window_makes_the_run_invalid_and_keeps_the_ids(ray_local: None,
                                                                                 tmp_path: Path) -> None:
     """Issue 15 item 4 end to end: with no gate to stop it, a variant whose output is garbage runs its window, and
@@ -91,7 +77,8 @@ def test_garbage_in_the_measured_window_makes_the_run_invalid_and_keeps_the_ids(
 
     from cluster.distributed.driver import run_experiment
 
-    spec = parse_spec_text(SAMPLES_SPEC.format(out=tmp_path / "results"))
+    spec = parse_spec_text(SPEC.format(name="samples", variants=BASE_VARIANTS, num_requests=8,
+                                       extra="correctness: {enabled: false}\n", out=tmp_path / "results"))
     result = run_experiment(spec, base_dir=tmp_path)
     root = Path(result.dataset_root) / "samples"
     runs = pd.read_parquet(root / "runs").set_index("variant")
