@@ -141,8 +141,6 @@ def test_rand_nextn_is_invalid_for_acceptance_near_one(rand_experiment: dict[str
 
 def test_runs_carry_engine_and_cpu_device_evidence(mix_experiment: dict[str, Any]) -> None:
     """Numbers from this tier are CPU numbers: every runs row says engine=sglang and SGLang's resolved device=cpu."""
-    import json
-
     runs = mix_experiment["runs"]
     for _, row in runs[runs["status"] != "failed"].iterrows():
         assert row["engine"] == "sglang"
