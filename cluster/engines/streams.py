@@ -16,6 +16,8 @@ _FIN_NULL_SP = b'"finish_reason": null'
 _USAGE_OBJ = b'"usage":{'
 _USAGE_OBJ_SP = b'"usage": {'
 _SGLEXT = b'"sglext"'
+_USAGE = b'"usage"'
+_TEXT_OPEN = (b'"text":"', b'"content":"', b'"text": "', b'"content": "')
 _ERROR = b'"error"'
 
 
@@ -176,6 +178,20 @@ class OpenAIStreamParser(StreamParser):
                 self._ct = ct if ct > self._ct else self._ct
                 self._counted += delta
                 return delta
+        elif (
+            not self._keep_text
+            and (_FIN_NULL in payload or _FIN_NULL_SP in payload)
+            and _USAGE not in payload
+            and _SGLEXT not in payload
+            and _ERROR not in payload
+        ):
+            # a mid-stream chunk without usage (what a server sends when continuous usage is off): one token when
+            # its text/content string is non-empty, which a key search shows without decoding the JSON
+            for key in _TEXT_OPEN:
+                pos = payload.find(key)
+                if pos >= 0 and payload[pos + len(key) : pos + len(key) + 1] not in (b'"', b""):
+                    self._counted += 1
+                    return 1
         return self._feed_full(payload)
 
     def _feed_full(self, payload: bytes) -> int:

@@ -156,6 +156,30 @@ def test_fast_paths_agree_with_full_json_path() -> None:
     assert fast_n.meta() == full_n.meta()
 
 
+def test_openai_without_usage_counts_content_chunks_without_decoding_them() -> None:
+    """A stream without per-chunk usage (continuous usage off): one token per non-empty text/content chunk, found
+    by a key search; the empty, role-only, finishing and usage chunks take the JSON path and agree with it."""
+    for chat in (True, False):
+        seq = [_oai(None, chat=chat), _oai("a", chat=chat), _oai('say \\"text\\":\\"x', chat=chat),
+               _oai("", chat=chat), _oai("b", chat=chat), _oai("c", chat=chat, finish="length"),
+               _oai(None, 4, choices=False, chat=chat)]
+        seq += [json.dumps(json.loads(c), separators=(",", ":")).encode() for c in seq[1:2]]
+        fast, full = OpenAIStreamParser(), OpenAIStreamParser(keep_text=True)
+        decoded: list[bytes] = []
+        inner = fast._feed_full
+
+        def spy(payload: bytes) -> int:
+            decoded.append(payload)
+            return inner(payload)
+
+        fast._feed_full = spy  # type: ignore[method-assign]
+        counts = [fast.feed(c) for c in seq]
+        assert counts == [full.feed(c) for c in seq] == [0, 1, 1, 0, 1, 1, 0, 1]
+        assert fast.meta() == full.meta() and fast.meta().completion_tokens == 4
+        # only the role-only or empty chunk, the empty one, the finishing and the usage chunk decode
+        assert len(decoded) == 4
+
+
 def test_native_fast_path_reads_meta_from_the_end_and_never_decodes_mid_stream_chunks() -> None:
     p = SGLangNativeParser()
     decoded: list[bytes] = []
