@@ -17,7 +17,6 @@ this client to core 1 (when there are two). Four parts:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import subprocess
@@ -28,9 +27,6 @@ from typing import Any, Optional
 
 import numpy as np
 
-import aiohttp
-
-import cluster.loadgen.runner as loadgen_runner
 from cluster.engines.base import Prompt
 from cluster.engines.sglang import SGLangEngine
 from cluster.loadgen.runner import WindowResult, run_load_point
@@ -105,85 +101,6 @@ def _head(i: int) -> tuple[int, int, int, int]:
     return (100 + i % 1000, 101 + i // 1000, 102, 103)
 
 
-class SendTrace:
-    """Diagnostic: the monotonic ns at which aiohttp hands each request body to its transport (keyed by prompt head).
-
-    Installed by wrapping the runner's session factory with an aiohttp TraceConfig (on_request_chunk_sent fires
-    just before the body's transport write; on Python < 3.12 that write runs in its own task, after the send
-    timestamp's task yields). Splits TTFT part a into client send → body written and body written → sim receipt."""
-
-    def __init__(self) -> None:
-        self.written_ns: dict[tuple[int, ...], int] = {}
-        self.headers_ns: dict[tuple[int, ...], int] = {}
-        self._orig = loadgen_runner.new_session
-
-    async def _on_headers(self, session: aiohttp.ClientSession, ctx: Any, params: Any) -> None:
-        ctx.headers_ns = time.monotonic_ns()
-
-    async def _on_chunk(self, session: aiohttp.ClientSession, ctx: Any, params: Any) -> None:
-        t = time.monotonic_ns()
-        try:
-            ids = json.loads(params.chunk).get("input_ids")
-        except (ValueError, AttributeError):
-            return
-        if isinstance(ids, list):
-            self.written_ns.setdefault(tuple(ids[:4]), t)
-            self.headers_ns.setdefault(tuple(ids[:4]), getattr(ctx, "headers_ns", t))
-
-    def _session(self, limit: int) -> aiohttp.ClientSession:
-        s = self._orig(limit)
-        tc = aiohttp.TraceConfig()
-        tc.on_request_headers_sent.append(self._on_headers)
-        tc.on_request_chunk_sent.append(self._on_chunk)
-        tc.freeze()
-        s._trace_configs.append(tc)  # diagnostic only: the loadgen's session factory has no trace hook
-        return s
-
-    def __enter__(self) -> "SendTrace":
-        loadgen_runner.new_session = self._session
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        loadgen_runner.new_session = self._orig
-
-
-class _EagerBodyAsyncio:
-    """What-if (--eager-body): aiohttp's view of asyncio with create_task starting the coroutine at once.
-
-    On Python < 3.12 aiohttp writes a request's (header-coalesced) body in a task of its own, which in a burst
-    waits behind every other ready callback; from 3.12 it starts that task eagerly. This emulates the latter."""
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(asyncio, name)
-
-    @staticmethod
-    def create_task(coro: Any, **kw: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        try:
-            first = coro.send(None)
-        except StopIteration as stop:
-            f = loop.create_future()
-            f.set_result(stop.value)
-            return f
-
-        async def rest() -> Any:
-            nxt = first
-            while True:
-                if nxt is None:
-                    await asyncio.sleep(0)
-                else:
-                    try:
-                        await nxt
-                    except BaseException:
-                        pass  # the coroutine reads the future's outcome itself when resumed
-                try:
-                    nxt = coro.send(None)
-                except StopIteration as stop:
-                    return stop.value
-
-        return asyncio.create_task(rest())
-
-
 def _mono_minus_wall_ns() -> int:
     """CLOCK_MONOTONIC − wall clock (ns), from the tightest of several back-to-back reads."""
     best: Optional[tuple[int, int]] = None
@@ -243,8 +160,7 @@ def _line(name: str, e: np.ndarray, bound_ms: float = 0.5) -> None:
 
 
 def split(res: WindowResult, log: list[dict[str, Any]], t0_mono_ns: int, ttft_ms: float, itl_ms: float,
-          tokens: int, first_wave: int, written_ns: Optional[dict[tuple[int, ...], int]] = None,
-          headers_ns: Optional[dict[tuple[int, ...], int]] = None) -> None:
+          tokens: int, first_wave: int) -> None:
     """Measured − injected, and the same error split at the simulator's write times (one shared monotonic clock)."""
     r = res.requests
     n = r.num_rows
@@ -278,19 +194,6 @@ def split(res: WindowResult, log: list[dict[str, Any]], t0_mono_ns: int, ttft_ms
     # a holds both sides' HTTP work: the client's request set-up and send, the simulator's parse up to its handler
     _line("TTFT a: client send → sim receipt", (rc - sd) / 1e6)
     _line("TTFT a, after wave 1", (rc - sd)[st] / 1e6)
-    if written_ns:
-        wb = np.array([written_ns.get(_head(i), -1) for i in range(n)], dtype=np.float64)[ok]
-        has = wb >= 0
-        _line("  a1: client send → body written", ((wb - sd) / 1e6)[has])
-        _line("  a1, after wave 1", ((wb - sd) / 1e6)[has & st])
-        if headers_ns:
-            hb = np.array([headers_ns.get(_head(i), -1) for i in range(n)], dtype=np.float64)[ok]
-            _line("    send → headers built, after wave 1", ((hb - sd) / 1e6)[has & st])
-            _line("    headers built → body written, wave 1+", ((wb - hb) / 1e6)[has & st])
-        _line("  a2: body written → sim receipt", ((rc - wb) / 1e6)[has])
-        _line("  a2, after wave 1", ((rc - wb) / 1e6)[has & st])
-        _line("TTFT from body written (diagnostic)", ((a[:, 0] - wb) / 1e6 - ttft_ms)[has])
-        _line("  … after wave 1", ((a[:, 0] - wb) / 1e6 - ttft_ms)[has & st])
     _line("TTFT b: receipt → 1st write − TTFT", (w[:, 0] - rc) / 1e6 - ttft_ms)
     _line("TTFT c: 1st write → client arrival", (a[:, 0] - w[:, 0]) / 1e6)
     _line("TTFT outside the pacer (a + c)", ((rc - sd) + (a[:, 0] - w[:, 0])) / 1e6)
@@ -302,8 +205,7 @@ def closed_loop(cores: Optional[set[int]], ttft_ms: float, itl_ms: float, tokens
     sim = Sim(ttft_ms, itl_ms, cores)
     try:
         cpu0_s, c0_s = sim.cpu_s(), time.process_time()
-        with SendTrace() as trace:
-            res = _window(sim, streams * rounds, tokens, LoadPoint("concurrency", float(streams)))
+        res = _window(sim, streams * rounds, tokens, LoadPoint("concurrency", float(streams)))
         busy = ((sim.cpu_s() - cpu0_s) / res.duration_s, (time.process_time() - c0_s) / res.duration_s)
         t0_mono_ns = int(round(res.window_start_unix_s * 1e9)) + _mono_minus_wall_ns()
         p = sim.pacing(requests=True)
@@ -314,8 +216,7 @@ def closed_loop(cores: Optional[set[int]], ttft_ms: float, itl_ms: float, tokens
     print(f"\n2. {streams} streams, TTFT {ttft_ms:g} ms, ITL {itl_ms:g} ms, {tokens} tokens, {r.num_rows} requests, "
           f"{errors} errors ({res.n_chunks / res.duration_s:.0f} chunks/s), load1={os.getloadavg()[0]:.2f}, "
           f"CPU busy: simulator {busy[0]:.0%}, client {busy[1]:.0%} of a core")
-    split(res, p.get("requests", []), t0_mono_ns, ttft_ms, itl_ms, tokens, streams, trace.written_ns,
-          trace.headers_ns)
+    split(res, p.get("requests", []), t0_mono_ns, ttft_ms, itl_ms, tokens, streams)
     print(f"   simulator's own write lateness: p50 {p['late_p50_us']:.1f} us  p99 {p['late_p99_us']:.1f} us  "
           f"max {p['late_max_us']:.1f} us; write call p50 {p['write_call_p50_us']:.1f} us "
           f"p99 {p['write_call_p99_us']:.1f} us")
@@ -352,13 +253,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer streams and requests")
     ap.add_argument("--parts", type=int, nargs="*", default=[1, 2, 3, 4])
     ap.add_argument("--streams", type=int, nargs="*", default=[64], help="part 2's closed-loop stream counts")
-    ap.add_argument("--eager-body", action="store_true",
-                    help="what-if: aiohttp writes request bodies inline (as on Python >= 3.12), not in a task")
     args = ap.parse_args(argv)
-    if args.eager_body and sys.version_info < (3, 12):
-        import aiohttp.client_reqrep as reqrep
-
-        reqrep.asyncio = _EagerBodyAsyncio()  # type: ignore[assignment]
     ncpu = len(os.sched_getaffinity(0))
     sim_cores = {0} if ncpu >= 2 else None
     if ncpu >= 2:

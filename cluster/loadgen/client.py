@@ -1,42 +1,38 @@
-"""Streaming HTTP client: one pooled aiohttp session per window, SSE framing, raw chunk timestamps per request.
+"""Streaming HTTP/1.1 client on asyncio protocols: keep-alive pool, SSE framing, each read's arrival ns as it lands.
+
+Why not aiohttp here: aiohttp hands bytes to a StreamReader and wakes the reading coroutine on a later loop turn,
+so a chunk's timestamp carried that scheduling delay (one to several ms at hundreds of streams) and every chunk
+paid a task wake-up. Here the protocol's `data_received` stamps `time.monotonic_ns()` on entry, right after the
+socket read, and frames, parses and records the events inline; the request's coroutine wakes once, at the end.
 
 Only chunks that carry at least one output token are recorded (a role-only or usage-only chunk is counted by
 the parser as 0 tokens and dropped), so `chunk_arrival_ns[0]` is the first token's arrival (TTFT) and the
 chunk gaps are inter-token-chunk latencies. All events delivered by one socket read share that read's timestamp.
+The control calls around a window (/metrics, /flush_cache, the gate) stay on aiohttp: nothing is timed there.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
+from collections import deque
 from typing import Mapping, Optional
+from urllib.parse import urlsplit
 
-import aiohttp
-
-from cluster.engines.base import StreamParser
 from cluster.dataset.records import RequestRecord
-
-READ_BUFSIZE = 4 * 1024 * 1024
-"""Per-connection read buffer: cumulative SGLang chunks of long outputs are large, and small buffers stall readers."""
+from cluster.engines.base import StreamParser
 
 ERROR_BODY_CHARS = 300
 
 _SEP = b"\n\n"
 _NL = b"\n"
+_CRLF = b"\r\n"
 _DATA = b"data: "
 _DONE = b"[DONE]"
 
-
-def new_session(limit: int, headers: Mapping[str, str] = {}) -> aiohttp.ClientSession:
-    """The one pooled session of a window: keep-alive connections, `limit` of them at most (0 = unbounded);
-    `headers`: the engine's (its API key)."""
-    connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, force_close=False)
-    return aiohttp.ClientSession(
-        connector=connector,
-        read_bufsize=READ_BUFSIZE,
-        timeout=aiohttp.ClientTimeout(total=None),
-        headers={"Content-Type": "application/json", "Accept": "text/event-stream", **headers},
-    )
+# response parse states
+_HEAD, _SIZE, _DATA_LEFT, _DATA_CRLF, _TRAILER, _LENGTH, _TO_CLOSE, _DONE_STATE = range(8)
 
 
 def _slow_payload(event: bytes) -> Optional[bytes]:
@@ -50,81 +46,399 @@ def _slow_payload(event: bytes) -> Optional[bytes]:
     return b"\n".join(datas) if datas else None
 
 
+def _header_lines(headers: Mapping[str, str]) -> bytes:
+    out = []
+    for k, v in headers.items():
+        if any(c in k or c in v for c in "\r\n\0") or ":" in k:
+            raise ValueError(f"HTTP header {k!r}: a name or value holds a line break, NUL or (in the name) ':'")
+        out.append(f"{k}: {v}\r\n")
+    return "".join(out).encode("latin-1")
+
+
+class _Response:
+    """One request's response, parsed as bytes arrive: status, headers, chunked/length body, SSE events."""
+
+    __slots__ = ("rec", "parser", "t0_ns", "fut", "state", "buf", "left", "parts", "body_err", "status",
+                 "keep_alive", "timer", "got_head", "end_ns")
+
+    def __init__(self, rec: RequestRecord, parser: StreamParser, t0_ns: int, fut: asyncio.Future[int]) -> None:
+        self.rec = rec
+        self.parser = parser
+        self.t0_ns = t0_ns
+        self.fut = fut
+        self.state = _HEAD
+        self.buf = b""
+        self.left = 0
+        self.parts: list[bytes] = []
+        self.body_err: list[bytes] = []
+        self.status = 0
+        self.keep_alive = True
+        self.timer: Optional[asyncio.TimerHandle] = None
+        self.got_head = False
+        self.end_ns = 0
+
+    # --- HTTP framing -------------------------------------------------------------------------------------------
+    def feed(self, data: bytes, now: int) -> None:
+        if self.buf:
+            data = self.buf + data
+            self.buf = b""
+        pos = 0
+        n = len(data)
+        while pos < n:
+            st = self.state
+            if st == _SIZE:
+                i = data.find(_CRLF, pos)
+                if i < 0:
+                    self.buf = data[pos:]
+                    return
+                size = int(data[pos:i].split(b";", 1)[0], 16)
+                pos = i + 2
+                if size == 0:
+                    self.state = _TRAILER
+                    continue
+                end = pos + size
+                if end <= n:
+                    self._body(data[pos:end], now)
+                    pos = end
+                    self.state = _DATA_CRLF
+                else:
+                    self._body(data[pos:], now)
+                    self.left = end - n
+                    self.state = _DATA_LEFT
+                    return
+            elif st == _DATA_CRLF:
+                if n - pos < 2:
+                    self.buf = data[pos:]
+                    return
+                if data[pos : pos + 2] != _CRLF:
+                    raise ValueError("malformed chunked body: no CRLF after a chunk")
+                pos += 2
+                self.state = _SIZE
+            elif st == _DATA_LEFT:
+                take = min(self.left, n - pos)
+                self._body(data[pos : pos + take] if pos or take < n else data, now)
+                pos += take
+                self.left -= take
+                if self.left == 0:
+                    self.state = _DATA_CRLF
+            elif st == _LENGTH:
+                take = min(self.left, n - pos)
+                self._body(data[pos : pos + take] if pos or take < n else data, now)
+                pos += take
+                self.left -= take
+                if self.left == 0:
+                    self._finish(now)
+            elif st == _TO_CLOSE:
+                self._body(data[pos:] if pos else data, now)
+                return
+            elif st == _TRAILER:
+                i = data.find(_CRLF, pos)
+                if i < 0:
+                    self.buf = data[pos:]
+                    return
+                line_empty = i == pos
+                pos = i + 2
+                if line_empty:
+                    self._finish(now)
+            elif st == _HEAD:
+                i = data.find(b"\r\n\r\n", pos)
+                if i < 0:
+                    self.buf = data[pos:]
+                    if len(self.buf) > 65536:
+                        raise ValueError("response headers longer than 64 KiB")
+                    return
+                self._head(data[pos:i])
+                pos = i + 4
+            else:  # _DONE_STATE: bytes after a complete response
+                self.keep_alive = False
+                return
+
+    def _head(self, raw: bytes) -> None:
+        lines = raw.split(_CRLF)
+        parts = lines[0].split(b" ", 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
+            raise ValueError(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
+        self.status = int(parts[1])
+        self.rec.http_status = self.status
+        self.keep_alive = parts[0] == b"HTTP/1.1"
+        chunked = False
+        length = -1
+        for line in lines[1:]:
+            k, _, v = line.partition(b":")
+            k = k.strip().lower()
+            v = v.strip().lower()
+            if k == b"transfer-encoding":
+                chunked = b"chunked" in v
+            elif k == b"content-length":
+                length = int(v)
+            elif k == b"connection":
+                self.keep_alive = v == b"keep-alive" or (self.keep_alive and v != b"close")
+        self.got_head = True
+        if chunked:
+            self.state = _SIZE
+        elif length >= 0:
+            self.left = length
+            self.state = _LENGTH
+            if length == 0:
+                self._finish(time.monotonic_ns())
+        else:
+            self.keep_alive = False
+            self.state = _TO_CLOSE
+
+    def _finish(self, now: int) -> None:
+        self.state = _DONE_STATE  # an event left unterminated at the end is dropped, as SSE says
+        self.end_ns = now - self.t0_ns
+        if self.status != 200 and self.rec.error is None:
+            text = b"".join(self.body_err).decode("utf-8", "replace")
+            self.rec.error = f"HTTP {self.status}: {text[:ERROR_BODY_CHARS].strip()}"
+        if not self.fut.done():
+            self.fut.set_result(self.end_ns)
+
+    def fail(self, error: str) -> None:
+        if self.rec.error is None:
+            self.rec.error = error
+        self.state = _DONE_STATE
+        self.keep_alive = False
+        if not self.fut.done():
+            self.fut.set_result(time.monotonic_ns() - self.t0_ns)
+
+    # --- SSE framing --------------------------------------------------------------------------------------------
+    def _body(self, data: bytes, now: int) -> None:
+        if self.status != 200:
+            if sum(map(len, self.body_err)) < 4 * ERROR_BODY_CHARS:
+                self.body_err.append(data)
+            return
+        self._events(data, now)
+
+    def _events(self, data: bytes, now: int) -> None:
+        parts = self.parts
+        if parts:
+            straddle = parts[-1][-1:] == b"\n" and data[:1] == b"\n"
+            parts.append(data)
+            if _SEP not in data and not straddle:
+                return  # still inside one long event: join once its end arrives
+            data = b"".join(parts)
+            parts.clear()
+        feed = self.parser.feed
+        rec = self.rec
+        start = 0
+        n_data = len(data)
+        while True:
+            # JSON never holds a raw newline, so the first "\n" ends a plain one-line event; a one-byte find is
+            # a memchr, several times faster than searching for the two-byte separator
+            nl = data.find(_NL, start)
+            if nl < 0 or nl + 1 >= n_data:
+                break
+            if data[nl + 1] == 10 and data.startswith(_DATA, start):
+                payload = data[start + 6 : nl]
+                start = nl + 2
+            else:
+                end = data.find(_SEP, start)
+                if end < 0:
+                    break
+                slow = _slow_payload(data[start:end])
+                start = end + 2
+                if slow is None:
+                    continue
+                payload = slow
+            if payload == _DONE:
+                continue
+            k = feed(payload)
+            if k > 0:
+                rec.chunk_arrival_ns.append(now - self.t0_ns)
+                rec.chunk_tokens.append(k)
+        if start < n_data:
+            parts.append(data[start:] if start else data)
+
+
+class _Conn(asyncio.Protocol):
+    """One keep-alive connection; the response in progress gets every read with the read's own timestamp."""
+
+    def __init__(self, pool: StreamPool) -> None:
+        self.pool = pool
+        self.transport: Optional[asyncio.Transport] = None
+        self.resp: Optional[_Response] = None
+        self.closed = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        now = time.monotonic_ns()
+        r = self.resp
+        if r is None:  # bytes while idle: the connection is out of step, never reuse it
+            self.abort()
+            return
+        try:
+            r.feed(data, now)
+        except Exception as e:  # a malformed response (or a parser bug) ends this request, not the window
+            r.fail(f"stream broken: {type(e).__name__}: {e}")
+            self.abort()
+
+    def connection_lost(self, exc: Optional[Exception]) -> None:
+        self.closed = True
+        r = self.resp
+        if r is not None and r.state != _DONE_STATE:
+            if r.state == _TO_CLOSE:
+                r._finish(time.monotonic_ns())
+            elif not r.got_head:
+                r.fail(f"connection error: server closed the connection before answering ({exc or 'EOF'})")
+            else:
+                r.fail(f"stream broken: connection closed mid-response ({exc or 'EOF'})")
+        self.pool._lost(self)
+
+    def abort(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+
+class StreamPool:
+    """Keep-alive HTTP/1.1 connections to one server, at most `limit` open (0 = unbounded); `headers` go on every
+    request (the engine's API key)."""
+
+    def __init__(self, base_url: str, limit: int, headers: Mapping[str, str] = {}) -> None:
+        u = urlsplit(base_url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"base URL: expected http://host:port or https://host:port, got {base_url!r}")
+        self.host = u.hostname
+        self.port = u.port or (443 if u.scheme == "https" else 80)
+        self.ssl: Optional[ssl.SSLContext] = ssl.create_default_context() if u.scheme == "https" else None
+        self.prefix = u.path.rstrip("/")
+        host = u.netloc.rsplit("@", 1)[-1]
+        self._fixed = (f"Host: {host}\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\n"
+                       ).encode("latin-1") + _header_lines(headers)
+        self.limit = limit
+        self._idle: list[_Conn] = []
+        self._all: set[_Conn] = set()
+        self._waiters: deque[asyncio.Future[Optional[_Conn]]] = deque()
+        self._heads: dict[tuple[str, int], bytes] = {}
+
+    async def __aenter__(self) -> StreamPool:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for c in list(self._all):
+            c.abort()
+        self._all.clear()
+        self._idle.clear()
+
+    def request_bytes(self, path: str, body: bytes, headers: Mapping[str, str]) -> bytes:
+        key = (path, len(body))
+        head = self._heads.get(key) if not headers else None
+        if head is None:
+            head = (f"POST {self.prefix}{path} HTTP/1.1\r\n".encode("latin-1") + self._fixed
+                    + _header_lines(headers) + f"Content-Length: {len(body)}\r\n\r\n".encode("latin-1"))
+            if not headers and len(self._heads) < 4096:
+                self._heads[key] = head
+        return head + body
+
+    async def acquire(self, deadline_s: float) -> _Conn:
+        """An idle connection, a new one while under the limit, or the next one released."""
+        while self._idle:
+            c = self._idle.pop()
+            if not c.closed:
+                return c
+            self._all.discard(c)
+        loop = asyncio.get_running_loop()
+        if self.limit and len(self._all) >= self.limit:
+            fut: asyncio.Future[Optional[_Conn]] = loop.create_future()
+            self._waiters.append(fut)
+            got = await asyncio.wait_for(fut, max(0.0, deadline_s - time.monotonic()))
+            if got is not None:
+                return got
+        c = _Conn(self)
+        self._all.add(c)  # holds the slot while connecting
+        try:
+            await asyncio.wait_for(
+                loop.create_connection(lambda: c, self.host, self.port, ssl=self.ssl),
+                max(0.0, deadline_s - time.monotonic()),
+            )
+        except BaseException:
+            self._all.discard(c)
+            self._wake()
+            raise
+        return c
+
+    def release(self, c: _Conn, reuse: bool) -> None:
+        c.resp = None
+        if not reuse or c.closed:
+            c.abort()
+            self._all.discard(c)
+            self._wake()
+            return
+        while self._waiters:
+            w = self._waiters.popleft()
+            if not w.done():
+                w.set_result(c)
+                return
+        self._idle.append(c)
+
+    def _lost(self, c: _Conn) -> None:
+        if c in self._all and c.resp is None:  # an idle connection the server closed
+            self._all.discard(c)
+            self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters:
+            w = self._waiters.popleft()
+            if not w.done():
+                w.set_result(None)  # a slot is free: the waiter connects itself
+                return
+
+
 async def stream_request(
-    session: aiohttp.ClientSession,
-    url: str,
+    pool: StreamPool,
+    path: str,
     body: bytes,
     parser: StreamParser,
     t0_ns: int,
-    timeout: aiohttp.ClientTimeout,
+    timeout_s: float,
     rec: RequestRecord,
     headers: Mapping[str, str] = {},
 ) -> int:
     """POST one streaming request and fill `rec` (send time, chunks, meta, error); return the response end (ns from t0).
 
     Never raises for request-level failures: HTTP status != 200, timeouts, connection errors and error chunks
-    all end up in `rec.error`, so every request sent has exactly one record.
+    all end up in `rec.error`, so every request sent has exactly one record. `timeout_s` bounds the whole request
+    (waiting for a connection, connecting, the response).
     """
-    arrivals = rec.chunk_arrival_ns
-    tokens = rec.chunk_tokens
-    feed = parser.feed
     clock = time.monotonic_ns
     rec.actual_send_ns = clock() - t0_ns
+    deadline_s = time.monotonic() + timeout_s
+    loop = asyncio.get_running_loop()
     try:
-        async with session.post(url, data=body, timeout=timeout, headers=headers or None) as resp:
-            rec.http_status = resp.status
-            if resp.status != 200:
-                text = await resp.text(errors="replace")
-                rec.error = f"HTTP {resp.status}: {text[:ERROR_BODY_CHARS].strip()}"
-                return clock() - t0_ns
-            parts: list[bytes] = []
-            async for data in resp.content.iter_any():
-                now = clock() - t0_ns
-                if parts:
-                    straddle = parts[-1][-1:] == b"\n" and data[:1] == b"\n"
-                    parts.append(data)
-                    if _SEP not in data and not straddle:
-                        continue  # still inside one long event: join once its end arrives
-                    data = b"".join(parts)
-                    parts.clear()
-                start = 0
-                n_data = len(data)
-                while True:
-                    # JSON never holds a raw newline, so the first "\n" ends a plain one-line event; a one-byte
-                    # find is a memchr, several times faster than searching for the two-byte separator
-                    nl = data.find(_NL, start)
-                    if nl < 0 or nl + 1 >= n_data:
-                        break
-                    if data[nl + 1] == 10 and data.startswith(_DATA, start):
-                        payload = data[start + 6 : nl]
-                        start = nl + 2
-                    else:
-                        end = data.find(_SEP, start)
-                        if end < 0:
-                            break
-                        slow = _slow_payload(data[start:end])
-                        start = end + 2
-                        if slow is None:
-                            continue
-                        payload = slow
-                    if payload == _DONE:
-                        continue
-                    n = feed(payload)
-                    if n > 0:
-                        arrivals.append(now)
-                        tokens.append(n)
-                if start < len(data):
-                    parts.append(data[start:] if start else data)
-            end_ns = clock() - t0_ns
+        c = await pool.acquire(deadline_s)
     except asyncio.TimeoutError:
-        rec.error = f"timeout after {timeout.total:g} s"
-        end_ns = clock() - t0_ns
-    except aiohttp.ClientPayloadError as e:
-        rec.error = f"stream broken: {e}"
-        end_ns = clock() - t0_ns
-    except (aiohttp.ClientError, OSError) as e:
+        rec.error = f"timeout after {timeout_s:g} s"
+        _apply_meta(parser, rec)
+        return clock() - t0_ns
+    except OSError as e:
         rec.error = f"connection error: {type(e).__name__}: {e}"
-        end_ns = clock() - t0_ns
+        _apply_meta(parser, rec)
+        return clock() - t0_ns
+    fut: asyncio.Future[int] = loop.create_future()
+    r = _Response(rec, parser, t0_ns, fut)
+    c.resp = r
+    reuse = False
+    try:
+        assert c.transport is not None
+        if c.closed:
+            r.fail("connection error: the pooled connection closed before the request was sent")
+        else:
+            c.transport.write(pool.request_bytes(path, body, headers))
+            r.timer = loop.call_at(loop.time() + max(0.0, deadline_s - time.monotonic()),
+                                   r.fail, f"timeout after {timeout_s:g} s")
+        end_ns = await fut
+        reuse = r.state == _DONE_STATE and r.keep_alive  # fail() clears keep_alive: never reuse after one
+    finally:
+        if r.timer is not None:
+            r.timer.cancel()
+        pool.release(c, reuse)
     _apply_meta(parser, rec)
     return end_ns
 

@@ -21,7 +21,7 @@ from cluster.engines.base import Engine, HttpRequest, Prompt
 from cluster.loadgen.output_sample import OutputSample, sample_indices
 from cluster.loadgen.arrivals import arrival_offsets_ns
 from cluster.loadgen.traces import trace_offsets_ns
-from cluster.loadgen.client import new_session, stream_request
+from cluster.loadgen.client import StreamPool, stream_request
 from cluster.loadgen.pacing import closed_loop, pace, shard_concurrency
 from cluster.loadgen.sessions import Answer, SessionPlan, dispatch_sessions
 from cluster.plan.runs import LoadPoint
@@ -88,7 +88,7 @@ def _check_shard(shard_index: int, num_shards: int) -> None:
 
 
 async def _dispatch(
-    session: aiohttp.ClientSession,
+    pool: StreamPool,
     engine: Engine,
     base_url: str,
     api: str,
@@ -111,8 +111,6 @@ async def _dispatch(
     """Send every request of this shard of the window; each finished record goes to `sink` exactly once. The
     requests in `sampled` keep their output (a text-keeping parser) in `samples`; `sessions` sends the window as
     multi-turn sessions (`indices` then holds this shard's sessions' requests)."""
-    timeout = aiohttp.ClientTimeout(total=request_timeout_s)
-    urls: dict[str, str] = {}
     new_parser = engine.new_parser
     clock = time.monotonic_ns
 
@@ -133,12 +131,9 @@ async def _dispatch(
         got: Optional[Answer] = None
         try:
             r = request_for(p)
-            url = urls.get(r.path)
-            if url is None:
-                url = urls[r.path] = base_url + r.path
             keep = answer or i in sampled
             parser = new_parser(api, keep_text=True) if keep else new_parser(api)
-            end_ns = await stream_request(session, url, r.body, parser, t0_ns, timeout, rec, r.headers)
+            end_ns = await stream_request(pool, r.path, r.body, parser, t0_ns, request_timeout_s, rec, r.headers)
             if keep:
                 ids = parser.output_ids()
                 if i in sampled and samples is not None:
@@ -245,7 +240,8 @@ async def run_window(
     else:
         limit = shard_concurrency(int(load.max_concurrency), shard_index, num_shards) if load.max_concurrency else 0
     sink = RecordSink(len(indices), batch_rows, on_batch)
-    async with new_session(max(limit, 1) if limit else 0, engine.headers) as session:
+    async with aiohttp.ClientSession(headers=engine.headers) as session, \
+            StreamPool(base_url, max(limit, 1) if limit else 0, engine.headers) as pool:
         before = await _scrape(session, engine, base_url) if scrape_metrics else {}
         if start_unix_s is not None:
             # shards of one window start together: a timer to within a few ms, then a short spin on the clock
@@ -257,7 +253,7 @@ async def run_window(
         window_start_unix_s = time.time()
         t0_ns = time.monotonic_ns()
         samples: list[OutputSample] = []
-        await _dispatch(session, engine, base_url, api, request_for, prompt_for, indices, n_total, max_tokens,
+        await _dispatch(pool, engine, base_url, api, request_for, prompt_for, indices, n_total, max_tokens,
                         load, seed, request_timeout_s, t0_ns, sink, num_shards, shard_index,
                         sample_indices(n_total), samples, sessions)
         sink.flush()
@@ -325,7 +321,7 @@ async def flush(engine: Engine, base_url: str, timeout_s: float) -> bool:
     url = base_url.rstrip("/") + engine.flush_path
     deadline = time.monotonic() + timeout_s
     refused_since: Optional[float] = None
-    async with new_session(1, engine.headers) as session:
+    async with aiohttp.ClientSession(headers=engine.headers) as session:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:

@@ -1,0 +1,194 @@
+"""The streaming HTTP/1.1 client against a raw-bytes loopback server: framings, keep-alive, failures, read stamps."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Awaitable, Callable, Optional
+
+import pytest
+
+from cluster.dataset.records import RequestRecord
+from cluster.engines.streams import SGLangNativeParser
+from cluster.loadgen.client import StreamPool, stream_request
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+def _event(k: int, n: int) -> bytes:
+    meta = {"id": "x", "finish_reason": {"type": "length", "length": n} if k == n else None,
+            "prompt_tokens": 3, "completion_tokens": k, "cached_tokens": 0}
+    return b"data: " + json.dumps({"text": "t" * k, "output_ids": list(range(k)), "meta_info": meta}).encode() + b"\n\n"
+
+
+def _sse(n: int) -> bytes:
+    return b"".join(_event(k, n) for k in range(1, n + 1)) + b"data: [DONE]\n\n"
+
+
+def _chunked(pieces: list[bytes]) -> bytes:
+    return b"".join(b"%x\r\n" % len(p) + p + b"\r\n" for p in pieces) + b"0\r\n\r\n"
+
+
+async def _read_request(reader: asyncio.StreamReader) -> Optional[bytes]:
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return None
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+    return head + await reader.readexactly(length)
+
+
+async def _serve(handler: Handler, body: Callable[[str], Awaitable[None]]) -> None:
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        await body(f"http://127.0.0.1:{port}")
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def _one(pool: StreamPool, timeout_s: float = 5.0, headers: dict[str, str] = {}) -> RequestRecord:
+    rec = RequestRecord(request_index=0, intended_send_ns=0, actual_send_ns=0, prompt_tokens_sent=3, max_tokens=4)
+    await stream_request(pool, "/generate", b'{"x":1}', SGLangNativeParser(), time.monotonic_ns(), timeout_s, rec,
+                         headers)
+    return rec
+
+
+CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+def test_keep_alive_reuses_one_connection_for_sequential_requests_and_sends_the_headers() -> None:
+    connections: list[int] = []
+    seen: list[bytes] = []
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        while (req := await _read_request(r)) is not None:
+            seen.append(req)
+            w.write(CHUNKED_HEAD + _chunked([_event(k, 4) for k in range(1, 5)] + [b"data: [DONE]\n\n"]))
+            await w.drain()
+        w.close()
+
+    async def body(url: str) -> None:
+        async with StreamPool(url, 2, {"Authorization": "Bearer s3cret"}) as pool:
+            recs = [await _one(pool, headers={"X-Category": "code"}) for _ in range(3)]
+        for rec in recs:
+            assert rec.error is None and rec.chunk_tokens == [1, 1, 1, 1] and rec.completion_tokens == 4
+            assert rec.http_status == 200 and rec.finish_reason == "length"
+
+    asyncio.run(_serve(handler, body))
+    assert len(connections) == 1  # three requests, one kept-alive connection
+    assert seen[0].startswith(b"POST /generate HTTP/1.1\r\n")
+    assert b"\r\nAuthorization: Bearer s3cret\r\n" in seen[0] and b"\r\nX-Category: code\r\n" in seen[0]
+    assert seen[0].endswith(b"\r\n\r\n" + b'{"x":1}')
+
+
+@pytest.mark.parametrize("framing", ["chunked-bytewise", "length", "close", "http10"])
+def test_every_framing_gives_the_same_record(framing: str) -> None:
+    sse = _sse(5)
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await _read_request(r)
+        if framing == "chunked-bytewise":  # every byte of the chunk framing and the events split across writes
+            raw = CHUNKED_HEAD + _chunked([sse[i : i + 11] for i in range(0, len(sse), 11)])
+        elif framing == "length":
+            raw = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(sse) + sse
+        elif framing == "close":
+            raw = b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + sse
+        else:
+            raw = b"HTTP/1.0 200 OK\r\n\r\n" + sse
+        step = 3 if framing == "chunked-bytewise" else 64
+        for i in range(0, len(raw), step):
+            w.write(raw[i : i + step])
+            await w.drain()
+        w.close()
+
+    async def body(url: str) -> None:
+        async with StreamPool(url, 1) as pool:
+            rec = await _one(pool)
+        assert rec.error is None, rec.error
+        assert sum(rec.chunk_tokens) == 5 and rec.completion_tokens == 5 and len(rec.chunk_arrival_ns) == 5
+        assert rec.chunk_arrival_ns == sorted(rec.chunk_arrival_ns)
+
+    asyncio.run(_serve(handler, body))
+
+
+def test_each_read_is_stamped_when_it_arrives_not_when_the_response_ends() -> None:
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await _read_request(r)
+        w.write(CHUNKED_HEAD)
+        for k in range(1, 4):
+            await asyncio.sleep(0.05)
+            w.write(_chunked([_event(k, 3)])[:-5] if k < 3 else _chunked([_event(k, 3), b"data: [DONE]\n\n"]))
+            await w.drain()
+        w.close()
+
+    async def body(url: str) -> None:
+        async with StreamPool(url, 1) as pool:
+            rec = await _one(pool)
+        assert rec.error is None, rec.error
+        gaps_ms = [(b - a) / 1e6 for a, b in zip(rec.chunk_arrival_ns, rec.chunk_arrival_ns[1:])]
+        assert rec.chunk_arrival_ns[0] / 1e6 >= 45 and all(40 <= g <= 150 for g in gaps_ms), gaps_ms
+
+    asyncio.run(_serve(handler, body))
+
+
+def test_failures_each_end_in_one_error_and_the_connection_is_not_reused() -> None:
+    modes = iter(["503", "midstream", "garbage", "ok"])
+    connections: list[int] = []
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        while (await _read_request(r)) is not None:
+            mode = next(modes)
+            if mode == "503":
+                w.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 10\r\n\r\noverloaded")
+            elif mode == "midstream":
+                w.write(CHUNKED_HEAD + _chunked([_event(1, 4)])[:-5])
+                await w.drain()
+                w.close()
+                return
+            elif mode == "garbage":
+                w.write(CHUNKED_HEAD + b"zz\r\nnot hex\r\n")
+            else:
+                w.write(CHUNKED_HEAD + _chunked([_sse(2)]))
+            await w.drain()
+
+    async def body(url: str) -> None:
+        async with StreamPool(url, 1) as pool:
+            recs = [await _one(pool) for _ in range(4)]
+        assert recs[0].error == "HTTP 503: overloaded" and recs[0].http_status == 503
+        assert recs[1].error is not None and recs[1].error.startswith("stream broken: connection closed mid-response")
+        assert recs[1].chunk_tokens == [1]
+        assert recs[2].error is not None and recs[2].error.startswith("stream broken: ValueError")
+        assert recs[3].error is None and sum(recs[3].chunk_tokens) == 2
+
+    asyncio.run(_serve(handler, body))
+    # the 503 (complete, keep-alive) reused the first connection; the broken stream and the garbage did not
+    assert len(connections) == 3
+
+
+def test_timeout_covers_a_full_pool_and_a_silent_server() -> None:
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await _read_request(r)
+        await asyncio.sleep(2)  # never answers in time
+        w.close()
+
+    async def body(url: str) -> None:
+        async with StreamPool(url, 1) as pool:
+            t0 = time.monotonic()
+            recs = await asyncio.gather(_one(pool, 0.3), _one(pool, 0.3))
+            took_s = time.monotonic() - t0
+        # the second request waited for the one connection; both give up at their own 0.3 s
+        assert [r.error for r in recs] == ["timeout after 0.3 s"] * 2 and took_s < 1.0
+
+    asyncio.run(_serve(handler, body))
+
+
+def test_header_injection_and_non_http_urls_are_refused() -> None:
+    with pytest.raises(ValueError, match="line break"):
+        StreamPool("http://127.0.0.1:1", 1, {"Authorization": "Bearer x\r\nX-Evil: 1"})
+    with pytest.raises(ValueError, match="expected http://host:port"):
+        StreamPool("ftp://127.0.0.1:1", 1)
