@@ -14,10 +14,11 @@ The control calls around a window (/metrics, /flush_cache, the gate) stay on aio
 from __future__ import annotations
 
 import asyncio
-import ssl
+import socket
+import struct
 import time
 from collections import deque
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional
 from urllib.parse import urlsplit
 
 from cluster.dataset.records import RequestRecord
@@ -59,7 +60,7 @@ class _Response:
     """One request's response, parsed as bytes arrive: status, headers, chunked/length body, SSE events."""
 
     __slots__ = ("rec", "parser", "t0_ns", "fut", "state", "buf", "left", "parts", "body_err", "status",
-                 "keep_alive", "timer", "got_head", "end_ns")
+                 "keep_alive", "timer", "got_head", "end_ns", "sse_frame_ready")
 
     def __init__(self, rec: RequestRecord, parser: StreamParser, t0_ns: int, fut: asyncio.Future[int]) -> None:
         self.rec = rec
@@ -76,9 +77,40 @@ class _Response:
         self.timer: Optional[asyncio.TimerHandle] = None
         self.got_head = False
         self.end_ns = 0
+        self.sse_frame_ready = False
+        """True while a read may be one whole chunk frame of one event: a 200 chunked stream between frames, nothing
+        buffered (the paced case: one event per server write)."""
 
     # --- HTTP framing -------------------------------------------------------------------------------------------
+    def one_event_frame(self, data: bytes, now: int) -> bool:
+        """Take `data` when it is exactly one chunk frame holding one plain `data: ...` event; False otherwise
+        (then feed() takes it). The common read of a paced stream, handled without the general state machine."""
+        i = data.find(_CRLF)
+        end = len(data) - 2
+        if i <= 0 or not data.startswith(_DATA, i + 2) or data[end - 2 :] != b"\n\n\r\n" \
+                or data.find(_NL, i + 8) != end - 2:
+            return False
+        try:
+            if int(data[:i], 16) != end - i - 2:
+                return False
+        except ValueError:
+            return False
+        payload = data[i + 8 : end - 2]
+        if payload != _DONE:
+            k = self.parser.feed(payload)
+            if k > 0:
+                self.rec.chunk_arrival_ns.append(now - self.t0_ns)
+                self.rec.chunk_tokens.append(k)
+        return True
+
     def feed(self, data: bytes, now: int) -> None:
+        self.sse_frame_ready = False
+        try:
+            self._feed(data, now)
+        finally:
+            self.sse_frame_ready = (self.state == _SIZE and self.status == 200 and not self.buf and not self.parts)
+
+    def _feed(self, data: bytes, now: int) -> None:
         if self.buf:
             data = self.buf + data
             self.buf = b""
@@ -251,33 +283,98 @@ class _Response:
             parts.append(data[start:] if start else data)
 
 
-class _Conn(asyncio.Protocol):
-    """One keep-alive connection; the response in progress gets every read with the read's own timestamp."""
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+"""Linux: each read's ancillary data carries the kernel's receive time of its last segment (CLOCK_REALTIME)."""
+_TS = struct.Struct("@qq")
+_ANC_BYTES = socket.CMSG_SPACE(_TS.size)
+_MAX_KERNEL_LAG_NS = 10_000_000_000
+"""A kernel stamp further back than this (or in the future) is taken as a wall-clock step and ignored."""
 
-    def __init__(self, pool: StreamPool) -> None:
+
+class _Conn:
+    """One keep-alive connection on its own non-blocking socket, read with `recvmsg_into` from the event loop's
+    reader callback.
+
+    Arrival times are the kernel's receive timestamps (SO_TIMESTAMPNS), not the moment Python got round to the
+    socket: when the loop is busy with other streams, or the process was not scheduled, a read's bytes still get
+    the time they reached the socket. The stamp is CLOCK_REALTIME; it is moved onto the monotonic clock by the
+    lag `time_ns() - stamp` measured at the read itself, so no offset can drift or step mid-window. Where the
+    kernel gives no stamp, the read's own `monotonic_ns()` is used. Reads go into the pool's one buffer and only
+    the bytes read are copied out."""
+
+    __slots__ = ("pool", "sock", "loop", "resp", "closed", "_out", "kernel_stamps")
+
+    def __init__(self, pool: StreamPool, sock: socket.socket, loop: asyncio.AbstractEventLoop) -> None:
         self.pool = pool
-        self.transport: Optional[asyncio.Transport] = None
+        self.sock = sock
+        self.loop = loop
         self.resp: Optional[_Response] = None
         self.closed = False
+        self._out: list[bytes] = []
+        self.kernel_stamps = 0
+        loop.add_reader(sock.fileno(), self._readable)
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
+    def _readable(self) -> None:
+        try:
+            n, anc, _flags, _addr = self.sock.recvmsg_into(self.pool.read_bufs, _ANC_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self._lost(e)
+            return
         now = time.monotonic_ns()
+        if anc:
+            lag = time.time_ns() - _kernel_ns(anc[0][2])
+            if 0 <= lag < _MAX_KERNEL_LAG_NS:
+                now -= lag
+                self.kernel_stamps += 1
+        if n == 0:
+            self._lost(None)
+            return
+        data = self.pool.read_view[:n].tobytes()
         r = self.resp
         if r is None:  # bytes while idle: the connection is out of step, never reuse it
-            self.abort()
+            self._lost(None)
             return
         try:
-            r.feed(data, now)
+            if not (r.sse_frame_ready and r.one_event_frame(data, now)):
+                r.feed(data, now)
         except Exception as e:  # a malformed response (or a parser bug) ends this request, not the window
             r.fail(f"stream broken: {type(e).__name__}: {e}")
             self.abort()
 
-    def connection_lost(self, exc: Optional[Exception]) -> None:
-        self.closed = True
+    def write(self, data: bytes) -> None:
+        if self._out:
+            self._out.append(data)
+            return
+        try:
+            k = self.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            k = 0
+        except OSError as e:
+            self._lost(e)
+            return
+        if k < len(data):
+            self._out.append(data[k:])
+            self.loop.add_writer(self.sock.fileno(), self._writable)
+
+    def _writable(self) -> None:
+        data = b"".join(self._out)
+        try:
+            k = self.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self._lost(e)
+            return
+        self._out = [data[k:]] if k < len(data) else []
+        if not self._out:
+            self.loop.remove_writer(self.sock.fileno())
+
+    def _lost(self, exc: Optional[BaseException]) -> None:
+        if self.closed:
+            return
+        self.abort()
         r = self.resp
         if r is not None and r.state != _DONE_STATE:
             if r.state == _TO_CLOSE:
@@ -289,9 +386,20 @@ class _Conn(asyncio.Protocol):
         self.pool._lost(self)
 
     def abort(self) -> None:
+        if self.closed:
+            return
         self.closed = True
-        if self.transport is not None:
-            self.transport.abort()
+        fd = self.sock.fileno()
+        if fd >= 0:
+            self.loop.remove_reader(fd)
+            if self._out:
+                self.loop.remove_writer(fd)
+        self.sock.close()
+
+
+def _kernel_ns(raw: bytes) -> int:
+    sec, nsec = _TS.unpack_from(raw)
+    return int(sec * 1_000_000_000 + nsec)
 
 
 class StreamPool:
@@ -300,20 +408,26 @@ class StreamPool:
 
     def __init__(self, base_url: str, limit: int, headers: Mapping[str, str] = {}) -> None:
         u = urlsplit(base_url)
-        if u.scheme not in ("http", "https") or not u.hostname:
-            raise ValueError(f"base URL: expected http://host:port or https://host:port, got {base_url!r}")
+        if u.scheme != "http" or not u.hostname:
+            # the servers sglbench measures are its own, on http://host:port; TLS would put a decryption step
+            # between the kernel's receive stamp and the event it times
+            raise ValueError(f"base URL: expected http://host:port (plain HTTP/1.1), got {base_url!r}")
         self.host = u.hostname
-        self.port = u.port or (443 if u.scheme == "https" else 80)
-        self.ssl: Optional[ssl.SSLContext] = ssl.create_default_context() if u.scheme == "https" else None
+        self.port = u.port or 80
         self.prefix = u.path.rstrip("/")
         host = u.netloc.rsplit("@", 1)[-1]
         self._fixed = (f"Host: {host}\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\n"
                        ).encode("latin-1") + _header_lines(headers)
         self.limit = limit
+        self.read_view = memoryview(bytearray(256 * 1024))
+        """Every connection's read buffer: a read is copied out before the next one lands (one event loop)."""
+        self.read_bufs = [self.read_view]
+        self._addr: Optional[tuple[int, tuple[Any, ...]]] = None
         self._idle: list[_Conn] = []
         self._all: set[_Conn] = set()
         self._waiters: deque[asyncio.Future[Optional[_Conn]]] = deque()
         self._heads: dict[tuple[str, int], bytes] = {}
+        self._connecting = 0
 
     async def __aenter__(self) -> StreamPool:
         return self
@@ -345,24 +459,44 @@ class StreamPool:
                 return c
             self._all.discard(c)
         loop = asyncio.get_running_loop()
-        if self.limit and len(self._all) >= self.limit:
+        if self.limit and len(self._all) + self._connecting >= self.limit:
             fut: asyncio.Future[Optional[_Conn]] = loop.create_future()
             self._waiters.append(fut)
             got = await asyncio.wait_for(fut, max(0.0, deadline_s - time.monotonic()))
             if got is not None:
                 return got
-        c = _Conn(self)
-        self._all.add(c)  # holds the slot while connecting
+        self._connecting += 1  # holds the slot while connecting: no await between the check and here
         try:
-            await asyncio.wait_for(
-                loop.create_connection(lambda: c, self.host, self.port, ssl=self.ssl),
-                max(0.0, deadline_s - time.monotonic()),
-            )
+            sock = await asyncio.wait_for(self._connect(loop), max(0.0, deadline_s - time.monotonic()))
         except BaseException:
-            self._all.discard(c)
-            self._wake()
+            self._connecting -= 1
+            self._wake()  # the slot it held is free again
             raise
+        self._connecting -= 1
+        c = _Conn(self, sock, loop)
+        self._all.add(c)
         return c
+
+    async def _connect(self, loop: asyncio.AbstractEventLoop) -> socket.socket:
+        if self._addr is None:
+            infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+            if not infos:
+                raise OSError(f"cannot resolve {self.host}:{self.port}")
+            self._addr = (infos[0][0], infos[0][4])
+        family, addr = self._addr
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            except OSError:
+                pass  # no kernel stamps here: reads keep their own monotonic_ns()
+            await loop.sock_connect(sock, addr)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
 
     def release(self, c: _Conn, reuse: bool) -> None:
         c.resp = None
@@ -426,11 +560,10 @@ async def stream_request(
     c.resp = r
     reuse = False
     try:
-        assert c.transport is not None
         if c.closed:
             r.fail("connection error: the pooled connection closed before the request was sent")
         else:
-            c.transport.write(pool.request_bytes(path, body, headers))
+            c.write(pool.request_bytes(path, body, headers))
             r.timer = loop.call_at(loop.time() + max(0.0, deadline_s - time.monotonic()),
                                    r.fail, f"timeout after {timeout_s:g} s")
         end_ns = await fut

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import sys
+import threading
 import time
 from typing import Awaitable, Callable, Optional
 
@@ -192,3 +195,44 @@ def test_header_injection_and_non_http_urls_are_refused() -> None:
         StreamPool("http://127.0.0.1:1", 1, {"Authorization": "Bearer x\r\nX-Evil: 1"})
     with pytest.raises(ValueError, match="expected http://host:port"):
         StreamPool("ftp://127.0.0.1:1", 1)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="kernel receive timestamps (SO_TIMESTAMPNS) are Linux's")
+def test_a_read_delayed_by_a_busy_loop_keeps_the_time_the_bytes_reached_the_socket() -> None:
+    """The first event reaches the socket 50 ms after the request, while the client's event loop is blocked from
+    20 to 220 ms: its arrival must be the kernel's receive time (~50 ms), not the moment Python read it (~220 ms)."""
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            buf = b""
+            while b'{"x":1}' not in buf:
+                buf += conn.recv(65536)
+            t0 = time.monotonic()
+            conn.sendall(CHUNKED_HEAD)
+            time.sleep(max(0.0, t0 + 0.05 - time.monotonic()))
+            conn.sendall(_chunked([_event(1, 2)])[:-5])
+            time.sleep(max(0.0, t0 + 0.3 - time.monotonic()))
+            conn.sendall(_chunked([_event(2, 2), b"data: [DONE]\n\n"]))
+            conn.recv(1)  # until the client closes
+
+    th = threading.Thread(target=serve, daemon=True)
+    th.start()
+
+    async def body() -> RequestRecord:
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.02, time.sleep, 0.2)  # the loop is busy: no read can run until 220 ms
+        async with StreamPool(f"http://127.0.0.1:{port}", 1) as pool:
+            return await _one(pool)
+
+    try:
+        rec = asyncio.run(body())
+    finally:
+        srv.close()
+        th.join(5)
+    assert rec.error is None, rec.error
+    first_ms = (rec.chunk_arrival_ns[0] - rec.actual_send_ns) / 1e6
+    assert 45 <= first_ms <= 150, first_ms  # a user-space stamp would be >= 220 ms
+    assert (rec.chunk_arrival_ns[1] - rec.actual_send_ns) / 1e6 >= 280
