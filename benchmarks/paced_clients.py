@@ -1,0 +1,416 @@
+"""sglbench's load generator against peer benchmark clients, side by side, on the paced C stub (and its burst mode).
+
+Every client runs in its own process tree pinned to one core (the stub on the other), against
+benchmarks/paced_stub.c: one SSE event per write() on a known schedule (TTFT, then one token every ITL), so
+`client-reported − injected` is each client's own timing error. Per run it records the client's own
+completed requests, duration, per-request TTFT and per-chunk ITL (each peer's detailed output; peers.py says
+which peer reports what), the process tree's CPU seconds and peak RSS (psutil), the stub's own write lateness
+(GET /stats; a run whose stub p99 lateness passes --stub-late-bound-us is discarded and said so), and the load
+average. Clients alternate inside each repeat.
+
+    python benchmarks/paced_clients.py saturation --streams 1024 --endpoints native openai-usage openai
+    python benchmarks/paced_clients.py timing --streams 64 256
+    python benchmarks/paced_clients.py openloop --rate 50
+    python benchmarks/paced_clients.py cpu --streams 64          # CPU us per chunk and RSS above the import baseline
+    python benchmarks/paced_clients.py saturation --burst        # the parser ceiling: whole responses in one write
+
+Peers (SGLang's bench_serving, vLLM's bench serve, AIPerf, GuideLLM) come from their own venvs:
+scripts/setup_sglang_client_venv.sh, scripts/setup_vllm_venv.sh, scripts/setup_peer_venvs.sh.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Protocol, Sequence
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# SGLBENCH_ROOT: run another checkout's load generator in the worker (an A/B of two versions in one run)
+sys.path.insert(1, os.environ.get("SGLBENCH_ROOT") or str(Path(__file__).resolve().parents[1]))
+
+import paced_stub  # noqa: E402
+import peers  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+INPUT_TOKENS = 128
+TTFT_MS = 20.0
+ITL_MS = 10.0
+
+
+@dataclass
+class Result:
+    """One client run's figures (the client's own clock for duration, TTFT and ITL)."""
+
+    client: str
+    endpoint: str
+    streams: int
+    completed: int
+    duration_s: float
+    output_tokens: int
+    ttft_ms: np.ndarray
+    itl_ms: np.ndarray
+    cpu_s: float
+    peak_rss_mb: float
+    stub: dict[str, float]
+    load1: float
+    notes: str = ""
+    discarded: str = ""
+
+    @property
+    def chunks_s(self) -> float:
+        return self.output_tokens / self.duration_s if self.duration_s > 0 else 0.0
+
+
+class Client(Protocol):
+    name: str
+
+    def available(self) -> bool: ...
+
+    def argv(self, base_url: str, endpoint: str, concurrency: int, num_requests: int, input_tokens: int,
+             output_tokens: int, tokenizer_dir: Path, out_dir: Path,
+             request_rate: Optional[float] = None) -> Optional[list[str]]: ...
+
+    def env(self) -> dict[str, str]: ...
+
+    def parse(self, out_dir: Path) -> "peers.PeerResult": ...
+
+
+@dataclass
+class Sglbench:
+    """sglbench's load generator (cluster.loadgen.runner.run_load_point), full records kept, in this interpreter."""
+
+    name: str = "sglbench"
+    python: str = sys.executable
+    root: str = str(ROOT)
+
+    def available(self) -> bool:
+        return True
+
+    def argv(self, base_url: str, endpoint: str, concurrency: int, num_requests: int, input_tokens: int,
+             output_tokens: int, tokenizer_dir: Path, out_dir: Path,
+             request_rate: Optional[float] = None) -> Optional[list[str]]:
+        a = [self.python, str(Path(__file__).resolve()), "worker", "--url", base_url, "--endpoint", endpoint,
+             "--streams", str(concurrency), "--requests", str(num_requests), "--input-tokens", str(input_tokens),
+             "--output-tokens", str(output_tokens), "--out", str(out_dir)]
+        return a + (["--rate", repr(request_rate)] if request_rate else [])
+
+    def env(self) -> dict[str, str]:
+        return {"PYTHONPATH": self.root, "SGLBENCH_ROOT": self.root}
+
+    def parse(self, out_dir: Path) -> "peers.PeerResult":
+        d = json.loads((out_dir / "sglbench.json").read_text())
+        arr = np.load(out_dir / "sglbench.npz")
+        return peers.PeerResult(completed=d["completed"], duration_s=d["duration_s"],
+                                ttft_ms=arr["ttft_ms"].tolist(), itl_ms=arr["itl_ms"].tolist(),
+                                output_tokens=d["output_tokens"], notes="per-chunk arrival gaps, read-time stamps")
+
+
+def worker(url: str, endpoint: str, streams: int, n: int, input_tokens: int, output_tokens: int, out: Path,
+           rate: Optional[float]) -> None:
+    """One sglbench window against the stub; per-request TTFT and per-chunk ITL written for the parent."""
+    import pyarrow as pa
+
+    from cluster.engines.base import HttpRequest
+    from cluster.engines.sglang import SGLangEngine
+    from cluster.loadgen.datasets import PromptArray
+    from cluster.loadgen.runner import run_load_point
+    from cluster.plan.runs import LoadPoint
+
+    class NoContinuousUsage(SGLangEngine):
+        """The OpenAI stream a server sends without continuous usage stats (final usage chunk only)."""
+
+        def build_request(self, *a: Any, **kw: Any) -> HttpRequest:
+            r = super().build_request(*a, **kw)
+            body = json.loads(r.body)
+            body["stream_options"] = {"include_usage": True}
+            return HttpRequest(r.path, json.dumps(body, separators=(",", ":")).encode(), r.headers)
+
+    engine = NoContinuousUsage() if endpoint == "openai" else SGLangEngine()
+    api = "native" if endpoint == "native" else "completions"
+    rng = np.random.default_rng(0)
+    prompts = PromptArray(rng.integers(100, 32000, (n, input_tokens), dtype=np.int32))
+    kept: list[tuple[pa.RecordBatch, pa.RecordBatch]] = []
+    load = LoadPoint("rate", rate) if rate else LoadPoint("concurrency", float(streams))
+    res = run_load_point(engine, url, api, prompts, output_tokens, load, 0, True, 0.0, "stub", 300.0,
+                         scrape_metrics=False, on_batch=lambda r, c: kept.append((r, c)), batch_rows=4096)
+    reqs = pa.concat_batches([r for r, _ in kept]) if kept else None
+    chunks = pa.concat_batches([c for _, c in kept]) if kept else None
+    ttft = np.zeros(0)
+    itl = np.zeros(0)
+    completed = tokens = 0
+    if reqs is not None and chunks is not None:
+        ok = np.array([e is None for e in reqs.column("error").to_pylist()])
+        first = reqs.column("first_chunk_ns").to_numpy(zero_copy_only=False).astype(np.float64)
+        send = reqs.column("actual_send_ns").to_numpy().astype(np.float64)
+        ttft = ((first - send) / 1e6)[ok]
+        completed = int(ok.sum())
+        tokens = int(np.asarray(reqs.column("client_tokens").to_numpy())[ok].sum())
+        ri = chunks.column("request_index").to_numpy()
+        at = chunks.column("arrival_ns").to_numpy()
+        order = np.lexsort((at, ri))
+        ri, at = ri[order], at[order]
+        same = ri[1:] == ri[:-1]
+        okset = set(reqs.column("request_index").to_numpy()[ok].tolist())
+        keep = same & np.isin(ri[1:], list(okset))
+        itl = (np.diff(at) / 1e6)[keep]
+    out.mkdir(parents=True, exist_ok=True)
+    np.savez(out / "sglbench.npz", ttft_ms=ttft, itl_ms=itl)
+    (out / "sglbench.json").write_text(json.dumps({"completed": completed, "duration_s": res.duration_s,
+                                                   "output_tokens": tokens, "requests": res.n_requests}))
+
+
+def _tree(pid: int) -> list[Any]:
+    import psutil
+
+    try:
+        p = psutil.Process(pid)
+        return [p, *p.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def run_client(c: Client, stub: paced_stub.PacedStub, endpoint: str, streams: int, n: int, output_tokens: int,
+               tok_dir: Path, core: Optional[int], rate: Optional[float] = None,
+               late_bound_us: float = 1000.0, timeout_s: float = 900.0) -> Optional[Result]:
+    """One run of one client: its tree pinned to `core`, CPU and RSS sampled every 50 ms; None if unsupported."""
+    import psutil
+
+    with tempfile.TemporaryDirectory(prefix=f"paced-{c.name}-") as tmp:
+        out = Path(tmp)
+        try:
+            argv = c.argv(stub.base_url, endpoint, streams, n, INPUT_TOKENS, output_tokens, tok_dir, out, rate)
+        except peers.NotSupported:
+            return None
+        if argv is None:
+            return None
+        stub.reset_stats()
+        env = dict(os.environ, **c.env())
+        log = open(out / "client.log", "wb")
+        p = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp,
+                             preexec_fn=(lambda: os.sched_setaffinity(0, {core})) if core is not None else None)
+        cpu: dict[int, float] = {}
+        peak = 0
+        loads: list[float] = []
+        deadline = time.monotonic() + timeout_s
+        while p.poll() is None:
+            rss = 0
+            for q in _tree(p.pid):
+                try:
+                    t = q.cpu_times()
+                    cpu[q.pid] = t.user + t.system + t.children_user + t.children_system
+                    rss += q.memory_info().rss
+                except psutil.Error:
+                    pass
+            peak = max(peak, rss)
+            loads.append(os.getloadavg()[0])
+            if time.monotonic() > deadline:
+                p.kill()
+                p.wait()
+                raise RuntimeError(f"{c.name} ran past {timeout_s:g} s")
+            time.sleep(0.05)
+        log.close()
+        st = stub.stats()
+        if p.returncode != 0:
+            tail = (out / "client.log").read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"{c.name} {endpoint} c{streams} failed ({p.returncode}):\n{tail}")
+        r = c.parse(out)
+    res = Result(c.name, endpoint, streams, r.completed, r.duration_s, r.output_tokens,
+                 np.asarray(r.ttft_ms, dtype=np.float64), np.asarray(r.itl_ms, dtype=np.float64),
+                 sum(cpu.values()), peak / 2**20, st, max(loads) if loads else os.getloadavg()[0], r.notes)
+    if st.get("late_p99_us", 0.0) > late_bound_us:
+        res.discarded = f"stub late: p99 {st['late_p99_us']:.0f} us > {late_bound_us:g} us"
+    return res
+
+
+def _pct(x: np.ndarray, q: float) -> float:
+    return float(np.percentile(x, q)) if len(x) else float("nan")
+
+
+def clients_for(names: Sequence[str]) -> list[Client]:
+    out: list[Client] = []
+    for name in names:
+        c: Client
+        if name == "sglbench":
+            c = Sglbench()
+        elif name.startswith("sglbench@"):  # sglbench@/path/to/other/checkout
+            c = Sglbench(name="sglbench@" + Path(name[9:]).name, root=name[9:])
+        else:
+            c = peers.PEERS[name]
+        if not c.available():
+            print(f"# {name}: skipped (its venv is not built: see peers.py)", flush=True)
+            continue
+        out.append(c)
+    return out
+
+
+def _n_for(streams: int, duration_s: float, output_tokens: int) -> int:
+    life_s = (TTFT_MS + (output_tokens - 1) * ITL_MS) / 1000.0
+    return max(streams, int(streams * duration_s / life_s))
+
+
+def _row(r: Result, ref: dict[str, float]) -> str:
+    ratios = " ".join(f"{r.chunks_s / v:5.2f}x" if v else "   - " for v in ref.values())
+    return (f"{r.client:10} {r.endpoint:13} {r.streams:6d} {r.completed:8d} {r.chunks_s:10.0f} {r.cpu_s:7.1f} "
+            f"{r.peak_rss_mb:7.0f} {r.stub.get('late_p99_us', float('nan')):9.0f} {r.load1:5.2f}  {ratios}"
+            f"{'  DISCARDED: ' + r.discarded if r.discarded else ''}")
+
+
+@dataclass
+class Table:
+    results: list[Result] = field(default_factory=list)
+
+    def medians(self, client: str, endpoint: str, streams: int) -> Optional[float]:
+        xs = [r.chunks_s for r in self.results if (r.client, r.endpoint, r.streams) == (client, endpoint, streams)
+              and not r.discarded]
+        return statistics.median(xs) if xs else None
+
+
+def saturation(clients: list[Client], stub: paced_stub.PacedStub, endpoints: list[str], streams: list[int],
+               repeats: int, duration_s: float, output_tokens: int, tok_dir: Path, core: Optional[int],
+               late_bound_us: float) -> Table:
+    t = Table()
+    print(f"\n# saturation: {output_tokens} tokens, TTFT {TTFT_MS:g} ms, ITL {ITL_MS:g} ms, ~{duration_s:g} s runs, "
+          f"{repeats} repeats interleaved; chunks/s on the client's own clock, one client core")
+    print(f"{'client':10} {'endpoint':13} {'streams':>6} {'done':>8} {'chunks/s':>10} {'cpu s':>7} {'rss MB':>7} "
+          f"{'stub p99us':>9} {'load1':>5}")
+    for ep in endpoints:
+        for s in streams:
+            for _ in range(repeats):
+                for c in clients:
+                    r = run_client(c, stub, ep, s, _n_for(s, duration_s, output_tokens), output_tokens, tok_dir,
+                                   core, late_bound_us=late_bound_us)
+                    if r is None:
+                        continue
+                    t.results.append(r)
+                    print(_row(r, {}), flush=True)
+            names = [c.name for c in clients]
+            med = {n: t.medians(n, ep, s) for n in names}
+            sb = med.get("sglbench")
+            line = ", ".join(f"{n} {v:.0f}" for n, v in med.items() if v)
+            ratios = ", ".join(f"vs {n} {sb / v:.2f}x" for n, v in med.items() if v and n != "sglbench" and sb)
+            print(f"## median chunks/s {ep} c{s}: {line}; sglbench {ratios}", flush=True)
+    return t
+
+
+def timing(clients: list[Client], stub: paced_stub.PacedStub, endpoint: str, streams: list[int], repeats: int,
+           duration_s: float, output_tokens: int, tok_dir: Path, core: Optional[int], late_bound_us: float,
+           rate: Optional[float] = None) -> None:
+    what = f"open loop {rate:g} req/s" if rate else "closed loop"
+    print(f"\n# timing error ({what}, {endpoint}): client-reported − injected (TTFT {TTFT_MS:g} ms, ITL {ITL_MS:g} "
+          f"ms), ms; median over {repeats} repeats of each percentile")
+    print(f"{'client':10} {'streams':>7} {'TTFT p50':>9} {'TTFT p99':>9} {'ITL p1':>8} {'ITL p50':>8} {'ITL p99':>8} "
+          f"{'|ITL| p99':>9} {'stub p99us':>10} {'load1':>5}  notes")
+    for s in streams:
+        per: dict[str, list[list[float]]] = {}
+        for _ in range(repeats):
+            for c in clients:
+                n = int(rate * duration_s) if rate else _n_for(s, duration_s, output_tokens)
+                r = run_client(c, stub, endpoint, s, n, output_tokens, tok_dir, core, rate=rate,
+                               late_bound_us=late_bound_us)
+                if r is None:
+                    continue
+                te, ie = r.ttft_ms - TTFT_MS, r.itl_ms - ITL_MS
+                row = [_pct(te, 50), _pct(te, 99), _pct(ie, 1), _pct(ie, 50), _pct(ie, 99), _pct(np.abs(ie), 99),
+                       r.stub.get("late_p99_us", float("nan")), r.load1]
+                tag = f"DISCARDED: {r.discarded}" if r.discarded else r.notes
+                print(f"{c.name:10} {s:7d} " + " ".join(f"{v:+9.3f}" for v in row[:6]) +
+                      f" {row[6]:10.0f} {row[7]:5.2f}  {tag}", flush=True)
+                if not r.discarded:
+                    per.setdefault(c.name, []).append(row)
+        for name, rows in per.items():
+            m = np.median(np.array(rows), axis=0)
+            print(f"## {name:8} c{s}: TTFT err p50 {m[0]:+.3f} p99 {m[1]:+.3f}; ITL err p1 {m[2]:+.3f} p50 "
+                  f"{m[3]:+.3f} p99 {m[4]:+.3f}, |ITL err| p99 {m[5]:.3f} ms", flush=True)
+
+
+def cpu_and_memory(clients: list[Client], stub: paced_stub.PacedStub, endpoint: str, streams: int,
+                   duration_s: float, output_tokens: int, tok_dir: Path, core: Optional[int],
+                   late_bound_us: float) -> None:
+    """CPU us per chunk at a fixed offered rate and peak RSS above the client's import baseline (a 1-request run)."""
+    offered = streams * 1000.0 / ITL_MS
+    print(f"\n# CPU per chunk at a fixed offered rate: {streams} streams × {1000 / ITL_MS:g} chunks/s = {offered:.0f} "
+          f"chunks/s ({endpoint}); baseline = the same client's 1-request run (imports, start-up)")
+    print(f"{'client':10} {'chunks':>9} {'cpu s':>7} {'base cpu':>8} {'us/chunk':>8} {'rss MB':>7} {'base MB':>7} "
+          f"{'above':>7} {'load1':>5}")
+    for c in clients:
+        base = run_client(c, stub, endpoint, 1, 1, output_tokens, tok_dir, core, late_bound_us=1e12)
+        r = run_client(c, stub, endpoint, streams, _n_for(streams, duration_s, output_tokens), output_tokens,
+                       tok_dir, core, late_bound_us=late_bound_us)
+        if base is None or r is None:
+            continue
+        us = (r.cpu_s - base.cpu_s) / max(1, r.output_tokens) * 1e6
+        print(f"{c.name:10} {r.output_tokens:9d} {r.cpu_s:7.1f} {base.cpu_s:8.1f} {us:8.2f} {r.peak_rss_mb:7.0f} "
+              f"{base.peak_rss_mb:7.0f} {r.peak_rss_mb - base.peak_rss_mb:7.0f} {r.load1:5.2f}"
+              f"{'  DISCARDED: ' + r.discarded if r.discarded else ''}", flush=True)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("mode", choices=["saturation", "timing", "openloop", "cpu", "worker"])
+    ap.add_argument("--clients", nargs="*", default=["sglbench", *peers.PEERS])
+    ap.add_argument("--endpoints", nargs="*", default=["native", "openai-usage", "openai"])
+    ap.add_argument("--streams", type=int, nargs="*", default=None)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--duration-s", type=float, default=20.0)
+    ap.add_argument("--output-tokens", type=int, default=100)
+    ap.add_argument("--rate", type=float, default=50.0, help="openloop: Poisson requests per second")
+    ap.add_argument("--burst", action="store_true", help="the stub writes each response whole (parser ceiling)")
+    ap.add_argument("--no-realtime", action="store_true", help="run the stub as a normal process, not SCHED_FIFO")
+    ap.add_argument("--stub-late-bound-us", type=float, default=1000.0)
+    # worker mode (sglbench's own process)
+    ap.add_argument("--url", default="")
+    ap.add_argument("--endpoint", default="native")
+    ap.add_argument("--requests", type=int, default=0)
+    ap.add_argument("--input-tokens", type=int, default=INPUT_TOKENS)
+    ap.add_argument("--out", default="")
+    a = ap.parse_args(argv)
+    if a.mode == "worker":
+        worker(a.url, a.endpoint, a.streams[0], a.requests, a.input_tokens, a.output_tokens, Path(a.out),
+               a.rate if a.rate and a.streams[0] == 0 else None)
+        return 0
+    ncpu = len(os.sched_getaffinity(0))
+    stub_core, client_core = (0, 1) if ncpu >= 2 else (None, None)
+    if ncpu >= 2:
+        os.sched_setaffinity(0, {0})  # this harness shares the stub's core, never the client's
+    clients = clients_for(a.clients)
+    with tempfile.TemporaryDirectory(prefix="paced-clients-") as tmp:
+        binary = paced_stub.build(Path(tmp))
+        tok_dir = Path(tmp) / "tokenizer"
+        tok_python = next((p.python() for p in clients if isinstance(p, peers.Peer)), None)
+        if tok_python is not None:
+            peers.build_tokenizer(tok_dir, tok_python)
+        print(f"cpus={ncpu} stub core {stub_core} client core {client_core} load1={os.getloadavg()[0]:.2f} "
+              f"clients={[c.name for c in clients]} burst={a.burst}", flush=True)
+        with paced_stub.PacedStub(binary, TTFT_MS, ITL_MS, a.output_tokens, burst=a.burst, cpu=stub_core,
+                                  realtime=not a.no_realtime) as stub:
+            print(f"stub SCHED_FIFO: {stub.realtime_granted}", flush=True)
+            if a.mode == "saturation":
+                saturation(clients, stub, a.endpoints, a.streams or [1024], a.repeats, a.duration_s,
+                           a.output_tokens, tok_dir, client_core, a.stub_late_bound_us)
+            elif a.mode == "timing":
+                for ep in a.endpoints:
+                    timing(clients, stub, ep, a.streams or [64, 256], a.repeats, a.duration_s, a.output_tokens,
+                           tok_dir, client_core, a.stub_late_bound_us)
+            elif a.mode == "openloop":
+                for ep in a.endpoints:
+                    timing(clients, stub, ep, [0], a.repeats, a.duration_s, a.output_tokens, tok_dir, client_core,
+                           a.stub_late_bound_us, rate=a.rate)
+            else:
+                for ep in a.endpoints:
+                    cpu_and_memory(clients, stub, ep, (a.streams or [64])[0], a.duration_s, a.output_tokens,
+                                   tok_dir, client_core, a.stub_late_bound_us)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
