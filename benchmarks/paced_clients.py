@@ -112,7 +112,7 @@ class Sglbench:
         arr = np.load(out_dir / "sglbench.npz")
         return peers.PeerResult(completed=d["completed"], duration_s=d["duration_s"],
                                 ttft_ms=arr["ttft_ms"].tolist(), itl_ms=arr["itl_ms"].tolist(),
-                                output_tokens=d["output_tokens"], notes="per-chunk arrival gaps, read-time stamps")
+                                output_tokens=d["output_tokens"], notes="per-chunk arrival gaps, kernel receive stamps")
 
 
 def worker(url: str, endpoint: str, streams: int, n: int, input_tokens: int, output_tokens: int, out: Path,
@@ -120,6 +120,7 @@ def worker(url: str, endpoint: str, streams: int, n: int, input_tokens: int, out
     """One sglbench window against the stub; per-request TTFT and per-chunk ITL written for the parent."""
     import pyarrow as pa
 
+    from cluster.analysis.request_metrics import TTFT, chunk_gaps, request_columns
     from cluster.engines.base import HttpRequest
     from cluster.engines.sglang import SGLangEngine
     from cluster.loadgen.datasets import PromptArray
@@ -143,26 +144,22 @@ def worker(url: str, endpoint: str, streams: int, n: int, input_tokens: int, out
     load = LoadPoint("rate", rate) if rate else LoadPoint("concurrency", float(streams))
     res = run_load_point(engine, url, api, prompts, output_tokens, load, 0, True, 0.0, "stub", 300.0,
                          scrape_metrics=False, on_batch=lambda r, c: kept.append((r, c)), batch_rows=4096)
-    reqs = pa.concat_batches([r for r, _ in kept]) if kept else None
-    chunks = pa.concat_batches([c for _, c in kept]) if kept else None
-    ttft = np.zeros(0)
-    itl = np.zeros(0)
+    ttft = itl = np.zeros(0)
     completed = tokens = 0
-    if reqs is not None and chunks is not None:
-        ok = np.array([e is None for e in reqs.column("error").to_pylist()])
-        first = reqs.column("first_chunk_ns").to_numpy(zero_copy_only=False).astype(np.float64)
-        send = reqs.column("actual_send_ns").to_numpy().astype(np.float64)
-        ttft = ((first - send) / 1e6)[ok]
-        completed = int(ok.sum())
-        tokens = int(np.asarray(reqs.column("client_tokens").to_numpy())[ok].sum())
+    if kept:
+        # the project's own definitions: TTFT as the runs table computes it, ITL as one gap per token-bearing chunk
+        reqs = pa.concat_batches([r for r, _ in kept])
+        chunks = pa.concat_batches([c for _, c in kept])
+        cols = request_columns(reqs)
+        ttft = TTFT.values(cols)[cols.ok]
+        completed = int(cols.ok.sum())
+        tokens = int(cols.client_tokens[cols.ok].sum())
         ri = chunks.column("request_index").to_numpy()
-        at = chunks.column("arrival_ns").to_numpy()
-        order = np.lexsort((at, ri))
-        ri, at = ri[order], at[order]
-        same = ri[1:] == ri[:-1]
-        okset = set(reqs.column("request_index").to_numpy()[ok].tolist())
-        keep = same & np.isin(ri[1:], list(okset))
-        itl = (np.diff(at) / 1e6)[keep]
+        ok = np.isin(ri, reqs.column("request_index").to_numpy()[cols.ok])
+        ri, ci = ri[ok], chunks.column("chunk_index").to_numpy()[ok]
+        order = np.lexsort((ci, ri))
+        itl = chunk_gaps(ri[order], chunks.column("arrival_ns").to_numpy()[ok][order],
+                         chunks.column("tokens").to_numpy()[ok][order])[0]
     out.mkdir(parents=True, exist_ok=True)
     np.savez(out / "sglbench.npz", ttft_ms=ttft, itl_ms=itl)
     (out / "sglbench.json").write_text(json.dumps({"completed": completed, "duration_s": res.duration_s,
@@ -195,9 +192,9 @@ def run_client(c: Client, stub: paced_stub.PacedStub, endpoint: str, streams: in
             return None
         stub.reset_stats()
         env = dict(os.environ, **c.env())
-        log = open(out / "client.log", "wb")
-        p = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp,
-                             preexec_fn=(lambda: os.sched_setaffinity(0, {core})) if core is not None else None)
+        with open(out / "client.log", "wb") as log:  # the child holds its own copy of the descriptor
+            p = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp,
+                                 preexec_fn=(lambda: os.sched_setaffinity(0, {core})) if core is not None else None)
         cpu: dict[int, float] = {}
         peak = 0
         loads: list[float] = []
@@ -218,7 +215,6 @@ def run_client(c: Client, stub: paced_stub.PacedStub, endpoint: str, streams: in
                 p.wait()
                 raise RuntimeError(f"{c.name} ran past {timeout_s:g} s")
             time.sleep(0.05)
-        log.close()
         st = stub.stats()
         if p.returncode != 0:
             tail = (out / "client.log").read_text(errors="replace")[-3000:]
@@ -258,10 +254,9 @@ def _n_for(streams: int, duration_s: float, output_tokens: int) -> int:
     return max(streams, int(streams * duration_s / life_s))
 
 
-def _row(r: Result, ref: dict[str, float]) -> str:
-    ratios = " ".join(f"{r.chunks_s / v:5.2f}x" if v else "   - " for v in ref.values())
+def _row(r: Result) -> str:
     return (f"{r.client:10} {r.endpoint:13} {r.streams:6d} {r.completed:8d} {r.chunks_s:10.0f} {r.cpu_s:7.1f} "
-            f"{r.peak_rss_mb:7.0f} {r.stub.get('late_p99_us', float('nan')):9.0f} {r.load1:5.2f}  {ratios}"
+            f"{r.peak_rss_mb:7.0f} {r.stub.get('late_p99_us', float('nan')):9.0f} {r.load1:5.2f}"
             f"{'  DISCARDED: ' + r.discarded if r.discarded else ''}")
 
 
@@ -292,7 +287,7 @@ def saturation(clients: list[Client], stub: paced_stub.PacedStub, endpoints: lis
                     if r is None:
                         continue
                     t.results.append(r)
-                    print(_row(r, {}), flush=True)
+                    print(_row(r), flush=True)
             names = [c.name for c in clients]
             med = {n: t.medians(n, ep, s) for n in names}
             sb = med.get("sglbench")
@@ -363,7 +358,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--duration-s", type=float, default=20.0)
     ap.add_argument("--output-tokens", type=int, default=100)
-    ap.add_argument("--rate", type=float, default=50.0, help="openloop: Poisson requests per second")
+    ap.add_argument("--rate", type=float, default=None, help="openloop: Poisson requests per second (default 50)")
     ap.add_argument("--burst", action="store_true", help="the stub writes each response whole (parser ceiling)")
     ap.add_argument("--no-realtime", action="store_true", help="run the stub as a normal process, not SCHED_FIFO")
     ap.add_argument("--stub-late-bound-us", type=float, default=1000.0)
@@ -376,7 +371,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     a = ap.parse_args(argv)
     if a.mode == "worker":
         worker(a.url, a.endpoint, a.streams[0], a.requests, a.input_tokens, a.output_tokens, Path(a.out),
-               a.rate if a.rate and a.streams[0] == 0 else None)
+               a.rate)
         return 0
     ncpu = len(os.sched_getaffinity(0))
     stub_core, client_core = (0, 1) if ncpu >= 2 else (None, None)
@@ -404,7 +399,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             elif a.mode == "openloop":
                 for ep in a.endpoints:
                     timing(clients, stub, ep, [0], a.repeats, a.duration_s, a.output_tokens, tok_dir, client_core,
-                           a.stub_late_bound_us, rate=a.rate)
+                           a.stub_late_bound_us, rate=a.rate or 50.0)
             else:
                 for ep in a.endpoints:
                     cpu_and_memory(clients, stub, ep, (a.streams or [64])[0], a.duration_s, a.output_tokens,

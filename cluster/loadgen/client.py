@@ -146,20 +146,16 @@ class _Response:
                     raise ValueError("malformed chunked body: no CRLF after a chunk")
                 pos += 2
                 self.state = _SIZE
-            elif st == _DATA_LEFT:
+            elif st == _DATA_LEFT or st == _LENGTH:  # `left` more bytes of a chunk, or of a Content-Length body
                 take = min(self.left, n - pos)
                 self._body(data[pos : pos + take] if pos or take < n else data, now)
                 pos += take
                 self.left -= take
                 if self.left == 0:
-                    self.state = _DATA_CRLF
-            elif st == _LENGTH:
-                take = min(self.left, n - pos)
-                self._body(data[pos : pos + take] if pos or take < n else data, now)
-                pos += take
-                self.left -= take
-                if self.left == 0:
-                    self._finish(now)
+                    if st == _LENGTH:
+                        self._finish(now)
+                    else:
+                        self.state = _DATA_CRLF
             elif st == _TO_CLOSE:
                 self._body(data[pos:] if pos else data, now)
                 return

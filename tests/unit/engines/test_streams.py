@@ -156,6 +156,19 @@ def test_fast_paths_agree_with_full_json_path() -> None:
     assert fast_n.meta() == full_n.meta()
 
 
+def _spy_full_decodes(p: OpenAIStreamParser | SGLangNativeParser) -> list[bytes]:
+    """The payloads `p` hands to its full JSON decode from now on (the fast paths never do)."""
+    decoded: list[bytes] = []
+    full = p._feed_full
+
+    def spy(payload: bytes) -> int:
+        decoded.append(payload)
+        return full(payload)
+
+    p._feed_full = spy  # type: ignore[method-assign]
+    return decoded
+
+
 def test_openai_without_usage_counts_content_chunks_without_decoding_them() -> None:
     """A stream without per-chunk usage (continuous usage off): one token per non-empty text/content chunk, found
     by a key search; the empty, role-only, finishing and usage chunks take the JSON path and agree with it."""
@@ -165,14 +178,7 @@ def test_openai_without_usage_counts_content_chunks_without_decoding_them() -> N
                _oai(None, 4, choices=False, chat=chat)]
         seq += [json.dumps(json.loads(c), separators=(",", ":")).encode() for c in seq[1:2]]
         fast, full = OpenAIStreamParser(), OpenAIStreamParser(keep_text=True)
-        decoded: list[bytes] = []
-        inner = fast._feed_full
-
-        def spy(payload: bytes) -> int:
-            decoded.append(payload)
-            return inner(payload)
-
-        fast._feed_full = spy  # type: ignore[method-assign]
+        decoded = _spy_full_decodes(fast)
         counts = [fast.feed(c) for c in seq]
         assert counts == [full.feed(c) for c in seq] == [0, 1, 1, 0, 1, 1, 0, 1]
         assert fast.meta() == full.meta() and fast.meta().completion_tokens == 4
@@ -182,14 +188,7 @@ def test_openai_without_usage_counts_content_chunks_without_decoding_them() -> N
 
 def test_native_fast_path_reads_meta_from_the_end_and_never_decodes_mid_stream_chunks() -> None:
     p = SGLangNativeParser()
-    decoded: list[bytes] = []
-    full = p._feed_full
-
-    def spy(payload: bytes) -> int:
-        decoded.append(payload)
-        return full(payload)
-
-    p._feed_full = spy  # type: ignore[method-assign]
+    decoded = _spy_full_decodes(p)
     # text that quotes the key names (escaped in JSON) must not fool the search from the end
     tricky = json.dumps({"text": 'say \\"completion_tokens\\": 99, \\"finish_reason\\": 1', "output_ids": [1, 2, 3],
                          "meta_info": {"id": "r", "finish_reason": None, "completion_tokens": 3}}).encode()
