@@ -112,7 +112,8 @@ class Sglbench:
         arr = np.load(out_dir / "sglbench.npz")
         return peers.PeerResult(completed=d["completed"], duration_s=d["duration_s"],
                                 ttft_ms=arr["ttft_ms"].tolist(), itl_ms=arr["itl_ms"].tolist(),
-                                output_tokens=d["output_tokens"], notes="per-chunk arrival gaps, kernel receive stamps")
+                                output_tokens=d["output_tokens"],
+                                notes="per-chunk arrival gaps, kernel receive stamps")
 
 
 def worker(url: str, endpoint: str, streams: int, n: int, input_tokens: int, output_tokens: int, out: Path,
