@@ -72,7 +72,8 @@ class Result:
 
 
 class Client(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def available(self) -> bool: ...
 
@@ -87,22 +88,30 @@ class Client(Protocol):
 
 @dataclass
 class Sglbench:
-    """sglbench's load generator (cluster.loadgen.runner.run_load_point), full records kept, in this interpreter."""
+    """sglbench's load generator (cluster.loadgen.runner.run_load_point), full records kept.
+
+    `loop`: "asyncio" hides uvloop from the worker, "uvloop" needs it importable in `python` (SGLBENCH_UVLOOP_PYTHON
+    names an interpreter that has it); `gc`: "freeze" runs the window with the collector frozen and disabled."""
 
     name: str = "sglbench"
     python: str = sys.executable
     root: str = str(ROOT)
+    loop: str = "asyncio"
+    gc: str = "on"
+    drop: bool = False
 
     def available(self) -> bool:
-        return True
+        if self.loop != "uvloop":
+            return True
+        return subprocess.run([self.python, "-c", "import uvloop"], capture_output=True).returncode == 0
 
     def argv(self, base_url: str, endpoint: str, concurrency: int, num_requests: int, input_tokens: int,
              output_tokens: int, tokenizer_dir: Path, out_dir: Path,
              request_rate: Optional[float] = None) -> Optional[list[str]]:
         a = [self.python, str(Path(__file__).resolve()), "worker", "--url", base_url, "--endpoint", endpoint,
              "--streams", str(concurrency), "--requests", str(num_requests), "--input-tokens", str(input_tokens),
-             "--output-tokens", str(output_tokens), "--out", str(out_dir)]
-        return a + (["--rate", repr(request_rate)] if request_rate else [])
+             "--output-tokens", str(output_tokens), "--out", str(out_dir), "--loop", self.loop, "--gc", self.gc]
+        return a + (["--rate", repr(request_rate)] if request_rate else []) + (["--drop"] if self.drop else [])
 
     def env(self) -> dict[str, str]:
         return {"PYTHONPATH": self.root, "SGLBENCH_ROOT": self.root}
@@ -113,13 +122,24 @@ class Sglbench:
         return peers.PeerResult(completed=d["completed"], duration_s=d["duration_s"],
                                 ttft_ms=arr["ttft_ms"].tolist(), itl_ms=arr["itl_ms"].tolist(),
                                 output_tokens=d["output_tokens"],
-                                notes="per-chunk arrival gaps, kernel receive stamps")
+                                notes=(f"{d['batches']} batches handed out, every row once: {d['every_row_once']}"
+                                       if self.drop else "per-chunk arrival gaps, kernel receive stamps"))
 
 
 def worker(url: str, endpoint: str, streams: int, n: int, input_tokens: int, output_tokens: int, out: Path,
-           rate: Optional[float]) -> None:
-    """One sglbench window against the stub; per-request TTFT and per-chunk ITL written for the parent."""
+           rate: Optional[float], loop: str = "asyncio", gc_mode: str = "on", drop: bool = False) -> None:
+    """One sglbench window against the stub; per-request TTFT and per-chunk ITL written for the parent.
+
+    `drop`: each Arrow batch is counted and released, as a load actor does once the driver has it (the memory
+    mode); the counts say whether every row left exactly once."""
+    import gc
+
     import pyarrow as pa
+
+    if loop == "asyncio":
+        sys.modules["uvloop"] = None  # type: ignore[assignment]  # the runner then takes asyncio's own loop
+    else:
+        import uvloop  # noqa: F401  # the runner takes it when importable: fail here if it is not
 
     from cluster.analysis.request_metrics import TTFT, chunk_gaps, request_columns
     from cluster.engines.base import HttpRequest
@@ -142,11 +162,28 @@ def worker(url: str, endpoint: str, streams: int, n: int, input_tokens: int, out
     rng = np.random.default_rng(0)
     prompts = PromptArray(rng.integers(100, 32000, (n, input_tokens), dtype=np.int32))
     kept: list[tuple[pa.RecordBatch, pa.RecordBatch]] = []
+    dropped = {"requests": 0, "ok": 0, "tokens": 0, "chunk_rows": 0, "batches": 0}
+
+    def on_batch(r: pa.RecordBatch, c: pa.RecordBatch) -> None:
+        if not drop:
+            kept.append((r, c))
+            return
+        dropped["requests"] += r.num_rows
+        dropped["ok"] += r.column("error").null_count
+        dropped["tokens"] += int(np.asarray(r.column("client_tokens")).sum())
+        dropped["chunk_rows"] += c.num_rows
+        dropped["batches"] += 1
+
     load = LoadPoint("rate", rate) if rate else LoadPoint("concurrency", float(streams))
+    if gc_mode == "freeze":
+        gc.collect()
+        gc.freeze()
+        gc.disable()
     res = run_load_point(engine, url, api, prompts, output_tokens, load, 0, True, 0.0, "stub", 300.0,
-                         scrape_metrics=False, on_batch=lambda r, c: kept.append((r, c)), batch_rows=4096)
+                         scrape_metrics=False, on_batch=on_batch, batch_rows=4096)
+    gc.enable()
     ttft = itl = np.zeros(0)
-    completed = tokens = 0
+    completed, tokens = dropped["ok"], dropped["tokens"]
     if kept:
         # the project's own definitions: TTFT as the runs table computes it, ITL as one gap per token-bearing chunk
         reqs = pa.concat_batches([r for r, _ in kept])
@@ -163,8 +200,11 @@ def worker(url: str, endpoint: str, streams: int, n: int, input_tokens: int, out
                          chunks.column("tokens").to_numpy()[ok][order])[0]
     out.mkdir(parents=True, exist_ok=True)
     np.savez(out / "sglbench.npz", ttft_ms=ttft, itl_ms=itl)
-    (out / "sglbench.json").write_text(json.dumps({"completed": completed, "duration_s": res.duration_s,
-                                                   "output_tokens": tokens, "requests": res.n_requests}))
+    (out / "sglbench.json").write_text(json.dumps({
+        "completed": completed, "duration_s": res.duration_s, "output_tokens": tokens, "requests": res.n_requests,
+        "every_row_once": not drop or (dropped["requests"] == res.n_requests == n
+                                       and dropped["chunk_rows"] == res.n_chunks and dropped["batches"] == res.batches),
+        "batches": res.batches, "chunk_rows": res.n_chunks}))
 
 
 def _tree(pid: int) -> list[Any]:
@@ -179,8 +219,10 @@ def _tree(pid: int) -> list[Any]:
 
 def run_client(c: Client, stub: paced_stub.PacedStub, endpoint: str, streams: int, n: int, output_tokens: int,
                tok_dir: Path, core: Optional[int], rate: Optional[float] = None,
-               late_bound_us: float = 1000.0, timeout_s: float = 900.0) -> Optional[Result]:
-    """One run of one client: its tree pinned to `core`, CPU and RSS sampled every 50 ms; None if unsupported."""
+               late_bound_us: float = 1000.0, timeout_s: float = 900.0,
+               trace: Optional[list[tuple[float, int]]] = None) -> Optional[Result]:
+    """One run of one client: its tree pinned to `core`, CPU and RSS sampled every 50 ms (appended to `trace` as
+    (s since start, bytes) when given); None if unsupported."""
     import psutil
 
     with tempfile.TemporaryDirectory(prefix=f"paced-{c.name}-") as tmp:
@@ -199,7 +241,8 @@ def run_client(c: Client, stub: paced_stub.PacedStub, endpoint: str, streams: in
         cpu: dict[int, float] = {}
         peak = 0
         loads: list[float] = []
-        deadline = time.monotonic() + timeout_s
+        started = time.monotonic()
+        deadline = started + timeout_s
         while p.poll() is None:
             rss = 0
             for q in _tree(p.pid):
@@ -210,6 +253,8 @@ def run_client(c: Client, stub: paced_stub.PacedStub, endpoint: str, streams: in
                 except psutil.Error:
                     pass
             peak = max(peak, rss)
+            if trace is not None:
+                trace.append((time.monotonic() - started, rss))
             loads.append(os.getloadavg()[0])
             if time.monotonic() > deadline:
                 p.kill()
@@ -237,10 +282,16 @@ def clients_for(names: Sequence[str]) -> list[Client]:
     out: list[Client] = []
     for name in names:
         c: Client
-        if name == "sglbench":
-            c = Sglbench()
-        elif name.startswith("sglbench@"):  # sglbench@/path/to/other/checkout
-            c = Sglbench(name="sglbench@" + Path(name[9:]).name, root=name[9:])
+        if name.startswith("sglbench"):  # sglbench[+uvloop][+gcfreeze][@/path/to/other/checkout]
+            spec, _, root = name.partition("@")
+            opts = set(spec.split("+")[1:])
+            if not opts <= {"uvloop", "gcfreeze"} or spec.split("+")[0] != "sglbench":
+                raise SystemExit(f"--clients {name}: expected sglbench[+uvloop][+gcfreeze][@checkout]")
+            uv = "uvloop" in opts
+            c = Sglbench(name=spec + (f"@{Path(root).name}" if root else ""),
+                         python=os.environ.get("SGLBENCH_UVLOOP_PYTHON", sys.executable) if uv else sys.executable,
+                         root=root or str(ROOT), loop="uvloop" if uv else "asyncio",
+                         gc="freeze" if "gcfreeze" in opts else "on")
         else:
             c = peers.PEERS[name]
         if not c.available():
@@ -350,9 +401,37 @@ def cpu_and_memory(clients: list[Client], stub: paced_stub.PacedStub, endpoint: 
               f"{'  DISCARDED: ' + r.discarded if r.discarded else ''}", flush=True)
 
 
+def memory(stub: paced_stub.PacedStub, streams: list[int], long_requests: int, output_tokens: int, tok_dir: Path,
+           core: Optional[int]) -> None:
+    """RSS per in-flight stream (peak RSS of short windows at each stream count) and RSS over one long window at the
+    largest, every Arrow batch counted and released as a load actor's are once the driver has them."""
+    c = Sglbench(drop=True)
+    print(f"\n# memory: sglbench, {output_tokens}-token responses, batches of 4096 requests handed out and released")
+    peaks: list[tuple[int, float]] = []
+    for s in streams:
+        r = run_client(c, stub, "native", s, 30 * s, output_tokens, tok_dir, core, late_bound_us=1e12)
+        assert r is not None
+        peaks.append((s, r.peak_rss_mb))
+        print(f"streams {s:5d}: {r.completed} requests, peak RSS {r.peak_rss_mb:.0f} MB ({r.notes})", flush=True)
+    for (s0, m0), (s1, m1) in zip(peaks, peaks[1:]):
+        print(f"## RSS per extra in-flight stream, {s0}→{s1}: {(m1 - m0) * 1024 / (s1 - s0):.1f} KB", flush=True)
+    if not long_requests:
+        return
+    trace: list[tuple[float, int]] = []
+    r = run_client(c, stub, "native", streams[-1], long_requests, output_tokens, tok_dir, core,
+                   late_bound_us=1e12, timeout_s=3600.0, trace=trace)
+    assert r is not None and trace
+    marks = [trace[min(len(trace) - 1, int(f * (len(trace) - 1)))] for f in (0.1, 0.25, 0.5, 0.75, 1.0)]
+    print(f"long window: {r.completed} of {long_requests} requests at {streams[-1]} streams, {r.output_tokens} "
+          f"tokens in {r.duration_s:.0f} s ({r.notes})")
+    print("## RSS MB at " + ", ".join(f"{t:.0f} s: {b / 2**20:.0f}" for t, b in marks) +
+          f"; peak {r.peak_rss_mb:.0f}; 25%→100% of the run: {(marks[-1][1] - marks[1][1]) / 2**20:+.0f} MB",
+          flush=True)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("mode", choices=["saturation", "timing", "openloop", "cpu", "worker"])
+    ap.add_argument("mode", choices=["saturation", "timing", "openloop", "cpu", "memory", "worker"])
     ap.add_argument("--clients", nargs="*", default=["sglbench", *peers.PEERS])
     ap.add_argument("--endpoints", nargs="*", default=["native", "openai-usage", "openai"])
     ap.add_argument("--streams", type=int, nargs="*", default=None)
@@ -363,16 +442,20 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--burst", action="store_true", help="the stub writes each response whole (parser ceiling)")
     ap.add_argument("--no-realtime", action="store_true", help="run the stub as a normal process, not SCHED_FIFO")
     ap.add_argument("--stub-late-bound-us", type=float, default=1000.0)
+    ap.add_argument("--long-requests", type=int, default=0, help="memory: one long window of this many requests")
     # worker mode (sglbench's own process)
     ap.add_argument("--url", default="")
     ap.add_argument("--endpoint", default="native")
     ap.add_argument("--requests", type=int, default=0)
     ap.add_argument("--input-tokens", type=int, default=INPUT_TOKENS)
     ap.add_argument("--out", default="")
+    ap.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
+    ap.add_argument("--gc", choices=["on", "freeze"], default="on")
+    ap.add_argument("--drop", action="store_true")
     a = ap.parse_args(argv)
     if a.mode == "worker":
         worker(a.url, a.endpoint, a.streams[0], a.requests, a.input_tokens, a.output_tokens, Path(a.out),
-               a.rate)
+               a.rate, a.loop, a.gc, a.drop)
         return 0
     ncpu = len(os.sched_getaffinity(0))
     stub_core, client_core = (0, 1) if ncpu >= 2 else (None, None)
@@ -401,6 +484,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                 for ep in a.endpoints:
                     timing(clients, stub, ep, [0], a.repeats, a.duration_s, a.output_tokens, tok_dir, client_core,
                            a.stub_late_bound_us, rate=a.rate or 50.0)
+            elif a.mode == "memory":
+                memory(stub, a.streams or [64, 1024], a.long_requests, a.output_tokens, tok_dir, client_core)
             else:
                 for ep in a.endpoints:
                     cpu_and_memory(clients, stub, ep, (a.streams or [64])[0], a.duration_s, a.output_tokens,

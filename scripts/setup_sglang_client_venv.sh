@@ -15,7 +15,7 @@ if [[ -f "$STAMP" ]]; then
     echo "sglang client venv ready: $VENV_DIR"
     exit 0
 fi
-if [[ ! -f "$BASE_DIR/.sglbench-sglang-0.5.23-ok" ]]; then
+if [[ ! -f "$BASE_DIR/.sglbench-sglang-0.5.23-server-ok" ]]; then
     bash "$ROOT/scripts/setup_sglang_venv.sh" "$BASE_DIR"
 fi
 

@@ -1,0 +1,78 @@
+"""benchmarks/paced_clients.py: its client names (the sglbench variants an A/B run compares) and its sglbench worker
+against the paced stub, keeping its records (timing) or handing every batch out once (memory)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Iterator
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+BENCH = ROOT / "benchmarks"
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def pc() -> ModuleType:
+    return _load("paced_clients")
+
+
+@pytest.fixture(scope="module")
+def stub(pc: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed: paced_stub.c cannot be built")
+    ps = pc.paced_stub
+    binary = ps.build(tmp_path_factory.mktemp("paced_stub"))
+    with ps.PacedStub(binary, ttft_ms=2.0, itl_ms=1.0, chunks=5, realtime=False) as s:
+        yield s
+
+
+def test_sglbench_client_names(pc: ModuleType) -> None:
+    (plain, frozen, other) = pc.clients_for(["sglbench", "sglbench+gcfreeze", "sglbench@/tmp/old-checkout"])
+    assert (plain.name, plain.loop, plain.gc, plain.root) == ("sglbench", "asyncio", "on", str(ROOT))
+    assert (frozen.name, frozen.gc) == ("sglbench+gcfreeze", "freeze")
+    assert (other.name, other.root) == ("sglbench@old-checkout", "/tmp/old-checkout")
+    with pytest.raises(SystemExit, match="expected sglbench"):
+        pc.clients_for(["sglbench+fast"])
+
+
+def _run_worker(pc: ModuleType, stub: object, tmp: Path, **kw: object) -> dict[str, object]:
+    c = pc.Sglbench(**kw)
+    argv = c.argv(stub.base_url, "native", 4, 12, 8, 5, tmp, tmp)  # type: ignore[attr-defined]
+    subprocess.run(argv, env=dict(os.environ, **c.env()), check=True, timeout=120, capture_output=True)
+    return json.loads((tmp / "sglbench.json").read_text())  # type: ignore[no-any-return]
+
+
+def test_worker_keeps_records_for_timing(pc: ModuleType, stub: object, tmp_path: Path) -> None:
+    d = _run_worker(pc, stub, tmp_path, gc="freeze")
+    # 12 requests of 5 one-token chunks: 12 TTFTs, 12 × 4 gaps
+    assert (d["completed"], d["output_tokens"], d["every_row_once"]) == (12, 60, True)
+    arr = np.load(tmp_path / "sglbench.npz")
+    assert len(arr["ttft_ms"]) == 12 and len(arr["itl_ms"]) == 48
+    # the stub's schedule: TTFT 2 ms, ITL 1 ms (loopback adds tens of µs, the client's wake-ups less than a few ms)
+    assert 2.0 <= float(np.median(arr["ttft_ms"])) < 6.0
+    assert 0.5 < float(np.median(arr["itl_ms"])) < 2.0
+
+
+def test_worker_hands_every_batch_out_once(pc: ModuleType, stub: object, tmp_path: Path) -> None:
+    d = _run_worker(pc, stub, tmp_path, drop=True)
+    assert (d["completed"], d["output_tokens"], d["chunk_rows"]) == (12, 60, 60)
+    assert d["every_row_once"] is True and d["batches"] == 1
+    assert len(np.load(tmp_path / "sglbench.npz")["ttft_ms"]) == 0  # nothing kept in the process
