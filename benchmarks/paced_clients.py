@@ -207,6 +207,36 @@ def worker(url: str, endpoint: str, streams: int, n: int, input_tokens: int, out
         "batches": res.batches, "chunk_rows": res.n_chunks}))
 
 
+CGROUP_CPU = Path("/sys/fs/cgroup/cpu")
+CGROUP_PERIOD_US = 10_000
+"""A short CFS period: a client held to a share of a core runs in slices of share × 10 ms, not share × 100 ms."""
+
+
+class CpuShare:
+    """A cgroup-v1 CPU controller group holding a client's process tree to `share` of one core (CFS bandwidth):
+    at saturation the client, not the stub, is then the bottleneck, and chunks/s ÷ share is its rate per core."""
+
+    def __init__(self, share: float) -> None:
+        self.path = CGROUP_CPU / f"sglbench-paced-{os.getpid()}"
+        self.path.mkdir(exist_ok=True)
+        (self.path / "cpu.cfs_period_us").write_text(str(CGROUP_PERIOD_US))
+        (self.path / "cpu.cfs_quota_us").write_text(str(max(1000, int(share * CGROUP_PERIOD_US))))
+
+    def enter(self) -> None:
+        """In the child before exec: everything it starts stays in the group."""
+        (self.path / "cgroup.procs").write_text(str(os.getpid()))
+
+    def throttled_s(self) -> float:
+        stat = dict(line.split() for line in (self.path / "cpu.stat").read_text().splitlines())
+        return int(stat.get("throttled_time", 0)) / 1e9
+
+    def close(self) -> None:
+        try:
+            self.path.rmdir()
+        except OSError:
+            pass
+
+
 def _tree(pid: int) -> list[Any]:
     import psutil
 
@@ -217,10 +247,18 @@ def _tree(pid: int) -> list[Any]:
         return []
 
 
+def _child_setup(core: Optional[int], share: Optional[CpuShare]) -> None:
+    if core is not None:
+        os.sched_setaffinity(0, {core})
+    if share is not None:
+        share.enter()
+
+
 def run_client(c: Client, stub: paced_stub.PacedStub, endpoint: str, streams: int, n: int, output_tokens: int,
                tok_dir: Path, core: Optional[int], rate: Optional[float] = None,
                late_bound_us: float = 1000.0, timeout_s: float = 900.0,
-               trace: Optional[list[tuple[float, int]]] = None) -> Optional[Result]:
+               trace: Optional[list[tuple[float, int]]] = None, share: Optional[CpuShare] = None
+               ) -> Optional[Result]:
     """One run of one client: its tree pinned to `core`, CPU and RSS sampled every 50 ms (appended to `trace` as
     (s since start, bytes) when given); None if unsupported."""
     import psutil
@@ -237,7 +275,7 @@ def run_client(c: Client, stub: paced_stub.PacedStub, endpoint: str, streams: in
         env = dict(os.environ, **c.env())
         with open(out / "client.log", "wb") as log:  # the child holds its own copy of the descriptor
             p = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp,
-                                 preexec_fn=(lambda: os.sched_setaffinity(0, {core})) if core is not None else None)
+                                 preexec_fn=lambda: _child_setup(core, share))
         cpu: dict[int, float] = {}
         peak = 0
         loads: list[float] = []
@@ -309,7 +347,7 @@ def _n_for(streams: int, duration_s: float, output_tokens: int) -> int:
 def _row(r: Result) -> str:
     return (f"{r.client:10} {r.endpoint:13} {r.streams:6d} {r.completed:8d} {r.chunks_s:10.0f} {r.cpu_s:7.1f} "
             f"{r.peak_rss_mb:7.0f} {r.stub.get('late_p99_us', float('nan')):9.0f} {r.load1:5.2f}"
-            f"{'  DISCARDED: ' + r.discarded if r.discarded else ''}")
+            f"{'  DISCARDED: ' + r.discarded if r.discarded else ''}  {r.notes}")
 
 
 @dataclass
@@ -324,20 +362,27 @@ class Table:
 
 def saturation(clients: list[Client], stub: paced_stub.PacedStub, endpoints: list[str], streams: list[int],
                repeats: int, duration_s: float, output_tokens: int, tok_dir: Path, core: Optional[int],
-               late_bound_us: float) -> Table:
+               late_bound_us: float, cpu_share: float = 1.0) -> Table:
     t = Table()
+    share = CpuShare(cpu_share) if cpu_share < 1.0 else None
+    per_core = f"chunks/s ÷ {cpu_share:g} of a core (cgroup CFS quota)" if share else "one client core"
     print(f"\n# saturation: {output_tokens} tokens, TTFT {TTFT_MS:g} ms, ITL {ITL_MS:g} ms, ~{duration_s:g} s runs, "
-          f"{repeats} repeats interleaved; chunks/s on the client's own clock, one client core")
+          f"{repeats} repeats interleaved; chunks/s on the client's own clock, {per_core}")
     print(f"{'client':10} {'endpoint':13} {'streams':>6} {'done':>8} {'chunks/s':>10} {'cpu s':>7} {'rss MB':>7} "
           f"{'stub p99us':>9} {'load1':>5}")
     for ep in endpoints:
         for s in streams:
             for _ in range(repeats):
                 for c in clients:
-                    r = run_client(c, stub, ep, s, _n_for(s, duration_s, output_tokens), output_tokens, tok_dir,
-                                   core, late_bound_us=late_bound_us)
+                    n = _n_for(s, duration_s * cpu_share, output_tokens)  # a throttled client finishes fewer
+                    throttled0 = share.throttled_s() if share else 0.0
+                    r = run_client(c, stub, ep, s, n, output_tokens, tok_dir, core, late_bound_us=late_bound_us,
+                                   share=share)
                     if r is None:
                         continue
+                    r.duration_s *= cpu_share  # chunks/s per core
+                    if share is not None:  # ~0 throttled: the client was not held at its share, not saturated
+                        r.notes = f"throttled {share.throttled_s() - throttled0:.1f} s"
                     t.results.append(r)
                     print(_row(r), flush=True)
             names = [c.name for c in clients]
@@ -345,7 +390,10 @@ def saturation(clients: list[Client], stub: paced_stub.PacedStub, endpoints: lis
             sb = med.get("sglbench")
             line = ", ".join(f"{n} {v:.0f}" for n, v in med.items() if v)
             ratios = ", ".join(f"vs {n} {sb / v:.2f}x" for n, v in med.items() if v and n != "sglbench" and sb)
-            print(f"## median chunks/s {ep} c{s}: {line}; sglbench {ratios}", flush=True)
+            print(f"## median chunks/s{' per core' if share else ''} {ep} c{s}: {line}; sglbench {ratios}",
+                  flush=True)
+    if share is not None:
+        share.close()
     return t
 
 
@@ -443,6 +491,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--no-realtime", action="store_true", help="run the stub as a normal process, not SCHED_FIFO")
     ap.add_argument("--stub-late-bound-us", type=float, default=1000.0)
     ap.add_argument("--long-requests", type=int, default=0, help="memory: one long window of this many requests")
+    ap.add_argument("--client-cpu-share", type=float, default=1.0,
+                    help="saturation: hold each client to this share of its core (cgroup v1 CFS quota)")
     # worker mode (sglbench's own process)
     ap.add_argument("--url", default="")
     ap.add_argument("--endpoint", default="native")
@@ -475,7 +525,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"stub SCHED_FIFO: {stub.realtime_granted}", flush=True)
             if a.mode == "saturation":
                 saturation(clients, stub, a.endpoints, a.streams or [1024], a.repeats, a.duration_s,
-                           a.output_tokens, tok_dir, client_core, a.stub_late_bound_us)
+                           a.output_tokens, tok_dir, client_core, a.stub_late_bound_us, a.client_cpu_share)
             elif a.mode == "timing":
                 for ep in a.endpoints:
                     timing(clients, stub, ep, a.streams or [64, 256], a.repeats, a.duration_s, a.output_tokens,
