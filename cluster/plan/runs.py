@@ -90,6 +90,8 @@ class LoadPoint:
     """Open loop: gamma inter-arrival times with this coefficient of variation; None: Poisson (exponential gaps)."""
     trace: bool = False
     """Open loop: send at the prompts' recorded times (arrival_s) rescaled to this mean rate (arrival: trace)."""
+    read_batch_s: float = 0.0
+    """The load generator's read batching (load.read_batch_ms): part of the run's identity when set."""
 
     @property
     def label(self) -> str:
@@ -105,6 +107,8 @@ class LoadPoint:
             del out["arrival_cv"]
         if not out["trace"]:
             del out["trace"]
+        if not out["read_batch_s"]:
+            del out["read_batch_s"]
         return out
 
 
@@ -179,9 +183,10 @@ def _expand_one(spec: ExperimentSpec, v: VariantSpec) -> list[ResolvedVariant]:
 
 
 def load_points(spec: ExperimentSpec) -> list[LoadPoint]:
-    pts = [LoadPoint("concurrency", float(c)) for c in spec.load.concurrency]
+    rb = spec.load.read_batch_ms / 1000.0
+    pts = [LoadPoint("concurrency", float(c), read_batch_s=rb) for c in spec.load.concurrency]
     cv = spec.load.arrival_cv if spec.load.arrival == "gamma" else None
-    pts += [LoadPoint("rate", float(r), spec.load.max_concurrency, cv, spec.load.arrival == "trace")
+    pts += [LoadPoint("rate", float(r), spec.load.max_concurrency, cv, spec.load.arrival == "trace", rb)
             for r in spec.load.request_rate]
     return pts
 
@@ -190,10 +195,11 @@ def search_point(load: LoadSpec, value: float) -> LoadPoint:
     """The load point of a capacity-search probe at `value`: the point a fixed load of that value would be (same
     run key), so a probe that lands on a fixed point reuses its run."""
     assert load.search is not None
+    rb = load.read_batch_ms / 1000.0
     if load.search.over == "concurrency":
-        return LoadPoint("concurrency", float(value))
+        return LoadPoint("concurrency", float(value), read_batch_s=rb)
     return LoadPoint("rate", float(value), load.max_concurrency,
-                     load.arrival_cv if load.arrival == "gamma" else None)
+                     load.arrival_cv if load.arrival == "gamma" else None, read_batch_s=rb)
 
 
 def plan_run(spec: ExperimentSpec, v: ResolvedVariant, w: WorkloadSpec, lp: LoadPoint, r: int,

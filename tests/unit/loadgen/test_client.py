@@ -236,3 +236,39 @@ def test_a_read_delayed_by_a_busy_loop_keeps_the_time_the_bytes_reached_the_sock
     first_ms = (rec.chunk_arrival_ns[0] - rec.actual_send_ns) / 1e6
     assert 45 <= first_ms <= 150, first_ms  # a user-space stamp would be >= 220 ms
     assert (rec.chunk_arrival_ns[1] - rec.actual_send_ns) / 1e6 >= 280
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="read batching uses epoll; its stamps are SO_TIMESTAMPNS")
+def test_batched_reads_keep_each_event_s_kernel_stamp_and_read_later() -> None:
+    """read_batch_s = 30 ms (far above a real setting, so the effect is unmistakable): three events 50 ms apart on
+    two streams. Each read waits up to 30 ms for other sockets, yet every arrival keeps the time its bytes landed
+    (gaps ~50 ms, not shifted by the wait), and the response's end is seen up to 30 ms after its last event."""
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await _read_request(r)
+        w.write(CHUNKED_HEAD)
+        for k in range(1, 4):
+            await asyncio.sleep(0.05)
+            w.write(_chunked([_event(k, 3)])[:-5] if k < 3 else _chunked([_event(k, 3), b"data: [DONE]\n\n"]))
+            await w.drain()
+        await r.read()  # until the client closes
+
+    t0_ns = time.monotonic_ns()
+
+    async def one(pool: StreamPool) -> RequestRecord:
+        rec = RequestRecord(request_index=0, intended_send_ns=0, actual_send_ns=0, prompt_tokens_sent=3, max_tokens=4)
+        await stream_request(pool, "/generate", b'{"x":1}', SGLangNativeParser(), t0_ns, 5.0, rec, {})
+        return rec
+
+    async def body(url: str) -> None:
+        async with StreamPool(url, 2, read_batch_s=0.03) as pool:
+            assert pool.read_batch_s == 0.03
+            recs = await asyncio.gather(one(pool), one(pool))
+            seen_end_ns = time.monotonic_ns()
+        for rec in recs:
+            assert rec.error is None, rec.error
+            gaps_ms = [(b - a) / 1e6 for a, b in zip(rec.chunk_arrival_ns, rec.chunk_arrival_ns[1:])]
+            assert len(gaps_ms) == 2 and all(40 <= g <= 65 for g in gaps_ms), gaps_ms
+        last_ns = t0_ns + max(rec.chunk_arrival_ns[-1] for rec in recs)
+        assert (seen_end_ns - last_ns) / 1e6 >= 20, "the end of the stream was read before the batch window closed"
+
+    asyncio.run(_serve(handler, body))
