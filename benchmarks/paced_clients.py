@@ -21,6 +21,7 @@ scripts/setup_sglang_client_venv.sh, scripts/setup_vllm_venv.sh, scripts/setup_p
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -65,6 +66,15 @@ class Result:
     load1: float
     notes: str = ""
     discarded: str = ""
+    window_cpu_s: float = 0.0
+    """The tree's CPU seconds between the samples that saw the stub's first and last event write: the streaming
+    window alone, without imports, start-up or the client's own summary at the end."""
+    window_events: int = 0
+    """Events the stub wrote between those two samples."""
+
+    @property
+    def window_us_per_chunk(self) -> float:
+        return self.window_cpu_s / self.window_events * 1e6 if self.window_events else float("nan")
 
     @property
     def chunks_s(self) -> float:
@@ -99,6 +109,10 @@ class Sglbench:
     loop: str = "asyncio"
     gc: str = "on"
     drop: bool = False
+    shards: int = 1
+    """Load-generator processes splitting the window (load.actors_per_server), started together."""
+    read_batch_us: Optional[int] = None
+    """cluster.loadgen.client.READ_BATCH_S for this run, in µs (None: the client's default)."""
 
     def available(self) -> bool:
         if self.loop != "uvloop":
@@ -110,7 +124,9 @@ class Sglbench:
              request_rate: Optional[float] = None) -> Optional[list[str]]:
         a = [self.python, str(Path(__file__).resolve()), "worker", "--url", base_url, "--endpoint", endpoint,
              "--streams", str(concurrency), "--requests", str(num_requests), "--input-tokens", str(input_tokens),
-             "--output-tokens", str(output_tokens), "--out", str(out_dir), "--loop", self.loop, "--gc", self.gc]
+             "--output-tokens", str(output_tokens), "--out", str(out_dir), "--loop", self.loop, "--gc", self.gc, "--shards", str(self.shards)]
+        if self.read_batch_us is not None:
+            a += ["--read-batch-us", str(self.read_batch_us)]
         return a + (["--rate", repr(request_rate)] if request_rate else []) + (["--drop"] if self.drop else [])
 
     def env(self) -> dict[str, str]:
@@ -127,7 +143,9 @@ class Sglbench:
 
 
 def worker(url: str, endpoint: str, streams: int, n: int, input_tokens: int, output_tokens: int, out: Path,
-           rate: Optional[float], loop: str = "asyncio", gc_mode: str = "on", drop: bool = False) -> None:
+           rate: Optional[float], loop: str = "asyncio", gc_mode: str = "on", drop: bool = False,
+           shard_index: int = 0, num_shards: int = 1, start_unix_s: Optional[float] = None,
+           read_batch_us: Optional[int] = None) -> None:
     """One sglbench window against the stub; per-request TTFT and per-chunk ITL written for the parent.
 
     `drop`: each Arrow batch is counted and released, as a load actor does once the driver has it (the memory
@@ -141,6 +159,7 @@ def worker(url: str, endpoint: str, streams: int, n: int, input_tokens: int, out
     else:
         import uvloop  # noqa: F401  # the runner takes it when importable: fail here if it is not
 
+    import cluster.loadgen.client
     from cluster.analysis.request_metrics import TTFT, chunk_gaps, request_columns
     from cluster.engines.base import HttpRequest
     from cluster.engines.sglang import SGLangEngine
@@ -175,12 +194,15 @@ def worker(url: str, endpoint: str, streams: int, n: int, input_tokens: int, out
         dropped["batches"] += 1
 
     load = LoadPoint("rate", rate) if rate else LoadPoint("concurrency", float(streams))
+    if read_batch_us is not None:
+        cluster.loadgen.client.READ_BATCH_S = read_batch_us / 1e6
     if gc_mode == "freeze":
         gc.collect()
         gc.freeze()
         gc.disable()
     res = run_load_point(engine, url, api, prompts, output_tokens, load, 0, True, 0.0, "stub", 300.0,
-                         scrape_metrics=False, on_batch=on_batch, batch_rows=4096)
+                         scrape_metrics=False, on_batch=on_batch, batch_rows=4096,
+                         shard_index=shard_index, num_shards=num_shards, start_unix_s=start_unix_s)
     gc.enable()
     ttft = itl = np.zeros(0)
     completed, tokens = dropped["ok"], dropped["tokens"]
@@ -202,7 +224,7 @@ def worker(url: str, endpoint: str, streams: int, n: int, input_tokens: int, out
     np.savez(out / "sglbench.npz", ttft_ms=ttft, itl_ms=itl)
     (out / "sglbench.json").write_text(json.dumps({
         "completed": completed, "duration_s": res.duration_s, "output_tokens": tokens, "requests": res.n_requests,
-        "every_row_once": not drop or (dropped["requests"] == res.n_requests == n
+        "every_row_once": not drop or (dropped["requests"] == res.n_requests == len(range(shard_index, n, num_shards))
                                        and dropped["chunk_rows"] == res.n_chunks and dropped["batches"] == res.batches),
         "batches": res.batches, "chunk_rows": res.n_chunks}))
 
@@ -235,6 +257,24 @@ class CpuShare:
             self.path.rmdir()
         except OSError:
             pass
+
+
+def sharded_worker(argv: list[str], shards: int, out: Path) -> None:
+    """The worker as `shards` processes splitting one window (shard i sends requests i, i + shards, ...; each has
+    its share of the streams), started together 1 s from now; their figures merged as one client's."""
+    start = time.time() + 1.0
+    procs = [subprocess.Popen([*argv, "--shards", "1", "--shard-index", str(i), "--num-shards", str(shards),
+                               "--start-unix-s", repr(start), "--out", str(out / f"shard{i}")])
+             for i in range(shards)]
+    if any(p.wait() != 0 for p in procs):
+        raise SystemExit("a shard failed")
+    ds = [json.loads((out / f"shard{i}" / "sglbench.json").read_text()) for i in range(shards)]
+    arrs = [np.load(out / f"shard{i}" / "sglbench.npz") for i in range(shards)]
+    np.savez(out / "sglbench.npz", ttft_ms=np.concatenate([a["ttft_ms"] for a in arrs]),
+             itl_ms=np.concatenate([a["itl_ms"] for a in arrs]))
+    merged = {k: sum(d[k] for d in ds) for k in ("completed", "output_tokens", "requests", "batches", "chunk_rows")}
+    (out / "sglbench.json").write_text(json.dumps({**merged, "duration_s": max(d["duration_s"] for d in ds),
+                                                   "every_row_once": all(d["every_row_once"] for d in ds)}))
 
 
 def _tree(pid: int) -> list[Any]:
@@ -281,6 +321,9 @@ def run_client(c: Client, stub: paced_stub.PacedStub, endpoint: str, streams: in
         loads: list[float] = []
         started = time.monotonic()
         deadline = started + timeout_s
+        first: Optional[tuple[float, float]] = None  # (tree CPU s, stub events) at the first sample with events
+        last: Optional[tuple[float, float]] = None  # ... at the latest sample whose event count moved
+        polls = 0
         while p.poll() is None:
             rss = 0
             for q in _tree(p.pid):
@@ -291,6 +334,14 @@ def run_client(c: Client, stub: paced_stub.PacedStub, endpoint: str, streams: in
                 except psutil.Error:
                     pass
             peak = max(peak, rss)
+            if first is None or polls % 10 == 0:  # the stub's counters every 0.5 s once the window has begun
+                events = stub.stats()["events"]
+                now_cpu = sum(cpu.values())
+                if events > 0 and first is None:
+                    first = (now_cpu, events)
+                elif first is not None and events > (last or first)[1]:
+                    last = (now_cpu, events)
+            polls += 1
             if trace is not None:
                 trace.append((time.monotonic() - started, rss))
             loads.append(os.getloadavg()[0])
@@ -307,6 +358,8 @@ def run_client(c: Client, stub: paced_stub.PacedStub, endpoint: str, streams: in
     res = Result(c.name, endpoint, streams, r.completed, r.duration_s, r.output_tokens,
                  np.asarray(r.ttft_ms, dtype=np.float64), np.asarray(r.itl_ms, dtype=np.float64),
                  sum(cpu.values()), peak / 2**20, st, max(loads) if loads else os.getloadavg()[0], r.notes)
+    if first is not None and last is not None:
+        res.window_cpu_s, res.window_events = last[0] - first[0], int(last[1] - first[1])
     if st.get("late_p99_us", 0.0) > late_bound_us:
         res.discarded = f"stub late: p99 {st['late_p99_us']:.0f} us > {late_bound_us:g} us"
     return res
@@ -320,16 +373,21 @@ def clients_for(names: Sequence[str]) -> list[Client]:
     out: list[Client] = []
     for name in names:
         c: Client
-        if name.startswith("sglbench"):  # sglbench[+uvloop][+gcfreeze][@/path/to/other/checkout]
+        if name.startswith("sglbench"):  # sglbench[+uvloop][+gcfreeze][+shardsN][+readNus][@/other/checkout]
             spec, _, root = name.partition("@")
             opts = set(spec.split("+")[1:])
-            if not opts <= {"uvloop", "gcfreeze"} or spec.split("+")[0] != "sglbench":
-                raise SystemExit(f"--clients {name}: expected sglbench[+uvloop][+gcfreeze][@checkout]")
+            shards = [o for o in opts if o.startswith("shards") and o[6:].isdigit() and int(o[6:]) >= 1]
+            reads = [o for o in opts if o.startswith("read") and o.endswith("us") and o[4:-2].isdigit()]
+            if not opts - set(shards) - set(reads) <= {"uvloop", "gcfreeze"} or len(shards) > 1 or len(reads) > 1 \
+                    or spec.split("+")[0] != "sglbench":
+                raise SystemExit(f"--clients {name}: expected sglbench[+uvloop][+gcfreeze][+shardsN][+readNus]"
+                                 "[@checkout]")
             uv = "uvloop" in opts
             c = Sglbench(name=spec + (f"@{Path(root).name}" if root else ""),
                          python=os.environ.get("SGLBENCH_UVLOOP_PYTHON", sys.executable) if uv else sys.executable,
                          root=root or str(ROOT), loop="uvloop" if uv else "asyncio",
-                         gc="freeze" if "gcfreeze" in opts else "on")
+                         gc="freeze" if "gcfreeze" in opts else "on", shards=int(shards[0][6:]) if shards else 1,
+                         read_batch_us=int(reads[0][4:-2]) if reads else None)
         else:
             c = peers.PEERS[name]
         if not c.available():
@@ -428,25 +486,45 @@ def timing(clients: list[Client], stub: paced_stub.PacedStub, endpoint: str, str
                   f"{m[3]:+.3f} p99 {m[4]:+.3f}, |ITL err| p99 {m[5]:.3f} ms", flush=True)
 
 
-def cpu_and_memory(clients: list[Client], stub: paced_stub.PacedStub, endpoint: str, streams: int,
+def cpu_and_memory(clients: list[Client], stub: paced_stub.PacedStub, endpoint: str, streams: int, repeats: int,
                    duration_s: float, output_tokens: int, tok_dir: Path, core: Optional[int],
                    late_bound_us: float) -> None:
-    """CPU us per chunk at a fixed offered rate and peak RSS above the client's import baseline (a 1-request run)."""
+    """CPU µs per chunk at a fixed offered rate, in the streaming window (window_cpu_s: the primary figure) and over
+    the whole run less a 1-request run's (imports, start-up), and peak RSS above that 1-request run's."""
     offered = streams * 1000.0 / ITL_MS
     print(f"\n# CPU per chunk at a fixed offered rate: {streams} streams × {1000 / ITL_MS:g} chunks/s = {offered:.0f} "
-          f"chunks/s ({endpoint}); baseline = the same client's 1-request run (imports, start-up)")
-    print(f"{'client':10} {'chunks':>9} {'cpu s':>7} {'base cpu':>8} {'us/chunk':>8} {'rss MB':>7} {'base MB':>7} "
-          f"{'above':>7} {'load1':>5}")
-    for c in clients:
-        base = run_client(c, stub, endpoint, 1, 1, output_tokens, tok_dir, core, late_bound_us=1e12)
-        r = run_client(c, stub, endpoint, streams, _n_for(streams, duration_s, output_tokens), output_tokens,
-                       tok_dir, core, late_bound_us=late_bound_us)
-        if base is None or r is None:
-            continue
-        us = (r.cpu_s - base.cpu_s) / max(1, r.output_tokens) * 1e6
-        print(f"{c.name:10} {r.output_tokens:9d} {r.cpu_s:7.1f} {base.cpu_s:8.1f} {us:8.2f} {r.peak_rss_mb:7.0f} "
-              f"{base.peak_rss_mb:7.0f} {r.peak_rss_mb - base.peak_rss_mb:7.0f} {r.load1:5.2f}"
-              f"{'  DISCARDED: ' + r.discarded if r.discarded else ''}", flush=True)
+          f"chunks/s ({endpoint}), {repeats} repeats interleaved; window = between the first and last stub write; "
+          "whole = run less the same client's 1-request run")
+    print(f"{'client':24} {'chunks':>8} {'win us/ch':>9} {'whole us/ch':>11} {'rss MB':>7} {'base MB':>7} {'above':>6} "
+          f"{'stub p99us':>10} {'load1':>5}")
+    per: dict[str, list[float]] = {}
+    base: dict[str, Result] = {}
+    for _ in range(repeats):
+        for c in clients:
+            if isinstance(c, Sglbench):  # the load actor's path: batches handed out, not this script's arrays
+                c = dataclasses.replace(c, drop=True)
+            if c.name not in base:
+                b = run_client(c, stub, endpoint, 1, 1, output_tokens, tok_dir, core, late_bound_us=1e12)
+                if b is None:
+                    continue
+                base[c.name] = b
+            r = run_client(c, stub, endpoint, streams, _n_for(streams, duration_s, output_tokens), output_tokens,
+                           tok_dir, core, late_bound_us=late_bound_us)
+            if r is None:
+                continue
+            b = base[c.name]
+            whole = (r.cpu_s - b.cpu_s) / max(1, r.output_tokens) * 1e6
+            print(f"{c.name:24} {r.output_tokens:8d} {r.window_us_per_chunk:9.2f} {whole:11.2f} {r.peak_rss_mb:7.0f} "
+                  f"{b.peak_rss_mb:7.0f} {r.peak_rss_mb - b.peak_rss_mb:6.0f} "
+                  f"{r.stub.get('late_p99_us', float('nan')):10.0f} {r.load1:5.2f}"
+                  f"{'  DISCARDED: ' + r.discarded if r.discarded else ''}", flush=True)
+            if not r.discarded:
+                per.setdefault(c.name, []).append(r.window_us_per_chunk)
+    med = {n: statistics.median(v) for n, v in per.items()}
+    for n, v in med.items():
+        ratios = ", ".join(f"{m / v:.2f}x less than {o}" for o, m in med.items() if not o.startswith("sglbench"))
+        print(f"## {endpoint} c{streams} window CPU per chunk, median: {n} {v:.2f} us"
+              + (f" ({ratios})" if n.startswith("sglbench") and ratios else ""), flush=True)
 
 
 def memory(stub: paced_stub.PacedStub, streams: list[int], long_requests: int, output_tokens: int, tok_dir: Path,
@@ -502,10 +580,23 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
     ap.add_argument("--gc", choices=["on", "freeze"], default="on")
     ap.add_argument("--drop", action="store_true")
+    ap.add_argument("--shards", type=int, default=1)
+    ap.add_argument("--shard-index", type=int, default=0)
+    ap.add_argument("--num-shards", type=int, default=1)
+    ap.add_argument("--start-unix-s", type=float, default=None)
+    ap.add_argument("--read-batch-us", type=int, default=None)
     a = ap.parse_args(argv)
+    if a.mode == "worker" and a.shards > 1:
+        raw = list(sys.argv[1:] if argv is None else argv)
+        i = raw.index("--shards")
+        del raw[i:i + 2]
+        i = raw.index("--out")
+        del raw[i:i + 2]
+        sharded_worker([sys.executable, str(Path(__file__).resolve()), *raw], a.shards, Path(a.out))
+        return 0
     if a.mode == "worker":
         worker(a.url, a.endpoint, a.streams[0], a.requests, a.input_tokens, a.output_tokens, Path(a.out),
-               a.rate, a.loop, a.gc, a.drop)
+               a.rate, a.loop, a.gc, a.drop, a.shard_index, a.num_shards, a.start_unix_s, a.read_batch_us)
         return 0
     ncpu = len(os.sched_getaffinity(0))
     stub_core, client_core = (0, 1) if ncpu >= 2 else (None, None)
@@ -538,8 +629,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                 memory(stub, a.streams or [64, 1024], a.long_requests, a.output_tokens, tok_dir, client_core)
             else:
                 for ep in a.endpoints:
-                    cpu_and_memory(clients, stub, ep, (a.streams or [64])[0], a.duration_s, a.output_tokens,
-                                   tok_dir, client_core, a.stub_late_bound_us)
+                    for st in a.streams or [64]:
+                        cpu_and_memory(clients, stub, ep, st, a.repeats, a.duration_s, a.output_tokens, tok_dir,
+                                       client_core, a.stub_late_bound_us)
     return 0
 
 

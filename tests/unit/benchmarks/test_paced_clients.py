@@ -45,12 +45,13 @@ def stub(pc: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Iterator[o
 
 
 def test_sglbench_client_names(pc: ModuleType) -> None:
-    (plain, frozen, other) = pc.clients_for(["sglbench", "sglbench+gcfreeze", "sglbench@/tmp/old-checkout"])
-    assert (plain.name, plain.loop, plain.gc, plain.root) == ("sglbench", "asyncio", "on", str(ROOT))
-    assert (frozen.name, frozen.gc) == ("sglbench+gcfreeze", "freeze")
+    (plain, frozen, other) = pc.clients_for(["sglbench", "sglbench+gcfreeze+shards4", "sglbench@/tmp/old-checkout"])
+    assert (plain.name, plain.loop, plain.gc, plain.root, plain.shards) == ("sglbench", "asyncio", "on", str(ROOT), 1)
+    assert (frozen.name, frozen.gc, frozen.shards) == ("sglbench+gcfreeze+shards4", "freeze", 4)
     assert (other.name, other.root) == ("sglbench@old-checkout", "/tmp/old-checkout")
-    with pytest.raises(SystemExit, match="expected sglbench"):
-        pc.clients_for(["sglbench+fast"])
+    for bad in ("sglbench+fast", "sglbench+shards0", "sglbench+shards2+shards4"):
+        with pytest.raises(SystemExit, match="expected sglbench"):
+            pc.clients_for([bad])
 
 
 def _run_worker(pc: ModuleType, stub: object, tmp: Path, **kw: object) -> dict[str, object]:
@@ -76,3 +77,11 @@ def test_worker_hands_every_batch_out_once(pc: ModuleType, stub: object, tmp_pat
     assert (d["completed"], d["output_tokens"], d["chunk_rows"]) == (12, 60, 60)
     assert d["every_row_once"] is True and d["batches"] == 1
     assert len(np.load(tmp_path / "sglbench.npz")["ttft_ms"]) == 0  # nothing kept in the process
+
+
+def test_sharded_worker_splits_the_window_and_merges(pc: ModuleType, stub: object, tmp_path: Path) -> None:
+    # load.actors_per_server: 2 processes, shard i sends requests i, i + 2, ...; together one client's 12 requests
+    d = _run_worker(pc, stub, tmp_path, shards=2, drop=True)
+    assert (d["completed"], d["output_tokens"], d["requests"], d["batches"]) == (12, 60, 12, 2)
+    assert d["every_row_once"] is True
+    assert [json.loads((tmp_path / f"shard{i}" / "sglbench.json").read_text())["requests"] for i in (0, 1)] == [6, 6]
