@@ -66,6 +66,7 @@ class PacedStub:
         self._final: Optional[dict[str, float]] = None
         argv = [str(binary), "--port", str(port), "--ttft-ms", repr(float(ttft_ms)), "--itl-ms",
                 repr(float(itl_ms)), "--chunks", str(int(chunks)), "--stats", str(self._stats_path)]
+        self.burst = burst
         if burst:
             argv.append("--burst")
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
