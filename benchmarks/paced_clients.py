@@ -113,7 +113,7 @@ class Sglbench:
     shards: int = 1
     """Load-generator processes splitting the window (load.actors_per_server), started together."""
     read_batch_us: Optional[int] = None
-    """cluster.loadgen.client.READ_BATCH_S for this run, in µs (None: the client's default)."""
+    """The load point's read_batch_s (load.read_batch_ms) for this run, in µs (None: unset, as a spec's default)."""
 
     def available(self) -> bool:
         if self.loop != "uvloop":
@@ -161,7 +161,6 @@ def worker(url: str, endpoint: str, streams: int, n: int, input_tokens: int, out
     else:
         import uvloop  # noqa: F401  # the runner takes it when importable: fail here if it is not
 
-    import cluster.loadgen.client
     from cluster.analysis.request_metrics import TTFT, chunk_gaps, request_columns
     from cluster.engines.base import HttpRequest
     from cluster.engines.sglang import SGLangEngine
@@ -196,9 +195,9 @@ def worker(url: str, endpoint: str, streams: int, n: int, input_tokens: int, out
         dropped["chunk_rows"] += c.num_rows
         dropped["batches"] += 1
 
-    load = LoadPoint("rate", rate) if rate else LoadPoint("concurrency", float(streams))
-    if read_batch_us is not None:
-        cluster.loadgen.client.READ_BATCH_S = read_batch_us / 1e6
+    rb = (read_batch_us or 0) / 1e6
+    load = LoadPoint("rate", rate, read_batch_s=rb) if rate else \
+        LoadPoint("concurrency", float(streams), read_batch_s=rb)
     if gc_mode == "freeze":
         gc.collect()
         gc.freeze()

@@ -400,11 +400,6 @@ def _kernel_ns(raw: bytes) -> int:
     return int(sec * 1_000_000_000 + nsec)
 
 
-READ_BATCH_S = 0.0
-"""How long the pool lets other sockets' bytes land after the first readable one before it reads them all in one
-loop turn (StreamPool.read_batch_s); 0 reads each socket as soon as it is readable."""
-
-
 class StreamPool:
     """Keep-alive HTTP/1.1 connections to one server, at most `limit` open (0 = unbounded); `headers` go on every
     request (the engine's API key).
@@ -417,7 +412,7 @@ class StreamPool:
     response's end is seen up to `read_batch_s` late, which delays a closed loop's next send by as much."""
 
     def __init__(self, base_url: str, limit: int, headers: Mapping[str, str] = {},
-                 read_batch_s: Optional[float] = None) -> None:
+                 read_batch_s: float = 0.0) -> None:
         u = urlsplit(base_url)
         if u.scheme != "http" or not u.hostname:
             # the servers sglbench measures are its own, on http://host:port; TLS would put a decryption step
@@ -439,9 +434,7 @@ class StreamPool:
         self._waiters: deque[asyncio.Future[Optional[_Conn]]] = deque()
         self._heads: dict[tuple[str, int], bytes] = {}
         self._connecting = 0
-        self.read_batch_s = READ_BATCH_S if read_batch_s is None else read_batch_s
-        if not hasattr(select, "epoll"):
-            self.read_batch_s = 0.0
+        self.read_batch_s = read_batch_s if hasattr(select, "epoll") else 0.0
         self._ep: Optional[Any] = None
         self._ep_loop: Optional[asyncio.AbstractEventLoop] = None
         self._by_fd: dict[int, _Conn] = {}

@@ -241,7 +241,7 @@ async def run_window(
         limit = shard_concurrency(int(load.max_concurrency), shard_index, num_shards) if load.max_concurrency else 0
     sink = RecordSink(len(indices), batch_rows, on_batch)
     async with aiohttp.ClientSession(headers=engine.headers) as session, \
-            StreamPool(base_url, max(limit, 1) if limit else 0, engine.headers, load.read_batch_s or None) as pool:
+            StreamPool(base_url, max(limit, 1) if limit else 0, engine.headers, load.read_batch_s) as pool:
         before = await _scrape(session, engine, base_url) if scrape_metrics else {}
         if start_unix_s is not None:
             # shards of one window start together: a timer to within a few ms, then a short spin on the clock
