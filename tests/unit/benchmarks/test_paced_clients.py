@@ -3,12 +3,9 @@ against the paced stub, keeping its records (timing) or handing every batch out 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Iterator
@@ -17,29 +14,10 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-BENCH = ROOT / "benchmarks"
-
-
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")
-def pc() -> ModuleType:
-    return _load("paced_clients")
-
-
-@pytest.fixture(scope="module")
-def stub(pc: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc is not installed: paced_stub.c cannot be built")
-    ps = pc.paced_stub
-    binary = ps.build(tmp_path_factory.mktemp("paced_stub"))
+def stub(ps: ModuleType, binary: Path) -> Iterator[object]:
     with ps.PacedStub(binary, ttft_ms=2.0, itl_ms=1.0, chunks=5, realtime=False) as s:
         yield s
 

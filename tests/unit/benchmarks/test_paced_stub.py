@@ -3,14 +3,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import shutil
 import socket
 import statistics
 import struct
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -21,29 +18,8 @@ from typing import Any, Iterator, Optional
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "paced_stub.py"
 TTFT_MS, ITL_MS = 20.0, 5.0
 MS = 1_000_000
-
-
-@pytest.fixture(scope="module")
-def ps() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("paced_stub", SCRIPT)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-@pytest.fixture(scope="module")
-def binary(ps: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc is not installed: paced_stub.c cannot be built")
-    out = tmp_path_factory.mktemp("paced_stub")
-    path: Path = ps.build(out)
-    assert ps.build(out) == path  # cached by source hash
-    return path
 
 
 @pytest.fixture

@@ -52,14 +52,25 @@ async def _serve(handler: Handler, body: Callable[[str], Awaitable[None]]) -> No
         await server.wait_closed()
 
 
-async def _one(pool: StreamPool, timeout_s: float = 5.0, headers: dict[str, str] = {}) -> RequestRecord:
+async def _one(pool: StreamPool, timeout_s: float = 5.0, headers: dict[str, str] = {},
+               t0_ns: Optional[int] = None) -> RequestRecord:
     rec = RequestRecord(request_index=0, intended_send_ns=0, actual_send_ns=0, prompt_tokens_sent=3, max_tokens=4)
-    await stream_request(pool, "/generate", b'{"x":1}', SGLangNativeParser(), time.monotonic_ns(), timeout_s, rec,
-                         headers)
+    await stream_request(pool, "/generate", b'{"x":1}', SGLangNativeParser(),
+                         time.monotonic_ns() if t0_ns is None else t0_ns, timeout_s, rec, headers)
     return rec
 
 
 CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+async def _three_events_50_ms_apart(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+    """Answer one request with a chunked stream of three events, one write each, 50 ms apart."""
+    await _read_request(r)
+    w.write(CHUNKED_HEAD)
+    for k in range(1, 4):
+        await asyncio.sleep(0.05)
+        w.write(_chunked([_event(k, 3)])[:-5] if k < 3 else _chunked([_event(k, 3), b"data: [DONE]\n\n"]))
+        await w.drain()
 
 
 def test_keep_alive_reuses_one_connection_for_sequential_requests_and_sends_the_headers() -> None:
@@ -120,12 +131,7 @@ def test_every_framing_gives_the_same_record(framing: str) -> None:
 
 def test_each_read_is_stamped_when_it_arrives_not_when_the_response_ends() -> None:
     async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        await _read_request(r)
-        w.write(CHUNKED_HEAD)
-        for k in range(1, 4):
-            await asyncio.sleep(0.05)
-            w.write(_chunked([_event(k, 3)])[:-5] if k < 3 else _chunked([_event(k, 3), b"data: [DONE]\n\n"]))
-            await w.drain()
+        await _three_events_50_ms_apart(r, w)
         w.close()
 
     async def body(url: str) -> None:
@@ -244,25 +250,15 @@ def test_batched_reads_keep_each_event_s_kernel_stamp_and_read_later() -> None:
     two streams. Each read waits up to 30 ms for other sockets, yet every arrival keeps the time its bytes landed
     (gaps ~50 ms, not shifted by the wait), and the response's end is seen up to 30 ms after its last event."""
     async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        await _read_request(r)
-        w.write(CHUNKED_HEAD)
-        for k in range(1, 4):
-            await asyncio.sleep(0.05)
-            w.write(_chunked([_event(k, 3)])[:-5] if k < 3 else _chunked([_event(k, 3), b"data: [DONE]\n\n"]))
-            await w.drain()
+        await _three_events_50_ms_apart(r, w)
         await r.read()  # until the client closes
 
     t0_ns = time.monotonic_ns()
 
-    async def one(pool: StreamPool) -> RequestRecord:
-        rec = RequestRecord(request_index=0, intended_send_ns=0, actual_send_ns=0, prompt_tokens_sent=3, max_tokens=4)
-        await stream_request(pool, "/generate", b'{"x":1}', SGLangNativeParser(), t0_ns, 5.0, rec, {})
-        return rec
-
     async def body(url: str) -> None:
         async with StreamPool(url, 2, read_batch_s=0.03) as pool:
             assert pool.read_batch_s == 0.03
-            recs = await asyncio.gather(one(pool), one(pool))
+            recs = await asyncio.gather(_one(pool, t0_ns=t0_ns), _one(pool, t0_ns=t0_ns))
             seen_end_ns = time.monotonic_ns()
         for rec in recs:
             assert rec.error is None, rec.error
