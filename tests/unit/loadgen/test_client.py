@@ -268,3 +268,38 @@ def test_batched_reads_keep_each_event_s_kernel_stamp_and_read_later() -> None:
         assert (seen_end_ns - last_ns) / 1e6 >= 20, "the end of the stream was read before the batch window closed"
 
     asyncio.run(_serve(handler, body))
+
+
+def test_preopen_fills_the_free_slots_with_idle_connections_that_requests_then_reuse() -> None:
+    connections: list[int] = []
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        while await _read_request(r) is not None:
+            w.write(CHUNKED_HEAD + _chunked([_event(k, 4) for k in range(1, 5)] + [b"data: [DONE]\n\n"]))
+            await w.drain()
+        w.close()
+
+    async def body(url: str) -> None:
+        async with StreamPool(url, 3) as pool:
+            assert await pool.preopen(5, 2.0) == 3  # never past the limit
+            assert await pool.preopen(1, 2.0) == 0  # no slot left
+            recs = await asyncio.gather(*(_one(pool) for _ in range(6)))
+        assert all(r.error is None and r.completion_tokens == 4 for r in recs)
+
+    asyncio.run(_serve(handler, body))
+    assert len(connections) == 3
+
+
+def test_preopen_against_a_dead_port_opens_nothing_and_frees_its_slots() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    async def body() -> RequestRecord:
+        async with StreamPool(f"http://127.0.0.1:{port}", 2) as pool:
+            assert await pool.preopen(2, 2.0) == 0
+            return await _one(pool, timeout_s=2.0)  # a held slot would make this wait out its timeout
+
+    rec = asyncio.run(body())
+    assert rec.error is not None and rec.error.startswith("connection error"), rec.error

@@ -19,6 +19,7 @@ from cluster.loadgen.arrivals import poisson_offsets_ns
 from cluster.loadgen.runner import WindowResult, flush, run_load_point, run_window, warmup
 from cluster.plan.runs import LoadPoint
 from cluster.dataset.records import CHUNK_BATCH_SCHEMA, REQUEST_BATCH_SCHEMA
+from tests.unit.loadgen.test_client import CHUNKED_HEAD, _chunked, _event, _read_request, _serve
 
 SPEC_PATTERN = [3, 2, 1, 4]
 """Tokens per decode chunk after the 1-token prefill chunk, like a speculative server."""
@@ -395,3 +396,38 @@ def test_a_trace_point_sends_at_the_recorded_times_rescaled() -> None:
 
     with pytest.raises(ValueError, match="recorded arrival_s"):
         asyncio.run(_with_server(0.001, untimed))
+
+
+def test_a_closed_loop_opens_its_first_wave_of_connections_before_the_window_starts() -> None:
+    # the first wave's TTFT must not hold TCP set-up that every later request, on a kept-alive connection, skips
+    accepted_ns: list[int] = []
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        accepted_ns.append(time.monotonic_ns())
+        while await _read_request(r) is not None:
+            w.write(CHUNKED_HEAD + _chunked([_event(k, 2) for k in (1, 2)] + [b"data: [DONE]\n\n"]))
+            await w.drain()
+        w.close()
+
+    holder: list[WindowResult] = []
+
+    async def body(url: str) -> None:
+        holder.append(await run_window(ENGINE, url, "native", _prompts(12), 2, LoadPoint("concurrency", 4),
+                                       42, True, 0.0, "m", 5.0, scrape_metrics=False))
+
+    asyncio.run(_serve(handler, body))
+    res = holder[0]
+    assert res.requests.column("error").to_pylist() == [None] * 12
+    assert len(accepted_ns) == 4  # one per slot, each kept alive for three requests
+    assert max(accepted_ns) < res.window_start_monotonic_ns
+
+
+def test_a_closed_loop_against_a_dead_port_still_records_one_connection_error_per_request() -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t = time.monotonic()
+    res = asyncio.run(_window(f"http://127.0.0.1:{port}", _prompts(5), LoadPoint("concurrency", 3)))
+    assert time.monotonic() - t < 3.0  # the refused pre-window connects neither hang nor hold the slots
+    errs = res.requests.column("error").to_pylist()
+    assert len(errs) == 5 and all(e is not None and e.startswith("connection error") for e in errs)
