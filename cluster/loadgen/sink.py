@@ -43,6 +43,9 @@ class RecordSink:
         self.peak_buffered_rows = 0
         self.last_end_ns = 0
         self._reset()
+        # pyarrow imports pandas at its first conversion of a Python sequence (0.2-0.3 s here): made now, before a
+        # window, so it is not the first flush's, inside one, where the stalled loop merged every stream's events
+        pa.array([], type=pa.int64())
 
     def _reset(self) -> None:
         self._cols: dict[str, list[Any]] = {name: [] for name in _SCALARS}

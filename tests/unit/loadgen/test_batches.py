@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
+import textwrap
 import threading
 from typing import Any, Optional
 
@@ -155,6 +158,28 @@ def test_sink_flushes_at_batch_rows_and_keeps_lags() -> None:
     assert sink.last_end_ns == 2009
     with pytest.raises(ValueError, match="batch_rows"):
         RecordSink(1, batch_rows=0)
+
+
+def test_a_flush_inside_the_window_imports_nothing() -> None:
+    """The first Arrow conversion imports pandas (0.2-0.3 s): a window past batch_rows requests had its loop stalled
+    that long at its first flush, merging the events of every stream in flight (ITL max 260 ms at 256 streams).
+    A fresh interpreter, since this one has imported pandas long ago."""
+    code = textwrap.dedent("""
+        import sys
+        from cluster.dataset.records import RequestRecord
+        from cluster.loadgen.sink import RecordSink
+        sink = RecordSink(4, batch_rows=2)  # built before the window, as run_window does
+        before = set(sys.modules)
+        for i in range(4):
+            rec = RequestRecord(request_index=i, intended_send_ns=0, actual_send_ns=0, prompt_tokens_sent=3,
+                                max_tokens=2)
+            rec.chunk_arrival_ns, rec.chunk_tokens, rec.finish_reason = [5, 6], [1, 1], "length"
+            sink.add(rec, 6)
+        assert sink.batches == 2
+        print(sorted(set(sys.modules) - before))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout[:500]
 
 
 def test_shards_split_a_window_exactly_on_the_global_schedule() -> None:
