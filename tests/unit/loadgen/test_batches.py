@@ -7,6 +7,7 @@ answers every POST with a prebuilt SGLang-native stream, so the client, not the 
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import subprocess
 import sys
@@ -180,6 +181,25 @@ def test_a_flush_inside_the_window_imports_nothing() -> None:
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout[:500]
+
+
+def test_the_window_runs_with_what_was_alive_before_it_frozen_out_of_the_collector() -> None:
+    """A full collection over a process's modules and prompts stalled the loop 25-55 ms mid-window. Each request's
+    body is built at its send: the collector's frozen set is non-empty there, and empty again after the window."""
+    frozen: list[int] = []
+
+    class Spy(SGLangEngine):
+        def build_request(self, *a: Any, **kw: Any) -> Any:
+            frozen.append(gc.get_freeze_count())
+            return super().build_request(*a, **kw)
+
+    before = gc.get_freeze_count()
+    with RawSSEServer() as srv:
+        res = run_load_point(Spy(), srv.url, "native", _prompts(20), CHUNKS, LoadPoint("concurrency", 4.0), 7,
+                             True, 0.0, "m", 30.0, scrape_metrics=False)
+    assert res.n_requests == 20 and len(frozen) == 20
+    assert min(frozen) > before
+    assert gc.get_freeze_count() == before
 
 
 def test_shards_split_a_window_exactly_on_the_global_schedule() -> None:
