@@ -409,7 +409,14 @@ class StreamPool:
     hundreds of paced streams this takes one event-loop wake-up per batch instead of one per event, and arrival
     times stay the kernel's receive stamps. What it costs: two events of one stream that land inside one batch
     are read together and share the later stamp (so keep it well under the servers' inter-token latency), and a
-    response's end is seen up to `read_batch_s` late, which delays a closed loop's next send by as much."""
+    response's end is seen up to `read_batch_s` late, which delays a closed loop's next send by as much.
+
+    Every request sent also reads whatever the pool's sockets hold by then (`read_ready`): when many responses end
+    at once (a closed loop's wave), the loop runs one task step per ending request, each building and sending the
+    next, before it polls the sockets again; at 256 streams that run lasted 10-20 ms, so a stream's next event
+    could land before its last one was read, and one read then gave both the later kernel stamp. With a read
+    after each send, no socket waits longer than one request's own work (Linux: the sockets sit in one epoll set
+    of the pool's as well as the loop's)."""
 
     def __init__(self, base_url: str, limit: int, headers: Mapping[str, str] = {},
                  read_batch_s: float = 0.0) -> None:
@@ -435,7 +442,8 @@ class StreamPool:
         self._heads: dict[tuple[str, int], bytes] = {}
         self._connecting = 0
         self.read_batch_s = read_batch_s if hasattr(select, "epoll") else 0.0
-        self._ep: Optional[Any] = None
+        self._ep: Optional[Any] = select.epoll() if hasattr(select, "epoll") else None
+        """Every open connection's socket, for `read_ready`; with read batching also the loop's only watch."""
         self._ep_loop: Optional[asyncio.AbstractEventLoop] = None
         self._by_fd: dict[int, _Conn] = {}
 
@@ -450,30 +458,41 @@ class StreamPool:
             c.abort()
         self._all.clear()
         self._idle.clear()
-        if self._ep is not None and self._ep_loop is not None:
-            self._ep_loop.remove_reader(self._ep.fileno())
+        if self._ep is not None:
+            if self._ep_loop is not None:
+                self._ep_loop.remove_reader(self._ep.fileno())
             self._ep.close()
             self._ep = None
 
     def watch(self, c: _Conn) -> None:
         fd = c.sock.fileno()
+        if self._ep is not None:
+            self._ep.register(fd, select.EPOLLIN)
+            self._by_fd[fd] = c
         if not self.read_batch_s:
             c.loop.add_reader(fd, c._readable)
-            return
-        if self._ep is None:
-            self._ep, self._ep_loop = select.epoll(), c.loop
+        elif self._ep_loop is None:
+            assert self._ep is not None  # read batching is only on where epoll is
+            self._ep_loop = c.loop
             c.loop.add_reader(self._ep.fileno(), self._first_ready)
-        self._ep.register(fd, select.EPOLLIN)
-        self._by_fd[fd] = c
 
     def unwatch(self, c: _Conn, fd: int) -> None:
         if not self.read_batch_s:
             c.loop.remove_reader(fd)
-        elif self._by_fd.pop(fd, None) is not None and self._ep is not None:
+        if self._by_fd.pop(fd, None) is not None and self._ep is not None:
             try:
                 self._ep.unregister(fd)
             except OSError:
                 pass
+
+    def read_ready(self) -> None:
+        """Read every socket that holds bytes now, without waiting for the loop's next poll (see the class doc)."""
+        if self._ep is None:
+            return
+        for fd, _ in self._ep.poll(0):
+            c = self._by_fd.get(fd)
+            if c is not None:
+                c._readable()
 
     def _first_ready(self) -> None:
         assert self._ep is not None and self._ep_loop is not None
@@ -484,10 +503,7 @@ class StreamPool:
         ep = self._ep
         if ep is None or self._ep_loop is None:  # closed meanwhile
             return
-        for fd, _ in ep.poll(0):
-            c = self._by_fd.get(fd)
-            if c is not None:
-                c._readable()
+        self.read_ready()
         self._ep_loop.add_reader(ep.fileno(), self._first_ready)
 
     def request_bytes(self, path: str, body: bytes, headers: Mapping[str, str]) -> bytes:
@@ -647,6 +663,7 @@ async def stream_request(
             c.write(pool.request_bytes(path, body, headers))
             r.timer = loop.call_at(loop.time() + max(0.0, deadline_s - time.monotonic()),
                                    r.fail, f"timeout after {timeout_s:g} s")
+            pool.read_ready()
         end_ns = await fut
         reuse = r.state == _DONE_STATE and r.keep_alive  # fail() clears keep_alive: never reuse after one
     finally:

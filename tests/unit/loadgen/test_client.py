@@ -244,6 +244,63 @@ def test_a_read_delayed_by_a_busy_loop_keeps_the_time_the_bytes_reached_the_sock
     assert (rec.chunk_arrival_ns[1] - rec.actual_send_ns) / 1e6 >= 280
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="read_ready uses epoll; the stamps are SO_TIMESTAMPNS")
+def test_a_send_reads_what_landed_meanwhile_so_a_busy_turn_does_not_merge_two_events() -> None:
+    """Stream A's events land 50 and 100 ms after its request. The loop is busy from 30 to ~75 ms (other streams'
+    ends), then sends request B and stays busy until ~150 ms (more of that run). One read at 150 ms would see both
+    events and stamp both 100 ms (a read carries its last segment's time); the read made right after B's send
+    takes event 1 alone, so it keeps its own 50 ms."""
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+    order = iter(range(2))
+
+    def answer(conn: socket.socket) -> None:
+        with conn:
+            buf = b""
+            while b'{"x":1}' not in buf:
+                buf += conn.recv(65536)
+            if next(order) == 0:  # stream A
+                t0 = time.monotonic()
+                conn.sendall(CHUNKED_HEAD)
+                for k, due_s in ((1, 0.05), (2, 0.1), (3, 0.25)):
+                    time.sleep(max(0.0, t0 + due_s - time.monotonic()))
+                    conn.sendall(_chunked([_event(k, 3)])[:-5] if k < 3
+                                 else _chunked([_event(3, 3), b"data: [DONE]\n\n"]))
+            else:
+                conn.sendall(CHUNKED_HEAD + _chunked([_sse(1)]))
+            conn.recv(1)  # until the client closes
+
+    def serve() -> None:
+        for _ in range(2):
+            threading.Thread(target=answer, args=(srv.accept()[0],), daemon=True).start()
+
+    th = threading.Thread(target=serve, daemon=True)
+    th.start()
+
+    async def body() -> RequestRecord:
+        loop = asyncio.get_running_loop()
+        async with StreamPool(f"http://127.0.0.1:{port}", 2) as pool:
+            assert await pool.preopen(2, 2.0) == 2  # B's send then needs no await
+            a = asyncio.ensure_future(_one(pool))
+            await asyncio.sleep(0.03)
+            time.sleep(0.045)
+            b = asyncio.ensure_future(_one(pool))  # its send runs first in the next turn, before the loop polls...
+            loop.call_soon(time.sleep, 0.075)  # ...then this, before any reader callback of that turn
+            rec_a, rec_b = await asyncio.gather(a, b)
+        assert rec_b.error is None, rec_b.error
+        return rec_a
+
+    try:
+        rec = asyncio.run(body())
+    finally:
+        srv.close()
+        th.join(5)
+    assert rec.error is None, rec.error
+    first_ms, second_ms = ((t - rec.actual_send_ns) / 1e6 for t in rec.chunk_arrival_ns[:2])
+    assert 45 <= first_ms <= 90, (first_ms, second_ms)  # merged with event 2 it would be >= 100
+    assert second_ms >= 95
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="read batching uses epoll; its stamps are SO_TIMESTAMPNS")
 def test_batched_reads_keep_each_event_s_kernel_stamp_and_read_later() -> None:
     """read_batch_s = 30 ms (far above a real setting, so the effect is unmistakable): three events 50 ms apart on
