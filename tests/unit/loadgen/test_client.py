@@ -8,13 +8,13 @@ import socket
 import sys
 import threading
 import time
-from typing import Awaitable, Callable, Optional
+from typing import Any, Awaitable, Callable, Optional
 
 import pytest
 
 from cluster.dataset.records import RequestRecord
 from cluster.engines.streams import SGLangNativeParser
-from cluster.loadgen.client import StreamPool, stream_request
+from cluster.loadgen.client import StreamPool, _Conn, stream_request
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -244,12 +244,11 @@ def test_a_read_delayed_by_a_busy_loop_keeps_the_time_the_bytes_reached_the_sock
     assert (rec.chunk_arrival_ns[1] - rec.actual_send_ns) / 1e6 >= 280
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="read_ready uses epoll; the stamps are SO_TIMESTAMPNS")
-def test_a_send_reads_what_landed_meanwhile_so_a_busy_turn_does_not_merge_two_events() -> None:
+@pytest.mark.skipif(sys.platform != "linux", reason="catch_up reads an epoll set; the stamps are SO_TIMESTAMPNS")
+def test_a_send_after_a_busy_stretch_reads_what_landed_meanwhile_so_two_events_do_not_merge() -> None:
     """Stream A's events land 50 and 100 ms after its request. The loop is busy from 30 to ~75 ms (other streams'
-    ends), then sends request B and stays busy until ~150 ms (more of that run). One read at 150 ms would see both
-    events and stamp both 100 ms (a read carries its last segment's time); the read made right after B's send
-    takes event 1 alone, so it keeps its own 50 ms."""
+    ends and their next sends), then sends request B and stays busy until ~150 ms (more of that run). One read at 150 ms would see both events and stamp both 100 ms (a read carries its last
+    segment's time); the read made right after B's send takes event 1 alone, so it keeps its own 50 ms."""
     srv = socket.create_server(("127.0.0.1", 0))
     port = srv.getsockname()[1]
     order = iter(range(2))
@@ -283,9 +282,10 @@ def test_a_send_reads_what_landed_meanwhile_so_a_busy_turn_does_not_merge_two_ev
             assert await pool.preopen(2, 2.0) == 2  # B's send then needs no await
             a = asyncio.ensure_future(_one(pool))
             await asyncio.sleep(0.03)
-            time.sleep(0.045)
+            pool.catch_up()  # a send of the busy stretch (another stream's next request)...
+            _spin(0.045)  # ...and the rest of its work
             b = asyncio.ensure_future(_one(pool))  # its send runs first in the next turn, before the loop polls...
-            loop.call_soon(time.sleep, 0.075)  # ...then this, before any reader callback of that turn
+            loop.call_soon(_spin, 0.075)  # ...then this, before any reader callback of that turn
             rec_a, rec_b = await asyncio.gather(a, b)
         assert rec_b.error is None, rec_b.error
         return rec_a
@@ -299,6 +299,65 @@ def test_a_send_reads_what_landed_meanwhile_so_a_busy_turn_does_not_merge_two_ev
     first_ms, second_ms = ((t - rec.actual_send_ns) / 1e6 for t in rec.chunk_arrival_ns[:2])
     assert 45 <= first_ms <= 90, (first_ms, second_ms)  # merged with event 2 it would be >= 100
     assert second_ms >= 95
+
+
+def _spin(seconds: float) -> None:
+    """Keep this thread busy (CPU time, unlike time.sleep)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+def test_only_sends_that_kept_the_loop_busy_past_busy_ns_with_no_read_read_the_sockets() -> None:
+    """Reading after every send (or after wall time unread: a descheduled client) split a saturated client's reads
+    and cost it a third to a half of its rate. Only CPU spent on sends with no read between them counts, past
+    BUSY_NS, and a read anywhere restarts it."""
+    polls: list[int] = []
+    pool = StreamPool("http://127.0.0.1:1", 1)
+    pool.read_ready = lambda ahead=False: polls.append(1)  # type: ignore[method-assign]
+    pool.catch_up()  # the first send since a read starts the count
+    time.sleep(0.01)  # descheduled, not busy
+    pool.catch_up()
+    assert polls == []
+    _spin(StreamPool.BUSY_NS / 1e9 + 0.002)
+    pool.catch_up()
+    pool.catch_up()  # counted from the read it just made
+    assert polls == [1]
+    pool.busy_since_ns = -1  # what a socket read does
+    _spin(StreamPool.BUSY_NS / 1e9 + 0.002)
+    pool.catch_up()
+    assert polls == [1]
+    pool.close()
+
+
+def test_a_socket_read_ahead_skips_the_loop_s_queued_callback_once() -> None:
+    """catch_up reads a socket ahead of the loop's reader callback, which may already be queued: that callback would
+    find the socket empty (a system call and an exception for nothing)."""
+    reads: list[int] = []
+
+    class Counting(socket.socket):
+        def recvmsg_into(self, *a: Any, **kw: Any) -> Any:
+            reads.append(1)
+            return super().recvmsg_into(*a, **kw)
+
+    left, right = socket.socketpair()
+    sock = Counting(left.family, left.type, fileno=left.detach())
+    sock.setblocking(False)
+
+    async def body() -> None:
+        pool = StreamPool("http://127.0.0.1:1", 1)
+        c = _Conn(pool, sock, asyncio.get_running_loop())
+        c.read_ahead = True
+        c._readable()  # the queued callback: skipped, no read
+        assert reads == [] and not c.read_ahead
+        c._readable()  # the next one reads (nothing there yet)
+        assert reads == [1] and not c.closed
+        pool.close()
+
+    try:
+        asyncio.run(body())
+    finally:
+        right.close()
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="read batching uses epoll; its stamps are SO_TIMESTAMPNS")
