@@ -244,6 +244,10 @@ class CpuShare:
         self.path = CGROUP_CPU / f"sglbench-paced-{os.getpid()}"
         self.path.mkdir(exist_ok=True)
         (self.path / "cpu.cfs_period_us").write_text(str(CGROUP_PERIOD_US))
+        self.set(share)
+
+    def set(self, share: float) -> None:
+        """Hold the group to `share` of one core from now on."""
         (self.path / "cpu.cfs_quota_us").write_text(str(max(1000, int(share * CGROUP_PERIOD_US))))
 
     def enter(self) -> None:
@@ -420,12 +424,24 @@ class Table:
         return statistics.median(xs) if xs else None
 
 
+def client_share(c: Client, cpu_share: float, per_shard: bool) -> float:
+    """The CPU a client's process tree may use, in cores: `cpu_share`, or that much for each of its load-generator
+    processes with `per_shard` (how shards scale when each has its own CPU, short of one core per shard)."""
+    share = cpu_share * (c.shards if per_shard and isinstance(c, Sglbench) else 1)
+    if share > 1.0:
+        raise SystemExit(f"--share-per-shard: {c.name} would need {share:g} of the one client core")
+    return share
+
+
 def saturation(clients: list[Client], stub: paced_stub.PacedStub, endpoints: list[str], streams: list[int],
                repeats: int, duration_s: float, output_tokens: int, tok_dir: Path, core: Optional[int],
-               late_bound_us: float, cpu_share: float = 1.0) -> Table:
+               late_bound_us: float, cpu_share: float = 1.0, per_shard: bool = False) -> Table:
     t = Table()
+    budgets = {c.name: client_share(c, cpu_share, per_shard) for c in clients}
     share = CpuShare(cpu_share) if cpu_share < 1.0 else None
     per_core = f"chunks/s ÷ {cpu_share:g} of a core (cgroup CFS quota)" if share else "one client core"
+    if share is not None and per_shard:
+        per_core = f"chunks/s ÷ ({cpu_share:g} of a core × load processes) (cgroup CFS quota)"
     if share is not None or stub.burst:
         # a client held below the offered rate (or offered whole responses) leaves bytes unread, so the stub's
         # writes wait on TCP backpressure: its lateness then measures the client, not the stub, and discards nothing
@@ -438,15 +454,19 @@ def saturation(clients: list[Client], stub: paced_stub.PacedStub, endpoints: lis
         for s in streams:
             for _ in range(repeats):
                 for c in clients:
-                    n = _n_for(s, duration_s * cpu_share, output_tokens)  # a throttled client finishes fewer
+                    budget = budgets[c.name] if share is not None else 1.0
+                    if share is not None:
+                        share.set(budget)
+                    n = _n_for(s, duration_s * budget, output_tokens)  # a throttled client finishes fewer
                     throttled0 = share.throttled_s() if share else 0.0
                     r = run_client(c, stub, ep, s, n, output_tokens, tok_dir, core, late_bound_us=late_bound_us,
                                    share=share)
                     if r is None:
                         continue
-                    r.duration_s *= cpu_share  # chunks/s per core
+                    r.duration_s *= budget  # chunks/s per core
                     if share is not None:  # ~0 throttled: the client was not held at its share, not saturated
-                        r.notes = f"throttled {share.throttled_s() - throttled0:.1f} s"
+                        r.notes = (f"throttled {share.throttled_s() - throttled0:.1f} s; {budget:g} core: "
+                                   f"{r.chunks_s * budget:.0f} chunks/s in all")
                     t.results.append(r)
                     print(_row(r), flush=True)
             names = [c.name for c in clients]
@@ -456,6 +476,12 @@ def saturation(clients: list[Client], stub: paced_stub.PacedStub, endpoints: lis
             ratios = ", ".join(f"vs {n} {sb / v:.2f}x" for n, v in med.items() if v and n != "sglbench" and sb)
             print(f"## median chunks/s{' per core' if share else ''} {ep} c{s}: {line}; sglbench {ratios}",
                   flush=True)
+            if per_shard and share is not None and sb:
+                # the scaling figure: what N processes with N budgets deliver in all against one process with one
+                one = sb * budgets["sglbench"]
+                print(f"## {ep} c{s} in all: " + ", ".join(
+                    f"{n} {v * budgets[n]:.0f} ({budgets[n]:g} core, {v * budgets[n] / one:.2f}x one process)"
+                    for n, v in med.items() if v), flush=True)
     if share is not None:
         share.close()
     return t
@@ -579,6 +605,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--long-requests", type=int, default=0, help="memory: one long window of this many requests")
     ap.add_argument("--client-cpu-share", type=float, default=1.0,
                     help="saturation: hold each client to this share of its core (cgroup v1 CFS quota)")
+    ap.add_argument("--share-per-shard", action="store_true",
+                    help="saturation: each sglbench+shardsN gets --client-cpu-share for each of its N processes")
     # worker mode (sglbench's own process)
     ap.add_argument("--url", default="")
     ap.add_argument("--endpoint", default="native")
@@ -624,7 +652,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"stub SCHED_FIFO: {stub.realtime_granted}", flush=True)
             if a.mode == "saturation":
                 saturation(clients, stub, a.endpoints, a.streams or [1024], a.repeats, a.duration_s,
-                           a.output_tokens, tok_dir, client_core, a.stub_late_bound_us, a.client_cpu_share)
+                           a.output_tokens, tok_dir, client_core, a.stub_late_bound_us, a.client_cpu_share,
+                           a.share_per_shard)
             elif a.mode == "timing":
                 for ep in a.endpoints:
                     timing(clients, stub, ep, a.streams or [64, 256], a.repeats, a.duration_s, a.output_tokens,

@@ -32,6 +32,16 @@ def test_sglbench_client_names(pc: ModuleType) -> None:
             pc.clients_for([bad])
 
 
+def test_a_per_shard_budget_grows_with_the_load_processes_and_stays_within_the_client_core(pc: ModuleType) -> None:
+    one, four = pc.clients_for(["sglbench", "sglbench+shards4"])
+    peer = pc.peers.PEERS["sglang"]
+    assert pc.client_share(four, 0.2, per_shard=False) == 0.2  # the default: one budget for the whole tree
+    assert pc.client_share(four, 0.2, per_shard=True) == pytest.approx(0.8)
+    assert pc.client_share(one, 0.2, per_shard=True) == pc.client_share(peer, 0.2, per_shard=True) == 0.2
+    with pytest.raises(SystemExit, match="one client core"):
+        pc.client_share(four, 0.3, per_shard=True)
+
+
 def _run_worker(pc: ModuleType, stub: object, tmp: Path, **kw: object) -> dict[str, object]:
     c = pc.Sglbench(**kw)
     argv = c.argv(stub.base_url, "native", 4, 12, 8, 5, tmp, tmp)  # type: ignore[attr-defined]
