@@ -60,6 +60,26 @@ async def _one(pool: StreamPool, timeout_s: float = 5.0, headers: dict[str, str]
     return rec
 
 
+def _with_thread_server(srv: socket.socket, serve: Callable[[], None],
+                        body: Callable[[], Awaitable[RequestRecord]]) -> RequestRecord:
+    """`body` on a new event loop while `serve` answers on `srv` from a thread (so the loop's stalls are not the
+    server's); `srv` is closed after."""
+    th = threading.Thread(target=serve, daemon=True)
+    th.start()
+    try:
+        return asyncio.run(body())
+    finally:
+        srv.close()
+        th.join(5)
+
+
+def _spin(seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+    """Keep this thread busy (it spends CPU, unlike time.sleep) for `seconds` on `clock`."""
+    end = clock() + seconds
+    while clock() < end:
+        pass
+
+
 CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 
 
@@ -224,20 +244,13 @@ def test_a_read_delayed_by_a_busy_loop_keeps_the_time_the_bytes_reached_the_sock
             conn.sendall(_chunked([_event(2, 2), b"data: [DONE]\n\n"]))
             conn.recv(1)  # until the client closes
 
-    th = threading.Thread(target=serve, daemon=True)
-    th.start()
-
     async def body() -> RequestRecord:
         loop = asyncio.get_running_loop()
         loop.call_later(0.02, time.sleep, 0.2)  # the loop is busy: no read can run until 220 ms
         async with StreamPool(f"http://127.0.0.1:{port}", 1) as pool:
             return await _one(pool)
 
-    try:
-        rec = asyncio.run(body())
-    finally:
-        srv.close()
-        th.join(5)
+    rec = _with_thread_server(srv, serve, body)
     assert rec.error is None, rec.error
     first_ms = (rec.chunk_arrival_ns[0] - rec.actual_send_ns) / 1e6
     assert 45 <= first_ms <= 150, first_ms  # a user-space stamp would be >= 220 ms
@@ -247,8 +260,9 @@ def test_a_read_delayed_by_a_busy_loop_keeps_the_time_the_bytes_reached_the_sock
 @pytest.mark.skipif(sys.platform != "linux", reason="catch_up reads an epoll set; the stamps are SO_TIMESTAMPNS")
 def test_a_send_after_a_busy_stretch_reads_what_landed_meanwhile_so_two_events_do_not_merge() -> None:
     """Stream A's events land 50 and 100 ms after its request. The loop is busy from 30 to ~75 ms (other streams'
-    ends and their next sends), then sends request B and stays busy until ~150 ms (more of that run). One read at 150 ms would see both events and stamp both 100 ms (a read carries its last
-    segment's time); the read made right after B's send takes event 1 alone, so it keeps its own 50 ms."""
+    ends and their next sends), then sends request B and stays busy until ~150 ms (more of that run). One read
+    at 150 ms would see both events and stamp both 100 ms (a read carries its last segment's time); the read made
+    right after B's send takes event 1 alone, so it keeps its own 50 ms."""
     srv = socket.create_server(("127.0.0.1", 0))
     port = srv.getsockname()[1]
     order = iter(range(2))
@@ -273,9 +287,6 @@ def test_a_send_after_a_busy_stretch_reads_what_landed_meanwhile_so_two_events_d
         for _ in range(2):
             threading.Thread(target=answer, args=(srv.accept()[0],), daemon=True).start()
 
-    th = threading.Thread(target=serve, daemon=True)
-    th.start()
-
     async def body() -> RequestRecord:
         loop = asyncio.get_running_loop()
         async with StreamPool(f"http://127.0.0.1:{port}", 2) as pool:
@@ -290,22 +301,11 @@ def test_a_send_after_a_busy_stretch_reads_what_landed_meanwhile_so_two_events_d
         assert rec_b.error is None, rec_b.error
         return rec_a
 
-    try:
-        rec = asyncio.run(body())
-    finally:
-        srv.close()
-        th.join(5)
+    rec = _with_thread_server(srv, serve, body)
     assert rec.error is None, rec.error
     first_ms, second_ms = ((t - rec.actual_send_ns) / 1e6 for t in rec.chunk_arrival_ns[:2])
     assert 45 <= first_ms <= 90, (first_ms, second_ms)  # merged with event 2 it would be >= 100
     assert second_ms >= 95
-
-
-def _spin(seconds: float) -> None:
-    """Keep this thread busy (CPU time, unlike time.sleep)."""
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        pass
 
 
 def test_only_sends_that_kept_the_loop_busy_past_busy_ns_with_no_read_read_the_sockets() -> None:
@@ -319,12 +319,12 @@ def test_only_sends_that_kept_the_loop_busy_past_busy_ns_with_no_read_read_the_s
     time.sleep(0.01)  # descheduled, not busy
     pool.catch_up()
     assert polls == []
-    _spin(StreamPool.BUSY_NS / 1e9 + 0.002)
+    _spin(StreamPool.BUSY_NS / 1e9 + 0.002, time.thread_time)
     pool.catch_up()
     pool.catch_up()  # counted from the read it just made
     assert polls == [1]
     pool.busy_since_ns = -1  # what a socket read does
-    _spin(StreamPool.BUSY_NS / 1e9 + 0.002)
+    _spin(StreamPool.BUSY_NS / 1e9 + 0.002, time.thread_time)
     pool.catch_up()
     assert polls == [1]
     pool.close()
