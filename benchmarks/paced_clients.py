@@ -102,7 +102,8 @@ class Sglbench:
     """sglbench's load generator (cluster.loadgen.runner.run_load_point), full records kept.
 
     `loop`: "asyncio" hides uvloop from the worker, "uvloop" needs it importable in `python` (SGLBENCH_UVLOOP_PYTHON
-    names an interpreter that has it); `gc`: "freeze" runs the window with the collector frozen and disabled."""
+    names an interpreter that has it); `gc`: "freeze" collects before the window and keeps the collector off for it
+    (the runner itself always freezes what is alive when its window starts)."""
 
     name: str = "sglbench"
     python: str = sys.executable
@@ -492,9 +493,11 @@ def timing(clients: list[Client], stub: paced_stub.PacedStub, endpoint: str, str
            rate: Optional[float] = None) -> None:
     what = f"open loop {rate:g} req/s" if rate else "closed loop"
     print(f"\n# timing error ({what}, {endpoint}): client-reported − injected (TTFT {TTFT_MS:g} ms, ITL {ITL_MS:g} "
-          f"ms), ms; median over {repeats} repeats of each percentile")
+          f"ms), ms; median over {repeats} repeats of each percentile; merged: chunk gaps under a tenth of the ITL "
+          "per 10k gaps (two events of one stream given one time: a client that read late); stub max: its worst "
+          "write lateness, ms (a stall of the whole machine shows there too)")
     print(f"{'client':10} {'streams':>7} {'TTFT p50':>9} {'TTFT p99':>9} {'ITL p1':>8} {'ITL p50':>8} {'ITL p99':>8} "
-          f"{'|ITL| p99':>9} {'stub p99us':>10} {'load1':>5}  notes")
+          f"{'|ITL| p99':>9} {'merged':>7} {'stub p99us':>10} {'stub max':>8} {'load1':>5}  notes")
     for s in streams:
         per: dict[str, list[list[float]]] = {}
         for _ in range(repeats):
@@ -505,17 +508,20 @@ def timing(clients: list[Client], stub: paced_stub.PacedStub, endpoint: str, str
                 if r is None:
                     continue
                 te, ie = r.ttft_ms - TTFT_MS, r.itl_ms - ITL_MS
+                merged = float(np.count_nonzero(r.itl_ms < ITL_MS / 10)) * 1e4 / max(1, len(r.itl_ms))
                 row = [_pct(te, 50), _pct(te, 99), _pct(ie, 1), _pct(ie, 50), _pct(ie, 99), _pct(np.abs(ie), 99),
-                       r.stub.get("late_p99_us", float("nan")), r.load1]
+                       merged, r.stub.get("late_p99_us", float("nan")), r.stub.get("late_max_us", float("nan")) / 1e3,
+                       r.load1]
                 tag = f"DISCARDED: {r.discarded}" if r.discarded else r.notes
                 print(f"{c.name:10} {s:7d} " + " ".join(f"{v:+9.3f}" for v in row[:6]) +
-                      f" {row[6]:10.0f} {row[7]:5.2f}  {tag}", flush=True)
+                      f" {row[6]:7.1f} {row[7]:10.0f} {row[8]:8.1f} {row[9]:5.2f}  {tag}", flush=True)
                 if not r.discarded:
                     per.setdefault(c.name, []).append(row)
         for name, rows in per.items():
             m = np.median(np.array(rows), axis=0)
             print(f"## {name:8} c{s}: TTFT err p50 {m[0]:+.3f} p99 {m[1]:+.3f}; ITL err p1 {m[2]:+.3f} p50 "
-                  f"{m[3]:+.3f} p99 {m[4]:+.3f}, |ITL err| p99 {m[5]:.3f} ms", flush=True)
+                  f"{m[3]:+.3f} p99 {m[4]:+.3f}, |ITL err| p99 {m[5]:.3f} ms; merged {m[6]:.1f} per 10k gaps",
+                  flush=True)
 
 
 def cpu_and_memory(clients: list[Client], stub: paced_stub.PacedStub, endpoint: str, streams: int, repeats: int,
