@@ -796,7 +796,7 @@ class LoadSpec(_Frozen):
     """Load actors driving one server together (each a shard of every window) when one core is not enough."""
     read_batch_ms: float = Field(default=0.0, ge=0, le=5)
     """Let a load generator's readable sockets gather for this long after the first before reading them all in one
-    event-loop turn (cluster/loadgen/client.py, StreamPool.read_batch_s): less client CPU per chunk at hundreds of
+    event-loop turn (cluster/loadgen/pool.py, StreamPool.read_batch_s): less client CPU per chunk at hundreds of
     streams, arrival times still the kernel's receive stamps. Keep it well under the servers' inter-token latency
     (two events of one stream inside one batch share the later stamp); a closed loop's next send waits up to as
     long. 0 (the default): each socket is read as soon as it is readable."""

@@ -14,7 +14,8 @@ import pytest
 
 from cluster.dataset.records import RequestRecord
 from cluster.engines.streams import SGLangNativeParser
-from cluster.loadgen.client import StreamPool, _Conn, stream_request
+from cluster.loadgen.client import StreamPool, stream_request
+from cluster.loadgen.pool import Conn
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -346,7 +347,7 @@ def test_a_socket_read_ahead_skips_the_loop_s_queued_callback_once() -> None:
 
     async def body() -> None:
         pool = StreamPool("http://127.0.0.1:1", 1)
-        c = _Conn(pool, sock, asyncio.get_running_loop())
+        c = Conn(pool, sock, asyncio.get_running_loop())
         c.read_ahead = True
         c._readable()  # the queued callback: skipped, no read
         assert reads == [] and not c.read_ahead

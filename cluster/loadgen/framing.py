@@ -1,0 +1,285 @@
+"""HTTP/1.1 response and SSE event framing for the streaming client: bytes in as they are read, a request's record out.
+
+Only chunks that carry at least one output token are recorded (a role-only or usage-only chunk is counted by
+the parser as 0 tokens and dropped), so `chunk_arrival_ns[0]` is the first token's arrival (TTFT) and the
+chunk gaps are inter-token-chunk latencies. All events delivered by one socket read share that read's timestamp.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Mapping, Optional
+
+from cluster.dataset.records import RequestRecord
+from cluster.engines.base import StreamParser
+
+ERROR_BODY_CHARS = 300
+
+_SEP = b"\n\n"
+_NL = b"\n"
+_CRLF = b"\r\n"
+_DATA = b"data: "
+_DONE = b"[DONE]"
+
+# response parse states
+_HEAD, _SIZE, _DATA_LEFT, _DATA_CRLF, _TRAILER, _LENGTH, _TO_CLOSE, _DONE_STATE = range(8)
+
+
+def _slow_payload(event: bytes) -> Optional[bytes]:
+    """The data of an event that is not one plain `data: ` line (multi-line data, comments, other fields)."""
+    datas: list[bytes] = []
+    for line in event.split(b"\n"):
+        line = line.rstrip(b"\r")
+        if line.startswith(b"data:"):
+            d = line[5:]
+            datas.append(d[1:] if d[:1] == b" " else d)
+    return b"\n".join(datas) if datas else None
+
+
+def header_lines(headers: Mapping[str, str]) -> bytes:
+    out = []
+    for k, v in headers.items():
+        if any(c in k or c in v for c in "\r\n\0") or ":" in k:
+            raise ValueError(f"HTTP header {k!r}: a name or value holds a line break, NUL or (in the name) ':'")
+        out.append(f"{k}: {v}\r\n")
+    return "".join(out).encode("latin-1")
+
+
+class Response:
+    """One request's response, parsed as bytes arrive: status, headers, chunked/length body, SSE events."""
+
+    __slots__ = ("rec", "parser", "t0_ns", "fut", "state", "buf", "left", "parts", "body_err", "status",
+                 "keep_alive", "timer", "got_head", "end_ns", "sse_frame_ready")
+
+    def __init__(self, rec: RequestRecord, parser: StreamParser, t0_ns: int, fut: asyncio.Future[int]) -> None:
+        self.rec = rec
+        self.parser = parser
+        self.t0_ns = t0_ns
+        self.fut = fut
+        self.state = _HEAD
+        self.buf = b""
+        self.left = 0
+        self.parts: list[bytes] = []
+        self.body_err: list[bytes] = []
+        self.status = 0
+        self.keep_alive = True
+        self.timer: Optional[asyncio.TimerHandle] = None
+        self.got_head = False
+        self.end_ns = 0
+        self.sse_frame_ready = False
+        """True while a read may be one whole chunk frame of one event: a 200 chunked stream between frames, nothing
+        buffered (the paced case: one event per server write)."""
+
+    # --- HTTP framing -------------------------------------------------------------------------------------------
+    def one_event_frame(self, data: bytes, now: int) -> bool:
+        """Take `data` when it is exactly one chunk frame holding one plain `data: ...` event; False otherwise
+        (then feed() takes it). The common read of a paced stream, handled without the general state machine."""
+        i = data.find(_CRLF)
+        end = len(data) - 2
+        if i <= 0 or not data.startswith(_DATA, i + 2) or data[end - 2 :] != b"\n\n\r\n" \
+                or data.find(_NL, i + 8) != end - 2:
+            return False
+        try:
+            if int(data[:i], 16) != end - i - 2:
+                return False
+        except ValueError:
+            return False
+        payload = data[i + 8 : end - 2]
+        if payload != _DONE:
+            k = self.parser.feed(payload)
+            if k > 0:
+                self.rec.chunk_arrival_ns.append(now - self.t0_ns)
+                self.rec.chunk_tokens.append(k)
+        return True
+
+    def feed(self, data: bytes, now: int) -> None:
+        self.sse_frame_ready = False
+        try:
+            self._feed(data, now)
+        finally:
+            self.sse_frame_ready = (self.state == _SIZE and self.status == 200 and not self.buf and not self.parts)
+
+    def _feed(self, data: bytes, now: int) -> None:
+        if self.buf:
+            data = self.buf + data
+            self.buf = b""
+        pos = 0
+        n = len(data)
+        while pos < n:
+            st = self.state
+            if st == _SIZE:
+                i = data.find(_CRLF, pos)
+                if i < 0:
+                    self.buf = data[pos:]
+                    return
+                size = int(data[pos:i].split(b";", 1)[0], 16)
+                pos = i + 2
+                if size == 0:
+                    self.state = _TRAILER
+                    continue
+                end = pos + size
+                if end <= n:
+                    self._body(data[pos:end], now)
+                    pos = end
+                    self.state = _DATA_CRLF
+                else:
+                    self._body(data[pos:], now)
+                    self.left = end - n
+                    self.state = _DATA_LEFT
+                    return
+            elif st == _DATA_CRLF:
+                if n - pos < 2:
+                    self.buf = data[pos:]
+                    return
+                if data[pos : pos + 2] != _CRLF:
+                    raise ValueError("malformed chunked body: no CRLF after a chunk")
+                pos += 2
+                self.state = _SIZE
+            elif st == _DATA_LEFT or st == _LENGTH:  # `left` more bytes of a chunk, or of a Content-Length body
+                take = min(self.left, n - pos)
+                self._body(data[pos : pos + take] if pos or take < n else data, now)
+                pos += take
+                self.left -= take
+                if self.left == 0:
+                    if st == _LENGTH:
+                        self._finish(now)
+                    else:
+                        self.state = _DATA_CRLF
+            elif st == _TO_CLOSE:
+                self._body(data[pos:] if pos else data, now)
+                return
+            elif st == _TRAILER:
+                i = data.find(_CRLF, pos)
+                if i < 0:
+                    self.buf = data[pos:]
+                    return
+                line_empty = i == pos
+                pos = i + 2
+                if line_empty:
+                    self._finish(now)
+            elif st == _HEAD:
+                i = data.find(b"\r\n\r\n", pos)
+                if i < 0:
+                    self.buf = data[pos:]
+                    if len(self.buf) > 65536:
+                        raise ValueError("response headers longer than 64 KiB")
+                    return
+                self._head(data[pos:i])
+                pos = i + 4
+            else:  # _DONE_STATE: bytes after a complete response
+                self.keep_alive = False
+                return
+
+    def _head(self, raw: bytes) -> None:
+        lines = raw.split(_CRLF)
+        parts = lines[0].split(b" ", 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
+            raise ValueError(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
+        self.status = int(parts[1])
+        self.rec.http_status = self.status
+        self.keep_alive = parts[0] == b"HTTP/1.1"
+        chunked = False
+        length = -1
+        for line in lines[1:]:
+            k, _, v = line.partition(b":")
+            k = k.strip().lower()
+            v = v.strip().lower()
+            if k == b"transfer-encoding":
+                chunked = b"chunked" in v
+            elif k == b"content-length":
+                length = int(v)
+            elif k == b"connection":
+                self.keep_alive = v == b"keep-alive" or (self.keep_alive and v != b"close")
+        self.got_head = True
+        if chunked:
+            self.state = _SIZE
+        elif length >= 0:
+            self.left = length
+            self.state = _LENGTH
+            if length == 0:
+                self._finish(time.monotonic_ns())
+        else:
+            self.keep_alive = False
+            self.state = _TO_CLOSE
+
+    def _finish(self, now: int) -> None:
+        self.state = _DONE_STATE  # an event left unterminated at the end is dropped, as SSE says
+        self.end_ns = now - self.t0_ns
+        if self.status != 200 and self.rec.error is None:
+            text = b"".join(self.body_err).decode("utf-8", "replace")
+            self.rec.error = f"HTTP {self.status}: {text[:ERROR_BODY_CHARS].strip()}"
+        if not self.fut.done():
+            self.fut.set_result(self.end_ns)
+
+    @property
+    def complete(self) -> bool:
+        return self.state == _DONE_STATE
+
+    def connection_lost(self, exc: Optional[BaseException]) -> None:
+        """The connection ended under this response: a close-delimited body ends here, anything else is an error."""
+        if self.state == _DONE_STATE:
+            return
+        if self.state == _TO_CLOSE:
+            self._finish(time.monotonic_ns())
+        elif not self.got_head:
+            self.fail(f"connection error: server closed the connection before answering ({exc or 'EOF'})")
+        else:
+            self.fail(f"stream broken: connection closed mid-response ({exc or 'EOF'})")
+
+    def fail(self, error: str) -> None:
+        if self.rec.error is None:
+            self.rec.error = error
+        self.state = _DONE_STATE
+        self.keep_alive = False
+        if not self.fut.done():
+            self.fut.set_result(time.monotonic_ns() - self.t0_ns)
+
+    # --- SSE framing --------------------------------------------------------------------------------------------
+    def _body(self, data: bytes, now: int) -> None:
+        if self.status != 200:
+            if sum(map(len, self.body_err)) < 4 * ERROR_BODY_CHARS:
+                self.body_err.append(data)
+            return
+        self._events(data, now)
+
+    def _events(self, data: bytes, now: int) -> None:
+        parts = self.parts
+        if parts:
+            straddle = parts[-1][-1:] == b"\n" and data[:1] == b"\n"
+            parts.append(data)
+            if _SEP not in data and not straddle:
+                return  # still inside one long event: join once its end arrives
+            data = b"".join(parts)
+            parts.clear()
+        feed = self.parser.feed
+        rec = self.rec
+        start = 0
+        n_data = len(data)
+        while True:
+            # JSON never holds a raw newline, so the first "\n" ends a plain one-line event; a one-byte find is
+            # a memchr, several times faster than searching for the two-byte separator
+            nl = data.find(_NL, start)
+            if nl < 0 or nl + 1 >= n_data:
+                break
+            if data[nl + 1] == 10 and data.startswith(_DATA, start):
+                payload = data[start + 6 : nl]
+                start = nl + 2
+            else:
+                end = data.find(_SEP, start)
+                if end < 0:
+                    break
+                slow = _slow_payload(data[start:end])
+                start = end + 2
+                if slow is None:
+                    continue
+                payload = slow
+            if payload == _DONE:
+                continue
+            k = feed(payload)
+            if k > 0:
+                rec.chunk_arrival_ns.append(now - self.t0_ns)
+                rec.chunk_tokens.append(k)
+        if start < n_data:
+            parts.append(data[start:] if start else data)
+
