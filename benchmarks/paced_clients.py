@@ -28,10 +28,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Protocol, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -40,61 +39,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, os.environ.get("SGLBENCH_ROOT") or str(Path(__file__).resolve().parents[1]))
 
 import paced_stub  # noqa: E402
+from paced_run import INPUT_TOKENS, Client, CpuShare, Result, run_client  # noqa: E402
+from paced_worker import sharded_worker, worker  # noqa: E402
 import peers  # noqa: E402
 
+
 ROOT = Path(__file__).resolve().parents[1]
-CONTINUOUS = b',"continuous_usage_stats":true'
-INPUT_TOKENS = 128
 TTFT_MS = 20.0
 ITL_MS = 10.0
-
-
-@dataclass
-class Result:
-    """One client run's figures (the client's own clock for duration, TTFT and ITL)."""
-
-    client: str
-    endpoint: str
-    streams: int
-    completed: int
-    duration_s: float
-    output_tokens: int
-    ttft_ms: np.ndarray
-    itl_ms: np.ndarray
-    cpu_s: float
-    peak_rss_mb: float
-    stub: dict[str, float]
-    load1: float
-    notes: str = ""
-    discarded: str = ""
-    window_cpu_s: float = 0.0
-    """The tree's CPU seconds between the samples that saw the stub's first and last event write: the streaming
-    window alone, without imports, start-up or the client's own summary at the end."""
-    window_events: int = 0
-    """Events the stub wrote between those two samples."""
-
-    @property
-    def window_us_per_chunk(self) -> float:
-        return self.window_cpu_s / self.window_events * 1e6 if self.window_events else float("nan")
-
-    @property
-    def chunks_s(self) -> float:
-        return self.output_tokens / self.duration_s if self.duration_s > 0 else 0.0
-
-
-class Client(Protocol):
-    @property
-    def name(self) -> str: ...
-
-    def available(self) -> bool: ...
-
-    def argv(self, base_url: str, endpoint: str, concurrency: int, num_requests: int, input_tokens: int,
-             output_tokens: int, tokenizer_dir: Path, out_dir: Path,
-             request_rate: Optional[float] = None) -> Optional[list[str]]: ...
-
-    def env(self) -> dict[str, str]: ...
-
-    def parse(self, out_dir: Path) -> "peers.PeerResult": ...
 
 
 @dataclass
@@ -143,233 +95,6 @@ class Sglbench:
                                 output_tokens=d["output_tokens"],
                                 notes=(f"{d['batches']} batches handed out, every row once: {d['every_row_once']}"
                                        if self.drop else "per-chunk arrival gaps, kernel receive stamps"))
-
-
-def worker(url: str, endpoint: str, streams: int, n: int, input_tokens: int, output_tokens: int, out: Path,
-           rate: Optional[float], loop: str = "asyncio", gc_mode: str = "on", drop: bool = False,
-           shard_index: int = 0, num_shards: int = 1, start_unix_s: Optional[float] = None,
-           read_batch_us: Optional[int] = None) -> None:
-    """One sglbench window against the stub; per-request TTFT and per-chunk ITL written for the parent.
-
-    `drop`: each Arrow batch is counted and released, as a load actor does once the driver has it (the memory
-    mode); the counts say whether every row left exactly once."""
-    import gc
-
-    import pyarrow as pa
-
-    if loop == "asyncio":
-        sys.modules["uvloop"] = None  # type: ignore[assignment]  # the runner then takes asyncio's own loop
-    else:
-        import uvloop  # noqa: F401  # the runner takes it when importable: fail here if it is not
-
-    from cluster.analysis.request_metrics import TTFT, chunk_gaps, request_columns
-    from cluster.engines.base import HttpRequest
-    from cluster.engines.sglang import SGLangEngine
-    from cluster.loadgen.datasets import PromptArray
-    from cluster.loadgen.runner import run_load_point
-    from cluster.plan.runs import LoadPoint
-
-    class NoContinuousUsage(SGLangEngine):
-        """The OpenAI stream a server sends without continuous usage stats (final usage chunk only)."""
-
-        def build_request(self, *a: Any, **kw: Any) -> HttpRequest:
-            # a bytes edit, not a JSON round trip: this benchmark's own work must not count as the client's
-            r = super().build_request(*a, **kw)
-            body = r.body.replace(CONTINUOUS, b"", 1)
-            assert body != r.body, "the engine no longer asks for continuous usage stats this way"
-            return HttpRequest(r.path, body, r.headers)
-
-    engine = NoContinuousUsage() if endpoint == "openai" else SGLangEngine()
-    api = "native" if endpoint == "native" else "completions"
-    rng = np.random.default_rng(0)
-    prompts = PromptArray(rng.integers(100, 32000, (n, input_tokens), dtype=np.int32))
-    kept: list[tuple[pa.RecordBatch, pa.RecordBatch]] = []
-    dropped = {"requests": 0, "ok": 0, "tokens": 0, "chunk_rows": 0, "batches": 0}
-
-    def on_batch(r: pa.RecordBatch, c: pa.RecordBatch) -> None:
-        if not drop:
-            kept.append((r, c))
-            return
-        dropped["requests"] += r.num_rows
-        dropped["ok"] += r.column("error").null_count
-        dropped["tokens"] += int(np.asarray(r.column("client_tokens")).sum())
-        dropped["chunk_rows"] += c.num_rows
-        dropped["batches"] += 1
-
-    rb = (read_batch_us or 0) / 1e6
-    load = LoadPoint("rate", rate, read_batch_s=rb) if rate else \
-        LoadPoint("concurrency", float(streams), read_batch_s=rb)
-    if gc_mode == "freeze":
-        gc.collect()
-        gc.freeze()
-        gc.disable()
-    res = run_load_point(engine, url, api, prompts, output_tokens, load, 0, True, 0.0, "stub", 300.0,
-                         scrape_metrics=False, on_batch=on_batch, batch_rows=4096,
-                         shard_index=shard_index, num_shards=num_shards, start_unix_s=start_unix_s)
-    gc.enable()
-    ttft = itl = np.zeros(0)
-    completed, tokens = dropped["ok"], dropped["tokens"]
-    if kept:
-        # the project's own definitions: TTFT as the runs table computes it, ITL as one gap per token-bearing chunk
-        reqs = pa.concat_batches([r for r, _ in kept])
-        chunks = pa.concat_batches([c for _, c in kept])
-        cols = request_columns(reqs)
-        ttft = TTFT.values(cols)[cols.ok]
-        completed = int(cols.ok.sum())
-        tokens = int(cols.client_tokens[cols.ok].sum())
-        ri = chunks.column("request_index").to_numpy()
-        ok = np.isin(ri, reqs.column("request_index").to_numpy()[cols.ok])
-        ri, ci = ri[ok], chunks.column("chunk_index").to_numpy()[ok]
-        order = np.lexsort((ci, ri))
-        itl = chunk_gaps(ri[order], chunks.column("arrival_ns").to_numpy()[ok][order],
-                         chunks.column("tokens").to_numpy()[ok][order])[0]
-    out.mkdir(parents=True, exist_ok=True)
-    np.savez(out / "sglbench.npz", ttft_ms=ttft, itl_ms=itl)
-    (out / "sglbench.json").write_text(json.dumps({
-        "completed": completed, "duration_s": res.duration_s, "output_tokens": tokens, "requests": res.n_requests,
-        "every_row_once": not drop or (dropped["requests"] == res.n_requests == len(range(shard_index, n, num_shards))
-                                       and dropped["chunk_rows"] == res.n_chunks and dropped["batches"] == res.batches),
-        "batches": res.batches, "chunk_rows": res.n_chunks}))
-
-
-CGROUP_CPU = Path("/sys/fs/cgroup/cpu")
-CGROUP_PERIOD_US = 10_000
-"""A short CFS period: a client held to a share of a core runs in slices of share × 10 ms, not share × 100 ms."""
-
-
-class CpuShare:
-    """A cgroup-v1 CPU controller group holding a client's process tree to `share` of one core (CFS bandwidth):
-    at saturation the client, not the stub, is then the bottleneck, and chunks/s ÷ share is its rate per core."""
-
-    def __init__(self, share: float) -> None:
-        self.path = CGROUP_CPU / f"sglbench-paced-{os.getpid()}"
-        self.path.mkdir(exist_ok=True)
-        (self.path / "cpu.cfs_period_us").write_text(str(CGROUP_PERIOD_US))
-        self.set(share)
-
-    def set(self, share: float) -> None:
-        """Hold the group to `share` of one core from now on."""
-        (self.path / "cpu.cfs_quota_us").write_text(str(max(1000, int(share * CGROUP_PERIOD_US))))
-
-    def enter(self) -> None:
-        """In the child before exec: everything it starts stays in the group."""
-        (self.path / "cgroup.procs").write_text(str(os.getpid()))
-
-    def throttled_s(self) -> float:
-        stat = dict(line.split() for line in (self.path / "cpu.stat").read_text().splitlines())
-        return int(stat.get("throttled_time", 0)) / 1e9
-
-    def close(self) -> None:
-        try:
-            self.path.rmdir()
-        except OSError:
-            pass
-
-
-def sharded_worker(argv: list[str], shards: int, out: Path) -> None:
-    """The worker as `shards` processes splitting one window (shard i sends requests i, i + shards, ...; each has
-    its share of the streams), started together 1 s from now; their figures merged as one client's."""
-    start = time.time() + 1.0
-    procs = [subprocess.Popen([*argv, "--shards", "1", "--shard-index", str(i), "--num-shards", str(shards),
-                               "--start-unix-s", repr(start), "--out", str(out / f"shard{i}")])
-             for i in range(shards)]
-    if any(p.wait() != 0 for p in procs):
-        raise SystemExit("a shard failed")
-    ds = [json.loads((out / f"shard{i}" / "sglbench.json").read_text()) for i in range(shards)]
-    arrs = [np.load(out / f"shard{i}" / "sglbench.npz") for i in range(shards)]
-    np.savez(out / "sglbench.npz", ttft_ms=np.concatenate([a["ttft_ms"] for a in arrs]),
-             itl_ms=np.concatenate([a["itl_ms"] for a in arrs]))
-    merged = {k: sum(d[k] for d in ds) for k in ("completed", "output_tokens", "requests", "batches", "chunk_rows")}
-    (out / "sglbench.json").write_text(json.dumps({**merged, "duration_s": max(d["duration_s"] for d in ds),
-                                                   "every_row_once": all(d["every_row_once"] for d in ds)}))
-
-
-def _tree(pid: int) -> list[Any]:
-    import psutil
-
-    try:
-        p = psutil.Process(pid)
-        return [p, *p.children(recursive=True)]
-    except psutil.Error:
-        return []
-
-
-def _child_setup(core: Optional[int], share: Optional[CpuShare]) -> None:
-    if core is not None:
-        os.sched_setaffinity(0, {core})
-    if share is not None:
-        share.enter()
-
-
-def run_client(c: Client, stub: paced_stub.PacedStub, endpoint: str, streams: int, n: int, output_tokens: int,
-               tok_dir: Path, core: Optional[int], rate: Optional[float] = None,
-               late_bound_us: float = 1000.0, timeout_s: float = 900.0,
-               trace: Optional[list[tuple[float, int]]] = None, share: Optional[CpuShare] = None
-               ) -> Optional[Result]:
-    """One run of one client: its tree pinned to `core`, CPU and RSS sampled every 50 ms (appended to `trace` as
-    (s since start, bytes) when given); None if unsupported."""
-    import psutil
-
-    with tempfile.TemporaryDirectory(prefix=f"paced-{c.name}-") as tmp:
-        out = Path(tmp)
-        try:
-            argv = c.argv(stub.base_url, endpoint, streams, n, INPUT_TOKENS, output_tokens, tok_dir, out, rate)
-        except peers.NotSupported:
-            return None
-        if argv is None:
-            return None
-        stub.reset_stats()
-        env = dict(os.environ, **c.env())
-        with open(out / "client.log", "wb") as log:  # the child holds its own copy of the descriptor
-            p = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp,
-                                 preexec_fn=lambda: _child_setup(core, share))
-        cpu: dict[int, float] = {}
-        peak = 0
-        loads: list[float] = []
-        started = time.monotonic()
-        deadline = started + timeout_s
-        first: Optional[tuple[float, float]] = None  # (tree CPU s, stub events) at the first sample with events
-        last: Optional[tuple[float, float]] = None  # ... at the latest sample whose event count moved
-        polls = 0
-        while p.poll() is None:
-            rss = 0
-            for q in _tree(p.pid):
-                try:
-                    t = q.cpu_times()
-                    cpu[q.pid] = t.user + t.system + t.children_user + t.children_system
-                    rss += q.memory_info().rss
-                except psutil.Error:
-                    pass
-            peak = max(peak, rss)
-            if first is None or polls % 10 == 0:  # the stub's counters every 0.5 s once the window has begun
-                events = stub.stats()["events"]
-                now_cpu = sum(cpu.values())
-                if events > 0 and first is None:
-                    first = (now_cpu, events)
-                elif first is not None and events > (last or first)[1]:
-                    last = (now_cpu, events)
-            polls += 1
-            if trace is not None:
-                trace.append((time.monotonic() - started, rss))
-            loads.append(os.getloadavg()[0])
-            if time.monotonic() > deadline:
-                p.kill()
-                p.wait()
-                raise RuntimeError(f"{c.name} ran past {timeout_s:g} s")
-            time.sleep(0.05)
-        st = stub.stats()
-        if p.returncode != 0:
-            tail = (out / "client.log").read_text(errors="replace")[-3000:]
-            raise RuntimeError(f"{c.name} {endpoint} c{streams} failed ({p.returncode}):\n{tail}")
-        r = c.parse(out)
-    res = Result(c.name, endpoint, streams, r.completed, r.duration_s, r.output_tokens,
-                 np.asarray(r.ttft_ms, dtype=np.float64), np.asarray(r.itl_ms, dtype=np.float64),
-                 sum(cpu.values()), peak / 2**20, st, max(loads) if loads else os.getloadavg()[0], r.notes)
-    if first is not None and last is not None:
-        res.window_cpu_s, res.window_events = last[0] - first[0], int(last[1] - first[1])
-    if st.get("late_p99_us", 0.0) > late_bound_us:
-        res.discarded = f"stub late: p99 {st['late_p99_us']:.0f} us > {late_bound_us:g} us"
-    return res
 
 
 def _pct(x: np.ndarray, q: float) -> float:
