@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shlex
@@ -12,9 +11,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, ClassVar, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 # Each peer runs from its own venv (SGLang: scripts/setup_sglang_client_venv.sh; vLLM: scripts/setup_vllm_venv.sh;
 # AIPerf and GuideLLM: scripts/setup_peer_venvs.sh) against a loopback server, offline, with a tiny local tokenizer
@@ -34,20 +33,11 @@ from typing import Any, ClassVar, Optional, Sequence
 #     python benchmarks/peers.py                        # every peer x endpoint against benchmarks/paced_stub.c
 #     python benchmarks/peers.py --peers aiperf --endpoints native openai --json /tmp/peers.json
 
-ROOT = Path(__file__).resolve().parents[1]
-ENDPOINTS = ("native", "openai-usage", "openai")
-MODEL = "stub"  # the model name sent in requests (benchmarks/paced_stub.c and sglbench's simulator take any)
-# Per-chunk usage, as vLLM's and SGLang's OpenAI servers (and benchmarks/paced_stub.c) read it.
-USAGE_EACH_CHUNK = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
-# A closed port on loopback: a hub client pointed here fails at once, on this machine.
-DEAD_ENDPOINT = "http://127.0.0.1:9"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peer_base import (DEAD_ENDPOINT, ENDPOINTS, MODEL, OFFLINE_ENV, ROOT, USAGE_EACH_CHUNK, NotSupported,  # noqa: E402
+                       Peer, PeerResult, build_tokenizer, check_endpoint, ok_flags, rate_arg, sibling)
 
-# The environment every peer runs under (AIPerf's differs: AIPerfPeer.env): no hub, no telemetry.
-OFFLINE_ENV = {
-    "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-    "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "DO_NOT_TRACK": "1",
-    "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1",
-}
+__all__ = ["ENDPOINTS", "PEERS", "NotSupported", "Peer", "PeerResult", "build_tokenizer", "run"]
 
 # What each peer needed to run with no network (a loopback server, a local tokenizer directory, no hub).
 OFFLINE_WORKAROUNDS: dict[str, list[str]] = {
@@ -97,112 +87,6 @@ OFFLINE_WORKAROUNDS: dict[str, list[str]] = {
 }
 
 
-class NotSupported(ValueError):
-    """This peer cannot drive that endpoint."""
-
-
-def _sibling(name: str) -> Any:
-    """benchmarks/<name>.py as a module, loaded by path (works as a script, as a module and under pytest)."""
-    mod = sys.modules.get(f"benchmarks.{name}") or sys.modules.get(f"_sglbench_{name}")
-    if mod is not None:
-        return mod
-    spec = importlib.util.spec_from_file_location(f"_sglbench_{name}", Path(__file__).with_name(f"{name}.py"))
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def build_tokenizer(out_dir: str | Path, python: str | Path) -> Path:
-    """Write benchmarks/client_capacity.py's tiny WordLevel tokenizer (vocab w3..w4095) into out_dir with `python`.
-
-    `python` needs `tokenizers` and `transformers` (every peer venv has both); nothing is downloaded."""
-    out = Path(out_dir)
-    if not (out / "tokenizer.json").exists():
-        script: str = _sibling("client_capacity").TOKENIZER_SCRIPT
-        subprocess.run([str(python), "-c", script, str(out)], check=True, env={**os.environ, **OFFLINE_ENV},
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    return out
-
-
-@dataclass
-class PeerResult:
-    """One peer run in the peer's own terms (ms), successful requests only.
-
-    itl_ms: every inter-chunk latency the peer recorded, flattened over requests, when itl_per_chunk; otherwise
-    (GuideLLM) one per-request average per request. duration_s is the peer's own benchmark duration."""
-
-    completed: int
-    duration_s: float
-    ttft_ms: list[float]
-    itl_ms: list[float]
-    output_tokens: int
-    notes: str
-    itl_per_chunk: bool = True
-    failed: int = 0
-    e2e_ms: list[float] = field(default_factory=list)
-
-
-def _check(endpoint: str, supported: Sequence[str], peer: str) -> None:
-    if endpoint not in ENDPOINTS:
-        raise ValueError(f"endpoint {endpoint!r}: one of {ENDPOINTS}")
-    if endpoint not in supported:
-        raise NotSupported(f"{peer} cannot drive the {endpoint!r} endpoint (it drives {', '.join(supported)})")
-
-
-def _rate(request_rate: Optional[float]) -> str:
-    return "inf" if request_rate is None else repr(float(request_rate))
-
-
-class Peer:
-    """One peer client: its venv, its command line, its environment and how its records are read."""
-
-    name: ClassVar[str]
-    venv_dir: ClassVar[str]  # under ROOT/.ci/venvs
-    setup: ClassVar[str]  # what builds the venv
-    endpoints: ClassVar[tuple[str, ...]]
-    ttft_definition: ClassVar[str]
-    itl_definition: ClassVar[str]
-    itl_per_chunk: ClassVar[bool] = True
-
-    def venv(self) -> Path:
-        """ROOT/.ci/venvs/<venv_dir>, or env SGLBENCH_PEER_<NAME>_VENV."""
-        env = os.environ.get(f"SGLBENCH_PEER_{self.name.upper().replace('-', '_')}_VENV")
-        return Path(env) if env else ROOT / ".ci" / "venvs" / self.venv_dir
-
-    def python(self) -> Path:
-        return self.venv() / "bin" / "python"
-
-    def available(self) -> bool:
-        return self.python().exists()
-
-    def supports(self, endpoint: str) -> bool:
-        return endpoint in self.endpoints
-
-    def env(self) -> dict[str, str]:
-        """Variables to add to os.environ for the peer's process."""
-        return dict(OFFLINE_ENV)
-
-    def argv(self, base_url: str, endpoint: str, concurrency: int, num_requests: int, input_tokens: int,
-             output_tokens: int, tokenizer_dir: str | Path, out_dir: str | Path,
-             request_rate: Optional[float] = None, model: str = MODEL) -> list[str]:
-        """The command line of one run; raises NotSupported for an endpoint the peer lacks.
-
-        request_rate None: closed loop, `concurrency` requests in flight, each next one sent as a slot frees
-        (infinite rate). A rate: open loop, Poisson arrivals at that many requests/s, at most `concurrency` in
-        flight when concurrency > 0. Every request has input_tokens prompt tokens and asks for exactly
-        output_tokens (ignore_eos)."""
-        raise NotImplementedError
-
-    def parse(self, out_dir: str | Path) -> PeerResult:
-        raise NotImplementedError
-
-
-def _ok(errors: Sequence[Any]) -> list[bool]:
-    return [not e for e in errors]
-
-
 class SGLangPeer(Peer):
     """SGLang 0.5.23's `python -m sglang.benchmark.serving` (alias sglang.bench_serving), venv .ci/venvs/sglang-client.
 
@@ -230,13 +114,13 @@ class SGLangPeer(Peer):
     def argv(self, base_url: str, endpoint: str, concurrency: int, num_requests: int, input_tokens: int,
              output_tokens: int, tokenizer_dir: str | Path, out_dir: str | Path,
              request_rate: Optional[float] = None, model: str = MODEL) -> list[str]:
-        _check(endpoint, self.endpoints, self.name)
+        check_endpoint(endpoint, self.endpoints, self.name)
         argv = [str(self.python()), str(ROOT / "benchmarks" / "client_capacity.py"), "--sglang-entry",
                 "--backend", self.BACKENDS[endpoint], "--base-url", base_url.rstrip("/"),
                 "--model", str(tokenizer_dir), "--served-model-name", model, "--tokenizer", str(tokenizer_dir),
                 "--dataset-name", "random-ids", "--random-input-len", str(input_tokens),
                 "--random-output-len", str(output_tokens), "--random-range-ratio", "1.0",
-                "--num-prompts", str(num_requests), "--request-rate", _rate(request_rate),
+                "--num-prompts", str(num_requests), "--request-rate", rate_arg(request_rate),
                 "--warmup-requests", "0", "--seed", "0", "--disable-tqdm",
                 "--output-file", str(Path(out_dir) / self.RESULT), "--output-details"]
         if concurrency > 0:
@@ -247,7 +131,7 @@ class SGLangPeer(Peer):
 
     def parse(self, out_dir: str | Path) -> PeerResult:
         r = json.loads((Path(out_dir) / self.RESULT).read_text().splitlines()[-1])
-        ok = _ok(r["errors"])
+        ok = ok_flags(r["errors"])
         backend = str(r.get("backend"))
         return PeerResult(
             completed=int(r["completed"]), duration_s=float(r["duration"]),
@@ -289,13 +173,13 @@ class VLLMPeer(Peer):
     def argv(self, base_url: str, endpoint: str, concurrency: int, num_requests: int, input_tokens: int,
              output_tokens: int, tokenizer_dir: str | Path, out_dir: str | Path,
              request_rate: Optional[float] = None, model: str = MODEL) -> list[str]:
-        _check(endpoint, self.endpoints, self.name)
+        check_endpoint(endpoint, self.endpoints, self.name)
         argv = [str(self.python()), "-c", VLLM_BENCH_ENTRY, "--backend", "openai",
                 "--base-url", base_url.rstrip("/"), "--endpoint", "/v1/completions",
                 "--model", model, "--tokenizer", str(tokenizer_dir),
                 "--dataset-name", "random", "--random-input-len", str(input_tokens),
                 "--random-output-len", str(output_tokens), "--random-range-ratio", "0",
-                "--num-prompts", str(num_requests), "--request-rate", _rate(request_rate),
+                "--num-prompts", str(num_requests), "--request-rate", rate_arg(request_rate),
                 "--ignore-eos", "--temperature", "0", "--seed", "0", "--num-warmups", "0",
                 "--ready-check-timeout-sec", "0", "--disable-tqdm",
                 "--save-result", "--save-detailed", "--result-dir", str(out_dir), "--result-filename", self.RESULT]
@@ -310,7 +194,7 @@ class VLLMPeer(Peer):
 
     def parse(self, out_dir: str | Path) -> PeerResult:
         r = json.loads((Path(out_dir) / self.RESULT).read_text())
-        ok = _ok(r["errors"])
+        ok = ok_flags(r["errors"])
         return PeerResult(
             completed=int(r["completed"]), duration_s=float(r["duration"]),
             ttft_ms=[1e3 * t for t, good in zip(r["ttfts"], ok) if good],
@@ -353,7 +237,7 @@ class AIPerfPeer(Peer):
     def argv(self, base_url: str, endpoint: str, concurrency: int, num_requests: int, input_tokens: int,
              output_tokens: int, tokenizer_dir: str | Path, out_dir: str | Path,
              request_rate: Optional[float] = None, model: str = MODEL) -> list[str]:
-        _check(endpoint, self.endpoints, self.name)
+        check_endpoint(endpoint, self.endpoints, self.name)
         if endpoint == "native":
             extra: dict[str, Any] = {"payload_template": NATIVE_TEMPLATE, "response_field": "text"}
             kind = ["--endpoint-type", "template", "--custom-endpoint", "/generate"]
@@ -444,7 +328,7 @@ class GuideLLMPeer(Peer):
     def argv(self, base_url: str, endpoint: str, concurrency: int, num_requests: int, input_tokens: int,
              output_tokens: int, tokenizer_dir: str | Path, out_dir: str | Path,
              request_rate: Optional[float] = None, model: str = MODEL) -> list[str]:
-        _check(endpoint, self.endpoints, self.name)
+        check_endpoint(endpoint, self.endpoints, self.name)
         backend: dict[str, Any] = {"kind": "openai_http", "target": base_url.rstrip("/"), "model": model,
                                    "request_format": "/v1/completions", "http2": False, "stream": True}
         if endpoint == "openai":
@@ -536,7 +420,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--work-dir", type=Path, default=None, help="keep each run's files here")
     ap.add_argument("--json", type=Path, default=None, help="write every run (argv, result) here")
     args = ap.parse_args(argv)
-    stub_mod = _sibling("paced_stub")
+    stub_mod = sibling("paced_stub")
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="sglbench-peers-"))
     binary = stub_mod.build(work / "stub")
     rows: list[dict[str, Any]] = []
