@@ -186,6 +186,26 @@ def test_openai_without_usage_counts_content_chunks_without_decoding_them() -> N
         assert len(decoded) == 4
 
 
+def test_sglang_mid_chunks_with_usage_null_take_the_fast_path() -> None:
+    """SGLang 0.5.23 writes `"usage":null` (and `"matched_stop":null` after finish_reason) into every mid-stream
+    completions chunk when continuous usage is off (CompletionStreamResponse.model_dump_json): a null usage is no
+    usage, so each such chunk is one token found by the key search, not a full JSON decode. A chunk that names
+    "usage" twice is not read by the fast path."""
+    def sgl(text: str) -> bytes:
+        return (b'{"id":"7f3a","object":"text_completion","created":1764720000,"model":"m","choices":[{"index":0,'
+                b'"text":"' + text.encode() + b'","logprobs":null,"finish_reason":null,"matched_stop":null}],'
+                b'"usage":null}')
+    fast, full = OpenAIStreamParser(), OpenAIStreamParser(keep_text=True)
+    decoded = _spy_full_decodes(fast)
+    seq = [sgl("a"), sgl("b"), sgl("")]
+    assert [fast.feed(c) for c in seq] == [full.feed(c) for c in seq] == [1, 1, 0]
+    assert len(decoded) == 1  # the empty chunk only
+    both = sgl("c")[:-1] + b',"usage":{"prompt_tokens":3,"completion_tokens":5,"total_tokens":8}}'
+    p = OpenAIStreamParser()
+    decoded = _spy_full_decodes(p)
+    assert p.feed(both) == 5 and decoded == [both]  # JSON keeps the last "usage": its cumulative count
+
+
 def test_native_fast_path_reads_meta_from_the_end_and_never_decodes_mid_stream_chunks() -> None:
     p = SGLangNativeParser()
     decoded = _spy_full_decodes(p)
