@@ -68,30 +68,43 @@ class Response:
         self.got_head = False
         self.end_ns = 0
         self.sse_frame_ready = False
-        """True while a read may be one whole chunk frame of one event: a 200 chunked stream between frames, nothing
-        buffered (the paced case: one event per server write)."""
+        """True while a read may open with whole chunk frames of one event each: a 200 chunked stream between frames,
+        nothing buffered (the paced case: one event per server write). See event_frames."""
 
     # --- HTTP framing -------------------------------------------------------------------------------------------
-    def one_event_frame(self, data: bytes, now: int) -> bool:
-        """Take `data` when it is exactly one chunk frame holding one plain `data: ...` event; False otherwise
-        (then feed() takes it). The common read of a paced stream, handled without the general state machine."""
-        i = data.find(_CRLF)
-        end = len(data) - 2
-        if i <= 0 or not data.startswith(_DATA, i + 2) or data[end - 2 :] != b"\n\n\r\n" \
-                or data.find(_NL, i + 8) != end - 2:
-            return False
-        try:
-            if int(data[:i], 16) != end - i - 2:
-                return False
-        except ValueError:
-            return False
-        payload = data[i + 8 : end - 2]
-        if payload != _DONE:
-            k = self.parser.feed(payload)
-            if k > 0:
-                self.rec.chunk_arrival_ns.append(now - self.t0_ns)
-                self.rec.chunk_tokens.append(k)
-        return True
+    def event_frames(self, data: bytes, now: int) -> None:
+        """Take `data` while it is whole chunk frames that each hold one plain `data: ...` event, without the general
+        state machine; whatever follows the last such frame goes to feed(). Call only while `sse_frame_ready`.
+
+        A server that writes one event per write() sends one such frame per read while the client keeps up, and
+        several per read when it reads late (a saturated client): both are this loop's."""
+        pos = 0
+        n = len(data)
+        feed = self.parser.feed
+        rec = self.rec
+        while True:
+            i = data.find(_CRLF, pos)
+            if i <= pos:
+                break
+            try:
+                size = int(data[pos:i], 16)
+            except ValueError:  # a chunk extension, or not a size: the state machine says which
+                break
+            start = i + 2
+            end = start + size  # the frame's data ends here, its CRLF after
+            if size < 8 or end + 2 > n or not data.startswith(_DATA, start) \
+                    or data[end - 2 : end + 2] != b"\n\n\r\n" or data.find(_NL, start + 6) != end - 2:
+                break
+            payload = data[start + 6 : end - 2]
+            if payload != _DONE:
+                k = feed(payload)
+                if k > 0:
+                    rec.chunk_arrival_ns.append(now - self.t0_ns)
+                    rec.chunk_tokens.append(k)
+            pos = end + 2
+            if pos == n:
+                return
+        self.feed(data[pos:] if pos else data, now)
 
     def feed(self, data: bytes, now: int) -> None:
         self.sse_frame_ready = False

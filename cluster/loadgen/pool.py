@@ -83,7 +83,9 @@ class Conn:
             self._lost(None)
             return
         try:
-            if not (r.sse_frame_ready and r.one_event_frame(data, now)):
+            if r.sse_frame_ready:
+                r.event_frames(data, now)
+            else:
                 r.feed(data, now)
         except Exception as e:  # a malformed response (or a parser bug) ends this request, not the window
             r.fail(f"stream broken: {type(e).__name__}: {e}")
