@@ -33,7 +33,8 @@ from typing import Any, Optional, Sequence
 #     python benchmarks/peers.py                        # every peer x endpoint against benchmarks/paced_stub.c
 #     python benchmarks/peers.py --peers aiperf --endpoints native openai --json /tmp/peers.json
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+if str(Path(__file__).resolve().parent) not in sys.path:  # paced_clients.py has put it there already
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peer_base import (DEAD_ENDPOINT, ENDPOINTS, MODEL, OFFLINE_ENV, ROOT, USAGE_EACH_CHUNK, NotSupported,  # noqa: E402
                        Peer, PeerResult, build_tokenizer, check_endpoint, ok_flags, rate_arg, sibling)
 

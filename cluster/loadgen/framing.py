@@ -73,11 +73,14 @@ class Response:
 
     # --- HTTP framing -------------------------------------------------------------------------------------------
     def event_frames(self, data: bytes, now: int) -> None:
-        """Take `data` while it is whole chunk frames that each hold one plain `data: ...` event, without the general
-        state machine; whatever follows the last such frame goes to feed(). Call only while `sse_frame_ready`.
+        """Take one read: while the response is `sse_frame_ready`, its whole chunk frames that each hold one plain
+        `data: ...` event go through the loop below, not the general state machine; the rest goes to feed().
 
         A server that writes one event per write() sends one such frame per read while the client keeps up, and
         several per read when it reads late (a saturated client): both are this loop's."""
+        if not self.sse_frame_ready:
+            self.feed(data, now)
+            return
         pos = 0
         n = len(data)
         feed = self.parser.feed

@@ -83,10 +83,7 @@ class Conn:
             self._lost(None)
             return
         try:
-            if r.sse_frame_ready:
-                r.event_frames(data, now)
-            else:
-                r.feed(data, now)
+            r.event_frames(data, now)
         except Exception as e:  # a malformed response (or a parser bug) ends this request, not the window
             r.fail(f"stream broken: {type(e).__name__}: {e}")
             self.abort()

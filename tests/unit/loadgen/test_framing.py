@@ -41,7 +41,7 @@ def _run(reads: list[tuple[bytes, int]], frames: bool) -> tuple[RequestRecord, R
         r = Response(rec, OpenAIStreamParser(), 0, loop.create_future())
         r.feed(HEAD, 0)
         for data, now in reads:
-            if frames and r.sse_frame_ready:
+            if frames:
                 r.event_frames(data, now)
             else:
                 r.feed(data, now)
@@ -80,3 +80,21 @@ def test_a_frame_without_its_crlf_is_malformed_on_both_paths() -> None:
     for frames in (True, False):
         with pytest.raises(ValueError, match="no CRLF after a chunk"):
             _run([(bad, 1)], frames=frames)
+
+
+def test_an_error_status_s_frames_are_its_error_body_on_both_paths() -> None:
+    head = b"HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n"
+    for frames in (True, False):
+        loop = asyncio.new_event_loop()
+        try:
+            rec = RequestRecord(request_index=0, intended_send_ns=0, actual_send_ns=0, prompt_tokens_sent=1,
+                                max_tokens=8)
+            r = Response(rec, OpenAIStreamParser(), 0, loop.create_future())
+            r.feed(head, 0)
+            take = r.event_frames if frames else r.feed
+            take(_frame(_chunk("a")), 1)  # a whole one-event frame, but not a 200 stream's
+            take(b"0\r\n\r\n", 2)
+        finally:
+            loop.close()
+        assert rec.chunk_arrival_ns == [] and rec.http_status == 503
+        assert rec.error is not None and rec.error.startswith("HTTP 503: data: ")
