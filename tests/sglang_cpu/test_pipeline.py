@@ -24,6 +24,7 @@ OUTPUT_TOKENS = 32
 STEPS = (1, 2, 3)
 OK_POINT, FAULT_POINT = 4, 8
 ECHO_REQUESTS = 16
+OPENAI_TOKENS = 12
 """Two waves at c8: a window long enough (~1 s) for a fault fired at its first prefill to land inside it."""
 FAULTS = {"baseline": kill_scheduler, "nextn-1": kill_main}
 """The echo variants whose c8 window is hit, and how."""
@@ -85,6 +86,24 @@ def _profile(server: Any, out: Path) -> dict[str, Any]:
     return {"out": out, "files": files, "stop": server.request("/stop_profile", {})}
 
 
+def _openai_streams(server: Any) -> dict[str, list[bytes]]:
+    """The baseline's streamed OpenAI answers (completions and chat; usage none, final only, in every chunk) as
+    their SSE data payloads, for the OpenAI parser's fast path against what SGLang really sends."""
+    out: dict[str, list[bytes]] = {}
+    for path, body in (("/v1/completions", {"prompt": PROMPTS[0]}),
+                       ("/v1/chat/completions", {"messages": [{"role": "user", "content": PROMPTS[0]}]})):
+        for usage in ("none", "final", "each"):
+            b: dict[str, Any] = {**body, "model": "tiny", "max_tokens": OPENAI_TOKENS, "temperature": 0,
+                                 "stream": True, "ignore_eos": True}
+            if usage != "none":
+                b["stream_options"] = {"include_usage": True, "continuous_usage_stats": usage == "each"}
+            status, text = server.request(path, b)
+            assert status == 200, text[:500]
+            out[f"{path} usage {usage}"] = [line[6:].encode() for line in text.split("\n")
+                                            if line.startswith("data: ") and line != "data: [DONE]"]
+    return out
+
+
 @pytest.fixture(scope="module")
 def echo_experiment(ray_local: None, sglang_cpu_python: Path, mimo_models: Path,
                     tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
@@ -125,6 +144,7 @@ def echo_experiment(ray_local: None, sglang_cpu_python: Path, mimo_models: Path,
             base["server_info"] = json.loads(body)
             base["transcript"] = record_running(view, "baseline", redact)
             base["profile"] = _profile(view, tmp / "profile")
+            base["openai_streams"] = _openai_streams(view)
             base["log_path"] = f.log_path
         if p.variant.name != "nextn-3" or live:
             return
@@ -320,6 +340,31 @@ def test_live_baseline_keeps_the_recorded_shapes(echo_experiment: dict[str, Any]
     from record_transcripts import assert_keeps_recorded_shapes
 
     assert_keeps_recorded_shapes("baseline", echo_experiment["baseline"]["transcript"])
+
+
+def test_openai_parser_fast_path_agrees_with_json_on_real_streams(echo_experiment: dict[str, Any]) -> None:
+    """What SGLang 0.5.23 streams on /v1/completions and /v1/chat/completions, with usage off, final only and in
+    every chunk: the parser's key-search path and its full JSON decode (keep_text) give the same counts and meta;
+    only token-less chunks, the finishing one and the usage-only one are decoded in full (the completions chunks'
+    `"usage":null` included: the fast path reads them), and with usage the total is the budget."""
+    from cluster.engines.streams import OpenAIStreamParser
+
+    streams = echo_experiment["baseline"]["openai_streams"]
+    assert any(b'"usage":null' in p for p in streams["/v1/completions usage none"])
+    for name, payloads in streams.items():
+        fast, full = OpenAIStreamParser(), OpenAIStreamParser(keep_text=True)
+        decoded: list[bytes] = []
+        feed_full = fast._feed_full
+        fast._feed_full = lambda p: (decoded.append(p), feed_full(p))[1]  # type: ignore[method-assign]
+        counts = [fast.feed(p) for p in payloads]
+        assert counts == [full.feed(p) for p in payloads], name
+        assert fast.meta() == full.meta() and fast.meta().error is None, name
+        assert fast.meta().finish_reason == "length", name
+        if not name.endswith("none"):
+            assert fast.meta().completion_tokens == OPENAI_TOKENS, name
+        # a decoded chunk is one the fast path may not read: no token, or the finish / the usage-only chunk
+        assert all(k == 0 or b'"finish_reason":null' not in p for p, k in zip(payloads, counts) if p in decoded), name
+        assert len(decoded) <= 3, (name, decoded)
 
 
 def test_real_server_profile_is_summarised(echo_experiment: dict[str, Any]) -> None:
