@@ -129,6 +129,10 @@ class Prompt:
     """Chat template variables the chat API sends (`chat_template_kwargs`), as sorted (name, value) pairs."""
     arrival_s: Optional[float] = None
     """A trace row's time after the trace's first row: `arrival: trace` rate points send at these, rescaled."""
+    source_row: Optional[int] = None
+    """Which row of its source this prompt is: the 0-based ordinal of the row in a prompt, trace or conversation
+    file (never its line number: a compact JSON array holds every row on line 1), or of the seeded draw for a
+    generated source. Recorded per request, so a run can prove which rows it sent (the workload audit)."""
 
     def __post_init__(self) -> None:
         if self.input_ids is None and self.text is None:

@@ -1,0 +1,189 @@
+"""Bounded reads of the files a user hands sglbench: one definition of how an external input file is opened.
+
+Every boundary that reads a user's file (prompt and trace files, checkpoint config/index/headers, the results root)
+reads it through here, so each read is bounded the same way:
+
+- the path may not hold a NUL byte (the OS would refuse it with a ValueError, not an OSError);
+- symlinks are resolved, and a loop is said to be a loop (not "does not exist");
+- only a regular file is read where a file is expected: a FIFO, a socket or a device would block or never end,
+  so the file is opened with O_NONBLOCK and fstat-checked before a byte is read;
+- at most `limit_bytes` are read; a larger file is refused, never truncated silently;
+- text is UTF-8; a leading byte-order mark is dropped (an editor's BOM is not part of the data);
+- JSON parsing turns every failure the decoder can raise (deep nesting's RecursionError, an integer past Python's
+  digit limit) into the caller's own error.
+
+Each function takes the error class of the caller's boundary, so the message and the exit code are that
+boundary's (a prompt file's PromptSourceError, a checkpoint's CheckpointError, ...), and names the file.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import pathlib
+import stat
+from typing import Any, Optional, Union
+
+from cluster.errors import UserError
+
+MIB = 1024 * 1024
+DEFAULT_LIMIT_BYTES = 256 * MIB
+"""A prompt file, trace or metadata file past this is refused (a caller may pass its own, smaller limit)."""
+MAX_JSON_DEPTH = 64
+"""Nesting past this in a user's JSON is refused before the decoder recurses (the spec loader's own limit too)."""
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def _fail(error: type[UserError], path: PathLike, message: str, field: Optional[str] = None,
+          expected: Optional[str] = None) -> UserError:
+    return error(f"{path}: {message}", file=str(path), field=field, expected=expected)
+
+
+def check_path_text(path: PathLike, error: type[UserError], what: str, field: Optional[str] = None) -> None:
+    """Refuse a path the OS could not open as given: a NUL byte (or an empty path)."""
+    text = os.fspath(path)
+    if not text:
+        raise error(f"{what}: the path is empty", field=field, expected="a path to a file")
+    if "\x00" in text:
+        raise error(f"{what}: the path {text!r} contains a NUL byte", field=field,
+                    expected="a path without NUL bytes")
+
+
+def resolve_input(path: PathLike, error: type[UserError], what: str, field: Optional[str] = None,
+                  *, directory: bool = False) -> pathlib.Path:
+    """The path with its symlinks resolved; `error` when it is missing, a symlink loop, or not a regular file
+    (or not a directory, with `directory=True`). Does not open it."""
+    check_path_text(path, error, what, field)
+    p = pathlib.Path(path)
+    try:
+        resolved = p.resolve(strict=True)
+    except FileNotFoundError:
+        raise _fail(error, path, f"{what} not found", field, f"an existing {what}") from None
+    except RuntimeError:  # Python < 3.13 reports a symlink loop as RuntimeError
+        raise _fail(error, path, f"{what} is a symlink loop", field, f"a {what} that resolves") from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise _fail(error, path, f"{what} is a symlink loop", field, f"a {what} that resolves") from None
+        raise _fail(error, path, f"cannot resolve the {what}: {e.strerror or e}", field) from None
+    try:
+        st = resolved.stat()
+    except OSError as e:
+        raise _fail(error, path, f"cannot read the {what}: {e.strerror or e}", field) from None
+    if directory:
+        if not stat.S_ISDIR(st.st_mode):
+            raise _fail(error, path, f"{what} is not a directory", field, "a directory")
+    elif not stat.S_ISREG(st.st_mode):
+        raise _fail(error, path, f"{what} is {_kind(st.st_mode)}, not a regular file", field, "a regular file")
+    return resolved
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def read_input_bytes(path: PathLike, error: type[UserError], what: str, *,
+                     limit_bytes: int = DEFAULT_LIMIT_BYTES, field: Optional[str] = None,
+                     offset: int = 0, length: Optional[int] = None) -> bytes:
+    """The file's bytes (or `length` bytes from `offset`), read from a regular file only, at most `limit_bytes`."""
+    resolved = resolve_input(path, error, what, field)
+    try:
+        fd = os.open(resolved, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise _fail(error, path, f"cannot open the {what}: {e.strerror or e}", field) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # swapped between resolve and open
+            raise _fail(error, path, f"{what} is {_kind(st.st_mode)}, not a regular file", field, "a regular file")
+        want = st.st_size - offset if length is None else length
+        if want > limit_bytes:
+            raise _fail(error, path, f"{what} is {want} bytes, past the {limit_bytes}-byte limit", field,
+                        f"at most {limit_bytes} bytes")
+        chunks: list[bytes] = []
+        got = 0
+        os.lseek(fd, offset, os.SEEK_SET)
+        while got < want:
+            chunk = os.read(fd, min(want - got, 4 * MIB))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+        if length is None and os.read(fd, 1):  # grew while read: past what was sized, so refuse
+            raise _fail(error, path, f"{what} grew while it was read", field, "a file nothing writes to")
+        return b"".join(chunks)
+    except OSError as e:
+        raise _fail(error, path, f"cannot read the {what}: {e.strerror or e}", field) from None
+    finally:
+        os.close(fd)
+
+
+def decode_text(data: bytes, path: PathLike, error: type[UserError], what: str,
+                field: Optional[str] = None) -> str:
+    """UTF-8 text of a file's bytes, a leading BOM dropped; `error` naming the byte offset when not UTF-8."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise _fail(error, path, f"line {line}: not UTF-8 text (byte {e.start}: {e.reason})", field,
+                    "UTF-8 text") from None
+
+
+def read_input_text(path: PathLike, error: type[UserError], what: str, *,
+                    limit_bytes: int = DEFAULT_LIMIT_BYTES, field: Optional[str] = None) -> str:
+    """The file's UTF-8 text (BOM dropped), bounded as read_input_bytes."""
+    return decode_text(read_input_bytes(path, error, what, limit_bytes=limit_bytes, field=field), path, error, what,
+                       field)
+
+
+def json_depth_exceeds(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether brackets outside strings nest deeper than `limit` (a linear scan, no recursion)."""
+    depth = 0
+    in_str = esc = False
+    for ch in text:
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif ch in "]}":
+            depth -= 1
+    return False
+
+
+def parse_json(text: str, path: PathLike, error: type[UserError], what: str, *, line: Optional[int] = None,
+               field: Optional[str] = None, expected: str = "valid JSON") -> Any:
+    """json.loads with every decoder failure (syntax, deep nesting, an integer past the digit limit) as `error`."""
+    where = f"line {line}: " if line is not None else ""
+    if json_depth_exceeds(text):
+        raise _fail(error, path, f"{where}JSON nests more than {MAX_JSON_DEPTH} levels", field,
+                    f"{expected}, nested at most {MAX_JSON_DEPTH} levels")
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise _fail(error, path, f"{where}JSON nests too deeply", field, expected) from None
+    except ValueError as e:  # JSONDecodeError, and int() past sys.get_int_max_str_digits()
+        raise _fail(error, path, f"{where}invalid JSON ({e.args[0] if e.args else e}); expected {expected}", field,
+                    expected) from None
+
+
+__all__ = ["DEFAULT_LIMIT_BYTES", "MAX_JSON_DEPTH", "MIB", "check_path_text", "decode_text", "json_depth_exceeds",
+           "parse_json", "read_input_bytes", "read_input_text", "resolve_input"]
