@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cluster.commands.results import print_run_summary
+from cluster.commands.shell_lines import shell_command
 from cluster.engines.flagcheck import check_launch_flags
 from cluster.engines.registry import get_engine
 from cluster.plan.runs import expand_variants, make_plan
@@ -23,7 +24,6 @@ from cluster.plan.preflight import PreflightError, check_speculative_support
 from cluster.probe.checkpoint import ProbeReport
 from cluster.spec.loader import load_spec
 from cluster.spec.models import ExperimentSpec
-from cluster.spec.secrets import redact_argv, redact_env
 from cluster.tuning.stage import tuning_options_check, with_artifact
 
 console = Console()
@@ -139,10 +139,13 @@ def _plan(spec: ExperimentSpec, port: int) -> None:
         base = " (baseline)" if v.is_baseline else ""
         fixed = v.args.get("port")
         where = f"port {fixed} (fixed by args.port)" if fixed is not None else "a free port chosen at start"
-        console.print(f"[bold]{v.name}[/]{base} engine={v.engine} tp={v.tp} serves on {where}", markup=True)
-        for k, val in sorted(redact_env(cmd.env).items()):  # secrets print as their fingerprints
-            console.print(f"  env {k}={val}", highlight=False, soft_wrap=True)
-        console.print("  " + " ".join(redact_argv(cmd.argv)), highlight=False, soft_wrap=True)
+        # the headline is a shell comment, so a copied block runs only the command line under it
+        console.print(f"# {v.name}{base} engine={v.engine} tp={v.tp} serves on {where}", style="bold",
+                      markup=False, highlight=False, soft_wrap=True)
+        line = shell_command(cmd.argv, cmd.env)  # secrets as "$NAME" references, never their values
+        if line.comment():
+            console.print(line.comment(), markup=False, highlight=False, soft_wrap=True)
+        console.print(line.line, markup=False, highlight=False, soft_wrap=True)
     t = Table(title=f"{spec.name}: {len(runs)} runs ({spec.order} order, isolation={spec.isolation})")
     for col in ("#", "run key", "variant", "workload", "load", "repeat"):
         t.add_column(col)
