@@ -1,6 +1,7 @@
 """SGLang 0.5.23's tuning surface: env vars, flags, FlashInfer autotune cache layout, Triton fused-MoE config naming.
 
-Facts from ../shared/reference/sglang-0.5.23.md §1.6 and §5, checkpoints-tuning-limits.md §3. Pure: stdlib only.
+Facts read from SGLang 0.5.23's wheel (sglang/srt/environ.py, sglang/srt/server_args.py, the FlashInfer autotuner
+cache and fused_moe_triton config naming); what "tuned GEMMs" can mean for NVFP4: docs/design.md. Pure: stdlib only.
 """
 
 from __future__ import annotations

@@ -139,8 +139,8 @@ def test_driver_main_maps_errors_like_the_cli(tmp_path: Path, capsys: pytest.Cap
     assert f"error: {bad}:3: model.tp" in capsys.readouterr().err
 
 
-def test_readme_documents_the_exit_codes() -> None:
-    readme = (REPO / "README.md").read_text()
+def test_guide_documents_the_exit_codes() -> None:
+    readme = (REPO / "docs" / "guide.md").read_text()
     section = readme.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
     for code in (0, 1, EXIT_USER_ERROR, EXIT_ENVIRONMENT, EXIT_ENGINE, EXIT_BUG):
         assert f"| {code} |" in section

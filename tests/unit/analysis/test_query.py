@@ -256,7 +256,7 @@ def test_query_help_lists_every_view_the_readme_lists() -> None:
     from cluster.analysis.query import VIEWS
     from cluster.cli import app
 
-    readme = (Path(__file__).parents[3] / "README.md").read_text()
+    readme = (Path(__file__).parents[3] / "docs" / "guide.md").read_text()
     line = next(ln for ln in readme.splitlines() if "results list" in ln and "DuckDB views" in ln)
     listed = re.findall(r"`(\w+)`", line.split("DuckDB views", 1)[1])
     assert set(listed) == set(VIEWS)
