@@ -148,9 +148,15 @@ def read_input_text(path: PathLike, error: type[UserError], what: str, *,
 
 def json_depth_exceeds(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
     """Whether brackets outside strings nest deeper than `limit` (a linear scan, no recursion)."""
+    return json_depth_offset(text, limit) is not None
+
+
+def json_depth_offset(text: str, limit: int = MAX_JSON_DEPTH) -> Optional[int]:
+    """The offset of the first bracket outside strings that nests deeper than `limit`, None when none does (so a
+    caller can name the line)."""
     depth = 0
     in_str = esc = False
-    for ch in text:
+    for i, ch in enumerate(text):
         if in_str:
             if esc:
                 esc = False
@@ -163,10 +169,10 @@ def json_depth_exceeds(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
         elif ch in "[{":
             depth += 1
             if depth > limit:
-                return True
+                return i
         elif ch in "]}":
             depth -= 1
-    return False
+    return None
 
 
 def parse_json(text: str, path: PathLike, error: type[UserError], what: str, *, line: Optional[int] = None,
@@ -186,4 +192,4 @@ def parse_json(text: str, path: PathLike, error: type[UserError], what: str, *, 
 
 
 __all__ = ["DEFAULT_LIMIT_BYTES", "MAX_JSON_DEPTH", "MIB", "check_path_text", "decode_text", "json_depth_exceeds",
-           "parse_json", "read_input_bytes", "read_input_text", "resolve_input"]
+           "json_depth_offset", "parse_json", "read_input_bytes", "read_input_text", "resolve_input"]

@@ -10,11 +10,12 @@ chat API always sends the turns as messages (with the workload's chat_template_k
 Rows are never skipped silently: a row that cannot be read is a ConversationError (file:line, what was expected), a
 row left out (no user text, no reference answer where one is needed, a category not selected, longer than
 `max_input_tokens`) is counted by reason in `Selection.filtered`, which validate/plan print.
+A row is identified by its 0-based ordinal in the file (`ConversationRow.row`, `Prompt.source_row`), never by its
+line: a compact JSON array holds every row on line 1. The line is only for messages.
 """
 
 from __future__ import annotations
 
-import json
 import pathlib
 import re
 from dataclasses import dataclass, field, replace
@@ -24,7 +25,7 @@ import numpy as np
 
 from cluster.engines.base import ChatTurn, Prompt
 from cluster.errors import PromptSourceError
-from cluster.loadgen.source_files import read_source_text
+from cluster.loadgen.source_files import SourceRecord, json_records, read_source_text
 from cluster.loadgen.lengths import OUTPUT_STREAM, draw_lengths, length_rng
 from cluster.loadgen.sessions import Render, session_count
 from cluster.spec.models import ConversationPrompts, LengthDist, WorkloadSpec
@@ -49,8 +50,10 @@ Renderer = Callable[[tuple[ChatTurn, ...]], str]
 
 @dataclass(frozen=True)
 class ConversationRow:
+    row: int
+    """0-based ordinal of the row in the file: its identity (selections and prompts are keyed by it)."""
     line: int
-    """Line of the file where the row starts (file:line in every message about it)."""
+    """Line of the file where the row starts (file:line in every message about it); not unique."""
     category: Optional[str]
     turns: tuple[ChatTurn, ...]
     """The prompt: the turns before the first assistant turn."""
@@ -73,11 +76,11 @@ class Selection:
     rows: list[ConversationRow]
     filtered: dict[str, int] = field(default_factory=dict)
     input_tokens: dict[int, int] = field(default_factory=dict)
-    """Row line → prompt tokens, when a tokenizer counted them."""
+    """Row ordinal → prompt tokens, when a tokenizer counted them."""
     output_tokens: dict[int, int] = field(default_factory=dict)
-    """Row line → reference answer tokens, when a tokenizer counted them."""
+    """Row ordinal → reference answer tokens, when a tokenizer counted them."""
     texts: dict[int, str] = field(default_factory=dict)
-    """Row line → the prompt text sent, when a chat template rendered it (else the row's joined turns)."""
+    """Row ordinal → the prompt text sent, when a chat template rendered it (else the row's joined turns)."""
 
     def summary(self) -> str:
         """'120 rows read, 118 used, 2 filtered (1 empty, 1 too long)'."""
@@ -96,49 +99,10 @@ def _error(path: pathlib.Path, line: int, message: str, fld: Optional[str] = Non
     return ConversationError(f"{where}: {message}", file=where, field=fld, expected=message)
 
 
-def _objects(path: pathlib.Path) -> list[tuple[int, Any]]:
-    """(line, parsed value) per row: a JSON array's elements, or the non-blank lines of a JSONL file."""
+def _objects(path: pathlib.Path) -> list[SourceRecord]:
+    """The file's rows: a JSON array's elements, or the non-blank lines of a JSONL file."""
     raw = read_source_text(path, ConversationError, "dataset file")
-    body = raw.lstrip()
-    if body.startswith("["):
-        return _array_elements(path, raw)
-    out: list[tuple[int, Any]] = []
-    for lineno, line in enumerate(raw.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            out.append((lineno, json.loads(line)))
-        except ValueError as e:
-            raise _error(path, lineno, f"invalid JSON ({e.args[0] if e.args else e}); expected one JSON object "
-                         "per line") from None
-    return out
-
-
-def _array_elements(path: pathlib.Path, raw: str) -> list[tuple[int, Any]]:
-    dec = json.JSONDecoder()
-    i = raw.index("[") + 1
-    out: list[tuple[int, Any]] = []
-    ws = " \t\r\n"
-    while True:
-        while i < len(raw) and raw[i] in ws:
-            i += 1
-        if i < len(raw) and raw[i] == "]":
-            return out
-        line = raw.count("\n", 0, i) + 1
-        try:
-            obj, i = dec.raw_decode(raw, i)
-        except ValueError as e:
-            raise _error(path, line, f"invalid JSON ({e.args[0] if e.args else e}); expected a JSON array of "
-                         "objects") from None
-        out.append((line, obj))
-        while i < len(raw) and raw[i] in ws:
-            i += 1
-        if i < len(raw) and raw[i] == ",":
-            i += 1
-        elif i < len(raw) and raw[i] == "]":
-            return out
-        else:
-            raise _error(path, raw.count("\n", 0, i) + 1, "expected ',' or ']' after an array element")
+    return json_records(path, raw, ConversationError, "a JSON array of objects, or one JSON object per line")
 
 
 def _turns(path: pathlib.Path, line: int, obj: dict[str, Any], source: str) -> list[ChatTurn]:
@@ -184,7 +148,8 @@ def _followups(after: list[ChatTurn]) -> tuple[str, ...]:
 def load_conversations(path: pathlib.Path, src: ConversationPrompts) -> list[ConversationRow]:
     """Every row of a conversation dataset; ConversationError (file:line, field, expectation) at the first malformed one."""
     rows: list[ConversationRow] = []
-    for line, obj in _objects(path):
+    for rec in _objects(path):
+        line, obj = rec.line, rec.value
         if not isinstance(obj, dict):
             raise _error(path, line, f"expected a JSON object per row, got {type(obj).__name__}")
         turns = _turns(path, line, obj, src.source)
@@ -195,7 +160,7 @@ def load_conversations(path: pathlib.Path, src: ConversationPrompts) -> list[Con
         first_answer = next((k for k, t in enumerate(turns) if t.role == "assistant"), len(turns))
         prompt = tuple(turns[:first_answer])
         ref = turns[first_answer].content if first_answer < len(turns) else None
-        rows.append(ConversationRow(line, cat, prompt, ref, _followups(turns[first_answer:])))
+        rows.append(ConversationRow(rec.row, line, cat, prompt, ref, _followups(turns[first_answer:])))
     if not rows:
         raise ConversationError(f"{path}: no rows (expected {'ShareGPT conversations' if src.source == 'sharegpt' else 'messages'})",
                            file=str(path))
@@ -230,16 +195,16 @@ def select_rows(path: pathlib.Path, rows: list[ConversationRow], workload: Workl
                 continue
         text = r.text
         if render is not None:
-            text = sel.texts[r.line] = render(r.turns)
+            text = sel.texts[r.row] = render(r.turns)
         if count is not None:
             n_in = count(text)
             if src.max_input_tokens is not None and n_in > src.max_input_tokens:
                 drop(f"longer than max_input_tokens {src.max_input_tokens}")
                 continue
-            sel.input_tokens[r.line] = n_in
+            sel.input_tokens[r.row] = n_in
             if workload.output_tokens == "dataset":
                 assert r.reference is not None
-                sel.output_tokens[r.line] = max(1, count(r.reference))
+                sel.output_tokens[r.row] = max(1, count(r.reference))
         sel.rows.append(r)
     return sel
 
@@ -273,26 +238,26 @@ def conversation_prompts(sel: Selection, workload: WorkloadSpec, n: int, seed: i
         budgets = [int(x) for x in draw_lengths(out_len, n, length_rng(seed, OUTPUT_STREAM))]
     elif out_len == "dataset":
         assert turns == 1  # the spec refuses output_tokens: dataset with sessions
-        budgets = [sel.output_tokens[r.line] for r in picked]
+        budgets = [sel.output_tokens[r.row] for r in picked]
     src = workload.prompts
     assert isinstance(src, ConversationPrompts)
     kwargs = tuple(sorted(src.chat_template_kwargs.items())) or None
     prompts: list[Prompt] = []
-    cache: dict[int, Prompt] = {}
+    cache: dict[int, Prompt] = {}  # row ordinal → its first-turn prompt, encoded once
     for i in range(n):
         r, k, budget = picked[i // turns], i % turns, budgets[i]
         if k:
             # a later session turn: only its user text; the runner prepends the history and the real answer
             text = r.followups[k - 1]
             prompts.append(Prompt(text=text, messages=(ChatTurn("user", text),), category=r.category,
-                                  max_tokens=budget, chat_template_kwargs=kwargs))
+                                  max_tokens=budget, chat_template_kwargs=kwargs, source_row=r.row))
             continue
-        base = cache.get(r.line)
+        base = cache.get(r.row)
         if base is None:
-            text = sel.texts.get(r.line, r.text)
+            text = sel.texts.get(r.row, r.text)
             ids = tuple(encode(text)) if encode is not None else None
-            base = cache[r.line] = Prompt(input_ids=ids, text=text, messages=r.turns, category=r.category,
-                                          chat_template_kwargs=kwargs)
+            base = cache[r.row] = Prompt(input_ids=ids, text=text, messages=r.turns, category=r.category,
+                                         chat_template_kwargs=kwargs, source_row=r.row)
         prompts.append(replace(base, max_tokens=budget) if budget is not None else base)
     return prompts
 

@@ -1,10 +1,16 @@
 """Prompt sources: seeded random token ids, JSONL files, corpora, conversation datasets; the same (workload, n, seed)
-gives the same prompts."""
+gives the same prompts.
+
+Every prompt says which row of its source it is (`Prompt.source_row`): for a file source (jsonl, trace, sharegpt,
+messages) the row's 0-based ordinal in the file; for a generated source the seeded draw it is. random_ids (with or
+without shared_prefix): request i's own ids are the i-th draw of the window's seeded stream, so source_row = i (a
+shared prefix's group is a separate draw and not part of it); text: prompt i is the i-th seeded window of the
+corpus, source_row = i. Two prompts with the same source_row in one window are the same draw (or row).
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import pathlib
 from typing import Any, Optional, Sequence, Union, overload
 
@@ -12,7 +18,7 @@ import numpy as np
 
 from cluster.engines.base import Prompt
 from cluster.errors import PromptSourceError
-from cluster.loadgen.source_files import read_source_text
+from cluster.loadgen.source_files import json_records, read_source_text
 from cluster.loadgen.sessions import SessionPlan, session_plan
 from cluster.loadgen.lengths import INPUT_STREAM, OUTPUT_STREAM, draw_lengths, length_rng
 from cluster.loadgen.traces import TraceRow, load_trace, replayed_rows
@@ -51,7 +57,8 @@ def build_prompts(workload: WorkloadSpec, n: int, seed: int, base_dir: pathlib.P
         own = 0 if src.shared_prefix is None else src.shared_prefix.tokens  # each prompt's own ids come after it
         if isinstance(workload.input_tokens, LengthDist):
             lengths = draw_lengths(workload.input_tokens, n, length_rng(seed, INPUT_STREAM))
-            out = [random_id_prompts(1, int(k) - own, src.vocab_size, rng)[0] for k in lengths]
+            out = [dataclasses.replace(random_id_prompts(1, int(k) - own, src.vocab_size, rng)[0], source_row=i)
+                   for i, k in enumerate(lengths)]
         else:
             assert isinstance(workload.input_tokens, int)  # the spec refuses 'dataset' for random_ids
             out = random_id_prompts(n, workload.input_tokens - own, src.vocab_size, rng)
@@ -59,7 +66,8 @@ def build_prompts(workload: WorkloadSpec, n: int, seed: int, base_dir: pathlib.P
         if src.shared_prefix is not None:
             prefixes, groups = shared_prefixes(src.shared_prefix, n, src.vocab_size, seed)
             # a later session turn is new ids only: its session's history (first turn included) holds the prefix
-            out = [p if turns and i % turns else Prompt(input_ids=tuple(prefixes[g].tolist()) + (p.input_ids or ()))
+            out = [p if turns and i % turns else Prompt(input_ids=tuple(prefixes[g].tolist()) + (p.input_ids or ()),
+                                                        source_row=p.source_row)
                    for i, (p, g) in enumerate(zip(out, groups))]
         return with_output_budgets(out, workload, seed)
     if isinstance(src, TracePrompts):
@@ -141,10 +149,12 @@ def shared_prefixes(sp: SharedPrefix, n: int, vocab_size: int, seed: int) -> tup
 
 
 class PromptArray(Sequence[Prompt]):
-    """Token-id prompts of one length in one (n, input_tokens) integer array; items are built on access."""
+    """Token-id prompts of one length in one (n, input_tokens) integer array; items are built on access, item i
+    with source_row `first_row + i * row_step` (the draw it is; a slice keeps its items' rows)."""
 
-    def __init__(self, ids: np.ndarray) -> None:
+    def __init__(self, ids: np.ndarray, first_row: int = 0, row_step: int = 1) -> None:
         self.ids = ids
+        self.first_row, self.row_step = first_row, row_step
 
     def __len__(self) -> int:
         return int(self.ids.shape[0])
@@ -157,8 +167,10 @@ class PromptArray(Sequence[Prompt]):
 
     def __getitem__(self, i: Union[int, slice]) -> Union[Prompt, "PromptArray"]:
         if isinstance(i, slice):
-            return PromptArray(self.ids[i])
-        return Prompt(input_ids=tuple(self.ids[i].tolist()))
+            rows = range(self.first_row, self.first_row + len(self) * self.row_step, self.row_step)[i]
+            return PromptArray(self.ids[i], rows.start, rows.step)
+        k = i + len(self) if i < 0 else i
+        return Prompt(input_ids=tuple(self.ids[i].tolist()), source_row=self.first_row + k * self.row_step)
 
 
 def random_id_prompt_array(n: int, input_tokens: int, vocab_size: int, rng: np.random.Generator) -> PromptArray:
@@ -172,64 +184,69 @@ def random_id_prompt_array(n: int, input_tokens: int, vocab_size: int, rng: np.r
 
 
 def random_id_prompts(n: int, input_tokens: int, vocab_size: int, rng: np.random.Generator) -> list[Prompt]:
-    """`n` prompts of exactly `input_tokens` ids drawn uniformly from [RANDOM_ID_LOW, vocab_size).
+    """`n` prompts of exactly `input_tokens` ids drawn uniformly from [RANDOM_ID_LOW, vocab_size), prompt i with
+    source_row i (the i-th draw).
 
     Vocabularies too small for that range (toy models) draw from [vocab_size // 4, vocab_size) instead.
     """
     low = random_id_low(vocab_size)
     out: list[Prompt] = []
-    for _ in range(n):
+    for i in range(n):
         # one row at a time keeps peak memory at one prompt for long inputs × many requests
         row = rng.integers(low, vocab_size, size=input_tokens, dtype=np.int64)
-        out.append(Prompt(input_ids=tuple(row.tolist())))
+        out.append(Prompt(input_ids=tuple(row.tolist()), source_row=i))
     return out
 
 
 def load_jsonl_prompts(path: pathlib.Path) -> list[Prompt]:
-    """Every prompt of a JSONL file: one object per non-blank line with `prompt` (str) or `input_ids` (list of ints)."""
+    """Every prompt of a JSONL file (or a JSON array of the same objects): `prompt` (str) or `input_ids` (list of
+    ints) per row, each with its row's ordinal as source_row."""
     return [p for _, p in load_jsonl_rows(path)]
 
 
+MAX_PROMPT_TOKENS = 1_000_000
+"""Most ids one prompt may hold: the spec's bound on a token count (cluster/spec/models.py TokenCount)."""
+MAX_TOKEN_ID = 2**31 - 1
+"""Largest token id accepted before the model's vocabulary is known: no vocabulary is larger, and ids are int32."""
+JSONL_EXPECTED = "one JSON object per line (or a JSON array of objects) with 'prompt' or 'input_ids'"
+
+
 def load_jsonl_rows(path: pathlib.Path) -> list[tuple[int, Prompt]]:
-    """(line number, prompt) for every prompt of a JSONL file (preflight names the line of a prompt it refuses)."""
+    """(line number, prompt) for every prompt of a prompt file (preflight names the line of a prompt it refuses)."""
     raw = read_source_text(path, DatasetError, "prompt file")
-    prompts: list[tuple[int, Prompt]] = []
-    for lineno, line in enumerate(raw.splitlines(), start=1):
-        if not line.strip():
-            continue
-        prompts.append((lineno, _parse_line(path, lineno, line)))
+    prompts = [(rec.line, _parse_row(path, rec.line, rec.row, rec.value))
+               for rec in json_records(path, raw, DatasetError, JSONL_EXPECTED)]
     if not prompts:
-        raise DatasetError(f"{path}: no prompts (expected one JSON object per line with 'prompt' or 'input_ids')", file=str(path))
+        raise DatasetError(f"{path}: no prompts (expected {JSONL_EXPECTED})", file=str(path),
+                           expected=JSONL_EXPECTED)
     return prompts
 
 
-def _parse_line(path: pathlib.Path, lineno: int, line: str) -> Prompt:
+def _parse_row(path: pathlib.Path, lineno: int, row: int, obj: Any) -> Prompt:
     where = f"{path}:{lineno}"
-    try:
-        obj: Any = json.loads(line)
-    except ValueError as e:
-        raise DatasetError(f"{where}: invalid JSON ({e.args[0] if e.args else e})", file=where,
-                           expected="one JSON object per line") from None
     if not isinstance(obj, dict):
         raise DatasetError(f"{where}: expected a JSON object with 'prompt' or 'input_ids', got {type(obj).__name__}",
-                           file=where)
+                           file=where, expected=JSONL_EXPECTED)
     if "input_ids" in obj:
         ids = obj["input_ids"]
         if (
             not isinstance(ids, list)
             or not ids
-            or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids)
+            or len(ids) > MAX_PROMPT_TOKENS
+            or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t <= MAX_TOKEN_ID for t in ids)
         ):
-            raise DatasetError(f"{where}: field 'input_ids' must be a non-empty list of non-negative integers",
-                               file=where, field="input_ids")
-        return Prompt(input_ids=tuple(ids))
+            raise DatasetError(f"{where}: field 'input_ids' must be a non-empty list of at most {MAX_PROMPT_TOKENS} "
+                               f"non-negative integers up to {MAX_TOKEN_ID}", file=where, field="input_ids",
+                               expected=f"a list of 1-{MAX_PROMPT_TOKENS} token ids in [0, {MAX_TOKEN_ID}]")
+        return Prompt(input_ids=tuple(ids), source_row=row)
     if "prompt" in obj:
         text = obj["prompt"]
         if not isinstance(text, str) or not text:
-            raise DatasetError(f"{where}: field 'prompt' must be a non-empty string", file=where, field="prompt")
-        return Prompt(text=text)
+            raise DatasetError(f"{where}: field 'prompt' must be a non-empty string", file=where, field="prompt",
+                               expected="a non-empty string")
+        return Prompt(text=text, source_row=row)
     raise DatasetError(f"{where}: expected field 'prompt' (string) or 'input_ids' (list of ints), got keys {sorted(obj)}",
-                       file=where)
+                       file=where, expected=JSONL_EXPECTED)
 
 
 def sample_jsonl(prompts: list[Prompt], n: int, rng: np.random.Generator) -> list[Prompt]:
@@ -243,10 +260,11 @@ def sample_jsonl(prompts: list[Prompt], n: int, rng: np.random.Generator) -> lis
 
 def trace_prompts(rows: Sequence[TraceRow], vocab_size: int, rng: np.random.Generator) -> list[Prompt]:
     """One prompt per row: seeded random ids of its input length, its output length as max_tokens, its offset from
-    the first row as arrival_s."""
+    the first row as arrival_s, the row's ordinal in the trace as source_row."""
     t0 = rows[0].timestamp_s if rows else 0.0
     out = []
     for r in rows:
         (p,) = random_id_prompts(1, r.input_tokens, vocab_size, rng)
-        out.append(Prompt(input_ids=p.input_ids, max_tokens=r.output_tokens, arrival_s=r.timestamp_s - t0))
+        out.append(Prompt(input_ids=p.input_ids, max_tokens=r.output_tokens, arrival_s=r.timestamp_s - t0,
+                          source_row=r.row))
     return out

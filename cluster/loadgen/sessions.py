@@ -90,7 +90,8 @@ def next_turn(previous: Prompt, answer: Answer, user: Prompt, render: Optional[R
     """The prompt of a later turn: `previous` (the prompt the turn before sent), its `answer`, then `user` (the new
     turn's own part). Chat turns gain the answer as an assistant turn; with `render` the text and ids are those of
     the whole conversation rendered again; token-id prompts (random ids) append the answer's ids and the new ids;
-    text prompts append the texts, blank-line separated. The new turn keeps its own output budget."""
+    text prompts append the texts, blank-line separated. The new turn keeps its own output budget and its own
+    source_row (a conversation's later turn: the session's row; random ids: the new part's draw)."""
     messages: Optional[tuple[ChatTurn, ...]] = None
     if previous.messages is not None and user.messages is not None:
         messages = previous.messages + (ChatTurn("assistant", answer.text),) + user.messages
@@ -107,7 +108,8 @@ def next_turn(previous: Prompt, answer: Answer, user: Prompt, render: Optional[R
     else:
         text, ids = _join(previous.text, answer.text, user.text), None
     return Prompt(input_ids=ids, text=text, messages=messages, category=previous.category,
-                  max_tokens=user.max_tokens, chat_template_kwargs=previous.chat_template_kwargs)
+                  max_tokens=user.max_tokens, chat_template_kwargs=previous.chat_template_kwargs,
+                  source_row=user.source_row)
 
 
 SendOne = Callable[[int, int, Optional[Prompt], bool, tuple[Optional[int], Optional[int]]],

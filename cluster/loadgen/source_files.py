@@ -1,18 +1,121 @@
-"""Reading a prompt source's file: its UTF-8 text, or an error of the source's own kind naming the file."""
+"""Reading a prompt source's file: its bounded UTF-8 text, and its rows as JSON records (a JSON array or JSONL),
+each with its 0-based ordinal (its identity) and its line (for messages); every failure an error of the source's kind.
+
+Identity and position are kept apart because they differ: a compact JSON array holds every row on line 1, so a
+row is the ordinal-th record of its file and the line only says where to look. A JSONL file is split at "\\n" only
+(a trailing "\\r" of CRLF dropped): `str.splitlines` would also split inside a string at U+2028, U+2029, U+0085,
+"\\x0b", "\\x0c" or "\\x1c"-"\\x1e", which JSON allows unescaped.
+"""
 
 from __future__ import annotations
 
+import json
 import pathlib
+from dataclasses import dataclass
+from typing import Any, Optional
 
 from cluster.errors import PromptSourceError
+from cluster.input_files import MAX_JSON_DEPTH, json_depth_offset, parse_json, read_input_text
+
+JSON_WS = " \t\r\n"
+"""JSON's whitespace (RFC 8259): str.strip() would also strip U+2028 and the other separators."""
 
 
-def read_source_text(path: pathlib.Path, error: type[PromptSourceError], what: str) -> str:
-    """The file's text; a missing or unreadable file raises `error` ('<path>: <what> not found', or why it cannot be
-    read)."""
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise error(f"{path}: {what} not found", file=str(path)) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise error(f"{path}: cannot read the {what}: {e}", file=str(path)) from None
+@dataclass(frozen=True)
+class SourceRecord:
+    """One row of a prompt source's file."""
+
+    row: int
+    """0-based ordinal among the file's rows (blank JSONL lines are not rows): the row's identity."""
+    line: int
+    """1-based line where the row starts: where messages point, never an identity."""
+    value: Any
+    """The row's parsed JSON value (the caller checks its shape)."""
+
+
+def read_source_text(path: pathlib.Path, error: type[PromptSourceError], what: str,
+                     field: Optional[str] = None) -> str:
+    """The file's text, read through cluster/input_files.py (regular files only, bounded, BOM dropped, UTF-8);
+    a missing, unreadable or non-text file raises `error` naming the file."""
+    return read_input_text(path, error, what, field=field)
+
+
+def _fail(error: type[PromptSourceError], path: pathlib.Path, line: int, message: str, expected: str,
+          field: Optional[str] = None) -> PromptSourceError:
+    where = f"{path}:{line}"
+    return error(f"{where}: {message}", file=where, field=field, expected=expected)
+
+
+def jsonl_lines(raw: str) -> list[tuple[int, str]]:
+    """(1-based line, text) of every non-blank line, split at "\\n" only, a CRLF's "\\r" dropped."""
+    out: list[tuple[int, str]] = []
+    for lineno, line in enumerate(raw.split("\n"), start=1):
+        if line.endswith("\r"):
+            line = line[:-1]
+        if line.strip(JSON_WS):
+            out.append((lineno, line))
+    return out
+
+
+def jsonl_records(path: pathlib.Path, raw: str, error: type[PromptSourceError], expected: str) -> list[SourceRecord]:
+    """Every non-blank line of a JSONL file parsed (deep nesting, digit-limit and syntax failures as `error`)."""
+    return [SourceRecord(k, lineno, parse_json(text, f"{path}:{lineno}", error, "row", expected=expected))
+            for k, (lineno, text) in enumerate(jsonl_lines(raw))]
+
+
+def _line_at(raw: str, offset: int) -> int:
+    return raw.count("\n", 0, offset) + 1
+
+
+def _skip_ws(raw: str, i: int) -> int:
+    while i < len(raw) and raw[i] in JSON_WS:
+        i += 1
+    return i
+
+
+def array_records(path: pathlib.Path, raw: str, error: type[PromptSourceError], expected: str) -> list[SourceRecord]:
+    """The elements of a JSON array file (raw starts with '[' after JSON whitespace), each with the line it starts
+    on; anything after the closing ']' is an error."""
+    deep = json_depth_offset(raw, MAX_JSON_DEPTH + 1)  # the array itself is one level
+    if deep is not None:
+        raise _fail(error, path, _line_at(raw, deep), f"JSON nests more than {MAX_JSON_DEPTH} levels",
+                    f"{expected}, nested at most {MAX_JSON_DEPTH} levels")
+    dec = json.JSONDecoder()
+    out: list[SourceRecord] = []
+    i = _skip_ws(raw, raw.index("[") + 1)
+    if i < len(raw) and raw[i] == "]":
+        i += 1
+    else:
+        while True:
+            start = _line_at(raw, i)
+            try:
+                obj, i = dec.raw_decode(raw, i)
+            except json.JSONDecodeError as e:
+                raise _fail(error, path, e.lineno, f"invalid JSON ({e.msg}); expected {expected}", expected) \
+                    from None
+            except (ValueError, RecursionError) as e:  # an integer past Python's digit limit
+                raise _fail(error, path, start, f"invalid JSON ({e}); expected {expected}", expected) from None
+            out.append(SourceRecord(len(out), start, obj))
+            i = _skip_ws(raw, i)
+            if i < len(raw) and raw[i] == ",":
+                i = _skip_ws(raw, i + 1)
+                continue
+            if i < len(raw) and raw[i] == "]":
+                i += 1
+                break
+            raise _fail(error, path, _line_at(raw, i), "expected ',' or ']' after an array element", expected)
+    i = _skip_ws(raw, i)
+    if i < len(raw):
+        raise _fail(error, path, _line_at(raw, i), "unexpected text after the JSON array's closing ']'", expected)
+    return out
+
+
+def json_records(path: pathlib.Path, raw: str, error: type[PromptSourceError], expected: str) -> list[SourceRecord]:
+    """A file's rows: the elements of a JSON array when it starts with '[', else its JSONL lines."""
+    if raw.lstrip(JSON_WS).startswith("["):
+        return array_records(path, raw, error, expected)
+    return jsonl_records(path, raw, error, expected)
+
+
+__all__ = ["JSON_WS", "SourceRecord", "array_records", "json_records", "jsonl_lines", "jsonl_records",
+           "read_source_text"]

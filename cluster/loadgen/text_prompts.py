@@ -84,7 +84,7 @@ def build_text_prompts(workload: WorkloadSpec, n: int, seed: int, base_dir: Path
     else:
         sizes = [need] * n
     out = []
-    for s, size in zip(starts, sizes):
+    for i, (s, size) in enumerate(zip(starts, sizes)):
         window = corpus[s: s + size].tolist()
-        out.append(Prompt(input_ids=tuple(window), text=tok.decode(window)))
+        out.append(Prompt(input_ids=tuple(window), text=tok.decode(window), source_row=i))
     return out

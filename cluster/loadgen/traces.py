@@ -1,8 +1,10 @@
 """Request traces: per-request timestamps with input and output lengths from a CSV or JSONL file, replayed with the
 trace's own lengths and its arrival pattern rescaled to each load point's mean rate.
 
-A row is `timestamp_s` (or `timestamp_ms`), `input_tokens`, `output_tokens` — a JSONL object per line, or a CSV
-with those column names in its header. Timestamps must not decrease (a trace is a recording, in order). The first
+A row is `timestamp_s` (or `timestamp_ms`), `input_tokens`, `output_tokens` — a JSONL object per line (or a JSON
+array of them), or a CSV with those column names in its header (every record as many fields as the header; quoted
+fields may hold newlines, so a row's line is where its record starts). A row's identity is its 0-based ordinal
+(`TraceRow.row`, the prompt's source_row); its line is for messages. Timestamps must not decrease (a trace is a recording, in order). The first
 `num_requests` rows are replayed: each prompt is seeded random ids of the row's input length, its max_tokens the
 row's output length, and its send time the row's offset from the first row, scaled so the window's mean rate
 (n - 1 gaps over the last offset) is the load point's request_rate; the bursts and lulls keep their proportions.
@@ -12,19 +14,21 @@ Malformed rows are errors naming file:line; nothing is skipped.
 from __future__ import annotations
 
 import csv
-import json
+import io
 import pathlib
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
 from cluster.errors import PromptSourceError
-from cluster.loadgen.source_files import read_source_text
+from cluster.loadgen.source_files import json_records, read_source_text
 
 TIME_FIELDS = {"timestamp_s": 1.0, "timestamp_ms": 1e-3}
 """A row's time column → seconds per unit."""
 LENGTH_FIELDS = ("input_tokens", "output_tokens")
+MAX_TRACE_TOKENS = 1_000_000
+"""Most tokens a row may ask for, in or out: the spec's bound on a token count (cluster/spec/models.py TokenCount)."""
 
 
 class TraceError(PromptSourceError):
@@ -33,13 +37,16 @@ class TraceError(PromptSourceError):
 
 @dataclass(frozen=True)
 class TraceRow:
+    row: int
+    """0-based ordinal of the row in the trace: its identity."""
     line: int
+    """Line where the row starts (for messages)."""
     timestamp_s: float
     input_tokens: int
     output_tokens: int
 
 
-def _row(path: pathlib.Path, line: int, obj: Any) -> TraceRow:
+def _row(path: pathlib.Path, row: int, line: int, obj: Any) -> TraceRow:
     where = f"{path}:{line}"
     if not isinstance(obj, dict):
         raise TraceError(f"{where}: expected an object with timestamp_s, input_tokens and output_tokens",
@@ -51,11 +58,11 @@ def _row(path: pathlib.Path, line: int, obj: Any) -> TraceRow:
                          expected="one timestamp column")
     try:
         t = float(obj[times[0]]) * TIME_FIELDS[times[0]]
-    except (TypeError, ValueError):
-        raise TraceError(f"{where}: {times[0]} {obj[times[0]]!r} is not a number", file=where, field=times[0],
-                         expected="a number") from None
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer too large for a float
+        raise TraceError(f"{where}: {times[0]} {_shown(obj[times[0]])} is not a number of seconds", file=where,
+                         field=times[0], expected="a finite time >= 0") from None
     if not np.isfinite(t) or t < 0:
-        raise TraceError(f"{where}: {times[0]} {obj[times[0]]!r} must be a finite time >= 0", file=where,
+        raise TraceError(f"{where}: {times[0]} {_shown(obj[times[0]])} must be a finite time >= 0", file=where,
                          field=times[0], expected="a finite time >= 0")
     lengths = []
     for k in LENGTH_FIELDS:
@@ -71,35 +78,27 @@ def _row(path: pathlib.Path, line: int, obj: Any) -> TraceRow:
             n = v
         elif isinstance(v, float) and v.is_integer():
             n = int(v)
-        if n < 1:
-            raise TraceError(f"{where}: {k} {v!r} must be a whole number of tokens >= 1", file=where, field=k,
-                             expected="an integer >= 1")
+        if not 1 <= n <= MAX_TRACE_TOKENS:
+            raise TraceError(f"{where}: {k} {_shown(v)} must be a whole number of tokens in [1, {MAX_TRACE_TOKENS}]",
+                             file=where, field=k, expected=f"an integer in [1, {MAX_TRACE_TOKENS}]")
         lengths.append(n)
-    return TraceRow(line, t, lengths[0], lengths[1])
+    return TraceRow(row, line, t, lengths[0], lengths[1])
+
+
+def _shown(v: Any) -> str:
+    """A cell's value for a message, cut short (a 5,000-digit number is not repeated whole)."""
+    text = repr(v) if not isinstance(v, int) or abs(v) < 10**40 else "(an integer of more than 40 digits)"
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def load_trace(path: pathlib.Path) -> list[TraceRow]:
-    """Every row of a trace file (CSV by its .csv suffix, else JSONL), in order."""
+    """Every row of a trace file (CSV by its .csv suffix, else JSONL or a JSON array), in order."""
     raw = read_source_text(path, TraceError, "trace file")
-    rows: list[TraceRow] = []
     if path.suffix.lower() == ".csv":
-        reader = csv.DictReader(raw.splitlines())
-        missing = [k for k in LENGTH_FIELDS if k not in (reader.fieldnames or [])]
-        if missing or not set(TIME_FIELDS) & set(reader.fieldnames or []):
-            raise TraceError(f"{path}:1: the CSV header needs timestamp_s (or timestamp_ms), input_tokens and "
-                             f"output_tokens, got {reader.fieldnames}", file=f"{path}:1", expected="a header row")
-        for rec in reader:
-            rows.append(_row(path, reader.line_num, rec))
+        rows = _csv_rows(path, raw)
     else:
-        for lineno, line in enumerate(raw.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError as e:
-                raise TraceError(f"{path}:{lineno}: invalid JSON ({e.args[0] if e.args else e})",
-                                 file=f"{path}:{lineno}", expected="one JSON object per line") from None
-            rows.append(_row(path, lineno, obj))
+        rows = [_row(path, rec.row, rec.line, rec.value) for rec in
+                json_records(path, raw, TraceError, "one JSON object per line (or a JSON array of objects)")]
     if not rows:
         raise TraceError(f"{path}: no trace rows", file=str(path), expected="at least one row")
     for a, b in zip(rows, rows[1:]):
@@ -108,6 +107,38 @@ def load_trace(path: pathlib.Path) -> list[TraceRow]:
                              f"{a.timestamp_s:g} s at line {a.line}); a trace is replayed in the order recorded",
                              file=f"{path}:{b.line}", field="timestamp_s", expected="non-decreasing timestamps")
     return rows
+
+
+def _csv_rows(path: pathlib.Path, raw: str) -> list[TraceRow]:
+    """The records of a CSV trace after its header, each with the line it starts on."""
+    reader = csv.reader(io.StringIO(raw, newline=""))
+    header: Optional[list[str]] = None
+    rows: list[TraceRow] = []
+    end_line = 0
+    while True:
+        start = end_line + 1
+        try:
+            rec = next(reader, None)
+        except csv.Error as e:  # a field past the csv module's limit, a NUL, a stray quote
+            raise TraceError(f"{path}:{start}: not a CSV record ({e})", file=f"{path}:{start}",
+                             expected=f"CSV fields of at most {csv.field_size_limit()} characters") from None
+        end_line = reader.line_num
+        if rec is None:
+            return rows
+        if not rec or (len(rec) == 1 and not rec[0].strip()):
+            continue  # a blank line
+        if header is None:
+            header = [h.strip() for h in rec]
+            missing = [k for k in LENGTH_FIELDS if k not in header]
+            if missing or not set(TIME_FIELDS) & set(header) or len(set(header)) < len(header):
+                raise TraceError(f"{path}:{start}: the CSV header needs timestamp_s (or timestamp_ms), "
+                                 f"input_tokens and output_tokens, each once, got {_shown(rec)}",
+                                 file=f"{path}:{start}", expected="a header row")
+            continue
+        if len(rec) != len(header):
+            raise TraceError(f"{path}:{start}: {len(rec)} fields where the header has {len(header)}",
+                             file=f"{path}:{start}", expected=f"{len(header)} fields, as the header")
+        rows.append(_row(path, len(rows), start, dict(zip(header, rec))))
 
 
 def replayed_rows(rows: Sequence[TraceRow], n: int, path: pathlib.Path) -> Sequence[TraceRow]:

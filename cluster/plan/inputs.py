@@ -194,8 +194,8 @@ def _check_conversations(model_path: str, field: str, w: WorkloadSpec, src: Conv
     ctx = limits.context_tokens
     fixed_out = w.output_tokens_max()
     for r in sel.rows:
-        n_in = sel.input_tokens.get(r.line)
-        n_out = sel.output_tokens.get(r.line, fixed_out)
+        n_in = sel.input_tokens.get(r.row)
+        n_out = sel.output_tokens.get(r.row, fixed_out)
         if ctx is not None and n_in is not None and n_out is not None and n_in + n_out > ctx:
             raise PreflightError(f"{sel.path}:{r.line}: a {n_in}-token prompt plus {n_out} output tokens does not fit "
                                  f"the model's context of {ctx} tokens ({limits.source}); set "
