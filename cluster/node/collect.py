@@ -1,0 +1,155 @@
+"""Reads the node facts on this machine (never raises): nvidia-smi, NVML, the engine interpreter, the checkpoint probe,
+statvfs of the output directories and /dev/shm, RLIMIT_NOFILE, CPU affinity and the kernel's clock source.
+
+Every external read is bounded: subprocesses have timeouts, the interpreter is asked for package metadata only (no
+`import sglang`/`import torch`, which take seconds), and the probe reads headers, not tensor data."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import socket
+import subprocess
+from pathlib import Path
+from typing import Callable, Optional
+
+from cluster.node.facts import CheckpointFact, DiskFact, FactQuery, GpuFact, InterpreterFact, NodeFacts
+
+INTERPRETER_TIMEOUT_S = 30.0
+
+_VERSIONS = r"""
+import importlib.metadata as m, json
+def v(*names):
+    for n in names:
+        try:
+            return m.version(n)
+        except Exception:
+            pass
+    return None
+print(json.dumps({"sglang": v("sglang"), "flashinfer": v("flashinfer-python", "flashinfer"), "torch": v("torch")}))
+"""
+
+
+def interpreter_fact(python: str, timeout_s: float = INTERPRETER_TIMEOUT_S) -> InterpreterFact:
+    """SGLang / FlashInfer / torch versions as the interpreter's own package metadata has them."""
+    try:
+        done = subprocess.run([python, "-c", _VERSIONS], capture_output=True, text=True, timeout=timeout_s,
+                              check=False)
+    except FileNotFoundError:
+        return InterpreterFact(path=python, runs=False, reason="no such interpreter")
+    except PermissionError:
+        return InterpreterFact(path=python, runs=False, reason="not executable")
+    except subprocess.TimeoutExpired:
+        return InterpreterFact(path=python, runs=False, reason=f"did not answer within {timeout_s:g} s")
+    except OSError as e:
+        return InterpreterFact(path=python, runs=False, reason=e.strerror or str(e))
+    lines = done.stdout.strip().splitlines()
+    try:
+        doc = json.loads(lines[-1]) if done.returncode == 0 and lines else None
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        tail = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        return InterpreterFact(path=python, runs=False, reason=f"it failed: {tail[:200]}")
+
+    def ver(key: str) -> Optional[str]:
+        got = doc.get(key)
+        return got if isinstance(got, str) else None
+
+    return InterpreterFact(path=python, runs=True, sglang_version=ver("sglang"),
+                           flashinfer_version=ver("flashinfer"), torch_version=ver("torch"))
+
+
+def checkpoint_fact(path: str) -> CheckpointFact:
+    from cluster.errors import UserError
+    from cluster.probe.checkpoint import probe_checkpoint
+
+    try:
+        report = probe_checkpoint(path)
+    except UserError as e:
+        return CheckpointFact(path=path, readable=False, reason=str(e))
+    return CheckpointFact(path=path, readable=True, mtp_verdict=report.mtp.verdict,
+                          mtp_weights_present=report.mtp.weights_present, tensors=report.tensor_count)
+
+
+def disk_fact(path: str) -> DiskFact:
+    """Free space where `path` will be created: its nearest existing ancestor is what statvfs can measure."""
+    p = Path(path).expanduser().absolute()
+    probe = p
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        st = os.statvfs(probe)
+    except OSError as e:
+        return DiskFact(path=path, measured_at=str(probe), reason=e.strerror or str(e))
+    return DiskFact(path=path, measured_at=str(probe), free_bytes=st.f_bavail * st.f_frsize,
+                    writable=os.access(probe, os.W_OK | os.X_OK))
+
+
+def _read_text(path: str) -> Optional[str]:
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.read(4096)
+    except OSError:
+        return None
+
+
+def _nvml() -> tuple[Optional[bool], Optional[str]]:
+    from cluster.telemetry.nvml import TelemetryUnavailable, load_nvml
+
+    try:
+        nvml = load_nvml()
+    except TelemetryUnavailable as e:
+        return False, str(e)
+    try:
+        nvml.nvmlInit()
+    except Exception as e:  # noqa: BLE001 - NVMLError_* (driver not loaded, library not found) are pynvml's own
+        return False, f"nvmlInit failed: {e}"
+    try:
+        count = int(nvml.nvmlDeviceGetCount())
+    except Exception as e:  # noqa: BLE001 - same
+        return False, f"nvmlDeviceGetCount failed: {e}"
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001, S110 - shutting down a session that already failed
+            pass
+    return (True, None) if count > 0 else (False, "NVML sees no GPU")
+
+
+def collect(query: FactQuery, environ: Optional[dict[str, str]] = None,
+            nvml: Callable[[], tuple[Optional[bool], Optional[str]]] = _nvml) -> NodeFacts:
+    """The node facts of this machine for `query`."""
+    from cluster.engines.interconnect import collect_interconnect
+
+    env = dict(os.environ if environ is None else environ)
+    wiring = collect_interconnect(environ=env)
+    gpus = tuple(GpuFact(index=g.index, bus_id=g.bus_id, compute_cap=g.compute_cap, width_current=g.width_current,
+                         width_max=g.width_max) for g in wiring.links) if wiring.available else None
+    nvml_ok, nvml_reason = nvml()
+    try:
+        st = os.statvfs(query.shm_path)
+        shm_bytes: Optional[int] = st.f_blocks * st.f_frsize
+        shm_reason = None
+    except OSError as e:
+        shm_bytes, shm_reason = None, f"{query.shm_path}: {e.strerror or e}"
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        cpus: Optional[int] = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count()
+    current = _read_text(os.path.join(query.clocksource_dir, "current_clocksource"))
+    available = _read_text(os.path.join(query.clocksource_dir, "available_clocksource"))
+    return NodeFacts(
+        hostname=socket.gethostname(), gpus=gpus, gpus_reason=None if wiring.available else wiring.reason,
+        cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"), nvml_ok=nvml_ok, nvml_reason=nvml_reason,
+        topology_text=wiring.topology_text,
+        topology_reason=None if wiring.topology_text else (wiring.reason or "nvidia-smi topo -m printed nothing"),
+        interpreter=interpreter_fact(query.python) if query.python else None,
+        checkpoint=checkpoint_fact(query.model_path) if query.model_path else None,
+        disks=tuple(disk_fact(p) for p in query.disk_paths), shm_bytes=shm_bytes, shm_reason=shm_reason,
+        nofile_soft=int(soft), nofile_hard=int(hard), cpus=cpus,
+        clocksource=current.strip() if current else None,
+        clocksource_available=tuple((available or "").split()),
+        clocksource_reason=None if current else f"{query.clocksource_dir}/current_clocksource is not readable")
