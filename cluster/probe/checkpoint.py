@@ -30,6 +30,7 @@ from cluster.plan.runs import uses_builtin_mtp_head
 from cluster.probe.coverage import coverage_warning, uncovered_plain_weights
 from cluster.probe.fingerprint import checkpoint_fingerprint, hub_revision
 from cluster.probe.config import ModelConfig, QuantInfo, load_json_object, parse_model_config, parse_quant
+from cluster.probe.files import INDEX_LIMIT_BYTES, check_file, clip, present, read_json_object
 from cluster.probe.tensors import (
     Classifier,
     MtpEvidence,
@@ -114,58 +115,69 @@ class ProbeReport:
 
 
 def _shard_path(model_dir: str, index_path: str, shard: str, tensor: str) -> str:
+    """The shard file a weight_map entry names: a plain file name or relative path inside the model directory."""
+    field, expected = f"weight_map.{tensor}", "a .safetensors file name inside the model directory"
+    if not shard or "\x00" in shard:
+        raise CheckpointError(index_path, f"{field}: shard name {clip(shard)} is empty or holds a NUL byte",
+                              field=field, expected=expected)
     if os.path.isabs(shard) or ".." in shard.replace("\\", "/").split("/"):
-        raise CheckpointError(index_path, f"weight_map entry {tensor!r} names shard {shard!r} outside the model directory")
+        raise CheckpointError(index_path, f"{field}: weight_map entry {clip(tensor)} names shard {clip(shard)} "
+                              "outside the model directory", field=field, expected=expected)
     path = os.path.join(model_dir, shard)
-    what = describe_non_file(path)
-    if what is not None:
-        raise CheckpointError(index_path, f"weight_map names shard {shard!r} (for tensor {tensor!r}) but {path} {what}",
-                              field=f"weight_map.{tensor}", expected="a .safetensors file in the model directory")
+    check_file(path, expected, report_in=index_path, field=field)
     return path
 
 
 def _find_shards(model_dir: str) -> tuple[Optional[str], Optional[dict[str, str]], list[str]]:
     """(index file, weight_map, shard file names); weight_map is None without an index."""
     index_path = os.path.join(model_dir, INDEX_FILE)
-    if os.path.exists(index_path):
-        index = load_json_object(index_path)
+    if present(index_path):
+        index = read_json_object(index_path, INDEX_FILE, limit_bytes=INDEX_LIMIT_BYTES)
         wm = index.get("weight_map")
         if wm is None:
-            raise CheckpointError(index_path, "missing 'weight_map' (expected {tensor name: shard file})")
+            raise CheckpointError(index_path, "missing 'weight_map' (expected {tensor name: shard file})",
+                                  field="weight_map", expected="{tensor name: shard file}")
         if not isinstance(wm, dict) or not all(isinstance(v, str) for v in wm.values()):
-            raise CheckpointError(index_path, "'weight_map' must be an object of {tensor name: shard file name}")
+            raise CheckpointError(index_path, "'weight_map' must be an object of {tensor name: shard file name}",
+                                  field="weight_map", expected="{tensor name: shard file}")
         if not wm:
-            raise CheckpointError(index_path, "'weight_map' is empty")
+            raise CheckpointError(index_path, "'weight_map' is empty", field="weight_map",
+                                  expected="at least one tensor")
         shards: list[str] = []
+        seen: set[str] = set()
         for tensor, shard in wm.items():
-            if shard not in shards:
+            if shard not in seen:
                 _shard_path(model_dir, index_path, shard, tensor)
+                seen.add(shard)
                 shards.append(shard)
         return INDEX_FILE, wm, sorted(shards)
-    if os.path.isfile(os.path.join(model_dir, SINGLE_FILE)):
+    if present(os.path.join(model_dir, SINGLE_FILE)):
         return None, None, [SINGLE_FILE]
     return None, None, sorted(n for n in os.listdir(model_dir) if n.endswith(".safetensors"))
 
 
 def probe_checkpoint(model_dir: str) -> ProbeReport:
     """Probe a Hugging Face-style checkpoint directory without loading tensor data."""
+    if "\x00" in str(model_dir):
+        raise CheckpointError(clip(str(model_dir)), "the model path holds a NUL byte", field="model path",
+                              expected="a path without NUL bytes")
     model_dir = os.path.abspath(os.path.expanduser(str(model_dir)))
-    if not os.path.exists(model_dir):
-        raise CheckpointError(model_dir, "does not exist")
-    if not os.path.isdir(model_dir):
-        raise CheckpointError(model_dir, "is not a directory (give the model directory holding config.json)")
+    what = describe_non_file(model_dir)
+    if what in ("does not exist", "is a dangling symlink", "is a symlink loop") or (what or "").startswith("cannot"):
+        raise CheckpointError(model_dir, what or "", expected="a model directory")
+    if what != "is a directory, not a file":
+        raise CheckpointError(model_dir, "is not a directory (give the model directory holding config.json)",
+                              expected="a model directory")
     cfg_path = os.path.join(model_dir, "config.json")
     try:
         index_file, weight_map, shards = _find_shards(model_dir)
     except OSError as e:
         raise CheckpointError(model_dir, f"cannot list directory: {e.strerror or e}") from None
-    if not os.path.isfile(cfg_path):
-        what = describe_non_file(cfg_path)
-        if what not in (None, "does not exist"):
-            raise CheckpointError(cfg_path, f"{what} (expected the model's config.json)")
+    if not present(cfg_path):
         if not shards:
             raise CheckpointError(model_dir, "not a model directory: no config.json and no *.safetensors files")
-        raise CheckpointError(cfg_path, "missing: a model directory needs config.json beside its safetensors files")
+        raise CheckpointError(cfg_path, "missing: a model directory needs config.json beside its safetensors files",
+                              expected="the model's config.json")
     raw_cfg = load_json_object(cfg_path)
     cfg = parse_model_config(cfg_path, raw_cfg)
     quant = parse_quant(model_dir, raw_cfg)
@@ -189,7 +201,8 @@ def probe_checkpoint(model_dir: str) -> ProbeReport:
                 missing_from_index += 1
                 continue
             if name in tensors:
-                raise CheckpointError(hdr.path, f"tensor {name!r} is also in another shard")
+                raise CheckpointError(hdr.path, f"tensor {clip(name)} is also in another shard", field=name,
+                                      expected="each tensor in one shard")
             tensors[name] = info
     if weight_map is not None:
         absent = [n for n in weight_map if n not in tensors]

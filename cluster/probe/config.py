@@ -2,40 +2,19 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from cluster.probe.safetensors_header import CheckpointError, describe_non_file
+from cluster.probe.files import CheckpointError, clip, present, read_json_object
 
-MAX_JSON_BYTES = 200_000_000
+MAX_CONFIG_INT = 2**63 - 1
+"""An integer setting past int64 is no model's (HF and SGLang hold them in int64 tensors and C longs)."""
 
 
 def load_json_object(path: str) -> dict[str, Any]:
-    """Read a JSON file that must hold an object; every failure is a one-line CheckpointError."""
-    what = describe_non_file(path)
-    if what is not None:
-        raise CheckpointError(path, f"{what} (expected a JSON file)")
-    try:
-        size = os.path.getsize(path)
-        if size > MAX_JSON_BYTES:
-            raise CheckpointError(path, f"file is {size} bytes, larger than the {MAX_JSON_BYTES}-byte limit")
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        raise CheckpointError(path, f"cannot read file: {e.strerror or e}") from None
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise CheckpointError(path, "file is not valid UTF-8") from None
-    except json.JSONDecodeError as e:
-        raise CheckpointError(path, f"invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
-    except RecursionError:
-        raise CheckpointError(path, "JSON nests too deeply to be a model config (expected a flat object of settings)") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(path, f"expected a JSON object at the top level, got {type(data).__name__}")
-    return data
+    """Read a checkpoint JSON file that must hold an object; every failure is a one-line CheckpointError."""
+    return read_json_object(path, os.path.basename(path))
 
 
 @dataclass(frozen=True)
@@ -77,8 +56,10 @@ def _int(file: str, cfg: dict[str, Any], where: str, *keys: str) -> Optional[int
     for key in keys:
         if key in cfg and cfg[key] is not None:
             v = cfg[key]
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise CheckpointError(file, f"{where}{key} must be a non-negative integer, got {v!r}")
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= MAX_CONFIG_INT:
+                raise CheckpointError(file, f"{where}{key} must be a non-negative integer of at most "
+                                      f"{MAX_CONFIG_INT}, got {clip(v)}", field=f"{where}{key}",
+                                      expected=f"an integer in 0..{MAX_CONFIG_INT}")
             return v
     return None
 
@@ -86,20 +67,26 @@ def _int(file: str, cfg: dict[str, Any], where: str, *keys: str) -> Optional[int
 def parse_model_config(file: str, raw: dict[str, Any]) -> ModelConfig:
     text = raw.get("text_config")
     if text is not None and not isinstance(text, dict):
-        raise CheckpointError(file, f"text_config must be an object, got {type(text).__name__}")
+        raise CheckpointError(file, f"text_config must be an object, got {type(text).__name__}", field="text_config",
+                              expected="a JSON object")
     cfg = text if text is not None else raw
     where = "text_config." if text is not None else ""
     archs = raw.get("architectures") or []
     if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
-        raise CheckpointError(file, f"architectures must be a list of strings, got {archs!r}")
+        raise CheckpointError(file, f"architectures must be a list of strings, got {clip(archs)}",
+                              field="architectures", expected="a list of strings")
     layers = _int(file, cfg, where, "num_hidden_layers", "n_layer", "num_layers")
     types_raw = cfg.get("layer_types")
     layer_types: dict[str, int] = {}
+    interval = _int(file, cfg, where, "full_attention_interval")
     if isinstance(types_raw, list):
+        if not all(isinstance(t, str) for t in types_raw):
+            raise CheckpointError(file, f"{where}layer_types must be a list of strings, got {clip(types_raw)}",
+                                  field=f"{where}layer_types", expected="a list of strings")
         for t in types_raw:
-            layer_types[str(t)] = layer_types.get(str(t), 0) + 1
-    elif layers is not None and isinstance(cfg.get("full_attention_interval"), int) and cfg["full_attention_interval"] > 0:
-        full = layers // cfg["full_attention_interval"]
+            layer_types[t] = layer_types.get(t, 0) + 1
+    elif layers is not None and interval:
+        full = layers // interval
         layer_types = {"linear_attention": layers - full, "full_attention": full}
     mtp: Optional[MtpDeclaration] = None
     for scope, scope_name in ((cfg, where), (raw, "")):
@@ -151,7 +138,8 @@ def _str_list(file: str, key: str, v: Any) -> list[str]:
     if v is None:
         return []
     if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-        raise CheckpointError(file, f"{key} must be a list of strings")
+        raise CheckpointError(file, f"{key} must be a list of strings, got {clip(v)}", field=key,
+                              expected="a list of strings")
     return list(v)
 
 
@@ -161,22 +149,27 @@ def _producer(p: Any) -> Optional[str]:
     return None
 
 
+def _size(v: Any) -> Optional[int]:
+    """A group size as given (a bool or a number past int64 is none)."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_CONFIG_INT else None
+
+
 def _group_size(qc: dict[str, Any]) -> Optional[int]:
-    if isinstance(qc.get("group_size"), int):
-        return int(qc["group_size"])
+    if _size(qc.get("group_size")) is not None:
+        return _size(qc.get("group_size"))
     groups = qc.get("config_groups")
     if isinstance(groups, dict):
         for g in groups.values():
             w = g.get("weights") if isinstance(g, dict) else None
-            if isinstance(w, dict) and isinstance(w.get("group_size"), int):
-                return int(w["group_size"])
+            if isinstance(w, dict) and _size(w.get("group_size")) is not None:
+                return _size(w.get("group_size"))
     return None
 
 
 def _hf_kv_cache_algo(model_dir: str) -> Optional[str]:
     """hf_quant_config.json's quantization.kv_cache_quant_algo, or None (absent file, key or object)."""
     hf_file = os.path.join(model_dir, "hf_quant_config.json")
-    if not os.path.isfile(hf_file):
+    if not present(hf_file):
         return None
     q = load_json_object(hf_file).get("quantization")
     kv = q.get("kv_cache_quant_algo") if isinstance(q, dict) else None
@@ -190,7 +183,8 @@ def parse_quant(model_dir: str, config: dict[str, Any]) -> QuantInfo:
     qc = config.get("quantization_config")
     if qc is not None:
         if not isinstance(qc, dict):
-            raise CheckpointError(cfg_file, "quantization_config must be a JSON object")
+            raise CheckpointError(cfg_file, "quantization_config must be a JSON object", field="quantization_config",
+                                  expected="a JSON object")
         kv = qc.get("kv_cache_quant_algo")
         scheme = qc.get("kv_cache_scheme")
         if kv is None and isinstance(scheme, dict) and scheme.get("type") == "float" and scheme.get("num_bits") == 8:
@@ -211,19 +205,20 @@ def parse_quant(model_dir: str, config: dict[str, Any]) -> QuantInfo:
             producer=_producer(qc.get("producer")),
         )
     hf_file = os.path.join(model_dir, "hf_quant_config.json")
-    if not os.path.exists(hf_file):
+    if not present(hf_file):
         return QuantInfo(source=None)
     hf = load_json_object(hf_file)
     q = hf.get("quantization")
     if not isinstance(q, dict):
-        raise CheckpointError(hf_file, "missing the 'quantization' object")
+        raise CheckpointError(hf_file, "missing the 'quantization' object", field="quantization",
+                              expected="a JSON object")
     kv = q.get("kv_cache_quant_algo")
     return QuantInfo(
         source="hf_quant_config.json",
         kv_cache_quant_source="hf_quant_config.json" if isinstance(kv, str) else None,
         quant_method=_producer(hf.get("producer")) and str(hf["producer"]["name"]),
         quant_algo=q.get("quant_algo") if isinstance(q.get("quant_algo"), str) else None,
-        group_size=q.get("group_size") if isinstance(q.get("group_size"), int) else None,
+        group_size=_size(q.get("group_size")),
         kv_cache_quant_algo=kv if isinstance(kv, str) else None,
         exclude_modules=_str_list(hf_file, "quantization.exclude_modules", q.get("exclude_modules")),
         producer=_producer(hf.get("producer")),

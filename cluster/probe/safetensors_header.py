@@ -1,21 +1,32 @@
-"""Pure-Python safetensors header reader: 8-byte little-endian length + JSON, validated; tensor data is never read."""
+"""Pure-Python safetensors header reader: 8-byte little-endian length + JSON, validated; tensor data is never read.
+
+What a header is accepted with (the invariant tests/unit/probe/test_header_invariant.py checks on every accepted
+tensor): a known dtype; a shape of at most MAX_DIMS dimensions, each 0..MAX_DIM_SIZE; data_offsets [begin, end]
+with 0 <= begin <= end <= the data region's size; end - begin == ceil(prod(shape) * dtype bits / 8); and no two
+tensors' byte ranges overlap (empty tensors occupy nothing). Reads go through cluster/probe/files.py.
+"""
 
 from __future__ import annotations
 
 import hashlib
-import json
-import errno
 import os
-import stat
 import struct
 from dataclasses import dataclass, field
 from math import prod
-from typing import Any, Optional
+from typing import Any
 
-from cluster.errors import SglbenchError, UserError
+from cluster.errors import SglbenchError
+from cluster.input_files import decode_text
+from cluster.probe.files import (CheckpointError, CheckpointReadError, check_file, clip, describe_non_file, parse_object,
+                                 read_bytes)
 
 MAX_HEADER_BYTES = 100_000_000
 """Same cap as the Rust safetensors library (MAX_HEADER_SIZE)."""
+MAX_DIMS = 64
+"""numpy's NPY_MAXDIMS: no framework loads a tensor of more dimensions."""
+MAX_DIM_SIZE = 2**40
+"""One dimension past this is absurd (real tensors' largest is a vocabulary of ~2**18, a whole flattened embedding of
+a 400B model ~2**31); it also keeps shape products small enough to print (Python refuses str() past 4,300 digits)."""
 
 DTYPE_BITS: dict[str, int] = {
     "BOOL": 8, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8,
@@ -25,19 +36,13 @@ DTYPE_BITS: dict[str, int] = {
 """Every dtype string of the safetensors format (tensor.rs `enum Dtype`) and its width in bits."""
 
 
-class CheckpointError(UserError):
-    """A bad checkpoint file; the message is one line naming the file and what is wrong."""
-
-    def __init__(self, file: str, message: str, *, field: Optional[str] = None, expected: Optional[str] = None) -> None:
-        super().__init__(f"{file}: {message}", file=file, field=field, expected=expected)
-        self.message = message
-
-
 @dataclass(frozen=True)
 class TensorInfo:
     dtype: str
     shape: tuple[int, ...]
     nbytes: int
+    data_offsets: tuple[int, int] = (0, 0)
+    """[begin, end) in the shard's data region (after the 8 + N header bytes)."""
 
     @property
     def numel(self) -> int:
@@ -54,37 +59,60 @@ class ShardHeader:
     header_sha256: str = ""
     """SHA-256 of the header's JSON bytes (part of the checkpoint fingerprint; the data is never read)."""
 
+    @property
+    def data_bytes(self) -> int:
+        return self.file_size_bytes - 8 - self.header_bytes
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
 
 def _tensor(file: str, name: str, entry: Any, data_bytes: int) -> TensorInfo:
-    where = f"tensor {name!r}"
+    where = f"tensor {clip(name)}"
     if not isinstance(entry, dict):
-        raise CheckpointError(file, f"{where}: header entry is not a JSON object")
+        raise CheckpointError(file, f"{where}: header entry is not a JSON object", field=name,
+                              expected="{dtype, shape, data_offsets}")
     dtype = entry.get("dtype")
     if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
-        raise CheckpointError(file, f"{where}: unknown dtype {dtype!r} (expected one of {', '.join(DTYPE_BITS)})")
+        raise CheckpointError(file, f"{where}: unknown dtype {clip(dtype)} (expected one of {', '.join(DTYPE_BITS)})",
+                              field=f"{name}.dtype", expected="a safetensors dtype")
     shape = entry.get("shape")
-    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-        raise CheckpointError(file, f"{where}: shape must be a list of non-negative integers, got {shape!r}")
+    if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+        raise CheckpointError(file, f"{where}: shape must be a list of non-negative integers, got {clip(shape)}",
+                              field=f"{name}.shape", expected="a list of non-negative integers")
+    if len(shape) > MAX_DIMS or any(d > MAX_DIM_SIZE for d in shape):
+        raise CheckpointError(file, f"{where}: shape {clip(shape)} is absurd (expected at most {MAX_DIMS} dimensions "
+                              f"of at most {MAX_DIM_SIZE} each)", field=f"{name}.shape",
+                              expected=f"at most {MAX_DIMS} dimensions of at most {MAX_DIM_SIZE}")
     offsets = entry.get("data_offsets")
-    if (
-        not isinstance(offsets, list)
-        or len(offsets) != 2
-        or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
-    ):
-        raise CheckpointError(file, f"{where}: data_offsets must be [begin, end] integers, got {offsets!r}")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_int(o) for o in offsets):
+        raise CheckpointError(file, f"{where}: data_offsets must be [begin, end] integers, got {clip(offsets)}",
+                              field=f"{name}.data_offsets", expected="[begin, end] integers")
     begin, end = offsets
     if not 0 <= begin <= end:
-        raise CheckpointError(file, f"{where}: data_offsets {offsets} are not 0 <= begin <= end")
+        raise CheckpointError(file, f"{where}: data_offsets {clip(offsets)} are not 0 <= begin <= end",
+                              field=f"{name}.data_offsets", expected="0 <= begin <= end")
     if end > data_bytes:
-        raise CheckpointError(
-            file, f"{where}: data_offsets end {end} is outside the file (data region is {data_bytes} bytes)"
-        )
+        raise CheckpointError(file, f"{where}: data_offsets end {clip(end)} is outside the file (data region is "
+                              f"{data_bytes} bytes)", field=f"{name}.data_offsets",
+                              expected=f"end <= {data_bytes}")
     bits = prod(shape) * DTYPE_BITS[dtype]
     if (end - begin) * 8 != bits + (-bits % 8):
-        raise CheckpointError(
-            file, f"{where}: data_offsets span {end - begin} bytes but {dtype}{shape} needs {(bits + 7) // 8}"
-        )
-    return TensorInfo(dtype=dtype, shape=tuple(shape), nbytes=end - begin)
+        raise CheckpointError(file, f"{where}: data_offsets span {end - begin} bytes but {dtype}{shape} needs "
+                              f"{(bits + 7) // 8}", field=f"{name}.data_offsets",
+                              expected=f"end - begin == {(bits + 7) // 8}")
+    return TensorInfo(dtype=dtype, shape=tuple(shape), nbytes=end - begin, data_offsets=(begin, end))
+
+
+def check_no_overlap(file: str, tensors: dict[str, TensorInfo]) -> None:
+    """CheckpointError naming both tensors when two non-empty byte ranges of one shard overlap."""
+    spans = sorted((t.data_offsets, name) for name, t in tensors.items() if t.nbytes > 0)
+    for ((b0, e0), n0), ((b1, e1), n1) in zip(spans, spans[1:]):
+        if b1 < e0:
+            raise CheckpointError(file, f"tensor {clip(n1)}: data_offsets [{b1}, {e1}] overlap tensor {clip(n0)}'s "
+                                  f"[{b0}, {e0}]", field=f"{n1}.data_offsets",
+                                  expected=f"begin >= {e0} (tensors do not share bytes)")
 
 
 class _DuplicateKey(SglbenchError):
@@ -100,60 +128,42 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def describe_non_file(path: str) -> Optional[str]:
-    """What a path that should be a regular file is instead ("is a directory", "is a symlink loop", ...), or None
-    when it is a regular file (following symlinks). Never opens it, so a FIFO cannot block the probe."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return "is a dangling symlink" if os.path.islink(path) else "does not exist"
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            return "is a symlink loop"
-        return f"cannot be read: {e.strerror or e}"
-    for test, what in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device")):
-        if test(st.st_mode):
-            return f"is {what}, not a file"
-    return None
-
-
 def read_header(path: str) -> ShardHeader:
-    """Read and validate one shard's header; reads exactly 8 + N bytes of the file."""
-    what = describe_non_file(path)
-    if what is not None:
-        raise CheckpointError(path, f"{what} (expected a .safetensors file)")
+    """Read and validate one shard's header; reads exactly 8 + N bytes of the file (bounded, regular files only)."""
+    check_file(path, "a .safetensors file")
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size < 8:
-                raise CheckpointError(path, f"file is {size} bytes, too short for a safetensors header")
-            (n,) = struct.unpack("<Q", f.read(8))
-            if n > MAX_HEADER_BYTES:
-                raise CheckpointError(path, f"header length {n} exceeds the {MAX_HEADER_BYTES}-byte limit")
-            if 8 + n > size:
-                raise CheckpointError(path, f"header length {n} is larger than the file ({size} bytes)")
-            raw = f.read(n)
+        size = os.stat(path).st_size
     except OSError as e:
         raise CheckpointError(path, f"cannot read file: {e.strerror or e}") from None
+    if size < 8:
+        raise CheckpointError(path, f"file is {size} bytes, too short for a safetensors header",
+                              expected="8 bytes of header length, then the header")
+    (n,) = struct.unpack("<Q", read_bytes(path, "safetensors header length", limit_bytes=8, length=8).ljust(8, b"\0"))
+    if n > MAX_HEADER_BYTES:
+        raise CheckpointError(path, f"header length {n} exceeds the {MAX_HEADER_BYTES}-byte limit",
+                              field="header length", expected=f"at most {MAX_HEADER_BYTES} bytes")
+    if 8 + n > size:
+        raise CheckpointError(path, f"header length {n} is larger than the file ({size} bytes)",
+                              field="header length", expected=f"at most {size - 8} bytes")
+    raw = read_bytes(path, "safetensors header", limit_bytes=MAX_HEADER_BYTES, offset=8, length=n)
     if len(raw) != n:
         raise CheckpointError(path, f"file ended inside the header ({len(raw)} of {n} bytes)")
     try:
-        header = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates)
+        header = parse_object(decode_text(raw, path, CheckpointReadError, "safetensors header"), path,
+                              "safetensors header", _no_duplicates)
     except _DuplicateKey as e:
-        raise CheckpointError(path, f"header has duplicate key {e.args[0]!r}") from None
-    except (UnicodeDecodeError, ValueError) as e:
-        raise CheckpointError(path, f"header is not valid UTF-8 JSON ({e.__class__.__name__}: {str(e)[:80]})") from None
-    except RecursionError:
-        raise CheckpointError(path, "header JSON nests too deeply (expected {tensor name: {dtype, shape, "
-                              "data_offsets}})") from None
-    if not isinstance(header, dict):
-        raise CheckpointError(path, f"header must be a JSON object, got {type(header).__name__}")
+        raise CheckpointError(path, f"header has duplicate key {clip(e.args[0])}", field=str(e.args[0]),
+                              expected="each tensor named once") from None
     data_bytes = size - 8 - n
-    metadata = header.pop("__metadata__", None) or {}
+    metadata = header.pop("__metadata__", {})
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
-        raise CheckpointError(path, "__metadata__ must be an object of string values")
+        raise CheckpointError(path, "__metadata__ must be an object of string values", field="__metadata__",
+                              expected="an object of string values")
     tensors = {name: _tensor(path, name, entry, data_bytes) for name, entry in header.items()}
+    check_no_overlap(path, tensors)
     return ShardHeader(path=path, file_size_bytes=size, header_bytes=n, tensors=tensors, metadata=metadata,
                        header_sha256=hashlib.sha256(raw).hexdigest())
+
+
+__all__ = ["DTYPE_BITS", "MAX_DIMS", "MAX_DIM_SIZE", "MAX_HEADER_BYTES", "CheckpointError", "ShardHeader",
+           "TensorInfo", "check_no_overlap", "describe_non_file", "read_header"]

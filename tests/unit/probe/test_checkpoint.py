@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -152,31 +153,28 @@ def test_probe_never_reads_tensor_data(tmp_path: Path, monkeypatch: pytest.Monke
         weight_map[f"model.layers.0.w{i}.weight"] = name
     ck.write_json(d / "model.safetensors.index.json", {"weight_map": weight_map})
     read_bytes: dict[str, int] = {}
-    real_open = builtins.open
+    fd_paths: dict[int, str] = {}
+    real_open, real_read, real_builtin_open = os.open, os.read, builtins.open
 
-    class Counting:
-        def __init__(self, f: Any, path: str) -> None:
-            self._f, self._path = f, path
+    def counting_open(path: Any, flags: int, *a: Any, **kw: Any) -> int:
+        fd = real_open(path, flags, *a, **kw)
+        fd_paths[fd] = str(path)
+        return fd
 
-        def read(self, n: int = -1) -> bytes:
-            b = self._f.read(n)
-            read_bytes[self._path] = read_bytes.get(self._path, 0) + len(b)
-            return bytes(b)
+    def counting_read(fd: int, n: int) -> bytes:
+        b = real_read(fd, n)
+        path = fd_paths.get(fd, "")
+        if path.endswith(".safetensors"):
+            read_bytes[path] = read_bytes.get(path, 0) + len(b)
+        return b
 
-        def __getattr__(self, a: str) -> Any:
-            return getattr(self._f, a)
+    def no_builtin_open(path: Any, *a: Any, **kw: Any) -> Any:
+        assert not str(path).endswith(".safetensors"), "a shard must be read through cluster/input_files.py"
+        return real_builtin_open(path, *a, **kw)
 
-        def __enter__(self) -> "Counting":
-            return self
-
-        def __exit__(self, *exc: Any) -> None:
-            self._f.close()
-
-    def counting_open(path: Any, mode: str = "r", *a: Any, **kw: Any) -> Any:
-        f = real_open(path, mode, *a, **kw)
-        return Counting(f, str(path)) if str(path).endswith(".safetensors") else f
-
-    monkeypatch.setattr(builtins, "open", counting_open)
+    monkeypatch.setattr(os, "open", counting_open)
+    monkeypatch.setattr(os, "read", counting_read)
+    monkeypatch.setattr(builtins, "open", no_builtin_open)
     r = probe_checkpoint(str(d))
     monkeypatch.undo()
     assert r.params.total == 2 * 65536 * 65536
