@@ -415,18 +415,24 @@ def query_cmd(
     _emit(df, fmt)
 
 
-def print_run_summary(root: str, spec: ExperimentSpec, counts: Mapping[str, int]) -> None:
+def print_run_summary(root: str, spec: ExperimentSpec, counts: Mapping[str, int]) -> bool:
     """What `sglbench run` and a Ray job's log end with: the comparison, then, where the spec has them and a run
-    was ok, the tables per prompt category, capacity at the SLO and per session turn."""
-    print_compare(root, spec.name, None, "table")
+    was ok, the tables per prompt category, capacity at the SLO and per session turn. False when no run is recorded
+    (said on stderr): the caller decides what that means for its exit status, and the Ray job still prints its
+    JSON line (typer.Exit is a RuntimeError in typer >= 0.12, so it must not escape into the driver)."""
+    try:
+        print_compare(root, spec.name, None, "table")
+    except typer.Exit:
+        return False
     if not counts.get("ok"):
-        return
+        return True
     if any(w.prompts.source in ("sharegpt", "messages") for w in spec.workloads):
         print_compare_by_category(root, spec.name, None, "table", n_boot=1000)
     if spec.load.search is not None:
         print_capacity(root, spec.name, None, "table", n_boot=1000)
     if any(w.sessions is not None for w in spec.workloads):
         print_compare_by_category(root, spec.name, None, "table", n_boot=1000, by="turn")
+    return True
 
 
 @results_app.command("capacity")

@@ -197,7 +197,8 @@ def run(
     counts = result.counts()
     console.print(f"dataset: {result.dataset_root}/{spec.name}  runs: " +
                   ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
-    print_run_summary(result.dataset_root, spec, counts)
+    if not print_run_summary(result.dataset_root, spec, counts):
+        raise typer.Exit(2)
     if counts.get("failed"):
         raise typer.Exit(1)
 

@@ -40,7 +40,7 @@ from cluster.plan.schedule import reservation, unplaceable
 from cluster.dataset.writer import RunWriter
 from cluster.tuning.stage import ARTIFACT_KINDS, with_artifact
 from cluster.engines.base import api_key_of
-from cluster.errors import EngineFault, EnvironmentFault, report_error
+from cluster.errors import EngineFault, EnvironmentFault, SglbenchError, report_error
 from cluster.server.process import with_decisive_line
 from cluster.spec.models import ExperimentSpec, WorkloadSpec
 from cluster.spec.secrets import masked_spec_json
@@ -859,9 +859,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"dataset: {result.dataset_root}/{spec.name}  runs: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())),
           flush=True)
     try:
-        print_run_summary(result.dataset_root, spec, counts)
-    except SystemExit:  # no run recorded (the table said so on stderr)
-        pass
+        print_run_summary(result.dataset_root, spec, counts)  # False: no run recorded (said on stderr)
+    except SglbenchError as e:  # the tables could not be read: said, and the job's JSON line still follows
+        report_error(e, sys.stderr)
     print(json.dumps({"dataset_root": result.dataset_root, "counts": counts, "skipped": result.skipped}), flush=True)
     return 0 if counts.get("failed", 0) == 0 else 1
 

@@ -37,3 +37,29 @@ def test_driver_main_prints_the_comparison(tmp_path: Path, monkeypatch: pytest.M
     assert f"dataset: {root}/job  runs: ok=2" in out
     assert "job / chat: means over ok repeats" in out and "tuned" in out and "×base" in out
     assert json.loads(out.strip().splitlines()[-1]) == {"dataset_root": root, "counts": {"ok": 2}, "skipped": 0}
+
+
+@pytest.mark.parametrize("made", [True, False], ids=["empty-experiment", "no-experiment-directory"])
+def test_driver_main_prints_its_json_line_when_no_run_is_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str],
+                                                                  made: bool) -> None:
+    """Every run failed before writing (or all were skipped): print_compare says 'no runs recorded' and raises
+    typer.Exit, a RuntimeError in the installed typer, which once escaped main() as a traceback (exit 70) instead of
+    the job's JSON line."""
+    from cluster.distributed import driver
+
+    root = str(tmp_path)
+    if made:
+        (tmp_path / "empty" / "runs").mkdir(parents=True)
+    result = SimpleNamespace(dataset_root=root, counts=lambda: {"failed": 2}, skipped=0)
+    spec = parse_spec_text("version: 1\nname: empty\nmodel: {path: sim://m, engine: sim}\nvariants: [{name: base}]\n"
+                           "workloads: [{name: chat, input_tokens: 8, output_tokens: 8, num_requests: 8}]\n"
+                           "load: {concurrency: [1]}\n")
+    monkeypatch.setattr(driver, "load_spec", lambda path: spec)
+    monkeypatch.setattr(driver, "init_ray", lambda *a: None)
+    monkeypatch.setattr(driver, "logical_gpus_for", lambda spec: None)
+    monkeypatch.setattr(driver, "run_experiment", lambda spec, **kw: result)
+    assert driver.main(["exp.yaml"]) == 1
+    out = capsys.readouterr()
+    assert ("no runs recorded" if made else "not found") in out.err and "bug in sglbench" not in out.err
+    assert json.loads(out.out.strip().splitlines()[-1]) == {"dataset_root": root, "counts": {"failed": 2}, "skipped": 0}
