@@ -1,6 +1,12 @@
-"""`sglbench smoke URL`: check a live SGLang server against every assumption sglbench makes; exit 1 on any miss."""
+"""`sglbench smoke URL`: check a live SGLang server against every assumption sglbench makes.
+
+Exit 0 when every check passed, 1 when an assumption missed, 2 for a URL that cannot be used (checked before any
+connection), 3 when the host's name does not resolve, 4 when the server is at fault (refused, timed out, a
+malformed answer); cluster/engines/smoke.py says which failure is which."""
 
 from __future__ import annotations
+
+import math
 
 import typer
 
@@ -11,18 +17,19 @@ def register(app: typer.Typer) -> None:
     @app.command("smoke")
     def smoke(
         url: str = typer.Argument(..., help="Base URL of an idle SGLang server, e.g. http://127.0.0.1:30000"),
-        timeout: float = typer.Option(30.0, "--timeout", help="Seconds per HTTP call"),
+        timeout: float = typer.Option(30.0, "--timeout", min=0.001, max=86400.0,
+                                      help="Seconds each HTTP call may take in all (a deadline, not per read)"),
     ) -> None:
         """Endpoints, /server_info keys, stream framing, meta_info, spec_verify_ct, /flush_cache: expected vs found."""
         from rich.console import Console
 
         from cluster.commands.terminal import print_table
 
-        from cluster.engines.smoke import run_smoke
+        from cluster.engines.smoke import SmokeFault, failed_calls, run_smoke
 
-        if not url.startswith(("http://", "https://")):
-            raise UserError(f"smoke: URL: expected http://host:port, got {url!r}", field="URL",
-                            expected="http://host:port")
+        if not math.isfinite(timeout):
+            raise UserError(f"smoke: --timeout: expected a number of seconds, got {timeout}", field="--timeout",
+                            expected="a finite number of seconds")
         checks = run_smoke(url, timeout)
         console = Console()
         # cells fold instead of being cut at 80 columns (server_info.specula… was unreadable in a pipe)
@@ -35,5 +42,9 @@ def register(app: typer.Typer) -> None:
             console.print(f"warning: interconnect: {line}", style="yellow", markup=False, soft_wrap=True)
         failed = [c for c in checks if not c.ok]
         console.print(f"{len(checks) - len(failed)} passed, {len(failed)} failed")
+        faults = failed_calls(checks)
+        if faults:
+            raise SmokeFault(f"smoke: {len(faults)} call(s) to {url} failed at the server's end; first: "
+                             f"{faults[0].name}: {faults[0].found}")
         if failed:
             raise typer.Exit(1)

@@ -70,6 +70,9 @@ class RequestMeta:
     server_e2e_s: Optional[float] = None
     request_id: Optional[str] = None
     output_ids_tail: Optional[list[int]] = None
+    malformed: Optional[str] = None
+    """Why the stream broke its protocol (an undecodable chunk, a meta_info field of the wrong type): the
+    request's recorded error, so a malformed answer is never counted as a good request."""
 
 
 @dataclass(frozen=True)

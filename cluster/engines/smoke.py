@@ -1,12 +1,28 @@
-"""`sglbench smoke`: check every assumption sglbench makes about a live SGLang server, expected vs found."""
+"""`sglbench smoke`: check every assumption sglbench makes about a live SGLang server, expected vs found.
+
+Every call goes through engines/http_call.py: a total deadline of `timeout_s` per call (not per read) and a size
+limit per answer. What the command exits with, and why:
+
+- 2: the URL cannot be used as given (unknown scheme, no host, a port outside 1-65535); nothing is contacted;
+- 3: the host's name does not resolve, or the network has no route to it (this machine's side);
+- 4: the server is at fault: GET /health was refused (nothing listening), timed out or answered malformed HTTP
+  (then no table: there is nothing to check), or a later call failed the same way or answered with a body that
+  is not what SGLang sends (a meta_info that is not an object, a count that is not an integer): that check's row
+  says what happened and the command exits 4 after the table;
+- 1: every call was answered, but some assumption missed (a key missing, a count wrong);
+- 0: every check passed.
+"""
 
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
+
+from cluster.engines.answer_fields import (MalformedAnswerError, as_object, count_field, decode_json,
+                                           finish_field, object_field, shown)
+from cluster.engines.http_call import HttpReply, ServerURL, call, parse_server_url
+from cluster.errors import EngineFault, EnvironmentFault
 
 META_KEYS = ("id", "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens")
 """meta_info keys SGLang 0.5.23 always sends on /generate chunks (reference §3.2) that sglbench reads."""
@@ -15,32 +31,18 @@ SERVER_INFO_TOP_KEYS = ("version", "max_running_requests", "internal_states")
 SPEC_KEYS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
 
 
+class SmokeFault(EngineFault):
+    """Some of smoke's calls failed at the server's end (refused, timed out, a malformed answer): exit 4."""
+
+
 @dataclass(frozen=True)
 class Check:
     name: str
     ok: bool
     expected: str
     found: str
-
-
-def _get(base: str, path: str, timeout_s: float, method: str = "GET", body: Optional[bytes] = None
-         ) -> tuple[int, bytes]:
-    req = urllib.request.Request(base.rstrip("/") + path, data=body, method=method,
-                                 headers={"Content-Type": "application/json"} if body else {})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-    except (urllib.error.URLError, OSError) as e:
-        return 0, str(getattr(e, "reason", e)).encode()
-
-
-def _json(raw: bytes | str) -> Any:
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return None
+    fault: bool = False
+    """The call itself failed (refused, deadline, malformed answer), not just the assumption it checks."""
 
 
 def _short(x: Any, n: int = 80) -> str:
@@ -48,84 +50,136 @@ def _short(x: Any, n: int = 80) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
+def _json(reply: HttpReply) -> Any:
+    """The body as JSON, None when it is not (a check then fails on its shape, with the status shown)."""
+    try:
+        return reply.json()
+    except MalformedAnswerError:
+        return None
+
+
+class _Smoke:
+    """The checks so far, and the calls that make them: a call that fails becomes its check's `fault` row."""
+
+    def __init__(self, url: ServerURL, timeout_s: float) -> None:
+        self.url, self.timeout_s = url, timeout_s
+        self.checks: list[Check] = []
+
+    def add(self, name: str, ok: bool, expected: str, found: Any) -> None:
+        self.checks.append(Check(name, ok, expected, _short(found)))
+
+    def get(self, name: str, expected: str, path: str, method: str = "GET", body: Optional[bytes] = None
+            ) -> Optional[HttpReply]:
+        try:
+            return call(self.url, path, method=method, body=body, timeout_s=self.timeout_s)
+        except (EngineFault, EnvironmentFault) as e:
+            self.checks.append(Check(name, False, expected, _short(str(e), 200), fault=True))
+            return None
+
+
 def run_smoke(base_url: str, timeout_s: float = 30.0) -> list[Check]:
-    """Probe a live server (idle, ideally) and return one Check per assumption."""
-    checks: list[Check] = []
+    """Probe a live server (idle, ideally) and return one Check per assumption.
 
-    def add(name: str, ok: bool, expected: str, found: Any) -> None:
-        checks.append(Check(name, ok, expected, _short(found)))
-
-    status, _ = _get(base_url, "/health", timeout_s)
-    add("GET /health", status == 200, "200", status or "unreachable")
-    if status == 0:
-        return checks
-    status, raw = _get(base_url, "/model_info", timeout_s)
-    mi = _json(raw)
-    add("GET /model_info", status == 200 and isinstance(mi, dict) and "model_path" in mi,
-        "200 with model_path", f"{status} {sorted(mi)[:6] if isinstance(mi, dict) else _short(raw, 40)}")
-    status, raw = _get(base_url, "/server_info", timeout_s)
-    path = "/server_info"
-    if status == 404:
-        path = "/get_server_info"
-        status, raw = _get(base_url, path, timeout_s)
-    si = _json(raw) if status == 200 else None
-    add("GET /server_info", path == "/server_info" and isinstance(si, dict),
-        "200 JSON at /server_info", f"{status} at {path}")
-    si = si if isinstance(si, dict) else {}
+    Raises ServerURLError (exit 2) for an unusable URL and the /health call's own error (exit 3 or 4) when the
+    server cannot be reached at all; a later call's failure is its check's row, marked `fault`."""
+    s = _Smoke(parse_server_url(base_url), timeout_s)
+    health = call(s.url, "/health", timeout_s=timeout_s)  # nothing answers: there is nothing to check
+    s.add("GET /health", health.status == 200, "200", health.status)
+    reply = s.get("GET /model_info", "200 with model_path", "/model_info")
+    if reply is not None:
+        mi = _json(reply)
+        s.add("GET /model_info", reply.status == 200 and isinstance(mi, dict) and "model_path" in mi,
+              "200 with model_path",
+              f"{reply.status} {sorted(mi)[:6] if isinstance(mi, dict) else _short(reply.text(), 40)}")
+    si = _server_info(s)
     for key in SERVER_INFO_TOP_KEYS:
-        add(f"server_info.{key}", key in si, "present", si.get(key, "missing") if key != "internal_states" else
-            (f"list of {len(si[key])}" if isinstance(si.get(key), list) else "missing or not a list"))
+        s.add(f"server_info.{key}", key in si, "present", si.get(key, "missing") if key != "internal_states" else
+              (f"list of {len(si[key])}" if isinstance(si.get(key), list) else "missing or not a list"))
     states = si.get("internal_states")
     if "internal_states" in si:
-        checks[-1] = Check("server_info.internal_states", isinstance(states, list) and len(states) > 0,
-                           "non-empty list (one per DP rank)", checks[-1].found)
+        s.checks[-1] = Check("server_info.internal_states", isinstance(states, list) and len(states) > 0,
+                             "non-empty list (one per DP rank)", s.checks[-1].found)
     mrr = si.get("max_running_requests")
     from cluster.engines.sglang import concurrency_cap_from_server_info
 
     cap = concurrency_cap_from_server_info(si)
     # real 0.5.23 reports max_running_requests None when the flag is unset without speculative decoding; the
     # scheduler's own cap is internal_states[0].effective_max_running_requests_per_dp
-    add("resolved running-request cap", cap is not None, "a positive int (internal_states or max_running_requests)",
-        f"{cap.value} ({cap.source})" if cap else mrr)
+    s.add("resolved running-request cap", cap is not None, "a positive int (internal_states or max_running_requests)",
+          f"{cap.value} ({cap.source})" if cap else mrr)
     speculative = bool(si.get("speculative_algorithm"))
     if speculative:
         for key in SPEC_KEYS[1:]:
-            add(f"server_info.{key}", isinstance(si.get(key), int), "int on a speculative server", si.get(key))
+            value = si.get(key)
+            s.add(f"server_info.{key}", isinstance(value, int) and not isinstance(value, bool),
+                  "int on a speculative server", value)
         if mrr == 48:
-            add("max_running_requests not silently capped", False, "explicit value (48 is SGLang's spec cap)", mrr)
-    checks.extend(Check(c.name, c.ok, c.expected, _short(c.found)) for c in _check_generate(base_url, timeout_s, speculative))
-    status, raw = _get(base_url, "/flush_cache", timeout_s, method="POST")
-    add("POST /flush_cache when idle", status == 200, "200", f"{status} {_short(raw.decode(errors='replace'), 50)}")
-    return checks
+            s.add("max_running_requests not silently capped", False, "explicit value (48 is SGLang's spec cap)", mrr)
+    _check_generate(s, speculative)
+    reply = s.get("POST /flush_cache when idle", "200", "/flush_cache", method="POST", body=b"")
+    if reply is not None:
+        s.add("POST /flush_cache when idle", reply.status == 200, "200",
+              f"{reply.status} {_short(reply.text(), 50)}")
+    return s.checks
 
 
-def _check_generate(base_url: str, timeout_s: float, speculative: bool) -> list[Check]:
+def _server_info(s: _Smoke) -> Mapping[str, Any]:
+    reply = s.get("GET /server_info", "200 JSON at /server_info", "/server_info")
+    path = "/server_info"
+    if reply is not None and reply.status == 404:
+        path = "/get_server_info"
+        reply = s.get("GET /server_info", "200 JSON at /server_info", path)
+    if reply is None:
+        return {}
+    si = _json(reply) if reply.status == 200 else None
+    s.add("GET /server_info", path == "/server_info" and isinstance(si, dict), "200 JSON at /server_info",
+          f"{reply.status} at {path}" + ("" if si is None or isinstance(si, dict) else f", {shown(si)}"))
+    return si if isinstance(si, dict) else {}
+
+
+def _check_generate(s: _Smoke, speculative: bool) -> None:
     body = json.dumps({"text": "Reply with exactly one word: OK", "stream": True,
                        "sampling_params": {"max_new_tokens": 16, "temperature": 0.0, "ignore_eos": True}}).encode()
-    status, raw = _get(base_url, "/generate", timeout_s, method="POST", body=body)
-    out = [Check("POST /generate (stream)", status == 200, "200", str(status))]
-    if status != 200:
-        return out
-    events = [e for e in raw.decode(errors="replace").split("\n\n") if e.strip()]
+    reply = s.get("POST /generate (stream)", "200", "/generate", method="POST", body=body)
+    if reply is None:
+        return
+    out = s.checks
+    out.append(Check("POST /generate (stream)", reply.status == 200, "200", str(reply.status)))
+    if reply.status != 200:
+        return
+    events = [e for e in reply.text().split("\n\n") if e.strip()]
     framed = all(e.startswith("data: ") for e in events)
     out.append(Check("SSE framing", framed and bool(events), "every event 'data: <json>'",
                      _short(events[0] if events else "no events", 50)))
     done = bool(events) and events[-1].strip() == "data: [DONE]"
     out.append(Check("stream ends with [DONE]", done, "data: [DONE]", _short(events[-1] if events else "", 40)))
-    chunks = [_json(e[len("data: "):]) for e in events if e.startswith("data: ") and "[DONE]" not in e]
-    chunks = [c for c in chunks if isinstance(c, dict)]
-    last = chunks[-1] if chunks else {}
-    meta = last.get("meta_info") or {}
+    metas: list[Mapping[str, Any]] = []
+    try:
+        for e in events:
+            if e.startswith("data: ") and "[DONE]" not in e:
+                chunk = as_object(decode_json(e[len("data: "):].encode(), "a /generate chunk"), "a /generate chunk",
+                                  null_ok=False)
+                metas.append(object_field(chunk, "meta_info", "a /generate chunk"))
+        cts = [count_field(m, "completion_tokens", "meta_info") or 0 for m in metas]
+        fin, _ = finish_field(metas[-1], "finish_reason", "meta_info") if metas else (None, None)
+        verify = count_field(metas[-1], "spec_verify_ct", "meta_info") if metas else None
+    except MalformedAnswerError as e:
+        out.append(Check("meta_info types", False, "each chunk an object whose meta_info has SGLang's types",
+                         _short(str(e), 200), fault=True))
+        return
+    meta = metas[-1] if metas else {}
     missing = [k for k in META_KEYS if k not in meta]
     out.append(Check("meta_info keys", not missing, ", ".join(META_KEYS), f"missing {missing}" if missing else "all"))
-    cts = [int((c.get("meta_info") or {}).get("completion_tokens") or 0) for c in chunks]
     out.append(Check("completion_tokens cumulative", cts == sorted(cts) and bool(cts) and cts[-1] == 16,
                      "non-decreasing, 16 at the end (ignore_eos)", _short(cts[-5:])))
-    fin = meta.get("finish_reason")
-    out.append(Check("finish_reason on the last chunk", isinstance(fin, dict) and "type" in fin,
-                     "object with 'type'", _short(fin)))
+    raw_fin = meta.get("finish_reason")
+    out.append(Check("finish_reason on the last chunk", fin is not None and isinstance(raw_fin, dict),
+                     "object with 'type'", _short(raw_fin)))
     if speculative:
-        ver = meta.get("spec_verify_ct")
-        out.append(Check("meta_info.spec_verify_ct", isinstance(ver, int) and ver > 0,
-                         "positive int on a speculative server", _short(ver)))
-    return out
+        out.append(Check("meta_info.spec_verify_ct", verify is not None and verify > 0,
+                         "positive int on a speculative server", _short(verify)))
+
+
+def failed_calls(checks: list[Check]) -> list[Check]:
+    """The checks whose call itself failed (the server's fault): the CLI exits 4 when there is any."""
+    return [c for c in checks if c.fault]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
+from cluster.engines.answer_fields import (MalformedAnswerError, as_object, count_field, finish_field, ids_field,
+                                           list_field, number_field, object_field, shown, str_field)
 from cluster.engines.base import RequestMeta, StreamParser
 
 _CT = b'"completion_tokens":'
@@ -31,24 +33,16 @@ def _int_at(buf: bytes, start: int) -> int:
         return -1
 
 
-def _finish_str(fr: Any) -> Optional[str]:
-    if fr is None:
-        return None
-    if isinstance(fr, dict):
-        return str(fr.get("type"))
-    return str(fr)
-
-
 def _decode_chunk(payload: bytes, meta: RequestMeta) -> Optional[dict[str, Any]]:
-    """A chunk as a JSON object, or None after recording why it is not one (undecodable, not an object, or an
-    error chunk, which both protocols send as {"error": {...}} before [DONE])."""
+    """A chunk as a JSON object, or None after recording why it is not one: undecodable or not an object (the
+    stream is malformed), or an error chunk, which both protocols send as {"error": {...}} before [DONE]."""
     try:
         obj = json.loads(payload)
-    except ValueError:
-        meta.error = f"undecodable chunk: {payload[:80]!r}"
+    except (ValueError, RecursionError):  # syntax, bytes, an integer past the digit limit, deep nesting
+        meta.malformed = meta.malformed or f"undecodable chunk: {payload[:80]!r}"
         return None
     if not isinstance(obj, dict):
-        meta.error = "chunk is not a JSON object"
+        meta.malformed = meta.malformed or f"chunk: expected a JSON object, got {shown(obj)}"
         return None
     if "error" in obj:
         err = obj["error"]
@@ -99,33 +93,46 @@ class SGLangNativeParser(StreamParser):
         obj = _decode_chunk(payload, self._meta)
         if obj is None:
             return 0
-        mi = obj.get("meta_info") or {}
-        ct = int(mi.get("completion_tokens") or 0)
+        try:
+            return self._read(obj)
+        except MalformedAnswerError as e:
+            self._meta.malformed = self._meta.malformed or str(e)
+            return 0
+
+    def _read(self, obj: Mapping[str, Any]) -> int:
+        # every field is read and type-checked before any state changes: a malformed chunk changes nothing
+        mi = object_field(obj, "meta_info", "chunk")
+        w = "chunk.meta_info"
+        ct = count_field(mi, "completion_tokens", w) or 0
+        text = str_field(obj, "text", "chunk")
+        ids = ids_field(obj, "output_ids", "chunk")
+        prompt, cached = count_field(mi, "prompt_tokens", w), count_field(mi, "cached_tokens", w)
+        rid = str_field(mi, "id", w)
+        fr, abort = finish_field(mi, "finish_reason", w)
+        if fr is not None:
+            verify, accept = count_field(mi, "spec_verify_ct", w), number_field(mi, "spec_accept_length", w)
+            e2e = number_field(mi, "e2e_latency", w)
         delta = max(0, ct - self._ct)
         self._ct = max(ct, self._ct)
-        if self._keep_text and isinstance(obj.get("text"), str):
+        if self._keep_text and text is not None:
             # cumulative by default; incremental servers send deltas (detected by shrinking length)
-            t = obj["text"]
-            self._text = t if t.startswith(self._text) else self._text + t
-        if self._keep_text and isinstance(obj.get("output_ids"), list):
-            got = [int(x) for x in obj["output_ids"] if isinstance(x, int) and not isinstance(x, bool)]
+            self._text = text if text.startswith(self._text) else self._text + text
+        if self._keep_text and ids is not None:
             kept = self._ids or []
-            self._ids = got if got[:len(kept)] == kept else kept + got  # cumulative, or incremental deltas
+            self._ids = ids if ids[:len(kept)] == kept else kept + ids  # cumulative, or incremental deltas
         m = self._meta
         m.completion_tokens = self._ct
-        m.prompt_tokens = mi.get("prompt_tokens", m.prompt_tokens)
-        m.cached_tokens = mi.get("cached_tokens", m.cached_tokens)
-        m.request_id = mi.get("id", m.request_id)
-        fr = mi.get("finish_reason")
+        m.prompt_tokens = m.prompt_tokens if prompt is None else prompt
+        m.cached_tokens = m.cached_tokens if cached is None else cached
+        m.request_id = m.request_id if rid is None else rid
         if fr is not None:
-            m.finish_reason = _finish_str(fr)
-            m.spec_verify_ct = mi.get("spec_verify_ct", m.spec_verify_ct)
-            m.spec_accept_length_server = mi.get("spec_accept_length", m.spec_accept_length_server)
-            m.server_e2e_s = mi.get("e2e_latency", m.server_e2e_s)
-            if isinstance(fr, dict) and fr.get("type") == "abort":
-                m.error = str(fr.get("message") or "aborted")
-            ids = obj.get("output_ids")
-            if isinstance(ids, list):
+            m.finish_reason = fr
+            m.spec_verify_ct = m.spec_verify_ct if verify is None else verify
+            m.spec_accept_length_server = m.spec_accept_length_server if accept is None else accept
+            m.server_e2e_s = m.server_e2e_s if e2e is None else e2e
+            if abort is not None:
+                m.error = abort
+            if ids is not None:
                 m.output_ids_tail = ids[-8:]
         return delta
 
@@ -198,34 +205,47 @@ class OpenAIStreamParser(StreamParser):
         obj = _decode_chunk(payload, self._meta)
         if obj is None:
             return 0
-        m = self._meta
-        m.request_id = obj.get("id", m.request_id)
-        delta = 0
+        try:
+            return self._read(obj)
+        except MalformedAnswerError as e:
+            self._meta.malformed = self._meta.malformed or str(e)
+            return 0
+
+    def _read(self, obj: Mapping[str, Any]) -> int:
+        # every field is read and type-checked before any state changes: a malformed chunk changes nothing
+        rid = str_field(obj, "id", "chunk")
         content = ""
-        for ch in obj.get("choices") or []:
-            if "text" in ch and ch["text"]:
-                content += ch["text"]
-            delta_obj = ch.get("delta") or {}
-            c = delta_obj.get("content") or delta_obj.get("reasoning_content")
-            if c:
-                content += c
-            if ch.get("finish_reason") is not None:
-                m.finish_reason = str(ch["finish_reason"])
+        finish: Optional[str] = None
+        choices = list_field(obj, "choices", "chunk") or []
+        for i, raw in enumerate(choices):
+            w = f"chunk.choices[{i}]"
+            ch = as_object(raw, w, null_ok=False)
+            content += str_field(ch, "text", w) or ""
+            delta_obj = object_field(ch, "delta", w)
+            content += (str_field(delta_obj, "content", f"{w}.delta")
+                        or str_field(delta_obj, "reasoning_content", f"{w}.delta") or "")
+            finish = str_field(ch, "finish_reason", w) or finish
+        usage = object_field(obj, "usage", "chunk")
+        ct = count_field(usage, "completion_tokens", "chunk.usage")
+        prompt = count_field(usage, "prompt_tokens", "chunk.usage")
+        cached = count_field(object_field(usage, "prompt_tokens_details", "chunk.usage"), "cached_tokens",
+                             "chunk.usage.prompt_tokens_details")
+        details = object_field(object_field(obj, "sglext", "chunk"), "spec_tokens_details", "chunk.sglext")
+        verify = count_field(details, "spec_verify_ct", "chunk.sglext.spec_tokens_details")
+        accept = number_field(details, "spec_accept_length", "chunk.sglext.spec_tokens_details")
+        m = self._meta
+        m.request_id = m.request_id if rid is None else rid
+        if finish is not None:
+            m.finish_reason = finish
         if self._keep_text and content:
             self._parts.append(content)
-        usage = obj.get("usage")
-        sglext = obj.get("sglext") or {}
-        details = sglext.get("spec_tokens_details") if isinstance(sglext, dict) else None
-        if isinstance(details, dict):
-            m.spec_verify_ct = details.get("spec_verify_ct", m.spec_verify_ct)
-            m.spec_accept_length_server = details.get("spec_accept_length", m.spec_accept_length_server)
-        if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
-            ct = int(usage["completion_tokens"])
-            m.prompt_tokens = usage.get("prompt_tokens", m.prompt_tokens)
-            ptd = usage.get("prompt_tokens_details") or {}
-            if isinstance(ptd, dict) and ptd.get("cached_tokens") is not None:
-                m.cached_tokens = ptd["cached_tokens"]
-            if obj.get("choices"):
+        m.spec_verify_ct = m.spec_verify_ct if verify is None else verify
+        m.spec_accept_length_server = m.spec_accept_length_server if accept is None else accept
+        delta = 0
+        if ct is not None:
+            m.prompt_tokens = m.prompt_tokens if prompt is None else prompt
+            m.cached_tokens = m.cached_tokens if cached is None else cached
+            if choices:
                 # continuous usage: the cumulative count tells how many tokens this chunk carried
                 delta = max(0, ct - self._ct)
             # a usage-only chunk (choices == []) carries no new tokens: they arrived earlier

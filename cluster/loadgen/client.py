@@ -83,5 +83,7 @@ def _apply_meta(parser: StreamParser, rec: RequestRecord) -> None:
         return
     if meta.error is not None:
         rec.error = f"error chunk: {meta.error}"
+    elif meta.malformed is not None:
+        rec.error = f"malformed answer: {meta.malformed}"
     elif meta.finish_reason is None:
         rec.error = "stream ended without a finish_reason"

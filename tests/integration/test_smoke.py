@@ -15,6 +15,7 @@ from typing import Any, Iterator
 import pytest
 from typer.testing import CliRunner
 
+from cluster.engines.http_call import ServerRefusedError
 from cluster.engines.smoke import run_smoke
 from cluster.server.process import free_port
 
@@ -105,10 +106,12 @@ def test_each_broken_assumption_is_reported(fake: tuple[str, type[FakeSGLang]]) 
     assert failed(url) == {"GET /server_info"}
 
 
-def test_unreachable_server_fails_fast() -> None:
+def test_unreachable_server_fails_fast_and_says_nothing_listens() -> None:
     port = free_port()  # bound and released: nothing listens there
-    checks = run_smoke(f"http://127.0.0.1:{port}", 2.0)
-    assert len(checks) == 1 and not checks[0].ok
+    t0 = time.monotonic()
+    with pytest.raises(ServerRefusedError, match=rf"connection refused \(nothing listening on 127.0.0.1:{port}\)"):
+        run_smoke(f"http://127.0.0.1:{port}", 2.0)
+    assert time.monotonic() - t0 < 1.0
 
 
 def test_cli_prints_table_and_exits_1_on_failure(fake: tuple[str, type[FakeSGLang]]) -> None:

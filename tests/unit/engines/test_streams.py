@@ -80,7 +80,7 @@ def test_native_error_and_abort_chunks() -> None:
 
     p3 = SGLangNativeParser()
     assert p3.feed(b"{truncated") == 0
-    assert "undecodable" in (p3.meta().error or "")
+    assert "undecodable" in (p3.meta().malformed or "")
 
 
 def _oai(content: str | None, usage_ct: int | None = None, finish: str | None = None, chat: bool = True,
@@ -222,7 +222,11 @@ def test_native_fast_path_reads_meta_from_the_end_and_never_decodes_mid_stream_c
 
 
 def test_native_malformed_count_falls_back_to_full_decode() -> None:
+    # a quoted count is not read as a number: the fast path falls back and the full decode names the field
     p = SGLangNativeParser()
-    assert p.feed(b'{"meta_info":{"finish_reason":null,"completion_tokens":"7"}}') == 7
+    assert p.feed(b'{"meta_info":{"finish_reason":null,"completion_tokens":"7"}}') == 0
+    assert p.meta().malformed == ("chunk.meta_info.completion_tokens: expected a non-negative integer, "
+                                  "got a string '7'")
+    p = SGLangNativeParser()
     assert p.feed(b'{"meta_info":{"finish_reason":null,"completion_tokens":8') == 0  # truncated: undecodable
-    assert "undecodable" in (p.meta().error or "")
+    assert "undecodable" in (p.meta().malformed or "")

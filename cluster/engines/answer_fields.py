@@ -1,0 +1,134 @@
+"""Typed reads of the JSON a live server answers with (meta_info, usage, /server_info): a field of the wrong type
+is a MalformedAnswerError naming the field and what was expected, never a TypeError or a str in an int column.
+
+SGLang 0.5.23 and vLLM send counts as non-negative JSON integers, finish_reason as null, a string or an object
+with a string `type`, ids as lists of integers (reference/sglang-0.5.23.md §3.2). A JSON boolean is not an integer
+here, although Python's bool is one. These reads run only off the streaming hot path: on a stream's finishing or
+otherwise unusual chunks, the gate's answers, smoke's checks and info documents.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Mapping, Optional
+
+from cluster.errors import EngineFault
+from cluster.input_files import MAX_JSON_DEPTH, json_depth_exceeds
+
+
+class MalformedAnswerError(EngineFault):
+    """A server's answer is not what its protocol promises (HTTP framing, size, JSON, a field's type or range):
+    exit 4, the server is at fault. The message names the field and what was expected."""
+
+
+def shown(value: Any) -> str:
+    """A value as an error message shows it: its JSON type and a short repr."""
+    kind = ("null" if value is None else "a boolean" if isinstance(value, bool) else "an integer" if isinstance(
+        value, int) else "a number" if isinstance(value, float) else "a string" if isinstance(value, str) else
+        "a list" if isinstance(value, list) else "an object" if isinstance(value, dict) else type(value).__name__)
+    text = repr(value)
+    return f"{kind} {text[:60] + '…' if len(text) > 60 else text}" if value is not None else kind
+
+
+def _bad(where: str, expected: str, value: Any) -> MalformedAnswerError:
+    return MalformedAnswerError(f"{where}: expected {expected}, got {shown(value)}")
+
+
+def decode_json(raw: bytes, where: str) -> Any:
+    """A JSON document from a server's bytes; every decoder failure (bytes, syntax, nesting, digit limit) is a
+    MalformedAnswerError."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise MalformedAnswerError(f"{where}: expected UTF-8 JSON, byte {e.start} is not UTF-8") from None
+    if json_depth_exceeds(text):
+        raise MalformedAnswerError(f"{where}: expected JSON nested at most {MAX_JSON_DEPTH} levels")
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise MalformedAnswerError(f"{where}: expected JSON, it nests too deeply") from None
+    except ValueError as e:  # JSONDecodeError, and an integer past sys.get_int_max_str_digits()
+        raise MalformedAnswerError(f"{where}: expected JSON ({e.args[0] if e.args else e}): "
+                                   f"{raw[:60]!r}") from None
+
+
+def as_object(value: Any, where: str, *, null_ok: bool = True) -> Mapping[str, Any]:
+    """`value` as a JSON object; null (or absent) is the empty object where `null_ok`."""
+    if value is None and null_ok:
+        return {}
+    if not isinstance(value, dict):
+        raise _bad(where, "an object", value)
+    return value
+
+
+def object_field(doc: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+    return as_object(doc.get(key), f"{where}.{key}")
+
+
+def count_field(doc: Mapping[str, Any], key: str, where: str) -> Optional[int]:
+    """A non-negative integer (a token count, a verify-step count); None when absent or null."""
+    v = doc.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise _bad(f"{where}.{key}", "a non-negative integer", v)
+    return v
+
+
+def number_field(doc: Mapping[str, Any], key: str, where: str) -> Optional[float]:
+    """A finite non-negative number (a latency, an acceptance length); None when absent or null."""
+    v = doc.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise _bad(f"{where}.{key}", "a finite non-negative number", v)
+    return float(v)
+
+
+def str_field(doc: Mapping[str, Any], key: str, where: str) -> Optional[str]:
+    v = doc.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, str):
+        raise _bad(f"{where}.{key}", "a string", v)
+    return v
+
+
+def list_field(doc: Mapping[str, Any], key: str, where: str) -> Optional[list[Any]]:
+    v = doc.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, list):
+        raise _bad(f"{where}.{key}", "a list", v)
+    return v
+
+
+def ids_field(doc: Mapping[str, Any], key: str, where: str) -> Optional[list[int]]:
+    """A list of non-negative integer token ids; None when absent or null."""
+    ids = list_field(doc, key, where)
+    if ids is None:
+        return None
+    for i, x in enumerate(ids):
+        if isinstance(x, bool) or not isinstance(x, int) or x < 0:
+            raise _bad(f"{where}.{key}[{i}]", "a non-negative integer token id", x)
+    return ids
+
+
+def finish_field(doc: Mapping[str, Any], key: str, where: str) -> tuple[Optional[str], Optional[str]]:
+    """(finish reason, abort message): null, a string, or an object whose `type` is a string (SGLang native)."""
+    v = doc.get(key)
+    if v is None:
+        return None, None
+    if isinstance(v, str):
+        return v, None
+    fr = as_object(v, f"{where}.{key}", null_ok=False)
+    kind = str_field(fr, "type", f"{where}.{key}")
+    if kind is None:
+        raise _bad(f"{where}.{key}.type", "a string", None)
+    message = fr.get("message")
+    return kind, (str(message) if message else "aborted") if kind == "abort" else None
+
+
+__all__ = ["MalformedAnswerError", "as_object", "count_field", "decode_json", "finish_field", "ids_field",
+           "list_field", "number_field", "object_field", "shown", "str_field"]
