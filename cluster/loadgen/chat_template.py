@@ -4,6 +4,8 @@ SGLang's and vLLM's chat endpoints render `chat_template.jinja` (or `tokenizer_c
 with jinja2 in a sandbox, `add_generation_prompt=True`, the tokenizer's `bos_token`/`eos_token` and the request's
 `chat_template_kwargs`, then tokenize the result without adding special tokens again. Rendering the same way here
 lets the native /generate path send the tokens the chat endpoint would have sent to the model.
+Both files are read through cluster/input_files.py (regular files only, bounded, BOM dropped, JSON depth and digit
+limits); a template that fails in any way while it compiles or renders is a ChatTemplateError naming its file.
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ from typing import Any, Mapping, NoReturn, Sequence
 
 from cluster.engines.base import ChatTurn
 from cluster.errors import PromptSourceError
+from cluster.input_files import parse_json, read_input_text
 
 TEMPLATE_FILE = "chat_template.jinja"
 CONFIG_FILE = "tokenizer_config.json"
+CONFIG_LIMIT_BYTES = 16 * 1024 * 1024
+"""tokenizer_config.json or a chat template past this is refused (real ones are well under 1 MB)."""
 
 
 class ChatTemplateError(PromptSourceError):
@@ -57,7 +62,7 @@ class ChatTemplate:
                            strftime_now=lambda fmt: datetime.now().strftime(fmt))
         try:
             return env.from_string(self.template)
-        except TemplateError as e:
+        except (TemplateError, RecursionError, MemoryError, ValueError, TypeError) as e:
             raise ChatTemplateError(f"{self.source}: the chat template does not compile: {e}",
                                     file=str(self.source), expected="a jinja2 chat template") from None
 
@@ -73,6 +78,20 @@ class ChatTemplate:
         except TemplateError as e:
             raise ChatTemplateError(f"{self.source}: the chat template fails to render a prompt: {e}",
                                     file=str(self.source), expected="a jinja2 chat template") from None
+        except Exception as e:  # the template is the user's code: any error in it is theirs (TypeError, ...)
+            raise ChatTemplateError(f"{self.source}: the chat template fails to render a prompt: "
+                                    f"{type(e).__name__}: {e}", file=str(self.source),
+                                    expected="a jinja2 chat template that renders the prompt's messages") from None
+
+
+def _present(path: pathlib.Path) -> bool:
+    """Whether the file is there to read: anything at the path (a FIFO, a dangling or looping symlink) is, so
+    reading it names what is wrong instead of looking elsewhere."""
+    try:
+        path.lstat()
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def load_chat_template(tokenizer_dir: pathlib.Path) -> ChatTemplate:
@@ -80,18 +99,18 @@ def load_chat_template(tokenizer_dir: pathlib.Path) -> ChatTemplate:
     (a string, or a list of {name, template} of which the one named 'default')."""
     cfg_path = tokenizer_dir / CONFIG_FILE
     cfg: dict[str, Any] = {}
-    if cfg_path.is_file():
-        try:
-            loaded = json.loads(cfg_path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as e:
-            raise ChatTemplateError(f"{cfg_path}: cannot read: {e}", file=str(cfg_path)) from None
+    if _present(cfg_path):
+        loaded = parse_json(read_input_text(cfg_path, ChatTemplateError, CONFIG_FILE, limit_bytes=CONFIG_LIMIT_BYTES),
+                            cfg_path, ChatTemplateError, CONFIG_FILE, expected="a JSON object")
         if not isinstance(loaded, dict):
-            raise ChatTemplateError(f"{cfg_path}: expected a JSON object", file=str(cfg_path))
+            raise ChatTemplateError(f"{cfg_path}: expected a JSON object, got {type(loaded).__name__}",
+                                    file=str(cfg_path), expected="a JSON object")
         cfg = loaded
     bos, eos = _token(cfg.get("bos_token")), _token(cfg.get("eos_token"))
     jinja = tokenizer_dir / TEMPLATE_FILE
-    if jinja.is_file():
-        return ChatTemplate(jinja, jinja.read_text(encoding="utf-8"), bos, eos)
+    if _present(jinja):
+        return ChatTemplate(jinja, read_input_text(jinja, ChatTemplateError, TEMPLATE_FILE,
+                                                   limit_bytes=CONFIG_LIMIT_BYTES), bos, eos)
     tpl = cfg.get("chat_template")
     if isinstance(tpl, list):
         named = {str(t.get("name")): t.get("template") for t in tpl if isinstance(t, dict)}

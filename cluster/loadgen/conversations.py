@@ -264,9 +264,9 @@ def conversation_prompts(sel: Selection, workload: WorkloadSpec, n: int, seed: i
 
 def tokenizer_functions(tokenizer_json: pathlib.Path) -> tuple[Counter, Encoder]:
     """(count, encode) from a tokenizer.json (the `tokenizers` package; nothing is downloaded)."""
-    from tokenizers import Tokenizer
+    from cluster.loadgen.text_prompts import load_tokenizer
 
-    tok = Tokenizer.from_file(str(tokenizer_json))
+    tok = load_tokenizer(tokenizer_json)
 
     def encode(text: str) -> list[int]:
         return list(tok.encode(text, add_special_tokens=False).ids)
@@ -278,8 +278,6 @@ def load_selection(workload: WorkloadSpec, base_dir: pathlib.Path,
                    model_path: str) -> tuple[Selection, Optional[Encoder]]:
     """A conversation workload's rows and its encoder (None without a tokenizer): what the load actor sends and
     what validate reports."""
-    from cluster.loadgen.text_prompts import tokenizer_file
-
     src = workload.prompts
     assert isinstance(src, ConversationPrompts)
     assert src.path is not None  # the spec requires a path

@@ -4,22 +4,30 @@ Random token ids make speculative acceptance unrealistically low and repeated te
 tokenized by the served model's tokenizer is what a deployment sees. The corpus is a UTF-8 text file (or a JSONL
 file with a "text"/"prompt" field per line). It is tokenized once; prompt i is a window of exactly
 `input_tokens` ids starting at a seeded offset, sent as token ids (exact length) with its decoded text alongside
-(for the chat API, which re-tokenizes). Tokenizer: `tokenizer.json` (the fast-tokenizer file every HF model
-ships) read with the `tokenizers` package; nothing is downloaded.
+(for the chat API, which re-tokenizes); its source_row is i, the i-th seeded window. Tokenizer: `tokenizer.json`
+(the fast-tokenizer file every HF model ships) read through cluster/input_files.py (a regular file, bounded) and
+parsed with the `tokenizers` package; nothing is downloaded. Every failure is a TextPromptError naming the file.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
 from cluster.engines.base import Prompt
 from cluster.errors import PromptSourceError
+from cluster.input_files import check_path_text, read_input_text, resolve_input
 from cluster.loadgen.lengths import INPUT_STREAM, draw_lengths, length_rng
+from cluster.loadgen.source_files import json_records, read_source_text
 from cluster.spec.models import LengthDist, TextPrompts, WorkloadSpec
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+TOKENIZER_LIMIT_BYTES = 64 * 1024 * 1024
+"""A tokenizer.json past this is refused (the largest public ones, with 256k-token vocabularies, are ~35 MB)."""
 
 
 class TextPromptError(PromptSourceError):
@@ -27,55 +35,73 @@ class TextPromptError(PromptSourceError):
 
 
 def tokenizer_file(tokenizer: Optional[str], model_path: str, base_dir: Path) -> Path:
-    """The tokenizer.json a text workload tokenizes with (prompts.tokenizer, else the model's directory)."""
+    """The tokenizer.json a text workload tokenizes with (prompts.tokenizer, else the model's directory): a regular
+    file (symlinks followed, a loop named); the path is returned as given, so its directory is the tokenizer's."""
+    where = "prompts.tokenizer" if tokenizer else "model.path"
+    check_path_text(tokenizer or model_path, TextPromptError, "the tokenizer path", where)
     cand = Path(tokenizer or model_path)
     if not cand.is_absolute():
         cand = base_dir / cand
     f = cand / "tokenizer.json" if cand.is_dir() else cand
-    if not f.is_file():
-        where = "prompts.tokenizer" if tokenizer else "model.path"
+    if not f.exists() and not f.is_symlink():
         raise TextPromptError(f"{f}: no tokenizer.json (from {where}); the text prompt source tokenizes with the "
                               "model's own fast tokenizer — set prompts.tokenizer to a directory that has one",
                               file=str(f), field=where, expected="a tokenizer.json file or a directory holding one")
+    resolve_input(f, TextPromptError, "tokenizer file", where)
     return f
 
 
-def _corpus_text(path: Path) -> str:
+def load_tokenizer(path: Path) -> "Tokenizer":
+    """The tokenizer of a tokenizer.json, read bounded; TextPromptError naming the file when it cannot be parsed."""
+    from tokenizers import Tokenizer
+
+    text = read_input_text(path, TextPromptError, "tokenizer file", limit_bytes=TOKENIZER_LIMIT_BYTES)
     try:
-        raw = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise TextPromptError(f"{path}: cannot read the corpus: {e.strerror or e}", file=str(path)) from None
-    except UnicodeDecodeError:
-        raise TextPromptError(f"{path}: the corpus is not UTF-8 text", file=str(path)) from None
-    if path.suffix == ".jsonl":
-        parts = []
-        for i, line in enumerate(raw.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                obj: Any = json.loads(line)
-            except ValueError:
-                raise TextPromptError(f"{path}:{i}: not a JSON object") from None
-            text = obj.get("text") or obj.get("prompt") if isinstance(obj, dict) else None
-            if not isinstance(text, str):
-                raise TextPromptError(f"{path}:{i}: expected a string field 'text' or 'prompt'")
-            parts.append(text)
-        raw = "\n\n".join(parts)
-    return raw
+        return Tokenizer.from_str(text)
+    except BaseException as e:  # a bare Exception, or pyo3's PanicException (a BaseException), for a bad file
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        why = (str(e).splitlines() or [type(e).__name__])[0][:200]
+        raise TextPromptError(f"{path}: not a tokenizer.json the tokenizers package can read ({why})",
+                              file=str(path), expected="a Hugging Face fast-tokenizer tokenizer.json") from None
+
+
+CORPUS_EXPECTED = "one JSON object per line (or a JSON array of objects) with a string field 'text' or 'prompt'"
+
+
+def corpus_text(path: Path) -> str:
+    """The corpus: the file's UTF-8 text, or for a .jsonl file each row's 'text' (else 'prompt') joined by a blank
+    line."""
+    raw = read_source_text(path, TextPromptError, "corpus")
+    if path.suffix != ".jsonl":
+        return raw
+    parts = []
+    for rec in json_records(path, raw, TextPromptError, CORPUS_EXPECTED):
+        obj = rec.value
+        key = "text" if isinstance(obj, dict) and "text" in obj else "prompt"
+        text = obj.get(key) if isinstance(obj, dict) else None
+        if not isinstance(text, str):
+            where = f"{path}:{rec.line}"
+            got = type(obj).__name__ if not isinstance(obj, dict) else f"{key}: {type(text).__name__}"
+            raise TextPromptError(f"{where}: expected a string field 'text' or 'prompt' (got {got})", file=where,
+                                  field=key, expected=CORPUS_EXPECTED)
+        parts.append(text)
+    return "\n\n".join(parts)
 
 
 def build_text_prompts(workload: WorkloadSpec, n: int, seed: int, base_dir: Path, model_path: str) -> list[Prompt]:
-    from tokenizers import Tokenizer
-
+    """`n` prompts of the workload's input lengths, each a seeded window of the tokenized corpus."""
     src = workload.prompts
     assert isinstance(src, TextPrompts) and src.path is not None
     corpus_path = Path(src.path) if Path(src.path).is_absolute() else base_dir / src.path
-    tok = Tokenizer.from_file(str(tokenizer_file(src.tokenizer, model_path, base_dir)))
-    ids = tok.encode(_corpus_text(corpus_path), add_special_tokens=False).ids
+    tok = load_tokenizer(tokenizer_file(src.tokenizer, model_path, base_dir))
+    ids = tok.encode(corpus_text(corpus_path), add_special_tokens=False).ids
     need = workload.input_tokens_max()
     assert need is not None  # the spec refuses input_tokens 'dataset' for a corpus
     if len(ids) < need:
-        raise TextPromptError(f"{corpus_path}: the corpus has {len(ids)} tokens, fewer than input_tokens={need}")
+        raise TextPromptError(f"{corpus_path}: the corpus has {len(ids)} tokens, fewer than input_tokens={need}",
+                              file=str(corpus_path), field="input_tokens",
+                              expected=f"a corpus of at least {need} tokens")
     corpus = np.asarray(ids, dtype=np.int64)
     rng = np.random.default_rng(seed)
     starts = rng.integers(0, len(corpus) - need + 1, size=n)

@@ -99,12 +99,7 @@ def _check_workload(model_path: str, i: int, w: WorkloadSpec, limits: ModelLimit
         raise PreflightError(f"{path}: {field}.prompts.path {what}", file=str(path), field=f"{field}.prompts.path",
                              expected=f"a readable {src.source} file")
     if isinstance(src, TextPrompts):
-        from cluster.loadgen.text_prompts import tokenizer_file
-
-        tok = src.tokenizer
-        if tok is None and not Path(model_path).exists() and absent_ok:
-            return None  # the model directory (and its tokenizer) lives on the GPU node: checked there
-        tokenizer_file(tok, model_path, base_dir)
+        _check_text(model_path, field, src, path, limits, base_dir, absent_ok)
         return None
     if isinstance(src, ConversationPrompts):
         return _check_conversations(model_path, field, w, src, limits, base_dir, absent_ok)
@@ -132,6 +127,45 @@ def _check_workload(model_path: str, i: int, w: WorkloadSpec, limits: ModelLimit
                                  f"{limits.vocab_size} ({limits.source})", file=f"{path}:{line}", field="input_ids",
                                  expected=f"ids below {limits.vocab_size}")
     return None
+
+
+def _check_text(model_path: str, field: str, src: TextPrompts, path: Path, limits: ModelLimits, base_dir: Path,
+                absent_ok: bool) -> None:
+    """The corpus parses (a .jsonl corpus row by row) and the tokenizer loads and fits the model's vocabulary."""
+    from cluster.errors import PromptSourceError
+    from cluster.loadgen.text_prompts import corpus_text
+
+    if src.tokenizer is None and not Path(model_path).exists() and absent_ok:
+        return  # the model directory (and its tokenizer) lives on the GPU node: checked there
+    _check_tokenizer(model_path, field, src.tokenizer, limits, base_dir)
+    try:
+        corpus_text(path)
+    except PromptSourceError as e:
+        raise PreflightError(f"{field}.prompts.path: {e}", file=e.file, field=e.field or f"{field}.prompts.path",
+                             expected=e.expected) from None
+
+
+def _check_tokenizer(model_path: str, field: str, tokenizer: Optional[str], limits: ModelLimits,
+                     base_dir: Path) -> None:
+    """The tokenizer a text or conversation workload encodes with loads, and every id it can emit is inside the
+    model's vocabulary (a tokenizer of another model would send ids the server cannot embed)."""
+    from cluster.errors import PromptSourceError
+    from cluster.loadgen.text_prompts import load_tokenizer, tokenizer_file
+
+    try:
+        f = tokenizer_file(tokenizer, model_path, base_dir)
+        tok = load_tokenizer(f)
+    except PromptSourceError as e:
+        raise PreflightError(str(e), file=e.file, field=e.field or f"{field}.prompts.tokenizer",
+                             expected=e.expected) from None
+    vocab = tok.get_vocab(with_added_tokens=True)
+    top = max(vocab.values(), default=-1)
+    if limits.vocab_size is not None and top >= limits.vocab_size:
+        where = "prompts.tokenizer" if tokenizer else "model.path"
+        raise PreflightError(f"{f}: {field}.{where}: the tokenizer has ids up to {top}, outside the model's "
+                             f"vocabulary of {limits.vocab_size} ({limits.source}); it is not this model's tokenizer",
+                             file=str(f), field=f"{field}.{where}",
+                             expected=f"a tokenizer whose ids are below {limits.vocab_size}")
 
 
 def _check_vocab(field: str, vocab_size: int, limits: ModelLimits) -> None:
@@ -183,6 +217,8 @@ def _check_conversations(model_path: str, field: str, w: WorkloadSpec, src: Conv
 
     if needs_tokenizer(w) and src.tokenizer is None and not Path(model_path).exists() and absent_ok:
         return None  # counted with the model's own tokenizer, which lives on the GPU node: checked there
+    if needs_tokenizer(w):
+        _check_tokenizer(model_path, field, src.tokenizer, limits, base_dir)
     try:
         sel, _ = load_selection(w, base_dir, model_path)
     except PromptSourceError as e:

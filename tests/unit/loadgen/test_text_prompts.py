@@ -49,5 +49,5 @@ def test_errors_name_the_file(model_dir: Path, tmp_path: Path) -> None:
         build_text_prompts(workload(), 2, 0, tmp_path, str(tmp_path / "nowhere"))
     bad = WorkloadSpec.model_validate({"name": "t", "input_tokens": 4, "output_tokens": 8, "num_requests": 1,
                                        "prompts": {"source": "text", "path": "missing.txt"}})
-    with pytest.raises(TextPromptError, match="missing.txt: cannot read"):
+    with pytest.raises(TextPromptError, match="missing.txt: corpus not found"):
         build_text_prompts(bad, 1, 0, tmp_path, str(model_dir))
