@@ -14,8 +14,9 @@ from cluster.engines.streams import OpenAIStreamParser, SGLangNativeParser
 from cluster.errors import UserError
 from cluster.plan.runs import ResolvedVariant
 from cluster.spec.models import ArgValue, EngineLauncher
+from cluster.version import SGLANG_RELEASE
 
-DEFAULT_VERSION = "0.5.23"
+DEFAULT_VERSION = SGLANG_RELEASE
 """The SGLang release this tool's launch commands target when the version is not known otherwise."""
 
 # Release boundaries below were read from the SGLang wheels themselves (sglang/srt/**.py of every release from

@@ -29,8 +29,9 @@ from cluster.spec.secrets import redact_argv
 from cluster.sim.model import (Knobs, KnobError, LaunchError, Scheduler, SimRequest, SpecParams,
                                        effective_max_running_requests, resolve_args)
 from cluster.sim.wire import ChunkWriter, Pacer, StreamingCounts, fine_timer_slack, metrics_text
+from cluster.version import SGLANG_RELEASE
 
-VERSION = "0.5.23"
+VERSION = SGLANG_RELEASE
 SIM_ENV = "SGLBENCH_SIM"
 READY_LINE = "The server is fired up and ready to roll!"
 NATIVE_MAX_NEW_TOKENS_DEFAULT = 128

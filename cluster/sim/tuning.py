@@ -19,8 +19,9 @@ from typing import Any, Callable, Mapping, Optional, Union
 
 from cluster.engines import sglang_tuning as sgt
 from cluster.sim.model import Knobs
+from cluster.version import SGLANG_RELEASE
 
-SIM_SGLANG_VERSION = "0.5.23"
+SIM_SGLANG_VERSION = SGLANG_RELEASE
 """The SGLang release the simulator imitates (cluster.sim.server.VERSION; not imported, to keep aiohttp out)."""
 
 TUNING_KNOBS = ("gpu_name", "compute_capability", "driver_version", "flashinfer_version", "triton_version",
