@@ -5,6 +5,13 @@ Layout under `<root>/<experiment>/`: `<table>/variant=<variant>/<run_key>.parque
 readers never look there) and `_lock` (the driver writing the dataset, see lock.py). A run is committed exactly
 when its runs file exists; its other tables are moved in just before, so no file of a run that never committed is
 left where readers look, and a write error (disk full) leaves the hive tree as it was.
+
+Reading: every file under the root is checked before a row of it is used (cluster/dataset/root.py: the layout,
+each file's footer, columns and types, that its own rows name this experiment and run, page checksums). A reader
+met by a foreign, corrupt, half-written or misplaced file refuses the command with a StoreError naming the file
+and what was expected: it never skips the file (that would hide it) nor lists its rows. Writers keep going past
+files they do not read (a commit never fails on a stray file); resuming an experiment reads the runs table the
+reader's way, so a corrupt dataset is refused before any server starts.
 """
 
 from __future__ import annotations
@@ -23,55 +30,20 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from cluster.analysis.gpu_metrics import GPU_METRIC_NAMES
-from cluster.analysis.metrics import METRIC_NAMES
-from cluster.errors import UserError
 from cluster.plan.runs import RECORD_SCHEMA_VERSION, RunPlan
 from cluster.dataset.atomic import atomic_write, move_into_place, remove_tree, write_error, write_synced
 from cluster.dataset.lock import DatasetLock
-from cluster.dataset.records import CHUNKS_SCHEMA, GPU_METRICS_SCHEMA, KEY_FIELDS, REQUESTS_SCHEMA, RUN_FIELDS
+from cluster.dataset.reading import (FINISHED_STATUSES, RUN_METRIC_NAMES, RUNS_SCHEMA, TABLE_RE, TABLE_SCHEMAS,
+                                     VARIANT_TABLES, ExperimentNotFound, StoreReader, list_experiments)
+from cluster.dataset.records import KEY_FIELDS, RUN_FIELDS
+from cluster.dataset.root import PARTITION_COLUMN, RUN_KEY_RE, StoreError, open_root, safe_name
 
 Records = Union[pa.Table, pa.RecordBatch]
-
-RUN_METRIC_NAMES: tuple[str, ...] = METRIC_NAMES + GPU_METRIC_NAMES
-"""The fixed m_ columns of `runs`: request metrics (analysis/metrics.py), then GPU figures (analysis/gpu_metrics.py)."""
-RUNS_SCHEMA = pa.schema(KEY_FIELDS + RUN_FIELDS + [pa.field(f"m_{n}", pa.float64()) for n in RUN_METRIC_NAMES])
-TABLE_SCHEMAS: dict[str, pa.Schema] = {"runs": RUNS_SCHEMA, "requests": REQUESTS_SCHEMA, "chunks": CHUNKS_SCHEMA,
-                                       "gpu_metrics": GPU_METRICS_SCHEMA}
-"""Known tables; any other table name (correctness, server_metrics, ...) gets KEY_FIELDS + its own columns."""
 
 _KEY_NAMES = [f.name for f in KEY_FIELDS]
 _METRIC_SET = set(RUN_METRIC_NAMES)
 _RUN_NAMES = {f.name for f in RUN_FIELDS}
-_TABLE_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
-_RUN_KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 STAGING_DIR = "_staging"
-FINISHED_STATUSES = ("ok", "invalid")
-"""Run statuses a resubmission skips; a `failed` run is retried."""
-
-
-class StoreError(UserError):
-    """A bad name or value given to the store."""
-
-
-class ExperimentNotFound(UserError, LookupError):
-    """The experiment has no directory under the dataset root."""
-
-
-def safe_name(value: str, what: str) -> str:
-    """Names become path components and hive partition values: refuse anything that could escape or mislead."""
-    if (not value or "/" in value or "\\" in value or ".." in value or value.startswith(".") or "=" in value
-            or "\x00" in value or len(value) > 128):
-        raise StoreError(f"{what} {value!r} is not a safe path component (no '/', '..', '=', leading '.')")
-    return value
-
-
-def open_root(root: str) -> tuple[pafs.FileSystem, str]:
-    """(filesystem, base path) for a local path or a pyarrow filesystem URI such as s3://bucket/prefix."""
-    if "://" in root:
-        fs, path = pafs.FileSystem.from_uri(root)
-        return fs, path.rstrip("/")
-    return pafs.LocalFileSystem(), os.path.abspath(root)
 
 
 def _is_data_file(path: str) -> bool:
@@ -79,44 +51,9 @@ def _is_data_file(path: str) -> bool:
     return base.endswith(".parquet") and not base.startswith(".")
 
 
-def list_experiments(root: str) -> list[str]:
-    """Experiment names under a dataset root (directories holding experiment.json or a runs table)."""
-    fs, base = open_root(root)
-    infos = fs.get_file_info(pafs.FileSelector(base, recursive=False, allow_not_found=True))
-    out = []
-    for info in infos:
-        if info.type != pafs.FileType.Directory or info.base_name.startswith("."):
-            continue
-        marks = fs.get_file_info([f"{info.path}/experiment.json", f"{info.path}/runs"])
-        if any(m.type != pafs.FileType.NotFound for m in marks):
-            out.append(info.base_name)
-    return sorted(out)
-
-
-class DatasetStore:
-    """One experiment's tables under a dataset root (local path or pyarrow filesystem URI)."""
-
-    def __init__(self, root: str, experiment: str) -> None:
-        self.root = root
-        self.experiment = safe_name(experiment, "experiment name")
-        self.fs, base = open_root(root)
-        self.base = f"{base}/{self.experiment}"
-        self._local = isinstance(self.fs, pafs.LocalFileSystem)
-
-    # ------------------------------------------------------------------ paths and the one atomic write
-    @property
-    def is_local(self) -> bool:
-        return self._local
-
-    def exists(self) -> bool:
-        return bool(self.fs.get_file_info(self.base).type == pafs.FileType.Directory)
-
-    def _path(self, table: str, variant: str, run_key: str) -> str:
-        if not _TABLE_RE.match(table):
-            raise StoreError(f"table name {table!r} must be lowercase letters, digits or '_'")
-        if not _RUN_KEY_RE.match(run_key):
-            raise StoreError(f"run key {run_key!r} must be letters, digits, '_' or '-'")
-        return f"{self.base}/{table}/variant={safe_name(variant, 'variant name')}/{run_key}.parquet"
+class DatasetStore(StoreReader):
+    """One experiment's tables under a dataset root (local path or pyarrow filesystem URI): writing here, reading
+    in StoreReader (reading.py)."""
 
     @property
     def staging_root(self) -> str:
@@ -177,15 +114,6 @@ class DatasetStore:
         self._write_file(path, _parquet_bytes(_without_partition(table)))
         return path
 
-    def read_variant_table(self, table_name: str, variant: str, key: str) -> Optional[pa.Table]:
-        """The rows write_variant_table stored under (variant, key), or None when there are none."""
-        if table_name not in VARIANT_TABLES:
-            raise StoreError(f"table {table_name!r} is not a per-variant table ({sorted(VARIANT_TABLES)})")
-        path = self._path(table_name, variant, key)
-        if self.fs.get_file_info(path).type != pafs.FileType.File:
-            return None
-        return pq.read_table(path, filesystem=self.fs, partitioning=None)
-
     def runs_row(self, plan: RunPlan, run_row: dict[str, Any]) -> pa.Table:
         """The one-row runs table: KEY_FIELDS + RUN_FIELDS (defaults from the plan) + m_<metric> columns.
 
@@ -221,7 +149,7 @@ class DatasetStore:
         cols: dict[str, pa.Array] = self._key_columns(plan, 1)
         for f in RUN_FIELDS:
             cols[f.name] = pa.array([row.get(f.name)], type=f.type)
-        extra = sorted(n for n in metrics if n not in _METRIC_SET and _TABLE_RE.match(n))
+        extra = sorted(n for n in metrics if n not in _METRIC_SET and TABLE_RE.match(n))
         for n in list(RUN_METRIC_NAMES) + extra:
             cols[f"m_{n}"] = pa.array([_as_float(metrics.get(n))], type=pa.float64())
         schema = pa.schema(list(RUNS_SCHEMA) + [pa.field(f"m_{n}", pa.float64()) for n in extra])
@@ -231,7 +159,7 @@ class DatasetStore:
     def new_staging(self, run_key: str) -> str:
         """A fresh local directory for one run's files before commit: `<experiment>/_staging/<run_key>.<id>/` on a
         local root (same filesystem, so commit is a rename), a local temp directory for an object store."""
-        if not _RUN_KEY_RE.match(run_key):
+        if not RUN_KEY_RE.match(run_key):
             raise StoreError(f"run key {run_key!r} must be letters, digits, '_' or '-'")
         if not self._local:
             return tempfile.mkdtemp(prefix=f"sglbench-staging-{run_key}-")
@@ -276,7 +204,7 @@ class DatasetStore:
         self.commit_run(plan, run_row, self.new_staging(plan.run_key), tables=tables)
 
     def _stage(self, staging: str, name: str, table: pa.Table) -> str:
-        if not _TABLE_RE.match(name):
+        if not TABLE_RE.match(name):
             raise StoreError(f"table name {name!r} must be lowercase letters, digits or '_'")
         path = f"{staging}/{name}.parquet"
         write_synced(path, _parquet_bytes(_without_partition(table)))
@@ -304,7 +232,7 @@ class DatasetStore:
                 dst = self._path(name, v, k)
                 self._put(src, dst)
                 moved.append(dst)
-            for name in self.tables():
+            for name in self._table_dirs():
                 if name not in files and name != "runs" and name not in VARIANT_TABLES:
                     self._delete(self._path(name, v, k))
             self._put(runs_file, runs_target)
@@ -338,7 +266,7 @@ class DatasetStore:
                 removed.append(f"{self.staging_root}/{name}")
                 remove_tree(removed[-1])
         committed = self.committed_run_keys()
-        for table in self.tables():
+        for table in self._table_dirs():
             sel = pafs.FileSelector(f"{self.base}/{table}", recursive=True, allow_not_found=True)
             for info in self.fs.get_file_info(sel):
                 if info.type != pafs.FileType.File:
@@ -365,86 +293,13 @@ class DatasetStore:
         data = json.dumps(meta, indent=2, sort_keys=True, default=_json_default).encode()
         self._write_file(f"{self.base}/experiment.json", data)
 
-    def read_experiment_meta(self) -> Optional[dict[str, Any]]:
-        path = f"{self.base}/experiment.json"
-        if self.fs.get_file_info(path).type != pafs.FileType.File:
-            return None
-        with self.fs.open_input_stream(path) as f:
-            doc = json.loads(f.read())
-        return doc if isinstance(doc, dict) else None
-
-    # ------------------------------------------------------------------ reading
-    def _data_files(self, table: str) -> list[str]:
-        if not _TABLE_RE.match(table):
-            raise StoreError(f"table name {table!r} must be lowercase letters, digits or '_'")
-        sel = pafs.FileSelector(f"{self.base}/{table}", recursive=True, allow_not_found=True)
-        return sorted(i.path for i in self.fs.get_file_info(sel) if i.type == pafs.FileType.File
-                      and _is_data_file(i.path))
-
-    def committed_run_keys(self) -> set[str]:
-        """Run keys whose runs file exists (whatever their status): the runs whose rows readers see."""
-        return {p.rsplit("/", 1)[-1][: -len(".parquet")] for p in self._data_files("runs")}
-
-    def finished_run_keys(self) -> set[str]:
-        """The resume index: runs committed with status ok or invalid. A failed run is retried on resubmission."""
-        table = self.read_table("runs", columns=["run_key", "status"])
-        return {k for k, s in zip(table.column("run_key").to_pylist(), table.column("status").to_pylist())
-                if s in FINISHED_STATUSES}
-
-    def table_files(self, table: str) -> list[str]:
-        """Data files of a table that belong to committed runs (a crash before the runs row hides the rest)."""
-        files = self._data_files(table)
-        if table == "runs" or table in VARIANT_TABLES:
-            return files
-        done = self.committed_run_keys()
-        return [p for p in files if p.rsplit("/", 1)[-1][: -len(".parquet")] in done]
-
-    def tables(self) -> list[str]:
-        """Table names present in this experiment."""
-        sel = pafs.FileSelector(self.base, recursive=False, allow_not_found=True)
-        return sorted(i.base_name for i in self.fs.get_file_info(sel)
-                      if i.type == pafs.FileType.Directory and _TABLE_RE.match(i.base_name))
-
-    def read_table(self, name: str, columns: Optional[Iterable[str]] = None) -> pa.Table:
-        """All committed partitions of a table; an empty table with the known schema when there are none."""
-        files = self.table_files(name)
-        cols = list(columns) if columns is not None else None
-        if not files:
-            schema = TABLE_SCHEMAS.get(name, pa.schema(KEY_FIELDS))
-            empty = schema.empty_table()
-            return empty.select([c for c in cols if c in schema.names]) if cols else empty
-        file_cols = [c for c in cols if c != PARTITION_COLUMN] if cols is not None else None
-        parts = []
-        for p in files:
-            t = pq.read_table(p, filesystem=self.fs, columns=file_cols, partitioning=None)
-            if (cols is None or PARTITION_COLUMN in cols) and PARTITION_COLUMN not in t.column_names:
-                value = _partition_value(p)
-                pos = min(2, t.num_columns) if cols is None else cols.index(PARTITION_COLUMN)
-                t = t.add_column(pos, pa.field(PARTITION_COLUMN, pa.string(), nullable=False),
-                                 pa.array([value] * t.num_rows, pa.string()))
-            parts.append(t)
-        return pa.concat_tables(parts, promote_options="permissive")
-
-
-PARTITION_COLUMN = "variant"
-VARIANT_TABLES = frozenset({"correctness", "kernel_profile"})
-"""Tables written per variant (not per run): visible without a committed run."""
-
-
-def _partition_value(path: str) -> str:
-    for seg in path.split("/"):
-        if seg.startswith(PARTITION_COLUMN + "="):
-            return seg.split("=", 1)[1]
-    raise StoreError(f"{path}: no {PARTITION_COLUMN}= partition in the path")
-
-
 def _without_partition(table: pa.Table) -> pa.Table:
     return table.drop_columns([PARTITION_COLUMN]) if PARTITION_COLUMN in table.column_names else table
 
 
 def _parquet_bytes(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd")
+    pq.write_table(table, sink, compression="zstd", write_page_checksum=True)
     return bytes(sink.getvalue().to_pybytes())
 
 
@@ -459,3 +314,8 @@ def _json_default(o: Any) -> Any:
     if hasattr(o, "item"):
         return o.item()
     return str(o)
+
+
+__all__ = ["FINISHED_STATUSES", "PARTITION_COLUMN", "RUN_METRIC_NAMES", "RUNS_SCHEMA", "STAGING_DIR", "TABLE_SCHEMAS",
+           "VARIANT_TABLES", "DatasetStore", "ExperimentNotFound", "Records", "StoreError", "list_experiments",
+           "open_root", "safe_name"]

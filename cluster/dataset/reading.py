@@ -1,0 +1,284 @@
+"""The reading side of the dataset store: which files of an experiment readers see, each checked before use.
+
+StoreReader lists a table's files by the layout (cluster/dataset/root.py), keeps those of committed runs (a runs
+file exists for the key), and checks each before a row of it is used: footer, columns and types, that its rows
+name this experiment and run, a runs file's one row and status. A foreign, corrupt or misplaced file refuses the
+reader's command with a StoreError naming it; it is never skipped and never listed. Checks are remembered per
+file version (inode, size, mtime) for the life of the process.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Iterable, Optional
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from cluster.analysis.gpu_metrics import GPU_METRIC_NAMES
+from cluster.analysis.metrics import METRIC_NAMES
+from cluster.dataset.records import CHUNKS_SCHEMA, GPU_METRICS_SCHEMA, KEY_FIELDS, REQUESTS_SCHEMA, RUN_FIELDS
+from cluster.dataset.root import (KIND_TEXT, PARTITION_COLUMN, RUN_KEY_RE, DataFile, StoreError, check_identity,
+                                  check_runs_file, check_schema, file_schema, list_dir, open_root, path_kind,
+                                  read_error, read_parquet, safe_name, table_layout, verify_pages)
+from cluster.errors import UserError
+from cluster.input_files import decode_text, parse_json, read_input_bytes
+
+RUN_METRIC_NAMES: tuple[str, ...] = METRIC_NAMES + GPU_METRIC_NAMES
+"""The fixed m_ columns of `runs`: request metrics (analysis/metrics.py), then GPU figures (analysis/gpu_metrics.py)."""
+RUNS_SCHEMA = pa.schema(KEY_FIELDS + RUN_FIELDS + [pa.field(f"m_{n}", pa.float64()) for n in RUN_METRIC_NAMES])
+TABLE_SCHEMAS: dict[str, pa.Schema] = {"runs": RUNS_SCHEMA, "requests": REQUESTS_SCHEMA, "chunks": CHUNKS_SCHEMA,
+                                       "gpu_metrics": GPU_METRICS_SCHEMA}
+"""Known tables; any other table name (correctness, server_metrics, ...) gets KEY_FIELDS + its own columns."""
+VARIANT_TABLES = frozenset({"correctness", "kernel_profile"})
+"""Tables written per variant (not per run): visible without a committed run."""
+TABLE_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+FINISHED_STATUSES = ("ok", "invalid")
+"""Run statuses a resubmission skips; a `failed` run is retried."""
+
+
+class ExperimentNotFound(UserError, LookupError):
+    """The experiment has no directory under the dataset root."""
+
+
+def list_experiments(root: str) -> list[str]:
+    """Experiment names under a dataset root (directories holding experiment.json or a runs table); a root that
+    is not a directory is a StoreError (a missing one has no experiments)."""
+    fs, base = open_root(root)
+    kind = path_kind(fs, base)
+    if kind == "missing":
+        return []
+    if kind != "dir":
+        raise StoreError(f"results root {root!r} is {KIND_TEXT[kind]}, not a directory", file=base, field="--root",
+                         expected="a directory holding experiments")
+    out = []
+    for entry in list_dir(fs, base):
+        if entry.name.startswith(".") or path_kind(fs, entry.path) != "dir":
+            continue
+        try:
+            safe_name(entry.name, "experiment name")
+        except StoreError:
+            continue  # a directory the store could not have written is not an experiment
+        if any(path_kind(fs, f"{entry.path}/{m}", follow=False) != "missing" for m in ("experiment.json", "runs")):
+            out.append(entry.name)
+    return sorted(out)
+
+
+
+class StoreReader:
+    """One experiment's directory under a dataset root (local path or pyarrow filesystem URI), as readers see it."""
+
+    def __init__(self, root: str, experiment: str) -> None:
+        self.root = root
+        self.experiment = safe_name(experiment, "experiment name")
+        self.fs, base = open_root(root)
+        self.base = f"{base}/{self.experiment}"
+        self._local = isinstance(self.fs, pafs.LocalFileSystem)
+
+    @property
+    def is_local(self) -> bool:
+        return self._local
+
+    def _path(self, table: str, variant: str, run_key: str) -> str:
+        if not TABLE_RE.match(table):
+            raise StoreError(f"table name {table!r} must be lowercase letters, digits or '_'")
+        if not RUN_KEY_RE.match(run_key):
+            raise StoreError(f"run key {run_key!r} must be letters, digits, '_' or '-'")
+        return f"{self.base}/{table}/variant={safe_name(variant, 'variant name')}/{run_key}.parquet"
+
+    def exists(self) -> bool:
+        """Whether the experiment has a directory; StoreError when something else (a file, a loop) is there."""
+        kind = path_kind(self.fs, self.base)
+        if kind not in ("dir", "missing"):
+            raise StoreError(f"{self.base} is {KIND_TEXT[kind]}, not an experiment directory", file=self.base,
+                             expected="a directory written by sglbench")
+        return kind == "dir"
+
+    def read_variant_table(self, table_name: str, variant: str, key: str) -> Optional[pa.Table]:
+        """The rows write_variant_table stored under (variant, key), or None when there are none."""
+        if table_name not in VARIANT_TABLES:
+            raise StoreError(f"table {table_name!r} is not a per-variant table ({sorted(VARIANT_TABLES)})")
+        path = self._path(table_name, variant, key)
+        kind = path_kind(self.fs, path, follow=False)
+        if kind == "missing":
+            return None
+        if kind != "file":
+            raise StoreError(f"{path} is {KIND_TEXT[kind]}, not a table file", file=path, expected="a regular file")
+        self._check(table_name, DataFile(path, variant, key))
+        return read_parquet(self.fs, path)
+
+    def read_experiment_meta(self) -> Optional[dict[str, Any]]:
+        """experiment.json's object, None when there is none; StoreError naming the file when it is not a JSON
+        object in UTF-8 (or not a regular file, or past META_LIMIT_BYTES)."""
+        path = f"{self.base}/experiment.json"
+        kind = path_kind(self.fs, path)
+        if kind == "missing":
+            return None
+        what = "experiment metadata file"
+        if self._local:
+            data = read_input_bytes(path, StoreError, what, limit_bytes=META_LIMIT_BYTES)
+        else:
+            data = self._read_remote(path, what)
+        doc = parse_json(decode_text(data, path, StoreError, what), path, StoreError, what,
+                         expected="a JSON object written by sglbench")
+        if not isinstance(doc, dict):
+            raise StoreError(f"{path}: {what} holds {type(doc).__name__}, not a JSON object", file=path,
+                             expected="a JSON object written by sglbench")
+        return doc
+
+    def _read_remote(self, path: str, what: str) -> bytes:
+        try:
+            with self.fs.open_input_stream(path) as f:
+                data = bytes(f.read(META_LIMIT_BYTES + 1))
+        except OSError as e:
+            raise read_error(path, e) from None
+        if len(data) > META_LIMIT_BYTES:
+            raise StoreError(f"{path}: {what} is past the {META_LIMIT_BYTES}-byte limit", file=path,
+                             expected=f"at most {META_LIMIT_BYTES} bytes")
+        return data
+
+    # ------------------------------------------------------------------ reading
+    def _layout(self, table: str) -> list[DataFile]:
+        if not TABLE_RE.match(table):
+            raise StoreError(f"table name {table!r} must be lowercase letters, digits or '_'")
+        path = f"{self.base}/{table}"
+        kind = path_kind(self.fs, path, follow=False)
+        if kind not in ("dir", "missing"):
+            raise StoreError(f"{path} is {KIND_TEXT[kind]} where the store keeps the {table} table's directory",
+                             file=path, expected="a directory written by sglbench (or nothing)")
+        return table_layout(self.fs, path)
+
+    def _runs_layout(self) -> dict[str, DataFile]:
+        """Run key → its runs file; StoreError when one key is committed in two partitions."""
+        out: dict[str, DataFile] = {}
+        for f in self._layout("runs"):
+            if f.key in out:
+                raise StoreError(f"run {f.key!r} is committed twice: {out[f.key].path} and {f.path}", file=f.path,
+                                 expected="one runs file per run key")
+            out[f.key] = f
+        return out
+
+    def committed_run_keys(self) -> set[str]:
+        """Run keys whose runs file exists (whatever their status): the runs whose rows readers see."""
+        return set(self._runs_layout())
+
+    def finished_run_keys(self) -> set[str]:
+        """The resume index: runs committed with status ok or invalid. A failed run is retried on resubmission."""
+        table = self.read_table("runs", columns=["run_key", "status"])
+        return {k for k, s in zip(table.column("run_key").to_pylist(), table.column("status").to_pylist())
+                if s in FINISHED_STATUSES}
+
+    def _check(self, table: str, f: DataFile) -> pa.Schema:
+        """The file's schema once it has shown it is this table's file of this experiment (root.py's rules)."""
+        stamp = _stamp(self.fs, f.path)
+        hit = _CHECKED.get((table, self.experiment, f.path, stamp)) if stamp else None
+        if hit is not None:
+            return hit
+        schema, meta = file_schema(self.fs, f.path)
+        check_schema(f.path, schema, TABLE_SCHEMAS.get(table), table)
+        expect = {"experiment": self.experiment}
+        if table not in VARIANT_TABLES:
+            expect["run_key"] = f.key
+        check_identity(self.fs, f.path, schema, meta, expect)
+        if table == "runs":
+            check_runs_file(self.fs, f.path)
+        if stamp:
+            _CHECKED[(table, self.experiment, f.path, stamp)] = schema
+        return schema
+
+    def checked_files(self, table: str) -> list[tuple[str, pa.Schema]]:
+        """(path, schema) of the table's files of committed runs, each checked (StoreError naming a bad one)."""
+        files = self._layout(table)
+        if table != "runs" and table not in VARIANT_TABLES:
+            runs = self._runs_layout()
+            for f in files:
+                run = runs.get(f.key)
+                if run is not None and run.variant != f.variant:
+                    raise StoreError(f"{f.path}: run {f.key!r} is committed under {PARTITION_COLUMN}="
+                                     f"{run.variant}, not {f.variant}", file=f.path,
+                                     expected=f"the file under {PARTITION_COLUMN}={run.variant}/")
+            files = [f for f in files if f.key in runs]
+        return [(f.path, self._check(table, f)) for f in files]
+
+    def table_files(self, table: str) -> list[str]:
+        """Data files of a table that belong to committed runs (a crash before the runs row hides the rest), each
+        checked as checked_files does."""
+        return [p for p, _ in self.checked_files(table)]
+
+    def verify_files(self, paths: Iterable[str]) -> None:
+        """Decode every page of each file with its checksum verified (once per file version in a process): for
+        readers that hand the files to another decoder (DuckDB), which checks no page checksum."""
+        for p in paths:
+            stamp = _stamp(self.fs, p)
+            if stamp and (p, stamp) in _VERIFIED:
+                continue
+            verify_pages(self.fs, p)
+            if stamp:
+                _VERIFIED.add((p, stamp))
+
+    def tables(self) -> list[str]:
+        """Table names present in this experiment; StoreError for an entry with a table's name that is not a
+        directory (a file named runs, a symlink)."""
+        out = []
+        for e in list_dir(self.fs, self.base):
+            if not TABLE_RE.match(e.name):
+                continue
+            if e.kind != "dir":
+                raise StoreError(f"{e.path} is {KIND_TEXT[e.kind]} where the store keeps a table directory",
+                                 file=e.path, expected="a directory written by sglbench (or nothing)")
+            out.append(e.name)
+        return out
+
+    def _table_dirs(self) -> list[str]:
+        """Table directories, for writers: an entry they do not write is left alone, never an error."""
+        return [e.name for e in list_dir(self.fs, self.base) if e.kind == "dir" and TABLE_RE.match(e.name)]
+
+    def read_table(self, name: str, columns: Optional[Iterable[str]] = None) -> pa.Table:
+        """All committed partitions of a table; an empty table with the known schema when there are none."""
+        files = self.checked_files(name)
+        cols = list(columns) if columns is not None else None
+        if not files:
+            schema = TABLE_SCHEMAS.get(name, pa.schema(KEY_FIELDS))
+            empty = schema.empty_table()
+            return empty.select([c for c in cols if c in schema.names]) if cols else empty
+        parts = []
+        for p, schema in files:
+            file_cols = [c for c in cols if c in schema.names] if cols is not None else None
+            t = read_parquet(self.fs, p, file_cols)
+            if (cols is None or PARTITION_COLUMN in cols) and PARTITION_COLUMN not in t.column_names:
+                value = _partition_value(p)
+                pos = min(2, t.num_columns) if cols is None else min(cols.index(PARTITION_COLUMN), t.num_columns)
+                t = t.add_column(pos, pa.field(PARTITION_COLUMN, pa.string(), nullable=False),
+                                 pa.array([value] * t.num_rows, pa.string()))
+            parts.append(t)
+        try:
+            return pa.concat_tables(parts, promote_options="permissive")
+        except (pa.ArrowException, ValueError) as e:
+            raise StoreError(f"{self.base}/{name}: its files do not fit one table ({e}); expected files of one "
+                             "schema", file=f"{self.base}/{name}", expected="files of one schema") from None
+
+
+META_LIMIT_BYTES = 64 * 1024 * 1024
+"""experiment.json past this is refused (the spec and probe results it holds are kilobytes)."""
+_CHECKED: dict[tuple[str, str, str, tuple[int, int, int]], pa.Schema] = {}
+_VERIFIED: set[tuple[str, tuple[int, int, int]]] = set()
+"""Files this process has checked / verified, by path and (inode, size, mtime): a rewritten file is new."""
+
+
+def _stamp(fs: pafs.FileSystem, path: str) -> Optional[tuple[int, int, int]]:
+    if not isinstance(fs, pafs.LocalFileSystem):
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _partition_value(path: str) -> str:
+    for seg in path.split("/"):
+        if seg.startswith(PARTITION_COLUMN + "="):
+            return seg.split("=", 1)[1]
+    raise StoreError(f"{path}: no {PARTITION_COLUMN}= partition in the path")
+
