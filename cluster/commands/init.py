@@ -1,0 +1,243 @@
+"""`sglbench init MODEL_DIR [-o FILE]`: probe a checkpoint and write a commented starter experiment that plans clean.
+
+The starter pins every flag the fairness rules (cluster/plan/fairness.py, model_rules.py) ask for, at the value the
+probe and the SGLang release imply, and is checked before it is written: parsed as a spec, then run through those
+rules with the probe's facts; anything left is printed and written into the file as a TODO, never hidden.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from cluster.errors import UserError
+from cluster.plan.model_rules import ModelFacts
+from cluster.probe.checkpoint import ProbeReport
+
+BUNDLED_DATASET = Path(__file__).resolve().parents[2] / "datasets" / "categories-sharegpt.json"
+"""The ShareGPT prompt set shipped in the repository (datasets/README.md); absent in a wheel-only install."""
+MAX_RUNNING_REQUESTS = 64
+CONCURRENCY = (1, 4, 16, 64)
+SEED = 20261204
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    """The SGLang interpreter found for engines.sglang.python (path None: none found, `note` says where we looked)."""
+
+    path: Optional[str]
+    version: Optional[str]
+    note: str
+
+
+def find_interpreter(explicit: Optional[str] = None) -> Interpreter:
+    """--python, else $SGLBENCH_SGLANG_VENV/bin/python, else `python`/`python3` on PATH: the first whose own package
+    metadata has sglang (asked in a subprocess; sglang is never imported here)."""
+    from cluster.engines.sglang import detect_version
+
+    if explicit:
+        return Interpreter(explicit, detect_version(explicit), "given with --python")
+    venv = os.environ.get("SGLBENCH_SGLANG_VENV")
+    candidates = [(str(Path(venv) / "bin" / "python"), "$SGLBENCH_SGLANG_VENV")] if venv else []
+    candidates += [(p, f"`{name}` on PATH") for name in ("python", "python3") if (p := shutil.which(name))]
+    for path, where in candidates:
+        found = detect_version(path)
+        if found:
+            return Interpreter(os.path.abspath(path), found, f"{where} has sglang {found}")
+    looked = ", ".join(p for p, _ in candidates) or "no interpreter on PATH"
+    return Interpreter(None, None, f"no interpreter with sglang found (looked at {looked})")
+
+
+def _slug(model_dir: Path) -> str:
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", model_dir.name).strip("-._")[:64]
+    return name if name and name[0].isalnum() else "experiment"
+
+
+def _q(s: str) -> str:
+    """A YAML double-quoted scalar (JSON's string syntax is valid YAML)."""
+    return json.dumps(s)
+
+
+def _backends(facts: ModelFacts, gpu_sm: Optional[int], speculative: bool) -> list[tuple[str, str, str]]:
+    """(flag, value, why) for the back ends the model rules need pinned: what SGLang 0.5.23's `auto` resolves to on
+    this GPU (sglang-0.5.23 reference: fp4_utils.py, arg_groups/overrides.py), made explicit."""
+    where = f"SM{gpu_sm}" if gpu_sm else "the GPU (not known here: SM120 and SM100+ assumed)"
+    out: list[tuple[str, str, str]] = []
+    if facts.moe and speculative:
+        if facts.routed_nvfp4:
+            moe = "marlin" if gpu_sm is not None and gpu_sm < 100 else "flashinfer_cutlass"
+        else:
+            moe = "triton"
+        out.append(("moe-runner-backend", moe, f"what auto picks for this MoE on {where}; pinned because the draft "
+                    "inherits it and auto has raised NotImplementedError on SM120 (sglang PR #39807)"))
+    if facts.dense_nvfp4_families:
+        fp4 = "marlin" if gpu_sm is not None and gpu_sm < 100 else \
+            "flashinfer_cutedsl" if gpu_sm is not None and 100 <= gpu_sm < 110 else "flashinfer_cutlass"
+        out.append(("fp4-gemm-backend", fp4, f"0.5.23's auto on {where}; auto has flipped across releases "
+                    "(sglang PRs #20047, #38170)"))
+    return out
+
+
+def render_starter(report: ProbeReport, python: Interpreter, version: str, gpu_sm: Optional[int] = None,
+                   dataset: Optional[Path] = BUNDLED_DATASET, todo: tuple[str, ...] = ()) -> str:
+    """The starter experiment's YAML text (pure: everything it depends on is an argument)."""
+    from cluster.engines.sglang import mamba_strategy_flag
+
+    facts = ModelFacts.from_report(report)
+    m, kv = report.mtp, report.quant.kv_cache_quant_algo
+    model_dir = Path(report.model_dir).absolute()
+    nextn = m.weights_present and "NEXTN" in report.speculative_supported
+    arch = ", ".join(report.config.architectures) or report.config.model_type or "unknown architecture"
+    lines = [
+        f"# Starter experiment written by `sglbench init` for {model_dir}",
+        f"# probe: {arch}; MTP {m.verdict}; quantization {report.quant.quant_algo or 'none declared'}"
+        + (f", KV {kv}" if kv else ""),
+        "# Next: `sglbench plan <this file>` (every server command, the fairness rules), `sglbench doctor <this file>`",
+        "# on the GPU node, then `sglbench run <this file>`.",
+    ]
+    lines += [f"# TODO: {t}" for t in todo]
+    lines += ["version: 1", f"name: {_q(_slug(model_dir))}", "model:", f"  path: {_q(str(model_dir))}",
+              "  engine: sglang",
+              "  tp: 1   # GPUs per server (tensor parallel): raise it to what the model needs on your node",
+              "engines:", "  sglang:"]
+    if python.path:
+        lines.append(f"    python: {_q(python.path)}   # detected: {python.note}; the GPU node's own path if it differs")
+    else:
+        lines.append(f"    # TODO python: /path/to/sglang-venv/bin/python   ({python.note}; SGLang runs from its "
+                     "own environment)")
+    lines.append(f"    version: {_q(version)}   # the release the flags are built for; checked against the interpreter")
+    kv_value = "fp8_e4m3" if kv and "FP8" in kv.upper() else "bf16"
+    kv_why = (f"the checkpoint declares kv_cache_quant_algo {kv}, so auto would be FP8: pinned to that (bf16 to "
+              "compare without it)" if kv_value != "bf16" else "explicit: auto follows the checkpoint")
+    attention = "triton" if gpu_sm == 120 else "flashinfer"
+    lines += [
+        "server:", "  args:",
+        f"    max-running-requests: {MAX_RUNNING_REQUESTS}   # explicit and equal on every variant: SGLang silently "
+        "caps speculative runs at 48",
+        f"    kv-cache-dtype: {kv_value}   # {kv_why}",
+        f"    attention-backend: {attention}   # pinned: enabling NEXTN has switched it silently (SGLang #39515); "
+        "triton on SM120",
+    ]
+    if facts.hybrid:
+        lines.append(f"    {mamba_strategy_flag(version).lstrip('-')}: extra_buffer   # hybrid model: auto resolves "
+                     "per variant (1,278 vs 1,977 tok/s in sglang PR #27220)")
+    lines += [f"    {flag}: {value}   # {why}" for flag, value, why in _backends(facts, gpu_sm, nextn)]
+    lines += ["    enable-metrics: true   # the scraped running/queued counts let each run vouch for its concurrency",
+              "variants:", "  - name: baseline", "    baseline: true"]
+    if nextn:
+        if facts.moe:
+            lines += ["  - name: nextn", "    args:",
+                      "      speculative-moe-runner-backend: triton   # the MTP head is BF16: SGLang's own pick for "
+                      "a BF16 NextN MoE layer"]
+        else:
+            lines.append("  - name: nextn")
+        lines.append(f"    speculative: {{algorithm: NEXTN, num_steps: [1, 2, 3], eagle_topk: 1}}   # the checkpoint's "
+                     f"own {m.kind or 'MTP'} head, {len(m.layers_found)} layer(s): 1, 2 and 3 draft tokens")
+    else:
+        why = ("config.json declares MTP layers but the shards hold no MTP weights (the quantizer dropped them)"
+               if m.declared else "the checkpoint has no MTP/NextN weights")
+        lines.append(f"# no NEXTN variants: {why}; NEXTN needs them (`sglbench probe {model_dir}` shows the layouts)")
+    if dataset is not None and dataset.is_file():
+        lines += ["workloads:", "  - name: categories   # 144 bundled prompts in six categories (datasets/README.md)",
+                  "    input_tokens: dataset", "    output_tokens: 256", "    num_requests: 144",
+                  f"    prompts: {{source: sharegpt, path: {_q(str(dataset))}}}",
+                  "    temperature: 0.0", "    api: chat   # SGLang applies the model's own chat template"]
+    else:
+        lines += ["workloads:", "  - name: random-1k-256   # the bundled datasets/ are not installed here",
+                  "    input_tokens: 1024", "    output_tokens: 256", "    num_requests: 128",
+                  f"    prompts: {{source: random_ids, vocab_size: {report.config.vocab_size or 32000}}}"]
+    lines += [
+        "load:", f"  concurrency: [{', '.join(map(str, CONCURRENCY))}]   # closed-loop users; the top one equals "
+        "max-running-requests",
+        "repeats: 3   # three independent windows per point: enough for a confidence interval, a difference "
+        "inside it is reported as noise",
+        "slo: {ttft_ms: 2000, tpot_ms: 100}   # goodput counts requests within both; set them to your product's "
+        "latency budget",
+        f"seed: {SEED}   # the same prompts and arrival schedule for every variant",
+        "output: results",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def residual_findings(text: str, report: ProbeReport, file: str) -> list[str]:
+    """Parse the starter as a spec and run the fairness rules with the probe's facts: the lines left (none, when
+    the starter pins what it should)."""
+    from cluster.plan.fairness import check_fairness, format_findings
+    from cluster.plan.runs import expand_variants
+    from cluster.spec.loader import parse_spec_text
+
+    spec = parse_spec_text(text, file)
+    launcher = spec.engines.get("sglang")
+    return format_findings(check_fairness(
+        expand_variants(spec), {report.model_dir: report.quant.kv_cache_quant_algo},
+        facts={report.model_dir: ModelFacts.from_report(report)}, version=launcher.version if launcher else None))
+
+
+def write_new(path: Path, text: str, force: bool) -> None:
+    """Write through a temporary file beside it: a link that refuses an existing file, or a replace with --force."""
+    from cluster.dataset.atomic import WriteError
+
+    if path.exists() and not force:
+        raise UserError(f"{path} exists; pass --force to overwrite it", file=str(path), field="-o",
+                        expected="a file that does not exist yet")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".sglbench-init-", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        try:
+            os.replace(tmp, path) if force else os.link(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    except FileExistsError:
+        raise UserError(f"{path} exists; pass --force to overwrite it", file=str(path), field="-o",
+                        expected="a file that does not exist yet") from None
+    except OSError as e:
+        raise WriteError(f"{path}: cannot write the starter experiment: {e.strerror or e}") from None
+
+
+def init_command(
+    model_dir: str = typer.Argument(..., help="Checkpoint directory (config.json + safetensors)."),
+    output: Optional[str] = typer.Option(None, "-o", "--output", help="File to write (default: <model name>.yaml "
+                                         "here; '-' prints it)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite the file if it exists."),
+    python: Optional[str] = typer.Option(None, help="SGLang's interpreter (default: detected)."),
+) -> None:
+    """Probe a checkpoint and write a commented starter experiment that `validate` and `plan` accept.
+
+    Example: sglbench init /models/Qwen3.5-397B-A17B-NVFP4 -o qwen.yaml && sglbench plan qwen.yaml
+    """
+    from cluster.engines.interconnect import collect_interconnect
+    from cluster.engines.sglang import DEFAULT_VERSION
+    from cluster.probe.checkpoint import probe_checkpoint
+
+    report = probe_checkpoint(model_dir)  # a CheckpointError: one line, exit 2
+    interp = find_interpreter(python)
+    version = interp.version or DEFAULT_VERSION
+    gpu_sm = collect_interconnect().compute_sm()
+    target = Path(output) if output and output != "-" else Path.cwd() / f"{_slug(Path(report.model_dir))}.yaml"
+    text = render_starter(report, interp, version, gpu_sm)
+    left = residual_findings(text, report, str(target))
+    if left:
+        text = render_starter(report, interp, version, gpu_sm, todo=tuple(left))
+    for line in left:
+        print(f"warning: the starter still has: {line}", file=sys.stderr)
+    if output == "-":
+        sys.stdout.write(text)
+        return
+    write_new(target, text, force)
+    python_line = interp.path or f"TODO ({interp.note})"
+    print(f"wrote {target}\n  engines.sglang.python: {python_line}\nnext: sglbench plan {target}", file=sys.stderr)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("init")(init_command)
