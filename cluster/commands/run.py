@@ -178,6 +178,10 @@ def run(
     from cluster.distributed.driver import init_ray, logical_gpus_for, run_experiment
 
     init_ray(address, gpus if gpus is not None else logical_gpus_for(spec))
+    from cluster.distributed.doctor_task import run_time_failures
+
+    run_time_failures(spec, output, Path.cwd(),  # `sglbench doctor`'s warnings and failures, before any GPU is held
+                      lambda line: err_console.print(line, style="yellow", markup=False, soft_wrap=True))
     total = len(make_plan(spec))
     prog = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     TextColumn("{task.fields[last]}"), console=console, disable=not progress)
