@@ -32,7 +32,7 @@ class _Group(TyperGroup):
 app = typer.Typer(cls=_Group, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Benchmark SGLang server variants on a Ray cluster.", epilog=EPILOG)
 
-COMMAND_MODULES = ("run", "sim_server", "probe", "results", "submit", "smoke", "schema")
+COMMAND_MODULES = ("run", "sim_server", "probe", "results", "submit", "smoke", "schema", "init", "doctor")
 """Each module under cluster/commands/ exposes `register(app)`; a missing one is an ImportError, never skipped."""
 
 
