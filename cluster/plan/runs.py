@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Literal, Optional
 
 from cluster.errors import UserError
+from cluster.spec.expansion import step_names, sweep_name, sweep_pairs
 from cluster.spec.secrets import redact_args, redact_env
 from cluster.sim.model import Knobs
 from cluster.spec.models import (ActiveTuning, ArgValue, BackendSweepOptions, BackendSweepTuning, EngineName,
@@ -167,10 +167,8 @@ def _expand_one(spec: ExperimentSpec, v: VariantSpec) -> list[ResolvedVariant]:
     sp: Optional[SpeculativeSpec] = v.speculative
     if sp is None:
         return [ResolvedVariant(name=v.name, **common)]  # type: ignore[arg-type]
-    steps = sp.steps()
     out = []
-    for s in steps:
-        name = v.name if len(steps) == 1 else f"{v.name}-{s}"
+    for s, name in zip(sp.steps(), step_names(v.name, sp.steps())):
         dec = SpecDecode(
             algorithm=sp.algorithm,
             num_steps=s,
@@ -271,10 +269,6 @@ def server_segments(runs: list[RunPlan]) -> list[tuple[ResolvedVariant, list[Run
     return segs
 
 
-def _short(backend: str) -> str:
-    return backend.replace("flashinfer_", "fi_")
-
-
 def expand_backend_sweep(v: ResolvedVariant) -> list[ResolvedVariant]:
     """One variant per (moe_runner_backend, fp4_gemm_backend) pair not excluded, named `<name>-<short>-<short>`;
     every other variant (and an already expanded combination) passes through unchanged."""
@@ -282,31 +276,24 @@ def expand_backend_sweep(v: ResolvedVariant) -> list[ResolvedVariant]:
     if not isinstance(t, BackendSweepTuning) or t.options.combination is not None:
         return [v]
     o = t.options
-    moes: list[Optional[str]] = [*dict.fromkeys(o.moe_runner_backend)] or [None]
-    fp4s: list[Optional[str]] = [*dict.fromkeys(o.fp4_gemm_backend)] or [None]
-    if moes == [None] and fp4s == [None]:
+    excluded = {(e.moe_runner_backend, e.fp4_gemm_backend) for e in o.exclude}
+    pairs = sweep_pairs(o.moe_runner_backend, o.fp4_gemm_backend, excluded)
+    if not o.moe_runner_backend and not o.fp4_gemm_backend:
         raise UserError(f"variant {v.name}: backend_sweep needs tuning.options.moe_runner_backend and/or "
                         "fp4_gemm_backend (lists of back ends)", field="tuning.options",
                         expected="moe_runner_backend and/or fp4_gemm_backend")
-    excluded = {(e.moe_runner_backend, e.fp4_gemm_backend) for e in o.exclude}
     out = []
-    for moe, fp4 in itertools.product(moes, fp4s):
-        if (moe, fp4) in excluded:
-            continue
+    for pair in pairs:
         args = dict(v.args)
         combo: dict[str, str] = {}
-        parts = [v.name]
-        for arg, val in zip(SWEPT_ARGS, (moe, fp4)):
+        for arg, val in zip(SWEPT_ARGS, pair):
             if val is not None:
                 flag = arg.replace("_", "-")
                 for k in [k for k in args if k.replace("_", "-") == flag]:
                     args.pop(k)
                 args[flag] = val
                 combo[arg] = val
-                parts.append(_short(val))
-        name = "-".join(parts)
-        if len(name) > 64:
-            name = f"{v.name[:40]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+        name = sweep_name(v.name, pair)
         check_name(name, "swept variant name")
         tuning = BackendSweepTuning(options=BackendSweepOptions(combination=combo))
         out.append(replace(v, name=name, args=args, tuning=tuning, is_baseline=False, family=v.family or v.name))

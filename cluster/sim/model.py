@@ -15,8 +15,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Callable, Literal, Mapping, Optional, Sequence, Union
 
-from pydantic import (BaseModel, ConfigDict, Field, JsonValue, StrictBool, StrictStr, ValidationError, ValidationInfo,
-                      field_validator)
+from pydantic import (BaseModel, ConfigDict, Field, JsonValue, Strict, StrictBool, StrictStr, ValidationError,
+                      ValidationInfo, field_validator)
 
 from cluster.errors import UserError
 
@@ -50,9 +50,16 @@ def _knob_value(v: Any, info: ValidationInfo) -> Any:
     return v
 
 
-_Ms = Annotated[float, Field(ge=0.0)]
-_Count = Annotated[int, Field(ge=0)]
-_Positive = Annotated[float, Field(gt=0.0)]
+# Every knob is strict (a quoted "12" is refused, not read as 12) and bounded by its domain:
+_Ms = Annotated[float, Strict(), Field(ge=0.0, le=3_600_000.0)]  # model ms of one step: at most an hour
+_Seconds = Annotated[float, Strict(), Field(ge=0.0, le=86_400.0)]  # a wait: at most a day (a longer one is a hang)
+_Count = Annotated[int, Strict(), Field(ge=0, le=10_000_000)]  # tokens or requests of one simulated server's life
+_Positive = Annotated[float, Strict(), Field(gt=0.0, le=100.0)]  # a step-time multiplier: past 100x no tuning effect
+_Prob = Annotated[float, Strict(), Field(ge=0.0, le=1.0)]  # a probability
+_Watts = Annotated[float, Strict(), Field(ge=0.0, le=10_000.0)]  # one GPU's power: the largest draw about 1.5 kW
+_Mhz = Annotated[int, Strict(), Field(ge=1, le=100_000)]  # a GPU clock: a few GHz
+_Int32 = Annotated[int, Strict(), Field(ge=1, le=2**31 - 1)]  # SGLang's token counts index int32 tensors
+_Shape = Annotated[int, Strict(), Field(ge=1, le=1 << 20)]  # a MoE dimension: the largest released are below 2^16
 
 
 QWEN35_MTP_CITED_ACCEPT_LENGTH = 3.368
@@ -74,9 +81,9 @@ class Knobs(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, use_attribute_docstrings=True)
 
-    seed: Annotated[int, Field(ge=0)] = 0
+    seed: Annotated[int, Strict(), Field(ge=0, le=2**63 - 1)] = 0
     """Seed of the simulated acceptance draws."""
-    time_scale: Annotated[float, Field(ge=0.0)] = 1.0
+    time_scale: Annotated[float, Strict(), Field(ge=0.0, le=1000.0)] = 1.0
     """Wall seconds per model second (0: no sleeping at all)."""
     tuned_speed_factor: _Positive = 1.0
     """Step-time multiplier of a tuned variant (< 1 is faster)."""
@@ -90,11 +97,11 @@ class Knobs(BaseModel):
     """Model ms of one MTP draft step."""
     verify_per_draft_token_ms: _Ms = 0.3
     """Model ms the verify step grows per draft token."""
-    accept_probs: Annotated[tuple[Annotated[float, Field(ge=0.0, le=1.0)], ...], Field(min_length=1)] = (
+    accept_probs: Annotated[tuple[_Prob, ...], Field(min_length=1)] = (
         QWEN35_MTP_ACCEPT_PROBS)
     """Per-draft-position acceptance probabilities (the last one repeats; default: SGLang PR #18906's Qwen3.5 MTP)."""
-    category_accept_probs: Mapping[StrictStr, Annotated[tuple[Annotated[float, Field(ge=0.0, le=1.0)], ...],
-                                                        Field(min_length=1)]] = Field(default_factory=dict)
+    category_accept_probs: Mapping[StrictStr, Annotated[tuple[_Prob, ...], Field(min_length=1)]] = Field(
+        default_factory=dict)
     """Per prompt category, acceptance probabilities used instead of `accept_probs` for requests whose
     X-Sglbench-Category header names it (the load client sends each prompt's category there). The simulator has
     no language model, so the way speculative acceptance depends on what is asked (code accepts more drafts
@@ -105,7 +112,7 @@ class Knobs(BaseModel):
     """Greedy output diverges from the baseline's after this many tokens."""
     crash_after_requests: Optional[_Count] = None
     """The server exits after this many requests (fault tests)."""
-    start_delay_s: _Ms = 0.0
+    start_delay_s: _Seconds = 0.0
     """Seconds before the server becomes healthy."""
     fail_start: Union[StrictBool, StrictStr] = False
     """Fail at start (true, or the error message to print)."""
@@ -115,11 +122,11 @@ class Knobs(BaseModel):
     """Behave as if the MTP weights were missing (acceptance length about 1)."""
     radix_cache: StrictBool = True
     """Reuse cached prefixes as SGLang's radix cache does."""
-    max_total_num_tokens: Annotated[int, Field(ge=1)] = 1_000_000
+    max_total_num_tokens: _Int32 = 1_000_000
     """KV-cache capacity in tokens."""
-    context_length: Annotated[int, Field(ge=1)] = 262144
+    context_length: _Int32 = 262144
     """Longest prompt plus output accepted."""
-    decode_log_interval: Annotated[int, Field(ge=1)] = 40
+    decode_log_interval: Annotated[int, Strict(), Field(ge=1, le=1_000_000)] = 40
     """Decode batches between scheduler log lines."""
     fixed_ttft_ms: Optional[_Ms] = None
     """Fixed-latency mode (native streams; set either knob): exact TTFT from receipt, independent of batch."""
@@ -140,43 +147,43 @@ class Knobs(BaseModel):
     """Step-time multiplier with a valid FlashInfer autotune cache (< 1 is faster)."""
     moe_config_speed_factor: _Positive = 0.96
     """Step-time multiplier with a valid Triton MoE config for a Triton MoE runner."""
-    autotune_time_s: _Ms = 2.0
+    autotune_time_s: _Seconds = 2.0
     """Model seconds the startup autotune takes when no cache is found (times the sim's time_scale)."""
     garbage_backends: tuple[StrictStr, ...] = ()
     """Back ends that produce garbage (NaN text), so the correctness gate can be exercised."""
-    backend_speed_factors: Mapping[str, _Positive] = Field(default_factory=dict)
+    backend_speed_factors: Mapping[StrictStr, _Positive] = Field(default_factory=dict)
     """Back-end name -> step-time multiplier."""
-    moe_num_experts: Annotated[int, Field(ge=1)] = 512
+    moe_num_experts: _Shape = 512
     """MoE shape the simulated checkpoint declares: experts."""
-    moe_intermediate_size: Annotated[int, Field(ge=1)] = 1024
+    moe_intermediate_size: _Shape = 1024
     """MoE shape: intermediate size."""
-    moe_hidden_size: Annotated[int, Field(ge=1)] = 4096
+    moe_hidden_size: _Shape = 4096
     """MoE shape: hidden size."""
-    moe_top_k: Annotated[int, Field(ge=1)] = 10
+    moe_top_k: _Shape = 10
     """MoE shape: experts per token."""
     moe_dtype: StrictStr = "auto"
     """MoE dtype the Triton config is tuned for."""
     # the simulated GPU device (cluster/sim/device.py): power and clocks that follow the load, an injectable throttle
-    gpu_idle_w: _Ms = 90.0
+    gpu_idle_w: _Watts = 90.0
     """Power of one simulated GPU with nothing scheduled, W."""
-    gpu_busy_w: _Ms = 420.0
+    gpu_busy_w: _Watts = 420.0
     """Power of one simulated GPU while a step of one request runs, W."""
-    gpu_busy_w_per_req: _Ms = 2.0
+    gpu_busy_w_per_req: _Watts = 2.0
     """Extra power per further request in the step's batch, W."""
-    gpu_power_limit_w: _Positive = 600.0
+    gpu_power_limit_w: Annotated[float, Strict(), Field(gt=0.0, le=10_000.0)] = 600.0
     """Above it the device caps power and lowers its SM clock in proportion (reason sw_power_cap)."""
-    gpu_sm_clock_mhz: Annotated[int, Field(ge=1)] = 2430
+    gpu_sm_clock_mhz: _Mhz = 2430
     """SM clock while busy and unthrottled (boost)."""
-    gpu_idle_sm_clock_mhz: Annotated[int, Field(ge=1)] = 600
+    gpu_idle_sm_clock_mhz: _Mhz = 600
     """SM clock of an idle simulated GPU, MHz."""
-    gpu_mem_clock_mhz: Annotated[int, Field(ge=1)] = 14001
+    gpu_mem_clock_mhz: _Mhz = 14001
     """Memory clock the simulated GPU reports, MHz."""
-    gpu_memory_bytes: Annotated[int, Field(ge=1)] = 96 * 1024**3
+    gpu_memory_bytes: Annotated[int, Strict(), Field(ge=1, le=2**50)] = 96 * 1024**3  # 1 PiB
     """Device memory of one simulated GPU (the RTX PRO 6000's 96 GiB); 88% reads as used, bytes."""
-    gpu_throttle_after_s: Optional[_Ms] = None
+    gpu_throttle_after_s: Optional[_Seconds] = None
     """Injected throttle: this many wall seconds after the server started, the SM clock drops to
     gpu_throttle_clock_mhz for good and every step takes longer in proportion (None: never)."""
-    gpu_throttle_clock_mhz: Annotated[int, Field(ge=1)] = 1400
+    gpu_throttle_clock_mhz: _Mhz = 1400
     """SM clock once the injected throttle starts, MHz."""
     gpu_throttle_reason: Literal["thermal", "power"] = "thermal"
     """The clock-event reason the injected throttle reports (sw_thermal, or sw_power_cap)."""

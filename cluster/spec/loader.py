@@ -3,19 +3,58 @@
 from __future__ import annotations
 
 import reprlib
+import sys
 from pathlib import Path
 from typing import Any, Optional, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from cluster.spec.models import LENGTH_TAGS, PROMPT_TAGS, TUNING_MODELS, ConversationPrompts, ExperimentSpec, FieldProblem, SpecError
+from cluster.errors import UserError
+from cluster.input_files import read_input_bytes
+from cluster.spec.models import LENGTH_TAGS, PROMPT_TAGS, STEP_TAGS, TUNING_MODELS, ConversationPrompts, ExperimentSpec, FieldProblem, SpecError
 from cluster.spec.secrets import is_secret_name, mask
 
 
 MAX_SPEC_BYTES = 1_000_000
 MAX_NESTING = 64
 _Path = tuple[str, ...]
+_TAG = "tag:yaml.org,2002:"
+PLAIN_TAGS = frozenset(_TAG + t for t in ("str", "int", "float", "bool", "null", "seq", "map"))
+"""The YAML types an experiment is written in; others (!!binary, !!set, !!omap, timestamps, merge keys) are refused."""
+_TAG_HINTS = {"timestamp": "YAML reads an unquoted date or time as a timestamp: quote it",
+              "merge": "YAML merge keys (<<) are not allowed (like anchors, they copy fields out of sight)",
+              "binary": "!!binary values are not allowed", "set": "!!set values are not allowed: write a list",
+              "omap": "!!omap values are not allowed: write a mapping", "pairs": "!!pairs values are not allowed"}
+
+
+def _line_at(text: str, mark: Any) -> int:
+    """The 1-based line of a YAML mark, counting only newlines (YAML also breaks lines at U+2028, U+0085 and a lone
+    CR, which an editor's line numbers do not)."""
+    return text.count("\n", 0, mark.index) + 1 if mark is not None else 1
+
+
+def _int_too_long(node: yaml.ScalarNode) -> str:
+    return (f"integer {node.value[:12]}... has more digits than Python converts ({sys.get_int_max_str_digits()}); "
+            "no field takes a number that large")
+
+
+class _SpecLoader(yaml.SafeLoader):
+    """SafeLoader whose integers past Python's digit limit (decimal, or hex/octal/sexagesimal that would not print)
+    are a marked YAML error instead of a ValueError with no line."""
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        limit = sys.get_int_max_str_digits()
+        try:
+            value = int(super().construct_yaml_int(node))
+        except ValueError:
+            raise yaml.constructor.ConstructorError(None, None, _int_too_long(node), node.start_mark) from None
+        if limit and value.bit_length() > limit * 3:  # 3 bits a digit: below the limit's 3.32, so it always prints
+            raise yaml.constructor.ConstructorError(None, None, _int_too_long(node), node.start_mark)
+        return value
+
+
+_SpecLoader.add_constructor(_TAG + "int", _SpecLoader.construct_yaml_int)
 
 
 def _scan_events(text: str) -> None:
@@ -33,7 +72,7 @@ def _scan_events(text: str) -> None:
 
     try:
         for event in yaml.parse(text, Loader=yaml.SafeLoader):
-            line = event.start_mark.line + 1 if event.start_mark is not None else 1
+            line = _line_at(text, event.start_mark)
             if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
                 raise SpecError("", line, field(), "YAML anchors and aliases are not allowed")
             if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
@@ -51,9 +90,8 @@ def _scan_events(text: str) -> None:
             elif isinstance(event, yaml.ScalarEvent):
                 consumed_value()
     except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        line = mark.line + 1 if mark is not None else 1
-        raise SpecError("", line, field(), f"invalid YAML: {e.problem or e}") from None
+        raise SpecError("", _line_at(text, e.problem_mark or e.context_mark), field(),
+                        f"invalid YAML: {e.problem or e}") from None
 
 
 def _compose(text: str) -> Any:
@@ -64,21 +102,38 @@ def _compose(text: str) -> Any:
         loader.dispose()
 
 
-def _walk_lines(node: Any, path: _Path, out: dict[_Path, int]) -> None:
-    """Map every field path (keys and list indices as strings) to its 1-based line; refuse duplicate keys."""
-    out[path] = node.start_mark.line + 1
+def _check_tag(node: Any, text: str, path: _Path) -> None:
+    if node.tag not in PLAIN_TAGS:
+        short = node.tag.removeprefix(_TAG)
+        raise SpecError("", _line_at(text, node.start_mark), ".".join(path),
+                        _TAG_HINTS.get(short, f"YAML tag {node.tag!r} is not allowed"))
+
+
+def _walk_lines(node: Any, path: _Path, out: dict[_Path, int], text: str) -> None:
+    """Map every field path (keys and list indices as strings) to its 1-based line; refuse duplicate keys, keys
+    that YAML does not read as strings (`yes`, `null`, `1`: the field would be named wrongly), merge keys and
+    types outside PLAIN_TAGS."""
+    out[path] = _line_at(text, node.start_mark)
+    _check_tag(node, text, path)
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
         for k, v in node.value:
             key = str(k.value) if isinstance(k, yaml.ScalarNode) else f"<{k.id} key>"
+            line = _line_at(text, k.start_mark)
+            if isinstance(k, yaml.ScalarNode) and k.tag == _TAG + "merge":
+                raise SpecError("", line, ".".join(path + (key,)), _TAG_HINTS["merge"])
+            if isinstance(k, yaml.ScalarNode) and k.tag != _TAG + "str":
+                kind = k.tag.removeprefix(_TAG)
+                raise SpecError("", line, ".".join(path + (key,)), f"key {key!r} is read by YAML as a {kind}, not a "
+                                "name: quote it, or fix the key")
             if key in seen:
-                raise SpecError("", k.start_mark.line + 1, ".".join(path + (key,)), "duplicate key (each key may appear once)")
+                raise SpecError("", line, ".".join(path + (key,)), "duplicate key (each key may appear once)")
             seen.add(key)
-            _walk_lines(v, path + (key,), out)
-            out[path + (key,)] = k.start_mark.line + 1
+            _walk_lines(v, path + (key,), out, text)
+            out[path + (key,)] = line
     elif isinstance(node, yaml.SequenceNode):
         for i, v in enumerate(node.value):
-            _walk_lines(v, path + (str(i),), out)
+            _walk_lines(v, path + (str(i),), out, text)
 
 
 def _line_for(lines: dict[_Path, int], loc: tuple[Any, ...]) -> int:
@@ -148,7 +203,8 @@ def _without_tags(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     out: list[Any] = []
     for i, p in enumerate(loc):
         if i and ((loc[i - 1] == "tuning" and p in TUNING_MODELS) or (loc[i - 1] == "prompts" and p in PROMPT_TAGS)
-                  or (loc[i - 1] in ("input_tokens", "output_tokens") and p in LENGTH_TAGS)):
+                  or (loc[i - 1] in ("input_tokens", "output_tokens") and p in LENGTH_TAGS)
+                  or (loc[i - 1] == "num_steps" and p in STEP_TAGS)):
             continue
         out.append(p)
     return tuple(out)
@@ -173,11 +229,22 @@ def _describe(err: Any) -> tuple[tuple[Any, ...], str]:
         msg = "required field is missing"
     elif kind == "prompt_source":
         loc = loc + ("source",)
-        msg = f"{msg} (got {reprlib.repr(err['input'].get('source') if isinstance(err['input'], dict) else err['input'])})"
-    elif "input" in err and not isinstance(err["input"], (dict, list)):
-        shown = mask(err["input"]) if any(is_secret_name(str(p)) for p in loc) else reprlib.repr(err["input"])
-        msg = f"{msg} (got {shown})"  # a secret-named field's value is never echoed
+        msg = f"{msg} (got {shown(err['input'].get('source') if isinstance(err['input'], dict) else err['input'])})"
+    elif "input" in err and isinstance(err["input"], (dict, list)):
+        msg = f"{msg} (got a {'mapping' if isinstance(err['input'], dict) else 'list'})"
+    elif "input" in err:
+        value = mask(err["input"]) if any(is_secret_name(str(p)) for p in loc) else shown(err["input"])
+        msg = f"{msg} (got {value})"  # a secret-named field's value is never echoed
+        if kind in ("int_type", "float_type") and isinstance(err["input"], str):
+            msg += ": a quoted number is a string in YAML; remove the quotes"
     return _without_tags(loc), msg
+
+
+def shown(value: Any) -> str:
+    """A value as an error message quotes it: shortened, and an integer too long for repr() said by its size."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    return reprlib.repr(value)
 
 
 def parse_spec_text(text: str, file: str = "<string>") -> ExperimentSpec:
@@ -190,16 +257,15 @@ def parse_spec_text(text: str, file: str = "<string>") -> ExperimentSpec:
         _scan_events(text)
         root = _compose(text)
         if root is not None:
-            _walk_lines(root, (), lines)
-        data = yaml.safe_load(text)
+            _walk_lines(root, (), lines, text)
+        data = yaml.load(text, Loader=_SpecLoader)  # noqa: S506 - a SafeLoader subclass
     except SpecError as e:
         raise SpecError(file, e.line, e.field or "", e.message) from None
     except yaml.reader.ReaderError as e:
         line = text[: e.position].count("\n") + 1
         raise SpecError(file, line, "", f"invalid YAML: {e.reason} (character {e.character!r})") from None
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
-        line = mark.line + 1 if mark is not None else 1
+        line = _line_at(text, getattr(e, "problem_mark", None) or getattr(e, "context_mark", None))
         named = [path for path, n in lines.items() if n == line and path]  # parents come before children
         field = ".".join(named[0]) if named else ""
         raise SpecError(file, line, field, f"invalid YAML: {getattr(e, 'problem', None) or e}") from None
@@ -215,15 +281,22 @@ def parse_spec_text(text: str, file: str = "<string>") -> ExperimentSpec:
         raise SpecError(file, _line_for(lines, loc), ".".join(str(p) for p in loc), msg + more) from None
 
 
+class _ReadError(UserError):
+    """What cluster.input_files says about the experiment file itself (becomes a SpecError)."""
+
+
 def load_spec(path: Union[str, Path]) -> ExperimentSpec:
-    """Read an experiment YAML file (UTF-8) and validate it."""
+    """Read an experiment YAML file (UTF-8, a BOM dropped) through the bounded read and validate it."""
     p = Path(path)
     try:
-        if p.stat().st_size > 4 * MAX_SPEC_BYTES:
-            raise SpecError(str(p), 1, "", f"file is larger than {MAX_SPEC_BYTES} characters")
-        raw = p.read_bytes()
-    except OSError as e:
-        raise SpecError(str(p), 1, "", f"cannot read file: {e.strerror or e}") from None
+        raw = read_input_bytes(path, _ReadError, "experiment file", limit_bytes=4 * MAX_SPEC_BYTES)
+    except _ReadError as e:
+        message = str(e).removeprefix(f"{path}: ")
+        if "past the" in message:
+            message = f"file is larger than {MAX_SPEC_BYTES} characters ({message})"
+        raise SpecError(repr(str(p)) if "\x00" in str(p) else str(p), 1, "", f"cannot read file: {message}") from None
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]  # an editor's byte-order mark is not part of the document
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, Mapping, Optional, Union, get_args, get_origin
 
-from pydantic import (BaseModel, ConfigDict, Discriminator, Field, FieldSerializationInfo, StrictBool, StrictFloat,
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, FieldSerializationInfo, StrictBool, StrictFloat,
                       StrictInt, StrictStr, Tag, ValidationInfo, field_serializer, field_validator, model_validator)
 
 from cluster.errors import UserError
 from cluster.sim.model import Knobs
+from cluster.spec import bounds as B
+from cluster.spec.expansion import Pair, step_names, sweep_name, sweep_pairs
+from cluster.spec.locations import DATASET_SCHEMES, MODEL_SCHEMES, check_local_path, check_location, check_word
 
 SPEC_VERSION = 1
 """The only experiment-spec version this release reads (`version:` in the YAML)."""
@@ -17,6 +20,10 @@ SPEC_VERSION = 1
 ENGINES = ("sglang", "sim", "vllm")
 EngineName = Literal["sglang", "sim", "vllm"]
 ArgValue = Union[bool, int, float, str, list[Union[int, float, str]], None]
+"""A server flag's value: the engine's own parser judges its range (cluster/engines/flagcheck.py), except `port`."""
+LocalPath = Annotated[str, AfterValidator(lambda v: check_local_path(v, "path"))]
+"""A file or directory on the node: one line, no NUL, no URI scheme."""
+Port = Annotated[int, Field(ge=B.PORT_MIN, le=B.PORT_MAX)]
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _FLAG_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
@@ -43,10 +50,10 @@ class SpecError(UserError):
 
 def check_name(value: str, what: str = "name") -> str:
     """Names become path components and partition values: keep them to a safe alphabet."""
-    if not _NAME_RE.match(value) or value in (".", ".."):
+    if not _NAME_RE.match(value) or ".." in value:
         raise ValueError(
             f"{what} {value!r} must be 1-64 characters of letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit"
+            "starting with a letter or digit, without '..' (it becomes a path component)"
         )
     return value
 
@@ -96,7 +103,36 @@ class _Frozen(BaseModel):
         quoted = [x for x in values if isinstance(x, str) and _coercible(x)]
         if quoted and info.field_name is not None and _refuses_strings(cls.model_fields[info.field_name].annotation):
             raise ValueError(f"expected a number or boolean, got the string {quoted[0]!r} (remove the quotes)")
+        if info.field_name is not None and info.field_name not in _FREE_TEXT_FIELDS \
+                and not _holds_model(cls.model_fields[info.field_name].annotation):
+            _check_words(v, ())  # a sub-model checks its own fields
         return v
+
+
+_FREE_TEXT_FIELDS = frozenset({"chat_template_kwargs"})
+"""Fields whose strings are data (template variables sent as JSON), not argv words, env values or paths."""
+
+
+def _holds_model(annotation: Any) -> bool:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return True
+    return any(_holds_model(a) for a in get_args(annotation))
+
+
+def _check_words(v: Any, loc: tuple[Union[str, int], ...]) -> None:
+    """Every string in a field's value (dict keys included) is one line without NUL or control characters."""
+    if isinstance(v, str):
+        try:
+            check_word(v)
+        except ValueError as e:
+            raise FieldProblem(loc, str(e)) from None
+    elif isinstance(v, (list, tuple)):
+        for i, x in enumerate(v):
+            _check_words(x, loc + (i,))
+    elif isinstance(v, dict):
+        for k, x in v.items():
+            _check_words(k, loc + (str(k),))
+            _check_words(x, loc + (str(k),))
 
 
 _SPECULATIVE_BLOCK = "the variant's speculative: block (algorithm, num_steps, eagle_topk, num_draft_tokens, draft_model_path)"
@@ -114,8 +150,25 @@ OWNED_FLAGS: dict[str, str] = {
 are refused, naming the field to use. (`port` stays an arg: it fixes the port instead of a free one.)"""
 
 
+_STRING_BOOLEANS = ("true", "false", "yes", "no", "on", "off")
+
+
 def _check_args(args: Mapping[str, ArgValue]) -> Mapping[str, ArgValue]:
-    for key in args:
+    spelled: dict[str, str] = {}
+    for key, value in args.items():
+        flag = key.replace("_", "-")
+        if flag in spelled:
+            raise FieldProblem((key,), f"server arg {key!r} is the flag --{flag} again (also given as "
+                               f"{spelled[flag]!r}): give each flag once, in one spelling")
+        spelled[flag] = key
+        if isinstance(value, str) and value.strip().lower() in _STRING_BOOLEANS:
+            raise FieldProblem((key,), f"server arg {key!r} is the string {value!r}: a boolean flag is written "
+                               "unquoted (true: the bare flag, false: left out); it would be passed as the word "
+                               f"{value!r}")
+        if flag == "port" and (isinstance(value, bool) or not isinstance(value, int)
+                               or not B.PORT_MIN <= value <= B.PORT_MAX):
+            raise FieldProblem((key,), f"server arg 'port' {value!r} is not a TCP port: expected an integer "
+                               f"{B.PORT_MIN}-{B.PORT_MAX} (TCP port range), or leave it out for a free port")
         if key.startswith("-"):
             raise FieldProblem((key,), f"server arg {key!r}: write the flag without leading dashes, e.g. 'tp-size'")
         if not _FLAG_RE.match(key):
@@ -124,6 +177,11 @@ def _check_args(args: Mapping[str, ArgValue]) -> Mapping[str, ArgValue]:
         if owner is not None:
             raise FieldProblem((key,), f"server arg {key!r} is set by the spec; use {owner} instead")
     return args
+
+
+def arg_flag(args: Mapping[str, ArgValue], flag: str) -> Optional[str]:
+    """The key under which `args` gives `flag` (dashes or underscores), or None."""
+    return next((k for k in args if k.replace("_", "-") == flag), None)
 
 
 def _check_env(env: Mapping[str, str]) -> Mapping[str, str]:
@@ -136,7 +194,7 @@ def _check_env(env: Mapping[str, str]) -> Mapping[str, str]:
 class EngineLauncher(_Frozen):
     """How to start one engine on the node: its own interpreter or a full launcher command."""
 
-    python: Optional[str] = None
+    python: Optional[LocalPath] = None
     """Interpreter path for the engine (e.g. SGLang's venv); `python -m <engine module>` is run with it."""
     launcher: Optional[list[str]] = None
     """A full command that replaces `python -m <module>` (e.g. ["sglang", "serve"]); server args follow it."""
@@ -149,15 +207,20 @@ class EngineLauncher(_Frozen):
             raise FieldProblem(("launcher",), "give either 'python' or 'launcher', not both")
         if self.launcher is not None and not self.launcher:
             raise FieldProblem(("launcher",), "'launcher' must be a non-empty list of argv words")
+        if self.launcher:
+            try:
+                check_local_path(self.launcher[0], "launcher program")
+            except ValueError as e:
+                raise FieldProblem(("launcher", 0), str(e)) from None
         return self
 
 
 class ModelSpec(_Frozen):
-    path: str = Field(min_length=1)
-    """Checkpoint directory as seen on the GPU node (e.g. the model volume's mount point in k8s/)."""
+    path: Annotated[str, AfterValidator(lambda v: check_location(v, "model.path", MODEL_SCHEMES))] = Field(min_length=1)
+    """Checkpoint directory as seen on the GPU node (e.g. the model volume's mount point in k8s/), or sim://NAME."""
     engine: EngineName = "sglang"
     """Engine every variant uses unless it sets its own: sglang, vllm, or sim (the simulated SGLang server)."""
-    tp: int = Field(default=1, ge=1, le=64)
+    tp: int = Field(default=1, ge=1, le=B.MAX_GPUS_PER_NODE)
     """Tensor-parallel size (GPUs per server) unless a variant sets its own."""
     served_name: Optional[str] = None
     """Model name the OpenAI endpoints expect (default: the engine's own, from the path)."""
@@ -175,18 +238,25 @@ class ServerSpec(_Frozen):
     _e = field_validator("env")(classmethod(lambda cls, v: _check_env(v)))
 
 
+_Steps = Annotated[int, Field(ge=1, le=B.MAX_DRAFT_STEPS)]
+DraftSteps = Annotated[Union[Annotated[_Steps, Tag("one")], Annotated[list[_Steps], Tag("list")]],
+                       Discriminator(lambda v: "list" if isinstance(v, list) else "one")]
+"""Speculative draft steps: one value, or a list that expands the variant into one per value."""
+STEP_TAGS = ("one", "list")
+
+
 class SpeculativeSpec(_Frozen):
     """Speculative decoding; `num_steps` may be a list, which expands the variant into one per value."""
 
     algorithm: Literal["NEXTN", "EAGLE", "EAGLE3", "STANDALONE", "NGRAM", "MTP"] = "NEXTN"
     """Speculative algorithm; NEXTN (MTP) uses the checkpoint's built-in MTP head."""
-    num_steps: Union[int, list[int]] = Field(default=1)
+    num_steps: DraftSteps = Field(default=1)
     """Draft steps; a list expands the variant into NAME-<steps> per value."""
-    eagle_topk: int = Field(default=1, ge=1, le=16)
+    eagle_topk: int = Field(default=1, ge=1, le=B.MAX_DRAFT_STEPS)
     """Draft branches per step (1 = a chain; num_draft_tokens is then steps + 1)."""
-    num_draft_tokens: Optional[int] = Field(default=None, ge=2)
+    num_draft_tokens: Optional[int] = Field(default=None, ge=2, le=B.MAX_DRAFT_TOKENS)
     """Tokens verified per step (default steps + 1 at topk 1; must equal it there)."""
-    draft_model_path: Optional[str] = None
+    draft_model_path: Optional[LocalPath] = None
     """Draft checkpoint directory (EAGLE3 and STANDALONE need one)."""
 
     @field_validator("algorithm", mode="before")
@@ -200,10 +270,6 @@ class SpeculativeSpec(_Frozen):
         steps = v if isinstance(v, list) else [v]
         if not steps:
             raise ValueError("num_steps must not be empty (expected an integer 1-16 or a list of them)")
-        for i, s in enumerate(steps):
-            if not 1 <= s <= 16:
-                where: tuple[Union[str, int], ...] = (i,) if isinstance(v, list) else ()
-                raise FieldProblem(where, f"num_steps value {s} must be between 1 and 16")
         if len(set(steps)) != len(steps):
             raise ValueError(f"num_steps has duplicates: {steps}")
         return v
@@ -238,36 +304,28 @@ class FlashinferAutotuneOptions(_Frozen):
 
     extend: bool = False
     """Also tune the prefill (extend) buckets (SGLANG_FLASHINFER_AUTOTUNE_EXTEND)."""
-    warmup_requests: int = Field(default=2, ge=0, le=100_000)
+    warmup_requests: int = Field(default=2, ge=0, le=B.MAX_WARMUP_REQUESTS)
     """Requests of the workload's shapes sent to the tuning launch before its cache is archived."""
 
 
 class TritonMoeOptions(_Frozen):
     """`triton_moe`: SGLang's fused-MoE Triton config search for the model's (E, N, dtype), split across GPUs."""
 
-    model_config_path: Optional[str] = Field(default=None, alias="model_config")
+    model_config_path: Optional[LocalPath] = Field(default=None, alias="model_config")
     """Directory (or config.json) with the BF16 base config, when the served checkpoint's is not the one to tune."""
     dtype: str = "auto"
     """A Triton MoE dtype (auto, fp8_w8a8, int8_w8a16, int8_w8a8); NVFP4 is refused (cluster/tuning/stage.py)."""
-    batch_sizes: Optional[list[int]] = Field(default=None, min_length=1)
+    batch_sizes: Optional[list[Annotated[int, Field(ge=1, le=B.MAX_BATCH_SIZE)]]] = Field(default=None, min_length=1)
     """Batch sizes to tune (default: SGLang's list)."""
-    ep: int = Field(default=1, ge=1, le=64)
+    ep: int = Field(default=1, ge=1, le=B.MAX_GPUS_PER_NODE)
     """Expert-parallel size the configs are tuned for."""
-    max_configs: Optional[int] = Field(default=None, ge=1)
+    max_configs: Optional[int] = Field(default=None, ge=1, le=B.MAX_SEARCH_CONFIGS)
     """Subsample of the search space per batch size (default: all of it)."""
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, le=B.MAX_SEED)
     """Seed of the search-space subsample."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, populate_by_name=True,
                               use_attribute_docstrings=True, protected_namespaces=())
-
-    @field_validator("batch_sizes")
-    @classmethod
-    def _sizes(cls, v: Optional[list[int]]) -> Optional[list[int]]:
-        for i, b in enumerate(v or []):
-            if b < 1:
-                raise FieldProblem((i,), f"batch size {b} must be at least 1")
-        return v
 
 
 class BackendPair(_Frozen):
@@ -355,11 +413,11 @@ ActiveTuning = Union[FlashinferAutotuneTuning, TritonMoeTuning, BackendSweepTuni
 class ProfileSpec(_Frozen):
     """A kernel profile of the variant's server after its measured windows (SGLang /start_profile, /stop_profile)."""
 
-    steps: int = Field(ge=1, le=1000)
+    steps: int = Field(ge=1, le=B.MAX_PROFILE_STEPS)
     """Forward steps the torch profiler records (SGLang's `num_steps`: it stops by itself after them)."""
-    requests: int = Field(default=4, ge=1, le=1000)
+    requests: int = Field(default=4, ge=1, le=B.MAX_PROFILE_STEPS)
     """Requests of the variant's first workload sent to drive those steps (the server is idle after its windows)."""
-    max_archive_bytes: int = Field(default=64 * 1024**2, ge=1024, le=16 * 1024**3)
+    max_archive_bytes: int = Field(default=64 * 1024**2, ge=1024, le=B.MAX_PROFILE_ARCHIVE_BYTES)
     """The archived trace directory is refused above this size (the summary table is still written)."""
 
 
@@ -368,7 +426,7 @@ class VariantSpec(_Frozen):
     """Variant name (letters, digits, '.', '_', '-'); a NEXTN list appends -<steps>."""
     engine: Optional[EngineName] = None
     """This variant's engine (default: model.engine)."""
-    tp: Optional[int] = Field(default=None, ge=1, le=64)
+    tp: Optional[int] = Field(default=None, ge=1, le=B.MAX_GPUS_PER_NODE)
     """This variant's tensor-parallel size (default: model.tp)."""
     args: dict[str, ArgValue] = Field(default_factory=dict)
     """Server flags for this variant (without dashes), over server.args."""
@@ -397,14 +455,27 @@ class VariantSpec(_Frozen):
         return out
 
 
+def expanded_names(v: VariantSpec) -> list[str]:
+    """The names the planner gives a declared variant's expansions (cluster/spec/expansion.py's rule)."""
+    names = step_names(v.name, v.speculative.steps()) if v.speculative is not None else [v.name]
+    t = v.tuning
+    if not isinstance(t, BackendSweepTuning) or t.options.combination is not None:
+        return names
+    o = t.options
+    if not o.moe_runner_backend and not o.fp4_gemm_backend:
+        return names  # refused by the planner with its own message (backend_sweep needs back ends)
+    excluded: set[Pair] = {(e.moe_runner_backend, e.fp4_gemm_backend) for e in o.exclude}
+    return [sweep_name(n, p) for n in names for p in sweep_pairs(o.moe_runner_backend, o.fp4_gemm_backend, excluded)]
+
+
 class SharedPrefix(_Frozen):
     """`groups` seeded random prefixes (system prompts) of `tokens` ids each; every request starts with one of them
     (the groups take equal shares of the requests, in a seeded order) and goes on with ids of its own, so a prefix
     cache serves all but the first request of each group its prefix (cluster/loadgen/datasets.py)."""
 
-    groups: int = Field(ge=1, le=100_000)
+    groups: int = Field(ge=1, le=B.MAX_PREFIX_GROUPS)
     """How many distinct prefixes."""
-    tokens: int = Field(ge=1, le=1_000_000)
+    tokens: int = Field(ge=1, le=B.MAX_TOKENS)
     """Length of each prefix in tokens (part of input_tokens, which must be longer)."""
 
 
@@ -413,7 +484,7 @@ class RandomIdsPrompts(_Frozen):
 
     source: Literal["random_ids"] = "random_ids"
     """Seeded random token ids."""
-    vocab_size: int = Field(default=32000, ge=16)
+    vocab_size: int = Field(default=32000, ge=16, le=B.MAX_VOCAB)
     """Token ids are drawn below this."""
     shared_prefix: Optional[SharedPrefix] = None
     """Start every prompt with one of `groups` shared prefixes of `tokens` ids (prefix caching measured; the
@@ -430,7 +501,7 @@ class JsonlPrompts(_Frozen):
 
     source: Literal["jsonl"] = "jsonl"
     """A prompt file."""
-    path: Optional[str] = None
+    path: Optional[LocalPath] = None
     """The JSONL file (relative paths: against the directory sglbench runs in)."""
 
     @model_validator(mode="after")
@@ -444,9 +515,9 @@ class TextPrompts(_Frozen):
 
     source: Literal["text"] = "text"
     """A corpus tokenized to exact lengths."""
-    path: Optional[str] = None
+    path: Optional[LocalPath] = None
     """The corpus: UTF-8 text, or JSONL with a `text`/`prompt` field per line."""
-    tokenizer: Optional[str] = None
+    tokenizer: Optional[LocalPath] = None
     """Directory (or tokenizer.json) of the tokenizer; default: the model's own directory."""
 
     @model_validator(mode="after")
@@ -462,7 +533,7 @@ class ConversationPrompts(_Frozen):
 
     source: Literal["sharegpt", "messages"]
     """sharegpt: `conversations` of `{from, value}` turns; messages: OpenAI-style `messages` of `{role, content}`."""
-    path: Optional[str] = None
+    path: Optional[LocalPath] = None
     """The dataset file: a JSON array or JSONL (relative paths: against the directory sglbench runs in)."""
     category_field: str = Field(default="category", min_length=1)
     """The row key holding the row's category (rows without one get `category`, else none)."""
@@ -470,16 +541,19 @@ class ConversationPrompts(_Frozen):
     """Category of rows that carry none."""
     categories: Optional[list[str]] = Field(default=None, min_length=1)
     """Keep only rows of these categories (the others are counted as filtered)."""
-    max_input_tokens: Optional[int] = Field(default=None, ge=1, le=1_000_000)
+    max_input_tokens: Optional[int] = Field(default=None, ge=1, le=B.MAX_TOKENS)
     """Leave out (and count) rows whose prompt is longer than this many tokens (needs a tokenizer)."""
-    tokenizer: Optional[str] = None
+    tokenizer: Optional[LocalPath] = None
     """Directory (or tokenizer.json) to count tokens with, for `max_input_tokens` and `output_tokens: dataset`
     (default: the model's directory); without either the text is sent as written and the server tokenizes."""
     chat_template: bool = False
     """Render the turns with the model's own chat template (chat_template.jinja or tokenizer_config.json's
     `chat_template` beside the tokenizer), generation prompt included, and send those tokens: /generate then gets
     what /v1/chat/completions would have sent the model. Off: the turns' contents joined by a blank line."""
-    chat_template_kwargs: dict[str, Union[StrictBool, StrictInt, StrictFloat, StrictStr]] = Field(default_factory=dict)
+    chat_template_kwargs: dict[str, Union[StrictBool,
+                                          Annotated[StrictInt, Field(ge=-B.MAX_TEMPLATE_INT, le=B.MAX_TEMPLATE_INT)],
+                                          Annotated[StrictFloat, Field(ge=-1e300, le=1e300)], StrictStr]] = Field(
+        default_factory=dict)
     """Template variables (e.g. `enable_thinking: false` for Qwen3.5), also sent as the chat API's
     `chat_template_kwargs`, so both paths render the same prompt."""
 
@@ -509,9 +583,9 @@ class TracePrompts(_Frozen):
 
     source: Literal["trace"]
     """A request trace."""
-    path: Optional[str] = None
+    path: Optional[LocalPath] = None
     """The trace file: `.csv` with a header, else JSONL (relative paths: against the directory sglbench runs in)."""
-    vocab_size: int = Field(default=32000, ge=16)
+    vocab_size: int = Field(default=32000, ge=16, le=B.MAX_VOCAB)
     """Token ids are drawn below this."""
 
     @model_validator(mode="after")
@@ -554,9 +628,9 @@ class SessionSpec(_Frozen):
     open loop: sessions start at request_rate / turns per second, so the long-run offered request rate is the
     point's request_rate."""
 
-    turns: int = Field(ge=2, le=64)
+    turns: int = Field(ge=2, le=B.MAX_SESSION_TURNS)
     """Requests per session (num_requests must be a multiple)."""
-    think_time_s: float = Field(default=0.0, ge=0.0, le=3600.0)
+    think_time_s: float = Field(default=0.0, ge=0.0, le=B.MAX_THINK_TIME_S)
     """Pause between an answer's end and the next turn's send (its mean when `think_time` is exponential)."""
     think_time: Literal["fixed", "exponential"] = "fixed"
     """fixed: every pause is think_time_s; exponential: seeded exponential pauses of that mean."""
@@ -570,13 +644,13 @@ class LengthDist(_Frozen):
 
     dist: Literal["uniform", "normal", "lognormal"]
     """The distribution's family."""
-    mean: Optional[float] = Field(default=None, gt=0)
+    mean: Optional[float] = Field(default=None, gt=0, le=B.MAX_TOKENS)
     """Mean length in tokens (normal, lognormal)."""
-    std: Optional[float] = Field(default=None, ge=0)
+    std: Optional[float] = Field(default=None, ge=0, le=B.MAX_TOKENS)
     """Standard deviation in tokens (normal, lognormal)."""
-    min: int = Field(ge=1, le=1_000_000)
+    min: int = Field(ge=1, le=B.MAX_TOKENS)
     """Shortest length: draws below are clipped to it."""
-    max: int = Field(ge=1, le=1_000_000)
+    max: int = Field(ge=1, le=B.MAX_TOKENS)
     """Longest length: draws above are clipped to it (preflight checks it against the model's context)."""
 
     @model_validator(mode="after")
@@ -599,7 +673,7 @@ class LengthDist(_Frozen):
         return int(round(min(max(centre, self.min), self.max)))
 
 
-TokenCount = Annotated[int, Field(ge=1, le=1_000_000)]
+TokenCount = Annotated[int, Field(ge=1, le=B.MAX_TOKENS)]
 
 
 def _length_kind(v: Any) -> str:
@@ -637,13 +711,13 @@ class WorkloadSpec(_Frozen):
     """A fixed count, `{dist, mean, std, min, max}`, or `dataset` (the prompt as given: jsonl, sharegpt, messages)."""
     output_tokens: Length
     """A fixed count, a distribution (one max_tokens per request), or `dataset` (the reference answer's length)."""
-    num_requests: int = Field(ge=1, le=10_000_000)
+    num_requests: int = Field(ge=1, le=B.MAX_REQUESTS)
     """Requests in each measured window."""
     prompts: PromptSource = Field(default_factory=RandomIdsPrompts)
     """Where the prompts come from (`source:` picks the kind)."""
     ignore_eos: bool = True
     """Generate exactly output_tokens, ignoring end-of-sequence."""
-    temperature: float = Field(default=0.0, ge=0.0)
+    temperature: float = Field(default=0.0, ge=0.0, le=B.MAX_TEMPERATURE)
     """Sampling temperature (0 = greedy)."""
     api: Literal["native", "completions", "chat"] = "native"
     """Which endpoint the load generator drives: SGLang /generate, or the OpenAI endpoints."""
@@ -753,11 +827,11 @@ class SearchSpec(_Frozen):
     """The fraction of requests that must be ok and meet every set SLO (0.9: 90 %)."""
     over: Literal["concurrency", "request_rate"] = "concurrency"
     """What is searched: closed-loop concurrency (integers) or open-loop request rate (req/s)."""
-    min: float = Field(gt=0)
+    min: float = Field(gt=0, le=B.MAX_REQUEST_RATE)
     """The lowest load probed (probed first)."""
-    max: float = Field(gt=0)
+    max: float = Field(gt=0, le=B.MAX_REQUEST_RATE)
     """The highest load probed: a variant still meeting the SLO there is reported as at least max."""
-    resolution: Optional[float] = Field(default=None, gt=0)
+    resolution: Optional[float] = Field(default=None, gt=0, le=B.MAX_REQUEST_RATE)
     """How close the answer's bracket must close, in load units (default: 1 for concurrency, (max - min) / 32
     for request rate)."""
 
@@ -780,21 +854,21 @@ class SearchSpec(_Frozen):
 
 
 class LoadSpec(_Frozen):
-    concurrency: list[int] = Field(default_factory=list)
+    concurrency: list[Annotated[int, Field(ge=1, le=B.MAX_CONCURRENCY)]] = Field(default_factory=list)
     """Closed-loop load points: requests kept in flight."""
-    request_rate: list[float] = Field(default_factory=list)
+    request_rate: list[Annotated[float, Field(gt=0, le=B.MAX_REQUEST_RATE)]] = Field(default_factory=list)
     """Open-loop arrival rates in requests/s."""
     arrival: Literal["poisson", "gamma", "trace"] = "poisson"
     """Open-loop inter-arrival times: exponential (Poisson), gamma with coefficient of variation `arrival_cv`
     (cv > 1 burstier than Poisson, < 1 more regular; cv 1 has Poisson's spread), or `trace`: the recorded times of
     the workloads' `trace` prompts, every gap scaled so the window's mean rate is each request_rate."""
-    arrival_cv: Optional[float] = Field(default=None, gt=0, le=100)
+    arrival_cv: Optional[float] = Field(default=None, gt=0, le=B.MAX_GAMMA_CV)
     """Coefficient of variation of gamma inter-arrival times (arrival: gamma only)."""
-    max_concurrency: Optional[int] = Field(default=None, ge=1)
+    max_concurrency: Optional[int] = Field(default=None, ge=1, le=B.MAX_CONCURRENCY)
     """Cap on in-flight requests for open-loop load points."""
-    actors_per_server: int = Field(default=1, ge=1, le=64)
+    actors_per_server: int = Field(default=1, ge=1, le=B.MAX_ACTORS_PER_SERVER)
     """Load actors driving one server together (each a shard of every window) when one core is not enough."""
-    read_batch_ms: float = Field(default=0.0, ge=0, le=5)
+    read_batch_ms: float = Field(default=0.0, ge=0, le=B.MAX_READ_BATCH_MS)
     """Let a load generator's readable sockets gather for this long after the first before reading them all in one
     event-loop turn (cluster/loadgen/pool.py, StreamPool.read_batch_s): less client CPU per chunk at hundreds of
     streams, arrival times still the kernel's receive stamps. Keep it well under the servers' inter-token latency
@@ -806,19 +880,8 @@ class LoadSpec(_Frozen):
     @field_validator("concurrency")
     @classmethod
     def _conc(cls, v: list[int]) -> list[int]:
-        for i, c in enumerate(v):
-            if c < 1:
-                raise FieldProblem((i,), f"concurrency {c} must be at least 1")
         if len(set(v)) != len(v):
             raise ValueError(f"concurrency has duplicates: {v}")
-        return v
-
-    @field_validator("request_rate")
-    @classmethod
-    def _rate(cls, v: list[float]) -> list[float]:
-        for i, r in enumerate(v):
-            if not r > 0:
-                raise FieldProblem((i,), f"request_rate {r} must be a positive number of requests/s")
         return v
 
     @model_validator(mode="after")
@@ -854,11 +917,11 @@ class LoadSpec(_Frozen):
 
 
 class SLOSpec(_Frozen):
-    ttft_ms: Optional[float] = Field(default=None, gt=0)
+    ttft_ms: Optional[float] = Field(default=None, gt=0, le=B.MAX_LATENCY_MS)
     """Time-to-first-token limit per request, ms."""
-    tpot_ms: Optional[float] = Field(default=None, gt=0)
+    tpot_ms: Optional[float] = Field(default=None, gt=0, le=B.MAX_LATENCY_MS)
     """Time-per-output-token limit per request, ms."""
-    e2e_ms: Optional[float] = Field(default=None, gt=0)
+    e2e_ms: Optional[float] = Field(default=None, gt=0, le=B.MAX_LATENCY_MS)
     """End-to-end latency limit per request, ms."""
 
 
@@ -867,7 +930,7 @@ class CorrectnessSpec(_Frozen):
 
     enabled: bool = True
     """Turn off only for models that cannot answer (random weights in tests); runs then record the gate as skipped."""
-    min_prefix_tokens: int = Field(default=8, ge=0)
+    min_prefix_tokens: int = Field(default=8, ge=0, le=B.MAX_GATE_TOKENS)
     """Greedy outputs must share at least this many leading tokens with the baseline's on most prompts."""
     check_answers: bool = True
     """False turns off only the task-answer check (random-weight models cannot answer); the prefix, acceptance and
@@ -876,7 +939,7 @@ class CorrectnessSpec(_Frozen):
     """False keeps each measured run's output sample (table output_samples, provenance) but does not mark a run
     invalid when the sample degenerates: only for models whose output is garbage by construction (random weights
     in tests)."""
-    max_new_tokens: Optional[int] = Field(default=None, ge=8)
+    max_new_tokens: Optional[int] = Field(default=None, ge=8, le=B.MAX_GATE_TOKENS)
     """Caps every gate prompt's token budget (default: each prompt's own, up to 256). Only with `check_answers:
     false`: an answer needs its prompt's whole budget, while the prefix, acceptance and degeneracy checks judge the
     first tokens (min_prefix_tokens ≤ the cap). For slow test engines (real SGLang on a CPU), where the 256-token
@@ -897,7 +960,7 @@ class CorrectnessSpec(_Frozen):
 class ClusterSpec(_Frozen):
     """What the experiment assumes about the cluster; checked again against the live cluster at preflight."""
 
-    gpus_per_node: int = Field(default=8, ge=1, le=64)
+    gpus_per_node: int = Field(default=8, ge=1, le=B.MAX_GPUS_PER_NODE)
     """GPUs on the largest node: a variant's tensor-parallel group must fit on one node."""
 
 
@@ -906,7 +969,7 @@ class TelemetrySpec(_Frozen):
 
     enabled: bool = True
     """Sample the server's GPUs during each measured window."""
-    rate_hz: float = Field(default=10.0, gt=0, le=100)
+    rate_hz: float = Field(default=10.0, gt=0, le=B.MAX_TELEMETRY_HZ)
     """Samples per second (monotonic ns timestamps on the requests' clock)."""
 
 
@@ -929,17 +992,17 @@ class ExperimentSpec(_Frozen):
     """Request shapes to drive at every variant."""
     load: LoadSpec
     """Load points: closed-loop concurrency and/or open-loop request rates."""
-    repeats: int = Field(default=1, ge=1, le=1000)
+    repeats: int = Field(default=1, ge=1, le=B.MAX_REPEATS)
     """Repeats of every load point (3 or more give intervals and verdicts; 5 recommended)."""
     order: Literal["grouped", "interleaved"] = "grouped"
     """grouped: each server starts once and runs all its points; interleaved: ABAB across repeats (restarts)."""
-    warmup_requests: int = Field(default=2, ge=0, le=100_000)
+    warmup_requests: int = Field(default=2, ge=0, le=B.MAX_WARMUP_REQUESTS)
     """Requests sent before every measured window (then /flush_cache)."""
-    seed: int = Field(default=0, ge=0, le=2**63 - 1)
+    seed: int = Field(default=0, ge=0, le=B.MAX_SEED)
     """One seed for prompts and arrival schedules."""
     isolation: Literal["node", "gpus"] = "node"
     """node: a variant has its node to itself while measured; gpus: variants share nodes on disjoint GPUs."""
-    output: str = "results"
+    output: Annotated[str, AfterValidator(lambda v: check_location(v, "output", DATASET_SCHEMES))] = "results"
     """Dataset root: a local path or a pyarrow filesystem URI (s3://, gs://, ...)."""
     slo: Optional[SLOSpec] = None
     """Per-request latency limits: goodput and SLO attainment per run."""
@@ -949,11 +1012,11 @@ class ExperimentSpec(_Frozen):
     """GPU telemetry sampled during every measured window (gpu_metrics table)."""
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     """What the experiment assumes about the cluster."""
-    health_timeout_s: float = Field(default=1800.0, gt=0)
+    health_timeout_s: float = Field(default=1800.0, gt=0, le=B.MAX_TIMEOUT_S)
     """Seconds a server may take to become healthy."""
-    request_timeout_s: float = Field(default=600.0, gt=0)
+    request_timeout_s: float = Field(default=600.0, gt=0, le=B.MAX_TIMEOUT_S)
     """Seconds one request may take."""
-    max_client_lag_ms: float = Field(default=10.0, gt=0)
+    max_client_lag_ms: float = Field(default=10.0, gt=0, le=B.MAX_LATENCY_MS)
     """A run whose client send lag p99 exceeds this is flagged invalid: the client, not the server, set the pace."""
 
     _n = field_validator("name")(classmethod(lambda cls, v: check_name(v, "experiment name")))
@@ -974,6 +1037,62 @@ class ExperimentSpec(_Frozen):
             if v.tp is not None and v.tp > node:
                 raise FieldProblem(("variants", i, "tp"), f"tp {v.tp} is larger than cluster.gpus_per_node {node}")
         return self
+
+    @model_validator(mode="after")
+    def _expansion(self) -> "ExperimentSpec":
+        """What the plan will expand the variants into is refused here, with its line: a flag under two spellings
+        across server.args and a variant's args, a baseline that expands into several variants, expanded names
+        that collide, and (isolation: gpus, where variants run side by side) one port fixed by two variants."""
+        declared = {v.name: i for i, v in enumerate(self.variants)}
+        produced: dict[str, int] = {}
+        ports: dict[int, tuple[int, str]] = {}
+        for i, v in enumerate(self.variants):
+            for key in v.args:
+                other = arg_flag(self.server.args, key.replace("_", "-"))
+                if other is not None and other != key:
+                    raise FieldProblem(("variants", i, "args", key), f"server arg {key!r} is the flag server.args "
+                                       f"gives as {other!r}: spell it the same way in both (the variant's value "
+                                       "then overrides), else one of the two values is lost")
+            names = expanded_names(v)
+            if not names:
+                raise FieldProblem(("variants", i, "tuning", "options", "exclude"), f"variant {v.name!r}: exclude "
+                                   "leaves no back-end pair, so the variant would run nothing")
+            if v.baseline and len(names) > 1:
+                raise FieldProblem(("variants", i, "baseline"), f"a baseline must be a single variant, but "
+                                   f"{v.name!r} expands into {len(names)} ({', '.join(names[:3])}"
+                                   f"{', ...' if len(names) > 3 else ''}): declare the one to compare against as "
+                                   "its own variant and mark that one")
+            for n in names:
+                try:
+                    check_name(n, "expanded variant name")
+                except ValueError as e:
+                    raise FieldProblem(("variants", i, "name"), str(e)) from None
+                other_i = produced.get(n, declared.get(n, i))
+                if other_i != i:
+                    j, k = sorted((i, other_i))
+                    raise FieldProblem(("variants", k, "name"), f"variant name {n!r} is produced twice: by "
+                                       f"variants.{j} ({self.variants[j].name!r}) and variants.{k} "
+                                       f"({self.variants[k].name!r}); a num_steps list names its variants "
+                                       "NAME-<steps> and a backend_sweep NAME-<backends>: rename one")
+                produced[n] = i
+            self._check_port(i, v, len(names), ports)
+        return self
+
+    def _check_port(self, i: int, v: "VariantSpec", count: int, ports: dict[int, tuple[int, str]]) -> None:
+        if self.isolation != "gpus":
+            return  # isolation node: a variant has its node to itself, so a fixed port is never shared
+        own = arg_flag(v.args, "port")
+        where: tuple[Union[str, int], ...] = ("variants", i, "args", own) if own else ("server", "args", str(
+            arg_flag(self.server.args, "port")))
+        port = v.args[own] if own else self.server.args.get(str(arg_flag(self.server.args, "port")))
+        if not isinstance(port, int) or isinstance(port, bool):
+            return
+        if count > 1 or port in ports:
+            also = f"variants.{ports[port][0]} ({ports[port][1]!r})" if port in ports else \
+                f"the {count} variants it expands into"
+            raise FieldProblem(where, f"port {port} is fixed for {v.name!r} and for {also}: with isolation: gpus "
+                               "variants share a node, so each needs its own port (or leave port out)")
+        ports[port] = (i, v.name)
 
     @model_validator(mode="after")
     def _search_slo(self) -> "ExperimentSpec":
