@@ -48,8 +48,11 @@ REQUEST_FIELDS = [
     pa.field("category", pa.string()),
     pa.field("session_index", pa.int32()),
     pa.field("turn", pa.int32()),
+    pa.field("source_row", pa.int32()),
+    pa.field("prompt_fingerprint", pa.int64()),
 ]
-"""Scalar per-request columns (the `requests` table, after KEY_FIELDS)."""
+"""Scalar per-request columns (the `requests` table, after KEY_FIELDS). `source_row` and `prompt_fingerprint` came
+last (the workload audit): a dataset written before them reads them as nulls."""
 
 CHUNK_FIELDS = [
     pa.field("request_index", pa.int32(), nullable=False),
@@ -131,6 +134,10 @@ class RequestRecord:
     """The multi-turn session the request belongs to (cluster/loadgen/sessions.py); None outside sessions."""
     turn: Optional[int] = None
     """The request's turn in its session, 1 for the first; None outside sessions."""
+    source_row: Optional[int] = None
+    """The row of its prompt source the prompt came from (Prompt.source_row); None when the source has none."""
+    prompt_fingerprint: Optional[int] = None
+    """blake2b-64 of what was sent (token ids, else text; cluster/loadgen/selection.py); None when not sent."""
 
     @property
     def ok(self) -> bool:
@@ -170,4 +177,19 @@ RUN_FIELDS = [
     pa.field("sglbench_version", pa.string()),
     pa.field("git_sha", pa.string()),
     pa.field("tuning_artifact", pa.string()),
+    # the workload audit (cluster/analysis/workload_audit.py): what the run sent against what its source planned
+    pa.field("distinct_prompts_sent", pa.int32()),
+    pa.field("distinct_prompts_planned", pa.int32()),
+    pa.field("input_tokens_sent_p10", pa.float64()),
+    pa.field("input_tokens_sent_p50", pa.float64()),
+    pa.field("input_tokens_sent_p90", pa.float64()),
+    pa.field("input_tokens_selection_p10", pa.float64()),
+    pa.field("input_tokens_selection_p50", pa.float64()),
+    pa.field("input_tokens_selection_p90", pa.float64()),
+    pa.field("category_shares_sent", pa.string()),  # JSON {category: share}; "-" is no category
+    pa.field("category_shares_selection", pa.string()),
 ]
+"""Columns of the `runs` table after KEY_FIELDS. The audit's columns came last and are nullable: a runs file
+written before them reads them as nulls, and RECORD_SCHEMA_VERSION stays 1 on purpose. It enters every run key
+(cluster/plan/runs.py), so a bump would make a resubmission re-measure every finished run of an existing dataset
+instead of reading it; additive nullable columns need no new key."""

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import pyarrow as pa
 
+from cluster.analysis.workload_audit import PlannedWorkload
 from cluster.loadgen.output_sample import OutputSample
 
 if TYPE_CHECKING:
@@ -105,6 +106,9 @@ class WindowSummary:
     """How sampling went (source, rate, errors, why unavailable), for provenance."""
     samples: tuple[OutputSample, ...] = ()
     """The run's output sample over every shard (loadgen/output_sample.py)."""
+    selection: Optional[PlannedWorkload] = None
+    """What the workload's prompt source offered (loadgen/selection.py), which the requests sent are audited
+    against (analysis/workload_audit.py); None: the window was not audited (hand-built summaries)."""
 
 
 @dataclass(frozen=True)

@@ -175,6 +175,24 @@ def reported_cap(provenance: Iterable[Optional[str]]) -> Optional[float]:
     return min(caps) if caps else None
 
 
+def _workload_columns(out: WindowSummary) -> dict[str, Any]:
+    """The workload audit's runs columns and its invalid reasons (under "reasons"); nothing audited without a
+    selection."""
+    if out.selection is None:
+        return {"reasons": []}
+    from cluster.analysis.workload_audit import audit_workload
+
+    a = audit_workload(out.requests, out.selection)
+    cols: dict[str, Any] = {"reasons": [f"workload not the one planned: {r}" for r in a.reasons],
+                            "distinct_prompts_sent": a.distinct_sent, "distinct_prompts_planned": a.distinct_planned,
+                            "category_shares_sent": a.share_json(sent=True),
+                            "category_shares_selection": a.share_json(sent=False)}
+    for side, qs in (("sent", a.lengths_sent), ("selection", a.lengths_selection)):
+        for name, v in zip(("p10", "p50", "p90"), qs or (None, None, None)):
+            cols[f"input_tokens_{side}_{name}"] = v
+    return cols
+
+
 def build_run_row(p: RunPlan, out: WindowSummary, server: ServerFacts, segment: SegmentFacts,
                   spec: ExperimentSpec, neighbours: list[str], git_sha: Optional[str]) -> dict[str, Any]:
     from cluster.analysis.metrics import summarize_run
@@ -215,6 +233,8 @@ def build_run_row(p: RunPlan, out: WindowSummary, server: ServerFacts, segment: 
     invalid.extend(cap_reasons)
     if garbage and spec.correctness.check_output_samples:
         invalid.append(garbage)
+    audit = _workload_columns(out)
+    invalid.extend(audit.pop("reasons"))
     output_sample["judged"] = spec.correctness.check_output_samples
     status = "failed" if n_ok == 0 else ("invalid" if invalid else "ok")
     row = _common(p, spec, server, segment, git_sha, out.load_actor_peak_buffered_rows)
@@ -240,6 +260,7 @@ def build_run_row(p: RunPlan, out: WindowSummary, server: ServerFacts, segment: 
         "server_counters_json": json.dumps({"before": out.counters_before, "after": out.counters_after,
                                             "delta": deltas}, sort_keys=True),
         "shared_node_with": ",".join(neighbours),
+        **audit,
     })
     for k, val in m.items():
         row[f"m_{k}"] = val

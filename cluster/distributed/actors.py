@@ -20,6 +20,7 @@ from cluster.dataset.run_facts import ServerFacts
 from cluster.spec.secrets import redact_argv, redact_env, scrub, scrub_file, scrub_text, secret_values
 from cluster.loadgen.gate import GateAnswers
 from cluster.plan.runs import LoadPoint, ResolvedVariant
+from cluster.analysis.workload_audit import PlannedWorkload
 from cluster.loadgen.output_sample import OutputSample
 from cluster.loadgen.server_metrics import MetricsScraper
 from cluster.server.process import (PortNotOwnedError, ServerProcess, ServerStartError, free_port, http_get_json,
@@ -65,6 +66,8 @@ class ShardSummary:
     server_metrics: Optional[pa.RecordBatch]
     window_start_monotonic_ns: int = 0
     samples: tuple[OutputSample, ...] = ()
+    selection: Optional[PlannedWorkload] = None
+    """What the workload's source offered (shard 0 only): the workload audit's plan."""
 
 
 LoadMessage = Union[LoadBatch, ShardSummary]
@@ -329,6 +332,11 @@ class LoadActorImpl:
 
         prompts = self._prompts(workload, workload.num_requests, seed)
         sessions = build_session_plan(workload, workload.num_requests, seed, self.base_dir, self.model_path)
+        selection = None
+        if shard_index == 0:  # read from the source apart from `prompts`: the audit compares the two
+            from cluster.loadgen.selection import workload_selection
+
+            selection = workload_selection(workload, workload.num_requests, seed, self.base_dir, self.model_path)
         q: "queue.Queue[Optional[LoadBatch]]" = queue.Queue()  # unbounded: blocking here would stall the event loop's timing
         scraper = None
         if shard_index == 0 and scrape_interval_s and self.engine.metrics_path \
@@ -374,6 +382,7 @@ class LoadActorImpl:
             server_metrics=scraper.batch(res.window_start_unix_s) if scraper is not None else None,
             window_start_monotonic_ns=res.window_start_monotonic_ns,
             samples=res.samples,
+            selection=selection,
         )
 
 

@@ -463,6 +463,7 @@ class Driver:
             gpu_metrics=gpu,
             telemetry=capture,
             samples=tuple(sorted((x for s in summaries for x in s.samples), key=lambda x: x.request_index)),
+            selection=first.selection,
         )
 
     def _telemetry_stop(self, engine: Any) -> Optional[TelemetryCapture]:

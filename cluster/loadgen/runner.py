@@ -24,6 +24,7 @@ from cluster.loadgen.arrivals import arrival_offsets_ns
 from cluster.loadgen.traces import trace_offsets_ns
 from cluster.loadgen.client import StreamPool, stream_request
 from cluster.loadgen.pacing import closed_loop, pace, shard_concurrency
+from cluster.loadgen.selection import prompt_fingerprint, prompt_fingerprints
 from cluster.loadgen.sessions import Answer, SessionPlan, dispatch_sessions
 from cluster.plan.runs import LoadPoint
 from cluster.loadgen.sink import DEFAULT_BATCH_ROWS, BatchCallback, RecordSink
@@ -110,16 +111,20 @@ async def _dispatch(
     sampled: frozenset[int] = frozenset(),
     samples: Optional[list[OutputSample]] = None,
     sessions: Optional[SessionPlan] = None,
+    fingerprints: Optional[np.ndarray] = None,
 ) -> None:
     """Send every request of this shard of the window; each finished record goes to `sink` exactly once. The
     requests in `sampled` keep their output (a text-keeping parser) in `samples`; `sessions` sends the window as
-    multi-turn sessions (`indices` then holds this shard's sessions' requests)."""
+    multi-turn sessions (`indices` then holds this shard's sessions' requests). `fingerprints[i]` is request i's
+    prompt_fingerprint of prompt_for(i), hashed before the window; a prompt handed in (a session's turn) is hashed
+    after its response, off the send path."""
     new_parser = engine.new_parser
     clock = time.monotonic_ns
 
     async def one(i: int, intended_ns: int, p: Optional[Prompt] = None, answer: bool = False,
                   where: tuple[Optional[int], Optional[int]] = (None, None)) -> tuple[int, Optional[Answer]]:
         """Send request i (prompt `p`, else its own); (its end, its answer when `answer` and it succeeded)."""
+        given = p is not None
         p = prompt_for(i) if p is None else p
         rec = RequestRecord(
             request_index=i,
@@ -130,6 +135,8 @@ async def _dispatch(
             category=p.category,
             session_index=where[0],
             turn=where[1],
+            source_row=p.source_row if p.source_row is not None or not given else prompt_for(i).source_row,
+            prompt_fingerprint=None if given or fingerprints is None else int(fingerprints[i]),
         )
         got: Optional[Answer] = None
         try:
@@ -146,6 +153,8 @@ async def _dispatch(
         except Exception as e:  # a parser or client bug must not lose the record of a request already sent
             rec.error = rec.error or f"client error: {type(e).__name__}: {e}"
             end_ns = clock() - t0_ns
+        if rec.prompt_fingerprint is None:
+            rec.prompt_fingerprint = prompt_fingerprint(p)
         sink.add(rec, end_ns)
         return end_ns, got
 
@@ -243,6 +252,8 @@ async def run_window(
     else:
         limit = shard_concurrency(int(load.max_concurrency), shard_index, num_shards) if load.max_concurrency else 0
     sink = RecordSink(len(indices), batch_rows, on_batch)
+    # what each request sends is hashed now, not in the window; a session's later turns are made in it
+    fingerprints = prompt_fingerprints(prompts, indices) if sessions is None else None
     async with aiohttp.ClientSession(headers=engine.headers) as session, \
             StreamPool(base_url, max(limit, 1) if limit else 0, engine.headers, load.read_batch_s) as pool:
         before = await _scrape(session, engine, base_url) if scrape_metrics else {}
@@ -269,7 +280,7 @@ async def run_window(
         try:
             await _dispatch(pool, engine, base_url, api, request_for, prompt_for, indices, n_total, max_tokens,
                             load, seed, request_timeout_s, t0_ns, sink, num_shards, shard_index,
-                            sample_indices(n_total), samples, sessions)
+                            sample_indices(n_total), samples, sessions, fingerprints)
         finally:
             gc.unfreeze()
         sink.flush()

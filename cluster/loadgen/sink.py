@@ -84,6 +84,8 @@ class RecordSink:
         c["category"].append(rec.category)
         c["session_index"].append(rec.session_index)
         c["turn"].append(rec.turn)
+        c["source_row"].append(rec.source_row)
+        c["prompt_fingerprint"].append(rec.prompt_fingerprint)
         if n:
             self._ch_req.extend([rec.request_index] * n)
             self._ch_idx.extend(range(n))

@@ -1,0 +1,238 @@
+"""The workload audit: did a run send the workload its prompt source planned? Distinct prompts, lengths, categories.
+
+"Sent" is what the load generator put on the wire, per request: `requests.prompt_fingerprint` (blake2b-64 of the
+token ids sent, or of the text when sent as text; cluster/loadgen/selection.py computes it from the very prompt
+the request was built from), `prompt_tokens_sent` and `category`. "Planned" is a `PlannedWorkload`: what the
+workload's source offered (its rows, or its generator's space), built from the source itself and never from the
+built prompt list, so a bug that collapses the prompts between reading and sending cannot make both sides agree.
+
+Only first turns are audited (a request outside sessions is one): a later session turn carries its conversation
+so far and the server's answer, so its length and identity are not the source's. Over those n requests:
+
+- distinct: a file source hands out a seeded permutation of its K distinct prompts, cycled, so exactly
+  min(K, n) distinct prompts are planned and anything fewer is flagged. A generated source (random ids, trace
+  rows, corpus windows) draws from a space of M prompts with replacement: E = M·(1 − (1 − 1/M)^n) distinct are
+  expected and the collisions n − D are about Poisson(n − E); fewer distinct than n minus the Poisson upper
+  quantile is flagged (for the usual M ≈ 10^300, any repeat at all).
+- lengths: for p in 0.1, 0.5, 0.9 and q the selection's p-quantile (its CDF F(q−) below and F(q) at or below
+  it), the count of sent lengths ≤ q must not fall under the lower quantile of Binomial(n, F(q)), and the count
+  < q must not pass the upper quantile of Binomial(n, F(q−)). That is the distribution-free order-statistic
+  interval for the p-quantile (q must lie between the order statistics X_(r) and X_(s) of the sent lengths),
+  written with counts so the ties of integer lengths are handled. Skipped when the client does not know the
+  lengths (text sent without a tokenizer: the server tokenizes).
+- categories: each category's sent count must lie in the two-sided interval of Binomial(n, its selection share);
+  a category the selection does not hold (share 0) must not be sent at all.
+
+Every interval is at level α/m, m the number of tests of the run, with α = AUDIT_ALPHA for the whole audit
+(Bonferroni): a correct run is flagged at most once in 1/α. A permutation prefix (sampling without replacement)
+varies less than the binomial, so the rules are conservative there.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import pyarrow as pa
+
+AUDIT_ALPHA = 0.001
+"""Family-wise false-alarm rate of one run's audit (split evenly over its tests)."""
+QUANTILES = (0.1, 0.5, 0.9)
+NO_CATEGORY = "-"
+"""How a request without a category is named in the shares (cluster/analysis/categories.py's label)."""
+
+
+@dataclass(frozen=True)
+class LengthQuantile:
+    """The selection's p-quantile of input length in tokens, with its CDF just below and at it."""
+
+    p: float
+    tokens: int
+    cdf_below: float
+    """F(q−): the share of the selection's prompts shorter than `tokens`."""
+    cdf_at: float
+    """F(q): the share at or below `tokens`."""
+
+
+@dataclass(frozen=True)
+class CategoryShare:
+    category: Optional[str]
+    share: float
+
+
+@dataclass(frozen=True)
+class PlannedWorkload:
+    """What the workload's prompt source offered (the selection), computed where its prompts are built."""
+
+    source: str
+    """The prompt source (random_ids, jsonl, text, sharegpt, messages, trace; shared_prefix under random_ids)."""
+    offered_distinct: float
+    """K distinct prompts of a file source, or M, the size of a generated source's space (may be inf)."""
+    with_replacement: bool
+    """True for a generated source (independent draws), False for a file source (cycled permutations)."""
+    lengths: Optional[tuple[LengthQuantile, ...]]
+    """The selection's input-length quantiles (QUANTILES); None when the client cannot know lengths."""
+    categories: tuple[CategoryShare, ...]
+    """The selection's category shares (summing to 1); ((None, 1.0),) for a source without categories."""
+    draw_multiplicities: tuple[tuple[int, int], ...] = ()
+    """A generated source whose draw positions do not all give distinct prompts (a corpus repeating itself):
+    (c, how many distinct prompts are given by c positions each), positions drawn uniformly; () when uniform."""
+
+
+@dataclass(frozen=True)
+class WorkloadAudit:
+    """The figures sent against planned, and what differed (empty reasons: the run sent its workload)."""
+
+    n_audited: int
+    distinct_sent: int
+    distinct_planned: int
+    lengths_sent: Optional[tuple[float, ...]]
+    lengths_selection: Optional[tuple[float, ...]]
+    shares_sent: dict[str, float]
+    shares_selection: dict[str, float]
+    reasons: tuple[str, ...]
+
+    def share_json(self, sent: bool) -> str:
+        return json.dumps(self.shares_sent if sent else self.shares_selection, sort_keys=True)
+
+
+def length_quantiles(lengths: np.ndarray) -> tuple[LengthQuantile, ...]:
+    """The QUANTILES of a population of integer lengths (the lower empirical quantile) with F(q−) and F(q)."""
+    x = np.sort(np.asarray(lengths, dtype=np.int64))
+    n = len(x)
+    out = []
+    for p in QUANTILES:
+        q = int(x[min(n - 1, max(0, math.ceil(p * n) - 1))])
+        out.append(LengthQuantile(p, q, float(np.searchsorted(x, q, "left")) / n,
+                                  float(np.searchsorted(x, q, "right")) / n))
+    return tuple(out)
+
+
+def category_shares(categories: list[Optional[str]]) -> tuple[CategoryShare, ...]:
+    counts: dict[Optional[str], int] = {}
+    for c in categories:
+        counts[c] = counts.get(c, 0) + 1
+    n = len(categories)
+    return tuple(CategoryShare(c, k / n) for c, k in sorted(counts.items(), key=lambda kv: (kv[0] is None,
+                                                                                          kv[0] or "")))
+
+
+def expected_distinct(m: float, n: int, multiplicities: tuple[tuple[int, int], ...] = ()) -> float:
+    """E[distinct] of n independent uniform draws from m values: m·(1 − (1 − 1/m)^n), n when m is unbounded; with
+    `multiplicities` (c, k), k values each drawn with probability c/Σc·k: Σ k·(1 − (1 − c/Σc·k)^n)."""
+    if n <= 0:
+        return 0.0
+    if multiplicities:
+        total = sum(c * k for c, k in multiplicities)
+        return sum(k * -math.expm1(n * math.log1p(-c / total)) if c < total else float(k)
+                   for c, k in multiplicities)
+    if not math.isfinite(m) or m > 1e15:
+        return float(n)
+    if m <= 1:
+        return 1.0
+    return m * -math.expm1(n * math.log1p(-1.0 / m))
+
+
+def binomial_interval(n: int, p: float, alpha: float) -> tuple[int, int]:
+    """The central 1 − alpha interval [lo, hi] of Binomial(n, p): P(X < lo) ≤ alpha/2 and P(X > hi) ≤ alpha/2."""
+    if n <= 0:
+        return 0, 0
+    if p <= 0.0:
+        return 0, 0
+    if p >= 1.0:
+        return n, n
+    sd = math.sqrt(n * p * (1 - p))
+    a = max(0, int(n * p - 12 * sd - 10))
+    b = min(n, int(n * p + 12 * sd + 10))
+    k = np.arange(a, b + 1, dtype=np.float64)
+    lg = np.vectorize(math.lgamma)
+    logp = (math.lgamma(n + 1) - lg(k + 1) - lg(n - k + 1) + k * math.log(p) + (n - k) * math.log1p(-p))
+    pmf = np.exp(logp - logp.max())
+    pmf /= pmf.sum()  # the window holds all but ~1e-30 of the mass
+    cdf = np.cumsum(pmf)
+    lo = a + int(np.searchsorted(cdf, alpha / 2, "right"))  # first k with P(X ≤ k) > alpha/2
+    sf = 1.0 - cdf  # P(X > k)
+    hi = a + int(np.argmax(sf <= alpha / 2))
+    return lo, hi
+
+
+def poisson_upper(lam: float, alpha: float) -> int:
+    """The smallest c with P(Poisson(lam) > c) ≤ alpha."""
+    if lam <= 1e-12:
+        return 0
+    top = int(lam + 12 * math.sqrt(lam) + 20)
+    k = np.arange(0, top + 1, dtype=np.float64)
+    logp = k * math.log(lam) - lam - np.vectorize(math.lgamma)(k + 1)
+    cdf = np.cumsum(np.exp(logp))
+    return int(np.argmax(1.0 - cdf <= alpha))
+
+
+def planned_distinct(plan: PlannedWorkload, n: int, alpha: float) -> tuple[int, int]:
+    """(distinct prompts planned for n sent, the fewest that still pass at level alpha)."""
+    if not plan.with_replacement:
+        k = min(int(plan.offered_distinct), n)
+        return k, k
+    e = expected_distinct(plan.offered_distinct, n, plan.draw_multiplicities)
+    return min(n, round(e)), max(1 if n else 0, n - poisson_upper(n - e, alpha))
+
+
+def _share_map(shares: tuple[CategoryShare, ...]) -> dict[str, float]:
+    return {(s.category if s.category is not None else NO_CATEGORY): round(s.share, 6) for s in shares}
+
+
+def audit_workload(requests: pa.Table, plan: PlannedWorkload, alpha: float = AUDIT_ALPHA) -> WorkloadAudit:
+    """The run's sent workload (its `requests` rows) against `plan`; reasons say what differed."""
+    cols = set(requests.column_names)
+    fp = requests.column("prompt_fingerprint").to_pylist() if "prompt_fingerprint" in cols else []
+    turns = requests.column("turn").to_pylist() if "turn" in cols else [None] * len(fp)
+    tokens = requests.column("prompt_tokens_sent").to_pylist()
+    cats = requests.column("category").to_pylist()
+    first = [i for i, (f, t) in enumerate(zip(fp, turns)) if f is not None and (t is None or t == 1)]
+    n = len(first)
+    sent_fp = {fp[i] for i in first}
+    lengths = plan.lengths
+    m = 1 + (2 * len(lengths) if lengths else 0) + len(plan.categories) + 1
+    a = alpha / m
+    want, floor = planned_distinct(plan, n, a)
+    reasons: list[str] = []
+    if len(sent_fp) < floor:
+        reasons.append(f"sent {len(sent_fp)} distinct prompts of {n} (first turns), fewer than the {want} the "
+                       f"{plan.source} selection and the request count plan (it offers "
+                       f"{_count(plan.offered_distinct)}{' draws' if plan.with_replacement else ' distinct prompts'})"
+                       )
+    sent_len: Optional[tuple[float, ...]] = None
+    sel_len: Optional[tuple[float, ...]] = None
+    if lengths and n:
+        x = np.asarray([tokens[i] for i in first], dtype=np.int64)
+        sel_len = tuple(float(q.tokens) for q in lengths)
+        sent_len = tuple(float(v) for v in np.quantile(x, [q.p for q in lengths], method="inverted_cdf"))
+        for q in lengths:
+            at_or_below, below = int((x <= q.tokens).sum()), int((x < q.tokens).sum())
+            lo, _ = binomial_interval(n, q.cdf_at, a)
+            _, hi = binomial_interval(n, q.cdf_below, a)
+            if at_or_below < lo or below > hi:
+                got = sent_len[lengths.index(q)]
+                reasons.append(f"input length p{round(q.p * 100)} sent {got:g} tokens against the selection's "
+                               f"{q.tokens} ({at_or_below} of {n} at or below it, {below} below; sampling allows "
+                               f"at least {lo} at or below and at most {hi} below)")
+    sent_counts: dict[Optional[str], int] = {}
+    for i in first:
+        sent_counts[cats[i]] = sent_counts.get(cats[i], 0) + 1
+    planned_share = {s.category: s.share for s in plan.categories}
+    for c in sorted(set(sent_counts) | set(planned_share), key=lambda c: (c is None, c or "")):
+        k, share = sent_counts.get(c, 0), planned_share.get(c, 0.0)
+        lo, hi = binomial_interval(n, share, a)
+        if n and not lo <= k <= hi:
+            name = c if c is not None else "no category"
+            reasons.append(f"category {name!r} was {k} of {n} requests sent ({k / n:.1%}) against "
+                           f"{share:.1%} of the selection (sampling allows {lo}..{hi})")
+    shares_sent = {(c if c is not None else NO_CATEGORY): round(k / n, 6) for c, k in sent_counts.items()} if n else {}
+    return WorkloadAudit(n, len(sent_fp), want, sent_len, sel_len, shares_sent, _share_map(plan.categories),
+                         tuple(reasons))
+
+
+def _count(x: float) -> str:
+    return "unboundedly many" if not math.isfinite(x) or x > 1e15 else f"{x:.0f}"
