@@ -134,6 +134,31 @@ EXPECTED: dict[str, tuple[int, str, str]] = {
     "sim_knob_out_of_range.yaml": (14, "variants.1.sim.accept_probs.1", "less than or equal to 1 (got 1.5)"),
     "tuning_option_misspelled.yaml": (13, "variants.1.tuning.options.batch_size",
                                       "unknown field; expected one of: model_config, dtype, batch_sizes, ep"),
+    # issue 29's classes: tracebacks, silent accepts and wrong messages at the experiment-file boundary
+    "nul_in_path.yaml": (4, "model.path", "contains a NUL byte at character 12"),
+    "integer_past_digit_limit.yaml": (21, "seed", "has more digits than Python converts (4300)"),
+    "sim_knob_quoted.yaml": (22, "sim.decode_base_ms", "(got '12.5'): a quoted number is a string in YAML"),
+    "concurrency_astronomical.yaml": (19, "load.concurrency.1", "less than or equal to 65536 (got 1000000000000)"),
+    "port_float.yaml": (10, "variants.0.args.port", "'port' 8000.0 is not a TCP port: expected an integer 1-65535"),
+    "port_out_of_range.yaml": (10, "variants.0.args.port", "'port' 70000 is not a TCP port: expected an integer 1-65535"),
+    "packed_variants_same_port.yaml": (13, "variants.1.args.port", "port 8000 is fixed for 'nextn' and for variants.0"),
+    "name_dotdot_inside.yaml": (8, "variants.0.name", "without '..'"),
+    "output_unknown_scheme.yaml": (21, "output", "has the URI scheme 's4', which cannot be opened here"),
+    "env_value_newline.yaml": (23, "server.env.NCCL_DEBUG", "contains a newline at character 4"),
+    "merge_key.yaml": (22, "server.<<", "YAML merge keys (<<) are not allowed"),
+    "flag_two_spellings.yaml": (24, "server.args.mem_fraction_static", "also given as 'mem-fraction-static'"),
+    "flag_two_spellings_across_merge.yaml": (10, "variants.0.args.mem_fraction_static",
+                                             "the flag server.args gives as 'mem-fraction-static'"),
+    "baseline_expands_into_several.yaml": (13, "variants.1.baseline",
+                                           "a baseline must be a single variant, but 'nextn' expands into 3"),
+    "flag_string_boolean.yaml": (23, "server.args.enable-metrics", "is the string 'false': a boolean flag is written"),
+    "boolean_given_mapping.yaml": (22, "telemetry.enabled", "Input should be a valid boolean (got a mapping)"),
+    "key_read_as_boolean.yaml": (24, "server.env.yes", "key 'yes' is read by YAML as a bool"),
+    "key_read_as_null.yaml": (24, "server.env.null", "key 'null' is read by YAML as a null"),
+    "expanded_name_collides.yaml": (10, "variants.2.name", "'nextn-2' is produced twice: by variants.1 ('nextn-2') and "
+                                    "variants.2 ('nextn')"),
+    "binary_tag.yaml": (2, "name", "!!binary values are not allowed"),
+    "backend_sweep_all_excluded.yaml": (14, "variants.1.tuning.options.exclude", "exclude leaves no back-end pair"),
 }
 
 VALID = """\
