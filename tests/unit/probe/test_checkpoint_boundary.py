@@ -1,0 +1,234 @@
+"""The checkpoint boundary, one test per failure class: each bad file is a CheckpointError naming the file, the field
+and what was expected (exit 2 from `sglbench probe`), within a timeout, never a traceback, a hang or a silent accept."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import sys
+from pathlib import Path
+from typing import Callable
+
+import pytest
+from typer.testing import CliRunner
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # tests/ is not a package: reach tests/checkpoints.py
+
+from tests import checkpoints as ck  # noqa: E402
+
+from cluster.cli import app  # noqa: E402
+from cluster.probe.checkpoint import probe_checkpoint  # noqa: E402
+from cluster.probe.safetensors_header import CheckpointError  # noqa: E402
+
+SHARD1 = "model-00001-of-00002.safetensors"
+HUB_META = Path(".cache") / "huggingface" / "download" / "config.json.metadata"
+
+
+def _good(tmp: Path) -> Path:
+    return ck.deepseek_nextn(tmp / "m")
+
+
+def _header(d: Path, header: dict[str, object], data_bytes: int) -> None:
+    raw = json.dumps(header).encode()
+    (d / SHARD1).write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * data_bytes)
+
+
+def _entry(dtype: str, shape: list[int], begin: int, end: int) -> dict[str, object]:
+    return {"dtype": dtype, "shape": shape, "data_offsets": [begin, end]}
+
+
+def _config(d: Path, **extra: object) -> None:
+    cfg = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps(cfg | extra))
+
+
+# Each case: (model dir, the file the error must name, a part of the message, the field it must name or None).
+Case = Callable[[Path], tuple[Path, str, str, "str | None"]]
+
+
+def generation_config_fifo(tmp: Path) -> tuple[Path, str, str, "str | None"]:
+    d = _good(tmp)
+    os.mkfifo(d / "generation_config.json")  # the fingerprint opened it with open(): blocked forever
+    return d, "generation_config.json", "is a FIFO (named pipe), not a file", None
+
+
+def hub_metadata_fifo(tmp: Path) -> tuple[Path, str, str, "str | None"]:
+    d = _good(tmp)
+    (d / HUB_META).parent.mkdir(parents=True)
+    os.mkfifo(d / HUB_META)
+    return d, "config.json.metadata", "is a FIFO (named pipe), not a file", None
+
+
+def model_dir_symlink_loop(tmp: Path) -> tuple[Path, str, str, "str | None"]:
+    d = tmp / "loop"
+    d.symlink_to(d)
+    return d, "loop", "is a symlink loop", None  # was "does not exist"
+
+
+def index_symlink_loop(tmp: Path) -> tuple[Path, str, str, "str | None"]:
+    d = _good(tmp)
+    (d / "model.safetensors.index.json").unlink()
+    (d / "model.safetensors.index.json").symlink_to(d / "model.safetensors.index.json")
+    return d, "model.safetensors.index.json", "is a symlink loop", None  # was skipped: shards listed instead
+
+
+def hf_quant_config_symlink_loop(tmp: Path) -> tuple[Path, str, str, "str | None"]:
+    d = _good(tmp)
+    (d / "hf_quant_config.json").symlink_to(d / "hf_quant_config.json")
+    return d, "hf_quant_config.json", "is a symlink loop", None  # was skipped: "unquantized"
+
+
+def hub_metadata_not_utf8(tmp: Path) -> tuple[Path, str, str, "str | None"]:
+    d = _good(tmp)
+    (d / HUB_META).parent.mkdir(parents=True)
+    (d / HUB_META).write_bytes(b"\xff\xfe" + b"a" * 38 + b"\n")
+    return d, "config.json.metadata", "not UTF-8", None  # was a UnicodeDecodeError traceback
+
+
+def hub_metadata_without_commit(tmp: Path) -> tuple[Path, str, str, "str | None"]:
+    d = _good(tmp)
+    (d / HUB_META).parent.mkdir(parents=True)
+    (d / HUB_META).write_text("main\netag\n1700000000.0\n")
+    return d, "config.json.metadata", "is not a commit", "commit"  # was hub_revision None ("not recorded")
+
+
+def config_int_past_digit_limit(tmp: Path) -> tuple[Path, str, str, "str | None"]:
+    d = _good(tmp)
+    (d / "config.json").write_text('{"num_hidden_layers": ' + "9" * 5000 + "}")
+    return d, "config.json", "invalid JSON (Exceeds the limit", None  # was a ValueError traceback
+
+
+def index_int_past_digit_limit(tmp: Path) -> tuple[Path, str, str, "str | None"]:
+    d = _good(tmp)
+    (d / "model.safetensors.index.json").write_text('{"metadata": {"total_size": ' + "1" * 4400 + "}}")
+    return d, "model.safetensors.index.json", "Exceeds the limit", None
+
+
+def config_int_past_int64(tmp: Path) -> tuple[Path, str, str, "str | None"]:
+    d = _good(tmp)
+    _config(d, vocab_size=2**64)
+    return d, "config.json", "must be a non-negative integer of at most", "vocab_size"  # was accepted
+
+
+def config_layer_types_not_strings(tmp: Path) -> tuple[Path, str, str, "str | None"]:
+    d = _good(tmp)
+    _config(d, layer_types=[{"a": 1}, 2])
+    return d, "config.json", "layer_types must be a list of strings", "layer_types"  # was counted as str()
+
+
+def config_lone_surrogate(tmp: Path) -> tuple[Path, str, str, "str | None"]:
+    d = _good(tmp)
+    (d / "config.json").write_text('{"architectures": ["Deepseek\\ud800V3"], "num_hidden_layers": 3}')
+    return d, "config.json", "lone surrogate", "architectures[0]"  # printing it raised UnicodeEncodeError
+
+
+def config_moderately_deep(tmp: Path) -> tuple[Path, str, str, "str | None"]:
+    d = _good(tmp)
+    (d / "config.json").write_text('{"quantization_config": ' + "[" * 500 + "]" * 500 + "}")
+    return d, "config.json", "JSON nests more than 64 levels", None
+
+
+def shape_product_past_digit_limit(tmp: Path) -> tuple[Path, str, str, "str | None"]:
+    d = _good(tmp)
+    _header(d, {"w.weight": _entry("BF16", [10**2200, 10**2200], 0, 2)}, 2)
+    return d, SHARD1, "is absurd", "w.weight.shape"  # str() of the product's byte count raised ValueError
+
+
+def shape_absurd_but_empty(tmp: Path) -> tuple[Path, str, str, "str | None"]:
+    d = _good(tmp)
+    _header(d, {"w.weight": _entry("BF16", [0, 10**30], 0, 0)}, 0)
+    return d, SHARD1, "is absurd", "w.weight.shape"  # 0 elements, 0 bytes: was accepted
+
+
+def shape_too_many_dims(tmp: Path) -> tuple[Path, str, str, "str | None"]:
+    d = _good(tmp)
+    _header(d, {"w.weight": _entry("U8", [1] * 100, 0, 1)}, 1)
+    return d, SHARD1, "is absurd", "w.weight.shape"
+
+
+def offsets_overlap(tmp: Path) -> tuple[Path, str, str, "str | None"]:
+    d = _good(tmp)
+    _header(d, {"a.weight": _entry("BF16", [4], 0, 8), "b.weight": _entry("BF16", [4], 4, 12)}, 12)
+    return d, SHARD1, "overlap tensor 'a.weight'", "b.weight.data_offsets"  # was accepted
+
+
+def offsets_duplicated(tmp: Path) -> tuple[Path, str, str, "str | None"]:
+    d = _good(tmp)
+    _header(d, {"a.weight": _entry("BF16", [4], 0, 8), "b.weight": _entry("BF16", [4], 0, 8)}, 8)
+    return d, SHARD1, "overlap", "data_offsets"
+
+
+def metadata_not_an_object(tmp: Path) -> tuple[Path, str, str, "str | None"]:
+    d = _good(tmp)
+    _header(d, {"__metadata__": [], "a.weight": _entry("BF16", [4], 0, 8)}, 8)
+    return d, SHARD1, "__metadata__ must be an object", "__metadata__"  # `[] or {}` was accepted
+
+
+def shard_name_with_nul(tmp: Path) -> tuple[Path, str, str, "str | None"]:
+    d = _good(tmp)
+    idx = json.loads((d / "model.safetensors.index.json").read_text())
+    name = next(iter(idx["weight_map"]))
+    idx["weight_map"][name] = "model\x00.safetensors"
+    (d / "model.safetensors.index.json").write_text(json.dumps(idx))
+    return d, "model.safetensors.index.json", "holds a NUL byte", f"weight_map.{name}"  # was a ValueError traceback
+
+
+def shard_name_absolute(tmp: Path) -> tuple[Path, str, str, "str | None"]:
+    d = _good(tmp)
+    idx = json.loads((d / "model.safetensors.index.json").read_text())
+    name = next(iter(idx["weight_map"]))
+    idx["weight_map"][name] = str(d / SHARD1)
+    (d / "model.safetensors.index.json").write_text(json.dumps(idx))
+    return d, "model.safetensors.index.json", "outside the model directory", f"weight_map.{name}"
+
+
+def model_path_with_nul(tmp: Path) -> tuple[Path, str, str, "str | None"]:
+    d = _good(tmp)
+    return Path(str(d) + "\x00x"), "m", "holds a NUL byte", "model path"
+
+
+CASES: list[Case] = [
+    generation_config_fifo, hub_metadata_fifo, model_dir_symlink_loop, index_symlink_loop,
+    hf_quant_config_symlink_loop, hub_metadata_not_utf8, hub_metadata_without_commit, config_int_past_digit_limit,
+    index_int_past_digit_limit, config_int_past_int64, config_layer_types_not_strings, config_lone_surrogate,
+    config_moderately_deep, shape_product_past_digit_limit, shape_absurd_but_empty, shape_too_many_dims,
+    offsets_overlap, offsets_duplicated, metadata_not_an_object, shard_name_with_nul, shard_name_absolute,
+    model_path_with_nul,
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.__name__ for c in CASES])
+@pytest.mark.timeout(20)  # a FIFO opened for reading would block here
+def test_bad_checkpoint_file_is_one_clear_error(case: Case, tmp_path: Path) -> None:
+    path, file_part, message_part, field = case(tmp_path)
+    with pytest.raises(CheckpointError) as ei:
+        probe_checkpoint(str(path))
+    msg = str(ei.value)
+    assert "\n" not in msg and len(msg) < 1000, msg
+    assert ei.value.file is not None and file_part in ei.value.file, msg
+    assert message_part in msg, msg
+    if field is not None:
+        assert ei.value.field is not None and field in ei.value.field, (ei.value.field, msg)
+    if "\x00" in str(path):
+        return  # a NUL path cannot pass through argv
+    result = CliRunner().invoke(app, ["probe", str(path)])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and "bug in sglbench" not in result.output
+
+
+def test_a_zero_size_tensor_shares_no_bytes_and_is_accepted(tmp_path: Path) -> None:
+    d = _good(tmp_path)
+    _header(d, {"a.weight": _entry("BF16", [4], 0, 8), "e.weight": _entry("BF16", [0, 4], 4, 4),
+                "b.weight": _entry("BF16", [4], 8, 16)}, 16)
+    r = probe_checkpoint(str(d))
+    assert r.tensor_count > 0
+
+
+def test_a_hub_revision_and_a_bom_config_are_still_read(tmp_path: Path) -> None:
+    d = _good(tmp_path)
+    (d / "config.json").write_bytes(b"\xef\xbb\xbf" + (d / "config.json").read_bytes())
+    (d / HUB_META).parent.mkdir(parents=True)
+    (d / HUB_META).write_text("a" * 40 + "\netag\n1700000000.0\n")
+    r = probe_checkpoint(str(d))
+    assert r.hub_revision == "a" * 40 and r.config.num_hidden_layers == 3
