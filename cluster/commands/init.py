@@ -168,7 +168,7 @@ def render_starter(report: ProbeReport, python: Interpreter, version: str, gpu_s
     return "\n".join(lines) + "\n"
 
 
-def residual_findings(text: str, report: ProbeReport, file: str) -> list[str]:
+def residual_findings(text: str, report: ProbeReport, file: str, gpu_sm: Optional[int] = None) -> list[str]:
     """Parse the starter as a spec and run the fairness rules with the probe's facts: the lines left (none, when
     the starter pins what it should)."""
     from cluster.plan.fairness import check_fairness, format_findings
@@ -178,8 +178,9 @@ def residual_findings(text: str, report: ProbeReport, file: str) -> list[str]:
     spec = parse_spec_text(text, file)
     launcher = spec.engines.get("sglang")
     return format_findings(check_fairness(
-        expand_variants(spec), {report.model_dir: report.quant.kv_cache_quant_algo},
-        facts={report.model_dir: ModelFacts.from_report(report)}, version=launcher.version if launcher else None))
+        expand_variants(spec), {spec.model.path: report.quant.kv_cache_quant_algo},
+        facts={spec.model.path: ModelFacts.from_report(report)}, gpu_sm=gpu_sm,
+        version=launcher.version if launcher else None))
 
 
 def write_new(path: Path, text: str, force: bool) -> None:
@@ -226,7 +227,7 @@ def init_command(
     gpu_sm = collect_interconnect().compute_sm()
     target = Path(output) if output and output != "-" else Path.cwd() / f"{_slug(Path(report.model_dir))}.yaml"
     text = render_starter(report, interp, version, gpu_sm)
-    left = residual_findings(text, report, str(target))
+    left = residual_findings(text, report, str(target), gpu_sm)
     if left:
         text = render_starter(report, interp, version, gpu_sm, todo=tuple(left))
     for line in left:

@@ -15,8 +15,9 @@ from cluster.node.facts import FactQuery, NodeFacts
 from cluster.spec.models import ExperimentSpec
 
 
-def _collect_json(query_json: dict[str, Any]) -> dict[str, Any]:
-    return collect(FactQuery.model_validate(query_json)).model_dump(mode="json")
+def _collect_json(query_json: str) -> str:
+    """JSON text both ways: strict records read tuples back only from JSON (a dict's lists would be refused)."""
+    return collect(FactQuery.model_validate_json(query_json)).model_dump_json()
 
 
 def _serving_node() -> Optional[dict[str, Any]]:
@@ -39,9 +40,9 @@ def facts_on_cluster(query: FactQuery, timeout_s: float = 120.0) -> NodeFacts:
     else:
         task = ray.remote(num_cpus=0, max_retries=0)(_collect_json)
         ref = task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["node_id"], soft=False)
-                           ).remote(query.model_dump(mode="json"))
+                           ).remote(query.model_dump_json())
         try:
-            facts = NodeFacts.model_validate(ray.get(ref, timeout=timeout_s))
+            facts = NodeFacts.model_validate_json(ray.get(ref, timeout=timeout_s))
         except (ray.exceptions.RayError, TimeoutError) as e:
             raise EnvironmentFault(f"the node checks did not run on node {node['address']}: "
                                    f"{(str(e).strip().splitlines() or [type(e).__name__])[0]}") from None
