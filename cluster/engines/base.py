@@ -269,12 +269,17 @@ class Engine(ABC):
         return HttpRequest("/v1/completions", json.dumps(body).encode())
 
     def parse_gate_response(self, doc: Any) -> dict[str, Any]:
-        """text, token_ids (or None), completion_tokens, finish_reason, spec_verify_ct from a gate response."""
-        choice = (doc.get("choices") or [{}])[0] if isinstance(doc, dict) else {}
-        usage = doc.get("usage") or {} if isinstance(doc, dict) else {}
-        return {"text": choice.get("text") or "", "token_ids": None,
-                "completion_tokens": usage.get("completion_tokens"), "finish_reason": choice.get("finish_reason"),
-                "spec_verify_ct": None}
+        """text, token_ids (or None), completion_tokens, finish_reason, spec_verify_ct from a gate response; a field
+        of the wrong type is a MalformedAnswerError (engines/answer_fields.py)."""
+        from cluster.engines.answer_fields import as_object, count_field, list_field, object_field, str_field
+
+        w = "the /v1/completions answer"
+        d = as_object(doc, w, null_ok=False)
+        choice = as_object((list_field(d, "choices", w) or [{}])[0], f"{w}.choices[0]", null_ok=False)
+        usage = object_field(d, "usage", w)
+        return {"text": str_field(choice, "text", f"{w}.choices[0]") or "", "token_ids": None,
+                "completion_tokens": count_field(usage, "completion_tokens", f"{w}.usage"),
+                "finish_reason": str_field(choice, "finish_reason", f"{w}.choices[0]"), "spec_verify_ct": None}
 
     def resolved_args(self, infos: Mapping[str, Any]) -> dict[str, Any]:
         """Resolved server args from the recorded info documents (engine-specific)."""

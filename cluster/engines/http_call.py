@@ -96,9 +96,10 @@ def parse_server_url(text: str, field: str = "URL") -> ServerURL:
         raise bad(f"invalid port {u.netloc.rpartition(':')[2]!r} in {text!r} (an integer 1-65535)") from None
     if port == 0:
         raise bad(f"invalid port 0 in {text!r} (an integer 1-65535)")
-    if u.query or u.fragment:
-        raise bad(f"a query or fragment in {text!r}")
-    return ServerURL(u.scheme, u.hostname, port or (443 if u.scheme == "https" else 80), u.path.rstrip("/"))
+    if u.fragment:
+        raise bad(f"a fragment in {text!r}")
+    prefix = u.path.rstrip("/") + (f"?{u.query}" if u.query else "")
+    return ServerURL(u.scheme, u.hostname, port or (443 if u.scheme == "https" else 80), prefix)
 
 
 @dataclass(frozen=True)
@@ -261,7 +262,7 @@ def call(url: ServerURL | str, path: str, *, method: str = "GET", body: Optional
     base = url if isinstance(url, ServerURL) else parse_server_url(url)
     what = f"{method} {base}{path}"
     deadline_s = time.monotonic() + timeout_s
-    lines = [f"{method} {base.prefix}{path} HTTP/1.1", f"Host: {base.netloc}", "Connection: close",
+    lines = [f"{method} {base.prefix + path or '/'} HTTP/1.1", f"Host: {base.netloc}", "Connection: close",
              "Accept-Encoding: identity", *(f"{k}: {v}" for k, v in headers.items())]
     if body is not None:
         lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]

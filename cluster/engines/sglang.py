@@ -10,6 +10,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 from cluster.engines.base import (ConcurrencyCap, Engine, HttpRequest, LaunchCommand, Prompt, StreamParser,
                                   category_headers)
+from cluster.engines.answer_fields import (MalformedAnswerError, as_object, count_field, finish_field, ids_field,
+                                           object_field, str_field)
 from cluster.engines.streams import OpenAIStreamParser, SGLangNativeParser
 from cluster.errors import UserError
 from cluster.plan.runs import ResolvedVariant
@@ -296,14 +298,18 @@ class SGLangEngine(Engine):
         return HttpRequest("/generate", json.dumps(body).encode())
 
     def parse_gate_response(self, doc: Any) -> dict[str, Any]:
-        if isinstance(doc, list):
-            doc = doc[0] if doc else {}
-        mi = doc.get("meta_info") or {}
-        fr = mi.get("finish_reason")
-        return {"text": doc.get("text") or "", "token_ids": doc.get("output_ids"),
-                "completion_tokens": mi.get("completion_tokens"),
-                "finish_reason": fr.get("type") if isinstance(fr, dict) else fr,
-                "spec_verify_ct": mi.get("spec_verify_ct")}
+        """Typed reads of a non-streaming /generate answer: a field of the wrong type is a MalformedAnswerError."""
+        w = "the /generate answer"
+        if isinstance(doc, list):  # a batch answer: the gate sends one prompt
+            if not doc:
+                raise MalformedAnswerError(f"{w}: expected an object or a one-element list, got an empty list")
+            doc, w = doc[0], f"{w}[0]"
+        d = as_object(doc, w, null_ok=False)
+        mi = object_field(d, "meta_info", w)
+        fr, _ = finish_field(mi, "finish_reason", f"{w}.meta_info")
+        return {"text": str_field(d, "text", w) or "", "token_ids": ids_field(d, "output_ids", w),
+                "completion_tokens": count_field(mi, "completion_tokens", f"{w}.meta_info"),
+                "finish_reason": fr, "spec_verify_ct": count_field(mi, "spec_verify_ct", f"{w}.meta_info")}
 
     def new_parser(self, api: str, keep_text: bool = False) -> StreamParser:
         return SGLangNativeParser(keep_text) if api == "native" else OpenAIStreamParser(keep_text)

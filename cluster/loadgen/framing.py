@@ -3,6 +3,11 @@
 Only chunks that carry at least one output token are recorded (a role-only or usage-only chunk is counted by
 the parser as 0 tokens and dropped), so `chunk_arrival_ns[0]` is the first token's arrival (TTFT) and the
 chunk gaps are inter-token-chunk latencies. All events delivered by one socket read share that read's timestamp.
+
+A response that is not well-formed HTTP/1.1 (a status line that is not `HTTP/1.x DDD`, a Content-Length or chunk
+size that is not plain digits, headers past MAX_HEAD_BYTES, a chunk without its CRLF, an SSE event past
+MAX_EVENT_BYTES) raises MalformedAnswerError, the only exception this module raises on a server's bytes; the pool
+records it as that request's error. Whatever the split of the same bytes into reads, the record is the same.
 """
 
 from __future__ import annotations
@@ -12,9 +17,16 @@ import time
 from typing import Mapping, Optional
 
 from cluster.dataset.records import RequestRecord
+from cluster.engines.answer_fields import MalformedAnswerError
 from cluster.engines.base import StreamParser
 
 ERROR_BODY_CHARS = 300
+MAX_HEAD_BYTES = 65536
+"""A response's status line and headers past this are malformed (SGLang's are a few hundred bytes)."""
+MAX_LINE_BYTES = 4096
+"""A chunk-size or trailer line past this is malformed."""
+MAX_EVENT_BYTES = 16 * 1024 * 1024
+"""One SSE event past this is malformed (a cumulative /generate chunk of 100k tokens is about 1 MiB)."""
 
 _SEP = b"\n\n"
 _NL = b"\n"
@@ -49,8 +61,8 @@ def header_lines(headers: Mapping[str, str]) -> bytes:
 class Response:
     """One request's response, parsed as bytes arrive: status, headers, chunked/length body, SSE events."""
 
-    __slots__ = ("rec", "parser", "t0_ns", "fut", "state", "buf", "left", "parts", "body_err", "status",
-                 "keep_alive", "timer", "got_head", "end_ns", "sse_frame_ready")
+    __slots__ = ("rec", "parser", "t0_ns", "fut", "state", "buf", "left", "parts", "parts_bytes", "body_err",
+                 "status", "keep_alive", "timer", "got_head", "end_ns", "sse_frame_ready")
 
     def __init__(self, rec: RequestRecord, parser: StreamParser, t0_ns: int, fut: asyncio.Future[int]) -> None:
         self.rec = rec
@@ -61,6 +73,7 @@ class Response:
         self.buf = b""
         self.left = 0
         self.parts: list[bytes] = []
+        self.parts_bytes = 0
         self.body_err: list[bytes] = []
         self.status = 0
         self.keep_alive = True
@@ -127,9 +140,9 @@ class Response:
             if st == _SIZE:
                 i = data.find(_CRLF, pos)
                 if i < 0:
-                    self.buf = data[pos:]
+                    self.buf = _line_rest(data, pos, "a chunk-size line")
                     return
-                size = int(data[pos:i].split(b";", 1)[0], 16)
+                size = _chunk_size(data[pos:i])
                 pos = i + 2
                 if size == 0:
                     self.state = _TRAILER
@@ -149,7 +162,7 @@ class Response:
                     self.buf = data[pos:]
                     return
                 if data[pos : pos + 2] != _CRLF:
-                    raise ValueError("malformed chunked body: no CRLF after a chunk")
+                    raise MalformedAnswerError("malformed chunked body: no CRLF after a chunk")
                 pos += 2
                 self.state = _SIZE
             elif st == _DATA_LEFT or st == _LENGTH:  # `left` more bytes of a chunk, or of a Content-Length body
@@ -168,7 +181,7 @@ class Response:
             elif st == _TRAILER:
                 i = data.find(_CRLF, pos)
                 if i < 0:
-                    self.buf = data[pos:]
+                    self.buf = _line_rest(data, pos, "a trailer line")
                     return
                 line_empty = i == pos
                 pos = i + 2
@@ -176,10 +189,10 @@ class Response:
                     self._finish(now)
             elif st == _HEAD:
                 i = data.find(b"\r\n\r\n", pos)
-                if i < 0:
+                if i < 0 or i - pos > MAX_HEAD_BYTES:
+                    if i >= 0 or n - pos > MAX_HEAD_BYTES + 3:
+                        raise MalformedAnswerError(f"response headers longer than {MAX_HEAD_BYTES} bytes")
                     self.buf = data[pos:]
-                    if len(self.buf) > 65536:
-                        raise ValueError("response headers longer than 64 KiB")
                     return
                 self._head(data[pos:i])
                 pos = i + 4
@@ -190,8 +203,9 @@ class Response:
     def _head(self, raw: bytes) -> None:
         lines = raw.split(_CRLF)
         parts = lines[0].split(b" ", 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
-            raise ValueError(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
+        if len(parts) < 2 or parts[0] not in (b"HTTP/1.1", b"HTTP/1.0") or len(parts[1]) != 3 \
+                or not parts[1].isdigit():
+            raise MalformedAnswerError(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
         self.status = int(parts[1])
         self.rec.http_status = self.status
         self.keep_alive = parts[0] == b"HTTP/1.1"
@@ -204,6 +218,8 @@ class Response:
             if k == b"transfer-encoding":
                 chunked = b"chunked" in v
             elif k == b"content-length":
+                if not v.isdigit() or len(v) > 18 or (length >= 0 and int(v) != length):
+                    raise MalformedAnswerError(f"Content-Length: expected one count of decimal digits, got {v[:40]!r}")
                 length = int(v)
             elif k == b"connection":
                 self.keep_alive = v == b"keep-alive" or (self.keep_alive and v != b"close")
@@ -264,10 +280,14 @@ class Response:
         if parts:
             straddle = parts[-1][-1:] == b"\n" and data[:1] == b"\n"
             parts.append(data)
+            self.parts_bytes += len(data)
             if _SEP not in data and not straddle:
+                if self.parts_bytes > MAX_EVENT_BYTES:
+                    raise MalformedAnswerError(f"an SSE event longer than {MAX_EVENT_BYTES} bytes (no blank line)")
                 return  # still inside one long event: join once its end arrives
             data = b"".join(parts)
             parts.clear()
+            self.parts_bytes = 0
         feed = self.parser.feed
         rec = self.rec
         start = 0
@@ -298,4 +318,27 @@ class Response:
                 rec.chunk_tokens.append(k)
         if start < n_data:
             parts.append(data[start:] if start else data)
+            self.parts_bytes = n_data - start
+            if self.parts_bytes > MAX_EVENT_BYTES:
+                raise MalformedAnswerError(f"an SSE event longer than {MAX_EVENT_BYTES} bytes (no blank line)")
+
+
+def _line_rest(data: bytes, pos: int, what: str) -> bytes:
+    """The start of a line still waiting for its CRLF, kept for the next read; too long a line is malformed."""
+    if len(data) - pos > MAX_LINE_BYTES:
+        raise MalformedAnswerError(f"{what} longer than {MAX_LINE_BYTES} bytes")
+    return data[pos:]
+
+
+def _chunk_size(line: bytes) -> int:
+    """A chunk-size line's size. What int(x, 16) reads (also `+`, `_`, `0x`, spaces) is read here as in
+    event_frames' fast path, which must not pay for a stricter check: the same bytes frame the same either way."""
+    text = line.split(b";", 1)[0]
+    try:
+        size = int(text, 16) if len(text) <= 16 else -1
+    except ValueError:
+        size = -1
+    if size < 0:
+        raise MalformedAnswerError(f"malformed chunked body: expected a chunk size in hex digits, got {line[:40]!r}")
+    return size
 

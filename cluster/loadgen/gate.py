@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
@@ -12,21 +11,44 @@ import pyarrow as pa
 
 from cluster.analysis.correctness import GATE_PROMPTS, PHASE_ALONE, GateOutput
 from cluster.analysis.request_metrics import acceptance
+from cluster.engines.answer_fields import MalformedAnswerError, decode_json
 from cluster.engines.base import Engine
+
+
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+"""A gate answer's body past this is refused (a 256-token answer with its ids is a few KiB)."""
+
+
+async def _read_bounded(resp: aiohttp.ClientResponse, where: str) -> bytes:
+    chunks: list[bytes] = []
+    total = 0
+    async for chunk in resp.content.iter_any():
+        total += len(chunk)
+        if total > MAX_ANSWER_BYTES:
+            raise MalformedAnswerError(f"{where}: the answer's body is larger than {MAX_ANSWER_BYTES} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 async def _ask(session: aiohttp.ClientSession, engine: Engine, base_url: str, text: str, max_tokens: int,
                model_name: str, timeout_s: float) -> dict[str, Any]:
+    """One prompt's answer, or {"error": what happened}: the whole call (connect, headers, body) within `timeout_s`,
+    the body within MAX_ANSWER_BYTES, its fields typed (a malformed answer is that prompt's error, never a raise)."""
     req = engine.gate_request(text, max_tokens, model_name)
+    where = f"POST {base_url}{req.path}"
     try:
         async with session.post(base_url + req.path, data=req.body, headers={"Content-Type": "application/json"},
                                 timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
-            raw = await resp.read()
+            raw = await _read_bounded(resp, where)
             if resp.status != 200:
                 return {"error": f"HTTP {resp.status}: {raw[:200]!r}"}
-            return engine.parse_gate_response(json.loads(raw))
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
-        return {"error": f"{type(e).__name__}: {e}"}
+            return engine.parse_gate_response(decode_json(raw, f"{where}: the answer's body"))
+    except asyncio.TimeoutError:
+        return {"error": f"{where}: timed out after {timeout_s:g} s (the call's whole deadline)"}
+    except MalformedAnswerError as e:
+        return {"error": f"malformed answer: {e}"}
+    except (aiohttp.ClientError, OSError, ValueError) as e:  # refused, reset, bad status line, truncated body
+        return {"error": f"{where}: {type(e).__name__}: {e}"}
 
 
 @dataclass(frozen=True)

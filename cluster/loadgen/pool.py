@@ -18,6 +18,7 @@ from collections import deque
 from typing import Any, Mapping, Optional
 from urllib.parse import urlsplit
 
+from cluster.engines.answer_fields import MalformedAnswerError
 from cluster.loadgen.framing import Response, header_lines
 
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
@@ -84,7 +85,10 @@ class Conn:
             return
         try:
             r.event_frames(data, now)
-        except Exception as e:  # a malformed response (or a parser bug) ends this request, not the window
+        except MalformedAnswerError as e:  # a malformed response ends this request, not the window
+            r.fail(f"malformed answer: {e}")
+            self.abort()
+        except Exception as e:  # a parser bug too: this request's error, never a crash of the window
             r.fail(f"stream broken: {type(e).__name__}: {e}")
             self.abort()
 

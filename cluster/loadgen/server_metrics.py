@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import threading
 import time
-import urllib.error
-import urllib.request
 from typing import Any, Optional
 
 import pyarrow as pa
 
+from cluster.engines.http_call import call
 from cluster.engines.prometheus import parse_prometheus
+from cluster.errors import EngineFault, EnvironmentFault
+
+SCRAPE_TIMEOUT_S = 5.0
+"""One scrape's whole deadline: a /metrics that answers slower (or never ends) counts as a scrape error."""
 
 SERVER_METRICS_FIELDS = [
     pa.field("t_ns", pa.int64(), nullable=False),
@@ -59,12 +62,15 @@ class MetricsScraper:
 
     def scrape_once(self) -> None:
         t = time.time_ns()
-        try:
-            with urllib.request.urlopen(self.url, timeout=5) as resp:
-                text = resp.read().decode("utf-8", "replace")
-        except (urllib.error.URLError, OSError, TimeoutError):
+        try:  # 5 s in all for the whole answer (a deadline, not per read), its size bounded (http_call)
+            reply = call(self.url, "", timeout_s=SCRAPE_TIMEOUT_S)
+        except (EngineFault, EnvironmentFault):
             self.errors += 1
             return
+        if reply.status != 200:
+            self.errors += 1
+            return
+        text = reply.text()
         for name, labels, value in parse_prometheus(text):
             if name in self.names and len(self.rows) < self.max_rows:
                 lab = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))

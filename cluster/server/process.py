@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import json
 import os
 import re
 import signal
@@ -12,13 +11,12 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Mapping, Optional, Sequence
 
-from cluster.errors import EngineFault
+from cluster.engines.http_call import ServerAnswerError, call
+from cluster.errors import EngineFault, EnvironmentFault
 from cluster.spec.secrets import scrub_text
 
 
@@ -126,31 +124,28 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def http_get_json(url: str, timeout_s: float = 5.0, headers: Optional[Mapping[str, str]] = None) -> Any:
-    req = urllib.request.Request(url, headers=dict(headers or {}))
-    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-        return json.loads(resp.read().decode("utf-8", "replace"))
+    """The JSON a GET answers with, within `timeout_s` in all (engines/http_call.py); a refused call, the deadline,
+    a non-200 status or a body that is not JSON raise an EngineFault that says which."""
+    reply = call(url, "", headers=dict(headers or {}), timeout_s=timeout_s)
+    if reply.status != 200:
+        raise ServerAnswerError(f"{reply.what}: expected status 200 with JSON, got {reply.status}: "
+                                f"{reply.text()[:200].strip()}")
+    return reply.json()
 
 
 def http_post(url: str, body: bytes, timeout_s: float = 30.0, headers: Optional[Mapping[str, str]] = None
               ) -> tuple[int, str]:
-    """(status, body text) of a JSON POST; an HTTP error status is returned, not raised."""
-    req = urllib.request.Request(url, data=body, method="POST",
-                                 headers={"Content-Type": "application/json", **dict(headers or {})})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            return int(resp.status), resp.read().decode("utf-8", "replace")
-    except urllib.error.HTTPError as e:
-        return int(e.code), e.read().decode("utf-8", "replace")
+    """(status, body text) of a JSON POST within `timeout_s` in all; an HTTP error status is returned, not raised,
+    a call that fails (refused, deadline, malformed answer) raises its EngineFault."""
+    reply = call(url, "", method="POST", body=body, headers=dict(headers or {}), timeout_s=timeout_s)
+    return reply.status, reply.text()
 
 
 def http_status(url: str, timeout_s: float = 5.0, method: str = "GET") -> int:
-    req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+    """The status a call answers with within `timeout_s` in all; 0 when no well-formed answer came."""
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            return int(resp.status)
-    except urllib.error.HTTPError as e:
-        return int(e.code)
-    except (urllib.error.URLError, OSError, TimeoutError):
+        return call(url, "", method=method, body=b"" if method == "POST" else None, timeout_s=timeout_s).status
+    except (EngineFault, EnvironmentFault):
         return 0
 
 

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from cluster.dataset.records import RequestRecord
+from cluster.engines.answer_fields import MalformedAnswerError
 from cluster.engines.streams import OpenAIStreamParser
 from cluster.loadgen.framing import Response
 
@@ -78,7 +79,7 @@ def test_several_whole_frames_in_one_read_each_get_that_read_s_time() -> None:
 def test_a_frame_without_its_crlf_is_malformed_on_both_paths() -> None:
     bad = _frame(_chunk("a"))[:-2] + b"XX" + _frame(_chunk("b"))
     for frames in (True, False):
-        with pytest.raises(ValueError, match="no CRLF after a chunk"):
+        with pytest.raises(MalformedAnswerError, match="no CRLF after a chunk"):
             _run([(bad, 1)], frames=frames)
 
 
