@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 from math import prod
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from cluster.probe.safetensors_header import DTYPE_BITS
+from cluster.probe.safetensors_header import DTYPE_BITS, ShardHeader
 
 Tensors = dict[str, tuple[str, list[int]]]
 """name → (safetensors dtype, shape)."""
@@ -37,6 +38,21 @@ def write_safetensors(path: Path, tensors: Tensors, metadata: Optional[dict[str,
         f.write(struct.pack("<Q", len(raw)))
         f.write(raw)
         f.truncate(8 + len(raw) + (offset if data_bytes is None else data_bytes))
+
+
+def assert_header_invariant(header: ShardHeader) -> None:
+    """What every accepted shard header satisfies: each tensor's bytes lie inside the data region, its size is
+    ceil(prod(shape) * dtype bits / 8), and no two tensors' non-empty byte ranges overlap."""
+    spans: list[tuple[int, int, str]] = []
+    for name, t in header.tensors.items():
+        begin, end = t.data_offsets
+        assert 0 <= begin <= end <= header.data_bytes, (header.path, name, t.data_offsets, header.data_bytes)
+        assert end - begin == t.nbytes == tensor_nbytes(t.dtype, t.shape), (header.path, name, t)
+        if end > begin:
+            spans.append((begin, end, name))
+    spans.sort()
+    for (_, e0, n0), (b1, _, n1) in zip(spans, spans[1:]):
+        assert b1 >= e0, (header.path, n0, n1)
 
 
 def write_sharded(model_dir: Path, tensors: Tensors, shards: int) -> None:
@@ -328,7 +344,10 @@ def deepseek_v4_mtp(model_dir: Path, *, layers: int = 2, hidden: int = 64, vocab
 
 TENSOR_SPEC_FILE = "tensors.json"
 """In a committed test case, the checkpoint files to build: {"model.safetensors": {name: [dtype, shape]}}, or
-{"model.safetensors": {"raw_hex": "0102"}} for a deliberately broken file of exactly those bytes."""
+{"model.safetensors": {"raw_hex": "0102"}} for a deliberately broken file of exactly those bytes, or
+{"model.safetensors": {"raw_header": {...}, "data_bytes": 16}} for a header written as given (offsets, shapes and
+all) with its length prefix and that many zero data bytes, or {"generation_config.json": {"fifo": true}} for a
+named pipe (git cannot commit one)."""
 
 
 def materialise_tensor_specs(root: Path) -> None:
@@ -337,6 +356,11 @@ def materialise_tensor_specs(root: Path) -> None:
         for fname, tensors in json.loads(spec.read_text()).items():
             if "raw_hex" in tensors:
                 (spec.parent / fname).write_bytes(bytes.fromhex(tensors["raw_hex"]))
+            elif tensors.get("fifo") is True:
+                os.mkfifo(spec.parent / fname)
+            elif "raw_header" in tensors:
+                raw = json.dumps(tensors["raw_header"]).encode()
+                (spec.parent / fname).write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * tensors["data_bytes"])
             else:
                 write_safetensors(spec.parent / fname, {n: (d, list(s)) for n, (d, s) in tensors.items()})
         spec.unlink()

@@ -21,7 +21,7 @@ from cluster.plan.model_rules import facts_from_json
 from cluster.plan.inputs import check_inputs, resolve_output_root
 from cluster.errors import UserError
 from cluster.plan.preflight import PreflightError, check_speculative_support
-from cluster.probe.checkpoint import ProbeReport
+from cluster.probe.checkpoint import ProbeReport, probe_here
 from cluster.spec.loader import load_spec
 from cluster.spec.models import ExperimentSpec
 from cluster.tuning.stage import tuning_options_check, with_artifact
@@ -44,7 +44,7 @@ def _naming(experiment: Path) -> Iterator[None]:
 
 def _probe_here(spec: ExperimentSpec) -> dict[str, ProbeReport]:
     """The checkpoint probe where this machine can read it ({} otherwise: the GPU node probes it)."""
-    return check_speculative_support(spec, expand_variants(spec)) if Path(spec.model.path).exists() else {}
+    return check_speculative_support(spec, expand_variants(spec)) if probe_here(spec.model.path) else {}
 
 
 def _input_checks(spec: ExperimentSpec, output: Optional[str] = None,

@@ -40,7 +40,7 @@ from cluster.probe.tensors import (
     quantized_families,
     top_prefix,
 )
-from cluster.probe.safetensors_header import CheckpointError, TensorInfo, describe_non_file, read_header
+from cluster.probe.safetensors_header import CheckpointError, ShardHeader, TensorInfo, describe_non_file, read_header
 
 PROBE_SCHEMA_VERSION = 1
 INDEX_FILE = "model.safetensors.index.json"
@@ -49,7 +49,7 @@ DRAFT_MODEL_ALGORITHMS = ("EAGLE", "EAGLE3", "STANDALONE")
 BUILTIN_DRAFT_ALGORITHMS = tuple(a for a in ("NEXTN", "MTP", *DRAFT_MODEL_ALGORITHMS) if uses_builtin_mtp_head(a, None))
 """Algorithms SGLang can run from the checkpoint's own MTP/NextN head, given no draft model (the planner's predicate)."""
 
-__all__ = ["CheckpointError", "ProbeReport", "probe_checkpoint", "PROBE_SCHEMA_VERSION"]
+__all__ = ["CheckpointError", "ProbeReport", "probe_checkpoint", "probe_here", "PROBE_SCHEMA_VERSION"]
 
 
 @dataclass
@@ -75,6 +75,8 @@ class ProbeReport:
     """The Hugging Face commit of the files where the directory records it (None: not recorded, never guessed)."""
     uncovered_plain_weights: dict[str, int] = field(default_factory=dict)
     """Unquantized 2-D weight families no exclude pattern covers (probe/coverage.py)."""
+    headers: list[ShardHeader] = field(default_factory=list, repr=False)
+    """Every shard's validated header (tensor offsets included); not part of the JSON report."""
 
     @property
     def speculative_supported(self) -> list[str]:
@@ -156,6 +158,14 @@ def _find_shards(model_dir: str) -> tuple[Optional[str], Optional[dict[str, str]
     return None, None, sorted(n for n in os.listdir(model_dir) if n.endswith(".safetensors"))
 
 
+def probe_here(model_path: str) -> bool:
+    """Whether this machine should probe `model_path`: something stands there, or it is a symlink loop (a loop
+    resolves nowhere, so it is reported here rather than skipped as "on the GPU node"); a NUL path too, to refuse."""
+    if "\x00" in model_path:
+        return True
+    return os.path.exists(model_path) or describe_non_file(model_path) == "is a symlink loop"
+
+
 def probe_checkpoint(model_dir: str) -> ProbeReport:
     """Probe a Hugging Face-style checkpoint directory without loading tensor data."""
     if "\x00" in str(model_dir):
@@ -191,8 +201,10 @@ def probe_checkpoint(model_dir: str) -> ProbeReport:
     header_bytes = file_bytes = 0
     missing_from_index = 0
     header_digests: list[tuple[str, str]] = []
+    headers: list[ShardHeader] = []
     for shard in shards:
         hdr = read_header(os.path.join(model_dir, shard))
+        headers.append(hdr)
         header_digests.append((shard, hdr.header_sha256))
         header_bytes += 8 + hdr.header_bytes
         file_bytes += hdr.file_size_bytes
@@ -242,6 +254,7 @@ def probe_checkpoint(model_dir: str) -> ProbeReport:
         fingerprint=checkpoint_fingerprint(model_dir, index_file, header_digests),
         hub_revision=hub_revision(model_dir),
         uncovered_plain_weights=uncovered,
+        headers=headers,
         model_dir=model_dir,
         config=cfg,
         quant=quant,
