@@ -194,7 +194,12 @@ def audit_workload(requests: pa.Table, plan: PlannedWorkload, alpha: float = AUD
     n = len(first)
     sent_fp = {fp[i] for i in first}
     lengths = plan.lengths
-    m = 1 + (2 * len(lengths) if lengths else 0) + len(plan.categories) + 1
+    sent_counts: dict[Optional[str], int] = {}
+    for i in first:
+        sent_counts[cats[i]] = sent_counts.get(cats[i], 0) + 1
+    planned_share = {s.category: s.share for s in plan.categories}
+    tested = sorted(set(sent_counts) | set(planned_share), key=lambda c: (c is None, c or ""))
+    m = 1 + (2 * len(lengths) if lengths else 0) + len(tested)  # distinct, two per length quantile, categories
     a = alpha / m
     want, floor = planned_distinct(plan, n, a)
     reasons: list[str] = []
@@ -218,11 +223,7 @@ def audit_workload(requests: pa.Table, plan: PlannedWorkload, alpha: float = AUD
                 reasons.append(f"input length p{round(q.p * 100)} sent {got:g} tokens against the selection's "
                                f"{q.tokens} ({at_or_below} of {n} at or below it, {below} below; sampling allows "
                                f"at least {lo} at or below and at most {hi} below)")
-    sent_counts: dict[Optional[str], int] = {}
-    for i in first:
-        sent_counts[cats[i]] = sent_counts.get(cats[i], 0) + 1
-    planned_share = {s.category: s.share for s in plan.categories}
-    for c in sorted(set(sent_counts) | set(planned_share), key=lambda c: (c is None, c or "")):
+    for c in tested:
         k, share = sent_counts.get(c, 0), planned_share.get(c, 0.0)
         lo, hi = binomial_interval(n, share, a)
         if n and not lo <= k <= hi:
