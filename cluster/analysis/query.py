@@ -9,7 +9,7 @@ import pandas as pd
 import pyarrow.dataset as pads
 
 from cluster.analysis.request_metrics import chunk_gaps_view_sql, request_metrics_view_sql
-from cluster.dataset.store import TABLE_SCHEMAS, DatasetStore, ExperimentNotFound
+from cluster.dataset.store import TABLE_SCHEMAS, DatasetStore, ExperimentNotFound, StoreError
 from cluster.errors import UserError
 
 BASE_TABLES = ("runs", "requests", "chunks")
@@ -85,7 +85,9 @@ def connect(root: str, experiment: str) -> duckdb.DuckDBPyConnection:
     correctness or server_metrics when their files exist), plus the derived views `variants`, `request_metrics`
     and `chunk_gaps` (the last two generated from the definitions in request_metrics.py).
 
-    Only committed runs' files are visible. Local datasets are scanned with read_parquet (hive partitioning,
+    Only committed runs' files are visible, each checked by the store (a foreign or corrupt file is a StoreError
+    naming it) and, since DuckDB checks no page checksum, decoded once with its checksums verified before DuckDB
+    reads it. Local datasets are scanned with read_parquet (hive partitioning,
     union_by_name); datasets on other filesystems are scanned lazily through pyarrow datasets. Once the views
     exist the connection is locked down: external access off (only the dataset's own files stay readable) and the
     configuration locked, so no statement can reach another file or switch that back on.
@@ -93,27 +95,38 @@ def connect(root: str, experiment: str) -> duckdb.DuckDBPyConnection:
     store = _store(root, experiment)
     con = duckdb.connect()
     allowed: list[str] = []
-    for table in sorted(set(BASE_TABLES) | set(store.tables())):
-        files = store.table_files(table)
-        if not files:
-            empty = TABLE_SCHEMAS.get(table)
-            if empty is not None:
-                con.register(table, empty.empty_table())
-            continue
-        if store.is_local:
-            listing = ", ".join(_sql_str(f) for f in files)
-            con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet([{listing}], "
-                        "hive_partitioning = true, union_by_name = true)")
-        else:
-            schema = TABLE_SCHEMAS.get(table)
-            con.register(table, pads.dataset(files, filesystem=store.fs, format="parquet", schema=schema))
-        allowed += files if store.is_local else []
-    con.execute(VARIANTS_VIEW_SQL)
-    present = frozenset(d[0] for d in con.execute("SELECT * FROM requests LIMIT 0").description)
-    con.execute(request_metrics_view_sql(present))
-    con.execute(chunk_gaps_view_sql())
+    tables = {table: store.table_files(table) for table in sorted(set(BASE_TABLES) | set(store.tables()))}
+    for files in tables.values():
+        store.verify_files(files)
+    try:
+        for table, files in tables.items():
+            _add_view(con, store, table, files)
+            allowed += files if store.is_local else []
+        con.execute(VARIANTS_VIEW_SQL)
+        present = frozenset(d[0] for d in con.execute("SELECT * FROM requests LIMIT 0").description)
+        con.execute(request_metrics_view_sql(present))
+        con.execute(chunk_gaps_view_sql())
+    except duckdb.Error as e:  # files that passed every check but do not fit one view (an unknown table's types)
+        con.close()
+        raise StoreError(f"{store.base}: the dataset's files cannot be read as views: {_first_line(e)}",
+                         file=store.base, expected="files written by sglbench") from None
     _lock_down(con, allowed)
     return con
+
+
+def _add_view(con: duckdb.DuckDBPyConnection, store: DatasetStore, table: str, files: list[str]) -> None:
+    if not files:
+        empty = TABLE_SCHEMAS.get(table)
+        if empty is not None:
+            con.register(table, empty.empty_table())
+        return
+    if store.is_local:
+        listing = ", ".join(_sql_str(f) for f in files)
+        con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet([{listing}], "
+                    "hive_partitioning = true, union_by_name = true)")
+    else:
+        schema = TABLE_SCHEMAS.get(table)
+        con.register(table, pads.dataset(files, filesystem=store.fs, format="parquet", schema=schema))
 
 
 def _lock_down(con: duckdb.DuckDBPyConnection, readable: list[str]) -> None:

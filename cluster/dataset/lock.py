@@ -16,13 +16,20 @@ renewal that races a take-over in the same instant can overwrite the new holder'
 renewal notices (it reports `lost`), so one driver keeps the lock.
 On an object store (s3://, gs://, ...) there is no exclusive create: the check-then-write there is best effort
 (two drivers started within the same second can both proceed); use a local or mounted path for concurrent use.
+
+The lock file is read bounded (at most LOCK_LIMIT_BYTES, opened O_NONBLOCK so a FIFO cannot hang it): one that is
+not UTF-8 JSON of a LockHolder with the right types is "unreadable" (held, holder unknown; taken over once older
+than the lease), and a lock path that is not a regular file (a directory, a FIFO, a symlink loop) is a
+DatasetLocked naming it, for the user to remove.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
+import stat
 import sys
 import threading
 import time
@@ -41,6 +48,10 @@ HEARTBEAT_S = 20.0
 TAKEOVER_STALE_S = 30.0
 """A take-over guard older than this was left by a process that died mid take-over."""
 _READ_RETRY_S = 1.0
+LOCK_LIMIT_BYTES = 64 * 1024
+"""A lock file is a few hundred bytes; past this it is not one."""
+PID_MAX = 1 << 22
+"""Linux's largest pid_max: a pid past it is not a pid."""
 
 
 @dataclass(frozen=True)
@@ -124,14 +135,58 @@ def stale_reason(holder: LockHolder, now_unix_s: float, lease_s: float, here: Op
     return None
 
 
+def _read_lock_text(path: str) -> Optional[str]:
+    """The lock file's UTF-8 text, None when it is gone or unreadable; DatasetLocked when it is not a regular
+    file (opened O_NONBLOCK and fstat-checked first, so a FIFO cannot block)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise DatasetLocked(f"{path}: the lock file cannot be opened ({e.strerror or e}); expected a regular file "
+                            "written by sglbench: remove it", path, None) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise DatasetLocked(f"{path}: the lock path is not a regular file (mode {stat.filemode(mode)}); "
+                                "expected a lock file written by sglbench: remove it", path, None)
+        data = os.read(fd, LOCK_LIMIT_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(data) > LOCK_LIMIT_BYTES:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "pid": (int,), "host": (str,), "process_space": (str,), "process_start": (str, type(None)),
+    "started_unix_s": (int, float), "heartbeat_unix_s": (int, float), "command": (str,), "token": (str,)}
+
+
 def _parse(text: Optional[str]) -> Optional[LockHolder]:
-    if not text:
+    """The holder a lock file names, or None when it is not a LockHolder's JSON with the right types."""
+    if not text or len(text) > LOCK_LIMIT_BYTES:
         return None
     try:
         doc = json.loads(text)
-        return LockHolder(**{k: doc[k] for k in LockHolder.__dataclass_fields__})
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, RecursionError):
         return None
+    if not isinstance(doc, dict):
+        return None
+    for k, types in _FIELD_TYPES.items():
+        v = doc.get(k)
+        if k not in doc or isinstance(v, bool) or not isinstance(v, types):
+            return None
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+    if not 0 < doc["pid"] <= PID_MAX or not all(0 <= doc[k] < 1e11 for k in ("started_unix_s", "heartbeat_unix_s")):
+        return None
+    return LockHolder(**{k: doc[k] for k in _FIELD_TYPES})
 
 
 class DatasetLock:
@@ -158,17 +213,19 @@ class DatasetLock:
         path = path or self.path
         if self.local:
             try:
-                mtime = os.stat(path).st_mtime
+                mtime = os.lstat(path).st_mtime
             except FileNotFoundError:
                 return False, None, 0.0
-            return True, _parse(_read_text(path)), mtime
+            except OSError as e:
+                raise DatasetLocked(f"{path}: the lock file cannot be read ({e.strerror or e})", path, None) from None
+            return True, _parse(_read_lock_text(path)), mtime
         info = self.fs.get_file_info(path)
         if info.type == pafs.FileType.NotFound:
             return False, None, 0.0
         try:
             with self.fs.open_input_stream(path) as f:
-                text = f.read().decode("utf-8", "replace")
-        except OSError:
+                text = bytes(f.read(LOCK_LIMIT_BYTES + 1)).decode("utf-8")
+        except (OSError, UnicodeDecodeError):
             text = None
         mtime = info.mtime.timestamp() if info.mtime is not None else 0.0
         return True, _parse(text), mtime

@@ -47,7 +47,8 @@ class RunWriter:
         try:
             if table not in self.writers:
                 self.files[table] = path
-                self.writers[table] = pq.ParquetWriter(path, t.schema, compression="zstd")
+                self.writers[table] = pq.ParquetWriter(path, t.schema, compression="zstd",
+                                                      write_page_checksum=True)
             self.writers[table].write_table(t)
         except OSError as e:
             self.abort()

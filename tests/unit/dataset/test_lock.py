@@ -125,6 +125,47 @@ def test_unreadable_lock(tmp_path: Path) -> None:
     lock.release()
 
 
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("content", [b"\xff\xfe\x00garbage", b"[" * 100000, b'{"pid": "x"}', b"[1, 2]",
+                                     b"9" * 5000])
+def test_malformed_lock_is_unreadable_never_a_traceback(tmp_path: Path, content: bytes) -> None:
+    (tmp_path / LOCK_FILE).write_bytes(content)
+    with pytest.raises(DatasetLocked, match="unreadable"):
+        _lock(tmp_path).acquire()
+    old = time.time() - 600
+    os.utime(tmp_path / LOCK_FILE, (old, old))
+    lock = _lock(tmp_path, lease_s=120).acquire()  # an unreadable lock past the lease is taken over
+    assert lock.took_over is not None
+    lock.release()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("over", [{"pid": 10 ** 30}, {"pid": -1}, {"pid": True}, {"started_unix_s": "yesterday"},
+                                  {"heartbeat_unix_s": None}, {"command": 7}])
+def test_lock_holder_with_wrong_types_is_unreadable(tmp_path: Path, over: dict[str, object]) -> None:
+    now = time.time()
+    doc: dict[str, object] = {"pid": os.getpid(), "host": "h", "process_space": "elsewhere", "process_start": None,
+                              "started_unix_s": now, "heartbeat_unix_s": now, "command": "c", "token": "t"}
+    (tmp_path / LOCK_FILE).write_text(json.dumps({**doc, **over}))
+    with pytest.raises(DatasetLocked, match="unreadable"):
+        _lock(tmp_path).acquire()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("kind", ["fifo", "dir", "loop"])
+def test_lock_path_that_is_not_a_file_is_named_and_never_hangs(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / LOCK_FILE
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dir":
+        path.mkdir()
+    else:
+        path.symlink_to(path)
+    with pytest.raises(DatasetLocked) as info:
+        _lock(tmp_path).acquire()
+    assert info.value.path == str(path) and str(path) in str(info.value)
+
+
 def test_exclusive_clears_a_crashed_writer_and_releases_on_error(tmp_path: Path) -> None:
     spec = parse_spec_text("""
 version: 1

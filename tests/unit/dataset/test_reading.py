@@ -1,0 +1,299 @@
+"""The results root as readers meet it: every foreign, corrupt, misplaced or mistyped entry is a StoreError naming
+it (exit 2), a failing disk an EnvironmentFault, and no row of such a file is ever returned."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from cluster.analysis.metrics import summarize_run
+from cluster.analysis.query import connect, query
+from cluster.dataset.records import RequestRecord
+from cluster.dataset.root import open_root
+from cluster.dataset.store import DatasetStore, StoreError, list_experiments
+from cluster.errors import EnvironmentFault, UserError
+from cluster.loadgen.sink import request_batches
+from cluster.plan.runs import RunPlan, make_plan
+from cluster.spec.loader import parse_spec_text
+
+SPEC = """
+version: 1
+name: exp1
+model: {path: sim://m, engine: sim, tp: 1}
+variants:
+  - name: base
+    baseline: true
+  - name: other
+workloads:
+  - {name: w1, input_tokens: 16, output_tokens: 8, num_requests: 4}
+load: {concurrency: [1]}
+"""
+
+
+def _write(root: Path, name: str = "exp1") -> tuple[DatasetStore, list[RunPlan]]:
+    plans = make_plan(parse_spec_text(SPEC.replace("name: exp1", f"name: {name}")))
+    store = DatasetStore(str(root), name)
+    for p in plans:
+        recs = [RequestRecord(request_index=i, intended_send_ns=0, actual_send_ns=i, prompt_tokens_sent=16,
+                              max_tokens=8, chunk_arrival_ns=[10 + i, 20 + i], chunk_tokens=[1, 2],
+                              completion_tokens=3) for i in range(50)]
+        reqs, chunks = request_batches(recs)
+        store.write_run(p, {"status": "ok", "duration_s": 1.0, "metrics": summarize_run(reqs, chunks, 1.0)},
+                        reqs, chunks)
+    store.write_experiment_meta({"spec": {"name": name}})
+    return store, plans
+
+
+def _file(root: Path, table: str, plan: RunPlan, exp: str = "exp1") -> Path:
+    return root / exp / table / f"variant={plan.variant.name}" / f"{plan.run_key}.parquet"
+
+
+def _every_read(root: Path) -> None:
+    """Each reader of the store and of the views, as `results show/compare/query` use them."""
+    store = DatasetStore(str(root), "exp1")
+    for table in ("runs", "requests", "chunks"):
+        store.read_table(table)
+    store.finished_run_keys()
+    store.read_experiment_meta()
+    connect(str(root), "exp1").close()
+
+
+def _refused(root: Path, named: Path | str) -> StoreError:
+    with pytest.raises(StoreError) as info:
+        _every_read(root)
+    assert str(named) in str(info.value), info.value
+    return info.value
+
+
+def test_a_valid_dataset_reads(tmp_path: Path) -> None:
+    _write(tmp_path)
+    _every_read(tmp_path)
+    assert DatasetStore(str(tmp_path), "exp1").read_table("requests").num_rows == 100
+
+
+@pytest.mark.parametrize("table", ["runs", "requests", "chunks"])
+def test_truncated_file_is_refused_naming_it(tmp_path: Path, table: str) -> None:
+    _, plans = _write(tmp_path)
+    f = _file(tmp_path, table, plans[1])
+    f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    assert "not a readable Parquet file" in str(_refused(tmp_path, f))
+
+
+def test_empty_file_is_refused(tmp_path: Path) -> None:
+    _, plans = _write(tmp_path)
+    f = _file(tmp_path, "runs", plans[0])
+    f.write_bytes(b"")
+    _refused(tmp_path, f)
+
+
+def test_flipped_data_byte_is_refused_by_its_page_checksum(tmp_path: Path) -> None:
+    _, plans = _write(tmp_path)
+    f = _file(tmp_path, "requests", plans[0])
+    data = bytearray(f.read_bytes())
+    meta = pq.ParquetFile(f).metadata
+    col = meta.row_group(0).column(meta.schema.names.index("actual_send_ns"))
+    start = col.dictionary_page_offset or col.data_page_offset
+    data[start + col.total_compressed_size - 3] ^= 0x10  # inside the column's last page body
+    f.write_bytes(bytes(data))
+    _refused(tmp_path, f)
+
+
+def test_runs_status_of_the_wrong_type_is_refused_not_listed(tmp_path: Path) -> None:
+    _, plans = _write(tmp_path)
+    f = _file(tmp_path, "runs", plans[0])
+    t = pq.read_table(f)
+    t = t.set_column(t.schema.get_field_index("status"), "status", pa.array([7], pa.int64()))
+    pq.write_table(t, f)
+    err = _refused(tmp_path, f)
+    assert err.field == "status" and "int64" in str(err)
+
+
+def test_runs_status_unknown_value_is_refused(tmp_path: Path) -> None:
+    _, plans = _write(tmp_path)
+    f = _file(tmp_path, "runs", plans[0])
+    t = pq.read_table(f)
+    pq.write_table(t.set_column(t.schema.get_field_index("status"), "status", pa.array(["7"])), f)
+    assert _refused(tmp_path, f).field == "status"
+
+
+def test_a_file_of_another_table_is_refused(tmp_path: Path) -> None:
+    _, plans = _write(tmp_path)
+    shutil.copy(_file(tmp_path, "requests", plans[0]), _file(tmp_path, "chunks", plans[0]))
+    _refused(tmp_path, _file(tmp_path, "chunks", plans[0]))
+    shutil.copy(_file(tmp_path, "requests", plans[0]), _file(tmp_path, "runs", plans[0]))
+    _refused(tmp_path, _file(tmp_path, "runs", plans[0]))
+
+
+def test_a_file_from_another_experiment_or_run_is_refused(tmp_path: Path) -> None:
+    _, plans = _write(tmp_path)
+    _, plans2 = _write(tmp_path, "exp2")
+    shutil.copy(_file(tmp_path, "runs", plans2[0], "exp2"), _file(tmp_path, "runs", plans[0]))
+    assert _refused(tmp_path, _file(tmp_path, "runs", plans[0])).field == "experiment"
+    _write(tmp_path)
+    renamed = _file(tmp_path, "runs", plans[0]).with_name("k" * 20 + ".parquet")
+    shutil.copy(_file(tmp_path, "runs", plans[0]), renamed)
+    assert _refused(tmp_path, renamed).field == "run_key"
+
+
+def test_a_retyped_column_is_refused(tmp_path: Path) -> None:
+    _, plans = _write(tmp_path)
+    f = _file(tmp_path, "requests", plans[0])
+    t = pq.read_table(f)
+    i = t.schema.get_field_index("actual_send_ns")
+    pq.write_table(t.set_column(i, "actual_send_ns", t.column(i).cast(pa.float64())), f)
+    assert _refused(tmp_path, f).field == "actual_send_ns"
+
+
+def test_a_run_in_the_wrong_partition_is_refused(tmp_path: Path) -> None:
+    _, plans = _write(tmp_path)
+    src = _file(tmp_path, "requests", plans[0])
+    dst = src.parent.parent / f"variant={plans[1].variant.name}" / src.name
+    src.rename(dst)
+    _refused(tmp_path, dst)
+
+
+def test_a_run_committed_twice_is_refused(tmp_path: Path) -> None:
+    _, plans = _write(tmp_path)
+    src = _file(tmp_path, "runs", plans[0])
+    shutil.copy(src, src.parent.parent / f"variant={plans[1].variant.name}" / src.name)
+    assert "committed twice" in str(_refused(tmp_path, src.name))
+
+
+@pytest.mark.parametrize("make", ["text", "dir_for_file", "file_for_dir", "symlink", "loop", "fifo", "odd_part",
+                                  "no_partition", "temp_name", "newline_part"])
+def test_an_entry_the_store_does_not_write_is_refused(tmp_path: Path, make: str) -> None:
+    _, plans = _write(tmp_path)
+    part = tmp_path / "exp1" / "requests" / f"variant={plans[0].variant.name}"
+    target = {"text": part / "notes.txt", "dir_for_file": part / "abc.parquet", "file_for_dir": part.parent / "x",
+              "symlink": part / "lnk.parquet", "loop": part / "loop.parquet", "fifo": part / "f.parquet",
+              "odd_part": part.parent / "variant=..", "no_partition": part.parent / "k.parquet",
+              "temp_name": part / f"{plans[0].run_key}.parquet.tmp",
+              "newline_part": part.parent / "variant=a\nb"}[make]
+    if make in ("text", "file_for_dir", "no_partition", "temp_name"):
+        target.write_bytes(b"x")
+    elif make in ("dir_for_file", "odd_part", "newline_part"):
+        target.mkdir()
+    elif make == "symlink":
+        target.symlink_to(_file(tmp_path, "requests", plans[0]))
+    elif make == "loop":
+        target.symlink_to(target)
+    else:
+        os.mkfifo(target)
+    _refused(tmp_path, target.name)
+
+
+def test_hidden_temp_files_of_a_killed_writer_are_never_read(tmp_path: Path) -> None:
+    _, plans = _write(tmp_path)
+    part = _file(tmp_path, "requests", plans[0]).parent
+    (part / f".{plans[0].run_key}.parquet.0123.tmp").write_bytes(b"PAR1 half")
+    (tmp_path / "exp1" / "_staging" / "k.1").mkdir(parents=True)
+    (tmp_path / "exp1" / "_staging" / "k.1" / "requests.parquet").write_bytes(b"half")
+    _every_read(tmp_path)
+    assert DatasetStore(str(tmp_path), "exp1").read_table("requests").num_rows == 100
+
+
+@pytest.mark.parametrize("table", ["runs", "requests"])
+def test_a_table_that_is_a_file_is_refused(tmp_path: Path, table: str) -> None:
+    _write(tmp_path)
+    shutil.rmtree(tmp_path / "exp1" / table)
+    (tmp_path / "exp1" / table).write_text("not a table")
+    _refused(tmp_path, tmp_path / "exp1" / table)
+
+
+def test_an_experiment_that_is_a_file_or_a_loop_is_not_reported_missing(tmp_path: Path) -> None:
+    (tmp_path / "exp1").write_text("x")
+    with pytest.raises(StoreError, match="is a file, not an experiment directory"):
+        connect(str(tmp_path), "exp1")
+    (tmp_path / "exp1").unlink()
+    (tmp_path / "exp1").symlink_to(tmp_path / "exp1")
+    with pytest.raises(StoreError, match="symlink loop"):
+        connect(str(tmp_path), "exp1")
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe{}", b"{not json", b"[" * 5000, b"[1, 2]", b"1" * 5000, "dir",
+                                     "fifo"])
+def test_a_bad_experiment_json_is_refused_naming_it(tmp_path: Path, content: bytes | str) -> None:
+    _write(tmp_path)
+    meta = tmp_path / "exp1" / "experiment.json"
+    meta.unlink()
+    if content == "dir":
+        meta.mkdir()
+    elif content == "fifo":
+        os.mkfifo(meta)
+    else:
+        assert isinstance(content, bytes)
+        meta.write_bytes(content)
+    with pytest.raises(StoreError) as info:
+        DatasetStore(str(tmp_path), "exp1").read_experiment_meta()
+    assert info.value.file == str(meta)
+
+
+@pytest.mark.parametrize("root", ["s4://bucket/x", "file:/tmp/x", "s3:bucket/x", "S4://b", "gs:/b", "ftp://h/x",
+                                  "results\x00x", ""])
+def test_an_unusable_root_is_a_user_error_before_anything_is_touched(tmp_path: Path, root: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    for call in (lambda: open_root(root), lambda: list_experiments(root), lambda: DatasetStore(root, "exp1")):
+        with pytest.raises(UserError) as info:
+            call()
+        assert info.value.field == "--root"
+    assert list(tmp_path.iterdir()) == []  # no directory named after the typo
+
+
+def test_a_root_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "r").write_text("x")
+    with pytest.raises(StoreError, match="not a directory"):
+        list_experiments(str(tmp_path / "r"))
+
+
+def test_a_failing_disk_is_an_environment_fault(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _write(tmp_path)
+    import cluster.dataset.root as root_mod
+
+    def eio(path: str) -> None:
+        raise OSError(5, "Input/output error", path)
+
+    monkeypatch.setattr(root_mod.os, "scandir", eio)
+    with pytest.raises(EnvironmentFault, match="Input/output error"):
+        DatasetStore(str(tmp_path), "exp1").read_table("runs")
+
+
+def test_query_reads_nothing_it_has_not_checked(tmp_path: Path) -> None:
+    _, plans = _write(tmp_path)
+    f = _file(tmp_path, "chunks", plans[1])
+    f.write_bytes(f.read_bytes()[:-9])
+    with pytest.raises(StoreError, match="chunks"):
+        query(str(tmp_path), "exp1", "SELECT count(*) FROM runs")
+
+
+def test_results_commands_exit_2_naming_the_file(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from cluster.cli import app
+
+    _, plans = _write(tmp_path)
+    f = _file(tmp_path, "runs", plans[0])
+    f.write_bytes(f.read_bytes()[:100])
+    for argv in (["results", "show", "exp1"], ["results", "list"], ["results", "compare", "exp1"],
+                 ["results", "query", "exp1", "SELECT 1"]):
+        res = CliRunner().invoke(app, argv + ["--root", str(tmp_path)])
+        assert res.exit_code == 2, (argv, res.output)
+        assert "Traceback" not in res.output and str(f) in res.output, (argv, res.output)
+
+
+def test_the_query_stays_read_only(tmp_path: Path) -> None:
+    _write(tmp_path)
+
+    def snapshot() -> dict[str, tuple[int, int]]:
+        return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in tmp_path.rglob("*")}
+
+    before = snapshot()
+    query(str(tmp_path), "exp1", "SELECT * FROM runs")
+    connect(str(tmp_path), "exp1").close()
+    assert snapshot() == before
