@@ -13,7 +13,7 @@ import hashlib
 import math
 import pathlib
 from collections import Counter
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 import numpy as np
 
@@ -29,16 +29,22 @@ AUDIT_STREAM = 0xA0D1
 """Seed stream of those draws: apart from every stream the prompts themselves are drawn from."""
 
 
-def fingerprint_bytes(data: bytes) -> int:
-    """blake2b-64 of `data` as a signed int64 (the `requests.prompt_fingerprint` column's type)."""
-    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little", signed=True)
+def fingerprint_bytes(data: Union[bytes, memoryview], person: bytes) -> int:
+    """blake2b-64 of `data` (personalised by what it is: IDS or TEXT) as a signed int64, the `requests.
+    prompt_fingerprint` column's type."""
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8, person=person).digest(), "little", signed=True)
+
+
+IDS = b"sglbench-ids"
+TEXT = b"sglbench-text"
 
 
 def prompt_fingerprint(p: Prompt) -> int:
-    """The fingerprint of what a prompt sends: its token ids (little-endian int64) when it has them, else its text."""
+    """The fingerprint of what a prompt sends: its token ids (little-endian int64) when it has them, else its text
+    (UTF-8). About 3 us for 128 ids; 90 us for a session turn of 8192 (the tuple's conversion dominates)."""
     if p.input_ids is not None:
-        return fingerprint_bytes(b"ids:" + np.asarray(p.input_ids, dtype="<i8").tobytes())
-    return fingerprint_bytes(b"text:" + (p.text or "").encode("utf-8", "surrogatepass"))
+        return fingerprint_bytes(np.fromiter(p.input_ids, dtype="<i8", count=len(p.input_ids)).data, IDS)
+    return fingerprint_bytes((p.text or "").encode("utf-8", "surrogatepass"), TEXT)
 
 
 def prompt_fingerprints(prompts: Sequence[Prompt], indices: Sequence[int]) -> np.ndarray:
@@ -46,9 +52,9 @@ def prompt_fingerprints(prompts: Sequence[Prompt], indices: Sequence[int]) -> np
     PromptArray's rows are hashed straight from its id array, never built as Prompts."""
     out = np.zeros(len(prompts), dtype=np.int64)
     if isinstance(prompts, PromptArray):
-        ids = prompts.ids.astype("<i8", copy=False)
+        ids = np.ascontiguousarray(prompts.ids, dtype="<i8")
         for i in indices:
-            out[i] = fingerprint_bytes(b"ids:" + ids[i].tobytes())
+            out[i] = fingerprint_bytes(ids[i].data, IDS)
         return out
     for i in indices:
         out[i] = prompt_fingerprint(prompts[i])

@@ -69,6 +69,12 @@ def _workload(d: pathlib.Path, source: str) -> WorkloadSpec:
         f = d / "corpus.txt"
         f.write_text(" ".join(WORDS[j % len(WORDS)] for j in range(3000)))
         base.update(input_tokens=8, prompts={"source": "text", "path": str(f), "tokenizer": str(_tokenizer(d))})
+    elif source == "sharegpt_sessions":
+        f = d / "d.json"
+        f.write_text(json.dumps(_sharegpt_rows(40), indent=1))
+        base.update(input_tokens="dataset", num_requests=40, sessions={"turns": 2},
+                    prompts={"source": "sharegpt", "path": str(f), "tokenizer": str(_tokenizer(d)),
+                             "max_input_tokens": 64})
     elif source in ("sharegpt", "sharegpt_tokenized"):
         f = d / "d.json"
         f.write_text(json.dumps(_sharegpt_rows(40)))  # compact: every row on line 1
@@ -123,7 +129,7 @@ def _audit(d: pathlib.Path, source: str, collapse: bool) -> tuple[WorkloadAudit,
 
 
 SOURCES = ["random_ids", "shared_prefix", "sessions", "jsonl", "text", "sharegpt", "sharegpt_tokenized", "messages",
-           "trace"]
+           "trace", "sharegpt_sessions"]
 
 
 @pytest.mark.parametrize("source", SOURCES)
@@ -146,7 +152,7 @@ def test_a_collapsed_run_of_every_source_is_flagged_for_its_distinct_prompts(tmp
     assert audit.distinct_sent == 1
     assert any(r.startswith("sent 1 distinct prompts of") and "fewer than" in r for r in audit.reasons), \
         audit.reasons
-    if source in ("sharegpt", "sharegpt_tokenized", "messages"):
+    if source in ("sharegpt", "sharegpt_tokenized", "messages", "sharegpt_sessions"):
         # two categories half and half in the selection; the collapse sent only the first row's
         assert any(r.startswith("category ") for r in audit.reasons), audit.reasons
 
