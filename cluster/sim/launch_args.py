@@ -153,7 +153,7 @@ def build_parser(prog: str = "python -m cluster.sim.server") -> argparse.Argumen
             "Qwen3.5-397B-A17B-NVFP4 on 8 GPUs (simulator numbers, never GPU numbers). The flags below are "
             "modelled; every other flag SGLang 0.5.23 knows is accepted and not modelled, and a flag it does not "
             "know is refused as SGLang refuses it.", 78),
-        epilog="Simulator knobs: JSON in the environment variable SGLBENCH_SIM, e.g.\n"
+        epilog="Simulator knobs: JSON in the environment variable SGLBENCH_SIM. Example:\n"
                "  SGLBENCH_SIM='{\"accept_probs\": [0.9], \"time_scale\": 0}' sglbench sim-server --model-path "
                "sim://m\n" + knobs)
     p.add_argument("--model-path", "--model", dest="model_path", required=True,
