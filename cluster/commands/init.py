@@ -87,6 +87,23 @@ def _backends(facts: ModelFacts, gpu_sm: Optional[int], speculative: bool) -> li
     return out
 
 
+def _launch_notes(facts: ModelFacts, gpu_sm: Optional[int], version: str, tp: int) -> dict[str, tuple[str, str]]:
+    """flag → (value, why) for each per-release launch note (cluster/plan/launch_notes.py) this release needs where
+    the node may be SM120 (not known here counts as may be), as its rules decide that it applies."""
+    from cluster.engines.sglang import parse_version
+    from cluster.plan.launch_notes import LAUNCH_NOTES
+
+    if gpu_sm is not None and gpu_sm != 120:
+        return {}
+    out: dict[str, tuple[str, str]] = {}
+    for note in LAUNCH_NOTES:
+        applies = {"sm120": True, "sm120_nvfp4_moe": facts.nvfp4 is not False and facts.moe is not False,
+                   "sm120_multi_gpu": tp > 1}[note.condition]
+        if parse_version(version) < note.fixed_in and applies:
+            out[note.flag] = (note.value or "true", f"SGLang {version} on SM120 needs it (docs/launch-notes.md)")
+    return out
+
+
 def render_starter(report: ProbeReport, python: Interpreter, version: str, gpu_sm: Optional[int] = None,
                    dataset: Optional[Path] = BUNDLED_DATASET, todo: tuple[str, ...] = ()) -> str:
     """The starter experiment's YAML text (pure: everything it depends on is an argument)."""
@@ -118,7 +135,8 @@ def render_starter(report: ProbeReport, python: Interpreter, version: str, gpu_s
     kv_value = "fp8_e4m3" if kv and "FP8" in kv.upper() else "bf16"
     kv_why = (f"the checkpoint declares kv_cache_quant_algo {kv}, so auto would be FP8: pinned to that (bf16 to "
               "compare without it)" if kv_value != "bf16" else "explicit: auto follows the checkpoint")
-    attention = "triton" if gpu_sm == 120 else "flashinfer"
+    notes = _launch_notes(facts, gpu_sm, version, tp=1)
+    attention = "triton" if gpu_sm == 120 or "attention-backend" in notes else "flashinfer"
     lines += [
         "server:", "  args:",
         f"    max-running-requests: {MAX_RUNNING_REQUESTS}   # explicit and equal on every variant: SGLang silently "
@@ -131,6 +149,7 @@ def render_starter(report: ProbeReport, python: Interpreter, version: str, gpu_s
         lines.append(f"    {mamba_strategy_flag(version).lstrip('-')}: extra_buffer   # hybrid model: auto resolves "
                      "per variant (1,278 vs 1,977 tok/s in sglang PR #27220)")
     lines += [f"    {flag}: {value}   # {why}" for flag, value, why in _backends(facts, gpu_sm, nextn)]
+    lines += [f"    {flag}: {value}   # {why}" for flag, (value, why) in notes.items() if flag != "attention-backend"]
     lines += ["    enable-metrics: true   # the scraped running/queued counts let each run vouch for its concurrency",
               "variants:", "  - name: baseline", "    baseline: true"]
     if nextn:

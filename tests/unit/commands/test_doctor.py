@@ -37,9 +37,10 @@ from tests.checkpoints import qwen35_nvfp4
 
 REPO = Path(__file__).resolve().parents[3]
 
+GPUS = tuple(GpuFact(index=i, bus_id=f"0000:0{i}:00.0", compute_cap="12.0", width_current=16, width_max=16)
+             for i in range(8))
 HEALTHY = NodeFacts(
-    hostname="gpu-node", gpus=tuple(GpuFact(index=i, bus_id=f"0000:0{i}:00.0", compute_cap="12.0", width_current=16,
-                                            width_max=16) for i in range(8)),
+    hostname="gpu-node", gpus=GPUS,
     nvml_ok=True, topology_text="\tGPU0\tGPU1\nGPU0\t X \tSYS\nGPU1\tSYS\t X \n",
     interpreter=InterpreterFact(path="/opt/sglang/bin/python", runs=True, sglang_version="0.5.23",
                                 flashinfer_version="0.6.1", torch_version="2.9.1"),
@@ -69,12 +70,12 @@ CASES: list[tuple[Callable[[NodeFacts, NodeNeeds], CheckResult], dict[str, Any],
     (check_gpus, {"gpus": None, "gpus_reason": "nvidia-smi is absent"}, "fail", "unavailable: nvidia-smi is absent"),
     (check_gpus, {"cuda_visible_devices": "0,1"}, "fail", "2 of 8 GPU(s) visible"),
     (check_gpus, {"cuda_visible_devices": ""}, "fail", "0 of 8"),
-    (check_gpus, {"gpus": HEALTHY.gpus[:7] + (GpuFact(index=7, compute_cap="9.0"),)}, "warning", "mixed GPUs"),
+    (check_gpus, {"gpus": GPUS[:7] + (GpuFact(index=7, compute_cap="9.0"),)}, "warning", "mixed GPUs"),
     (check_nvml, {"nvml_ok": False, "nvml_reason": "nvmlInit failed: Driver Not Loaded"}, "warning",
      "unavailable: nvmlInit failed"),
     (check_topology, {"topology_text": None, "topology_reason": "nvidia-smi topo -m failed"}, "warning",
      "unavailable: nvidia-smi topo -m failed"),
-    (check_link_width, {"gpus": HEALTHY.gpus[:3] + (SMALL_GPU,) + HEALTHY.gpus[4:]}, "warning", "GPU 3 x4 of x16"),
+    (check_link_width, {"gpus": GPUS[:3] + (SMALL_GPU,) + GPUS[4:]}, "warning", "GPU 3 x4 of x16"),
     (check_engine, {"interpreter": InterpreterFact(path="/nope/python", runs=False, reason="no such interpreter")},
      "fail", "/nope/python: no such interpreter"),
     (check_engine, {"interpreter": HEALTHY.interpreter.model_copy(update={"sglang_version": None})}, "fail",  # type: ignore[union-attr]

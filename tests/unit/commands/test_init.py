@@ -150,3 +150,15 @@ def test_dash_prints_the_starter_and_a_bad_checkpoint_is_a_user_error(tmp_path: 
     assert not os.path.exists(tmp_path / "dense.yaml")
     missing = runner.invoke(app, ["init", str(tmp_path / "nowhere")])
     assert missing.exit_code == 2 and "nowhere" in missing.output
+
+
+@pytest.mark.parametrize("gpu_sm", [None, 120])
+def test_an_older_release_gets_its_sm120_launch_notes_pinned(tmp_path: Path, gpu_sm: Optional[int]) -> None:
+    """Fuzz finding (tests/fuzz/test_fuzz_init_starter.py): with a release before 0.5.23 detected, the starter lacked
+    the per-release SM120 flags (attention triton, shared-experts fusion off), so `plan` warned on every variant."""
+    report = probe_checkpoint(str(ck.qwen35_nvfp4(tmp_path / "m")))
+    text = render_starter(report, Interpreter(None, None, "none"), "0.5.14", gpu_sm)
+    assert residual_findings(text, report, "starter.yaml", gpu_sm) == []
+    assert "attention-backend: triton" in text and "disable-shared-experts-fusion: true" in text
+    on_h200 = render_starter(report, Interpreter(None, None, "none"), "0.5.14", 90)
+    assert "disable-shared-experts-fusion" not in on_h200 and "attention-backend: flashinfer" in on_h200
