@@ -137,7 +137,7 @@ class _Reader:
             self.eof = True
         self.buf += data
 
-    def line(self, limit: int, what: str) -> bytes:
+    def line(self, limit: int, what: str, too_long: str = "") -> bytes:
         """Up to the next CRLF (taken off the buffer), at most `limit` bytes before it."""
         while True:
             i = self.buf.find(b"\r\n")
@@ -146,7 +146,7 @@ class _Reader:
                 del self.buf[: i + 2]
                 return out
             if len(self.buf) > limit:
-                raise MalformedAnswerError(f"{self.what}: {what} longer than {limit} bytes")
+                raise MalformedAnswerError(f"{self.what}: {too_long or f'{what} longer than {limit} bytes'}")
             if self.eof:
                 raise MalformedAnswerError(f"{self.what}: the answer ended inside {what} (truncated)")
             self.fill()
@@ -169,7 +169,8 @@ def _timeout(what: str, timeout_s: float) -> ServerTimeoutError:
 
 def _head(r: _Reader, max_header_bytes: int) -> tuple[int, list[tuple[str, str]]]:
     left = max_header_bytes
-    line = r.line(left, "the status line")
+    too_long = f"the answer's headers are longer than {max_header_bytes} bytes"
+    line = r.line(left, "the status line", too_long)
     m = _STATUS.fullmatch(line)
     if m is None:
         raise MalformedAnswerError(f"{r.what}: expected an HTTP/1.x status line, got {line[:80]!r}")
@@ -177,8 +178,8 @@ def _head(r: _Reader, max_header_bytes: int) -> tuple[int, list[tuple[str, str]]
     while True:
         left -= len(line) + 2
         if left < 0:
-            raise MalformedAnswerError(f"{r.what}: the answer's headers are longer than {max_header_bytes} bytes")
-        line = r.line(left, "the headers")
+            raise MalformedAnswerError(f"{r.what}: {too_long}")
+        line = r.line(left, "the headers", too_long)
         if not line:
             return int(m.group(1)), headers
         name, colon, value = line.partition(b":")

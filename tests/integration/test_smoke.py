@@ -152,3 +152,85 @@ def test_smoke_against_the_simulator(spec: bool) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@pytest.mark.parametrize("url, says", [
+    ("http://127.0.0.1:99999", "invalid port '99999'"), ("htp://127.0.0.1:30000", "unknown URI scheme 'htp'"),
+    ("127.0.0.1:30000", "no scheme"), ("http://:30000", "no host")])
+def test_cli_a_bad_url_is_exit_2_and_says_what_is_wrong(url: str, says: str) -> None:
+    from cluster.cli import app
+
+    res = CliRunner().invoke(app, ["smoke", url, "--timeout", "1"])
+    assert res.exit_code == 2 and says in res.output, res.output
+
+
+def test_cli_nothing_listening_is_exit_4_connection_refused() -> None:
+    from cluster.cli import app
+
+    port = free_port()
+    res = CliRunner().invoke(app, ["smoke", f"http://127.0.0.1:{port}", "--timeout", "1"])
+    assert res.exit_code == 4 and "connection refused (nothing listening on" in res.output, res.output
+    assert "unreachable" not in res.output
+
+
+def test_cli_a_silent_server_is_exit_4_timed_out_after_its_deadline() -> None:
+    from cluster.cli import app
+    from tests.fuzz.replay_server import ReplayServer, Script
+
+    with ReplayServer(lambda m, p: Script((b"HTTP/1.1 200 OK\r\n",), gap_s=0.05, then="trickle")) as srv:
+        t0 = time.monotonic()
+        res = CliRunner().invoke(app, ["smoke", srv.url, "--timeout", "0.5"])
+        assert time.monotonic() - t0 < 2.0
+    assert res.exit_code == 4 and "GET /health" not in res.output and "timed out after 0.5 s" in res.output, \
+        res.output
+
+
+class MalformedMeta(FakeSGLang):
+    """Answers /health and the info calls well; its stream's meta_info is a string, or its /generate never ends."""
+
+    mode = "meta-str"
+
+    def do_POST(self) -> None:
+        if self.path != "/generate":
+            super().do_POST()
+            return
+        n = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(n)
+        if self.mode == "meta-str":
+            self._send(200, b'data: {"text": "OK", "meta_info": "oops"}\n\ndata: [DONE]\n\n', "text/event-stream")
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", "1000000")
+        self.end_headers()
+        try:
+            for _ in range(400):  # a byte every 10 ms: never done inside smoke's deadline
+                self.wfile.write(b"d")
+                self.wfile.flush()
+                time.sleep(0.01)
+        except OSError:
+            pass
+
+
+@pytest.mark.parametrize("mode, says", [
+    ("meta-str", "a /generate chunk.meta_info: expected an object, got a string 'oops'"),
+    ("trickle", "POST /generate (stream)"),
+])
+def test_cli_a_malformed_or_endless_generate_is_its_row_and_exit_4(mode: str, says: str) -> None:
+    from cluster.cli import app
+
+    handler = type("H", (MalformedMeta,), {"mode": mode})
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        t0 = time.monotonic()
+        res = CliRunner().invoke(app, ["smoke", f"http://127.0.0.1:{srv.server_address[1]}", "--timeout", "1"])
+        assert time.monotonic() - t0 < 6.0
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    flat = " ".join(res.output.split())
+    assert res.exit_code == 4 and "failed at the server's end" in flat and says in flat, res.output
+    if mode == "trickle":
+        assert "timed out after 1 s" in flat

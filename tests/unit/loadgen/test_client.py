@@ -421,3 +421,59 @@ def test_preopen_against_a_dead_port_opens_nothing_and_frees_its_slots() -> None
 
     rec = asyncio.run(body())
     assert rec.error is not None and rec.error.startswith("connection error"), rec.error
+
+
+def test_a_malformed_answer_is_that_request_s_recorded_error_never_a_good_request_or_a_crash() -> None:
+    bad_meta = b"data: " + json.dumps({"text": "t", "meta_info": {
+        "finish_reason": {"type": "length"}, "completion_tokens": "1", "prompt_tokens": 3}}).encode() + b"\n\n"
+    answers = [
+        CHUNKED_HEAD + _chunked([_event(1, 2), bad_meta]),                     # a count as a string
+        CHUNKED_HEAD + _chunked([b'data: {"text": "t", "meta_info": "m"}\n\n']),  # meta_info a string
+        b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * (10 * 1024 * 1024) + b"\r\n\r\n",   # a 10 MB header
+        b"HTTP/9 200 OK\r\n\r\n",                                                  # a bad status line
+        b"HTTP/1.1 200 OK\r\nContent-Length: 12x\r\n\r\n",                         # a bad Content-Length
+        CHUNKED_HEAD + b"%x\r\n" % (20 * 1024 * 1024) + b"data: " + b"x" * (17 * 1024 * 1024),  # an endless event
+    ]
+    pending = iter(answers)
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        while (await _read_request(r)) is not None:
+            w.write(next(pending))
+            await w.drain()
+
+    async def body(url: str) -> None:
+        async with StreamPool(url, 1) as pool:
+            recs = [await _one(pool) for _ in answers]
+        assert [r.error for r in recs] == [
+            "malformed answer: chunk.meta_info.completion_tokens: expected a non-negative integer, got a string '1'",
+            "malformed answer: chunk.meta_info: expected an object, got a string 'm'",
+            "malformed answer: response headers longer than 65536 bytes",
+            "malformed answer: not an HTTP/1.x status line: b'HTTP/9 200 OK'",
+            "malformed answer: Content-Length: expected one count of decimal digits, got b'12x'",
+            f"malformed answer: an SSE event longer than {16 * 1024 * 1024} bytes (no blank line)",
+        ]
+        assert all(r.prompt_tokens in (None, 3) and r.completion_tokens in (None, 0, 1) for r in recs)
+
+    asyncio.run(_serve(handler, body))
+
+
+def test_a_trickling_or_endless_stream_ends_at_the_request_s_deadline() -> None:
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await _read_request(r)
+        w.write(CHUNKED_HEAD + _chunked([_event(1, 1000)])[:-5])
+        try:
+            for k in range(2, 1000):  # one more token every 20 ms: each read is quick, the stream never ends
+                w.write(b"%x\r\n" % len(_event(k, 1000)) + _event(k, 1000) + b"\r\n")
+                await w.drain()
+                await asyncio.sleep(0.02)
+        except ConnectionError:
+            pass
+
+    async def body(url: str) -> None:
+        async with StreamPool(url, 1) as pool:
+            t0 = time.monotonic()
+            rec = await _one(pool, 0.5)
+            took_s = time.monotonic() - t0
+        assert rec.error == "timeout after 0.5 s" and 0.45 < took_s < 1.2 and len(rec.chunk_tokens) > 3
+
+    asyncio.run(_serve(handler, body))
