@@ -152,20 +152,18 @@ def _check_tokenizer(model_path: str, field: str, tokenizer: Optional[str], limi
     from cluster.errors import PromptSourceError
     from cluster.loadgen.text_prompts import load_tokenizer, tokenizer_file
 
+    where = f"{field}.prompts.tokenizer" if tokenizer else "model.path"
     try:
         f = tokenizer_file(tokenizer, model_path, base_dir)
         tok = load_tokenizer(f)
     except PromptSourceError as e:
-        raise PreflightError(str(e), file=e.file, field=e.field or f"{field}.prompts.tokenizer",
-                             expected=e.expected) from None
+        raise PreflightError(f"{where}: {e}", file=e.file, field=where, expected=e.expected) from None
     vocab = tok.get_vocab(with_added_tokens=True)
     top = max(vocab.values(), default=-1)
     if limits.vocab_size is not None and top >= limits.vocab_size:
-        where = "prompts.tokenizer" if tokenizer else "model.path"
-        raise PreflightError(f"{f}: {field}.{where}: the tokenizer has ids up to {top}, outside the model's "
-                             f"vocabulary of {limits.vocab_size} ({limits.source}); it is not this model's tokenizer",
-                             file=str(f), field=f"{field}.{where}",
-                             expected=f"a tokenizer whose ids are below {limits.vocab_size}")
+        raise PreflightError(f"{where}: {f}: the tokenizer has ids up to {top}, outside the model's vocabulary of "
+                             f"{limits.vocab_size} ({limits.source}); it is not this model's tokenizer",
+                             file=str(f), field=where, expected=f"a tokenizer whose ids are below {limits.vocab_size}")
 
 
 def _check_vocab(field: str, vocab_size: int, limits: ModelLimits) -> None:
