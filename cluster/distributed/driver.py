@@ -32,6 +32,8 @@ from cluster.dataset.run_facts import GateVerdict, SegmentFacts, ServerFacts, Se
 from cluster.distributed.actors import EngineActor, LoadActor, LoadBatch, Prepared, ShardSummary, cleanup_task
 from cluster.loadgen.gate import GateAnswers
 from cluster.distributed.cluster_state import gpu_nodes, resolve_output_root
+from cluster.distributed.progress import (PointFinished, PointRecords, PointStarted, ProgressEvent, ServerState,
+                                          ignore)
 from cluster.plan.capacity import Outcome, answer, clamped, drive, from_spec, replay
 from cluster.plan.runs import (ResolvedVariant, RunPlan, expand_variants, make_plan, plan_run, search_point,
                                server_segments)
@@ -49,6 +51,10 @@ from cluster.telemetry.recorder import TelemetryCapture
 
 LOAD_ACTOR_CPUS = 1.0
 PLACEMENT_PROGRESS_S = 10.0
+LIVE_UPDATES_PER_WINDOW = 20
+"""With a live watcher, a load actor hands out its finished requests about this often per window (batches of at
+least LIVE_MIN_BATCH_ROWS), so the view's requests done and running figures move during the window."""
+LIVE_MIN_BATCH_ROWS = 8
 
 
 @dataclass
@@ -181,7 +187,8 @@ def _error_text(e: BaseException) -> tuple[str, str]:
 
 class Driver:
     def __init__(self, spec: ExperimentSpec, base_dir: Path, output_root: Optional[str],
-                 log: Callable[[str], None], on_run: Callable[[RunPlan, str], None]) -> None:
+                 log: Callable[[str], None], on_run: Callable[[RunPlan, str], None],
+                 on_event: Optional[Callable[[ProgressEvent], None]] = None) -> None:
         from cluster.dataset.store import DatasetStore
 
         self.spec = spec
@@ -190,6 +197,9 @@ class Driver:
         self.store = DatasetStore(self.root, spec.name)
         self.log = log
         self.on_run = on_run
+        self.on_event = on_event or ignore
+        """Progress events (cluster/distributed/progress.py) for a live view, from the segment threads."""
+        self.live = on_event is not None
         self.shared = _Shared()
         self.result = ExperimentResult(dataset_root=self.root)
         self.git_sha = _git_sha(base_dir)
@@ -333,7 +343,9 @@ class Driver:
                     self._record_failed(p, f"tuning stage failed: {reason}", "", None, None)
                 self.gates.put(variant.name, None)
                 return
+            self.on_event(ServerState(variant.name, "placing", f"{r.gpus} GPU(s)"))
             self._wait_pg(pg, variant.name, r.gpus)
+            self.on_event(ServerState(variant.name, "starting"))
             if variant.name == self.baseline_name:
                 self.gates.placed()
             launcher = self.spec.engines.get(variant.engine)
@@ -350,6 +362,7 @@ class Driver:
             except (RayTaskError, RayActorError) as e:
                 reason, tail = _error_text(e)
                 self.log(f"[{variant.name}] server failed to start: {reason}")
+                self.on_event(ServerState(variant.name, "failed", reason))
                 for p in runs:
                     self._record_failed(p, f"server start failed: {reason}", tail, None, None)
                 self.gates.put(variant.name, None)
@@ -362,19 +375,24 @@ class Driver:
             self.log(f"[{variant.name}] server healthy in {server.startup_s:.1f} s on GPUs "
                      f"{server.cuda_visible_devices or '-'} (pid {server.pid}, port {server.port}, log "
                      f"{server.hostname}:{server.log_path})")
+            self.on_event(ServerState(variant.name, "healthy", f"in {server.startup_s:.1f} s"))
             loads = [self._new_load_actor(pg, variant, i) for i in range(n_load)]
             seg = replace(seg, load_actor_cuda_visible_devices=ray.get(loads[0].visible_gpus.remote()),
                           load_actor_node_id=ray.get(loads[0].node_id.remote()), load_actors=n_load)
             self.result.servers[variant.name] = ServerRecord(server, seg)
+            if self.spec.correctness.enabled:
+                self.on_event(ServerState(variant.name, "gate"))
             gate = self._gate(variant, loads[0], server, first) if self.spec.correctness.enabled \
                 else GateVerdict(True, ("correctness gate disabled in the spec",), skipped=True)
             seg = replace(seg, correctness=gate)
             self.result.servers[variant.name] = ServerRecord(server, seg)
             if not gate.passed:
                 self.log(f"[{variant.name}] correctness gate FAILED: {'; '.join(gate.reasons)}")
+                self.on_event(ServerState(variant.name, "failed", "correctness gate failed"))
                 for p in runs:
                     self._record_invalid(p, "correctness gate failed: " + "; ".join(gate.reasons), server, seg)
                 return
+            self.on_event(ServerState(variant.name, "measuring"))
             death: Optional[_Death] = None
             for p in runs:
                 if death is not None:
@@ -393,6 +411,7 @@ class Driver:
                 self.gates.put(variant.name, None)
             self.shared.leave(variant.name)
             self._teardown(engine, loads, pg, server)
+            self.on_event(ServerState(variant.name, "stopped"))
             if server is not None:
                 self.result.servers[variant.name] = ServerRecord(server, replace(seg, stopped_unix_s=time.time()))
 
@@ -426,7 +445,7 @@ class Driver:
         try:
             gens = [a.run_point_stream.options(num_returns="streaming").remote(
                 server.base_url, p.workload, p.load, p.seed, model_name, self.spec.request_timeout_s, i, n, start,
-                batch_rows=self.batch_rows)
+                batch_rows=self._batch_rows(p))
                 for i, a in enumerate(loads)]
             summaries: list[ShardSummary] = []
             for gen in gens:
@@ -435,6 +454,7 @@ class Driver:
                     if isinstance(item, LoadBatch):
                         writer.write("requests", item.requests)
                         writer.write("chunks", item.chunks)
+                        self.on_event(PointRecords(p, item.requests))
                     else:
                         summaries.append(item)
         finally:
@@ -486,6 +506,7 @@ class Driver:
             return loads, _Death(f"found dead before run {p.order_index} started", tail)
         neighbours = self.shared.neighbours(p.variant.name, server.node_id)
         writer = RunWriter(self.store, p)
+        self.on_event(PointStarted(p))
         try:
             out = self._stream_window(p, loads, server, writer, engine)
         except _DiedBeforeWindow:
@@ -519,7 +540,7 @@ class Driver:
             writer.commit(failed_run_row(p, with_decisive_line(f"server died during the measured window ({n_err} of "
                                                                f"{n_req} requests failed)", tail),
                                          tail, server, seg, self.spec, self.git_sha))
-            self._finish(p, "failed")
+            self._finish(p, "failed", {"failure_reason": "server died during the measured window"})
             return loads, _Death(f"it died in the window of run {p.order_index}", tail)
         # dead with every request answered: it died after this window, whose measurement is whole
         row = build_run_row(p, out, server, seg, self.spec, sorted(neighbours), self.git_sha)
@@ -533,7 +554,7 @@ class Driver:
         if out.samples:  # the output ids of the run's deterministic sample: the evidence of a garbage verdict
             extra["output_samples"] = samples_table(out.samples)
         writer.commit(row, extra or None)
-        self._finish(p, row["status"])
+        self._finish(p, row["status"], row)
         if not alive:
             return loads, _Death(f"it died after the window of run {p.order_index}", self._engine_tail(engine))
         return loads, None
@@ -703,7 +724,7 @@ class Driver:
         row = failed_run_row(p, reason, "", server, seg, self.spec, self.git_sha)
         row.update({"status": "invalid", "failure_reason": None, "invalid_reasons": reason})
         self.store.write_run(p, row, None, None)
-        self._finish(p, "invalid")
+        self._finish(p, "invalid", row)
 
     def _engine_alive(self, engine: Any, settle_s: float = 0.0) -> bool:
         """Whether the server runs; with settle_s, keep looking that long for a death in progress."""
@@ -731,11 +752,19 @@ class Driver:
             reason = with_decisive_line(reason, tail)
         row = failed_run_row(p, reason, tail, server, seg, self.spec, self.git_sha)
         self.store.write_run(p, row, None, None)
-        self._finish(p, "failed")
+        self._finish(p, "failed", row)
 
-    def _finish(self, p: RunPlan, status: str) -> None:
+    def _finish(self, p: RunPlan, status: str, row: Optional[dict[str, Any]] = None) -> None:
         self.result.statuses[p.run_key] = status
         self.on_run(p, status)
+        self.on_event(PointFinished.from_row(p, status, row))
+
+    def _batch_rows(self, p: RunPlan) -> int:
+        """Requests per batch out of a load actor: self.batch_rows, or smaller with a live watcher."""
+        if not self.live:
+            return self.batch_rows
+        per_update = -(-p.workload.num_requests // LIVE_UPDATES_PER_WINDOW)
+        return min(self.batch_rows, max(LIVE_MIN_BATCH_ROWS, per_update))
 
     def _teardown(self, engine: Any, loads: list[Any], pg: Any, server: Optional[ServerFacts]) -> None:
         if engine is not None:
@@ -793,10 +822,11 @@ class PlacementError(EnvironmentFault):
 def run_experiment(spec: ExperimentSpec, *, base_dir: Path, output_root: Optional[str] = None,
                    log: Optional[Callable[[str], None]] = None,
                    on_run: Optional[Callable[[RunPlan, str], None]] = None,
-                   preflight: bool = True) -> ExperimentResult:
+                   preflight: bool = True,
+                   on_event: Optional[Callable[[ProgressEvent], None]] = None) -> ExperimentResult:
     """Run every planned run not already in the dataset. Ray must be initialised by the caller."""
     drv = Driver(spec, Path(base_dir), output_root, log or (lambda s: print(s, flush=True)),
-                 on_run or (lambda p, s: None))
+                 on_run or (lambda p, s: None), on_event)
     if preflight:
         from cluster.distributed.cluster_state import remote_preflight
 
