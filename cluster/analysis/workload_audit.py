@@ -78,8 +78,9 @@ class PlannedWorkload:
     categories: tuple[CategoryShare, ...]
     """The selection's category shares (summing to 1); ((None, 1.0),) for a source without categories."""
     draw_multiplicities: tuple[tuple[int, int], ...] = ()
-    """A generated source whose draw positions do not all give distinct prompts (a corpus repeating itself):
-    (c, how many distinct prompts are given by c positions each), positions drawn uniformly; () when uniform."""
+    """Where positions do not all give distinct prompts: (c, how many distinct prompts are given by c positions
+    each). A generated source's positions are drawn uniformly (a corpus repeating itself), a file source's are its
+    rows (a file holding the same prompt twice); () when every position is its own prompt."""
 
 
 @dataclass(frozen=True)
@@ -147,9 +148,10 @@ def binomial_interval(n: int, p: float, alpha: float) -> tuple[int, int]:
     sd = math.sqrt(n * p * (1 - p))
     a = max(0, int(n * p - 12 * sd - 10))
     b = min(n, int(n * p + 12 * sd + 10))
-    k = np.arange(a, b + 1, dtype=np.float64)
-    lg = np.vectorize(math.lgamma)
-    logp = (math.lgamma(n + 1) - lg(k + 1) - lg(n - k + 1) + k * math.log(p) + (n - k) * math.log1p(-p))
+    k = np.arange(a, b, dtype=np.float64)
+    # log pmf(a), then pmf(k + 1) / pmf(k) = (n − k) / (k + 1) · p / (1 − p) summed along the window
+    first = math.lgamma(n + 1) - math.lgamma(a + 1) - math.lgamma(n - a + 1) + a * math.log(p) + (n - a) * math.log1p(-p)
+    logp = first + np.concatenate([[0.0], np.cumsum(np.log((n - k) / (k + 1)) + math.log(p) - math.log1p(-p))])
     pmf = np.exp(logp - logp.max())
     pmf /= pmf.sum()  # the window holds all but ~1e-30 of the mass
     cdf = np.cumsum(pmf)
@@ -164,8 +166,8 @@ def poisson_upper(lam: float, alpha: float) -> int:
     if lam <= 1e-12:
         return 0
     top = int(lam + 12 * math.sqrt(lam) + 20)
-    k = np.arange(0, top + 1, dtype=np.float64)
-    logp = k * math.log(lam) - lam - np.vectorize(math.lgamma)(k + 1)
+    k = np.arange(0, top, dtype=np.float64)
+    logp = -lam + np.concatenate([[0.0], np.cumsum(math.log(lam) - np.log(k + 1))])
     cdf = np.cumsum(np.exp(logp))
     return int(np.argmax(1.0 - cdf <= alpha))
 
@@ -173,10 +175,28 @@ def poisson_upper(lam: float, alpha: float) -> int:
 def planned_distinct(plan: PlannedWorkload, n: int, alpha: float) -> tuple[int, int]:
     """(distinct prompts planned for n sent, the fewest that still pass at level alpha)."""
     if not plan.with_replacement:
-        k = min(int(plan.offered_distinct), n)
-        return k, k
+        return _permutation_distinct(plan, n)
     e = expected_distinct(plan.offered_distinct, n, plan.draw_multiplicities)
     return min(n, round(e)), max(1 if n else 0, n - poisson_upper(n - e, alpha))
+
+
+def _permutation_distinct(plan: PlannedWorkload, n: int) -> tuple[int, int]:
+    """A file source's R rows (K distinct prompts, `draw_multiplicities` when some rows repeat) sent as seeded
+    permutations, cycled: n ≥ R sends all K; a prefix of n < R sends at least as many as the fewest groups of
+    identical rows that can hold n rows (the largest first) and, in expectation, Σ_g 1 − C(R − g, n) / C(R, n)."""
+    k = int(plan.offered_distinct)
+    groups = sorted((c for c, count in plan.draw_multiplicities for _ in range(count)), reverse=True)
+    rows = sum(groups) if groups else k
+    if not groups or n >= rows:
+        return min(k, n), min(k, n)
+    fewest, held = 0, 0
+    while held < n:
+        held += groups[fewest]
+        fewest += 1
+    log_all = math.lgamma(rows + 1) - math.lgamma(n + 1) - math.lgamma(rows - n + 1)
+    expected = sum(1.0 - (math.exp(math.lgamma(rows - g + 1) - math.lgamma(n + 1) - math.lgamma(rows - g - n + 1)
+                                   - log_all) if rows - g >= n else 0.0) for g in groups)
+    return round(expected), fewest
 
 
 def _share_map(shares: tuple[CategoryShare, ...]) -> dict[str, float]:

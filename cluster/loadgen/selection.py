@@ -106,7 +106,8 @@ def workload_selection(workload: WorkloadSpec, n: int, seed: int, base_dir: path
         ids = [p.input_ids for p in prompts]
         lengths = (length_quantiles(np.asarray([len(x) for x in ids if x is not None]))
                    if all(x is not None for x in ids) else None)
-        return PlannedWorkload("jsonl", float(len({prompt_fingerprint(p) for p in prompts})), False, lengths, none)
+        offered, repeats = _rows_offered([prompt_fingerprint(p) for p in prompts])
+        return PlannedWorkload("jsonl", offered, False, lengths, none, repeats)
     return _text_selection(workload, seed, base_dir, model_path)
 
 
@@ -119,18 +120,27 @@ def _conversation_selection(workload: WorkloadSpec, base_dir: pathlib.Path, mode
     assert isinstance(src, ConversationPrompts)
     sel, _ = load_selection(workload, base_dir, model_path)
     render = session_renderer(workload, base_dir, model_path)
-    prints: set[int] = set()
+    prints: list[int] = []
     lengths: list[int] = []
     for r in sel.rows:
         if render is None:
-            prints.add(prompt_fingerprint(Prompt(text=r.text)))
+            prints.append(prompt_fingerprint(Prompt(text=r.text)))
             continue
         text, ids = render(r.turns)
-        prints.add(prompt_fingerprint(Prompt(input_ids=ids, text=text)))
+        prints.append(prompt_fingerprint(Prompt(input_ids=ids, text=text)))
         lengths.append(len(ids or ()))
     quantiles = length_quantiles(np.asarray(lengths)) if render is not None and lengths else None
-    return PlannedWorkload(src.source, float(len(prints)), False, quantiles,
-                           category_shares([r.category for r in sel.rows]) if sel.rows else category_shares([None]))
+    offered, repeats = _rows_offered(prints)
+    return PlannedWorkload(src.source, offered, False, quantiles,
+                           category_shares([r.category for r in sel.rows]) if sel.rows else category_shares([None]),
+                           repeats)
+
+
+def _rows_offered(prints: list[int]) -> tuple[float, tuple[tuple[int, int], ...]]:
+    """A file's rows' fingerprints → (distinct prompts, their multiplicities when a prompt is on several rows)."""
+    per = Counter(prints)
+    repeats = tuple(sorted(Counter(per.values()).items())) if len(per) < len(prints) else ()
+    return float(len(per)), repeats
 
 
 def _text_selection(workload: WorkloadSpec, seed: int, base_dir: pathlib.Path, model_path: str) -> PlannedWorkload:

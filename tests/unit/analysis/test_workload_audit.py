@@ -122,3 +122,18 @@ def test_binomial_interval_matches_the_exact_tails() -> None:
     assert binomial_interval(10, 0.5, 0.02) == (1, 9)
     assert binomial_interval(10, 0.5, 0.03) == (2, 8)  # P(X ≤ 1) = 0.0107 ≤ 0.015
     assert binomial_interval(10, 0.0, 0.01) == (0, 0) and binomial_interval(10, 1.0, 0.01) == (10, 10)
+
+
+def test_a_file_holding_one_prompt_on_several_rows_plans_what_a_permutation_prefix_can_send() -> None:
+    # fuzz finding: rows A A A A B C (K = 3 distinct on R = 6 rows) and 2 requests; a seeded permutation may pick
+    # two of the four A rows, so 1 distinct is a correct run. Before, planned was min(K, n) = 2 and it was flagged.
+    # Now: the fewest groups holding 2 rows (largest first: A's 4) is 1, and the expectation
+    # Σ_g 1 − C(R − g, n)/C(R, n) = (1 − C(2,2)/15) + 2·(1 − C(5,2)/15) = 14/15 + 2·5/15 = 1.6 → 2 planned
+    plan = PlannedWorkload("jsonl", 3.0, False, None, category_shares([None]), ((1, 2), (4, 1)))
+    a = audit_workload(_requests([1, 1], [0, 0], [None, None]), plan)
+    assert a.reasons == () and (a.distinct_sent, a.distinct_planned) == (1, 2)
+    # from 5 requests on, at least two groups are sent (4 rows of A cannot hold 5): one distinct is flagged
+    a = audit_workload(_requests([1] * 5, [0] * 5, [None] * 5), plan)
+    assert a.reasons and a.reasons[0].startswith("sent 1 distinct prompts of 5")
+    # a whole pass (n ≥ R) sends every distinct prompt
+    assert audit_workload(_requests([1, 1, 1, 1, 2, 2], [0] * 6, [None] * 6), plan).reasons

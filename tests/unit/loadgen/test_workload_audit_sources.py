@@ -163,3 +163,14 @@ def test_the_fingerprint_is_of_what_was_sent(tmp_path: pathlib.Path) -> None:
     requests = asyncio.run(_sim_window(prompts, wl, tmp_path)).to_pydict()
     by_index = dict(zip(requests["request_index"], requests["prompt_fingerprint"]))
     assert by_index == {i: prompt_fingerprint(p) for i, p in enumerate(prompts)}
+
+
+def test_a_prompt_file_with_repeated_rows_offers_its_distinct_prompts_with_their_multiplicities(
+        tmp_path: pathlib.Path) -> None:
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"prompt": "a"}\n' * 4 + '{"prompt": "b"}\n{"input_ids": [5, 6]}\n')
+    wl = WorkloadSpec.model_validate({"name": "w", "input_tokens": "dataset", "output_tokens": 4, "num_requests": 2,
+                                      "prompts": {"source": "jsonl", "path": str(f)}})
+    plan = workload_selection(wl, 2, 0, tmp_path)
+    assert (plan.offered_distinct, plan.with_replacement, plan.draw_multiplicities) == (3.0, False, ((1, 2), (4, 1)))
+    assert plan.lengths is None  # text rows: the client does not know their lengths
