@@ -46,7 +46,9 @@ class TraceRow:
     output_tokens: int
 
 
-def _row(path: pathlib.Path, row: int, line: int, obj: Any) -> TraceRow:
+def _row(path: pathlib.Path, row: int, line: int, obj: Any, cells: bool = False) -> TraceRow:
+    """A trace row from a JSON object, or from a CSV record's text `cells`. A JSON row's numbers must be JSON
+    numbers: a quoted "12" or a boolean (Python's float(True) is 1.0) is refused, not read as a number."""
     where = f"{path}:{line}"
     if not isinstance(obj, dict):
         raise TraceError(f"{where}: expected an object with timestamp_s, input_tokens and output_tokens",
@@ -56,8 +58,12 @@ def _row(path: pathlib.Path, row: int, line: int, obj: Any) -> TraceRow:
         raise TraceError(f"{where}: expected exactly one of timestamp_s, timestamp_ms, got "
                          f"{', '.join(times) or 'neither'}", file=where, field="timestamp_s",
                          expected="one timestamp column")
+    raw_t = obj[times[0]]
+    if not cells and (isinstance(raw_t, bool) or not isinstance(raw_t, (int, float))):
+        raise TraceError(f"{where}: {times[0]} {_shown(raw_t)} is not a number of seconds (a JSON number)",
+                         file=where, field=times[0], expected="a finite time >= 0, as a JSON number")
     try:
-        t = float(obj[times[0]]) * TIME_FIELDS[times[0]]
+        t = float(raw_t) * TIME_FIELDS[times[0]]
     except (TypeError, ValueError, OverflowError):  # OverflowError: an integer too large for a float
         raise TraceError(f"{where}: {times[0]} {_shown(obj[times[0]])} is not a number of seconds", file=where,
                          field=times[0], expected="a finite time >= 0") from None
@@ -68,7 +74,7 @@ def _row(path: pathlib.Path, row: int, line: int, obj: Any) -> TraceRow:
     for k in LENGTH_FIELDS:
         v = obj.get(k)
         n = -1
-        if isinstance(v, str):  # a CSV cell
+        if isinstance(v, str) and cells:
             try:
                 f = float(v)
                 n = int(f) if f.is_integer() else -1
@@ -138,7 +144,7 @@ def _csv_rows(path: pathlib.Path, raw: str) -> list[TraceRow]:
         if len(rec) != len(header):
             raise TraceError(f"{path}:{start}: {len(rec)} fields where the header has {len(header)}",
                              file=f"{path}:{start}", expected=f"{len(header)} fields, as the header")
-        rows.append(_row(path, len(rows), start, dict(zip(header, rec))))
+        rows.append(_row(path, len(rows), start, dict(zip(header, rec)), cells=True))
 
 
 def replayed_rows(rows: Sequence[TraceRow], n: int, path: pathlib.Path) -> Sequence[TraceRow]:

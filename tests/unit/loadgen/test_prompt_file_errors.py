@@ -237,3 +237,18 @@ def test_a_tokenizer_config_that_cannot_be_parsed_names_the_file(tmp_path: pathl
     os.mkfifo(cfg)
     with pytest.raises(ChatTemplateError, match="FIFO"):
         load_chat_template(tmp_path)
+
+
+@pytest.mark.parametrize("field,value", [("timestamp_s", True), ("timestamp_s", "3"), ("input_tokens", "12"),
+                                         ("output_tokens", False)])
+def test_a_json_trace_row_takes_json_numbers_only(tmp_path: pathlib.Path, field: str, value: object) -> None:
+    # float(True) is 1.0 and "12" was read as a CSV cell: both were accepted as numbers from a JSON row
+    row: dict[str, object] = {"timestamp_s": 0, "input_tokens": 1, "output_tokens": 1, field: value}
+    f = tmp_path / "t.jsonl"
+    f.write_text(json.dumps(row) + "\n")
+    with pytest.raises(TraceError) as info:
+        load_trace(f)
+    assert info.value.field == field and info.value.file == f"{f}:1"
+    c = tmp_path / "t.csv"
+    c.write_text("timestamp_s,input_tokens,output_tokens\n3,12,4.0\n")  # a CSV cell is text: numbers are parsed
+    assert [(r.timestamp_s, r.input_tokens, r.output_tokens) for r in load_trace(c)] == [(3.0, 12, 4)]
