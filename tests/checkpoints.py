@@ -9,7 +9,7 @@ from math import prod
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from cluster.probe.safetensors_header import DTYPE_BITS, ShardHeader
+from cluster.probe.safetensors_header import DTYPE_BITS, MAX_DIM_SIZE, MAX_DIMS, ShardHeader
 
 Tensors = dict[str, tuple[str, list[int]]]
 """name → (safetensors dtype, shape)."""
@@ -42,9 +42,11 @@ def write_safetensors(path: Path, tensors: Tensors, metadata: Optional[dict[str,
 
 def assert_header_invariant(header: ShardHeader) -> None:
     """What every accepted shard header satisfies: each tensor's bytes lie inside the data region, its size is
-    ceil(prod(shape) * dtype bits / 8), and no two tensors' non-empty byte ranges overlap."""
+    ceil(prod(shape) * dtype bits / 8), its shape is not absurd (MAX_DIMS dimensions of at most MAX_DIM_SIZE, even
+    when another is 0), and no two tensors' non-empty byte ranges overlap."""
     spans: list[tuple[int, int, str]] = []
     for name, t in header.tensors.items():
+        assert len(t.shape) <= MAX_DIMS and all(0 <= n <= MAX_DIM_SIZE for n in t.shape), (header.path, name, t)
         begin, end = t.data_offsets
         assert 0 <= begin <= end <= header.data_bytes, (header.path, name, t.data_offsets, header.data_bytes)
         assert end - begin == t.nbytes == tensor_nbytes(t.dtype, t.shape), (header.path, name, t)
