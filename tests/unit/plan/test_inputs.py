@@ -170,3 +170,45 @@ def test_a_trace_is_checked_row_by_row_before_anything_starts(tmp_path: Path) ->
     data.write_text(json.dumps({"timestamp_s": 3.0, "input_tokens": 4, "output_tokens": 4}) + "\n")
     with pytest.raises(PreflightError, match="no rate to rescale"):
         check(1)
+
+
+def test_a_compact_array_rows_are_each_checked_against_the_context(tmp_path: Path) -> None:
+    # the row past the context is the second of a one-line array: keyed by line, row 0's count served every row
+    import json
+
+    from cluster.plan.inputs import check_prompts
+
+    tok = _word_tokenizer(tmp_path / "tok")
+    data = tmp_path / "d.json"
+    data.write_text(json.dumps([{"conversations": [{"from": "human", "value": "w " * n},
+                                                   {"from": "gpt", "value": "w " * 8}]} for n in (60, 10)]))
+    spec = parse_spec_text(CONV_SPEC.format(out="dataset", path=data, tok=tok, extra=""))
+    with pytest.raises(PreflightError) as info:
+        check_prompts(spec, expand_variants(spec), {}, tmp_path)
+    assert "a 60-token prompt plus 8 output tokens" in str(info.value) and info.value.file == f"{data}:1"
+
+
+def test_a_tokenizer_past_the_models_vocabulary_is_refused(tmp_path: Path) -> None:
+    from cluster.plan.inputs import ModelLimits, _check_workload
+    from cluster.spec.models import WorkloadSpec
+
+    tok = _word_tokenizer(tmp_path / "tok")  # ids 0 and 1
+    (tmp_path / "d.jsonl").write_text('{"conversations": [{"from": "human", "value": "w"}, '
+                                      '{"from": "gpt", "value": "w"}]}\n')
+    (tmp_path / "c.txt").write_text("w " * 50)
+    conv = WorkloadSpec.model_validate({"name": "w", "input_tokens": "dataset", "output_tokens": "dataset",
+                                        "num_requests": 2, "prompts": {"source": "sharegpt", "path": "d.jsonl",
+                                                                       "tokenizer": str(tok)}})
+    text = WorkloadSpec.model_validate({"name": "t", "input_tokens": 4, "output_tokens": 4, "num_requests": 2,
+                                        "prompts": {"source": "text", "path": "c.txt", "tokenizer": str(tok)}})
+    for w in (conv, text):
+        _check_workload("", 0, w, ModelLimits(None, 2, "config.json"), tmp_path, False)  # ids 0-1 fit 2
+        with pytest.raises(PreflightError) as info:
+            _check_workload("", 0, w, ModelLimits(None, 1, "config.json"), tmp_path, False)
+        assert "ids up to 1, outside the model's vocabulary of 1" in str(info.value)
+        assert info.value.field == "workloads.0.prompts.tokenizer"
+    (tmp_path / "c.jsonl").write_text('{"text": 1}\n')
+    bad = text.model_copy(update={"prompts": text.prompts.model_copy(update={"path": "c.jsonl"})})
+    with pytest.raises(PreflightError, match="'text' or 'prompt'") as info:
+        _check_workload("", 0, bad, ModelLimits(None, 2, "config.json"), tmp_path, False)
+    assert info.value.file == f"{tmp_path / 'c.jsonl'}:1"
