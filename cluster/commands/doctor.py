@@ -49,7 +49,7 @@ def doctor_command(
     spec = load_spec(experiment) if experiment is not None else None
     needs = needs_for(spec) if spec is not None else NodeNeeds()
     facts = _facts(address, query_for(spec, output, Path.cwd()))
-    where = f"the Ray cluster at {address}" if address else "this machine"
+    where = f"Ray node {facts.ray_node_id} of the cluster at {address}" if address else "this machine"
     what = f"experiment {spec.name!r}" if spec else "no experiment given: a GPU SGLang server assumed"
     print(f"doctor: {facts.hostname} ({where}); {what}", flush=True)
     results = run_checks(facts, needs)

@@ -17,7 +17,8 @@ from cluster.spec.models import ExperimentSpec
 
 def _collect_json(query_json: str) -> str:
     """JSON text both ways: strict records read tuples back only from JSON (a dict's lists would be refused)."""
-    return collect(FactQuery.model_validate_json(query_json)).model_dump_json()
+    facts = collect(FactQuery.model_validate_json(query_json))
+    return facts.model_copy(update={"ray_node_id": ray.get_runtime_context().get_node_id()}).model_dump_json()
 
 
 def _serving_node() -> Optional[dict[str, Any]]:
@@ -35,7 +36,7 @@ def facts_on_cluster(query: FactQuery, timeout_s: float = 120.0) -> NodeFacts:
     node = _serving_node()
     here = ray.get_runtime_context().get_node_id()
     if node is None or node["node_id"] == here:
-        facts = collect(query)
+        facts = collect(query).model_copy(update={"ray_node_id": here})
         node_id = here
     else:
         task = ray.remote(num_cpus=0, max_retries=0)(_collect_json)
@@ -46,7 +47,7 @@ def facts_on_cluster(query: FactQuery, timeout_s: float = 120.0) -> NodeFacts:
         except (ray.exceptions.RayError, TimeoutError) as e:
             raise EnvironmentFault(f"the node checks did not run on node {node['address']}: "
                                    f"{(str(e).strip().splitlines() or [type(e).__name__])[0]}") from None
-        node_id = node["node_id"]
+        node_id = facts.ray_node_id or node["node_id"]
     cpus = next((float(n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes()  # type: ignore[no-untyped-call]
                  if n.get("NodeID") == node_id), None)
     available = ray.available_resources().get("CPU")  # type: ignore[no-untyped-call]

@@ -84,6 +84,8 @@ class NodeFacts(_Record):
     nofile_hard: Optional[int] = None
     cpus: Optional[int] = None
     """CPUs this process may run on (sched_getaffinity)."""
+    ray_node_id: Optional[str] = None
+    """The Ray node the facts were collected on (None: not on a Ray cluster)."""
     ray_node_cpus: Optional[float] = None
     """The Ray node's CPU resource (None: not on a Ray cluster)."""
     ray_available_cpus: Optional[float] = None

@@ -212,9 +212,3 @@ def test_collect_reads_this_machine_and_survives_the_ray_boundary(tmp_path: Path
     query = FactQuery(python="/opt/python", disk_paths=("/a", "/b"))
     assert FactQuery.model_validate_json(query.model_dump_json()) == query
 
-
-def test_the_pinned_task_speaks_json_text_both_ways(tmp_path: Path) -> None:
-    from cluster.distributed.doctor_task import _collect_json
-
-    back = NodeFacts.model_validate_json(_collect_json(FactQuery(disk_paths=(str(tmp_path),)).model_dump_json()))
-    assert back.disks[0].path == str(tmp_path)
