@@ -139,8 +139,8 @@ class Response:
             st = self.state
             if st == _SIZE:
                 i = data.find(_CRLF, pos)
-                if i < 0:
-                    self.buf = _line_rest(data, pos, "a chunk-size line")
+                if i < 0 or i - pos > MAX_LINE_BYTES:
+                    self.buf = _line_rest(data, pos, i, "a chunk-size line")
                     return
                 size = _chunk_size(data[pos:i])
                 pos = i + 2
@@ -180,8 +180,8 @@ class Response:
                 return
             elif st == _TRAILER:
                 i = data.find(_CRLF, pos)
-                if i < 0:
-                    self.buf = _line_rest(data, pos, "a trailer line")
+                if i < 0 or i - pos > MAX_LINE_BYTES:
+                    self.buf = _line_rest(data, pos, i, "a trailer line")
                     return
                 line_empty = i == pos
                 pos = i + 2
@@ -323,9 +323,11 @@ class Response:
                 raise MalformedAnswerError(f"an SSE event longer than {MAX_EVENT_BYTES} bytes (no blank line)")
 
 
-def _line_rest(data: bytes, pos: int, what: str) -> bytes:
-    """The start of a line still waiting for its CRLF, kept for the next read; too long a line is malformed."""
-    if len(data) - pos > MAX_LINE_BYTES:
+def _line_rest(data: bytes, pos: int, crlf: int, what: str) -> bytes:
+    """The start of a line still waiting for its CRLF (`crlf` < 0), kept for the next read. A line longer than
+    MAX_LINE_BYTES is malformed, said the same whether its CRLF came in this read or is still to come (a CR may
+    end what came)."""
+    if crlf >= 0 or len(data) - pos > MAX_LINE_BYTES + 1:
         raise MalformedAnswerError(f"{what} longer than {MAX_LINE_BYTES} bytes")
     return data[pos:]
 
