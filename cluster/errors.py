@@ -19,17 +19,24 @@
     │   ├── StoreError                     a name or row the dataset store refuses (unsafe path component, schema)
     │   ├── AuthError                      a cluster needs credentials the user has not given
     │   │   └── JobAuthError                   (also a JobError) the Ray job API's token is not in its env var
-    │   └── JobRequestError                (also a JobError) an --env pair or path `sglbench submit` cannot send
+    │   ├── JobRequestError                (also a JobError) an --env pair or path `sglbench submit` cannot send
+    │   └── ServerURLError                 a live server's URL (scheme, host, port) that cannot be used as given
     ├── EnvironmentFault               3   the machine or cluster cannot do it (no room to place, job API down)
     │   ├── PlacementError                 a variant can never be placed on this cluster
     │   ├── ArtifactError                  a tuning artifact is missing, corrupt or cannot be stored
     │   ├── TuningStageError               a tuning job failed on the cluster (its log tail attached)
     │   ├── WriteError                     a file cannot be written (disk full, read-only): names the path
     │   ├── DatasetLocked                  another driver writes that experiment dataset: names its holder
-    │   └── JobError                       the Ray job API cannot be reached or refused the request
+    │   ├── JobError                       the Ray job API cannot be reached or refused the request
+    │   └── ServerUnreachableError         a live server's name does not resolve, or no route to it
     └── EngineFault                    4   an engine server did not start or died (its decisive log line attached)
         ├── ServerStartError
-        └── SessionTurnError               a session's next turn cannot be built from the engine's answer
+        ├── SessionTurnError               a session's next turn cannot be built from the engine's answer
+        ├── MalformedAnswerError           a live server's answer is not its protocol (HTTP, size, JSON, a field's type)
+        ├── SmokeFault                     some of `sglbench smoke`'s calls failed at the server's end
+        └── ServerAnswerError              a call to a live server failed at its end (engines/http_call.py)
+            ├── ServerRefusedError             connection refused: nothing listening
+            └── ServerTimeoutError             the call's whole deadline passed
 
 Anything else that escapes is a bug in sglbench: the CLI prints its traceback and says so (exit code 70).
 A user error carries `file`, `field` and `expected` so the message can name all three. Each class is defined
