@@ -9,7 +9,7 @@ from typing import Optional, Sequence
 
 from cluster.input_files import decode_text
 from cluster.probe.files import (INDEX_LIMIT_BYTES, METADATA_LIMIT_BYTES, CheckpointError, CheckpointReadError, clip,
-                                 present, read_bytes)
+                                 parse_object, present, read_bytes)
 
 _REV = re.compile(r"^[0-9a-f]{40}$")
 
@@ -28,6 +28,8 @@ def checkpoint_fingerprint(model_dir: str, index_file: Optional[str], shard_head
         if not present(path):
             continue
         data = read_bytes(path, name, limit_bytes=INDEX_LIMIT_BYTES if name == index_file else METADATA_LIMIT_BYTES)
+        if name != index_file:  # a JSON file SGLang could not load is not fingerprinted as fine (the index is parsed)
+            parse_object(decode_text(data, path, CheckpointReadError, name), path, name)
         h.update(f"{name}\0{hashlib.sha256(data).hexdigest()}\n".encode())
     for shard, digest in shard_header_sha256:
         h.update(f"{shard}\0{digest}\n".encode())

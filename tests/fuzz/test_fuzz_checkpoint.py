@@ -293,3 +293,24 @@ def test_fuzz_same_checkpoint_in_another_json_encoding_reads_the_same(target: st
         got = _check(_materialise(Path(tmp) / "b", files))
     assert want is not None and got is not None
     assert _comparable(got) == _comparable(want)
+
+
+_BRACKETY = st.text(alphabet='[]{}"\\a', max_size=5)
+JSONISH = st.recursive(_BRACKETY | st.integers(),
+                       lambda c: st.lists(c, max_size=3) | st.dictionaries(_BRACKETY, c, max_size=3),
+                       max_leaves=30).map(json.dumps)
+
+
+@FUZZ
+@given(text=JSONISH | DEEP, limit=st.integers(1, 8))
+def test_fuzz_fast_depth_check_agrees_with_input_files(text: str, limit: int) -> None:
+    """cluster/probe/files.py's C-speed depth check refuses what cluster/input_files.py's scan refuses, on every
+    text the decoder would accept (where they differ, the text is a syntax error either way)."""
+    from cluster.input_files import json_depth_exceeds
+    from cluster.probe.files import nests_deeper
+
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return
+    assert nests_deeper(text, limit) == json_depth_exceeds(text, limit)

@@ -232,3 +232,25 @@ def test_a_hub_revision_and_a_bom_config_are_still_read(tmp_path: Path) -> None:
     (d / HUB_META).write_text("a" * 40 + "\netag\n1700000000.0\n")
     r = probe_checkpoint(str(d))
     assert r.hub_revision == "a" * 40 and r.config.num_hidden_layers == 3
+
+
+def test_a_garbled_generation_config_is_refused(tmp_path: Path) -> None:
+    """generation_config.json is only hashed into the fingerprint, but SGLang loads it: invalid JSON is refused."""
+    d = _good(tmp_path)
+    (d / "generation_config.json").write_bytes(b'{"eos_token_id": \xff}')
+    with pytest.raises(CheckpointError, match="not UTF-8") as ei:
+        probe_checkpoint(str(d))
+    assert ei.value.file is not None and ei.value.file.endswith("generation_config.json")
+
+
+def test_an_unused_hf_quant_config_is_still_checked(tmp_path: Path) -> None:
+    """config.json's quantization_config names the KV cache, so hf_quant_config.json is not consulted; it is still
+    a file SGLang reads, so an invalid one is refused."""
+    d = ck.qwen35_nvfp4(tmp_path / "q", quant_in_config=True)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["quantization_config"]["kv_cache_quant_algo"] = "FP8"
+    (d / "config.json").write_text(json.dumps(cfg))
+    (d / "hf_quant_config.json").write_text('{"quantization": [[[')
+    with pytest.raises(CheckpointError, match="invalid JSON") as ei:
+        probe_checkpoint(str(d))
+    assert ei.value.file is not None and ei.value.file.endswith("hf_quant_config.json")
