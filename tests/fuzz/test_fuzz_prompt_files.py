@@ -139,12 +139,21 @@ def test_trace_rows_read_the_same_from_every_encoding_and_csv(rows: list[dict[st
                 assert read(f) == want
 
 
+def _prompts_of(source: str, n: int, **kw: Any) -> Callable[[pathlib.Path], object]:
+    """What a load actor does with the file: `n` prompts of a workload over it (read, selected, sampled)."""
+    def build(f: pathlib.Path) -> object:
+        wl = WorkloadSpec.model_validate({"name": "w", "num_requests": n, "prompts": {"source": source, "path": str(f)},
+                                          **{"input_tokens": "dataset", "output_tokens": "dataset", **kw}})
+        return build_prompts(wl, n, 0, f.parent)
+    return build
+
+
 LOADERS: dict[str, tuple[str, Callable[[pathlib.Path], object]]] = {
-    "sharegpt": (".json", lambda f: load_conversations(f, ConversationPrompts(source="sharegpt", path="x"))),
-    "messages": (".json", lambda f: load_conversations(f, ConversationPrompts(source="messages", path="x"))),
-    "jsonl": (".jsonl", load_jsonl_rows),
-    "trace": (".jsonl", load_trace),
-    "trace-csv": (".csv", load_trace),
+    "sharegpt": (".json", _prompts_of("sharegpt", 3, output_tokens=4)),
+    "messages": (".json", _prompts_of("messages", 3, output_tokens=4)),
+    "jsonl": (".jsonl", _prompts_of("jsonl", 3, input_tokens=4, output_tokens=4)),
+    "trace": (".jsonl", _prompts_of("trace", 1)),
+    "trace-csv": (".csv", _prompts_of("trace", 1)),
     "corpus": (".jsonl", corpus_text),
 }
 
