@@ -42,7 +42,7 @@ def test_kv_cache_quant_only_in_hf_quant_config_is_found(tmp_path: Path) -> None
     assert (r.quant.kv_cache_quant_algo, r.quant.kv_cache_quant_source) == ("FP8", "hf_quant_config.json")
     # so the fairness rule sees it: an unpinned KV cache would silently turn FP8 (before: probe said None)
     v = ResolvedVariant(name="b", engine="sglang", tp=1, model_path=str(d), args={"max-running-requests": 8},
-                        env={}, speculative=None, is_baseline=True)  # type: ignore[arg-type]
+                        env={}, speculative=None, is_baseline=True)
     f = check_fairness([v], {str(d): r.quant.kv_cache_quant_algo})
     assert any(x.rule == "kv-cache-dtype" and x.level == "error" for x in f)
 

@@ -243,7 +243,7 @@ def test_bad_input_is_one_clear_line(case: Callable[[Path], tuple[Path, str, str
         probe_checkpoint(str(path))
     msg = str(ei.value)
     assert "\n" not in msg
-    assert file_part in ei.value.file, msg
+    assert ei.value.file is not None and file_part in ei.value.file, msg
     assert message_part in msg, msg
 
     result = CliRunner().invoke(app, ["probe", str(path)])
