@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from cluster.probe.checkpoint import ProbeReport, probe_checkpoint
 
@@ -34,30 +35,38 @@ _VERDICT_STYLE = {
 }
 
 
+def _text(value: object) -> str:
+    """A value from the checkpoint or its path as literal text: Rich markup escaped (a directory named `[/x]` is
+    not a closing tag) and undecodable path bytes shown as escapes (stdout is strict UTF-8)."""
+    return escape(str(value).encode("utf-8", "backslashreplace").decode("utf-8"))
+
+
 def render(report: ProbeReport, console: Console) -> None:
     c, m, p, q = report.config, report.mtp, report.params, report.quant
-    arch = ", ".join(c.architectures) or c.model_type or "?"
-    console.print(f"[bold]{report.model_dir}[/bold]")
+    arch = _text(", ".join(c.architectures) or c.model_type or "?")
+    console.print(f"[bold]{_text(report.model_dir)}[/bold]")
     console.print(
         f"  model     {arch} ({c.layout}); hidden {c.hidden_size}, {c.num_hidden_layers} layers"
-        + (f" {dict(c.layer_types)}" if c.layer_types else "")
+        + (f" {_text(dict(c.layer_types))}" if c.layer_types else "")
         + (f"; experts {c.num_experts} (top-{c.num_experts_per_tok})" if c.num_experts else "")
         + f"; vocab {c.vocab_size}"
     )
     console.print(
         f"  weights   {report.tensor_count} tensors in {len(report.shards)} shard(s), {_bytes(report.file_bytes)}; "
-        + ", ".join(f"{k} {v}" for k, v in report.tensors_by_dtype.items())
+        + _text(", ".join(f"{k} {v}" for k, v in report.tensors_by_dtype.items()))
     )
     style = _VERDICT_STYLE.get(m.verdict, "bold")
-    declared = f"declared in {m.declared_in} = {m.declared_layers}" if m.declared else "not declared in config.json"
+    declared = (f"declared in {_text(m.declared_in)} = {m.declared_layers}" if m.declared
+                else "not declared in config.json")
     index = "" if m.index_tensors is None else f", {m.index_tensors} in index"
     console.print(f"  MTP       [{style}]{m.verdict}[/{style}]: {declared}; {m.header_tensors} {m.kind or 'MTP/NextN'} "
                   f"tensors in headers{index}")
     if m.weights_present:
-        console.print(f"            {m.fc_tensor or 'fc'} {m.fc_dtype}; weights {m.weight_format}; "
-                      f"layers {m.layers_found}; excluded from quantization: {m.excluded_in_quant_config}")
+        console.print(f"            {_text(m.fc_tensor or 'fc')} {m.fc_dtype}; weights {m.weight_format}; "
+                      f"layers {_text(m.layers_found)}; excluded from quantization: {m.excluded_in_quant_config}")
     if q.source:
-        console.print(f"  quant     {q.quant_algo} ({q.source}), group {q.group_size}, KV {q.kv_cache_quant_algo}; "
+        console.print(f"  quant     {_text(q.quant_algo)} ({q.source}), group {q.group_size}, "
+                      f"KV {_text(q.kv_cache_quant_algo)}; "
                       f"{sum(report.quantized_families.values())} quantized / "
                       f"{sum(report.unquantized_families.values())} unquantized linear modules")
     else:
@@ -69,7 +78,7 @@ def render(report: ProbeReport, console: Console) -> None:
     console.print(f"  spec      runs alone: {', '.join(report.speculative_supported)}; needs a draft model: "
                   f"{', '.join(report.speculative_needs_draft_model) or '-'}")
     for w in report.warnings:
-        console.print(f"  [yellow]warning[/yellow]  {w}")
+        console.print(f"  [yellow]warning[/yellow]  {_text(w)}")
 
 
 def probe_command(

@@ -104,7 +104,8 @@ def _check(d: Path) -> ProbeReport | None:
 INTS = st.one_of(st.integers(-3, 300), st.sampled_from([2**31, 2**40, 2**40 + 1, 2**63, 2**64, -2**63, 10**30]),
                  st.integers(min_value=1, max_value=10**200))
 STRINGS = st.one_of(st.text(max_size=12), st.sampled_from(["", "\x00", "../x.safetensors", "/etc/passwd", "a\nb",
-                                                          "\ud800", "model\x00.safetensors", "BF16", "U8", "F4"]))
+                                                          "\ud800", "model\x00.safetensors", "BF16", "U8", "F4",
+                                                          "[/x]", "[bold]"]))
 LEAVES = st.one_of(st.none(), st.booleans(), INTS, st.floats(allow_nan=True), STRINGS)
 VALUES = st.recursive(LEAVES, lambda c: st.lists(c, max_size=3) | st.dictionaries(STRINGS, c, max_size=3),
                       max_leaves=8)

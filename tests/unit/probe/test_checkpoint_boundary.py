@@ -254,3 +254,13 @@ def test_an_unused_hf_quant_config_is_still_checked(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="invalid JSON") as ei:
         probe_checkpoint(str(d))
     assert ei.value.file is not None and ei.value.file.endswith("hf_quant_config.json")
+
+
+def test_names_from_the_checkpoint_print_as_text_not_markup(tmp_path: Path) -> None:
+    """A directory named `[/x]` and an architecture `[/bold]` are printed as written (Rich raised MarkupError, exit
+    70), and a path byte that is not UTF-8 is printed as an escape rather than failing the strict stdout."""
+    d = ck.single_file_model(tmp_path / "[/x]" / os.fsdecode(b"m\xff"))
+    _config(d, architectures=["[/bold]LlamaForCausalLM"])
+    res = CliRunner().invoke(app, ["probe", str(d)])
+    assert res.exit_code == 0, res.output
+    assert "[/x]" in res.output and "[/bold]LlamaForCausalLM" in res.output and "\\udcff" in res.output
