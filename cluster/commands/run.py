@@ -165,7 +165,8 @@ def run(
     experiment: Path = typer.Argument(..., help="experiment YAML"),
     output: Optional[str] = typer.Option(None, help="dataset root (default: the spec's output)"),
     address: Optional[str] = typer.Option(None, help="Ray address (default: RAY_ADDRESS or a local cluster)"),
-    progress: bool = typer.Option(True, help="show a progress display"),
+    progress: bool = typer.Option(True, help="show a progress display: in a terminal a live table of the points "
+                                  "being measured over the progress bar"),
     gpus: Optional[int] = typer.Option(None, help="logical GPUs for a local cluster (default: detected, or 8 "
                                        "for an all-simulated experiment)"),
 ) -> None:
@@ -173,8 +174,7 @@ def run(
     spec = load_spec(experiment)
     with _naming(experiment):
         _local_checks(spec, quiet=False, output=output or spec.output)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
+    from cluster.commands.live_view import run_display
     from cluster.distributed.driver import init_ray, logical_gpus_for, run_experiment
 
     init_ray(address, gpus if gpus is not None else logical_gpus_for(spec))
@@ -182,22 +182,12 @@ def run(
 
     run_time_failures(spec, output, Path.cwd(),  # `sglbench doctor`'s warnings and failures, before any GPU is held
                       lambda line: err_console.print(line, style="yellow", markup=False, soft_wrap=True))
-    total = len(make_plan(spec))
-    prog = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TextColumn("{task.fields[last]}"), console=console, disable=not progress)
-    with prog:
-        task = prog.add_task(spec.name, total=total, last="")
-
-        def on_run(p: Any, status: str) -> None:
-            prog.update(task, advance=1, last=f"{p.variant.name} {p.workload.name} {p.load.label} r{p.repeat}: {status}")
-
-        def log(msg: str) -> None:
-            prog.console.print(msg, highlight=False, markup=False, soft_wrap=True)
-
+    # in a terminal a live table of the points being measured over the bar; a pipe or CI: one line per event
+    with run_display(console, spec.name, len(make_plan(spec)), progress) as (view, log, on_event):
         # relative paths in a spec (output, prompt files) are taken from the working directory, as they
         # are under `ray job submit --working-dir .`
-        result = run_experiment(spec, base_dir=Path.cwd(), output_root=output, log=log, on_run=on_run)
-        prog.update(task, completed=total)
+        result = run_experiment(spec, base_dir=Path.cwd(), output_root=output, log=log, on_run=view.on_run,
+                                on_event=on_event)
     counts = result.counts()
     console.print(f"dataset: {result.dataset_root}/{spec.name}  runs: " +
                   ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))

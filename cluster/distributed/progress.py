@@ -52,6 +52,7 @@ class PointFinished:
     output_tok_s: Optional[float]
     ttft_ms_p50: Optional[float]
     accept_length: Optional[float]
+    n_requests: Optional[int] = None
 
     @classmethod
     def from_row(cls, plan: RunPlan, status: str, row: Optional[Mapping[str, Any]]) -> "PointFinished":
@@ -63,8 +64,9 @@ class PointFinished:
             return float(v) if isinstance(v, (int, float)) else None
 
         reason = r.get("invalid_reasons") or r.get("failure_reason")
+        n = r.get("n_requests")
         return cls(plan, status, str(reason) if reason else None, fig("output_tok_s"), fig("ttft_ms_p50"),
-                   fig("accept_length"))
+                   fig("accept_length"), int(n) if isinstance(n, int) else None)
 
 
 ProgressEvent = Union[ServerState, PointStarted, PointRecords, PointFinished]
