@@ -158,7 +158,8 @@ class EngineActorImpl:
             infos: dict[str, Any] = {}
             for name, path in self.engine.info_paths(self.engine.version_for(self.launcher, self.python)).items():
                 try:
-                    infos[name] = http_get_json(self.base_url + path, timeout_s=10, headers=self.engine.headers)
+                    infos[name] = self.engine.parse_info(
+                        name, http_get_json(self.base_url + path, timeout_s=10, headers=self.engine.headers))
                 except Exception as e:  # noqa: BLE001 - an info endpoint missing is recorded, not fatal
                     infos[name] = {"error": f"{type(e).__name__}: {e}"}
             try:

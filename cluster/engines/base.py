@@ -281,6 +281,11 @@ class Engine(ABC):
                 "completion_tokens": count_field(usage, "completion_tokens", f"{w}.usage"),
                 "finish_reason": str_field(choice, "finish_reason", f"{w}.choices[0]"), "spec_verify_ct": None}
 
+    def parse_info(self, name: str, doc: Any) -> Any:
+        """An info document as polled (`info_paths()[name]`), the fields sglbench reads from it type-checked: a
+        MalformedAnswerError where one has the wrong type, so no str reaches an int column later."""
+        return doc
+
     def resolved_args(self, infos: Mapping[str, Any]) -> dict[str, Any]:
         """Resolved server args from the recorded info documents (engine-specific)."""
         return {}

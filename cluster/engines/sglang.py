@@ -11,7 +11,7 @@ from typing import Any, Mapping, Optional, Sequence
 from cluster.engines.base import (ConcurrencyCap, Engine, HttpRequest, LaunchCommand, Prompt, StreamParser,
                                   category_headers)
 from cluster.engines.answer_fields import (MalformedAnswerError, as_object, count_field, finish_field, ids_field,
-                                           object_field, str_field)
+                                           list_field, object_field, str_field)
 from cluster.engines.streams import OpenAIStreamParser, SGLangNativeParser
 from cluster.errors import UserError
 from cluster.plan.runs import ResolvedVariant
@@ -314,6 +314,11 @@ class SGLangEngine(Engine):
     def new_parser(self, api: str, keep_text: bool = False) -> StreamParser:
         return SGLangNativeParser(keep_text) if api == "native" else OpenAIStreamParser(keep_text)
 
+    def parse_info(self, name: str, doc: Any) -> Any:
+        if name == "server_info":
+            return check_server_info(doc)
+        return as_object(doc, f"/{name}", null_ok=False)
+
     def resolved_args(self, infos: Mapping[str, Any]) -> dict[str, Any]:
         si = infos.get("server_info")
         if not isinstance(si, dict):
@@ -462,6 +467,23 @@ decoding"; there is no 48 in server_args.py). Seen for real on the CPU tier: /se
 EFFECTIVE_CAP_KEY = "effective_max_running_requests_per_dp"
 RESOLVED_CAP_KEY = "effective_max_running_requests"
 """Key under which resolved_args() records the scheduler's cap (summed over DP ranks) beside the server args."""
+
+
+def check_server_info(doc: Any) -> Mapping[str, Any]:
+    """A /server_info document whose fields sglbench reads have SGLang 0.5.23's types (a MalformedAnswerError
+    names the first that does not): version a string, the running-request caps and speculative step counts
+    non-negative integers or null, internal_states a list of objects."""
+    w = "/server_info"
+    d = as_object(doc, w, null_ok=False)
+    str_field(d, "version", w)
+    str_field(d, "speculative_algorithm", w)
+    for key in ("max_running_requests", "speculative_num_steps", "speculative_eagle_topk",
+                "speculative_num_draft_tokens"):
+        count_field(d, key, w)
+    for i, state in enumerate(list_field(d, "internal_states", w) or []):
+        count_field(as_object(state, f"{w}.internal_states[{i}]", null_ok=False), EFFECTIVE_CAP_KEY,
+                    f"{w}.internal_states[{i}]")
+    return d
 
 
 def _positive_int(v: Any) -> Optional[int]:

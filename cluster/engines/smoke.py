@@ -134,7 +134,17 @@ def _server_info(s: _Smoke) -> Mapping[str, Any]:
     si = _json(reply) if reply.status == 200 else None
     s.add("GET /server_info", path == "/server_info" and isinstance(si, dict), "200 JSON at /server_info",
           f"{reply.status} at {path}" + ("" if si is None or isinstance(si, dict) else f", {shown(si)}"))
-    return si if isinstance(si, dict) else {}
+    if not isinstance(si, dict):
+        return {}
+    from cluster.engines.sglang import check_server_info
+
+    try:
+        check_server_info(si)
+    except MalformedAnswerError as e:
+        s.checks.append(Check("server_info types", False, "SGLang's types for the keys sglbench reads",
+                              _short(str(e), 200), fault=True))
+        return {}
+    return si
 
 
 def _check_generate(s: _Smoke, speculative: bool) -> None:

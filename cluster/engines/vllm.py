@@ -6,6 +6,7 @@ import json
 import re
 from typing import Any, Mapping, Optional
 
+from cluster.engines.answer_fields import as_object, count_field, list_field, str_field
 from cluster.engines.base import Engine, HttpRequest, Prompt, StreamParser, category_headers
 from cluster.engines.prometheus import parse_prometheus, sum_metric
 from cluster.engines.sglang import encode_request, render_args, sglang_request_body
@@ -123,6 +124,20 @@ class VLLMEngine(Engine):
 
     def new_parser(self, api: str, keep_text: bool = False) -> StreamParser:
         return OpenAIStreamParser(keep_text)
+
+    def parse_info(self, name: str, doc: Any) -> Any:
+        """/v1/models: data a list of objects (id and root strings, max_model_len a count); /version: a string."""
+        w = f"/{name}"
+        d = as_object(doc, w, null_ok=False)
+        if name == "models":
+            for i, model in enumerate(list_field(d, "data", w) or []):
+                m = as_object(model, f"{w}.data[{i}]", null_ok=False)
+                str_field(m, "id", f"{w}.data[{i}]")
+                str_field(m, "root", f"{w}.data[{i}]")
+                count_field(m, "max_model_len", f"{w}.data[{i}]")
+        elif name == "version":
+            str_field(d, "version", w)
+        return d
 
     def resolved_args(self, infos: Mapping[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}

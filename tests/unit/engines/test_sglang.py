@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -184,3 +187,34 @@ def test_server_info_summary() -> None:
     s = server_info_summary(doc)
     assert (s["max_running_requests"], s["speculative_algorithm"], s["avg_spec_accept_length"]) == (48, "EAGLE", 2.7)
     assert server_info_summary({})["avg_spec_accept_length"] is None
+
+
+@pytest.mark.parametrize("doc, says", [
+    ([], "/server_info: expected an object, got a list"),
+    ({"version": 5}, "/server_info.version: expected a string, got an integer 5"),
+    ({"max_running_requests": "64"}, "/server_info.max_running_requests: expected a non-negative integer"),
+    ({"max_running_requests": -1}, "/server_info.max_running_requests: expected a non-negative integer"),
+    ({"speculative_num_steps": [2]}, "/server_info.speculative_num_steps: expected a non-negative integer"),
+    ({"speculative_algorithm": 1}, "/server_info.speculative_algorithm: expected a string"),
+    ({"internal_states": {"a": 1}}, "/server_info.internal_states: expected a list"),
+    ({"internal_states": ["x"]}, "/server_info.internal_states[0]: expected an object"),
+    ({"internal_states": [{"effective_max_running_requests_per_dp": "8"}]},
+     "/server_info.internal_states[0].effective_max_running_requests_per_dp: expected a non-negative integer"),
+])
+def test_a_server_info_of_the_wrong_types_is_a_malformed_answer(doc: Any, says: str) -> None:
+    from cluster.engines.answer_fields import MalformedAnswerError
+
+    with pytest.raises(MalformedAnswerError, match=re.escape(says)):
+        SGLangEngine().parse_info("server_info", doc)
+
+
+def test_the_recorded_server_infos_pass_the_type_check() -> None:
+    from pathlib import Path
+
+    paths = sorted((Path(__file__).resolve().parents[2] / "data" / "sglang_0.5.23_cpu").glob("server_info_*.json"))
+    assert len(paths) == 3
+    for p in paths:
+        doc = json.loads(p.read_text())
+        assert SGLangEngine().parse_info("server_info", doc) == doc
+    with pytest.raises(Exception, match="/model_info: expected an object"):
+        SGLangEngine().parse_info("model_info", "x")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Optional
 
 import pytest
@@ -248,3 +249,19 @@ def test_acceptance_empty_without_drafts_in_window() -> None:
     c = {"drafts": 5.0, "draft_tokens": 15.0, "accepted_tokens": 3.0}
     assert acceptance_from_counters(c, dict(c)) == {}
     assert acceptance_from_counters({}, {}) == {}
+
+
+@pytest.mark.parametrize("name, doc, says", [
+    ("models", {"data": "x"}, "/models.data: expected a list"),
+    ("models", {"data": [{"id": 1}]}, "/models.data[0].id: expected a string"),
+    ("models", {"data": [{"id": "m", "max_model_len": "4096"}]}, "/models.data[0].max_model_len: expected a non-neg"),
+    ("version", {"version": 0.8}, "/version.version: expected a string"),
+    ("version", "0.8", "/version: expected an object"),
+])
+def test_vllm_info_of_the_wrong_types_is_a_malformed_answer(name: str, doc: Any, says: str) -> None:
+    from cluster.engines.answer_fields import MalformedAnswerError
+
+    with pytest.raises(MalformedAnswerError, match=re.escape(says)):
+        VLLMEngine().parse_info(name, doc)
+    good = {"models": {"data": [{"id": "m", "root": "/m", "max_model_len": 4096}]}, "version": {"version": "0.8"}}
+    assert VLLMEngine().parse_info(name, good[name]) == good[name]
