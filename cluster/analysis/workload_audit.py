@@ -37,6 +37,7 @@ from typing import Optional
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 AUDIT_ALPHA = 0.001
 """Family-wise false-alarm rate of one run's audit (split evenly over its tests)."""
@@ -205,33 +206,28 @@ def _share_map(shares: tuple[CategoryShare, ...]) -> dict[str, float]:
 
 def audit_workload(requests: pa.Table, plan: PlannedWorkload, alpha: float = AUDIT_ALPHA) -> WorkloadAudit:
     """The run's sent workload (its `requests` rows) against `plan`; reasons say what differed."""
-    cols = set(requests.column_names)
-    fp = requests.column("prompt_fingerprint").to_pylist() if "prompt_fingerprint" in cols else []
-    turns = requests.column("turn").to_pylist() if "turn" in cols else [None] * len(fp)
-    tokens = requests.column("prompt_tokens_sent").to_pylist()
-    cats = requests.column("category").to_pylist()
-    first = [i for i, (f, t) in enumerate(zip(fp, turns)) if f is not None and (t is None or t == 1)]
-    n = len(first)
-    sent_fp = {fp[i] for i in first}
+    first = _first_turns(requests)
+    n = first.num_rows
+    n_distinct = pc.count_distinct(first.column("prompt_fingerprint")).as_py() if n else 0
     lengths = plan.lengths
     sent_counts: dict[Optional[str], int] = {}
-    for i in first:
-        sent_counts[cats[i]] = sent_counts.get(cats[i], 0) + 1
+    for vc in pc.value_counts(first.column("category")).to_pylist() if n else []:
+        sent_counts[vc["values"]] = int(vc["counts"])
     planned_share = {s.category: s.share for s in plan.categories}
     tested = sorted(set(sent_counts) | set(planned_share), key=lambda c: (c is None, c or ""))
     m = 1 + (2 * len(lengths) if lengths else 0) + len(tested)  # distinct, two per length quantile, categories
     a = alpha / m
     want, floor = planned_distinct(plan, n, a)
     reasons: list[str] = []
-    if len(sent_fp) < floor:
-        reasons.append(f"sent {len(sent_fp)} distinct prompts of {n} (first turns), fewer than the {want} the "
-                       f"{plan.source} selection and the request count plan (it offers "
-                       f"{_count(plan.offered_distinct)}{' draws' if plan.with_replacement else ' distinct prompts'})"
-                       )
+    if n_distinct < floor:
+        offers = f"{_count(plan.offered_distinct)}{' to draw from' if plan.with_replacement else ' distinct prompts'}"
+        reasons.append(f"sent {n_distinct} distinct prompts of {n} (first turns), fewer than the {want} planned from "
+                       f"the {plan.source} selection and the request count (sampling allows no fewer than {floor}; "
+                       f"it offers {offers})")
     sent_len: Optional[tuple[float, ...]] = None
     sel_len: Optional[tuple[float, ...]] = None
     if lengths and n:
-        x = np.asarray([tokens[i] for i in first], dtype=np.int64)
+        x = first.column("prompt_tokens_sent").to_numpy(zero_copy_only=False).astype(np.int64)
         sel_len = tuple(float(q.tokens) for q in lengths)
         sent_len = tuple(float(v) for v in np.quantile(x, [q.p for q in lengths], method="inverted_cdf"))
         for q in lengths:
@@ -251,8 +247,20 @@ def audit_workload(requests: pa.Table, plan: PlannedWorkload, alpha: float = AUD
             reasons.append(f"category {name!r} was {k} of {n} requests sent ({k / n:.1%}) against "
                            f"{share:.1%} of the selection (sampling allows {lo}..{hi})")
     shares_sent = {(c if c is not None else NO_CATEGORY): round(k / n, 6) for c, k in sent_counts.items()} if n else {}
-    return WorkloadAudit(n, len(sent_fp), want, sent_len, sel_len, shares_sent, _share_map(plan.categories),
+    return WorkloadAudit(n, n_distinct, want, sent_len, sel_len, shares_sent, _share_map(plan.categories),
                          tuple(reasons))
+
+
+def _first_turns(requests: pa.Table) -> pa.Table:
+    """The audited rows: sent (a fingerprint) and a first turn (turn 1, or outside sessions); a table from before
+    the fingerprint column has none."""
+    if "prompt_fingerprint" not in requests.column_names:
+        return requests.slice(0, 0).append_column("prompt_fingerprint", pa.array([], pa.int64()))
+    sent = pc.is_valid(requests.column("prompt_fingerprint"))
+    if "turn" in requests.column_names:
+        turn = requests.column("turn")
+        sent = pc.and_(sent, pc.or_(pc.is_null(turn), pc.equal(turn, 1)).fill_null(True))
+    return requests.filter(sent)
 
 
 def _count(x: float) -> str:

@@ -87,7 +87,7 @@ def test_a_collapsed_run_is_invalid_listed_by_results_show_and_left_out_of_compa
     assert good["input_tokens_sent_p50"] is None  # sent as text without a tokenizer: lengths are the server's
     assert bad["status"] == "invalid"
     assert bad["invalid_reasons"].startswith("workload not the one planned: sent 1 distinct prompts of 40 (first "
-                                             "turns), fewer than the 40 the sharegpt selection")
+                                             "turns), fewer than the 40 planned from the sharegpt selection")
     assert "category 'chat' was 40 of 40" in bad["invalid_reasons"]
     assert (bad["distinct_prompts_sent"], bad["distinct_prompts_planned"]) == (1, 40)
     assert json.loads(bad["category_shares_sent"]) == {"chat": 1.0}
