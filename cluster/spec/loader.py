@@ -242,7 +242,7 @@ def _describe(err: Any) -> tuple[tuple[Any, ...], str]:
 
 def shown(value: Any) -> str:
     """A value as an error message quotes it: shortened, and an integer too long for repr() said by its size."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 3 * sys.get_int_max_str_digits():
         return f"an integer of {value.bit_length()} bits"
     return reprlib.repr(value)
 
