@@ -12,9 +12,26 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+KNOWN_TIERS = ("vllm", "sglang", "browser", "tmux")
+"""Every optional tier a test skips without (vLLM's and SGLang's venvs, Debian's chromium, tmux): .ci/run requires
+them all (tests/unit/test_ci_tiers.py keeps that list equal to this one)."""
+
+
+def required_tiers() -> set[str]:
+    return {t.strip() for t in os.environ.get("SGLBENCH_REQUIRE_TIERS", "").split(",") if t.strip()}
+
+
 def tier_required(name: str) -> bool:
     """CI sets SGLBENCH_REQUIRE_TIERS (e.g. "vllm,sglang") so a missing tier fails instead of skipping."""
-    return name in {t.strip() for t in os.environ.get("SGLBENCH_REQUIRE_TIERS", "").split(",")}
+    return name in required_tiers()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A misspelt tier in SGLBENCH_REQUIRE_TIERS would require nothing and let its skip pass: refuse it."""
+    unknown = required_tiers() - set(KNOWN_TIERS)
+    if unknown:
+        raise pytest.UsageError(f"SGLBENCH_REQUIRE_TIERS names unknown tier(s) {', '.join(sorted(unknown))}; "
+                                f"known: {', '.join(KNOWN_TIERS)}")
 
 
 RAY_GPUS = 8

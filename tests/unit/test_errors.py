@@ -144,3 +144,12 @@ def test_guide_documents_the_exit_codes() -> None:
     section = readme.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
     for code in (0, 1, EXIT_USER_ERROR, EXIT_ENVIRONMENT, EXIT_ENGINE, EXIT_BUG):
         assert f"| {code} |" in section
+
+
+def test_the_help_epilog_names_every_exit_code() -> None:
+    from cluster.cli import EXIT_PIPE_CLOSED, app
+    from cluster.errors import EXIT_CODES
+
+    out = " ".join(CliRunner().invoke(app, ["--help"], env={"COLUMNS": "1000"}).output.split())
+    for code in [*EXIT_CODES.values(), EXIT_PIPE_CLOSED]:
+        assert f" {code} " in out.split("Exit codes:", 1)[1], code
