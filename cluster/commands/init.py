@@ -206,6 +206,10 @@ def write_new(path: Path, text: str, force: bool) -> None:
     """Write through a temporary file beside it: a link that refuses an existing file, or a replace with --force."""
     from cluster.dataset.atomic import WriteError
 
+    if path.is_dir() or not path.parent.is_dir():
+        what = "is a directory" if path.is_dir() else f"is in {path.parent}, which is not a directory"
+        raise UserError(f"{path} {what}: -o names the experiment file to write", file=str(path), field="-o",
+                        expected="a file path in an existing directory")
     if path.exists() and not force:
         raise UserError(f"{path} exists; pass --force to overwrite it", file=str(path), field="-o",
                         expected="a file that does not exist yet")

@@ -162,3 +162,20 @@ def test_an_older_release_gets_its_sm120_launch_notes_pinned(tmp_path: Path, gpu
     assert "attention-backend: triton" in text and "disable-shared-experts-fusion: true" in text
     on_h200 = render_starter(report, Interpreter(None, None, "none"), "0.5.14", 90)
     assert "disable-shared-experts-fusion" not in on_h200 and "attention-backend: flashinfer" in on_h200
+
+
+def test_an_output_path_that_cannot_be_a_file_is_a_user_error(tmp_path: Path) -> None:
+    model = ck.single_file_model(tmp_path / "dense")
+    runner = CliRunner()
+    for target in (tmp_path, tmp_path / "missing-dir" / "x.yaml"):
+        for extra in ([], ["--force"]):
+            got = runner.invoke(app, ["init", str(model), "-o", str(target), *extra])
+            assert got.exit_code == 2 and "-o names the experiment file" in got.output, got.output
+
+
+def test_a_relative_model_dir_is_written_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ck.single_file_model(tmp_path / "dense")
+    monkeypatch.chdir(tmp_path)
+    got = CliRunner().invoke(app, ["init", "dense", "-o", "s.yaml"])
+    assert got.exit_code == 0, got.output
+    assert load_spec(tmp_path / "s.yaml").model.path == str(tmp_path / "dense")
