@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from cluster.errors import EngineFault
 from cluster.input_files import MAX_JSON_DEPTH, json_depth_exceeds
@@ -66,41 +66,34 @@ def object_field(doc: Mapping[str, Any], key: str, where: str) -> Mapping[str, A
     return as_object(doc.get(key), f"{where}.{key}")
 
 
+def _field(doc: Mapping[str, Any], key: str, where: str, ok: Callable[[Any], bool], expected: str) -> Any:
+    """doc[key] when `ok` says it has the right type; None when absent or null; else a MalformedAnswerError."""
+    v = doc.get(key)
+    if v is None or ok(v):
+        return v
+    raise _bad(f"{where}.{key}", expected, v)
+
+
 def count_field(doc: Mapping[str, Any], key: str, where: str) -> Optional[int]:
     """A non-negative integer (a token count, a verify-step count); None when absent or null."""
-    v = doc.get(key)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise _bad(f"{where}.{key}", "a non-negative integer", v)
+    v: Optional[int] = _field(doc, key, where, lambda v: type(v) is int and v >= 0, "a non-negative integer")
     return v
 
 
 def number_field(doc: Mapping[str, Any], key: str, where: str) -> Optional[float]:
     """A finite non-negative number (a latency, an acceptance length); None when absent or null."""
-    v = doc.get(key)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-        raise _bad(f"{where}.{key}", "a finite non-negative number", v)
-    return float(v)
+    v = _field(doc, key, where, lambda v: type(v) in (int, float) and math.isfinite(v) and v >= 0,
+               "a finite non-negative number")
+    return None if v is None else float(v)
 
 
 def str_field(doc: Mapping[str, Any], key: str, where: str) -> Optional[str]:
-    v = doc.get(key)
-    if v is None:
-        return None
-    if not isinstance(v, str):
-        raise _bad(f"{where}.{key}", "a string", v)
+    v: Optional[str] = _field(doc, key, where, lambda v: isinstance(v, str), "a string")
     return v
 
 
 def list_field(doc: Mapping[str, Any], key: str, where: str) -> Optional[list[Any]]:
-    v = doc.get(key)
-    if v is None:
-        return None
-    if not isinstance(v, list):
-        raise _bad(f"{where}.{key}", "a list", v)
+    v: Optional[list[Any]] = _field(doc, key, where, lambda v: isinstance(v, list), "a list")
     return v
 
 
@@ -110,7 +103,7 @@ def ids_field(doc: Mapping[str, Any], key: str, where: str) -> Optional[list[int
     if ids is None:
         return None
     for i, x in enumerate(ids):
-        if isinstance(x, bool) or not isinstance(x, int) or x < 0:
+        if type(x) is not int or x < 0:
             raise _bad(f"{where}.{key}[{i}]", "a non-negative integer token id", x)
     return ids
 

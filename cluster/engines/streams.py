@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from abc import abstractmethod
 from typing import Any, Mapping, Optional
 
 from cluster.engines.answer_fields import (MalformedAnswerError, as_object, count_field, finish_field, ids_field,
@@ -51,7 +52,28 @@ def _decode_chunk(payload: bytes, meta: RequestMeta) -> Optional[dict[str, Any]]
     return obj
 
 
-class SGLangNativeParser(StreamParser):
+class _TypedChunks(StreamParser):
+    """The full-decode path of both parsers: a chunk decoded and read typed (`_read`), or recorded as malformed."""
+
+    __slots__ = ()
+    _meta: RequestMeta
+
+    def _feed_full(self, payload: bytes) -> int:
+        obj = _decode_chunk(payload, self._meta)
+        if obj is None:
+            return 0
+        try:
+            return self._read(obj)
+        except MalformedAnswerError as e:
+            self._meta.malformed = self._meta.malformed or str(e)
+            return 0
+
+    @abstractmethod
+    def _read(self, obj: Mapping[str, Any]) -> int:
+        """The tokens a decoded chunk carried, its meta taken; MalformedAnswerError before any state changes."""
+
+
+class SGLangNativeParser(_TypedChunks):
     """SGLang /generate stream: cumulative (default) or incremental chunks; meta_info.completion_tokens is cumulative.
 
     Hot path: each chunk costs one `rfind` for `"completion_tokens":` in meta_info (which SGLang writes after
@@ -88,16 +110,6 @@ class SGLangNativeParser(StreamParser):
             self._ct = ct
             return delta
         return 0
-
-    def _feed_full(self, payload: bytes) -> int:
-        obj = _decode_chunk(payload, self._meta)
-        if obj is None:
-            return 0
-        try:
-            return self._read(obj)
-        except MalformedAnswerError as e:
-            self._meta.malformed = self._meta.malformed or str(e)
-            return 0
 
     def _read(self, obj: Mapping[str, Any]) -> int:
         # every field is read and type-checked before any state changes: a malformed chunk changes nothing
@@ -148,7 +160,7 @@ class SGLangNativeParser(StreamParser):
         return self._ids
 
 
-class OpenAIStreamParser(StreamParser):
+class OpenAIStreamParser(_TypedChunks):
     """/v1/completions and /v1/chat/completions streams with `stream_options.include_usage` (+ continuous usage).
 
     Token counts per chunk come from continuous usage stats when the server sends them (vLLM, SGLang);
@@ -200,16 +212,6 @@ class OpenAIStreamParser(StreamParser):
                 self._counted += 1
                 return 1
         return self._feed_full(payload)
-
-    def _feed_full(self, payload: bytes) -> int:
-        obj = _decode_chunk(payload, self._meta)
-        if obj is None:
-            return 0
-        try:
-            return self._read(obj)
-        except MalformedAnswerError as e:
-            self._meta.malformed = self._meta.malformed or str(e)
-            return 0
 
     def _read(self, obj: Mapping[str, Any]) -> int:
         # every field is read and type-checked before any state changes: a malformed chunk changes nothing
