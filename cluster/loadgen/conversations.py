@@ -25,7 +25,7 @@ import numpy as np
 
 from cluster.engines.base import ChatTurn, Prompt
 from cluster.errors import PromptSourceError
-from cluster.loadgen.source_files import SourceRecord, json_records, read_source_text
+from cluster.loadgen.source_files import SourceRecord, json_records, read_source_text, row_error, shown
 from cluster.loadgen.lengths import OUTPUT_STREAM, draw_lengths, length_rng
 from cluster.loadgen.sessions import Render, session_count
 from cluster.spec.models import ConversationPrompts, LengthDist, WorkloadSpec
@@ -94,9 +94,8 @@ class Selection:
                 + (f" ({per})" if per else "") + (f", {n_out} filtered ({why})" if n_out else ", none filtered"))
 
 
-def _error(path: pathlib.Path, line: int, message: str, fld: Optional[str] = None) -> ConversationError:
-    where = f"{path}:{line}"
-    return ConversationError(f"{where}: {message}", file=where, field=fld, expected=message)
+def _error(path: pathlib.Path, rec: SourceRecord, message: str, fld: Optional[str] = None) -> ConversationError:
+    return row_error(ConversationError, path, rec.line, rec.row, message, fld, message)
 
 
 def _objects(path: pathlib.Path) -> list[SourceRecord]:
@@ -105,25 +104,26 @@ def _objects(path: pathlib.Path) -> list[SourceRecord]:
     return json_records(path, raw, ConversationError, "a JSON array of objects, or one JSON object per line")
 
 
-def _turns(path: pathlib.Path, line: int, obj: dict[str, Any], source: str) -> list[ChatTurn]:
+def _turns(path: pathlib.Path, rec: SourceRecord, obj: dict[str, Any], source: str) -> list[ChatTurn]:
     key, role_key, text_key = (("conversations", "from", "value") if source == "sharegpt"
                                else ("messages", "role", "content"))
     turns = obj.get(key)
     if not isinstance(turns, list):
-        raise _error(path, line, f"expected a list field {key!r} (got {type(turns).__name__ if key in obj else 'no such key'})",
-                     key)
+        raise _error(path, rec, f"expected a list field {key!r} (got "
+                     f"{type(turns).__name__ if key in obj else 'no such key'})", key)
     out: list[ChatTurn] = []
     for j, t in enumerate(turns):
         where = f"{key}[{j}]"
         if not isinstance(t, dict):
-            raise _error(path, line, f"{where}: expected an object with {role_key!r} and {text_key!r}", where)
+            raise _error(path, rec, f"{where}: expected an object with {role_key!r} and {text_key!r}", where)
         role, text = t.get(role_key), t.get(text_key)
         roles = SHAREGPT_ROLES if source == "sharegpt" else {r: r for r in MESSAGE_ROLES}
         if not isinstance(role, str) or role.lower() not in roles:
-            raise _error(path, line, f"{where}.{role_key}: expected one of {', '.join(sorted(roles))}, got {role!r}",
+            raise _error(path, rec, f"{where}.{role_key}: expected one of {', '.join(sorted(roles))}, "
+                         f"got {shown(role)}",
                          f"{where}.{role_key}")
         if not isinstance(text, str):
-            raise _error(path, line, f"{where}.{text_key}: expected a string, got {type(text).__name__}",
+            raise _error(path, rec, f"{where}.{text_key}: expected a string, got {type(text).__name__}",
                          f"{where}.{text_key}")
         out.append(ChatTurn(roles[role.lower()], text))
     return out
@@ -151,12 +151,12 @@ def load_conversations(path: pathlib.Path, src: ConversationPrompts) -> list[Con
     for rec in _objects(path):
         line, obj = rec.line, rec.value
         if not isinstance(obj, dict):
-            raise _error(path, line, f"expected a JSON object per row, got {type(obj).__name__}")
-        turns = _turns(path, line, obj, src.source)
+            raise _error(path, rec, f"expected a JSON object per row, got {type(obj).__name__}")
+        turns = _turns(path, rec, obj, src.source)
         cat = obj.get(src.category_field, src.category)
         if cat is not None and (not isinstance(cat, str) or not _CATEGORY_RE.match(cat)):
-            raise _error(path, line, f"{src.category_field}: expected a category name (1-64 letters, digits, '.', "
-                         f"'_' or '-'), got {cat!r}", src.category_field)
+            raise _error(path, rec, f"{src.category_field}: expected a category name (1-64 letters, digits, '.', "
+                         f"'_' or '-'), got {shown(cat)}", src.category_field)
         first_answer = next((k for k, t in enumerate(turns) if t.role == "assistant"), len(turns))
         prompt = tuple(turns[:first_answer])
         ref = turns[first_answer].content if first_answer < len(turns) else None

@@ -18,7 +18,7 @@ import numpy as np
 
 from cluster.engines.base import Prompt
 from cluster.errors import PromptSourceError
-from cluster.loadgen.source_files import json_records, read_source_text
+from cluster.loadgen.source_files import SourceRecord, json_records, read_source_text, row_error, shown
 from cluster.loadgen.sessions import SessionPlan, session_plan
 from cluster.loadgen.lengths import INPUT_STREAM, OUTPUT_STREAM, draw_lengths, length_rng
 from cluster.loadgen.traces import TraceRow, load_trace, replayed_rows
@@ -214,7 +214,7 @@ JSONL_EXPECTED = "one JSON object per line (or a JSON array of objects) with 'pr
 def load_jsonl_rows(path: pathlib.Path) -> list[tuple[int, Prompt]]:
     """(line number, prompt) for every prompt of a prompt file (preflight names the line of a prompt it refuses)."""
     raw = read_source_text(path, DatasetError, "prompt file")
-    prompts = [(rec.line, _parse_row(path, rec.line, rec.row, rec.value))
+    prompts = [(rec.line, _parse_row(path, rec))
                for rec in json_records(path, raw, DatasetError, JSONL_EXPECTED)]
     if not prompts:
         raise DatasetError(f"{path}: no prompts (expected {JSONL_EXPECTED})", file=str(path),
@@ -222,11 +222,14 @@ def load_jsonl_rows(path: pathlib.Path) -> list[tuple[int, Prompt]]:
     return prompts
 
 
-def _parse_row(path: pathlib.Path, lineno: int, row: int, obj: Any) -> Prompt:
-    where = f"{path}:{lineno}"
+def _parse_row(path: pathlib.Path, rec: SourceRecord) -> Prompt:
+    obj = rec.value
+
+    def bad(message: str, field: Optional[str] = None, expected: str = JSONL_EXPECTED) -> DatasetError:
+        return row_error(DatasetError, path, rec.line, rec.row, message, field, expected)
+
     if not isinstance(obj, dict):
-        raise DatasetError(f"{where}: expected a JSON object with 'prompt' or 'input_ids', got {type(obj).__name__}",
-                           file=where, expected=JSONL_EXPECTED)
+        raise bad(f"expected a JSON object with 'prompt' or 'input_ids', got {type(obj).__name__}")
     if "input_ids" in obj:
         ids = obj["input_ids"]
         if (
@@ -235,18 +238,16 @@ def _parse_row(path: pathlib.Path, lineno: int, row: int, obj: Any) -> Prompt:
             or len(ids) > MAX_PROMPT_TOKENS
             or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t <= MAX_TOKEN_ID for t in ids)
         ):
-            raise DatasetError(f"{where}: field 'input_ids' must be a non-empty list of at most {MAX_PROMPT_TOKENS} "
-                               f"non-negative integers up to {MAX_TOKEN_ID}", file=where, field="input_ids",
-                               expected=f"a list of 1-{MAX_PROMPT_TOKENS} token ids in [0, {MAX_TOKEN_ID}]")
-        return Prompt(input_ids=tuple(ids), source_row=row)
+            raise bad(f"field 'input_ids' must be a non-empty list of at most {MAX_PROMPT_TOKENS} non-negative "
+                      f"integers up to {MAX_TOKEN_ID}", "input_ids",
+                      f"a list of 1-{MAX_PROMPT_TOKENS} token ids in [0, {MAX_TOKEN_ID}]")
+        return Prompt(input_ids=tuple(ids), source_row=rec.row)
     if "prompt" in obj:
         text = obj["prompt"]
         if not isinstance(text, str) or not text:
-            raise DatasetError(f"{where}: field 'prompt' must be a non-empty string", file=where, field="prompt",
-                               expected="a non-empty string")
-        return Prompt(text=text, source_row=row)
-    raise DatasetError(f"{where}: expected field 'prompt' (string) or 'input_ids' (list of ints), got keys {sorted(obj)}",
-                       file=where, expected=JSONL_EXPECTED)
+            raise bad("field 'prompt' must be a non-empty string", "prompt", "a non-empty string")
+        return Prompt(text=text, source_row=rec.row)
+    raise bad(f"expected field 'prompt' (string) or 'input_ids' (list of ints), got keys {shown(sorted(obj), 200)}")
 
 
 def sample_jsonl(prompts: list[Prompt], n: int, rng: np.random.Generator) -> list[Prompt]:

@@ -12,10 +12,12 @@ from __future__ import annotations
 import json
 import pathlib
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
-from cluster.errors import PromptSourceError
+from cluster.errors import PromptSourceError, UserError
 from cluster.input_files import MAX_JSON_DEPTH, json_depth_offset, parse_json, read_input_text
+
+E = TypeVar("E", bound=UserError)
 
 JSON_WS = " \t\r\n"
 """JSON's whitespace (RFC 8259): str.strip() would also strip U+2028 and the other separators."""
@@ -31,6 +33,21 @@ class SourceRecord:
     """1-based line where the row starts: where messages point, never an identity."""
     value: Any
     """The row's parsed JSON value (the caller checks its shape)."""
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """A value from a user's file for a message, cut short (a 4,000-digit number or a page of text is not repeated
+    whole)."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**40 else "(an integer of more than 40 digits)"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def row_error(error: type[E], path: pathlib.Path, line: int, row: int, message: str, field: Optional[str] = None,
+              expected: Optional[str] = None) -> E:
+    """`error` about one row: 'file:line: message (source_row N)', file = 'file:line'. The ordinal is named because
+    a line need not be one row's (a compact JSON array holds every row on line 1)."""
+    where = f"{path}:{line}"
+    return error(f"{where}: {message} (source_row {row})", file=where, field=field, expected=expected)
 
 
 def read_source_text(path: pathlib.Path, error: type[PromptSourceError], what: str,
@@ -117,5 +134,5 @@ def json_records(path: pathlib.Path, raw: str, error: type[PromptSourceError], e
     return jsonl_records(path, raw, error, expected)
 
 
-__all__ = ["JSON_WS", "SourceRecord", "array_records", "json_records", "jsonl_lines", "jsonl_records",
-           "read_source_text"]
+__all__ = ["JSON_WS", "SourceRecord", "array_records", "json_records", "jsonl_lines", "jsonl_records", "read_source_text",
+           "row_error", "shown"]

@@ -4,11 +4,12 @@ trace's own lengths and its arrival pattern rescaled to each load point's mean r
 A row is `timestamp_s` (or `timestamp_ms`), `input_tokens`, `output_tokens` — a JSONL object per line (or a JSON
 array of them), or a CSV with those column names in its header (every record as many fields as the header; quoted
 fields may hold newlines, so a row's line is where its record starts). A row's identity is its 0-based ordinal
-(`TraceRow.row`, the prompt's source_row); its line is for messages. Timestamps must not decrease (a trace is a recording, in order). The first
-`num_requests` rows are replayed: each prompt is seeded random ids of the row's input length, its max_tokens the
-row's output length, and its send time the row's offset from the first row, scaled so the window's mean rate
-(n - 1 gaps over the last offset) is the load point's request_rate; the bursts and lulls keep their proportions.
-Malformed rows are errors naming file:line; nothing is skipped.
+(`TraceRow.row`, the prompt's source_row); its line is for messages. Timestamps must not decrease (a trace is a
+recording, in order). The first `num_requests` rows are replayed: each prompt is seeded random ids of the row's
+input length, its max_tokens the row's output length, and its send time the row's offset from the first row, scaled
+so the window's mean rate (n - 1 gaps over the last offset) is the load point's request_rate; the bursts and lulls
+keep their proportions. Malformed rows are errors naming file:line and the row; nothing is skipped. A JSON row's
+numbers are JSON numbers; a CSV cell is text parsed as one.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from cluster.errors import PromptSourceError
-from cluster.loadgen.source_files import json_records, read_source_text
+from cluster.loadgen.source_files import json_records, read_source_text, row_error, shown
 
 TIME_FIELDS = {"timestamp_s": 1.0, "timestamp_ms": 1e-3}
 """A row's time column → seconds per unit."""
@@ -49,27 +50,27 @@ class TraceRow:
 def _row(path: pathlib.Path, row: int, line: int, obj: Any, cells: bool = False) -> TraceRow:
     """A trace row from a JSON object, or from a CSV record's text `cells`. A JSON row's numbers must be JSON
     numbers: a quoted "12" or a boolean (Python's float(True) is 1.0) is refused, not read as a number."""
-    where = f"{path}:{line}"
+
+    def bad(message: str, field: Optional[str] = None, expected: Optional[str] = None) -> TraceError:
+        return row_error(TraceError, path, line, row, message, field, expected)
+
     if not isinstance(obj, dict):
-        raise TraceError(f"{where}: expected an object with timestamp_s, input_tokens and output_tokens",
-                         file=where)
+        raise bad("expected an object with timestamp_s, input_tokens and output_tokens",
+                  expected="an object with timestamp_s, input_tokens and output_tokens")
     times = [k for k in TIME_FIELDS if obj.get(k) not in (None, "")]
     if len(times) != 1:
-        raise TraceError(f"{where}: expected exactly one of timestamp_s, timestamp_ms, got "
-                         f"{', '.join(times) or 'neither'}", file=where, field="timestamp_s",
-                         expected="one timestamp column")
+        raise bad(f"expected exactly one of timestamp_s, timestamp_ms, got {', '.join(times) or 'neither'}",
+                  "timestamp_s", "one timestamp column")
     raw_t = obj[times[0]]
     if not cells and (isinstance(raw_t, bool) or not isinstance(raw_t, (int, float))):
-        raise TraceError(f"{where}: {times[0]} {_shown(raw_t)} is not a number of seconds (a JSON number)",
-                         file=where, field=times[0], expected="a finite time >= 0, as a JSON number")
+        raise bad(f"{times[0]} {shown(raw_t)} is not a number of seconds (a JSON number)", times[0],
+                  "a finite time >= 0, as a JSON number")
     try:
         t = float(raw_t) * TIME_FIELDS[times[0]]
     except (TypeError, ValueError, OverflowError):  # OverflowError: an integer too large for a float
-        raise TraceError(f"{where}: {times[0]} {_shown(obj[times[0]])} is not a number of seconds", file=where,
-                         field=times[0], expected="a finite time >= 0") from None
+        raise bad(f"{times[0]} {shown(raw_t)} is not a number of seconds", times[0], "a finite time >= 0") from None
     if not np.isfinite(t) or t < 0:
-        raise TraceError(f"{where}: {times[0]} {_shown(obj[times[0]])} must be a finite time >= 0", file=where,
-                         field=times[0], expected="a finite time >= 0")
+        raise bad(f"{times[0]} {shown(raw_t)} must be a finite time >= 0", times[0], "a finite time >= 0")
     lengths = []
     for k in LENGTH_FIELDS:
         v = obj.get(k)
@@ -85,16 +86,10 @@ def _row(path: pathlib.Path, row: int, line: int, obj: Any, cells: bool = False)
         elif isinstance(v, float) and v.is_integer():
             n = int(v)
         if not 1 <= n <= MAX_TRACE_TOKENS:
-            raise TraceError(f"{where}: {k} {_shown(v)} must be a whole number of tokens in [1, {MAX_TRACE_TOKENS}]",
-                             file=where, field=k, expected=f"an integer in [1, {MAX_TRACE_TOKENS}]")
+            raise bad(f"{k} {shown(v)} must be a whole number of tokens in [1, {MAX_TRACE_TOKENS}]", k,
+                      f"an integer in [1, {MAX_TRACE_TOKENS}]")
         lengths.append(n)
     return TraceRow(row, line, t, lengths[0], lengths[1])
-
-
-def _shown(v: Any) -> str:
-    """A cell's value for a message, cut short (a 5,000-digit number is not repeated whole)."""
-    text = repr(v) if not isinstance(v, int) or abs(v) < 10**40 else "(an integer of more than 40 digits)"
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def load_trace(path: pathlib.Path) -> list[TraceRow]:
@@ -109,9 +104,9 @@ def load_trace(path: pathlib.Path) -> list[TraceRow]:
         raise TraceError(f"{path}: no trace rows", file=str(path), expected="at least one row")
     for a, b in zip(rows, rows[1:]):
         if b.timestamp_s < a.timestamp_s:
-            raise TraceError(f"{path}:{b.line}: timestamp goes back in time ({b.timestamp_s:g} s after "
-                             f"{a.timestamp_s:g} s at line {a.line}); a trace is replayed in the order recorded",
-                             file=f"{path}:{b.line}", field="timestamp_s", expected="non-decreasing timestamps")
+            raise row_error(TraceError, path, b.line, b.row, f"timestamp goes back in time ({b.timestamp_s:g} s "
+                            f"after {a.timestamp_s:g} s at line {a.line}); a trace is replayed in the order recorded",
+                            "timestamp_s", "non-decreasing timestamps")
     return rows
 
 
@@ -138,7 +133,7 @@ def _csv_rows(path: pathlib.Path, raw: str) -> list[TraceRow]:
             missing = [k for k in LENGTH_FIELDS if k not in header]
             if missing or not set(TIME_FIELDS) & set(header) or len(set(header)) < len(header):
                 raise TraceError(f"{path}:{start}: the CSV header needs timestamp_s (or timestamp_ms), "
-                                 f"input_tokens and output_tokens, each once, got {_shown(rec)}",
+                                 f"input_tokens and output_tokens, each once, got {shown(rec)}",
                                  file=f"{path}:{start}", expected="a header row")
             continue
         if len(rec) != len(header):

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
+from cluster.loadgen.source_files import row_error
 from cluster.plan.preflight import PreflightError
 from cluster.plan.runs import ResolvedVariant
 from cluster.probe.checkpoint import ProbeReport
@@ -113,19 +114,18 @@ def _check_workload(model_path: str, i: int, w: WorkloadSpec, limits: ModelLimit
         raise PreflightError(f"{field}.prompts.path: {e}", file=e.file, field=e.field or f"{field}.prompts.path",
                              expected=e.expected) from None
     out = n_out or 0
-    for line, prompt in rows:
+    for row, (line, prompt) in enumerate(rows):  # every row is returned, in order: its index is its ordinal
         ids = prompt.input_ids
         if ids is None:
             continue
         if ctx is not None and len(ids) + out > ctx:
-            raise PreflightError(f"{path}:{line}: input_ids: a {len(ids)}-token prompt plus {out} output "
-                                 f"tokens does not fit the model's context of {ctx} tokens ({limits.source})",
-                                 file=f"{path}:{line}", field="input_ids",
-                                 expected=f"at most {ctx - out} tokens")
+            raise row_error(PreflightError, path, line, row, f"input_ids: a {len(ids)}-token prompt plus {out} "
+                            f"output tokens does not fit the model's context of {ctx} tokens ({limits.source})",
+                            "input_ids", f"at most {ctx - out} tokens")
         if limits.vocab_size is not None and max(ids) >= limits.vocab_size:
-            raise PreflightError(f"{path}:{line}: input_ids: id {max(ids)} is outside the model's vocabulary of "
-                                 f"{limits.vocab_size} ({limits.source})", file=f"{path}:{line}", field="input_ids",
-                                 expected=f"ids below {limits.vocab_size}")
+            raise row_error(PreflightError, path, line, row, f"input_ids: id {max(ids)} is outside the model's "
+                            f"vocabulary of {limits.vocab_size} ({limits.source})", "input_ids",
+                            f"ids below {limits.vocab_size}")
     return None
 
 
@@ -189,9 +189,9 @@ def _check_trace(field: str, w: WorkloadSpec, src: TracePrompts, path: Path, lim
     ctx = limits.context_tokens
     for r in rows:
         if ctx is not None and r.input_tokens + r.output_tokens > ctx:
-            raise PreflightError(f"{path}:{r.line}: a {r.input_tokens}-token prompt plus {r.output_tokens} output "
-                                 f"tokens does not fit the model's context of {ctx} tokens ({limits.source})",
-                                 file=f"{path}:{r.line}", field="input_tokens", expected=f"prompt + output <= {ctx}")
+            raise row_error(PreflightError, path, r.line, r.row, f"a {r.input_tokens}-token prompt plus "
+                            f"{r.output_tokens} output tokens does not fit the model's context of {ctx} tokens "
+                            f"({limits.source})", "input_tokens", f"prompt + output <= {ctx}")
     _check_vocab(field, src.vocab_size, limits)
     times = [r.timestamp_s - rows[0].timestamp_s for r in rows]
     try:
@@ -231,11 +231,10 @@ def _check_conversations(model_path: str, field: str, w: WorkloadSpec, src: Conv
         n_in = sel.input_tokens.get(r.row)
         n_out = sel.output_tokens.get(r.row, fixed_out)
         if ctx is not None and n_in is not None and n_out is not None and n_in + n_out > ctx:
-            raise PreflightError(f"{sel.path}:{r.line}: a {n_in}-token prompt plus {n_out} output tokens does not fit "
-                                 f"the model's context of {ctx} tokens ({limits.source}); set "
-                                 f"{field}.prompts.max_input_tokens to leave such rows out (they are then counted)",
-                                 file=f"{sel.path}:{r.line}", field=f"{field}.prompts.max_input_tokens",
-                                 expected=f"prompt + output <= {ctx} tokens")
+            raise row_error(PreflightError, sel.path, r.line, r.row, f"a {n_in}-token prompt plus {n_out} output "
+                            f"tokens does not fit the model's context of {ctx} tokens ({limits.source}); set "
+                            f"{field}.prompts.max_input_tokens to leave such rows out (they are then counted)",
+                            f"{field}.prompts.max_input_tokens", f"prompt + output <= {ctx} tokens")
     return str(sel.summary())
 
 

@@ -183,7 +183,8 @@ def mutated(draw: st.DrawFn, seed: bytes) -> bytes:
 
 
 def _seed_files() -> dict[str, list[bytes]]:
-    conv = [{"category": "code", "conversations": [{"from": "human", "value": "q\u2028x"}, {"from": "gpt", "value": "a"}]},
+    conv = [{"category": "code", "conversations": [{"from": "human", "value": "q\u2028x"},
+                                                   {"from": "gpt", "value": "a"}]},
             {"category": "chat", "conversations": [{"from": "human", "value": "r"}, {"from": "gpt", "value": "b"}]}]
     trace = [{"timestamp_ms": 0, "input_tokens": 3, "output_tokens": 2, "note": "n"},
              {"timestamp_ms": 5, "input_tokens": 4, "output_tokens": 1, "note": "m"}]

@@ -252,3 +252,23 @@ def test_a_json_trace_row_takes_json_numbers_only(tmp_path: pathlib.Path, field:
     c = tmp_path / "t.csv"
     c.write_text("timestamp_s,input_tokens,output_tokens\n3,12,4.0\n")  # a CSV cell is text: numbers are parsed
     assert [(r.timestamp_s, r.input_tokens, r.output_tokens) for r in load_trace(c)] == [(3.0, 12, 4)]
+
+
+def test_a_bad_row_of_a_compact_array_is_named_by_its_ordinal(tmp_path: pathlib.Path) -> None:
+    # every row of a compact array is on line 1: "d.json:1" alone does not say which row is wrong
+    good = {"conversations": [{"from": "human", "value": "q"}]}
+    f = tmp_path / "d.json"
+    f.write_text(json.dumps([good, good, {"conversations": [{"from": "robot", "value": "q"}]}]))
+    with pytest.raises(ConversationError) as info:
+        load_conversations(f, _sharegpt())
+    assert info.value.file == f"{f}:1" and str(info.value).endswith("(source_row 2)")
+    assert info.value.field == "conversations[0].from"
+    p = tmp_path / "p.json"
+    p.write_text(json.dumps([{"prompt": "a"}, {"prompt": ""}]))
+    with pytest.raises(DatasetError, match=r"\(source_row 1\)$"):
+        load_jsonl_rows(p)
+    t = tmp_path / "t.json"
+    t.write_text(json.dumps([{"timestamp_s": 1, "input_tokens": 1, "output_tokens": 1},
+                             {"timestamp_s": 0, "input_tokens": 1, "output_tokens": 1}]))
+    with pytest.raises(TraceError, match=r"goes back in time.*\(source_row 1\)$"):
+        load_trace(t)
