@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
 import pyarrow as pa
@@ -169,23 +170,26 @@ class StoreReader:
         return {k for k, s in zip(table.column("run_key").to_pylist(), table.column("status").to_pylist())
                 if s in FINISHED_STATUSES}
 
-    def _check(self, table: str, f: DataFile) -> pa.Schema:
-        """The file's schema once it has shown it is this table's file of this experiment (root.py's rules)."""
+    def _check(self, table: str, f: DataFile, run: Optional[dict[str, object]] = None) -> _Checked:
+        """The file's schema (and a runs file's identity) once it has shown it is this table's file of this
+        experiment and run (root.py's rules); `run` is the runs row's identity a per-run file must repeat."""
+        expect: dict[str, object] = {"experiment": self.experiment}
+        if table not in VARIANT_TABLES:
+            expect.update(run or {"run_key": f.key})
         stamp = _stamp(self.fs, f.path)
-        hit = _CHECKED.get((table, self.experiment, f.path, stamp)) if stamp else None
+        memo = (table, f.path, stamp, tuple(sorted(expect.items()))) if stamp else None
+        hit = _CHECKED.get(memo) if memo else None
         if hit is not None:
             return hit
         schema, meta = file_schema(self.fs, f.path)
         check_schema(f.path, schema, TABLE_SCHEMAS.get(table), table)
-        expect = {"experiment": self.experiment}
-        if table not in VARIANT_TABLES:
-            expect["run_key"] = f.key
         check_identity(self.fs, f.path, schema, meta, expect)
-        if table == "runs":
-            check_runs_file(self.fs, f.path)
-        if stamp:
-            _CHECKED[(table, self.experiment, f.path, stamp)] = schema
-        return schema
+        identity = check_runs_file(self.fs, f.path, [c for c in _IDENTITY if c in schema.names]) \
+            if table == "runs" else {}
+        out = _Checked(schema, identity)
+        if memo:
+            _CHECKED[memo] = out
+        return out
 
     def checked_files(self, table: str) -> list[tuple[str, pa.Schema]]:
         """(path, schema) of the table's files of committed runs, each checked (StoreError naming a bad one)."""
@@ -199,7 +203,9 @@ class StoreReader:
                                      f"{run.variant}, not {f.variant}", file=f.path,
                                      expected=f"the file under {PARTITION_COLUMN}={run.variant}/")
             files = [f for f in files if f.key in runs]
-        return [(f.path, self._check(table, f)) for f in files]
+            return [(f.path, self._check(table, f, self._check("runs", runs[f.key]).identity).schema)
+                    for f in files]
+        return [(f.path, self._check(table, f).schema) for f in files]
 
     def table_files(self, table: str) -> list[str]:
         """Data files of a table that belong to committed runs (a crash before the runs row hides the rest), each
@@ -261,7 +267,18 @@ class StoreReader:
 
 META_LIMIT_BYTES = 64 * 1024 * 1024
 """experiment.json past this is refused (the spec and probe results it holds are kilobytes)."""
-_CHECKED: dict[tuple[str, str, str, tuple[int, int, int]], pa.Schema] = {}
+_IDENTITY = [f.name for f in KEY_FIELDS if f.name != PARTITION_COLUMN]
+"""The key columns every table file of a run repeats from its runs row."""
+
+
+@dataclass(frozen=True)
+class _Checked:
+    schema: pa.Schema
+    identity: dict[str, object]
+    """A runs file's key columns (empty for other tables)."""
+
+
+_CHECKED: dict[tuple[str, str, tuple[int, int, int], tuple[tuple[str, object], ...]], _Checked] = {}
 _VERIFIED: set[tuple[str, tuple[int, int, int]]] = set()
 """Files this process has checked / verified, by path and (inode, size, mtime): a rewritten file is new."""
 

@@ -254,8 +254,8 @@ def check_schema(path: str, schema: pa.Schema, known: Optional[pa.Schema], table
                              file=path, field=f.name, expected=str(want))
 
 
-def _stats_say(meta: pq.FileMetaData, schema: pa.Schema, column: str, value: str) -> Optional[bool]:
-    """Whether every row group's min and max of a string column equal `value` (None: statistics missing)."""
+def _stats_say(meta: pq.FileMetaData, schema: pa.Schema, column: str, value: object) -> Optional[bool]:
+    """Whether every row group's min and max of a column equal `value` (None: statistics missing)."""
     idx = schema.get_field_index(column)
     if idx < 0 or meta.num_columns != len(schema) or meta.num_row_groups == 0:
         return None
@@ -269,7 +269,7 @@ def _stats_say(meta: pq.FileMetaData, schema: pa.Schema, column: str, value: str
 
 
 def check_identity(fs: pafs.FileSystem, path: str, schema: pa.Schema, meta: pq.FileMetaData,
-                   expect: dict[str, str]) -> None:
+                   expect: dict[str, object]) -> None:
     """Each column of `expect` the file has holds only the expected value (the file says it belongs here)."""
     for column, value in expect.items():
         if column not in schema.names:
@@ -280,18 +280,21 @@ def check_identity(fs: pafs.FileSystem, path: str, schema: pa.Schema, meta: pq.F
             said = values <= {value}
         if not said:
             raise StoreError(f"{path}: its rows are not this file's: column {column!r} is not {value!r} "
-                             "throughout (a file copied from another experiment or run?)", file=path, field=column,
+                             "throughout as its experiment, run or runs row says (a file copied from another "
+                             "experiment or run, or edited?)", file=path, field=column,
                              expected=f"{column} = {value!r} in every row")
 
 
-def check_runs_file(fs: pafs.FileSystem, path: str) -> None:
-    """A runs file holds one row whose status is one of RUN_STATUSES."""
-    t = read_parquet(fs, path, ["status"])
+def check_runs_file(fs: pafs.FileSystem, path: str, key_columns: list[str]) -> dict[str, object]:
+    """A runs file holds one row whose status is one of RUN_STATUSES; its `key_columns` values (the run's
+    identity, which every other table file of the run must repeat)."""
+    t = read_parquet(fs, path, ["status"] + key_columns)
     statuses = t.column("status").to_pylist()
     if len(statuses) != 1 or statuses[0] not in RUN_STATUSES:
         raise StoreError(f"{path}: a runs file holds one row with status {'/'.join(RUN_STATUSES)}; it holds "
                          f"{len(statuses)} row(s) with status {statuses[:3]!r}", file=path, field="status",
                          expected=f"one row, status one of {', '.join(RUN_STATUSES)}")
+    return {c: t.column(c)[0].as_py() for c in key_columns}
 
 
 def verify_pages(fs: pafs.FileSystem, path: str) -> None:

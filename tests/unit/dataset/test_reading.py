@@ -297,3 +297,13 @@ def test_the_query_stays_read_only(tmp_path: Path) -> None:
     query(str(tmp_path), "exp1", "SELECT * FROM runs")
     connect(str(tmp_path), "exp1").close()
     assert snapshot() == before
+
+
+def test_a_run_file_contradicting_its_runs_row_is_refused(tmp_path: Path) -> None:
+    # fuzz finding: a requests file rewritten with the right types but another engine was read as the run's rows
+    _, plans = _write(tmp_path)
+    f = _file(tmp_path, "requests", plans[0])
+    t = pq.read_table(f)
+    i = t.schema.get_field_index("engine")
+    pq.write_table(t.set_column(i, t.field(i), pa.array(["7"] * t.num_rows, pa.string())), f)
+    assert _refused(tmp_path, f).field == "engine"

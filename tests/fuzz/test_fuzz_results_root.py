@@ -1,0 +1,183 @@
+"""Fuzz the results root on disk: a valid dataset written by the store's own writer, mutated on disk, then read by
+every read path (the store, the DuckDB views `results show/query` use, compare's runs table, listing).
+
+Invariants: only sglbench's own errors escape, each read ends within its deadline, and a read either returns
+exactly what the valid dataset holds or is refused: no row of a mutated file is ever returned as valid.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from cluster.analysis.metrics import summarize_run
+from cluster.analysis.query import compare_table, query
+from cluster.dataset.records import RequestRecord
+from cluster.dataset.store import DatasetStore, list_experiments
+from cluster.errors import SglbenchError
+from cluster.loadgen.sink import request_batches
+from cluster.plan.runs import make_plan
+from cluster.spec.loader import parse_spec_text
+from tests.fuzz.fuzzing import FUZZ, budget
+
+SPEC = """
+version: 1
+name: fz
+model: {path: sim://m, engine: sim, tp: 1}
+variants:
+  - name: base
+    baseline: true
+  - name: other
+workloads:
+  - {name: w1, input_tokens: 16, output_tokens: 8, num_requests: 4}
+load: {concurrency: [1]}
+"""
+SHOW_SQL = "SELECT * EXCLUDE (variant), variant FROM runs ORDER BY run_key"
+DEADLINE_S = 10.0
+
+
+def _build(root: Path) -> None:
+    store = DatasetStore(str(root), "fz")
+    for k, p in enumerate(make_plan(parse_spec_text(SPEC))):
+        recs = [RequestRecord(request_index=i, intended_send_ns=0, actual_send_ns=i + k, prompt_tokens_sent=16,
+                              max_tokens=8, chunk_arrival_ns=[10 + i, 20 + i], chunk_tokens=[1, 2],
+                              completion_tokens=3, category="c" if i % 2 else None) for i in range(40)]
+        reqs, chunks = request_batches(recs)
+        store.write_run(p, {"status": "ok", "duration_s": 1.0 + k, "metrics": summarize_run(reqs, chunks, 1.0)},
+                        reqs, chunks)
+    store.write_experiment_meta({"spec": {"name": "fz"}})
+
+
+def _reads(root: Path) -> dict[str, Callable[[], Any]]:
+    r = str(root)
+    return {
+        "runs": lambda: DatasetStore(r, "fz").read_table("runs"),
+        "requests": lambda: DatasetStore(r, "fz").read_table("requests"),
+        "chunks": lambda: DatasetStore(r, "fz").read_table("chunks", columns=["run_key", "arrival_ns"]),
+        "finished": lambda: DatasetStore(r, "fz").finished_run_keys(),
+        "meta": lambda: DatasetStore(r, "fz").read_experiment_meta(),
+        "show": lambda: query(r, "fz", SHOW_SQL),
+        "requests_view": lambda: query(r, "fz", "SELECT * FROM request_metrics ORDER BY run_key, request_index"),
+        "compare": lambda: compare_table(r, "fz"),
+        "list": lambda: list_experiments(r),
+    }
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, pa.Table):
+        return isinstance(b, pa.Table) and a.sort_by("run_key").equals(b.sort_by("run_key"))
+    if isinstance(a, pd.DataFrame):
+        return isinstance(b, pd.DataFrame) and a.equals(b)
+    return bool(a == b)
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    root = tmp_path_factory.mktemp("pristine")
+    _build(root)
+    return root, {name: read() for name, read in _reads(root).items()}
+
+
+@dataclass(frozen=True)
+class Mutation:
+    kind: str
+    target: int
+    a: float
+    b: int
+    name: str
+
+
+NAMES = st.text(st.characters(blacklist_characters="/\x00", blacklist_categories=("Cs",)), min_size=1, max_size=12)
+MUTATIONS = st.builds(Mutation, st.sampled_from(["truncate", "flip", "other_table", "retype", "empty", "stray_file",
+                                                 "stray_dir", "symlink", "loop", "fifo", "file_to_dir", "meta"]),
+                      st.integers(0, 63), st.floats(0.0, 0.999), st.integers(0, 255), NAMES)
+
+
+def _files(root: Path) -> list[Path]:
+    return sorted(p for p in (root / "fz").rglob("*.parquet") if p.is_file() and "_staging" not in p.parts)
+
+
+def _apply(root: Path, m: Mutation) -> None:
+    files = _files(root)
+    if not files:
+        return
+    f = files[m.target % len(files)]
+    dirs = sorted({p.parent for p in files} | {p.parent.parent for p in files} | {root / "fz"})
+    where = dirs[m.target % len(dirs)]
+    if m.kind == "truncate":
+        f.write_bytes(f.read_bytes()[: int(f.stat().st_size * m.a)])
+    elif m.kind == "flip":
+        data = bytearray(f.read_bytes())
+        data[int(len(data) * m.a)] ^= 1 << (m.b % 8)
+        f.write_bytes(bytes(data))
+    elif m.kind == "other_table":
+        other = files[(m.target + 1 + m.b) % len(files)]
+        if other != f:
+            shutil.copyfile(other, f)
+    elif m.kind == "retype":
+        try:
+            t = pq.read_table(f)
+        except (pa.ArrowException, OSError):
+            return  # already mutated past reading
+        if (t.schema.metadata or {}).get(b"fuzz") == b"retyped":
+            return  # retyping back would be an edit of values in the right types, which no reader can tell
+        i = m.b % t.num_columns
+        col = t.column(i)
+        new = col.cast(pa.string()) if not pa.types.is_string(col.type) else pa.array([7] * len(col), pa.int64())
+        pq.write_table(t.set_column(i, t.field(i).name, new).replace_schema_metadata({"fuzz": "retyped"}), f)
+    elif m.kind == "empty":
+        f.write_bytes(b"")
+    elif m.kind == "meta":
+        meta = root / "fz" / "experiment.json"
+        data = bytearray(meta.read_bytes())
+        data[int(len(data) * m.a)] = m.b
+        meta.write_bytes(bytes(data))
+    elif m.kind == "file_to_dir":
+        f.unlink()
+        f.mkdir()
+    else:
+        stray = where / m.name
+        if os.path.lexists(stray) or len(os.fsencode(m.name)) > 200:
+            return
+        if m.kind == "stray_file":
+            stray.write_bytes(bytes([m.b]) * int(m.a * 64))
+        elif m.kind == "stray_dir":
+            stray.mkdir()
+        elif m.kind == "symlink":
+            stray.symlink_to(f)
+        elif m.kind == "loop":
+            stray.symlink_to(stray)
+        else:
+            os.mkfifo(stray)
+
+
+@settings(FUZZ, max_examples=budget(40))
+@given(st.lists(MUTATIONS, min_size=1, max_size=3))
+def test_fuzz_results_root(tmp_path: Path, pristine: tuple[Path, dict[str, Any]], mutations: list[Mutation]) -> None:
+    src, want = pristine
+    root = tmp_path / f"r{time.monotonic_ns()}"
+    shutil.copytree(src, root)
+    try:
+        for m in mutations:
+            _apply(root, m)
+        for name, read in _reads(root).items():
+            t0 = time.monotonic()
+            try:
+                got = read()
+            except SglbenchError:
+                got = None
+            assert time.monotonic() - t0 < DEADLINE_S, (name, mutations)
+            if got is not None:
+                assert _same(want[name], got), (name, mutations)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
