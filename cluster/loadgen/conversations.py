@@ -198,6 +198,9 @@ def select_rows(path: pathlib.Path, rows: list[ConversationRow], workload: Workl
             text = sel.texts[r.row] = render(r.turns)
         if count is not None:
             n_in = count(text)
+            if n_in == 0:  # e.g. only characters the tokenizer drops: an empty prompt no server accepts
+                drop("no tokens (the tokenizer made nothing of its text)")
+                continue
             if src.max_input_tokens is not None and n_in > src.max_input_tokens:
                 drop(f"longer than max_input_tokens {src.max_input_tokens}")
                 continue

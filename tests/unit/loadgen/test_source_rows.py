@@ -144,3 +144,20 @@ def test_a_later_session_turn_keeps_its_own_source_row() -> None:
     assert next_turn(first, Answer("a", None), later).source_row == 3
     ids = next_turn(Prompt(input_ids=(1,), source_row=0), Answer("", (2,)), Prompt(input_ids=(3,), source_row=1))
     assert ids.source_row == 1 and ids.input_ids == (1, 2, 3)
+
+
+def test_a_row_the_tokenizer_makes_nothing_of_is_filtered_not_sent_empty(tmp_path: pathlib.Path) -> None:
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel(vocab={"[UNK]": 0, "question": 1}, unk_token="[UNK]"))
+    tok.normalizer = normalizers.Replace("\u200b", "")  # a zero-width space is no user text once normalized
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    f = tmp_path / "d.json"
+    f.write_text(json.dumps([{"conversations": [{"from": "human", "value": v}, {"from": "gpt", "value": "question"}]}
+                             for v in ("question", "\u200b")]))
+    wl = _wl({"source": "sharegpt", "path": str(f), "tokenizer": str(tmp_path)}, output_tokens="dataset")
+    sel, _ = load_selection(wl, tmp_path, "")
+    assert [r.row for r in sel.rows] == [0]
+    assert sel.filtered == {"no tokens (the tokenizer made nothing of its text)": 1}
+    assert all(p.input_ids for p in build_prompts(wl, 4, 0, tmp_path))
