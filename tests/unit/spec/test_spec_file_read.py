@@ -1,0 +1,69 @@
+"""The experiment file itself: read through cluster/input_files (a FIFO, a directory, a symlink loop, a NUL in the
+path are SpecErrors naming the file, never a hang or a ValueError), a BOM dropped, and lines counted as an editor
+counts them (YAML's other line breaks, U+2028, U+0085 and a lone CR inside a comment or a string, do not move the
+reported line)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from cluster.spec.loader import load_spec, parse_spec_text
+from cluster.spec.models import SpecError
+from tests.unit.spec.test_bad_inputs import VALID
+
+
+@pytest.mark.timeout(10)
+def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "spec.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(SpecError) as info:
+        load_spec(fifo)
+    assert info.value.file == str(fifo) and "a FIFO, not a regular file" in info.value.message
+
+
+def test_a_symlink_loop_is_named_as_a_loop(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.symlink_to(b)
+    b.symlink_to(a)
+    with pytest.raises(SpecError) as info:
+        load_spec(a)
+    assert info.value.file == str(a) and "symlink loop" in info.value.message
+
+
+def test_a_directory_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as info:
+        load_spec(tmp_path)
+    assert "a directory, not a regular file" in info.value.message
+
+
+def test_a_nul_byte_in_the_path_is_a_spec_error(tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as info:
+        load_spec(str(tmp_path / "spec\x00.yaml"))
+    assert "NUL byte" in info.value.message and "\x00" not in str(info.value)
+
+
+def test_a_byte_order_mark_is_dropped(tmp_path: Path) -> None:
+    path = tmp_path / "bom.yaml"
+    path.write_bytes(b"\xef\xbb\xbf" + VALID.encode())
+    assert load_spec(path).name == "demo"
+
+
+@pytest.mark.parametrize("brk", ["\u2028", "\u2029", "\x85"])
+def test_other_yaml_line_breaks_do_not_move_the_reported_line(brk: str) -> None:
+    """A simulator GPU name is free text (it is JSON to the server, never an argv word), so it may hold one."""
+    text = f'sim:\n  gpu_name: "RTX{brk}PRO"\n' + VALID.replace("repeats: 2", "repeats: 0")
+    with pytest.raises(SpecError) as info:
+        parse_spec_text(text, "x.yaml")
+    assert (info.value.line, info.value.field) == (22, "repeats")
+
+
+@pytest.mark.parametrize("literal", ["0x" + "f" * 4000, "1" * 4301, "-" + "9" * 4400])
+def test_integers_past_the_digit_limit_are_located(literal: str) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_spec_text(VALID.replace("repeats: 2", f"repeats: {literal}"), "x.yaml")
+    assert (info.value.line, info.value.field) == (20, "repeats")
+    assert f"({sys.get_int_max_str_digits()})" in info.value.message and len(str(info.value)) < 300
