@@ -32,14 +32,14 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from cluster.errors import EnvironmentFault, UserError
+from cluster.spec.locations import DATASET_SCHEMES, check_location, control_character
 
-ROOT_SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss", "mock")
-"""URI schemes pyarrow's FileSystem.from_uri serves (mock: its in-memory filesystem, for tests)."""
+ROOT_SCHEMES = DATASET_SCHEMES + ("mock",)
+"""URI schemes a results root may use: the spec's (cluster/spec/locations.py) and pyarrow's in-memory mock:// (tests)."""
 RUN_STATUSES = ("ok", "invalid", "failed")
 """The statuses a runs row may have (records.RUN_FIELDS' status)."""
 PARTITION_COLUMN = "variant"
 RUN_KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
-_SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
 _DISK_ERRNOS = frozenset({errno.EIO, errno.ENXIO, errno.ENODEV, errno.ESTALE, errno.ENOMEM})
 
 
@@ -50,7 +50,7 @@ class StoreError(UserError):
 def safe_name(value: str, what: str) -> str:
     """Names become path components and hive partition values: refuse anything that could escape or mislead."""
     if (not value or "/" in value or "\\" in value or ".." in value or value.startswith(".") or "=" in value
-            or len(value) > 128 or any(ord(c) < 32 or 127 <= ord(c) < 160 or c in "\u2028\u2029" for c in value)):
+            or len(value) > 128 or control_character(value) is not None):
         raise StoreError(f"{what} {value!r} is not a safe path component (no '/', '..', '=', leading '.', control "
                          "characters)", field=what, expected="a name without '/', '..', '=' or control characters")
     return value
@@ -58,20 +58,16 @@ def safe_name(value: str, what: str) -> str:
 
 def open_root(root: str) -> tuple[pafs.FileSystem, str]:
     """(filesystem, base path) for a local path or `<scheme>://...`; UserError for a root that cannot be one."""
-    if not root or "\x00" in root:
-        raise UserError(f"results root {root!r} is empty or contains a NUL byte", field="--root",
-                        expected="a local path or a URI such as s3://bucket/prefix")
-    m = _SCHEME_RE.match(root)
-    if m is None:
+    expected = "a local path or " + ", ".join(f"{s}://..." for s in DATASET_SCHEMES)
+    if not root:
+        raise UserError("the results root is empty", field="--root", expected=expected)
+    try:
+        check_location(root, "results root", ROOT_SCHEMES)
+    except ValueError as e:
+        raise UserError(str(e), field="--root", expected=expected) from None
+    if "://" not in root:
         return pafs.LocalFileSystem(), os.path.abspath(root)
-    scheme = m.group(1).lower()
-    expected = "a local path or " + ", ".join(f"{s}://..." for s in ROOT_SCHEMES if s != "mock")
-    if not root[m.end():].startswith("//"):
-        raise UserError(f"results root {root!r} looks like a {scheme}: URI but lacks '//' after the scheme "
-                        f"(write {scheme}://...; a local path cannot start with '{scheme}:')", field="--root",
-                        expected=expected)
-    if scheme not in ROOT_SCHEMES:
-        raise UserError(f"results root {root!r}: unknown URI scheme {scheme!r}", field="--root", expected=expected)
+    scheme = root.split("://", 1)[0]
     try:
         fs, path = pafs.FileSystem.from_uri(root)
     except (pa.ArrowInvalid, ValueError) as e:
