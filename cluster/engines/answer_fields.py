@@ -66,6 +66,18 @@ def object_field(doc: Mapping[str, Any], key: str, where: str) -> Mapping[str, A
     return as_object(doc.get(key), f"{where}.{key}")
 
 
+def _is_str(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+def _is_list(v: Any) -> bool:
+    return isinstance(v, list)
+
+
+def _is_number(v: Any) -> bool:
+    return type(v) in (int, float) and math.isfinite(v) and v >= 0
+
+
 def _field(doc: Mapping[str, Any], key: str, where: str, ok: Callable[[Any], bool], expected: str) -> Any:
     """doc[key] when `ok` says it has the right type; None when absent or null; else a MalformedAnswerError."""
     v = doc.get(key)
@@ -76,36 +88,40 @@ def _field(doc: Mapping[str, Any], key: str, where: str, ok: Callable[[Any], boo
 
 def count_field(doc: Mapping[str, Any], key: str, where: str) -> Optional[int]:
     """A non-negative integer (a token count, a verify-step count); None when absent or null."""
-    v: Optional[int] = _field(doc, key, where, lambda v: type(v) is int and v >= 0, "a non-negative integer")
-    return v
+    v = doc.get(key)
+    if v is None or (type(v) is int and v >= 0):  # the common case without a call: this runs per request
+        return v
+    raise _bad(f"{where}.{key}", "a non-negative integer", v)
 
 
 def number_field(doc: Mapping[str, Any], key: str, where: str) -> Optional[float]:
     """A finite non-negative number (a latency, an acceptance length); None when absent or null."""
-    v = _field(doc, key, where, lambda v: type(v) in (int, float) and math.isfinite(v) and v >= 0,
-               "a finite non-negative number")
+    v = _field(doc, key, where, _is_number, "a finite non-negative number")
     return None if v is None else float(v)
 
 
 def str_field(doc: Mapping[str, Any], key: str, where: str) -> Optional[str]:
-    v: Optional[str] = _field(doc, key, where, lambda v: isinstance(v, str), "a string")
+    v: Optional[str] = _field(doc, key, where, _is_str, "a string")
     return v
 
 
 def list_field(doc: Mapping[str, Any], key: str, where: str) -> Optional[list[Any]]:
-    v: Optional[list[Any]] = _field(doc, key, where, lambda v: isinstance(v, list), "a list")
+    v: Optional[list[Any]] = _field(doc, key, where, _is_list, "a list")
     return v
 
 
-def ids_field(doc: Mapping[str, Any], key: str, where: str) -> Optional[list[int]]:
-    """A list of non-negative integer token ids; None when absent or null."""
+def ids_field(doc: Mapping[str, Any], key: str, where: str, last: Optional[int] = None) -> Optional[list[int]]:
+    """A list of non-negative integer token ids (only its `last` ones, when that is all the caller keeps: a
+    cumulative list is as long as the output); None when absent or null."""
     ids = list_field(doc, key, where)
     if ids is None:
         return None
-    for i, x in enumerate(ids):
-        if type(x) is not int or x < 0:
-            raise _bad(f"{where}.{key}[{i}]", "a non-negative integer token id", x)
-    return ids
+    start = 0 if last is None else max(0, len(ids) - last)
+    kept = ids if start == 0 else ids[start:]
+    if not all(type(x) is int and x >= 0 for x in kept):
+        i, x = next((i, x) for i, x in enumerate(kept, start) if type(x) is not int or x < 0)
+        raise _bad(f"{where}.{key}[{i}]", "a non-negative integer token id", x)
+    return kept
 
 
 def finish_field(doc: Mapping[str, Any], key: str, where: str) -> tuple[Optional[str], Optional[str]]:

@@ -116,11 +116,11 @@ class SGLangNativeParser(_TypedChunks):
         mi = object_field(obj, "meta_info", "chunk")
         w = "chunk.meta_info"
         ct = count_field(mi, "completion_tokens", w) or 0
+        fr, abort = finish_field(mi, "finish_reason", w)
         text = str_field(obj, "text", "chunk")
-        ids = ids_field(obj, "output_ids", "chunk")
+        ids = ids_field(obj, "output_ids", "chunk", None if self._keep_text else (8 if fr is not None else 0))
         prompt, cached = count_field(mi, "prompt_tokens", w), count_field(mi, "cached_tokens", w)
         rid = str_field(mi, "id", w)
-        fr, abort = finish_field(mi, "finish_reason", w)
         if fr is not None:
             verify, accept = count_field(mi, "spec_verify_ct", w), number_field(mi, "spec_accept_length", w)
             e2e = number_field(mi, "e2e_latency", w)
