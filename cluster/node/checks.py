@@ -57,7 +57,10 @@ class CheckResult(_Record):
     fix: str = ""
 
     def line(self) -> str:
-        return f"{self.level:<7} {self.name:<11} {self.message}" + (f" -> {self.fix}" if self.fix else "")
+        """One printable line: a fact's text (a path, an error a node sent back) cannot break it or move the
+        cursor; control characters show escaped."""
+        text = f"{self.level:<7} {self.name:<11} {self.message}" + (f" -> {self.fix}" if self.fix else "")
+        return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
 def _unneeded_or(needed: bool, needs: NodeNeeds) -> Level:

@@ -6,7 +6,6 @@ Every external read is bounded: subprocesses have timeouts, the interpreter is a
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import socket
@@ -44,13 +43,21 @@ def interpreter_fact(python: str, timeout_s: float = INTERPRETER_TIMEOUT_S) -> I
         return InterpreterFact(path=python, runs=False, reason=f"did not answer within {timeout_s:g} s")
     except OSError as e:
         return InterpreterFact(path=python, runs=False, reason=e.strerror or str(e))
-    lines = done.stdout.strip().splitlines()
-    try:
-        doc = json.loads(lines[-1]) if done.returncode == 0 and lines else None
-    except ValueError:
+    return interpreter_answer(python, done.returncode, done.stdout, done.stderr)
+
+
+def interpreter_answer(python: str, returncode: int, stdout: str, stderr: str) -> InterpreterFact:
+    """The interpreter's answer to the version script, whatever it printed (its last stdout line is the report)."""
+    from cluster.errors import UserError
+    from cluster.input_files import parse_json
+
+    lines = stdout.strip().splitlines()
+    try:  # the bounded parser: a deeply nested answer would raise RecursionError from json.loads
+        doc = parse_json(lines[-1], python, UserError, "the version report") if returncode == 0 and lines else None
+    except UserError:
         doc = None
     if not isinstance(doc, dict):
-        tail = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        tail = (stderr.strip().splitlines() or [f"exit status {returncode}"])[-1]
         return InterpreterFact(path=python, runs=False, reason=f"it failed: {tail[:200]}")
 
     def ver(key: str) -> Optional[str]:

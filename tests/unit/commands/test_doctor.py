@@ -212,3 +212,21 @@ def test_collect_reads_this_machine_and_survives_the_ray_boundary(tmp_path: Path
     query = FactQuery(python="/opt/python", disk_paths=("/a", "/b"))
     assert FactQuery.model_validate_json(query.model_dump_json()) == query
 
+
+
+def test_a_fact_with_control_characters_stays_one_printable_line() -> None:
+    """Fuzz finding (tests/fuzz/test_fuzz_doctor_facts.py): a reason or path with a newline or an escape sequence (an
+    error text a node sent back) split a check over lines or recoloured the terminal."""
+    bad = CheckpointFact(path="/models/q\nx", readable=False, reason="no config.json\x1b[2J\r")
+    line = check_checkpoint(_with(checkpoint=bad), NEEDS).line()
+    assert line.isprintable() and "\\n" in line and "\\x1b" in line and "\\r" in line
+
+
+def test_a_deeply_nested_interpreter_answer_is_an_interpreter_that_failed(tmp_path: Path) -> None:
+    """Fuzz finding: an interpreter printing 5,000 nested brackets made json.loads raise RecursionError, which
+    escaped `doctor` as a bug (exit 70)."""
+    deep = tmp_path / "python"
+    deep.write_text("#!/bin/sh\n" + f"printf '%s' '{'[' * 5000}{']' * 5000}'\n")
+    deep.chmod(0o755)
+    got = interpreter_fact(str(deep))
+    assert not got.runs and got.reason is not None and got.reason.startswith("it failed")
