@@ -174,8 +174,19 @@ def render_args(args: Mapping[str, ArgValue]) -> list[str]:
 
 
 def version_adjusted_args(args: Mapping[str, ArgValue], version: tuple[int, ...]) -> dict[str, ArgValue]:
-    """Full flag names, and the spelling of release-dependent flags (both spellings are accepted in the spec)."""
-    out = {canonical_key(k): v for k, v in args.items()}
+    """Full flag names, and the spelling of release-dependent flags (both spellings are accepted in the spec); one
+    flag under two of its names (an alias, an abbreviation, a release's old name) is refused, never one value lost."""
+    renamed = {old: new for old, new, _ in RENAMED_FLAGS}
+    out: dict[str, ArgValue] = {}
+    given: dict[str, str] = {}
+    for k, v in args.items():
+        full = canonical_key(k)
+        flag = renamed.get(full, full)
+        if flag in given:
+            raise UserError(f"server args {given[flag]!r} and {k!r} are one SGLang flag (--{flag}) under two names: "
+                            "give it once", field=f"args.{k}", expected="each flag once")
+        given[flag] = k
+        out[full] = v
     for old, new, since in RENAMED_FLAGS:
         new_style = version >= since
         if new_style and old in out:

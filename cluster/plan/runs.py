@@ -296,5 +296,8 @@ def expand_backend_sweep(v: ResolvedVariant) -> list[ResolvedVariant]:
         name = sweep_name(v.name, pair)
         check_name(name, "swept variant name")
         tuning = BackendSweepTuning(options=BackendSweepOptions(combination=combo))
-        out.append(replace(v, name=name, args=args, tuning=tuning, is_baseline=False, family=v.family or v.name))
+        # a baseline must be one variant (the spec refuses a baseline sweep of several pairs): a one-pair sweep
+        # marked baseline stays the baseline instead of silently handing the role to the first plain variant
+        out.append(replace(v, name=name, args=args, tuning=tuning, is_baseline=v.is_baseline and len(pairs) == 1,
+                           family=v.family or v.name))
     return out
