@@ -33,6 +33,10 @@ MAX_ROWS = 14
 RECOMPUTE_S = 0.5
 """A running point's figures are recomputed at most this often (summarize_run over its requests so far)."""
 NS_PER_S = 1e9
+LIVE_COLUMNS = ("error", "actual_send_ns", "intended_send_ns", "first_chunk_ns", "last_chunk_ns",
+                "completion_tokens", "client_tokens", "spec_verify_ct")
+"""The requests columns the shown figures read (ok, TTFT, output tokens, acceptance): a running point keeps only
+these, not whole rows, so a long window does not sit in memory twice (the driver spools it to disk)."""
 
 
 @dataclass
@@ -47,7 +51,7 @@ class _Point:
     computed_s: float = 0.0
 
     def add(self, batch: pa.RecordBatch, now_s: float) -> None:
-        self.batches.append(batch)
+        self.batches.append(batch.select([c for c in LIVE_COLUMNS if c in batch.schema.names]))
         self.done += batch.num_rows
         if now_s - self.computed_s >= RECOMPUTE_S:
             self.recompute(now_s)
