@@ -112,9 +112,12 @@ def test_every_bound_says_where_it_comes_from() -> None:
     """Each constant of cluster/spec/bounds.py is followed by its docstring (the domain fact behind it)."""
     tree = ast.parse(Path(bounds.__file__).read_text())
     body = tree.body
-    missing = [stmt.targets[0].id if isinstance(stmt.targets[0], ast.Name) else "?"
-               for i, stmt in enumerate(body) if isinstance(stmt, ast.Assign)
-               and not (i + 1 < len(body) and isinstance(body[i + 1], ast.Expr)
-                        and isinstance(body[i + 1].value, ast.Constant) and isinstance(body[i + 1].value.value, str))]
+    def documented(i: int) -> bool:
+        after = body[i + 1] if i + 1 < len(body) else None
+        return isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant) \
+            and isinstance(after.value.value, str)
+
+    missing = [ast.unparse(stmt.targets[0]) for i, stmt in enumerate(body)
+               if isinstance(stmt, ast.Assign) and not documented(i)]
     assert missing == []
     assert sum(isinstance(s, ast.Assign) for s in body) >= 25
