@@ -69,6 +69,24 @@ def _is_int(v: Any) -> bool:
 
 
 def _tensor(file: str, name: str, entry: Any, data_bytes: int) -> TensorInfo:
+    """The entry as a TensorInfo when it satisfies the invariant (the fast path: a real shard has ~10k entries and
+    a 400B model ~400k); otherwise _refuse says what is wrong."""
+    if type(entry) is dict:
+        dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+        if (type(dtype) is str and dtype in DTYPE_BITS and type(shape) is list and len(shape) <= MAX_DIMS
+                and all(type(d) is int and 0 <= d <= MAX_DIM_SIZE for d in shape)
+                and type(offsets) is list and len(offsets) == 2 and type(offsets[0]) is int
+                and type(offsets[1]) is int and 0 <= offsets[0] <= offsets[1] <= data_bytes):
+            begin, end = offsets
+            bits = prod(shape) * DTYPE_BITS[dtype]
+            if (end - begin) * 8 == bits + (-bits % 8):
+                return TensorInfo(dtype=dtype, shape=tuple(shape), nbytes=end - begin, data_offsets=(begin, end))
+    _refuse(file, name, entry, data_bytes)
+    raise CheckpointError(file, f"tensor {clip(name)}: invalid header entry {clip(entry)}", field=name)
+
+
+def _refuse(file: str, name: str, entry: Any, data_bytes: int) -> None:
+    """Raise the CheckpointError naming the first field of a header entry that breaks the invariant."""
     where = f"tensor {clip(name)}"
     if not isinstance(entry, dict):
         raise CheckpointError(file, f"{where}: header entry is not a JSON object", field=name,
@@ -102,7 +120,6 @@ def _tensor(file: str, name: str, entry: Any, data_bytes: int) -> TensorInfo:
         raise CheckpointError(file, f"{where}: data_offsets span {end - begin} bytes but {dtype}{shape} needs "
                               f"{(bits + 7) // 8}", field=f"{name}.data_offsets",
                               expected=f"end - begin == {(bits + 7) // 8}")
-    return TensorInfo(dtype=dtype, shape=tuple(shape), nbytes=end - begin, data_offsets=(begin, end))
 
 
 def check_no_overlap(file: str, tensors: dict[str, TensorInfo]) -> None:
@@ -120,11 +137,13 @@ class _DuplicateKey(SglbenchError):
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in out:
-            raise _DuplicateKey(k)
-        out[k] = v
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise _DuplicateKey(k)
+            seen.add(k)
     return out
 
 
