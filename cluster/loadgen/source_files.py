@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, TypeVar
 
 from cluster.errors import PromptSourceError, UserError
-from cluster.input_files import MAX_JSON_DEPTH, json_depth_offset, parse_json, read_input_text
+from cluster.input_files import MAX_JSON_DEPTH, json_depth_offset, read_input_text
 
 E = TypeVar("E", bound=UserError)
 
@@ -74,10 +74,58 @@ def jsonl_lines(raw: str) -> list[tuple[int, str]]:
     return out
 
 
+class DuplicateKey(ValueError):
+    """A JSON object naming one key twice: the decoder would keep the last value and silently drop the first."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise DuplicateKey(k)
+            seen.add(k)
+    return out
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
+
+
+def _decode(raw: str, i: int, path: pathlib.Path, line: int, error: type[PromptSourceError],
+            expected: str) -> tuple[Any, int]:
+    """The JSON value starting at raw[i] and where it ends; every decoder failure as `error` at its line (`line` is
+    the line raw[i] is on, for failures without a position)."""
+    try:
+        return _DECODER.raw_decode(raw, i)
+    except DuplicateKey as e:
+        raise _fail(error, path, line, f"key {shown(e.key)} appears twice in one object (JSON keeps only the last)",
+                    f"{expected}, each key once") from None
+    except json.JSONDecodeError as e:
+        at = line + raw.count("\n", i, e.pos)
+        raise _fail(error, path, at, f"invalid JSON ({e.msg}); expected {expected}", expected) from None
+    except (ValueError, RecursionError) as e:  # an integer past Python's digit limit
+        raise _fail(error, path, line, f"invalid JSON ({e}); expected {expected}", expected) from None
+
+
 def jsonl_records(path: pathlib.Path, raw: str, error: type[PromptSourceError], expected: str) -> list[SourceRecord]:
-    """Every non-blank line of a JSONL file parsed (deep nesting, digit-limit and syntax failures as `error`)."""
-    return [SourceRecord(k, lineno, parse_json(text, f"{path}:{lineno}", error, "row", expected=expected))
-            for k, (lineno, text) in enumerate(jsonl_lines(raw))]
+    """Every non-blank line of a JSONL file parsed (deep nesting, digit-limit, duplicate-key and syntax failures as
+    `error` naming the line)."""
+    out: list[SourceRecord] = []
+    for lineno, text in jsonl_lines(raw):
+        if json_depth_offset(text) is not None:
+            raise _fail(error, path, lineno, f"JSON nests more than {MAX_JSON_DEPTH} levels",
+                        f"{expected}, nested at most {MAX_JSON_DEPTH} levels")
+        obj, end = _decode(text, _skip_ws(text, 0), path, lineno, error, expected)
+        if _skip_ws(text, end) < len(text):
+            raise _fail(error, path, lineno, f"invalid JSON (extra data after the row's value); expected {expected}",
+                        expected)
+        out.append(SourceRecord(len(out), lineno, obj))
+    return out
 
 
 def _line_at(raw: str, offset: int) -> int:
@@ -97,7 +145,6 @@ def array_records(path: pathlib.Path, raw: str, error: type[PromptSourceError], 
     if deep is not None:
         raise _fail(error, path, _line_at(raw, deep), f"JSON nests more than {MAX_JSON_DEPTH} levels",
                     f"{expected}, nested at most {MAX_JSON_DEPTH} levels")
-    dec = json.JSONDecoder()
     out: list[SourceRecord] = []
     i = _skip_ws(raw, raw.index("[") + 1)
     if i < len(raw) and raw[i] == "]":
@@ -105,13 +152,7 @@ def array_records(path: pathlib.Path, raw: str, error: type[PromptSourceError], 
     else:
         while True:
             start = _line_at(raw, i)
-            try:
-                obj, i = dec.raw_decode(raw, i)
-            except json.JSONDecodeError as e:
-                raise _fail(error, path, e.lineno, f"invalid JSON ({e.msg}); expected {expected}", expected) \
-                    from None
-            except (ValueError, RecursionError) as e:  # an integer past Python's digit limit
-                raise _fail(error, path, start, f"invalid JSON ({e}); expected {expected}", expected) from None
+            obj, i = _decode(raw, i, path, start, error, expected)
             out.append(SourceRecord(len(out), start, obj))
             i = _skip_ws(raw, i)
             if i < len(raw) and raw[i] == ",":

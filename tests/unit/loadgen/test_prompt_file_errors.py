@@ -272,3 +272,20 @@ def test_a_bad_row_of_a_compact_array_is_named_by_its_ordinal(tmp_path: pathlib.
                              {"timestamp_s": 0, "input_tokens": 1, "output_tokens": 1}]))
     with pytest.raises(TraceError, match=r"goes back in time.*\(source_row 1\)$"):
         load_trace(t)
+
+
+@pytest.mark.parametrize("kind", sorted(LOADERS))
+@pytest.mark.parametrize("array", [False, True])
+def test_a_key_given_twice_in_a_row_is_refused(tmp_path: pathlib.Path, kind: str, array: bool) -> None:
+    # json.loads keeps the last value of a repeated key: the first one was silently lost
+    good = _row_of(kind, "1")
+    twice = _row_of(kind, '{"a": 1, "a": 2}')
+    err = _refused(kind, tmp_path, f"[{good},\n{twice}]" if array else f"{good}\n{twice}\n")
+    assert "key 'a' appears twice" in str(err) and str(err.file).endswith(":2"), str(err)
+
+
+@pytest.mark.parametrize("kind", sorted(LOADERS))
+def test_two_values_on_one_jsonl_line_are_refused(tmp_path: pathlib.Path, kind: str) -> None:
+    good = _row_of(kind, "1")
+    err = _refused(kind, tmp_path, f"{good}\n{good} {good}\n")
+    assert "extra data" in str(err) and str(err.file).endswith(":2"), str(err)
