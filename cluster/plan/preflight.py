@@ -40,8 +40,8 @@ def check_speculative_support(
                 reports[path] = probe(path)
             except CheckpointError as e:
                 raise PreflightError(
-                    f"experiment {spec.name!r}, variant {v.name!r}: cannot probe {role} {path}: {e}"
-                ) from None
+                    f"experiment {spec.name!r}, variant {v.name!r}: cannot probe {role} {path}: {e}",
+                    file=e.file, field=e.field or role, expected=e.expected) from None
         return reports[path]
 
     for v in variants:

@@ -264,3 +264,28 @@ def test_names_from_the_checkpoint_print_as_text_not_markup(tmp_path: Path) -> N
     res = CliRunner().invoke(app, ["probe", str(d)])
     assert res.exit_code == 0, res.output
     assert "[/x]" in res.output and "[/bold]LlamaForCausalLM" in res.output and "\\udcff" in res.output
+
+
+def test_preflight_keeps_the_checkpoint_file_field_and_expectation(tmp_path: Path) -> None:
+    """validate/run refuse through preflight: its PreflightError carries the CheckpointError's file, field and
+    expectation (before: none of them, so the CLI blamed the experiment YAML)."""
+    from cluster.plan.preflight import PreflightError, check_speculative_support
+    from cluster.plan.runs import expand_variants
+    from cluster.spec.loader import parse_spec_text
+
+    d = _good(tmp_path)
+    _header(d, {"a.weight": _entry("BF16", [4], 0, 8), "b.weight": _entry("BF16", [4], 4, 12)}, 12)
+    spec = parse_spec_text(f"""
+version: 1
+name: overlap
+model: {{path: "{d}", engine: sglang, tp: 1}}
+variants:
+  - {{name: base, baseline: true}}
+workloads:
+  - {{name: w, input_tokens: 8, output_tokens: 8, num_requests: 2}}
+load: {{concurrency: [1]}}
+""")
+    with pytest.raises(PreflightError) as ei:
+        check_speculative_support(spec, expand_variants(spec))
+    assert ei.value.file == str(d / SHARD1) and ei.value.field == "b.weight.data_offsets", str(ei.value)
+    assert ei.value.expected is not None and "begin >= 8" in ei.value.expected
