@@ -168,6 +168,8 @@ def probe_here(model_path: str) -> bool:
 
 def probe_checkpoint(model_dir: str) -> ProbeReport:
     """Probe a Hugging Face-style checkpoint directory without loading tensor data."""
+    if not str(model_dir):
+        raise CheckpointError("''", "the model path is empty", field="model path", expected="a model directory")
     if "\x00" in str(model_dir):
         raise CheckpointError(clip(str(model_dir)), "the model path holds a NUL byte", field="model path",
                               expected="a path without NUL bytes")

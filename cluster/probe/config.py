@@ -96,6 +96,11 @@ def parse_model_config(file: str, raw: dict[str, Any]) -> ModelConfig:
                 mtp = MtpDeclaration(layers=n, key=f"config.json {scope_name}{key}")
     if mtp is not None and mtp.layers == 0:
         mtp = None
+    experts = _int(file, cfg, where, "num_experts", "n_routed_experts", "num_local_experts")
+    per_token = _int(file, cfg, where, "num_experts_per_tok", "moe_topk")
+    if experts and per_token is not None and per_token > experts:
+        raise CheckpointError(file, f"{where}num_experts_per_tok {per_token} is more than the {experts} experts",
+                              field=f"{where}num_experts_per_tok", expected=f"at most {experts}")
     dedicated = cfg.get("mtp_use_dedicated_embeddings", raw.get("mtp_use_dedicated_embeddings"))
     return ModelConfig(
         layout="nested_text_config" if text is not None else "flat",
@@ -105,8 +110,8 @@ def parse_model_config(file: str, raw: dict[str, Any]) -> ModelConfig:
         hidden_size=_int(file, cfg, where, "hidden_size", "d_model", "n_embd"),
         num_hidden_layers=layers,
         layer_types=layer_types,
-        num_experts=_int(file, cfg, where, "num_experts", "n_routed_experts", "num_local_experts"),
-        num_experts_per_tok=_int(file, cfg, where, "num_experts_per_tok", "moe_topk"),
+        num_experts=experts,
+        num_experts_per_tok=per_token,
         moe_intermediate_size=_int(file, cfg, where, "moe_intermediate_size"),
         shared_expert_intermediate_size=_int(file, cfg, where, "shared_expert_intermediate_size"),
         vocab_size=_int(file, cfg, where, "vocab_size"),

@@ -289,3 +289,19 @@ load: {{concurrency: [1]}}
         check_speculative_support(spec, expand_variants(spec))
     assert ei.value.file == str(d / SHARD1) and ei.value.field == "b.weight.data_offsets", str(ei.value)
     assert ei.value.expected is not None and "begin >= 8" in ei.value.expected
+
+
+def test_more_experts_per_token_than_experts_is_refused(tmp_path: Path) -> None:
+    """Active parameters were counted as routed × 9/4 of the total (more active than there are)."""
+    d = _good(tmp_path)
+    _config(d, num_experts_per_tok=9)
+    with pytest.raises(CheckpointError, match="more than the 4 experts") as ei:
+        probe_checkpoint(str(d))
+    assert ei.value.field == "num_experts_per_tok"
+
+
+def test_an_empty_model_path_is_refused_not_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                   ) -> None:
+    monkeypatch.chdir(_good(tmp_path))
+    with pytest.raises(CheckpointError, match="the model path is empty"):
+        probe_checkpoint("")
