@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 import socket
 import ssl
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
@@ -232,17 +233,49 @@ def _chunked(r: _Reader, max_body_bytes: int) -> bytes:
             raise MalformedAnswerError(f"{r.what}: expected CRLF after a chunk's {size} bytes")
 
 
+def _resolve(url: ServerURL, deadline_s: float, timeout_s: float, what: str) -> list[tuple[Any, ...]]:
+    """The host's addresses, the lookup bounded by the call's deadline (getaddrinfo itself has no timeout: it runs
+    on a daemon thread, abandoned when the deadline passes)."""
+    got: list[Any] = []
+
+    def lookup() -> None:
+        try:
+            got.append(socket.getaddrinfo(url.host, url.port, type=socket.SOCK_STREAM))
+        except OSError as e:  # gaierror, or the resolver's own failure
+            got.append(e)
+
+    worker = threading.Thread(target=lookup, name="resolve", daemon=True)
+    worker.start()
+    worker.join(max(0.0, deadline_s - time.monotonic()))
+    if not got:
+        raise ServerUnreachableError(f"{what}: resolving {url.host!r} did not finish within {timeout_s:g} s "
+                                     "(the call's whole deadline)")
+    if isinstance(got[0], OSError):
+        e = got[0]
+        raise ServerUnreachableError(f"{what}: name {url.host!r} not resolved ({e.strerror or e})")
+    infos: list[tuple[Any, ...]] = got[0]
+    return infos
+
+
 def _connect(url: ServerURL, deadline_s: float, timeout_s: float, what: str) -> socket.socket:
-    try:
-        sock = socket.create_connection((url.host, url.port), timeout=max(0.001, deadline_s - time.monotonic()))
-    except socket.gaierror as e:
-        raise ServerUnreachableError(f"{what}: name {url.host!r} not resolved ({e.strerror or e})") from None
-    except ConnectionRefusedError:
-        raise ServerRefusedError(f"{what}: connection refused (nothing listening on {url.netloc})") from None
-    except TimeoutError:
-        raise _timeout(what, timeout_s) from None
-    except OSError as e:  # ENETUNREACH, EHOSTUNREACH, EADDRNOTAVAIL: no route from this machine
-        raise ServerUnreachableError(f"{what}: cannot connect to {url.netloc} ({e.strerror or e})") from None
+    last: Optional[OSError] = None
+    for family, kind, proto, _, addr in _resolve(url, deadline_s, timeout_s, what):
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(max(0.001, deadline_s - time.monotonic()))
+            sock.connect(addr)
+            break
+        except OSError as e:
+            sock.close()
+            last = e
+    else:
+        if isinstance(last, ConnectionRefusedError):
+            raise ServerRefusedError(f"{what}: connection refused (nothing listening on {url.netloc})")
+        if isinstance(last, TimeoutError) or time.monotonic() >= deadline_s:
+            raise _timeout(what, timeout_s)
+        # ENETUNREACH, EHOSTUNREACH, EADDRNOTAVAIL: no route from this machine
+        raise ServerUnreachableError(f"{what}: cannot connect to {url.netloc} "
+                                     f"({last.strerror or last if last else 'no address'})")
     if url.scheme != "https":
         return sock
     try:

@@ -53,13 +53,25 @@ def test_nothing_listening_is_connection_refused_exit_4() -> None:
 
 
 def test_a_name_that_does_not_resolve_is_exit_3(monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_name(*a: object, **k: object) -> socket.socket:
+    def no_name(*a: object, **k: object) -> list[tuple[object, ...]]:
         raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
 
-    monkeypatch.setattr(socket, "create_connection", no_name)  # no resolver is asked: tests stay on loopback
+    monkeypatch.setattr(socket, "getaddrinfo", no_name)  # no resolver is asked: tests stay on loopback
     with pytest.raises(ServerUnreachableError, match="name 'sglang-head' not resolved") as e:
         call("http://sglang-head:30000", "/health", timeout_s=1.0)
     assert exit_code_of(e.value) == 3
+
+
+def test_a_resolver_that_hangs_ends_at_the_call_s_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    def hang(*a: object, **k: object) -> list[tuple[object, ...]]:
+        time.sleep(3)
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+
+    monkeypatch.setattr(socket, "getaddrinfo", hang)
+    t0 = time.monotonic()
+    with pytest.raises(ServerUnreachableError, match=r"resolving 'sglang-head' did not finish within 0.3 s") as e:
+        call("http://sglang-head:30000", "/health", timeout_s=0.3)
+    assert time.monotonic() - t0 < 1.0 and exit_code_of(e.value) == 3
 
 
 @pytest.mark.parametrize("script", [
