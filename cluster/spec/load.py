@@ -1,0 +1,109 @@
+"""The load points of an experiment: closed-loop concurrency, open-loop rates and arrivals, a capacity search."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Optional
+
+from pydantic import Field, field_validator, model_validator
+
+from cluster.spec import bounds as B
+from cluster.spec.fields import FieldProblem, FrozenModel
+
+
+class SearchSpec(FrozenModel):
+    """Capacity at an SLO (cluster/plan/capacity.py): per variant, workload and repeat, on the variant's one server
+    start, the highest load in [min, max] whose SLO attainment (the spec's `slo:`) stays at or above
+    `slo_attainment`: probe `min`, double while every probe meets it, then bisect between the highest load that met
+    it and the lowest that missed until they are `resolution` apart. Every probe is a normal recorded run."""
+
+    slo_attainment: float = Field(gt=0, le=1)
+    """The fraction of requests that must be ok and meet every set SLO (0.9: 90 %)."""
+    over: Literal["concurrency", "request_rate"] = "concurrency"
+    """What is searched: closed-loop concurrency (integers) or open-loop request rate (req/s)."""
+    min: float = Field(gt=0, le=B.MAX_REQUEST_RATE)
+    """The lowest load probed (probed first)."""
+    max: float = Field(gt=0, le=B.MAX_REQUEST_RATE)
+    """The highest load probed: a variant still meeting the SLO there is reported as at least max."""
+    resolution: Optional[float] = Field(default=None, gt=0, le=B.MAX_REQUEST_RATE)
+    """How close the answer's bracket must close, in load units (default: 1 for concurrency, (max - min) / 32
+    for request rate)."""
+
+    @model_validator(mode="after")
+    def _range(self) -> "SearchSpec":
+        if not self.min < self.max:
+            raise FieldProblem(("max",), f"max ({self.max:g}) must be above min ({self.min:g})")
+        if self.over == "concurrency":
+            for name in ("min", "max"):
+                v = getattr(self, name)
+                if v != int(v):
+                    raise FieldProblem((name,), f"a concurrency search probes integers: {name} must be one, got {v:g}")
+        return self
+
+    def step(self) -> float:
+        """The resolution the bracket closes to."""
+        if self.resolution is not None:
+            return max(self.resolution, 1.0) if self.over == "concurrency" else self.resolution
+        return 1.0 if self.over == "concurrency" else (self.max - self.min) / 32
+
+
+class LoadSpec(FrozenModel):
+    concurrency: list[Annotated[int, Field(ge=1, le=B.MAX_CONCURRENCY)]] = Field(default_factory=list)
+    """Closed-loop load points: requests kept in flight."""
+    request_rate: list[Annotated[float, Field(gt=0, le=B.MAX_REQUEST_RATE)]] = Field(default_factory=list)
+    """Open-loop arrival rates in requests/s."""
+    arrival: Literal["poisson", "gamma", "trace"] = "poisson"
+    """Open-loop inter-arrival times: exponential (Poisson), gamma with coefficient of variation `arrival_cv`
+    (cv > 1 burstier than Poisson, < 1 more regular; cv 1 has Poisson's spread), or `trace`: the recorded times of
+    the workloads' `trace` prompts, every gap scaled so the window's mean rate is each request_rate."""
+    arrival_cv: Optional[float] = Field(default=None, gt=0, le=B.MAX_GAMMA_CV)
+    """Coefficient of variation of gamma inter-arrival times (arrival: gamma only)."""
+    max_concurrency: Optional[int] = Field(default=None, ge=1, le=B.MAX_CONCURRENCY)
+    """Cap on in-flight requests for open-loop load points."""
+    actors_per_server: int = Field(default=1, ge=1, le=B.MAX_ACTORS_PER_SERVER)
+    """Load actors driving one server together (each a shard of every window) when one core is not enough."""
+    read_batch_ms: float = Field(default=0.0, ge=0, le=B.MAX_READ_BATCH_MS)
+    """Let a load generator's readable sockets gather for this long after the first before reading them all in one
+    event-loop turn (cluster/loadgen/pool.py, StreamPool.read_batch_s): less client CPU per chunk at hundreds of
+    streams, arrival times still the kernel's receive stamps. Keep it well under the servers' inter-token latency
+    (two events of one stream inside one batch share the later stamp); a closed loop's next send waits up to as
+    long. 0 (the default): each socket is read as soon as it is readable."""
+    search: Optional[SearchSpec] = None
+    """Capacity at an SLO: search the highest load meeting `slo:` (besides any fixed points above)."""
+
+    @field_validator("concurrency")
+    @classmethod
+    def _conc(cls, v: list[int]) -> list[int]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"concurrency has duplicates: {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _shards(self) -> "LoadSpec":
+        n = self.actors_per_server
+        for i, c in enumerate(self.concurrency):
+            if c % n:
+                raise FieldProblem(("concurrency", i), f"concurrency {c} must be a multiple of actors_per_server={n} "
+                                   "(each load actor runs an equal share of the closed loop)")
+        if self.max_concurrency is not None and self.max_concurrency % n:
+            raise FieldProblem(("max_concurrency",), f"max_concurrency must be a multiple of actors_per_server={n}")
+        return self
+
+    @model_validator(mode="after")
+    def _arrival(self) -> "LoadSpec":
+        if self.arrival == "gamma" and self.arrival_cv is None:
+            raise FieldProblem(("arrival_cv",), "gamma arrivals need arrival_cv (the inter-arrival coefficient of "
+                               "variation, e.g. 2 for bursty traffic)")
+        if self.arrival == "poisson" and self.arrival_cv is not None:
+            raise FieldProblem(("arrival_cv",), "arrival_cv is for arrival: gamma (Poisson's is 1 by definition)")
+        return self
+
+    @model_validator(mode="after")
+    def _some(self) -> "LoadSpec":
+        if not self.concurrency and not self.request_rate and self.search is None:
+            raise ValueError("give at least one concurrency or request_rate (or a search)")
+        if self.search is not None and self.actors_per_server > 1:
+            raise FieldProblem(("search",), "a capacity search probes any concurrency in its range: it needs "
+                               "actors_per_server: 1")
+        if self.search is not None and self.search.over == "request_rate" and self.arrival == "trace":
+            raise FieldProblem(("search", "over"), "a request-rate search runs Poisson or gamma arrivals, not trace")
+        return self
