@@ -5,9 +5,9 @@ fed to the streaming client's framing and the engines' stream parsers. Each resp
 error, the only exception the framing raises is MalformedAnswerError (the pool records it), a record never carries a
 count that is not a non-negative int, and every split of the same bytes into reads gives the same record on both
 read paths (event_frames and the state machine).
-(b) live, a few examples: a loopback server replays a mutated answer (whole, trickled, never ended) to the bounded
-control call (smoke, health/info/flush, the scrape) and to the gate's request; each call ends within its deadline
-with this project's error or an answer.
+(b) live, a few examples: a loopback server replays a mutated answer (whole, split, trickled, never ended) to the
+bounded control call (health/info polling, the scrape), to `smoke`, to the gate's request and to a window's
+streaming request; each call ends within its deadline with this project's error, a recorded error or an answer.
 """
 
 from __future__ import annotations
@@ -222,3 +222,40 @@ def test_a_gate_request_ends_within_its_deadline_with_an_answer_or_its_error(scr
                                                 "spec_verify_ct"}
     if "error" not in answer:
         assert answer["completion_tokens"] is None or type(answer["completion_tokens"]) is int
+
+
+@settings(FUZZ, max_examples=budget(6))
+@given(scripts())
+def test_a_window_request_ends_within_its_deadline_as_a_record_or_its_error(script: Script) -> None:
+    from cluster.loadgen.client import StreamPool, stream_request
+
+    async def one(url: str) -> RequestRecord:
+        rec = RequestRecord(request_index=0, intended_send_ns=0, actual_send_ns=0, prompt_tokens_sent=1, max_tokens=8)
+        async with StreamPool(url, 1) as pool:
+            await stream_request(pool, "/generate", b"{}", SGLangNativeParser(), time.monotonic_ns(), DEADLINE_S, rec)
+        return rec
+
+    with ReplayServer(lambda m, p: script) as srv:
+        t0 = time.monotonic()
+        rec = asyncio.run(one(srv.url))
+        _ends_in_time(t0)
+    assert rec.error is not None or (rec.http_status == 200 and rec.finish_reason is not None)
+    assert script.then == "close" or rec.error is not None
+    for count in (rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens, rec.spec_verify_ct):
+        assert count is None or (type(count) is int and count >= 0)
+
+
+@settings(FUZZ, max_examples=budget(4))
+@given(scripts())
+def test_smoke_ends_within_its_calls_deadlines_with_a_table_or_our_error(script: Script) -> None:
+    from cluster.engines.smoke import run_smoke
+
+    with ReplayServer(lambda m, p: script) as srv:
+        t0 = time.monotonic()
+        try:
+            checks = run_smoke(srv.url, DEADLINE_S)
+            assert checks and all(c.ok or c.found for c in checks)
+        except SglbenchError:
+            pass
+        # at most one deadline per call smoke makes (health, model_info, server_info twice, generate, flush)
+        assert time.monotonic() - t0 < 6 * DEADLINE_S + 1.5
