@@ -56,6 +56,9 @@ def _workload(d: pathlib.Path, source: str) -> WorkloadSpec:
     base: dict[str, Any] = {"name": "w", "input_tokens": 12, "output_tokens": 4, "num_requests": 40}
     if source == "random_ids":
         base["prompts"] = {"source": "random_ids"}
+    elif source == "random_ids_lengths":  # a length distribution: sent lengths against its population's quantiles
+        base.update(prompts={"source": "random_ids"}, num_requests=120,
+                    input_tokens={"dist": "lognormal", "mean": 24, "std": 12, "min": 4, "max": 96})
     elif source == "shared_prefix":
         base["prompts"] = {"source": "random_ids", "shared_prefix": {"groups": 3, "tokens": 6}}
     elif source == "sessions":
@@ -119,16 +122,20 @@ async def _sim_window(prompts: Sequence[Prompt], wl: WorkloadSpec, d: pathlib.Pa
     return pa.Table.from_batches([res.requests])
 
 
-def _audit(d: pathlib.Path, source: str, collapse: bool) -> tuple[WorkloadAudit, pa.Table]:
+def _audit(d: pathlib.Path, source: str, collapse: bool, length_shift: bool = False
+           ) -> tuple[WorkloadAudit, pa.Table]:
     wl = _workload(d, source)
     prompts: Sequence[Prompt] = build_prompt_sequence(wl, wl.num_requests, 7, d)
     if collapse:
         prompts = [prompts[0]] * len(prompts)
+    elif source == "random_ids_lengths" and length_shift:
+        # the other injection: every prompt cut to its first half (ids sent, lengths wrong)
+        prompts = [Prompt(input_ids=(p.input_ids or ())[: max(1, len(p.input_ids or ()) // 2)]) for p in prompts]
     requests = asyncio.run(_sim_window(prompts, wl, d))
     return audit_workload(requests, workload_selection(wl, wl.num_requests, 7, d)), requests
 
 
-SOURCES = ["random_ids", "shared_prefix", "sessions", "jsonl", "text", "sharegpt", "sharegpt_tokenized", "messages",
+SOURCES = ["random_ids", "random_ids_lengths", "shared_prefix", "sessions", "jsonl", "text", "sharegpt", "sharegpt_tokenized", "messages",
            "trace", "sharegpt_sessions"]
 
 
@@ -174,3 +181,12 @@ def test_a_prompt_file_with_repeated_rows_offers_its_distinct_prompts_with_their
     plan = workload_selection(wl, 2, 0, tmp_path)
     assert (plan.offered_distinct, plan.with_replacement, plan.draw_multiplicities) == (3.0, False, ((1, 2), (4, 1)))
     assert plan.lengths is None  # text rows: the client does not know their lengths
+
+
+def test_prompts_cut_to_half_their_length_are_flagged_on_the_length_quantiles(tmp_path: pathlib.Path) -> None:
+    audit, _ = _audit(tmp_path, "random_ids_lengths", collapse=False, length_shift=True)
+    assert audit.distinct_sent == 120 and not any(r.startswith("sent ") for r in audit.reasons)
+    assert [r.split(" sent")[0] for r in audit.reasons] == ["input length p10", "input length p50",
+                                                             "input length p90"], audit.reasons
+    assert audit.lengths_sent is not None and audit.lengths_selection is not None
+    assert all(s < q for s, q in zip(audit.lengths_sent, audit.lengths_selection))
