@@ -31,9 +31,16 @@ class SpecError(UserError):
     """A spec problem located in a file: `file:line: field: message` (`message` says what was expected)."""
 
     def __init__(self, file: str, line: Optional[int], field: str, message: str) -> None:
-        where = f"{file}:{line}" if line else file
-        super().__init__(f"{where}: {field or '<root>'}: {message}", file=file, field=field, expected=message)
+        where = f"{_printable(file)}:{line}" if line else _printable(file)
+        super().__init__(f"{where}: {_printable(field) or '<root>'}: {_printable(message)}", file=file, field=field,
+                         expected=message)
         self.file, self.line, self.field, self.message = file, line, field, message
+
+
+def _printable(text: str) -> str:
+    """`text` with control characters and line breaks escaped, so an error stays one line whatever the file, key
+    or value it quotes."""
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
 
 
 def check_name(value: str, what: str = "name") -> str:

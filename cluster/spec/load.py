@@ -37,6 +37,9 @@ class SearchSpec(FrozenModel):
                 v = getattr(self, name)
                 if v != int(v):
                     raise FieldProblem((name,), f"a concurrency search probes integers: {name} must be one, got {v:g}")
+                if v > B.MAX_CONCURRENCY:
+                    raise FieldProblem((name,), f"a concurrency search probes at most {B.MAX_CONCURRENCY} requests in "
+                                       f"flight (one connection each), got {v:g}")
         return self
 
     def step(self) -> float:

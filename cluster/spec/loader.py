@@ -294,7 +294,7 @@ def load_spec(path: Union[str, Path]) -> ExperimentSpec:
         message = str(e).removeprefix(f"{path}: ")
         if "past the" in message:
             message = f"file is larger than {MAX_SPEC_BYTES} characters ({message})"
-        raise SpecError(repr(str(p)) if "\x00" in str(p) else str(p), 1, "", f"cannot read file: {message}") from None
+        raise SpecError(str(p), 1, "", f"cannot read file: {message}") from None
     if raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]  # an editor's byte-order mark is not part of the document
     try:

@@ -14,11 +14,14 @@ from pathlib import Path
 from typing import Annotated, Any, Iterator, Literal, Optional, Union, get_args, get_origin
 
 import annotated_types as at
+import pytest
 from pydantic import BaseModel, Field
 from pydantic.fields import FieldInfo
 
 from cluster.spec import bounds
-from cluster.spec.models import ExperimentSpec
+from cluster.spec.loader import parse_spec_text
+from cluster.spec.models import ExperimentSpec, SpecError
+from tests.unit.spec.test_bad_inputs import VALID
 
 EXEMPT = {
     ("ServerSpec", "args"): "server flags: the engine's own parser judges each value (cluster/engines/flagcheck.py); "
@@ -121,3 +124,13 @@ def test_every_bound_says_where_it_comes_from() -> None:
                if isinstance(stmt, ast.Assign) and not documented(i)]
     assert missing == []
     assert sum(isinstance(s, ast.Assign) for s in body) >= 25
+
+
+def test_a_concurrency_search_is_held_to_the_concurrency_bound() -> None:
+    """load.search.max shares its float field with request-rate searches; over: concurrency it is a concurrency."""
+    text = VALID.replace("  concurrency: [1, 4]", "  search: {slo_attainment: 0.9, min: 1, max: 1000000}") \
+        + "slo: {ttft_ms: 500}\n"
+    with pytest.raises(SpecError) as info:
+        parse_spec_text(text, "x.yaml")
+    assert info.value.field == "load.search.max" and "at most 65536" in info.value.message
+    assert parse_spec_text(text.replace("max: 1000000", "max: 65536"), "x.yaml").load.search is not None

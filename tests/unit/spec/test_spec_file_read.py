@@ -67,3 +67,15 @@ def test_integers_past_the_digit_limit_are_located(literal: str) -> None:
         parse_spec_text(VALID.replace("repeats: 2", f"repeats: {literal}"), "x.yaml")
     assert (info.value.line, info.value.field) == (20, "repeats")
     assert f"({sys.get_int_max_str_digits()})" in info.value.message and len(str(info.value)) < 300
+
+
+def test_an_error_stays_one_line_whatever_it_quotes(tmp_path: Path) -> None:
+    """A key, a file name or a value with a line break is escaped in the message (the CLI prints one error line)."""
+    with pytest.raises(SpecError) as info:
+        parse_spec_text(VALID + 'server:\n  env:\n    "A\\nB\\u2028C": x\n', "x.yaml")
+    assert info.value.field == "server.env.A\nB\u2028C" and "\n" not in str(info.value) and "\u2028" not in str(info.value)
+    path = tmp_path / "two\nlines.yaml"
+    path.write_text(VALID.replace("repeats: 2", "repeats: 0"))
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert info.value.file == str(path) and str(info.value).startswith(f"{tmp_path}/two\\nlines.yaml:20: repeats")
