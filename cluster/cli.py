@@ -3,31 +3,24 @@
 Two things are done here once for every command. Help texts: each command's docstring is reflowed (its line
 breaks dropped, blank-line paragraphs kept; a paragraph starting with click's `\\b` stays verbatim) and ends with
 an example (EXAMPLES, unless the docstring has its own "Example:"), so no help line breaks mid-sentence at any
-width. A closed pipe (`sglbench --help | head -1`): when standard output's reader has gone, sglbench stops writing
-and exits quietly with EXIT_PIPE_CLOSED = 141, the status a shell reports for a command SIGPIPE ended (`yes | head`),
-rather than click's 1 (which means "some runs failed" here) or a traceback. The Python default (SIGPIPE ignored,
-BrokenPipeError raised) is kept instead of restoring SIGPIPE's default action, which would kill `sglbench run`
-mid-write without its cleanup; standard output is pointed at /dev/null so the interpreter's flush at exit is silent.
-An EPIPE from anything else (a socket to a dead server) is not a closed pipe and goes through the error tree.
+width. Standard output that cannot be written (cluster/commands/standard_output.py): a closed pipe
+(`sglbench --help | head -1`) ends quietly with EXIT_PIPE_CLOSED = 141, any other failed write (`> /dev/full`) is
+an environment error (exit 3, one line), neither a traceback reported as a bug.
 """
 
 from __future__ import annotations
 
-import errno
 import importlib
 import inspect
-import os
-import select
 import sys
 from typing import Any, NoReturn, Optional
 
 import typer
 from typer.core import TyperGroup
 
-from cluster.errors import EXIT_BUG, EXIT_ENGINE, EXIT_ENVIRONMENT, EXIT_USER_ERROR, report_error
-
-EXIT_PIPE_CLOSED = 141
-"""128 + SIGPIPE: what a shell reports when the reader of a command's output closed the pipe early."""
+from cluster.commands.standard_output import (EXIT_PIPE_CLOSED, OutputWriteError, check_stdout, fd_identity,
+                                              silence_stdout, stdout_closed)
+from cluster.errors import EXIT_BUG, EXIT_ENGINE, EXIT_ENVIRONMENT, EXIT_USER_ERROR, SglbenchError, report_error
 
 EPILOG = (f"Exit codes: 0 ok; 1 some runs failed (or a smoke check missed); {EXIT_USER_ERROR} bad input (the "
           f"message names file, field and what was expected); {EXIT_ENVIRONMENT} the machine or cluster cannot do "
@@ -81,54 +74,20 @@ def _prepare_help(cmd: Any, path: str = "") -> None:
         _prepare_help(sub, f"{path} {name}".strip())
 
 
-def _fd_identity(fd: int) -> Optional[tuple[int, int]]:
-    try:
-        st = os.fstat(fd)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
-
-
-def _reader_gone(fd: int) -> bool:
-    """The pipe or socket at `fd` has no reader left (poll reports an error or hang-up on a write end)."""
-    try:
-        p = select.poll()
-        p.register(fd, 0)
-        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in p.poll(0))
-    except (OSError, ValueError):
-        return False
-
-
 _stdout_at_start: Optional[tuple[int, int]] = None
 """What fd 1 was when the command started: rich, on a broken pipe, points fd 1 at /dev/null and exits 1."""
 
 
-def _stdout_closed(e: BaseException) -> bool:
-    """`e`, or an exception it came from, is EPIPE, and it was standard output's: its reader is gone, or fd 1 is no
-    longer what it was at the start (rich's Console.on_broken_pipe replaced it with /dev/null before exiting 1)."""
-    seen: set[int] = set()
-    cur: Optional[BaseException] = e
-    while cur is not None and id(cur) not in seen:
-        if isinstance(cur, OSError) and cur.errno == errno.EPIPE:
-            return _reader_gone(1) or (_stdout_at_start is not None and _fd_identity(1) != _stdout_at_start)
-        seen.add(id(cur))
-        cur = cur.__cause__ or cur.__context__
-    return False
-
-
-def _silence_stdout() -> int:
-    """Point standard output (and standard error when it is the same closed pipe) at /dev/null, so nothing more is
-    written to the closed pipe, the interpreter's flush at exit included; EXIT_PIPE_CLOSED."""
-    same_pipe = _fd_identity(1) is not None and _fd_identity(1) == _fd_identity(2)
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 1)
-        if same_pipe:
-            os.dup2(devnull, 2)
-        os.close(devnull)
-    except OSError:
-        pass
-    return EXIT_PIPE_CLOSED
+def _output_failed(e: BaseException) -> Optional[int]:
+    """The exit code when `e` is standard output failing (closed pipe: quiet 141; a refused write: its one-line
+    error, exit 3), None when it is anything else."""
+    if stdout_closed(e, _stdout_at_start):
+        return silence_stdout()
+    if isinstance(e, OutputWriteError):
+        code = report_error(e, sys.stderr)
+        silence_stdout()  # what is still buffered would fail again in the interpreter's flush at exit
+        return code
+    return None
 
 
 class _Group(TyperGroup):
@@ -139,13 +98,16 @@ class _Group(TyperGroup):
     def main(self, *args: Any, **kwargs: Any) -> Any:
         global _stdout_at_start
         _prepare_help(self)
-        _stdout_at_start = _fd_identity(1)
+        _stdout_at_start = fd_identity(1)
         try:
             return super().main(*args, **kwargs)
         except SystemExit as e:  # click (a help text) and rich (any console) turn EPIPE into exit 1
-            if e.code == 1 and _stdout_closed(e):
-                raise SystemExit(_silence_stdout()) from None
-            raise
+            code = _output_failed(e) if e.code == 1 else None
+            if code is None:
+                raise
+            raise SystemExit(code) from None
+        except OutputWriteError as e:  # a help text, printed before any command is invoked
+            raise SystemExit(_output_failed(e)) from None
 
     def invoke(self, ctx: Any) -> Any:
         try:
@@ -153,9 +115,8 @@ class _Group(TyperGroup):
         except (typer.Exit, typer.Abort, typer.TyperException):  # typer's own exits and usage errors
             raise
         except Exception as e:  # noqa: BLE001 - the error tree maps to exit codes; anything else is a bug
-            if _stdout_closed(e):
-                raise typer.Exit(_silence_stdout()) from None
-            raise typer.Exit(report_error(e, sys.stderr)) from None
+            code = _output_failed(e)
+            raise typer.Exit(report_error(e, sys.stderr) if code is None else code) from None
 
 
 app = typer.Typer(cls=_Group, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -174,19 +135,23 @@ _register()
 
 
 def main() -> NoReturn:
-    """The console script: run the app, then flush standard output here, where a closed pipe can still end quietly
-    (left to the interpreter's exit, the flush prints "Exception ignored ... BrokenPipeError" and exits 120)."""
+    """The console script: standard output checked (its failed writes name it), the app, then a flush of standard
+    output here, where a failure can still end as its rule says (left to the interpreter's exit, the flush prints
+    "Exception ignored ..." and exits 120)."""
+    check_stdout()
     code: Any = 0
     try:
         app()
     except SystemExit as e:
         code = e.code
     try:
-        sys.stdout.flush()
-    except OSError as e:
-        if not _stdout_closed(e):
+        if sys.stdout is not None:  # None: fd 1 was closed at start (`>&-`), nothing was written
+            sys.stdout.flush()
+    except (OSError, SglbenchError) as e:
+        failed = _output_failed(e)
+        if failed is None:
             raise
-        code = _silence_stdout()
+        code = failed
     sys.exit(code)
 
 

@@ -186,3 +186,32 @@ def test_an_epipe_that_is_not_stdout_is_still_a_bug(monkeypatch: pytest.MonkeyPa
     res = CliRunner().invoke(app, ["validate", "x.yaml"])
     assert res.exit_code == 70
     assert "BrokenPipeError escaped" in res.output
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["schema"], ["run", "--help"]])
+def test_output_that_cannot_be_written_is_an_environment_error_in_one_line(argv: list[str]) -> None:
+    """/dev/full refuses every write (ENOSPC), as a full disk under `> out.csv` does: exit 3 and one line naming
+    standard output; before, a traceback and 'this is a bug in sglbench (OSError escaped)', exit 70 (or 1)."""
+    with open("/dev/full", "w") as full:
+        res = subprocess.run([sys.executable, "-c", "import sys; from cluster.cli import main; "
+                              f"sys.argv = ['sglbench', *{argv!r}]; main()"],
+                             stdout=full, stderr=subprocess.PIPE, text=True, cwd=REPO, timeout=60)
+    assert res.returncode == 3, res.stderr
+    assert res.stderr == "error: cannot write standard output: No space left on device (errno 28)\n"
+
+
+def test_a_closed_stdout_fd_is_not_an_error() -> None:
+    """`sglbench schema >&-`: Python starts with sys.stdout None and writes nothing; nothing to report either."""
+    res = subprocess.run(["bash", "-c", f"{shlex.quote(sys.executable)} -m cluster.cli schema >&-"],
+                         capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert (res.returncode, res.stderr) == (0, "")
+
+
+def test_checked_stdout_writes_what_it_is_given() -> None:
+    res = subprocess.run([sys.executable, "-c", "import sys; from cluster.cli import main; "
+                          "sys.argv = ['sglbench', 'schema']; main()"], capture_output=True, text=True, cwd=REPO,
+                         timeout=60)
+    from cluster.commands.schema import experiment_json_schema
+    import json
+
+    assert res.returncode == 0 and json.loads(res.stdout) == experiment_json_schema()
