@@ -24,6 +24,8 @@ from typing import Any, Mapping, Optional
 from cluster.engines import sglang_tuning as sgt
 from cluster.errors import UserError
 from cluster.plan.runs import ResolvedVariant, expand_backend_sweep as plan_backend_sweep
+from cluster.probe.config import load_json_object
+from cluster.probe.files import CheckpointError
 from cluster.spec.models import (TUNING_MODELS, ArgValue, BackendSweepTuning, FlashinferAutotuneTuning,
                                  TritonMoeOptions, TritonMoeTuning)
 from cluster.tuning.artifacts import TuningArtifact
@@ -122,16 +124,11 @@ def load_model_config(path: str) -> dict[str, Any]:
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
-    try:
-        doc = json.loads(p.read_text())
-    except OSError as e:
-        raise TuningError(f"{p}: cannot read the model config ({e.strerror or e}); set tuning.options.model_config "
-                          "to a directory holding the BF16 base config.json") from None
-    except ValueError as e:
-        raise TuningError(f"{p}: not valid JSON ({e})") from None
-    if not isinstance(doc, dict):
-        raise TuningError(f"{p}: expected a JSON object")
-    return doc
+    try:  # the checkpoint boundary: bounded, regular files only (a FIFO cannot hang it), depth and digit limits
+        return load_json_object(str(p))
+    except CheckpointError as e:
+        raise TuningError(f"{e}; set tuning.options.model_config to a directory holding the BF16 base config.json",
+                          file=e.file, field=e.field, expected=e.expected) from None
 
 
 def _text_config(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
