@@ -147,7 +147,8 @@ def test_guide_documents_the_exit_codes() -> None:
 
 
 def test_the_help_epilog_names_every_exit_code() -> None:
-    from cluster.cli import EXIT_PIPE_CLOSED, app
+    from cluster.cli import app
+    from cluster.commands.standard_output import EXIT_PIPE_CLOSED
     from cluster.errors import EXIT_CODES
 
     out = " ".join(CliRunner().invoke(app, ["--help"], env={"COLUMNS": "1000"}).output.split())

@@ -20,7 +20,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from cluster.cli import EXAMPLES, EXIT_PIPE_CLOSED, app, reflow, with_example
+from cluster.cli import EXAMPLES, app, reflow, with_example
+from cluster.commands.standard_output import EXIT_PIPE_CLOSED
 
 REPO = Path(__file__).resolve().parents[3]
 ARGPARSE_HELP = {"sim-server"}
