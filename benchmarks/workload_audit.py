@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -31,7 +31,7 @@ Sent = tuple[list[int], list[int], list[Optional[str]]]
 def _table(sent: Sent) -> pa.Table:
     fps, lengths, cats = sent
     n = len(fps)
-    cols = {f.name: [None] * n for f in REQUEST_BATCH_SCHEMA}
+    cols: dict[str, list[Any]] = {f.name: [None] * n for f in REQUEST_BATCH_SCHEMA}
     cols.update(request_index=list(range(n)), intended_send_ns=[0] * n, actual_send_ns=[0] * n, num_chunks=[1] * n,
                 client_tokens=[1] * n, prompt_tokens_sent=lengths, max_tokens=[4] * n, category=cats,
                 prompt_fingerprint=fps)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -23,13 +23,13 @@ from tests.fuzz.fuzzing import FUZZ
 CATEGORY = st.sampled_from([None, "code", "chat", "math"])
 
 
-def _table(fps: list[Optional[int]], lengths: list[int], cats: list[Optional[str]],
-           turns: Optional[list[Optional[int]]] = None) -> pa.Table:
+def _table(fps: Sequence[Optional[int]], lengths: Sequence[int], cats: Sequence[Optional[str]],
+           turns: Optional[Sequence[Optional[int]]] = None) -> pa.Table:
     n = len(fps)
-    cols = {f.name: [None] * n for f in REQUEST_BATCH_SCHEMA}
+    cols: dict[str, list[Any]] = {f.name: [None] * n for f in REQUEST_BATCH_SCHEMA}
     cols.update(request_index=list(range(n)), intended_send_ns=[0] * n, actual_send_ns=[0] * n, num_chunks=[1] * n,
-                client_tokens=[1] * n, prompt_tokens_sent=lengths, max_tokens=[4] * n, category=cats,
-                prompt_fingerprint=fps, turn=turns or [None] * n)
+                client_tokens=[1] * n, prompt_tokens_sent=list(lengths), max_tokens=[4] * n, category=list(cats),
+                prompt_fingerprint=list(fps), turn=list(turns or [None] * n))
     return pa.Table.from_pydict(cols, schema=REQUEST_BATCH_SCHEMA)
 
 

@@ -62,7 +62,7 @@ max_client_lag_ms: 1000
 health_timeout_s: 30
 output: {out}
 """)
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the worker gets the subclass by value
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]  # by value
     monkeypatch.setattr(driver_mod, "LoadActor", ray.remote(max_restarts=0)(CollapsingLoad))
     result = Driver(spec, tmp_path, None, lambda s: None, lambda p, s: None).run()
 
