@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import struct
 from dataclasses import dataclass, field
 from math import prod
@@ -24,6 +25,9 @@ MAX_HEADER_BYTES = 100_000_000
 """Same cap as the Rust safetensors library (MAX_HEADER_SIZE)."""
 MAX_DIMS = 64
 """numpy's NPY_MAXDIMS: no framework loads a tensor of more dimensions."""
+MAX_INDEX_DIGITS = 18
+"""A layer or expert index in a tensor name has at most this many digits (int64); a longer run is no index (and a
+5,000-digit one would raise in int(), Python's digit limit)."""
 MAX_DIM_SIZE = 2**40
 """One dimension past this is absurd (real tensors' largest is a vocabulary of ~2**18, a whole flattened embedding of
 a 400B model ~2**31); it also keeps shape products small enough to print (Python refuses str() past 4,300 digits)."""
@@ -132,6 +136,19 @@ def check_no_overlap(file: str, tensors: dict[str, TensorInfo]) -> None:
                                   expected=f"begin >= {e0} (tensors do not share bytes)")
 
 
+_LONG_DIGITS = re.compile(rf"\d{{{MAX_INDEX_DIGITS + 1},}}")
+_LONG_INDEX = re.compile(rf"(?:^|\.)\d{{{MAX_INDEX_DIGITS + 1},}}(?:\.|$)")
+
+
+def _check_indices(file: str, tensors: dict[str, TensorInfo]) -> None:
+    """CheckpointError for a tensor name whose numeric component is too long to be a layer or expert index."""
+    for name in tensors:
+        if _LONG_INDEX.search(name):
+            raise CheckpointError(file, f"tensor {clip(name)}: a numeric name component longer than "
+                                  f"{MAX_INDEX_DIGITS} digits is no layer or expert index", field=name,
+                                  expected=f"indices of at most {MAX_INDEX_DIGITS} digits")
+
+
 class _DuplicateKey(SglbenchError):
     """A JSON header names one key twice (caught inside this module and reported as a CheckpointError)."""
 
@@ -167,9 +184,9 @@ def read_header(path: str) -> ShardHeader:
     raw = read_bytes(path, "safetensors header", limit_bytes=MAX_HEADER_BYTES, offset=8, length=n)
     if len(raw) != n:
         raise CheckpointError(path, f"file ended inside the header ({len(raw)} of {n} bytes)")
+    text = decode_text(raw, path, CheckpointReadError, "safetensors header")
     try:
-        header = parse_object(decode_text(raw, path, CheckpointReadError, "safetensors header"), path,
-                              "safetensors header", _no_duplicates)
+        header = parse_object(text, path, "safetensors header", _no_duplicates)
     except _DuplicateKey as e:
         raise CheckpointError(path, f"header has duplicate key {clip(e.args[0])}", field=str(e.args[0]),
                               expected="each tensor named once") from None
@@ -179,10 +196,12 @@ def read_header(path: str) -> ShardHeader:
         raise CheckpointError(path, "__metadata__ must be an object of string values", field="__metadata__",
                               expected="an object of string values")
     tensors = {name: _tensor(path, name, entry, data_bytes) for name, entry in header.items()}
+    if _LONG_DIGITS.search(text):  # one C-speed scan; the names are looked at only when some run is that long
+        _check_indices(path, tensors)
     check_no_overlap(path, tensors)
     return ShardHeader(path=path, file_size_bytes=size, header_bytes=n, tensors=tensors, metadata=metadata,
                        header_sha256=hashlib.sha256(raw).hexdigest())
 
 
-__all__ = ["DTYPE_BITS", "MAX_DIMS", "MAX_DIM_SIZE", "MAX_HEADER_BYTES", "CheckpointError", "ShardHeader",
+__all__ = ["DTYPE_BITS", "MAX_DIMS", "MAX_DIM_SIZE", "MAX_INDEX_DIGITS", "MAX_HEADER_BYTES", "CheckpointError", "ShardHeader",
            "TensorInfo", "check_no_overlap", "describe_non_file", "read_header"]

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from cluster.probe.config import ModelConfig, QuantInfo
-from cluster.probe.safetensors_header import TensorInfo
+from cluster.probe.safetensors_header import MAX_INDEX_DIGITS, TensorInfo
 
 SCALE_LEAVES = frozenset(
     {"weight_scale", "weight_scale_2", "input_scale", "weight_scale_inv", "k_scale", "v_scale", "output_scale"}
@@ -120,7 +120,9 @@ class Classifier:
             m = rx.match(name)
             if m is None:
                 continue
-            idx = int(m.group(1)) if m.group(1) is not None else None
+            digits = m.group(1)
+            # the header reader refuses such names; an index's weight_map may still hold one
+            idx = int(digits) if digits is not None and len(digits) <= MAX_INDEX_DIGITS else None
             if lay.kind == "nextn" and (idx is None or idx < self._n_layers):
                 continue
             return lay, idx

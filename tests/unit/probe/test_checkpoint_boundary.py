@@ -323,3 +323,22 @@ def test_the_tuning_stage_reads_config_json_through_the_boundary(tmp_path: Path)
     (d / "config.json").write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(TuningError, match="nests more than 64 levels"):
         load_model_config(str(d))
+
+
+def test_a_tensor_name_with_a_5000_digit_index_is_refused(tmp_path: Path) -> None:
+    """The MTP layer index of `mtp.layers.<5000 digits>.w` went through int(): a ValueError traceback."""
+    d = ck.single_file_model(tmp_path / "m")
+    ck.write_safetensors(d / "model.safetensors", {"mtp.layers." + "9" * 5000 + ".w.weight": ("BF16", [2, 2])})
+    with pytest.raises(CheckpointError, match="longer than 18 digits") as ei:
+        probe_checkpoint(str(d))
+    assert ei.value.field is not None and ei.value.field.startswith("mtp.layers.999")
+
+
+def test_an_index_name_with_a_5000_digit_index_is_no_layer(tmp_path: Path) -> None:
+    """The same name only in the index's weight_map: counted as no MTP layer, and warned about as unmapped."""
+    d = _good(tmp_path)
+    idx = json.loads((d / "model.safetensors.index.json").read_text())
+    idx["weight_map"]["mtp.layers." + "9" * 5000 + ".w.weight"] = SHARD1
+    (d / "model.safetensors.index.json").write_text(json.dumps(idx))
+    r = probe_checkpoint(str(d))
+    assert any("not in their shard's header" in w for w in r.warnings)
