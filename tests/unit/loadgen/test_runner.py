@@ -48,6 +48,7 @@ class FakeSGLang:
         self.max_in_flight = 0
         self.served = 0
         self.categories: list[Optional[str]] = []
+        self.received_ids: list[tuple[int, ...]] = []
         self.runner: Optional[web.AppRunner] = None
         self.port = 0
 
@@ -55,6 +56,7 @@ class FakeSGLang:
         body = await request.json()
         ids = body["input_ids"]
         self.categories.append(request.headers.get(CATEGORY_HEADER))
+        self.received_ids.append(tuple(ids))
         n = int(body["sampling_params"]["max_new_tokens"])
         if ids[0] == FAIL_HTTP:
             return web.Response(status=503, text="overloaded")
@@ -337,6 +339,21 @@ def test_each_request_carries_its_own_budget_and_category() -> None:
     assert req["completion_tokens"] == [5, 6, 7, 11, 11, 11]  # the server was asked for each budget
     assert req["category"] == [None, "code", None, "code", None, "code"]
     assert seen == [None, "code", None, "code", None, "code"]  # closed loop at 1: in request order
+
+
+def test_each_record_carries_the_fingerprint_of_what_the_server_received_and_its_source_row() -> None:
+    # the workload audit's "sent": the fingerprint of the ids in the request body, whatever the prompt list held
+    from cluster.loadgen.selection import prompt_fingerprint
+
+    prompts = [Prompt(input_ids=(100 + i % 4, 200 + i, 300), source_row=i % 4) for i in range(8)]
+
+    async def body(fake: FakeSGLang, url: str) -> tuple[WindowResult, list[tuple[int, ...]]]:
+        return await _window(url, prompts, LoadPoint("concurrency", 1.0), max_tokens=3), fake.received_ids
+
+    res, received = asyncio.run(_with_server(0.0005, body))
+    req = res.requests.to_pydict()
+    assert req["prompt_fingerprint"] == [prompt_fingerprint(Prompt(input_ids=ids)) for ids in received]
+    assert len(set(req["prompt_fingerprint"])) == 8 and req["source_row"] == [i % 4 for i in range(8)]
 
 
 def test_open_loop_gamma_point_sends_on_the_gamma_schedule() -> None:
