@@ -1,0 +1,127 @@
+"""The bad results-root corpus (tests/data/bad_results/): each case mutates a valid dataset written by the store's
+own writer and runs one `sglbench results` command on it, which must exit 2 with one `error:` line naming the file
+and the cause, no traceback, and leave the dataset as it was (the readers stay read-only).
+
+A case is `case.txt`: `# expect: command=<results subcommand> exit=<code> file=<path under the root> message=<text>`,
+then `mutate: <op> <path> [<path>]` (ops below) or `root: <the --root given>`. `{base}`/`{base2}` stand for the run
+key of the first run of exp1/exp2 (run keys are derived from the plan, so they are not written into the corpus).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from cluster.analysis.metrics import summarize_run
+from cluster.dataset.records import RequestRecord
+from cluster.dataset.store import DatasetStore
+from cluster.loadgen.sink import request_batches
+from cluster.plan.runs import make_plan
+from cluster.spec.loader import parse_spec_text
+
+CORPUS = Path(__file__).resolve().parents[2] / "data" / "bad_results"
+CASES = sorted(p.name for p in CORPUS.iterdir()) if CORPUS.is_dir() else []
+SPEC = """
+version: 1
+name: {name}
+model: {{path: sim://m, engine: sim, tp: 1}}
+variants:
+  - name: base
+    baseline: true
+workloads:
+  - {{name: w1, input_tokens: 16, output_tokens: 8, num_requests: 4}}
+load: {{concurrency: [1]}}
+"""
+ARGS = {"show": ["exp1"], "query": ["exp1", "SELECT count(*) FROM request_metrics"], "list": [],
+        "compare": ["exp1"], "report": ["exp1"]}
+
+
+def _dataset(root: Path) -> dict[str, str]:
+    keys = {}
+    for name, var in (("exp1", "base"), ("exp2", "base2")):
+        store = DatasetStore(str(root), name)
+        plan = make_plan(parse_spec_text(SPEC.format(name=name)))[0]
+        recs = [RequestRecord(request_index=i, intended_send_ns=0, actual_send_ns=i, prompt_tokens_sent=16,
+                              max_tokens=8, chunk_arrival_ns=[10 + i, 20 + i], chunk_tokens=[1, 2],
+                              completion_tokens=3) for i in range(30)]
+        reqs, chunks = request_batches(recs)
+        store.write_run(plan, {"status": "ok", "duration_s": 1.0, "metrics": summarize_run(reqs, chunks, 1.0)},
+                        reqs, chunks)
+        store.write_experiment_meta({"spec": {"name": name}})
+        keys[var] = plan.run_key
+    return keys
+
+
+def _mutate(root: Path, op: str, args: list[Path]) -> None:
+    p = args[0]
+    if op == "truncate":
+        p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
+    elif op == "empty":
+        p.write_bytes(b"")
+    elif op == "flip_page":
+        meta = pq.ParquetFile(p).metadata.row_group(0).column(0)
+        data = bytearray(p.read_bytes())
+        data[(meta.dictionary_page_offset or meta.data_page_offset) + meta.total_compressed_size - 2] ^= 0x04
+        p.write_bytes(bytes(data))
+    elif op == "status_int":
+        t = pq.read_table(p)
+        pq.write_table(t.set_column(t.schema.get_field_index("status"), "status", pa.array([7], pa.int64())), p)
+    elif op == "copy":
+        shutil.copyfile(args[0], args[1])
+    elif op == "write":
+        p.write_text("a note\n")
+    elif op == "mkdir":
+        p.mkdir()
+    elif op == "mkfifo":
+        os.mkfifo(p)
+    elif op == "loop":
+        p.symlink_to(p)
+    elif op == "replace_with_file":
+        shutil.rmtree(p)
+        p.write_text("not a table\n")
+    elif op == "bytes":
+        p.write_bytes(b'{"spec": "\xff\xfe"}')
+    else:
+        raise AssertionError(f"unknown op {op!r}")
+
+
+def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    return {str(p): (p.lstat().st_size, p.lstat().st_mtime_ns) for p in root.rglob("*")}
+
+
+def test_corpus_has_a_case_per_class() -> None:
+    assert len(CASES) >= 15
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case", CASES)
+def test_bad_results_root_is_refused(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from cluster.cli import app
+
+    root = tmp_path / "results"
+    keys = _dataset(root)
+    head, action = (CORPUS / case / "case.txt").read_text().format(**keys).splitlines()[:2]
+    want = dict(part.split("=", 1) for part in head.removeprefix("# expect: ").split(" ", 4)[:4])
+    want["message"] = head.split(" message=", 1)[1]
+    given_root = str(root)
+    if action.startswith("root: "):
+        given_root = action.removeprefix("root: ")
+    else:
+        op, *paths = action.removeprefix("mutate: ").split(" ")
+        _mutate(root, op, [root / p for p in paths])
+    before = _snapshot(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(app, ["results", want["command"], *ARGS[want["command"]], "--root", given_root])
+    assert res.exit_code == int(want["exit"]), res.output
+    assert "Traceback" not in res.output and "bug in sglbench" not in res.output, res.output
+    errors = [ln for ln in res.output.splitlines() if ln.startswith("error: ")]
+    assert len(errors) == 1, res.output
+    assert want["message"] in errors[0] and (not want["file"] or str(root / want["file"]) in errors[0]), errors[0]
+    assert _snapshot(tmp_path) == before, "a refused read changed the results root"
