@@ -135,6 +135,7 @@ async def _dispatch(
             category=p.category,
             session_index=where[0],
             turn=where[1],
+            # a session's later turn (made by next_turn) may not carry a row: its user turn's is the row
             source_row=p.source_row if p.source_row is not None or not given else prompt_for(i).source_row,
             prompt_fingerprint=None if given or fingerprints is None else int(fingerprints[i]),
         )
