@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import math
+import reprlib
 from typing import Any, Callable, Mapping, Optional
 
 from cluster.errors import EngineFault
-from cluster.input_files import MAX_JSON_DEPTH, json_depth_exceeds
+from cluster.input_files import MAX_JSON_DEPTH
 
 
 class MalformedAnswerError(EngineFault):
@@ -22,13 +23,17 @@ class MalformedAnswerError(EngineFault):
     exit 4, the server is at fault. The message names the field and what was expected."""
 
 
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 3, 4, 4, 60, 60, 40
+
+
 def shown(value: Any) -> str:
     """A value as an error message shows it: its JSON type and a short repr."""
     kind = ("null" if value is None else "a boolean" if isinstance(value, bool) else "an integer" if isinstance(
         value, int) else "a number" if isinstance(value, float) else "a string" if isinstance(value, str) else
         "a list" if isinstance(value, list) else "an object" if isinstance(value, dict) else type(value).__name__)
-    text = repr(value)
-    return f"{kind} {text[:60] + '…' if len(text) > 60 else text}" if value is not None else kind
+    text = _REPR.repr(value)  # bounded in depth and length: a value may nest hundreds of levels deep
+    return f"{kind} {text}" if value is not None else kind
 
 
 def _bad(where: str, expected: str, value: Any) -> MalformedAnswerError:
@@ -36,21 +41,36 @@ def _bad(where: str, expected: str, value: Any) -> MalformedAnswerError:
 
 
 def decode_json(raw: bytes, where: str) -> Any:
-    """A JSON document from a server's bytes; every decoder failure (bytes, syntax, nesting, digit limit) is a
-    MalformedAnswerError."""
+    """A JSON document from a server's bytes; every decoder failure (bytes, syntax, nesting past MAX_JSON_DEPTH,
+    the digit limit) is a MalformedAnswerError. The decoder runs first, at C speed (input_files' per-character
+    depth scan would spend seconds of CPU on a 64 MiB answer after its deadline); what it decoded is then walked for
+    depth, containers only, or it stopped itself with a RecursionError."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise MalformedAnswerError(f"{where}: expected UTF-8 JSON, byte {e.start} is not UTF-8") from None
-    if json_depth_exceeds(text):
-        raise MalformedAnswerError(f"{where}: expected JSON nested at most {MAX_JSON_DEPTH} levels")
+    too_deep = f"{where}: expected JSON nested at most {MAX_JSON_DEPTH} levels"
     try:
-        return json.loads(text)
+        doc = json.loads(text)
     except RecursionError:
-        raise MalformedAnswerError(f"{where}: expected JSON, it nests too deeply") from None
+        raise MalformedAnswerError(too_deep) from None
     except ValueError as e:  # JSONDecodeError, and an integer past sys.get_int_max_str_digits()
         raise MalformedAnswerError(f"{where}: expected JSON ({e.args[0] if e.args else e}): "
                                    f"{raw[:60]!r}") from None
+    if _nests_deeper(doc, MAX_JSON_DEPTH):
+        raise MalformedAnswerError(too_deep)
+    return doc
+
+
+def _nests_deeper(doc: Any, limit: int) -> bool:
+    stack = [(doc, 1)] if isinstance(doc, (dict, list)) else []
+    while stack:
+        v, depth = stack.pop()
+        if depth > limit:
+            return True
+        items = v.values() if isinstance(v, dict) else v
+        stack.extend((x, depth + 1) for x in items if isinstance(x, (dict, list)))
+    return False
 
 
 def as_object(value: Any, where: str, *, null_ok: bool = True) -> Mapping[str, Any]:
@@ -136,7 +156,8 @@ def finish_field(doc: Mapping[str, Any], key: str, where: str) -> tuple[Optional
     if kind is None:
         raise _bad(f"{where}.{key}.type", "a string", None)
     message = fr.get("message")
-    return kind, (str(message) if message else "aborted") if kind == "abort" else None
+    why = message if isinstance(message, str) else shown(message) if message else ""
+    return kind, (why or "aborted") if kind == "abort" else None
 
 
 __all__ = ["MalformedAnswerError", "as_object", "count_field", "decode_json", "finish_field", "ids_field",

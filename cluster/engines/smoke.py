@@ -46,7 +46,10 @@ class Check:
 
 
 def _short(x: Any, n: int = 80) -> str:
-    s = x if isinstance(x, str) else json.dumps(x, default=str)
+    try:
+        s = x if isinstance(x, str) else json.dumps(x, default=str)
+    except (RecursionError, ValueError):  # a value nested past the encoder's depth (a server's junk)
+        s = shown(x)
     return s if len(s) <= n else s[: n - 1] + "…"
 
 

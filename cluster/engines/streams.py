@@ -47,7 +47,8 @@ def _decode_chunk(payload: bytes, meta: RequestMeta) -> Optional[dict[str, Any]]
         return None
     if "error" in obj:
         err = obj["error"]
-        meta.error = str(err.get("message", err) if isinstance(err, dict) else err)
+        message = err.get("message", err) if isinstance(err, dict) else err
+        meta.error = message if isinstance(message, str) else shown(message)
         return None
     return obj
 

@@ -5,7 +5,7 @@ MalformedAnswerError (exit 4) instead of a TypeError or a str in an int column."
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Optional
 
 import pytest
 
@@ -53,17 +53,25 @@ NATIVE_BAD = [
     (b"[" * 100_000 + b"]" * 100_000, "undecodable chunk"),
     (b'{"meta_info": {"completion_tokens": ' + b"9" * 5000 + b"}}", "undecodable chunk"),
     (b'{"meta_info": {"completion_tokens": 1e999, "finish_reason": null}}', "expected a non-negative integer"),
+    # nested far less than the decoder's limit but far more than any repr or encoder downstream should recurse into
+    (b'{"meta_info": {"completion_tokens": ' + b"[" * 900 + b"]" * 900 + b'}}',
+     "completion_tokens: expected a non-negative integer, got a list [[[[...]]]]"),
+    (b'{"error": {"message": ' + b"[" * 900 + b"]" * 900 + b'}}', None),
+    (b'{"meta_info": {"finish_reason": {"type": "abort", "message": ' + b"[" * 900 + b"]" * 900 + b'}}}', None),
 ]
 
 
 @pytest.mark.parametrize("keep_text", [False, True])
 @pytest.mark.parametrize("chunk, says", NATIVE_BAD)
-def test_a_native_chunk_of_the_wrong_type_is_a_malformed_answer_naming_its_field(chunk: bytes, says: str,
+def test_a_native_chunk_of_the_wrong_type_is_a_malformed_answer_naming_its_field(chunk: bytes, says: Optional[str],
                                                                                    keep_text: bool) -> None:
     p = SGLangNativeParser(keep_text)
     assert p.feed(_native(_meta(finish_reason=None, completion_tokens=1))) == 1
     assert p.feed(chunk) == 0
     m = p.meta()
+    if says is None:  # the server's own error: recorded as its error, shortened
+        assert m.malformed is None and m.error is not None and m.error.endswith("[[[[...]]]]"), m.error
+        return
     assert m.malformed is not None and says in m.malformed, m.malformed
     assert m.completion_tokens == 1  # nothing of the malformed chunk was taken
     assert all(v is None or isinstance(v, (int, float, str, list)) and not isinstance(v, bool)
