@@ -36,7 +36,7 @@ from cluster.dataset.lock import DatasetLock
 from cluster.dataset.reading import (FINISHED_STATUSES, RUN_METRIC_NAMES, RUNS_SCHEMA, TABLE_RE, TABLE_SCHEMAS,
                                      VARIANT_TABLES, ExperimentNotFound, StoreReader, list_experiments)
 from cluster.dataset.records import KEY_FIELDS, RUN_FIELDS
-from cluster.dataset.root import PARTITION_COLUMN, RUN_KEY_RE, StoreError, open_root, safe_name
+from cluster.dataset.root import PARTITION_COLUMN, RUN_KEY_RE, StoreError, list_dir, open_root, safe_name
 
 Records = Union[pa.Table, pa.RecordBatch]
 
@@ -44,11 +44,6 @@ _KEY_NAMES = [f.name for f in KEY_FIELDS]
 _METRIC_SET = set(RUN_METRIC_NAMES)
 _RUN_NAMES = {f.name for f in RUN_FIELDS}
 STAGING_DIR = "_staging"
-
-
-def _is_data_file(path: str) -> bool:
-    base = path.rsplit("/", 1)[-1]
-    return base.endswith(".parquet") and not base.startswith(".")
 
 
 class DatasetStore(StoreReader):
@@ -259,24 +254,25 @@ class DatasetStore(StoreReader):
     def recover(self) -> list[str]:
         """Remove what an interrupted writer left: staging directories, hidden temp files in the hive tree (older
         versions wrote them there) and table files of runs without a runs file. Call only while holding the lock.
-        Returns the paths removed."""
+        An entry the store does not write is a StoreError naming it, before anything is removed (it is the user's,
+        not a crashed writer's). Returns the paths removed."""
         removed: list[str] = []
         if self._local and os.path.isdir(self.staging_root):
             for name in sorted(os.listdir(self.staging_root)):
                 removed.append(f"{self.staging_root}/{name}")
                 remove_tree(removed[-1])
         committed = self.committed_run_keys()
-        for table in self._table_dirs():
-            sel = pafs.FileSelector(f"{self.base}/{table}", recursive=True, allow_not_found=True)
-            for info in self.fs.get_file_info(sel):
-                if info.type != pafs.FileType.File:
-                    continue
-                hidden_tmp = info.base_name.startswith(".") and info.base_name.endswith(".tmp")
-                orphan = (table != "runs" and table not in VARIANT_TABLES and _is_data_file(info.path)
-                          and info.base_name[: -len(".parquet")] not in committed)
-                if hidden_tmp or orphan:
-                    self._delete(info.path)
-                    removed.append(info.path)
+        doomed: list[str] = []
+        for table in self._table_dirs():  # every table is checked before anything is removed
+            files = self._layout(table)  # a foreign entry is refused, never removed as if it were ours
+            if table != "runs" and table not in VARIANT_TABLES:
+                doomed += [f.path for f in files if f.key not in committed]
+            doomed += [e.path for part in list_dir(self.fs, f"{self.base}/{table}") if part.kind == "dir"
+                       for e in list_dir(self.fs, part.path)
+                       if e.kind == "file" and e.name.startswith(".") and e.name.endswith(".tmp")]
+        for path in doomed:
+            self._delete(path)
+            removed.append(path)
         return removed
 
     def write_artifact(self, relpath: str, data: bytes) -> str:

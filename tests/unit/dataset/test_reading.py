@@ -307,3 +307,22 @@ def test_a_run_file_contradicting_its_runs_row_is_refused(tmp_path: Path) -> Non
     i = t.schema.get_field_index("engine")
     pq.write_table(t.set_column(i, t.field(i), pa.array(["7"] * t.num_rows, pa.string())), f)
     assert _refused(tmp_path, f).field == "engine"
+
+
+def test_recover_refuses_a_foreign_entry_and_removes_nothing(tmp_path: Path) -> None:
+    # a foreign *.parquet beside a run's files used to be deleted as an orphan of a crashed writer
+    store, plans = _write(tmp_path)
+    part = _file(tmp_path, "requests", plans[0]).parent
+    foreign = part / "mine copy.parquet"
+    foreign.write_bytes(b"the user's")
+    orphan = part / ("z" * 20 + ".parquet")
+    shutil.copy(_file(tmp_path, "requests", plans[0]), orphan)
+    before = sorted(p for p in tmp_path.rglob("*"))
+    with pytest.raises(StoreError, match="mine copy.parquet"):
+        with store.exclusive():
+            pass
+    assert sorted(p for p in tmp_path.rglob("*") if p.name != "_lock") == [p for p in before if p.name != "_lock"]
+    foreign.unlink()
+    with store.exclusive():
+        pass
+    assert not orphan.exists() and _file(tmp_path, "requests", plans[0]).exists()
