@@ -46,7 +46,15 @@ def _base() -> dict[str, bytes]:
         return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
 
 
+def _base_single_file() -> dict[str, bytes]:
+    """An unsharded checkpoint: no index, so every name in its header reaches the tensor analysis."""
+    with tempfile.TemporaryDirectory() as tmp:
+        d = ck.single_file_model(Path(tmp) / "m", layers=1, hidden=16, vocab=32)
+        return {p.name: p.read_bytes() for p in d.iterdir()}
+
+
 BASE = _base()
+BASE_SINGLE = _base_single_file()
 SHARDS = sorted(n for n in BASE if n.endswith(".safetensors"))
 JSON_FILES = ["config.json", INDEX, "hf_quant_config.json"]
 
@@ -101,11 +109,20 @@ def _check(d: Path) -> ProbeReport | None:
 
 
 # ------------------------------------------------------------------------------------------ value strategies
+LONG_INDEX_NAME = "mtp.layers." + "9" * 5000 + ".w.weight"
 INTS = st.one_of(st.integers(-3, 300), st.sampled_from([2**31, 2**40, 2**40 + 1, 2**63, 2**64, -2**63, 10**30]),
                  st.integers(min_value=1, max_value=10**200))
 STRINGS = st.one_of(st.text(max_size=12), st.sampled_from(["", "\x00", "../x.safetensors", "/etc/passwd", "a\nb",
                                                           "\ud800", "model\x00.safetensors", "BF16", "U8", "F4",
-                                                          "[/x]", "[bold]"]))
+                                                          "[/x]", "[bold]", LONG_INDEX_NAME]))
+INDEXED_NAMES = st.builds(lambda prefix, digits, leaf: f"{prefix}.{digits}.{leaf}",
+                          st.sampled_from(["mtp.layers", "model.layers", "model.mtp_layers", "mtp", "model.mtp_block"]),
+                          st.sampled_from([1, 2, 19, 4301, 6000]).map(lambda n: "9" * n) | st.text("0123456789٣", max_size=3),
+                          st.sampled_from(["weight", "eh_proj.weight", "mlp.experts.0.up_proj.weight_scale"]))
+NAMES = INDEXED_NAMES | st.sampled_from(["mtp.fc.weight", "model.layers.[/x].weight", "mtp.\ud800.weight", "a\x00b",
+                                         "", "__metadata__"]) | STRINGS
+"""Tensor names a header may be renamed to: MTP/NextN-shaped names with indices of every length (past Python's
+4,300-digit int() limit too), markup, surrogates, NUL, the metadata key."""
 LEAVES = st.one_of(st.none(), st.booleans(), INTS, st.floats(allow_nan=True), STRINGS)
 VALUES = st.recursive(LEAVES, lambda c: st.lists(c, max_size=3) | st.dictionaries(STRINGS, c, max_size=3),
                       max_leaves=8)
@@ -205,13 +222,15 @@ def _mutated_bytes(draw: st.DrawFn, original: bytes) -> bytes:
 
 @st.composite
 def _mutated_header(draw: st.DrawFn, original: bytes) -> bytes:
-    """One tensor's offsets, shape or dtype changed (or its entry, or __metadata__), the length prefix kept right
-    or shifted, the data region grown or shrunk."""
+    """Maybe one tensor renamed (NAMES), then one tensor's offsets, shape or dtype changed (or its entry, or
+    __metadata__), the length prefix kept right or shifted, the data region grown or shrunk."""
     header, body = _split_shard(original)
     names = [n for n in header if n != "__metadata__"]
     name = draw(st.sampled_from(names))
     entry = header[name]
-    what = draw(st.sampled_from(["offsets", "shape", "dtype", "entry", "metadata", "swap"]))
+    if draw(st.booleans()):
+        header[draw(NAMES)] = header.pop(draw(st.sampled_from(names)))
+    what = draw(st.sampled_from(["offsets", "shape", "dtype", "entry", "metadata", "swap", "none"]))
     if what == "offsets":
         begin, end = entry["data_offsets"]
         delta = st.integers(-64, 64) | INTS
@@ -229,9 +248,9 @@ def _mutated_header(draw: st.DrawFn, original: bytes) -> bytes:
         header[name] = draw(VALUES)
     elif what == "metadata":
         header["__metadata__"] = draw(VALUES)
-    else:  # two tensors' offsets swapped or made equal: sizes or overlaps
-        other = header[draw(st.sampled_from(names))]
-        if isinstance(other, dict):
+    elif what == "swap":  # two tensors' offsets made equal: sizes or overlaps
+        other = draw(st.sampled_from(list(header.values())))
+        if isinstance(other, dict) and "data_offsets" in other:
             entry["data_offsets"] = list(other["data_offsets"])
     body_delta = draw(st.sampled_from([0, 0, 0, -1, 1, -len(body)]))
     body = body[:len(body) + body_delta] if body_delta < 0 else body + b"\0" * body_delta
@@ -269,10 +288,25 @@ def test_fuzz_mutated_checkpoint_is_a_report_or_a_checkpoint_error(files: dict[s
 
 
 @settings(FUZZ, max_examples=budget(300))
-@given(shard=st.sampled_from(SHARDS), data=st.data())
+@given(shard=st.sampled_from(SHARDS + ["model.safetensors"]), data=st.data())
 def test_fuzz_shard_header_fields(shard: str, data: st.DataObject) -> None:
-    files: dict[str, bytes | str] = dict(BASE)
-    files[shard] = data.draw(_mutated_header(BASE[shard]))
+    base = BASE_SINGLE if shard == "model.safetensors" else BASE
+    files: dict[str, bytes | str] = dict(base)
+    files[shard] = data.draw(_mutated_header(base[shard]))
+    with tempfile.TemporaryDirectory() as tmp:
+        _check(_materialise(Path(tmp), files))
+
+
+@settings(FUZZ, max_examples=budget(100))
+@given(renames=st.lists(NAMES, min_size=1, max_size=3), data=st.data())
+def test_fuzz_tensor_names(renames: list[str], data: st.DataObject) -> None:
+    """Tensors of an otherwise valid unsharded header renamed: every name reaches the tensor analysis."""
+    header, body = _split_shard(BASE_SINGLE["model.safetensors"])
+    for new in renames:
+        old = data.draw(st.sampled_from([n for n in header if n != "__metadata__"]))
+        header[new] = header.pop(old)
+    files: dict[str, bytes | str] = dict(BASE_SINGLE)
+    files["model.safetensors"] = _join_shard(header, body)
     with tempfile.TemporaryDirectory() as tmp:
         _check(_materialise(Path(tmp), files))
 
