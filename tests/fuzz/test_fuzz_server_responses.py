@@ -49,8 +49,10 @@ def _streams() -> list[tuple[str, list[bytes]]]:
 
 STREAMS = _streams()
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-WRONG = st.sampled_from(["7", [7], {"n": 7}, -7, 7.5, True, None, "", 10 ** 30, [], "null"])
-"""Values of the wrong type or range for a JSON field (and some right ones: null, a big int)."""
+DEEP = "__deep__"
+WRONG = st.sampled_from(["7", [7], {"n": 7}, -7, 7.5, True, None, "", 10 ** 30, [], "null", DEEP])
+"""Values of the wrong type or range for a JSON field (and some right ones: null, a big int); DEEP stands for a list
+nested 900 levels (under the decoder's limit, past what a repr or an encoder downstream may recurse into)."""
 
 
 def _mutate_json(event: bytes, draw: Callable[..., Any]) -> bytes:
@@ -65,7 +67,8 @@ def _mutate_json(event: bytes, draw: Callable[..., Any]) -> bytes:
         return event
     key = draw(st.sampled_from(sorted(holder)))
     holder[key] = draw(WRONG)
-    return b"data: " + json.dumps(doc, separators=(",", ":")).encode() + b"\n\n"
+    text = json.dumps(doc, separators=(",", ":")).encode().replace(b'"%s"' % DEEP.encode(), b"[" * 900 + b"]" * 900)
+    return b"data: " + text + b"\n\n"
 
 
 def _frame(events: list[bytes], per_chunk: int) -> bytes:
