@@ -9,7 +9,7 @@ import time
 import pytest
 
 from cluster.engines.answer_fields import MalformedAnswerError
-from cluster.engines.http_call import (ServerRefusedError, ServerTimeoutError, ServerURLError, ServerUnreachableError,
+from cluster.engines.http_call import (ServerAnswerError, ServerRefusedError, ServerTimeoutError, ServerURLError, ServerUnreachableError,
                                        call, parse_server_url)
 from cluster.errors import exit_code_of
 from cluster.server.process import free_port, http_get_json, http_status
@@ -142,3 +142,27 @@ def test_good_answers_in_every_framing_and_json_that_is_not() -> None:
         with pytest.raises(Exception, match="expected status 200 with JSON, got 404") as e:
             http_get_json(srv.url + "/server_info")
         assert exit_code_of(e.value) == 4
+
+
+def test_https_to_a_plain_http_server_is_a_tls_error_exit_4() -> None:
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+
+    def answer_in_plain_http() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            conn.recv(4096)  # the ClientHello
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+    t = threading.Thread(target=answer_in_plain_http, daemon=True)
+    t.start()
+    try:
+        with pytest.raises(ServerAnswerError, match=r"TLS handshake with 127.0.0.1:\d+ failed") as e:
+            call(f"https://127.0.0.1:{srv.getsockname()[1]}", "/health", timeout_s=2.0)
+        assert exit_code_of(e.value) == 4
+    finally:
+        t.join(5)
+        srv.close()
