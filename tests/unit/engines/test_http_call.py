@@ -9,8 +9,8 @@ import time
 import pytest
 
 from cluster.engines.answer_fields import MalformedAnswerError
-from cluster.engines.http_call import (ServerAnswerError, ServerRefusedError, ServerTimeoutError, ServerURLError, ServerUnreachableError,
-                                       call, parse_server_url)
+from cluster.engines.http_call import (ServerAnswerError, ServerRefusedError, ServerTimeoutError, ServerURLError,
+                                       ServerUnreachableError, call, parse_server_url)
 from cluster.errors import exit_code_of
 from cluster.server.process import free_port, http_get_json, http_status
 from tests.fuzz.replay_server import ReplayServer, Script, http, whole
