@@ -5,8 +5,8 @@ Three selections, each sent correctly `--runs` times with fresh seeds as the pro
 60 rows in three categories of unequal shares and varied lengths sampled by cycled permutations (n = 45 and
 n = 150); seeded random ids with a lognormal length distribution (n = 200, drawn as cluster/loadgen/lengths.py
 draws); a small generated space (M = 500 prompts, n = 200 draws with replacement). Then the same runs with half
-their requests replaced by one prompt, and with every length cut to 80 %. Prints the share flagged per case; the audit promises at most AUDIT_ALPHA
-(0.1 %) of correct runs flagged.
+their requests replaced by one prompt, and with every length cut to 80 %. Prints the share flagged per case; the
+audit promises at most AUDIT_ALPHA (0.1 %) of correct runs flagged.
 """
 
 from __future__ import annotations

@@ -9,11 +9,13 @@ built prompt list, so a bug that collapses the prompts between reading and sendi
 Only first turns are audited (a request outside sessions is one): a later session turn carries its conversation
 so far and the server's answer, so its length and identity are not the source's. Over those n requests:
 
-- distinct: a file source hands out a seeded permutation of its K distinct prompts, cycled, so exactly
-  min(K, n) distinct prompts are planned and anything fewer is flagged. A generated source (random ids, trace
+- distinct: a file source hands out seeded permutations of its rows, cycled, so a file of K distinct rows sends
+  exactly min(K, n) distinct prompts and anything fewer is flagged (a file holding one prompt on several rows:
+  no fewer than the fewest groups of identical rows that hold n rows). A generated source (random ids, trace
   rows, corpus windows) draws from a space of M prompts with replacement: E = M·(1 − (1 − 1/M)^n) distinct are
-  expected and the collisions n − D are about Poisson(n − E); fewer distinct than n minus the Poisson upper
-  quantile is flagged (for the usual M ≈ 10^300, any repeat at all).
+  expected (weighted by how often each is drawn when a corpus repeats itself) and the collisions n − D are about
+  Poisson(n − E); fewer distinct than n minus the Poisson upper quantile is flagged (for the usual M ≈ 10^300,
+  any repeat at all).
 - lengths: for p in 0.1, 0.5, 0.9 and q the selection's p-quantile (its CDF F(q−) below and F(q) at or below
   it), the count of sent lengths ≤ q must not fall under the lower quantile of Binomial(n, F(q)), and the count
   < q must not pass the upper quantile of Binomial(n, F(q−)). That is the distribution-free order-statistic
@@ -151,7 +153,8 @@ def binomial_interval(n: int, p: float, alpha: float) -> tuple[int, int]:
     b = min(n, int(n * p + 12 * sd + 10))
     k = np.arange(a, b, dtype=np.float64)
     # log pmf(a), then pmf(k + 1) / pmf(k) = (n − k) / (k + 1) · p / (1 − p) summed along the window
-    first = math.lgamma(n + 1) - math.lgamma(a + 1) - math.lgamma(n - a + 1) + a * math.log(p) + (n - a) * math.log1p(-p)
+    first = (math.lgamma(n + 1) - math.lgamma(a + 1) - math.lgamma(n - a + 1)
+             + a * math.log(p) + (n - a) * math.log1p(-p))
     logp = first + np.concatenate([[0.0], np.cumsum(np.log((n - k) / (k + 1)) + math.log(p) - math.log1p(-p))])
     pmf = np.exp(logp - logp.max())
     pmf /= pmf.sum()  # the window holds all but ~1e-30 of the mass

@@ -53,7 +53,8 @@ sim: {{time_scale: 0.02}}
 variants:
   - {{name: a, baseline: true}}
 workloads:
-  - {{name: good, input_tokens: dataset, output_tokens: 6, num_requests: 16, prompts: {{source: sharegpt, path: {data}}}}}
+  - {{name: good, input_tokens: dataset, output_tokens: 6, num_requests: 16,
+     prompts: {{source: sharegpt, path: {data}}}}}
   - {{name: collapsed, input_tokens: dataset, output_tokens: 6, num_requests: 16,
      prompts: {{source: sharegpt, path: {data}}}}}
 load: {{concurrency: [2]}}

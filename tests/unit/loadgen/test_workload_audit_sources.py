@@ -135,8 +135,8 @@ def _audit(d: pathlib.Path, source: str, collapse: bool, length_shift: bool = Fa
     return audit_workload(requests, workload_selection(wl, wl.num_requests, 7, d)), requests
 
 
-SOURCES = ["random_ids", "random_ids_lengths", "shared_prefix", "sessions", "jsonl", "text", "sharegpt", "sharegpt_tokenized", "messages",
-           "trace", "sharegpt_sessions"]
+SOURCES = ["random_ids", "random_ids_lengths", "shared_prefix", "sessions", "jsonl", "text", "sharegpt",
+           "sharegpt_tokenized", "messages", "trace", "sharegpt_sessions"]
 
 
 @pytest.mark.parametrize("source", SOURCES)
