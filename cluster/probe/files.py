@@ -28,12 +28,18 @@ MESSAGE_VALUE_CHARS = 80
 """A value quoted in an error message is cut to this many characters (one line, whatever the file holds)."""
 
 
+def one_line(text: str) -> str:
+    """`text` with every non-printable character (a newline in a tensor name or a path, a NUL, an escape) written
+    as its escape, so a message built from a file's content stays one line on the terminal."""
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 class CheckpointError(UserError):
-    """A bad checkpoint file; the message is one line naming the file and what is wrong."""
+    """A bad checkpoint file; the message is one printable line naming the file and what is wrong."""
 
     def __init__(self, file: str, message: str, *, field: Optional[str] = None, expected: Optional[str] = None) -> None:
-        super().__init__(f"{file}: {message}", file=file, field=field, expected=expected)
-        self.message = message
+        super().__init__(one_line(f"{file}: {message}"), file=file, field=field, expected=expected)
+        self.message = one_line(message)
 
 
 class CheckpointReadError(CheckpointError):
@@ -41,8 +47,8 @@ class CheckpointReadError(CheckpointError):
 
     def __init__(self, message: str, *, file: Optional[str] = None, field: Optional[str] = None,
                  expected: Optional[str] = None) -> None:
-        UserError.__init__(self, message, file=file, field=field, expected=expected)
-        self.message = message.removeprefix(f"{file}: ") if file else message
+        UserError.__init__(self, one_line(message), file=file, field=field, expected=expected)
+        self.message = one_line(message.removeprefix(f"{file}: ") if file else message)
 
 
 def clip(value: Any) -> str:
@@ -167,5 +173,5 @@ def check_unicode(data: Any, path: str) -> None:
 
 
 __all__ = ["INDEX_LIMIT_BYTES", "METADATA_LIMIT_BYTES", "CheckpointError", "CheckpointReadError", "check_file",
-           "check_unicode", "clip", "describe_non_file", "nests_deeper", "parse_object", "present", "read_bytes",
+           "check_unicode", "clip", "describe_non_file", "nests_deeper", "one_line", "parse_object", "present", "read_bytes",
            "read_json_object", "read_text"]

@@ -342,3 +342,21 @@ def test_an_index_name_with_a_5000_digit_index_is_no_layer(tmp_path: Path) -> No
     (d / "model.safetensors.index.json").write_text(json.dumps(idx))
     r = probe_checkpoint(str(d))
     assert any("not in their shard's header" in w for w in r.warnings)
+
+
+def test_a_message_built_from_file_content_stays_one_line(tmp_path: Path) -> None:
+    """Found by tests/fuzz/test_fuzz_checkpoint.py: a header entry keyed "\\n" holding "\\ud800" put a newline into
+    the message's key path; a shard name with a newline did the same. Every CheckpointError is one printable line."""
+    d = _good(tmp_path)
+    _header(d, {"a.weight": {"\n": "\ud800"}}, 0)
+    with pytest.raises(CheckpointError) as ei:
+        probe_checkpoint(str(d))
+    assert str(ei.value).isprintable() and "lone surrogate" in str(ei.value)
+    d2 = ck.deepseek_nextn(tmp_path / "m2")
+    idx = json.loads((d2 / "model.safetensors.index.json").read_text())
+    name = next(iter(idx["weight_map"]))
+    idx["weight_map"][name] = "a\nb.safetensors"
+    (d2 / "model.safetensors.index.json").write_text(json.dumps(idx))
+    with pytest.raises(CheckpointError) as ei:
+        probe_checkpoint(str(d2))
+    assert str(ei.value).isprintable() and "a\\nb.safetensors" in str(ei.value)
