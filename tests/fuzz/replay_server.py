@@ -40,8 +40,8 @@ class ReplayServer:
         self._thread.start()
         ready.wait(10)
         assert self._server is not None
-        self.port = int(self._server.sockets[0].getsockname()[1])
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.port: int = int(self._server.sockets[0].getsockname()[1])
+        self.url: str = f"http://127.0.0.1:{self.port}"
 
     def _run(self, ready: threading.Event) -> None:
         asyncio.set_event_loop(self._loop)
