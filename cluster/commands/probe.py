@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from cluster.probe.checkpoint import ProbeReport, probe_checkpoint
+from cluster.probe.files import one_line
 
 
 def _num(n: float) -> str:
@@ -37,8 +38,9 @@ _VERDICT_STYLE = {
 
 def _text(value: object) -> str:
     """A value from the checkpoint or its path as literal text: Rich markup escaped (a directory named `[/x]` is
-    not a closing tag) and undecodable path bytes shown as escapes (stdout is strict UTF-8)."""
-    return escape(str(value).encode("utf-8", "backslashreplace").decode("utf-8"))
+    not a closing tag), non-printable characters and undecodable path bytes as escapes (one line; stdout is strict
+    UTF-8)."""
+    return escape(one_line(str(value)))
 
 
 def render(report: ProbeReport, console: Console) -> None:

@@ -360,3 +360,10 @@ def test_a_message_built_from_file_content_stays_one_line(tmp_path: Path) -> Non
     with pytest.raises(CheckpointError) as ei:
         probe_checkpoint(str(d2))
     assert str(ei.value).isprintable() and "a\\nb.safetensors" in str(ei.value)
+
+
+def test_a_newline_in_a_checkpoint_name_prints_as_an_escape(tmp_path: Path) -> None:
+    d = ck.single_file_model(tmp_path / "m")
+    _config(d, architectures=["Llama\nForCausalLM"])
+    res = CliRunner().invoke(app, ["probe", str(d)])
+    assert res.exit_code == 0 and "Llama\\nForCausalLM" in res.output, res.output
