@@ -7,7 +7,6 @@ rules with the probe's facts; anything left is printed and written into the file
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -20,6 +19,7 @@ from typing import Optional
 import typer
 
 from cluster.errors import UserError
+from cluster.spec.fields import SpecError
 from cluster.plan.model_rules import ModelFacts
 from cluster.probe.checkpoint import ProbeReport
 
@@ -63,8 +63,23 @@ def _slug(model_dir: Path) -> str:
 
 
 def _q(s: str) -> str:
-    """A YAML double-quoted scalar (JSON's string syntax is valid YAML)."""
-    return json.dumps(s)
+    """A YAML double-quoted scalar in printable ASCII: every other character escaped the way YAML reads it back
+    (\\uXXXX, or \\UXXXXXXXX past the BMP: JSON's surrogate pairs would read back as two lone surrogates)."""
+    out = []
+    for c in s:
+        if c in '"\\':
+            out.append("\\" + c)
+        elif " " <= c <= "~":
+            out.append(c)
+        else:
+            out.append(f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}")
+    return '"' + "".join(out) + '"'
+
+
+def _printable(line: str) -> str:
+    """A line whose comment may hold a checkpoint's or a path's text: a character YAML would read as a line break
+    or refuse (control characters, U+2028, U+0085) shows escaped, so it cannot end the comment and add a key."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in line)
 
 
 def _backends(facts: ModelFacts, gpu_sm: Optional[int], speculative: bool) -> list[tuple[str, str, str]]:
@@ -184,7 +199,7 @@ def render_starter(report: ProbeReport, python: Interpreter, version: str, gpu_s
         f"seed: {SEED}   # the same prompts and arrival schedule for every variant",
         "output: results",
     ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(_printable(ln) for ln in lines) + "\n"
 
 
 def residual_findings(text: str, report: ProbeReport, file: str, gpu_sm: Optional[int] = None) -> list[str]:
@@ -250,7 +265,11 @@ def init_command(
     gpu_sm = collect_interconnect().compute_sm()
     target = Path(output) if output and output != "-" else Path.cwd() / f"{_slug(Path(report.model_dir))}.yaml"
     text = render_starter(report, interp, version, gpu_sm)
-    left = residual_findings(text, report, str(target), gpu_sm)
+    try:
+        left = residual_findings(text, report, str(target), gpu_sm)
+    except SpecError as e:  # only an input the experiment format refuses (a control character in the path)
+        raise UserError(f"{model_dir}: an experiment cannot name this checkpoint: {e.field}: {e.message}",
+                        file=model_dir, field="MODEL_DIR", expected=e.message) from None
     if left:
         text = render_starter(report, interp, version, gpu_sm, todo=tuple(left))
     for line in left:

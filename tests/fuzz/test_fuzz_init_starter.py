@@ -21,7 +21,7 @@ from tests.fuzz.fuzzing import FUZZ
 def checkpoints(draw: st.DrawFn) -> tuple[str, dict[str, object]]:
     family = draw(st.sampled_from(["qwen35", "deepseek", "mimo", "qwen3_next", "dense", "ernie45", "deepseek_v4"]))
     if family == "qwen35":
-        return family, {"layers": draw(st.integers(1, 8)), "experts": draw(st.integers(1, 6)),
+        return family, {"layers": draw(st.integers(1, 8)), "experts": draw(st.integers(2, 6)),
                         "mtp_weights": draw(st.booleans()), "mtp_declared": draw(st.booleans()),
                         "quant_in_config": draw(st.booleans())}
     if family == "deepseek":
@@ -47,3 +47,36 @@ def test_the_starter_leaves_no_fairness_finding(ckpt: tuple[str, dict[str, objec
         report = probe_checkpoint(str(model))
         text = render_starter(report, Interpreter(None, None, "none"), version, gpu_sm)
         assert residual_findings(text, report, "starter.yaml", gpu_sm) == [], text
+
+
+NAME = st.text(st.characters(codec="utf-8", exclude_characters="/\x00"), min_size=1, max_size=30).filter(lambda s: s not in (".", ".."))
+
+
+@FUZZ
+@given(NAME, st.text(max_size=40), st.text(max_size=20))
+def test_any_model_directory_name_and_config_text_stay_data(name: str, arch: str, model_type: str) -> None:
+    """The directory name and the config's strings reach the starter's values and comments: none may end a comment
+    line, add a key or change the path (the spec must read back the model path exactly)."""
+    import json
+
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            model = ck.single_file_model(Path(tmp) / name)
+        except OSError:  # a name this file system refuses (too long in bytes)
+            return
+        cfg = json.loads((model / "config.json").read_text())
+        (model / "config.json").write_text(json.dumps(cfg | {"architectures": [arch], "model_type": model_type}))
+        report = probe_checkpoint(str(model))
+        text = render_starter(report, Interpreter(None, None, "none"), "0.5.23")
+        from cluster.spec.fields import SpecError
+        from cluster.spec.loader import parse_spec_text
+
+        try:
+            spec = parse_spec_text(text, "starter.yaml")
+        except SpecError as e:  # the one refusal allowed: a path no experiment may hold (init says so, exit 2)
+            assert e.field == "model.path" and "control character" in e.message, e
+            assert any(not c.isprintable() for c in str(model.absolute())), e
+            return
+        assert spec.model.path == str(model.absolute())
+        assert [v.name for v in spec.variants] == ["baseline"]
+        assert residual_findings(text, report, "starter.yaml") == []

@@ -179,3 +179,29 @@ def test_a_relative_model_dir_is_written_absolute(tmp_path: Path, monkeypatch: p
     got = CliRunner().invoke(app, ["init", "dense", "-o", "s.yaml"])
     assert got.exit_code == 0, got.output
     assert load_spec(tmp_path / "s.yaml").model.path == str(tmp_path / "dense")
+
+
+def test_checkpoint_text_and_path_stay_data_in_the_starter(tmp_path: Path) -> None:
+    """Fuzz finding (tests/fuzz/test_fuzz_init_starter.py): a newline in config.json's model_type ended the probe
+    comment and made the rest a YAML line (in the probe comment: architectures, else model_type), a \\x1f made the file unreadable YAML, and a character past the BMP in
+    the path was written as a JSON surrogate pair that YAML reads back as two lone surrogates."""
+    import json
+
+    model = ck.single_file_model(tmp_path / "model-\U00010000-é")
+    cfg = json.loads((model / "config.json").read_text())
+    cfg |= {"architectures": ["LlamaForCausalLM\nname: injected\x1f\u2028repeats: 9"], "model_type": "llama"}
+    (model / "config.json").write_text(json.dumps(cfg))
+    out = tmp_path / "s.yaml"
+    got = CliRunner().invoke(app, ["init", str(model), "-o", str(out)])
+    assert got.exit_code == 0, got.output
+    spec = load_spec(out)
+    assert spec.model.path == str(model) and spec.name == "model" and spec.repeats == 3
+    text = out.read_text()
+    assert "\nname: injected" not in text and "\\nname: injected" in text and "\\x1f" in text
+
+
+def test_a_path_no_experiment_can_hold_is_refused_naming_the_model_dir(tmp_path: Path) -> None:
+    model = ck.single_file_model(tmp_path / "bad\x1fname")
+    got = CliRunner().invoke(app, ["init", str(model), "-o", str(tmp_path / "s.yaml")])
+    assert got.exit_code == 2 and "an experiment cannot name this checkpoint" in got.output, got.output
+    assert not (tmp_path / "s.yaml").exists()
