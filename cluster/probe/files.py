@@ -14,9 +14,9 @@ import json
 import os
 import re
 import stat
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
-from cluster.errors import UserError
+from cluster.errors import SglbenchError, UserError
 from cluster.input_files import (DEFAULT_LIMIT_BYTES, MAX_JSON_DEPTH, MIB, decode_text, parse_json,
                                  read_input_bytes)
 
@@ -125,15 +125,33 @@ def nests_deeper(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
     return "[]" in rest
 
 
-def parse_object(text: str, path: str, what: str,
-                 pairs_hook: Optional[Callable[[list[tuple[str, Any]]], dict[str, Any]]] = None) -> dict[str, Any]:
-    """A JSON object from a checkpoint file; depth, digit-limit and syntax failures as input_files words them."""
+class _DuplicateKey(SglbenchError):
+    """A JSON object names one key twice (caught in parse_object and reported as a CheckpointError)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise _DuplicateKey(k)
+            seen.add(k)
+    return out
+
+
+def parse_object(text: str, path: str, what: str) -> dict[str, Any]:
+    """A JSON object from a checkpoint file, each key once (the decoder would keep the last value and drop the
+    first silently); depth, digit-limit and syntax failures as input_files words them."""
     data: Any = None
     if nests_deeper(text):
         data = parse_json(text, path, CheckpointReadError, what, expected="a JSON object")  # raises
     else:
         try:
-            data = json.loads(text, object_pairs_hook=pairs_hook)
+            data = json.loads(text, object_pairs_hook=_unique_keys)
+        except _DuplicateKey as e:
+            raise CheckpointError(path, f"{what} has duplicate key {clip(e.args[0])}", field=str(e.args[0]),
+                                  expected="each key once") from None
         except (ValueError, RecursionError):
             data = parse_json(text, path, CheckpointReadError, what, expected="a JSON object")  # raises the same
     if not isinstance(data, dict):

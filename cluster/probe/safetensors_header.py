@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from math import prod
 from typing import Any
 
-from cluster.errors import SglbenchError
 from cluster.input_files import decode_text
 from cluster.probe.files import (CheckpointError, CheckpointReadError, check_file, clip, describe_non_file, parse_object,
                                  read_bytes)
@@ -149,21 +148,6 @@ def _check_indices(file: str, tensors: dict[str, TensorInfo]) -> None:
                                   expected=f"indices of at most {MAX_INDEX_DIGITS} digits")
 
 
-class _DuplicateKey(SglbenchError):
-    """A JSON header names one key twice (caught inside this module and reported as a CheckpointError)."""
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        seen: set[str] = set()
-        for k, _ in pairs:
-            if k in seen:
-                raise _DuplicateKey(k)
-            seen.add(k)
-    return out
-
-
 def read_header(path: str) -> ShardHeader:
     """Read and validate one shard's header; reads exactly 8 + N bytes of the file (bounded, regular files only)."""
     check_file(path, "a .safetensors file")
@@ -185,11 +169,7 @@ def read_header(path: str) -> ShardHeader:
     if len(raw) != n:
         raise CheckpointError(path, f"file ended inside the header ({len(raw)} of {n} bytes)")
     text = decode_text(raw, path, CheckpointReadError, "safetensors header")
-    try:
-        header = parse_object(text, path, "safetensors header", _no_duplicates)
-    except _DuplicateKey as e:
-        raise CheckpointError(path, f"header has duplicate key {clip(e.args[0])}", field=str(e.args[0]),
-                              expected="each tensor named once") from None
+    header = parse_object(text, path, "safetensors header")
     data_bytes = size - 8 - n
     metadata = header.pop("__metadata__", {})
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):

@@ -367,3 +367,14 @@ def test_a_newline_in_a_checkpoint_name_prints_as_an_escape(tmp_path: Path) -> N
     _config(d, architectures=["Llama\nForCausalLM"])
     res = CliRunner().invoke(app, ["probe", str(d)])
     assert res.exit_code == 0 and "Llama\\nForCausalLM" in res.output, res.output
+
+
+@pytest.mark.parametrize("target", ["config.json", "model.safetensors.index.json"])
+def test_a_key_given_twice_in_checkpoint_json_is_refused(target: str, tmp_path: Path) -> None:
+    """json.loads keeps the last of two equal keys and silently drops the first (a weight_map entry, a setting)."""
+    d = _good(tmp_path)
+    text = (d / target).read_text().rstrip()
+    (d / target).write_text(text[:-1].rstrip() + ', "num_hidden_layers": 7, "num_hidden_layers": 3}')
+    with pytest.raises(CheckpointError, match="duplicate key 'num_hidden_layers'") as ei:
+        probe_checkpoint(str(d))
+    assert ei.value.file is not None and ei.value.file.endswith(target) and ei.value.field == "num_hidden_layers"
