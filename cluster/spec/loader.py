@@ -107,6 +107,23 @@ def _check_tag(node: Any, text: str, path: _Path) -> None:
         short = node.tag.removeprefix(_TAG)
         raise SpecError("", _line_at(text, node.start_mark), ".".join(path),
                         _TAG_HINTS.get(short, f"YAML tag {node.tag!r} is not allowed"))
+    hint = _yaml11_number(node)
+    if hint:
+        raise SpecError("", _line_at(text, node.start_mark), ".".join(path), hint)
+
+
+def _yaml11_number(node: Any) -> Optional[str]:
+    """YAML 1.1 number forms nobody means: `1:30` is base 60 (90) and `0755` octal (493); refused, not converted."""
+    if not isinstance(node, yaml.ScalarNode) or node.style or node.tag not in (_TAG + "int", _TAG + "float"):
+        return None
+    digits = node.value.lstrip("+-").replace("_", "")
+    if ":" in digits:
+        return (f"{node.value!r} is a base-60 number in YAML 1.1 (1:30 reads as 90): write the number itself, or "
+                "quote it if it is text")
+    if node.tag == _TAG + "int" and len(digits) > 1 and digits[0] == "0" and digits[1] not in "xXbB":
+        return (f"{node.value!r} is an octal number in YAML 1.1 (0755 reads as 493): drop the leading zero, or "
+                "quote it if it is text")
+    return None
 
 
 def _walk_lines(node: Any, path: _Path, out: dict[_Path, int], text: str) -> None:

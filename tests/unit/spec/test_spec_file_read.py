@@ -79,3 +79,19 @@ def test_an_error_stays_one_line_whatever_it_quotes(tmp_path: Path) -> None:
     with pytest.raises(SpecError) as info:
         load_spec(path)
     assert info.value.file == str(path) and str(info.value).startswith(f"{tmp_path}/two\\nlines.yaml:20: repeats")
+
+
+@pytest.mark.parametrize(("literal", "fragment"), [("1:30", "base-60"), ("-1:00:00", "base-60"), ("0755", "octal"),
+                                                   ("1:30.5", "base-60")])
+def test_yaml11_number_forms_are_refused_not_converted(literal: str, fragment: str) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_spec_text(VALID + f"health_timeout_s: {literal}\n", "x.yaml")
+    assert (info.value.line, info.value.field) == (21, "health_timeout_s") and fragment in info.value.message
+
+
+@pytest.mark.parametrize("literal", ["0", "0.5", "0x1f", "1_000", "'1:30'", "1e3"])
+def test_plain_numbers_and_quoted_text_still_read(literal: str) -> None:
+    try:
+        parse_spec_text(VALID + f"server:\n  args:\n    some-flag: {literal}\n", "x.yaml")
+    except SpecError as e:
+        pytest.fail(str(e))
