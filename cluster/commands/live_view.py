@@ -17,6 +17,7 @@ from typing import Callable, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
+from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -66,9 +67,12 @@ class _Point:
             m["output_tok_s"], m["ttft_ms_p50"], m["accept_length"])
         self.computed_s = now_s
 
+    def label(self) -> str:
+        return f"{self.plan.workload.name} {self.plan.load.label} r{self.plan.repeat}"
+
     def finish(self, e: PointFinished) -> None:
         self.output_tok_s, self.ttft_ms_p50, self.accept_length = e.output_tok_s, e.ttft_ms_p50, e.accept_length
-        self.verdict = e.status if not e.reason else f"{e.status}: {e.reason}"
+        self.verdict = e.status
         self.done = self.done if e.n_requests is None else e.n_requests
         self.batches = []  # its figures are the stored row's now
 
@@ -82,8 +86,10 @@ class LiveView:
 
     def __init__(self, title: str, total_runs: int, max_rows: int = MAX_ROWS,
                  clock: Callable[[], float] = time.monotonic, console: Optional[Console] = None,
-                 bar: bool = True) -> None:
+                 bar: bool = True, log: Callable[[str], None] = lambda line: None) -> None:
         self.title = title
+        self.log = log
+        """Where a point that is not ok says why (above the table: the verdict column keeps to the status)."""
         self.max_rows = max_rows
         self.clock = clock
         self._lock = threading.Lock()
@@ -97,14 +103,16 @@ class LiveView:
     def __call__(self, event: ProgressEvent) -> None:
         with self._lock:
             if isinstance(event, ServerState):
-                self._servers[event.variant] = event.state if event.state != "failed" or not event.detail \
-                    else f"failed: {event.detail}"
+                if not (event.state == "stopped" and self._servers.get(event.variant) == "failed"):
+                    self._servers[event.variant] = event.state  # a failed server stays marked failed
             elif isinstance(event, PointStarted):
                 self._points[event.plan.run_key] = _Point(event.plan)
             elif isinstance(event, PointRecords):
                 self._point(event.plan).add(event.requests, self.clock())
             elif isinstance(event, PointFinished):
                 self._point(event.plan).finish(event)
+        if isinstance(event, PointFinished) and event.reason:
+            self.log(f"[{event.plan.variant.name}] {_Point(event.plan).label()}: {event.status}: {event.reason}")
 
     def _point(self, plan: RunPlan) -> _Point:
         """A point's state; one that finished without starting (failed before its window) gets its row here."""
@@ -118,17 +126,19 @@ class LiveView:
         self.progress.update(self.task, completed=self.progress.tasks[0].total)
 
     def table(self) -> Table:
-        t = Table(title=f"{self.title}: live", title_justify="left")
+        t = Table(title=f"{self.title}: live", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
         for col in COLUMNS:
             right = col in ("requests", "tok/s", "TTFT p50", "accept")
-            t.add_column(col, justify="right" if right else "left", no_wrap=col != "verdict", overflow="fold")
+            # figures never wrap (a cut number misleads); names and states fold at a narrow width
+            t.add_column(col, justify="right" if right else "left", no_wrap=right, overflow="fold",
+                         min_width=len(col) if right else None)
         with self._lock:
             points = list(self._points.values())[-self.max_rows:]
             shown = {p.plan.variant.name for p in points}
             waiting = [(v, s) for v, s in self._servers.items() if v not in shown and s != "stopped"]
             for p in points:
                 v = p.plan.variant.name
-                t.add_row(v, self._servers.get(v, "-"), f"{p.plan.workload.name} {p.plan.load.label} r{p.plan.repeat}",
+                t.add_row(v, self._servers.get(v, "-"), p.label(),
                           f"{p.done}/{p.plan.workload.num_requests}", _fig(p.output_tok_s, ".1f"),
                           _fig(p.ttft_ms_p50, ".1f", " ms"), _fig(p.accept_length, ".2f"), p.verdict)
             for v, s in waiting:  # a server placing, starting or answering its gate: no point yet
@@ -147,10 +157,11 @@ def run_display(console: Console, title: str, total_runs: int, progress: bool
     before and one line per log event, with no watcher (so the driver batches as without a view); with `progress`
     off only the log lines."""
     live = progress and console.is_terminal
-    view = LiveView(title, total_runs, console=console, bar=progress)
 
     def log(msg: str) -> None:
         console.print(msg, highlight=False, markup=False, soft_wrap=True)
+
+    view = LiveView(title, total_runs, console=console, bar=progress, log=log)
 
     with Live(view, console=console, refresh_per_second=4) if live else view.progress:
         yield view, log, view if live else None

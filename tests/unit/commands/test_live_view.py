@@ -5,6 +5,7 @@ its own row. (tests/integration/test_live_view_tmux.py checks the same table in 
 from __future__ import annotations
 
 import io
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -26,8 +27,9 @@ def _render(view: LiveView, width: int = 200) -> str:
 
 
 def _row(out: str, needle: str) -> list[str]:
+    """The cells of the first line holding `needle` (columns are two or more spaces apart; a cell has one at most)."""
     line = next(ln for ln in out.splitlines() if needle in ln)
-    return [c.strip() for c in line.strip("│┃ ").split("│")]
+    return re.split(r"\s{2,}", line.strip())
 
 
 def test_running_point_figures_follow_the_metrics_definitions_then_the_stored_row() -> None:
@@ -36,7 +38,8 @@ def test_running_point_figures_follow_the_metrics_definitions_then_the_stored_ro
     p = next(x for x in plans if x.variant.speculative is not None)
     reqs, _ = request_batches(synth_records(np.random.default_rng(0), 32, 4, 13.9, 60.0, 16, 2, None))
     now = [0.0]
-    view = LiveView("live", len(plans), clock=lambda: now[0])
+    logged: list[str] = []
+    view = LiveView("live", len(plans), clock=lambda: now[0], log=logged.append)
     view(ServerState(p.variant.name, "healthy"))
     view(ServerState("baseline", "starting"))
     view(PointStarted(p))
@@ -51,25 +54,28 @@ def test_running_point_figures_follow_the_metrics_definitions_then_the_stored_ro
     m = summarize_run(t, pa.table({}), float(np.max(t.column("last_chunk_ns").to_numpy())) / 1e9)
     assert row[4:8] == [f"{m['output_tok_s']:.1f}", f"{m['ttft_ms_p50']:.1f} ms", f"{m['accept_length']:.2f}",
                         "running"], row
-    assert _row(out, "starting")[:4] == ["baseline", "starting", "-", "-"]  # a server without a point yet
+    assert _row(out, "starting") == ["baseline", "starting", "-", "-", "-", "-", "-", "-"]  # no point yet
 
     view(PointFinished.from_row(p, "invalid", {"m_output_tok_s": 123.4, "m_ttft_ms_p50": 56.7,
                                                "m_accept_length": 2.5, "invalid_reasons": "cache flush failed",
                                                "n_requests": 32}))
     view.on_run(p, "invalid")
     row = _row(_render(view), p.workload.name)
-    assert row[3:8] == ["32/32", "123.4", "56.7 ms", "2.50", "invalid: cache flush failed"], row
+    assert row[3:8] == ["32/32", "123.4", "56.7 ms", "2.50", "invalid"], row
+    assert logged == [f"[{p.variant.name}] {p.workload.name} {p.load.label} r0: invalid: cache flush failed"]
 
 
 def test_a_point_that_failed_before_its_window_gets_a_row_and_no_figures() -> None:
     spec = parse_spec_text(SPEC.format(name="live", other="nextn", steps=[1], out=16, n=8, conc=[1], repeats=1))
     p = make_plan(spec)[0]
-    view = LiveView("live", 1)
+    logged: list[str] = []
+    view = LiveView("live", 1, log=logged.append)
     view(ServerState(p.variant.name, "failed", "exit 1"))
     view(PointFinished.from_row(p, "failed", {"failure_reason": "server start failed: exit 1"}))
+    view(ServerState(p.variant.name, "stopped"))
     row = _row(_render(view, 240), p.workload.name)
-    assert row[1] == "failed: exit 1" and row[3:7] == ["0/8", "-", "-", "-"], row
-    assert row[7] == "failed: server start failed: exit 1"
+    assert row[1] == "failed" and row[3:8] == ["0/8", "-", "-", "-", "failed"], row
+    assert logged == [f"[{p.variant.name}] {p.workload.name} {p.load.label} r0: failed: server start failed: exit 1"]
 
 
 def test_only_the_latest_points_are_shown() -> None:
