@@ -22,42 +22,14 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from cluster.analysis.metrics import summarize_run
 from cluster.analysis.query import compare_table, query
-from cluster.dataset.records import RequestRecord
 from cluster.dataset.store import DatasetStore, list_experiments
 from cluster.errors import SglbenchError
-from cluster.loadgen.sink import request_batches
-from cluster.plan.runs import make_plan
-from cluster.spec.loader import parse_spec_text
 from tests.fuzz.fuzzing import FUZZ, budget
+from tests.fuzz.results_root import write_dataset
 
-SPEC = """
-version: 1
-name: fz
-model: {path: sim://m, engine: sim, tp: 1}
-variants:
-  - name: base
-    baseline: true
-  - name: other
-workloads:
-  - {name: w1, input_tokens: 16, output_tokens: 8, num_requests: 4}
-load: {concurrency: [1]}
-"""
 SHOW_SQL = "SELECT * EXCLUDE (variant), variant FROM runs ORDER BY run_key"
 DEADLINE_S = 10.0
-
-
-def _build(root: Path) -> None:
-    store = DatasetStore(str(root), "fz")
-    for k, p in enumerate(make_plan(parse_spec_text(SPEC))):
-        recs = [RequestRecord(request_index=i, intended_send_ns=0, actual_send_ns=i + k, prompt_tokens_sent=16,
-                              max_tokens=8, chunk_arrival_ns=[10 + i, 20 + i], chunk_tokens=[1, 2],
-                              completion_tokens=3, category="c" if i % 2 else None) for i in range(40)]
-        reqs, chunks = request_batches(recs)
-        store.write_run(p, {"status": "ok", "duration_s": 1.0 + k, "metrics": summarize_run(reqs, chunks, 1.0)},
-                        reqs, chunks)
-    store.write_experiment_meta({"spec": {"name": "fz"}})
 
 
 def _reads(root: Path) -> dict[str, Callable[[], Any]]:
@@ -86,7 +58,7 @@ def _same(a: Any, b: Any) -> bool:
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     root = tmp_path_factory.mktemp("pristine")
-    _build(root)
+    write_dataset(root, "fz", 40)
     return root, {name: read() for name, read in _reads(root).items()}
 
 
@@ -99,7 +71,7 @@ class Mutation:
     name: str
 
 
-NAMES = st.text(st.characters(blacklist_characters="/\x00", blacklist_categories=("Cs",)), min_size=1, max_size=12)
+NAMES = st.text(st.characters(blacklist_characters="/\x00", blacklist_categories=["Cs"]), min_size=1, max_size=12)
 MUTATIONS = st.builds(Mutation, st.sampled_from(["truncate", "flip", "other_table", "retype", "empty", "stray_file",
                                                  "stray_dir", "symlink", "loop", "fifo", "file_to_dir", "meta"]),
                       st.integers(0, 63), st.floats(0.0, 0.999), st.integers(0, 255), NAMES)
@@ -120,6 +92,8 @@ def _apply(root: Path, m: Mutation) -> None:
         f.write_bytes(f.read_bytes()[: int(f.stat().st_size * m.a)])
     elif m.kind == "flip":
         data = bytearray(f.read_bytes())
+        if not data:
+            return
         data[int(len(data) * m.a)] ^= 1 << (m.b % 8)
         f.write_bytes(bytes(data))
     elif m.kind == "other_table":

@@ -17,44 +17,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cluster.analysis.metrics import summarize_run
-from cluster.dataset.records import RequestRecord
-from cluster.dataset.store import DatasetStore
-from cluster.loadgen.sink import request_batches
-from cluster.plan.runs import make_plan
-from cluster.spec.loader import parse_spec_text
+from tests.fuzz.results_root import write_dataset
+
 
 CORPUS = Path(__file__).resolve().parents[2] / "data" / "bad_results"
 CASES = sorted(p.name for p in CORPUS.iterdir()) if CORPUS.is_dir() else []
-SPEC = """
-version: 1
-name: {name}
-model: {{path: sim://m, engine: sim, tp: 1}}
-variants:
-  - name: base
-    baseline: true
-workloads:
-  - {{name: w1, input_tokens: 16, output_tokens: 8, num_requests: 4}}
-load: {{concurrency: [1]}}
-"""
 ARGS = {"show": ["exp1"], "query": ["exp1", "SELECT count(*) FROM request_metrics"], "list": [],
         "compare": ["exp1"], "report": ["exp1"]}
 
 
 def _dataset(root: Path) -> dict[str, str]:
-    keys = {}
-    for name, var in (("exp1", "base"), ("exp2", "base2")):
-        store = DatasetStore(str(root), name)
-        plan = make_plan(parse_spec_text(SPEC.format(name=name)))[0]
-        recs = [RequestRecord(request_index=i, intended_send_ns=0, actual_send_ns=i, prompt_tokens_sent=16,
-                              max_tokens=8, chunk_arrival_ns=[10 + i, 20 + i], chunk_tokens=[1, 2],
-                              completion_tokens=3) for i in range(30)]
-        reqs, chunks = request_batches(recs)
-        store.write_run(plan, {"status": "ok", "duration_s": 1.0, "metrics": summarize_run(reqs, chunks, 1.0)},
-                        reqs, chunks)
-        store.write_experiment_meta({"spec": {"name": name}})
-        keys[var] = plan.run_key
-    return keys
+    return {"base": write_dataset(root, "exp1")[1][0].run_key, "base2": write_dataset(root, "exp2")[1][0].run_key}
 
 
 def _mutate(root: Path, op: str, args: list[Path]) -> None:

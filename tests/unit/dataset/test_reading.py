@@ -12,43 +12,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cluster.analysis.metrics import summarize_run
 from cluster.analysis.query import connect, query
-from cluster.dataset.records import RequestRecord
 from cluster.dataset.root import open_root
 from cluster.dataset.store import DatasetStore, StoreError, list_experiments
 from cluster.errors import EnvironmentFault, UserError
-from cluster.loadgen.sink import request_batches
-from cluster.plan.runs import RunPlan, make_plan
-from cluster.spec.loader import parse_spec_text
-
-SPEC = """
-version: 1
-name: exp1
-model: {path: sim://m, engine: sim, tp: 1}
-variants:
-  - name: base
-    baseline: true
-  - name: other
-workloads:
-  - {name: w1, input_tokens: 16, output_tokens: 8, num_requests: 4}
-load: {concurrency: [1]}
-"""
-
-
-def _write(root: Path, name: str = "exp1") -> tuple[DatasetStore, list[RunPlan]]:
-    plans = make_plan(parse_spec_text(SPEC.replace("name: exp1", f"name: {name}")))
-    store = DatasetStore(str(root), name)
-    for p in plans:
-        recs = [RequestRecord(request_index=i, intended_send_ns=0, actual_send_ns=i, prompt_tokens_sent=16,
-                              max_tokens=8, chunk_arrival_ns=[10 + i, 20 + i], chunk_tokens=[1, 2],
-                              completion_tokens=3) for i in range(50)]
-        reqs, chunks = request_batches(recs)
-        store.write_run(p, {"status": "ok", "duration_s": 1.0, "metrics": summarize_run(reqs, chunks, 1.0)},
-                        reqs, chunks)
-    store.write_experiment_meta({"spec": {"name": name}})
-    return store, plans
-
+from tests.fuzz.results_root import write_dataset
+from cluster.plan.runs import RunPlan
 
 def _file(root: Path, table: str, plan: RunPlan, exp: str = "exp1") -> Path:
     return root / exp / table / f"variant={plan.variant.name}" / f"{plan.run_key}.parquet"
@@ -72,28 +41,28 @@ def _refused(root: Path, named: Path | str) -> StoreError:
 
 
 def test_a_valid_dataset_reads(tmp_path: Path) -> None:
-    _write(tmp_path)
+    write_dataset(tmp_path)
     _every_read(tmp_path)
     assert DatasetStore(str(tmp_path), "exp1").read_table("requests").num_rows == 100
 
 
 @pytest.mark.parametrize("table", ["runs", "requests", "chunks"])
 def test_truncated_file_is_refused_naming_it(tmp_path: Path, table: str) -> None:
-    _, plans = _write(tmp_path)
+    _, plans = write_dataset(tmp_path)
     f = _file(tmp_path, table, plans[1])
     f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
     assert "not a readable Parquet file" in str(_refused(tmp_path, f))
 
 
 def test_empty_file_is_refused(tmp_path: Path) -> None:
-    _, plans = _write(tmp_path)
+    _, plans = write_dataset(tmp_path)
     f = _file(tmp_path, "runs", plans[0])
     f.write_bytes(b"")
     _refused(tmp_path, f)
 
 
 def test_flipped_data_byte_is_refused_by_its_page_checksum(tmp_path: Path) -> None:
-    _, plans = _write(tmp_path)
+    _, plans = write_dataset(tmp_path)
     f = _file(tmp_path, "requests", plans[0])
     data = bytearray(f.read_bytes())
     meta = pq.ParquetFile(f).metadata
@@ -105,7 +74,7 @@ def test_flipped_data_byte_is_refused_by_its_page_checksum(tmp_path: Path) -> No
 
 
 def test_runs_status_of_the_wrong_type_is_refused_not_listed(tmp_path: Path) -> None:
-    _, plans = _write(tmp_path)
+    _, plans = write_dataset(tmp_path)
     f = _file(tmp_path, "runs", plans[0])
     t = pq.read_table(f)
     t = t.set_column(t.schema.get_field_index("status"), "status", pa.array([7], pa.int64()))
@@ -115,7 +84,7 @@ def test_runs_status_of_the_wrong_type_is_refused_not_listed(tmp_path: Path) -> 
 
 
 def test_runs_status_unknown_value_is_refused(tmp_path: Path) -> None:
-    _, plans = _write(tmp_path)
+    _, plans = write_dataset(tmp_path)
     f = _file(tmp_path, "runs", plans[0])
     t = pq.read_table(f)
     pq.write_table(t.set_column(t.schema.get_field_index("status"), "status", pa.array(["7"])), f)
@@ -123,7 +92,7 @@ def test_runs_status_unknown_value_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_file_of_another_table_is_refused(tmp_path: Path) -> None:
-    _, plans = _write(tmp_path)
+    _, plans = write_dataset(tmp_path)
     shutil.copy(_file(tmp_path, "requests", plans[0]), _file(tmp_path, "chunks", plans[0]))
     _refused(tmp_path, _file(tmp_path, "chunks", plans[0]))
     shutil.copy(_file(tmp_path, "requests", plans[0]), _file(tmp_path, "runs", plans[0]))
@@ -131,18 +100,18 @@ def test_a_file_of_another_table_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_file_from_another_experiment_or_run_is_refused(tmp_path: Path) -> None:
-    _, plans = _write(tmp_path)
-    _, plans2 = _write(tmp_path, "exp2")
+    _, plans = write_dataset(tmp_path)
+    _, plans2 = write_dataset(tmp_path, "exp2")
     shutil.copy(_file(tmp_path, "runs", plans2[0], "exp2"), _file(tmp_path, "runs", plans[0]))
     assert _refused(tmp_path, _file(tmp_path, "runs", plans[0])).field == "experiment"
-    _write(tmp_path)
+    write_dataset(tmp_path)
     renamed = _file(tmp_path, "runs", plans[0]).with_name("k" * 20 + ".parquet")
     shutil.copy(_file(tmp_path, "runs", plans[0]), renamed)
     assert _refused(tmp_path, renamed).field == "run_key"
 
 
 def test_a_retyped_column_is_refused(tmp_path: Path) -> None:
-    _, plans = _write(tmp_path)
+    _, plans = write_dataset(tmp_path)
     f = _file(tmp_path, "requests", plans[0])
     t = pq.read_table(f)
     i = t.schema.get_field_index("actual_send_ns")
@@ -151,7 +120,7 @@ def test_a_retyped_column_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_run_in_the_wrong_partition_is_refused(tmp_path: Path) -> None:
-    _, plans = _write(tmp_path)
+    _, plans = write_dataset(tmp_path)
     src = _file(tmp_path, "requests", plans[0])
     dst = src.parent.parent / f"variant={plans[1].variant.name}" / src.name
     src.rename(dst)
@@ -159,7 +128,7 @@ def test_a_run_in_the_wrong_partition_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_run_committed_twice_is_refused(tmp_path: Path) -> None:
-    _, plans = _write(tmp_path)
+    _, plans = write_dataset(tmp_path)
     src = _file(tmp_path, "runs", plans[0])
     shutil.copy(src, src.parent.parent / f"variant={plans[1].variant.name}" / src.name)
     assert "committed twice" in str(_refused(tmp_path, src.name))
@@ -168,7 +137,7 @@ def test_a_run_committed_twice_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize("make", ["text", "dir_for_file", "file_for_dir", "symlink", "loop", "fifo", "odd_part",
                                   "no_partition", "temp_name", "newline_part"])
 def test_an_entry_the_store_does_not_write_is_refused(tmp_path: Path, make: str) -> None:
-    _, plans = _write(tmp_path)
+    _, plans = write_dataset(tmp_path)
     part = tmp_path / "exp1" / "requests" / f"variant={plans[0].variant.name}"
     target = {"text": part / "notes.txt", "dir_for_file": part / "abc.parquet", "file_for_dir": part.parent / "x",
               "symlink": part / "lnk.parquet", "loop": part / "loop.parquet", "fifo": part / "f.parquet",
@@ -189,7 +158,7 @@ def test_an_entry_the_store_does_not_write_is_refused(tmp_path: Path, make: str)
 
 
 def test_hidden_temp_files_of_a_killed_writer_are_never_read(tmp_path: Path) -> None:
-    _, plans = _write(tmp_path)
+    _, plans = write_dataset(tmp_path)
     part = _file(tmp_path, "requests", plans[0]).parent
     (part / f".{plans[0].run_key}.parquet.0123.tmp").write_bytes(b"PAR1 half")
     (tmp_path / "exp1" / "_staging" / "k.1").mkdir(parents=True)
@@ -200,7 +169,7 @@ def test_hidden_temp_files_of_a_killed_writer_are_never_read(tmp_path: Path) -> 
 
 @pytest.mark.parametrize("table", ["runs", "requests"])
 def test_a_table_that_is_a_file_is_refused(tmp_path: Path, table: str) -> None:
-    _write(tmp_path)
+    write_dataset(tmp_path)
     shutil.rmtree(tmp_path / "exp1" / table)
     (tmp_path / "exp1" / table).write_text("not a table")
     _refused(tmp_path, tmp_path / "exp1" / table)
@@ -219,7 +188,7 @@ def test_an_experiment_that_is_a_file_or_a_loop_is_not_reported_missing(tmp_path
 @pytest.mark.parametrize("content", [b"\xff\xfe{}", b"{not json", b"[" * 5000, b"[1, 2]", b"1" * 5000, "dir",
                                      "fifo"])
 def test_a_bad_experiment_json_is_refused_naming_it(tmp_path: Path, content: bytes | str) -> None:
-    _write(tmp_path)
+    write_dataset(tmp_path)
     meta = tmp_path / "exp1" / "experiment.json"
     meta.unlink()
     if content == "dir":
@@ -253,19 +222,17 @@ def test_a_root_that_is_a_file_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_failing_disk_is_an_environment_fault(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _write(tmp_path)
-    import cluster.dataset.root as root_mod
-
+    write_dataset(tmp_path)
     def eio(path: str) -> None:
         raise OSError(5, "Input/output error", path)
 
-    monkeypatch.setattr(root_mod.os, "scandir", eio)
+    monkeypatch.setattr(os, "scandir", eio)
     with pytest.raises(EnvironmentFault, match="Input/output error"):
         DatasetStore(str(tmp_path), "exp1").read_table("runs")
 
 
 def test_query_reads_nothing_it_has_not_checked(tmp_path: Path) -> None:
-    _, plans = _write(tmp_path)
+    _, plans = write_dataset(tmp_path)
     f = _file(tmp_path, "chunks", plans[1])
     f.write_bytes(f.read_bytes()[:-9])
     with pytest.raises(StoreError, match="chunks"):
@@ -277,7 +244,7 @@ def test_results_commands_exit_2_naming_the_file(tmp_path: Path) -> None:
 
     from cluster.cli import app
 
-    _, plans = _write(tmp_path)
+    _, plans = write_dataset(tmp_path)
     f = _file(tmp_path, "runs", plans[0])
     f.write_bytes(f.read_bytes()[:100])
     for argv in (["results", "show", "exp1"], ["results", "list"], ["results", "compare", "exp1"],
@@ -288,7 +255,7 @@ def test_results_commands_exit_2_naming_the_file(tmp_path: Path) -> None:
 
 
 def test_the_query_stays_read_only(tmp_path: Path) -> None:
-    _write(tmp_path)
+    write_dataset(tmp_path)
 
     def snapshot() -> dict[str, tuple[int, int]]:
         return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in tmp_path.rglob("*")}
@@ -301,7 +268,7 @@ def test_the_query_stays_read_only(tmp_path: Path) -> None:
 
 def test_a_run_file_contradicting_its_runs_row_is_refused(tmp_path: Path) -> None:
     # fuzz finding: a requests file rewritten with the right types but another engine was read as the run's rows
-    _, plans = _write(tmp_path)
+    _, plans = write_dataset(tmp_path)
     f = _file(tmp_path, "requests", plans[0])
     t = pq.read_table(f)
     i = t.schema.get_field_index("engine")
@@ -311,7 +278,7 @@ def test_a_run_file_contradicting_its_runs_row_is_refused(tmp_path: Path) -> Non
 
 def test_recover_refuses_a_foreign_entry_and_removes_nothing(tmp_path: Path) -> None:
     # a foreign *.parquet beside a run's files used to be deleted as an orphan of a crashed writer
-    store, plans = _write(tmp_path)
+    store, plans = write_dataset(tmp_path)
     part = _file(tmp_path, "requests", plans[0]).parent
     foreign = part / "mine copy.parquet"
     foreign.write_bytes(b"the user's")

@@ -1,0 +1,41 @@
+"""A valid results root written by the store's own writer: what the results-root fuzz target, the bad results
+corpus (tests/data/bad_results) and tests/unit/dataset/test_reading.py mutate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cluster.analysis.metrics import summarize_run
+from cluster.dataset.records import RequestRecord
+from cluster.dataset.store import DatasetStore
+from cluster.loadgen.sink import request_batches
+from cluster.plan.runs import RunPlan, make_plan
+from cluster.spec.loader import parse_spec_text
+
+SPEC = """
+version: 1
+name: exp1
+model: {path: sim://m, engine: sim, tp: 1}
+variants:
+  - name: base
+    baseline: true
+  - name: other
+workloads:
+  - {name: w1, input_tokens: 16, output_tokens: 8, num_requests: 4}
+load: {concurrency: [1]}
+"""
+
+
+def write_dataset(root: Path, name: str = "exp1", n_requests: int = 50) -> tuple[DatasetStore, list[RunPlan]]:
+    """A valid dataset written by the store's own writer: SPEC's two runs under `name` (their rows differ)."""
+    plans = make_plan(parse_spec_text(SPEC.replace("name: exp1", f"name: {name}")))
+    store = DatasetStore(str(root), name)
+    for k, p in enumerate(plans):
+        recs = [RequestRecord(request_index=i, intended_send_ns=0, actual_send_ns=i + k, prompt_tokens_sent=16,
+                              max_tokens=8, chunk_arrival_ns=[10 + i, 20 + i], chunk_tokens=[1, 2],
+                              completion_tokens=3, category="c" if i % 2 else None) for i in range(n_requests)]
+        reqs, chunks = request_batches(recs)
+        store.write_run(p, {"status": "ok", "duration_s": 1.0 + k, "metrics": summarize_run(reqs, chunks, 1.0)},
+                        reqs, chunks)
+    store.write_experiment_meta({"spec": {"name": name}})
+    return store, plans
