@@ -364,9 +364,14 @@ class ExperimentSpec(FrozenModel):
     @model_validator(mode="after")
     def _unique(self) -> "ExperimentSpec":
         for what, names in (("variants", [v.name for v in self.variants]), ("workloads", [w.name for w in self.workloads])):
+            folded = [n.casefold() for n in names]
             for i, n in enumerate(names):
                 if n in names[:i]:
                     raise FieldProblem((what, i, "name"), f"duplicate {what[:-1]} name {n!r} (names must be unique)")
+                if folded[i] in folded[:i]:
+                    first = names[folded.index(folded[i])]
+                    raise FieldProblem((what, i, "name"), f"{what[:-1]} name {n!r} differs from {first!r} only in case: "
+                                       "names become directories, which a case-insensitive filesystem would merge")
         baselines = [i for i, v in enumerate(self.variants) if v.baseline]
         if len(baselines) > 1:
             raise FieldProblem(("variants", baselines[1], "baseline"), "at most one variant may set baseline: true")
@@ -383,7 +388,7 @@ class ExperimentSpec(FrozenModel):
         """What the plan will expand the variants into is refused here, with its line: a flag under two spellings
         across server.args and a variant's args, a baseline that expands into several variants, expanded names
         that collide, and (isolation: gpus, where variants run side by side) one port fixed by two variants."""
-        declared = {v.name: i for i, v in enumerate(self.variants)}
+        declared = {v.name.casefold(): i for i, v in enumerate(self.variants)}
         produced: dict[str, int] = {}
         ports: dict[int, tuple[int, str]] = {}
         for i, v in enumerate(self.variants):
@@ -407,14 +412,14 @@ class ExperimentSpec(FrozenModel):
                     check_name(n, "expanded variant name")
                 except ValueError as e:
                     raise FieldProblem(("variants", i, "name"), str(e)) from None
-                other_i = produced.get(n, declared.get(n, i))
+                other_i = produced.get(n.casefold(), declared.get(n.casefold(), i))
                 if other_i != i:
                     j, k = sorted((i, other_i))
                     raise FieldProblem(("variants", k, "name"), f"variant name {n!r} is produced twice: by "
                                        f"variants.{j} ({self.variants[j].name!r}) and variants.{k} "
                                        f"({self.variants[k].name!r}); a num_steps list names its variants "
                                        "NAME-<steps> and a backend_sweep NAME-<backends>: rename one")
-                produced[n] = i
+                produced[n.casefold()] = i
             self._check_port(i, v, len(names), ports)
         return self
 

@@ -99,7 +99,7 @@ def _accepted_is_usable(spec: ExperimentSpec, variants: list[ResolvedVariant]) -
     for where, text in _strings(spec.model_dump(mode="json"), ""):
         assert control_character(text) is None, (where, text)
     names = [v.name for v in variants]
-    assert len(set(names)) == len(names), names
+    assert len({n.casefold() for n in names}) == len(names), names
     assert sum(v.is_baseline for v in variants) == 1, [(v.name, v.is_baseline) for v in variants]
     for name in names + [spec.name] + [w.name for w in spec.workloads]:
         safe_name(name, "name")

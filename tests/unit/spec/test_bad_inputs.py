@@ -160,6 +160,7 @@ EXPECTED: dict[str, tuple[int, str, str]] = {
     "binary_tag.yaml": (2, "name", "!!binary values are not allowed"),
     "backend_sweep_all_excluded.yaml": (14, "variants.1.tuning.options.exclude", "exclude leaves no back-end pair"),
     "yaml11_octal_number.yaml": (21, "warmup_requests", "'010' is an octal number in YAML 1.1"),
+    "variant_names_differ_in_case.yaml": (9, "variants.1.name", "'Baseline' differs from 'baseline' only in case"),
 }
 
 VALID = """\
