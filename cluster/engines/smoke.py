@@ -53,14 +53,6 @@ def _short(x: Any, n: int = 80) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
-def _json(reply: HttpReply) -> Any:
-    """The body as JSON, None when it is not (a check then fails on its shape, with the status shown)."""
-    try:
-        return reply.json()
-    except MalformedAnswerError:
-        return None
-
-
 class _Smoke:
     """The checks so far, and the calls that make them: a call that fails becomes its check's `fault` row."""
 
@@ -79,6 +71,17 @@ class _Smoke:
             self.checks.append(Check(name, False, expected, _short(str(e), 200), fault=True))
             return None
 
+    def json(self, name: str, expected: str, reply: HttpReply) -> tuple[bool, Any]:
+        """(usable, the body as JSON): a 200 whose body is not JSON is this check's fault row (not usable); any
+        other status's body that is not JSON is None (the check fails on the status)."""
+        try:
+            return True, reply.json()
+        except MalformedAnswerError as e:
+            if reply.status != 200:
+                return True, None
+            self.checks.append(Check(name, False, expected, _short(str(e), 200), fault=True))
+            return False, None
+
 
 def run_smoke(base_url: str, timeout_s: float = 30.0) -> list[Check]:
     """Probe a live server (idle, ideally) and return one Check per assumption.
@@ -89,8 +92,8 @@ def run_smoke(base_url: str, timeout_s: float = 30.0) -> list[Check]:
     health = call(s.url, "/health", timeout_s=timeout_s)  # nothing answers: there is nothing to check
     s.add("GET /health", health.status == 200, "200", health.status)
     reply = s.get("GET /model_info", "200 with model_path", "/model_info")
-    if reply is not None:
-        mi = _json(reply)
+    usable, mi = s.json("GET /model_info", "200 with model_path", reply) if reply is not None else (False, None)
+    if reply is not None and usable:
         s.add("GET /model_info", reply.status == 200 and isinstance(mi, dict) and "model_path" in mi,
               "200 with model_path",
               f"{reply.status} {sorted(mi)[:6] if isinstance(mi, dict) else _short(reply.text(), 40)}")
@@ -134,7 +137,9 @@ def _server_info(s: _Smoke) -> Mapping[str, Any]:
         reply = s.get("GET /server_info", "200 JSON at /server_info", path)
     if reply is None:
         return {}
-    si = _json(reply) if reply.status == 200 else None
+    usable, si = s.json("GET /server_info", "200 JSON at /server_info", reply) if reply.status == 200 else (True, None)
+    if not usable:
+        return {}
     s.add("GET /server_info", path == "/server_info" and isinstance(si, dict), "200 JSON at /server_info",
           f"{reply.status} at {path}" + ("" if si is None or isinstance(si, dict) else f", {shown(si)}"))
     if not isinstance(si, dict):

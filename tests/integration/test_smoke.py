@@ -234,3 +234,36 @@ def test_cli_a_malformed_or_endless_generate_is_its_row_and_exit_4(mode: str, sa
     assert res.exit_code == 4 and "failed at the server's end" in flat and says in flat, res.output
     if mode == "trickle":
         assert "timed out after 1 s" in flat
+
+
+class NotJsonInfo(FakeSGLang):
+    """/server_info answers 200 with a body that is not JSON (or JSON of the wrong types)."""
+
+    body = b"<html>oops</html>"
+
+    def do_GET(self) -> None:
+        if self.path == "/server_info":
+            self._send(200, self.body)
+        else:
+            super().do_GET()
+
+
+@pytest.mark.parametrize("body, says", [
+    (b"<html>oops</html>", "GET /server_info"),
+    (b'{"version": 5, "max_running_requests": 64, "internal_states": []}',
+     "/server_info.version: expected a string, got an integer 5"),
+])
+def test_cli_a_server_info_that_is_not_json_or_mistyped_is_exit_4(body: bytes, says: str) -> None:
+    from cluster.cli import app
+
+    handler = type("H", (NotJsonInfo,), {"body": body})
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        res = CliRunner().invoke(app, ["smoke", f"http://127.0.0.1:{srv.server_address[1]}", "--timeout", "2"])
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    flat = " ".join(res.output.split())
+    assert res.exit_code == 4 and "failed at the server's end" in flat and says in flat, res.output
