@@ -21,16 +21,9 @@ def _facts(address: Optional[str], query: FactQuery) -> NodeFacts:
         from cluster.node.collect import collect
 
         return collect(query)
-    import ray
+    from cluster.distributed.doctor_task import facts_at
 
-    from cluster.distributed.cluster_state import join_cluster
-    from cluster.distributed.doctor_task import facts_on_cluster
-
-    join_cluster(address)
-    try:
-        return facts_on_cluster(query)
-    finally:
-        ray.shutdown()
+    return facts_at(address, query)
 
 
 def doctor_command(

@@ -55,6 +55,17 @@ def facts_on_cluster(query: FactQuery, timeout_s: float = 120.0) -> NodeFacts:
                                     "ray_available_cpus": None if available is None else float(available)})
 
 
+def facts_at(address: str, query: FactQuery) -> NodeFacts:
+    """Join the cluster at `address` (its token rules as `sglbench run`'s), collect the serving node's facts, leave."""
+    from cluster.distributed.cluster_state import join_cluster
+
+    join_cluster(address)
+    try:
+        return facts_on_cluster(query)
+    finally:
+        ray.shutdown()
+
+
 def run_time_failures(spec: ExperimentSpec, output: Optional[str], base_dir: Path,
                       log: Callable[[str], object]) -> list[CheckResult]:
     """The doctor's warnings and failures for this experiment on its serving node, each logged as one line

@@ -16,6 +16,10 @@ from tests.checkpoints import qwen35_nvfp4
 pytestmark = pytest.mark.ray
 
 
+ADDRESS: list[str] = []
+"""The module cluster's GCS address, for a second driver (the `sglbench doctor --address` subprocess)."""
+
+
 @pytest.fixture(scope="module")
 def head_and_gpu_node() -> Iterator[str]:
     import ray
@@ -29,6 +33,7 @@ def head_and_gpu_node() -> Iterator[str]:
     node = cluster.add_node(num_cpus=3, num_gpus=8, object_store_memory=100 * 1024**2)
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, log_to_driver=False)
+    ADDRESS[:] = [cluster.address]
     try:
         yield node.node_id
     finally:
@@ -65,3 +70,18 @@ load: {{concurrency: [1], actors_per_server: 1}}
     assert {r.name for r in bad} >= {"engine"} and all(ln.startswith("doctor: ") for ln in lines)
     assert any(f"engine      {tmp_path}/no-venv/bin/python: no such interpreter" in ln for ln in lines), lines
     assert not any(" ok " in ln or ln.startswith("doctor: ok") for ln in lines)
+
+
+def test_doctor_address_runs_the_checks_on_the_gpu_node(head_and_gpu_node: str, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-m", "cluster.cli", "doctor", "--address", ADDRESS[0],
+                           "--output", str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "PYTHONPATH": str(repo)}, check=False)
+    assert done.stdout.splitlines()[0].startswith("doctor: "), done.stdout + done.stderr
+    assert f"Ray node {head_and_gpu_node} of the cluster at {ADDRESS[0]}" in done.stdout.splitlines()[0]
+    cpu = next(ln for ln in done.stdout.splitlines() if ln.split()[1:2] == ["cpu"])
+    assert "Ray node has 3 CPU" in cpu, done.stdout
+    assert done.returncode in (0, 1), done.stdout + done.stderr
