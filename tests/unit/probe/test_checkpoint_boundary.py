@@ -362,11 +362,13 @@ def test_a_message_built_from_file_content_stays_one_line(tmp_path: Path) -> Non
     assert str(ei.value).isprintable() and "a\\nb.safetensors" in str(ei.value)
 
 
-def test_a_newline_in_a_checkpoint_name_prints_as_an_escape(tmp_path: Path) -> None:
+def test_a_newline_in_a_tensor_name_prints_as_an_escape(tmp_path: Path) -> None:
+    """The MTP head's fc tensor is printed by name: a newline in it split the summary line."""
     d = ck.single_file_model(tmp_path / "m")
-    _config(d, architectures=["Llama\nForCausalLM"])
+    ck.write_safetensors(d / "model.safetensors", {"model.embed_tokens.weight": ("BF16", [4, 4]),
+                                                    "mtp.a\nb.eh_proj.weight": ("BF16", [4, 8])})
     res = CliRunner().invoke(app, ["probe", str(d)])
-    assert res.exit_code == 0 and "Llama\\nForCausalLM" in res.output, res.output
+    assert res.exit_code == 0 and "mtp.a\\nb.eh_proj.weight" in res.output, res.output
 
 
 @pytest.mark.parametrize("target", ["config.json", "model.safetensors.index.json"])
@@ -378,3 +380,15 @@ def test_a_key_given_twice_in_checkpoint_json_is_refused(target: str, tmp_path: 
     with pytest.raises(CheckpointError, match="duplicate key 'num_hidden_layers'") as ei:
         probe_checkpoint(str(d))
     assert ei.value.file is not None and ei.value.file.endswith(target) and ei.value.field == "num_hidden_layers"
+
+
+@pytest.mark.parametrize("key,value", [("architectures", ["Llama\nForCausalLM"]), ("model_type", "llama 2"),
+                                       ("quantization_config", {"quant_algo": "NVFP4\n# injected"})])
+def test_a_reported_name_with_whitespace_is_refused(key: str, value: object, tmp_path: Path) -> None:
+    """Architectures, model types and quantization algorithms are printed and written into `sglbench init`'s YAML
+    comments: a newline in one started a YAML line of its own."""
+    d = _good(tmp_path)
+    _config(d, **{key: value})
+    with pytest.raises(CheckpointError, match="is not a name") as ei:
+        probe_checkpoint(str(d))
+    assert ei.value.field is not None and key.split("_config")[0] in ei.value.field
