@@ -52,14 +52,6 @@ class ModelConfig:
         return d
 
 
-def _check_name(file: str, key: str, value: Any) -> None:
-    """A name the probe reports and others print or write into YAML (an architecture, a model type, a quantization
-    algorithm) is one token: no whitespace or control characters (a newline would start a line of its own)."""
-    if isinstance(value, str) and not (value.isprintable() and not any(c.isspace() for c in value)):
-        raise CheckpointError(file, f"{key} {clip(value)} is not a name (it holds whitespace or control characters)",
-                              field=key, expected="a name without whitespace or control characters")
-
-
 def _int(file: str, cfg: dict[str, Any], where: str, *keys: str) -> Optional[int]:
     for key in keys:
         if key in cfg and cfg[key] is not None:
@@ -109,10 +101,6 @@ def parse_model_config(file: str, raw: dict[str, Any]) -> ModelConfig:
     if experts and per_token is not None and per_token > experts:
         raise CheckpointError(file, f"{where}num_experts_per_tok {per_token} is more than the {experts} experts",
                               field=f"{where}num_experts_per_tok", expected=f"at most {experts}")
-    for i, a in enumerate(archs):
-        _check_name(file, f"architectures[{i}]", a)
-    for key, value in (("model_type", raw.get("model_type")), (f"{where}model_type", cfg.get("model_type"))):
-        _check_name(file, key, value)
     dedicated = cfg.get("mtp_use_dedicated_embeddings", raw.get("mtp_use_dedicated_embeddings"))
     return ModelConfig(
         layout="nested_text_config" if text is not None else "flat",
@@ -190,7 +178,6 @@ def _hf_kv_cache_algo(model_dir: str) -> Optional[str]:
         return None
     q = load_json_object(hf_file).get("quantization")
     kv = q.get("kv_cache_quant_algo") if isinstance(q, dict) else None
-    _check_name(hf_file, "quantization.kv_cache_quant_algo", kv)
     return kv if isinstance(kv, str) else None
 
 
@@ -212,8 +199,6 @@ def parse_quant(model_dir: str, config: dict[str, Any]) -> QuantInfo:
         if not isinstance(kv, str):
             hf_kv = _hf_kv_cache_algo(model_dir)
             kv, kv_source = hf_kv, ("hf_quant_config.json" if hf_kv else None)
-        for key in ("quant_method", "quant_algo", "kv_cache_quant_algo"):
-            _check_name(cfg_file, f"quantization_config.{key}", qc.get(key))
         return QuantInfo(
             kv_cache_quant_source=kv_source,
             source="config.json quantization_config",
@@ -233,8 +218,6 @@ def parse_quant(model_dir: str, config: dict[str, Any]) -> QuantInfo:
         raise CheckpointError(hf_file, "missing the 'quantization' object", field="quantization",
                               expected="a JSON object")
     kv = q.get("kv_cache_quant_algo")
-    for key in ("quant_algo", "kv_cache_quant_algo"):
-        _check_name(hf_file, f"quantization.{key}", q.get(key))
     return QuantInfo(
         source="hf_quant_config.json",
         kv_cache_quant_source="hf_quant_config.json" if isinstance(kv, str) else None,
