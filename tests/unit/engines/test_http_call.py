@@ -86,6 +86,9 @@ def test_every_call_ends_by_its_deadline_whatever_the_server_does(script: Script
         with pytest.raises(ServerTimeoutError, match=r"timed out after 0.6 s \(the call's whole deadline") as e:
             call(srv.url, "/health", timeout_s=0.6)
         assert time.monotonic() - t0 < 1.5  # a per-read timeout of 0.6 s would wait forever on a trickle
+        t0 = time.monotonic()
+        assert http_status(srv.url + "/health", timeout_s=0.6) == 0  # the health poll's view: not healthy
+        assert time.monotonic() - t0 < 1.5
     assert exit_code_of(e.value) == 4
 
 
