@@ -40,19 +40,21 @@ class Interpreter:
 
 
 def find_interpreter(explicit: Optional[str] = None) -> Interpreter:
-    """--python, else $SGLBENCH_SGLANG_VENV/bin/python, else `python`/`python3` on PATH: the first whose own package
-    metadata has sglang (asked in a subprocess; sglang is never imported here)."""
-    from cluster.engines.sglang import detect_version
+    """--python, else $SGLBENCH_SGLANG_VENV/bin/python, else `python`/`python3` on PATH: the first in which `import
+    sglang` finds the package and its metadata gives the version (asked in a subprocess; sglang is never imported,
+    here or there)."""
+    from cluster.node.collect import interpreter_fact
 
     if explicit:
-        return Interpreter(explicit, detect_version(explicit), "given with --python")
+        return Interpreter(explicit, interpreter_fact(explicit).sglang_version, "given with --python")
     venv = os.environ.get("SGLBENCH_SGLANG_VENV")
     candidates = [(str(Path(venv) / "bin" / "python"), "$SGLBENCH_SGLANG_VENV")] if venv else []
     candidates += [(p, f"`{name}` on PATH") for name in ("python", "python3") if (p := shutil.which(name))]
     for path, where in candidates:
-        found = detect_version(path)
-        if found:
-            return Interpreter(os.path.abspath(path), found, f"{where} has sglang {found}")
+        fact = interpreter_fact(path)
+        if fact.sglang_version and fact.sglang_importable:
+            return Interpreter(os.path.abspath(path), fact.sglang_version,
+                               f"{where} has sglang {fact.sglang_version}")
     looked = ", ".join(p for p, _ in candidates) or "no interpreter on PATH"
     return Interpreter(None, None, f"no interpreter with sglang found (looked at {looked})")
 

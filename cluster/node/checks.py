@@ -149,6 +149,10 @@ def check_engine(facts: NodeFacts, needs: NodeNeeds) -> CheckResult:
                            fix="set engines.sglang.python to an interpreter that exists on this node")
     found = (f"sglang {it.sglang_version or 'absent'}, flashinfer {it.flashinfer_version or 'absent'}, "
              f"torch {it.torch_version or 'absent'} in {it.path}")
+    if it.sglang_version is not None and not it.sglang_importable:
+        return CheckResult(name="engine", level=_unneeded_or(True, needs),
+                           message=f"{found}, but `import sglang` does not find the package",
+                           fix="reinstall sglang for that interpreter (its metadata outlived the package)")
     if it.sglang_version is None or it.torch_version is None:
         return CheckResult(name="engine", level=_unneeded_or(True, needs), message=found,
                            fix="install sglang (with its torch) for that interpreter, or point engines.sglang.python "

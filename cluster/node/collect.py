@@ -18,7 +18,7 @@ from cluster.node.facts import CheckpointFact, DiskFact, FactQuery, GpuFact, Int
 INTERPRETER_TIMEOUT_S = 30.0
 
 _VERSIONS = r"""
-import importlib.metadata as m, json
+import importlib.metadata as m, importlib.util as u, json
 def v(*names):
     for n in names:
         try:
@@ -26,8 +26,15 @@ def v(*names):
         except Exception:
             pass
     return None
-print(json.dumps({"sglang": v("sglang"), "flashinfer": v("flashinfer-python", "flashinfer"), "torch": v("torch")}))
+try:
+    found = u.find_spec("sglang") is not None
+except Exception:
+    found = False
+print(json.dumps({"sglang": v("sglang"), "flashinfer": v("flashinfer-python", "flashinfer"), "torch": v("torch"),
+                  "sglang_found": found}))
 """
+"""Package metadata, and whether `import sglang` would find the package (find_spec locates it without running it:
+metadata alone outlives a half-removed install)."""
 
 
 def interpreter_fact(python: str, timeout_s: float = INTERPRETER_TIMEOUT_S) -> InterpreterFact:
@@ -64,7 +71,8 @@ def interpreter_answer(python: str, returncode: int, stdout: str, stderr: str) -
         got = doc.get(key)
         return got if isinstance(got, str) else None
 
-    return InterpreterFact(path=python, runs=True, sglang_version=ver("sglang"),
+    return InterpreterFact(path=python, runs=True, sglang_importable=doc.get("sglang_found") is True,
+                           sglang_version=ver("sglang"),
                            flashinfer_version=ver("flashinfer"), torch_version=ver("torch"))
 
 

@@ -41,6 +41,8 @@ class InterpreterFact(_Record):
     runs: bool
     """The interpreter exists and printed its package versions."""
     reason: Optional[str] = None
+    sglang_importable: bool = False
+    """`import sglang` finds the package (importlib.util.find_spec in that interpreter; sglang itself not run)."""
     sglang_version: Optional[str] = None
     flashinfer_version: Optional[str] = None
     torch_version: Optional[str] = None

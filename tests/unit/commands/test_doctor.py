@@ -42,7 +42,8 @@ GPUS = tuple(GpuFact(index=i, bus_id=f"0000:0{i}:00.0", compute_cap="12.0", widt
 HEALTHY = NodeFacts(
     hostname="gpu-node", gpus=GPUS,
     nvml_ok=True, topology_text="\tGPU0\tGPU1\nGPU0\t X \tSYS\nGPU1\tSYS\t X \n",
-    interpreter=InterpreterFact(path="/opt/sglang/bin/python", runs=True, sglang_version="0.5.23",
+    interpreter=InterpreterFact(path="/opt/sglang/bin/python", runs=True, sglang_importable=True,
+                                sglang_version="0.5.23",
                                 flashinfer_version="0.6.1", torch_version="2.9.1"),
     checkpoint=CheckpointFact(path="/models/q", readable=True, mtp_verdict="present", mtp_weights_present=True,
                               tensors=1553),
@@ -80,6 +81,8 @@ CASES: list[tuple[Callable[[NodeFacts, NodeNeeds], CheckResult], dict[str, Any],
      "fail", "/nope/python: no such interpreter"),
     (check_engine, {"interpreter": HEALTHY.interpreter.model_copy(update={"sglang_version": None})}, "fail",  # type: ignore[union-attr]
      "sglang absent"),
+    (check_engine, {"interpreter": HEALTHY.interpreter.model_copy(update={"sglang_importable": False})},  # type: ignore[union-attr]
+     "fail", "does not find the package"),
     (check_engine, {"interpreter": HEALTHY.interpreter.model_copy(update={"sglang_version": "0.5.9"})}, "fail",  # type: ignore[union-attr]
      "declares 0.5.23"),
     (check_engine, {"interpreter": HEALTHY.interpreter.model_copy(update={"flashinfer_version": None})},  # type: ignore[union-attr]
@@ -191,12 +194,18 @@ load: {{concurrency: [1]}}
     assert _line(done.stdout, "checkpoint").startswith("ok") and done.returncode == 3
 
 
+def test_this_interpreter_answers_the_real_version_script() -> None:
+    got = interpreter_fact(sys.executable)
+    assert got.runs and got.sglang_importable is (got.sglang_version is not None)  # this venv has no sglang
+
+
 def test_interpreter_versions_come_from_its_own_metadata(tmp_path: Path) -> None:
     fake = tmp_path / "python"
     fake.write_text('#!/bin/sh\necho \'{"sglang": "0.5.23", "flashinfer": null, "torch": "2.9.1"}\'\n')
     fake.chmod(0o755)
     got = interpreter_fact(str(fake))
     assert got.runs and got.sglang_version == "0.5.23" and got.flashinfer_version is None
+    assert not got.sglang_importable  # the answer did not say `import sglang` finds it
     broken = tmp_path / "broken"
     broken.write_text("#!/bin/sh\necho 'Traceback: boom' >&2\nexit 1\n")
     broken.chmod(0o755)

@@ -34,11 +34,13 @@ def _no_sglang_here(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     detect_version.cache_clear()
 
 
-def _fake_sglang_venv(root: Path, version: str = "0.5.23") -> Path:
-    """A venv whose python answers the metadata question as an interpreter with sglang would."""
+def _fake_sglang_venv(root: Path, version: str = "0.5.23", importable: bool = True) -> Path:
+    """A venv whose python answers the version script (cluster/node/collect.py) as one with sglang would."""
     py = root / "bin" / "python"
     py.parent.mkdir(parents=True)
-    py.write_text(f"#!/bin/sh\necho {version}\n")
+    answer = f'{{"sglang": "{version}", "flashinfer": null, "torch": "2.9.1", ' \
+             f'"sglang_found": {"true" if importable else "false"}}}'
+    py.write_text(f"#!/bin/sh\necho '{answer}'\n")
     py.chmod(0o755)
     return py
 
@@ -122,6 +124,13 @@ def test_a_detected_interpreter_is_written_with_its_version_and_plans(tmp_path: 
     assert launcher.python == str(py) and launcher.version == "0.5.23"
     planned = _plan(CliRunner(), tmp_path / "model.yaml")
     assert not [ln for ln in planned.splitlines() if ln.strip().lower().startswith(FINDING_PREFIXES)]
+
+
+def test_metadata_without_an_importable_package_is_not_taken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_sglang_venv(tmp_path / "venv", importable=False)
+    monkeypatch.setenv("SGLBENCH_SGLANG_VENV", str(tmp_path / "venv"))
+    got = find_interpreter()
+    assert got.path is None and str(tmp_path / "venv" / "bin" / "python") in got.note
 
 
 def test_no_interpreter_with_sglang_leaves_a_marked_todo() -> None:
