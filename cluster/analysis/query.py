@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Optional
+import re
+from typing import Iterable, Optional
 
 import duckdb
 import pandas as pd
@@ -80,14 +81,36 @@ def _sql_str(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
-def connect(root: str, experiment: str) -> duckdb.DuckDBPyConnection:
+VIEW_READS: dict[str, tuple[str, ...]] = {"variants": ("runs",), "request_metrics": ("requests",),
+                                          "chunk_gaps": ("chunks", "requests")}
+"""The tables each derived view reads (the views of request_metrics.py and VARIANTS_VIEW_SQL)."""
+_DYNAMIC_SQL_RE = re.compile(r"\b(query|query_table)\b", re.IGNORECASE)
+
+
+def tables_read_by(sql: str, tables: Iterable[str]) -> set[str]:
+    """The tables `sql` may read: each whose name, or a derived view reading it, appears in it as a word (a
+    mention inside a string counts too: reading too much is safe); all of them when it builds a table name at
+    run time (DuckDB's query/query_table functions)."""
+    names = set(tables)
+    if _DYNAMIC_SQL_RE.search(sql):
+        return names
+    words = {w.lower() for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", sql)}
+    out = {t for t in names if t in words}
+    for view, reads in VIEW_READS.items():
+        if view in words:
+            out.update(t for t in reads if t in names)
+    return out
+
+
+def connect(root: str, experiment: str, reads: Optional[str] = None) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with one view per table (runs, requests, chunks, and any others such as
     correctness or server_metrics when their files exist), plus the derived views `variants`, `request_metrics`
     and `chunk_gaps` (the last two generated from the definitions in request_metrics.py).
 
     Only committed runs' files are visible, each checked by the store (a foreign or corrupt file is a StoreError
     naming it) and, since DuckDB checks no page checksum, decoded once with its checksums verified before DuckDB
-    reads it. Local datasets are scanned with read_parquet (hive partitioning,
+    reads it: every table's files, or with `reads` (the SQL the connection is for) those of the tables it may
+    read (tables_read_by), so `results show` does not decode every chunk. Local datasets are scanned with read_parquet (hive partitioning,
     union_by_name); datasets on other filesystems are scanned lazily through pyarrow datasets. Once the views
     exist the connection is locked down: external access off (only the dataset's own files stay readable) and the
     configuration locked, so no statement can reach another file or switch that back on.
@@ -96,8 +119,8 @@ def connect(root: str, experiment: str) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
     allowed: list[str] = []
     tables = {table: store.table_files(table) for table in sorted(set(BASE_TABLES) | set(store.tables()))}
-    for files in tables.values():
-        store.verify_files(files)
+    for table in tables_read_by(reads, tables) if reads is not None else tables:
+        store.verify_files(tables[table])
     try:
         for table, files in tables.items():
             _add_view(con, store, table, files)
@@ -162,7 +185,7 @@ def read_only_statement(sql: str) -> str:
 def query(root: str, experiment: str, sql: str) -> pd.DataFrame:
     """Run one read-only SELECT against the experiment's views (files outside the dataset are out of reach)."""
     read_only_statement(sql)
-    con = connect(root, experiment)
+    con = connect(root, experiment, reads=sql)
     try:
         return con.execute(sql).df()
     except duckdb.Error as e:
@@ -266,7 +289,7 @@ def compare_from_requests(root: str, experiment: str, baseline: Optional[str] = 
     p50/p99, TPOT mean (requests with > 1 token), output tok/s and req/s over the run's duration_s; then the mean
     over ok runs, and the output tok/s speedup over the baseline. Only the needed columns are scanned.
     """
-    con = connect(root, experiment)
+    con = connect(root, experiment, reads=_REQUEST_COMPARE_SQL)
     try:
         df = con.execute(_REQUEST_COMPARE_SQL).df()
     finally:

@@ -265,3 +265,33 @@ def test_query_help_lists_every_view_the_readme_lists() -> None:
     text = " ".join(res.output.split())
     for view in VIEWS:
         assert view in text, view
+
+
+def test_tables_read_by_names_every_table_a_statement_may_read() -> None:
+    from cluster.analysis.query import tables_read_by
+
+    tables = ["runs", "requests", "chunks", "correctness"]
+    assert tables_read_by("SELECT * FROM runs", tables) == {"runs"}
+    assert tables_read_by("SELECT * FROM variants", tables) == {"runs"}
+    assert tables_read_by('SELECT * FROM "REQUEST_METRICS"', tables) == {"requests"}
+    assert tables_read_by("FROM chunk_gaps", tables) == {"chunks", "requests"}
+    assert tables_read_by("SELECT * FROM query_table('chu' || 'nks')", tables) == set(tables)
+
+
+def test_a_corrupt_page_is_refused_by_every_statement_that_reads_it(root: str) -> None:
+    from pathlib import Path
+
+    import pyarrow.parquet as pq
+
+    from cluster.dataset.store import StoreError
+
+    f = sorted((Path(root) / "cmp" / "chunks").rglob("*.parquet"))[0]
+    col = pq.ParquetFile(f).metadata.row_group(0).column(pq.ParquetFile(f).metadata.schema.names.index("arrival_ns"))
+    data = bytearray(f.read_bytes())
+    data[(col.dictionary_page_offset or col.data_page_offset) + col.total_compressed_size - 2] ^= 0x20
+    f.write_bytes(bytes(data))
+    assert len(query(root, "cmp", "SELECT * FROM runs")) == 8  # reads no chunk
+    for sql in ("SELECT sum(arrival_ns) FROM chunks", "SELECT count(*) FROM chunk_gaps",
+                "SELECT count(*) FROM query_table('chu' || 'nks')"):
+        with pytest.raises(StoreError, match=f.name):
+            query(root, "cmp", sql)
