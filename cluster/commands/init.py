@@ -25,6 +25,8 @@ from cluster.probe.checkpoint import ProbeReport
 
 BUNDLED_DATASET = Path(__file__).resolve().parents[2] / "datasets" / "categories-sharegpt.json"
 """The ShareGPT prompt set shipped in the repository (datasets/README.md); absent in a wheel-only install."""
+SCHEMA = Path(__file__).resolve().parents[2] / "schema" / "experiment.schema.json"
+"""The committed JSON schema (`sglbench schema`), named for editors that validate YAML while it is typed."""
 MAX_RUNNING_REQUESTS = 64
 CONCURRENCY = (1, 4, 16, 64)
 SEED = 20261204
@@ -131,7 +133,8 @@ def render_starter(report: ProbeReport, python: Interpreter, version: str, gpu_s
     model_dir = Path(report.model_dir).absolute()
     nextn = m.weights_present and "NEXTN" in report.speculative_supported
     arch = ", ".join(report.config.architectures) or report.config.model_type or "unknown architecture"
-    lines = [
+    lines = [f"# yaml-language-server: $schema={SCHEMA}"] if SCHEMA.is_file() else []
+    lines += [
         f"# Starter experiment written by `sglbench init` for {model_dir}",
         f"# probe: {arch}; MTP {m.verdict}; quantization {report.quant.quant_algo or 'none declared'}"
         + (f", KV {kv}" if kv else ""),

@@ -214,3 +214,10 @@ def test_a_path_no_experiment_can_hold_is_refused_naming_the_model_dir(tmp_path:
     got = CliRunner().invoke(app, ["init", str(model), "-o", str(tmp_path / "s.yaml")])
     assert got.exit_code == 2 and "an experiment cannot name this checkpoint" in got.output, got.output
     assert not (tmp_path / "s.yaml").exists()
+
+
+def test_without_the_bundled_dataset_the_workload_draws_random_ids_and_still_plans(tmp_path: Path) -> None:
+    report = probe_checkpoint(str(ck.qwen35_nvfp4(tmp_path / "m")))
+    text = render_starter(report, Interpreter(None, None, "none"), "0.5.23", dataset=None)
+    assert "source: random_ids, vocab_size: 256" in text and "sharegpt" not in text
+    assert residual_findings(text, report, "starter.yaml") == []
