@@ -142,10 +142,10 @@ def _plan(spec: ExperimentSpec, port: int) -> None:
         # the headline is a shell comment, so a copied block runs only the command line under it
         console.print(f"# {v.name}{base} engine={v.engine} tp={v.tp} serves on {where}", style="bold",
                       markup=False, highlight=False, soft_wrap=True)
-        line = shell_command(cmd.argv, cmd.env)  # secrets as "$NAME" references, never their values
-        if line.comment():
-            console.print(line.comment(), markup=False, highlight=False, soft_wrap=True)
-        console.print(line.line, markup=False, highlight=False, soft_wrap=True)
+        shell = shell_command(cmd.argv, cmd.env)  # secrets as "$NAME" references, never their values
+        if shell.comment():
+            console.print(shell.comment(), markup=False, highlight=False, soft_wrap=True)
+        console.print(shell.line, markup=False, highlight=False, soft_wrap=True)
     t = Table(title=f"{spec.name}: {len(runs)} runs ({spec.order} order, isolation={spec.isolation})")
     for col in ("#", "run key", "variant", "workload", "load", "repeat"):
         t.add_column(col)
