@@ -1,7 +1,8 @@
 """Checkpoint probe: is MTP in the checkpoint? Answered from config.json, the safetensors index and every shard header.
 
 `probe_checkpoint(model_dir)` never reads tensor data (only 8 + N header bytes per shard) and raises
-`CheckpointError` (one line: file and what is wrong) on any bad input.
+`CheckpointError` (one line: file, field and what is wrong) on any bad input; every file it reads goes through
+probe/files.py (bounded, regular files only; what is refused: docs/checkpoint-files.md).
 
 JSON report (`ProbeReport.to_json()`, schema 1), stable keys:
   schema, model_dir, config{layout, architectures, model_type, text_model_type, hidden_size, num_hidden_layers,
