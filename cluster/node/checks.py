@@ -39,6 +39,8 @@ class NodeNeeds(_Record):
     gpus: int = 1
     """GPUs one server needs (its tp; 0: simulated or CPU engines only)."""
     sglang: bool = True
+    sglang_launcher: bool = False
+    """SGLang starts from a command (engines.sglang.launcher), not an interpreter this tool can ask."""
     sglang_version: Optional[str] = None
     """engines.sglang.version as declared."""
     target_version: Optional[str] = None
@@ -141,6 +143,9 @@ def check_engine(facts: NodeFacts, needs: NodeNeeds) -> CheckResult:
     it = facts.interpreter
     if not needs.sglang:
         return CheckResult(name="engine", level="info", message="no SGLang variant in this experiment")
+    if needs.sglang_launcher:
+        return CheckResult(name="engine", level="info", message="SGLang starts from engines.sglang.launcher, a "
+                           "command: no interpreter to ask; its version is read from the server it starts")
     if it is None:
         return CheckResult(name="engine", level=_unneeded_or(True, needs), message="no SGLang interpreter given",
                            fix="set engines.sglang.python to SGLang's own interpreter")

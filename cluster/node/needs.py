@@ -42,6 +42,7 @@ def needs_for(spec: ExperimentSpec) -> NodeNeeds:
     launcher = spec.engines.get("sglang")
     return NodeNeeds(from_spec=True, gpus=max((v.tp for v in on_gpu), default=0),
                      sglang=any(v.engine == "sglang" for v in variants),
+                     sglang_launcher=bool(launcher and launcher.launcher),
                      sglang_version=launcher.version if launcher else None, target_version=DEFAULT_VERSION,
                      speculative=any(v.speculative is not None for v in variants),
                      concurrency_per_actor=max(peaks, default=1) // load.actors_per_server or 1,

@@ -112,6 +112,25 @@ def test_each_check_follows_the_one_fact_it_reads(check: Callable[[NodeFacts, No
     assert got.level == level and text in got.line(), got.line()
 
 
+def test_an_engine_started_by_a_launcher_command_has_no_interpreter_to_ask() -> None:
+    from cluster.node.needs import needs_for, query_for
+    from cluster.spec.loader import parse_spec_text
+
+    spec = parse_spec_text("""version: 1
+name: x
+model: {path: /models/q, engine: sglang}
+engines: {sglang: {launcher: [sglang, serve]}}
+variants: [{name: baseline}]
+workloads: [{name: w, input_tokens: 8, output_tokens: 8, num_requests: 2, prompts: {source: random_ids}}]
+load: {concurrency: [1]}
+""")
+    needs = needs_for(spec)
+    assert query_for(spec, None, Path("/tmp")).python is None and needs.sglang_launcher
+    got = check_engine(_with(interpreter=None), needs)
+    assert got.level == "info" and "engines.sglang.launcher" in got.message
+    assert check_engine(_with(interpreter=None), NEEDS).level == "fail"
+
+
 @pytest.mark.parametrize(("free", "writable", "level"), [(5 * GIB, True, "warning"), (500 * GIB, False, "fail"),
                                                          (None, False, "fail")])
 def test_disk_checks_free_space_and_writability(free: Any, writable: bool, level: str) -> None:
