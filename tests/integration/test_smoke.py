@@ -185,6 +185,22 @@ def test_cli_a_silent_server_is_exit_4_timed_out_after_its_deadline() -> None:
         res.output
 
 
+def _smoke_cli(handler: type[FakeSGLang], timeout_s: float) -> tuple[int, str]:
+    """`sglbench smoke` against `handler` served on loopback: its exit code and its output on one line."""
+    from cluster.cli import app
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        res = CliRunner().invoke(app, ["smoke", f"http://127.0.0.1:{srv.server_address[1]}", "--timeout",
+                                       str(timeout_s)])
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    return res.exit_code, " ".join(res.output.split())
+
+
 class MalformedMeta(FakeSGLang):
     """Answers /health and the info calls well; its stream's meta_info is a string, or its /generate never ends."""
 
@@ -217,21 +233,10 @@ class MalformedMeta(FakeSGLang):
     ("trickle", "POST /generate (stream)"),
 ])
 def test_cli_a_malformed_or_endless_generate_is_its_row_and_exit_4(mode: str, says: str) -> None:
-    from cluster.cli import app
-
-    handler = type("H", (MalformedMeta,), {"mode": mode})
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    try:
-        t0 = time.monotonic()
-        res = CliRunner().invoke(app, ["smoke", f"http://127.0.0.1:{srv.server_address[1]}", "--timeout", "1"])
-        assert time.monotonic() - t0 < 6.0
-    finally:
-        srv.shutdown()
-        srv.server_close()
-    flat = " ".join(res.output.split())
-    assert res.exit_code == 4 and "failed at the server's end" in flat and says in flat, res.output
+    t0 = time.monotonic()
+    code, flat = _smoke_cli(type("H", (MalformedMeta,), {"mode": mode}), 1.0)
+    assert time.monotonic() - t0 < 6.0
+    assert code == 4 and "failed at the server's end" in flat and says in flat, flat
     if mode == "trickle":
         assert "timed out after 1 s" in flat
 
@@ -254,16 +259,5 @@ class NotJsonInfo(FakeSGLang):
      "/server_info.version: expected a string, got an integer 5"),
 ])
 def test_cli_a_server_info_that_is_not_json_or_mistyped_is_exit_4(body: bytes, says: str) -> None:
-    from cluster.cli import app
-
-    handler = type("H", (NotJsonInfo,), {"body": body})
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    try:
-        res = CliRunner().invoke(app, ["smoke", f"http://127.0.0.1:{srv.server_address[1]}", "--timeout", "2"])
-    finally:
-        srv.shutdown()
-        srv.server_close()
-    flat = " ".join(res.output.split())
-    assert res.exit_code == 4 and "failed at the server's end" in flat and says in flat, res.output
+    code, flat = _smoke_cli(type("H", (NotJsonInfo,), {"body": body}), 2.0)
+    assert code == 4 and "failed at the server's end" in flat and says in flat, flat
