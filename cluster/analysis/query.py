@@ -144,9 +144,14 @@ def _add_view(con: duckdb.DuckDBPyConnection, store: DatasetStore, table: str, f
             con.register(table, empty.empty_table())
         return
     if store.is_local:
-        listing = ", ".join(_sql_str(f) for f in files)
-        con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet([{listing}], "
-                    "hive_partitioning = true, union_by_name = true)")
+        # the variant comes from the file's own partition directory, never from hive partitioning, which would
+        # also turn a `name=value` directory above the dataset (a root under /data/status=x/) into a column
+        by_variant: dict[str, list[str]] = {}
+        for f in files:
+            by_variant.setdefault(f.rsplit("/", 2)[-2].split("=", 1)[1], []).append(f)
+        parts = [f"SELECT *, {_sql_str(v)} AS variant FROM read_parquet([{', '.join(_sql_str(f) for f in fs)}], "
+                 "hive_partitioning = false, union_by_name = true)" for v, fs in by_variant.items()]
+        con.execute(f"CREATE VIEW {table} AS " + " UNION ALL BY NAME ".join(parts))
     else:
         schema = TABLE_SCHEMAS.get(table)
         con.register(table, pads.dataset(files, filesystem=store.fs, format="parquet", schema=schema))

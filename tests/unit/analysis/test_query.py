@@ -295,3 +295,14 @@ def test_a_corrupt_page_is_refused_by_every_statement_that_reads_it(root: str) -
                 "SELECT count(*) FROM query_table('chu' || 'nks')"):
         with pytest.raises(StoreError, match=f.name):
             query(root, "cmp", sql)
+
+
+def test_a_name_value_directory_above_the_root_is_not_a_column(tmp_path: Path) -> None:
+    # hive partitioning read /data/status=bogus/results as a `status` column: every run listed with status bogus
+    from tests.fuzz.results_root import write_dataset
+
+    root = tmp_path / "status=bogus" / "variant=x" / "results"
+    write_dataset(root)
+    df = query(str(root), "exp1", "SELECT status, variant FROM runs ORDER BY variant")
+    assert df["status"].tolist() == ["ok", "ok"] and df["variant"].tolist() == ["base", "other"]
+    assert len(query(str(root), "exp1", "SELECT * FROM requests WHERE variant = 'base'")) == 50
