@@ -182,7 +182,9 @@ def check_checkpoint(facts: NodeFacts, needs: NodeNeeds) -> CheckResult:
         why = "the experiment's engine reads no checkpoint" if needs.from_spec else "no experiment given"
         return CheckResult(name="checkpoint", level="info", message=f"{why}: nothing to probe")
     if not ck.readable:
-        return CheckResult(name="checkpoint", level="fail", message=f"{ck.path}: {ck.reason}",
+        said = ck.reason or "not readable"
+        return CheckResult(name="checkpoint", level="fail",
+                           message=said if said.startswith(ck.path) else f"{ck.path}: {said}",
                            fix="stage the weights on this node at model.path")
     msg = f"{ck.path}: {ck.tensors} tensors probed, MTP {ck.mtp_verdict}"
     if needs.speculative and not ck.mtp_weights_present:
