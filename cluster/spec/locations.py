@@ -43,7 +43,7 @@ def _scheme(value: str) -> tuple[str, bool] | None:
     m = _SCHEME_RE.match(value)
     if m is None or len(m.group(1)) == 1:  # a one-letter "scheme" is a drive letter, not a URI
         return None
-    return m.group(1).lower(), m.group(2) is not None
+    return m.group(1), m.group(2) is not None
 
 
 def check_location(value: str, what: str, schemes: tuple[str, ...] = ()) -> str:
@@ -55,6 +55,9 @@ def check_location(value: str, what: str, schemes: tuple[str, ...] = ()) -> str:
         return value
     scheme, slashes = found
     allowed = ", ".join(f"{s}://" for s in schemes) if schemes else "none (a local path is expected)"
+    if scheme not in schemes and scheme.lower() in schemes:
+        raise ValueError(f"{what} {value!r}: write the URI scheme in lowercase ({scheme.lower()}://...); pyarrow "
+                         "does not recognise it otherwise")
     if scheme not in schemes:
         raise ValueError(f"{what} {value!r} has the URI scheme {scheme!r}, which cannot be opened here; "
                          f"expected a local path or one of: {allowed}")

@@ -118,7 +118,7 @@ def _accepted_is_usable(spec: ExperimentSpec, variants: list[ResolvedVariant]) -
     if spec.isolation == "gpus":
         assert len(set(ports)) == len(ports), ports
     if "://" in spec.output:
-        assert spec.output.split("://")[0].lower() in DATASET_SCHEMES, spec.output
+        assert spec.output.split("://")[0] in DATASET_SCHEMES, spec.output
 
 
 def _lines(draw: st.DrawFn) -> tuple[int, list[str]]:

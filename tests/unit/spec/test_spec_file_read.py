@@ -95,3 +95,18 @@ def test_plain_numbers_and_quoted_text_still_read(literal: str) -> None:
         parse_spec_text(VALID + f"server:\n  args:\n    some-flag: {literal}\n", "x.yaml")
     except SpecError as e:
         pytest.fail(str(e))
+
+
+@pytest.mark.parametrize(("output", "fragment"), [
+    ("S3://bucket/x", "lowercase (s3://"), ("s4://bucket/x", "URI scheme 's4'"), ("s3:bucket/x", "written s3://"),
+    ("hdfs:/x", "written hdfs://"), ("ftp://host/x", "URI scheme 'ftp'")])
+def test_an_output_uri_pyarrow_cannot_open_is_refused(output: str, fragment: str) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_spec_text(VALID + f"output: {output}\n", "x.yaml")
+    assert (info.value.line, info.value.field) == (21, "output") and fragment in info.value.message
+
+
+@pytest.mark.parametrize("output", ["results", "../shared/results", "/data/r", "s3://bucket/prefix", "gs://b/p",
+                                    "file:///tmp/r", "C:/results"])
+def test_an_output_location_that_opens_is_accepted(output: str) -> None:
+    assert parse_spec_text(VALID + f"output: {output}\n", "x.yaml").output == output
