@@ -12,6 +12,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationInfo, fiel
 
 from cluster.errors import UserError
 from cluster.spec.locations import check_local_path, check_word
+from cluster.spec.secrets import is_secret_name
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 LocalPath = Annotated[str, AfterValidator(lambda v: check_local_path(v, "path"))]
@@ -118,7 +119,7 @@ def _check_words(v: Any, loc: tuple[Union[str, int], ...]) -> None:
     """Every string in a field's value (dict keys included) is one line without NUL or control characters."""
     if isinstance(v, str):
         try:
-            check_word(v)
+            check_word(v, quote=not any(is_secret_name(str(p)) for p in loc))
         except ValueError as e:
             raise FieldProblem(loc, str(e)) from None
     elif isinstance(v, (list, tuple)):

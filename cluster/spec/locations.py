@@ -30,11 +30,13 @@ def control_character(value: str) -> str | None:
     return f"{_NAMES.get(ch, f'the control character U+{ord(ch):04X}')} at character {m.start()}"
 
 
-def check_word(value: str, what: str = "value") -> str:
-    """A string that becomes one argv word, env value or path: one line, no NUL and no control characters."""
+def check_word(value: str, what: str = "value", *, quote: bool = True) -> str:
+    """A string that becomes one argv word, env value or path: one line, no NUL and no control characters
+    (`quote=False`: the message does not show the value, e.g. a secret's)."""
     found = control_character(value)
     if found is not None:
-        raise ValueError(f"{what} {value[:40]!r} contains {found}: it becomes one argv word, environment value or "
+        shown = f" {value[:40]!r}" if quote else " (not shown: a secret)"
+        raise ValueError(f"{what}{shown} contains {found}: it becomes one argv word, environment value or "
                          "path, which must be a single line without control characters")
     return value
 

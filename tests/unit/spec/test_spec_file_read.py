@@ -110,3 +110,10 @@ def test_an_output_uri_pyarrow_cannot_open_is_refused(output: str, fragment: str
                                     "file:///tmp/r", "C:/results"])
 def test_an_output_location_that_opens_is_accepted(output: str) -> None:
     assert parse_spec_text(VALID + f"output: {output}\n", "x.yaml").output == output
+
+
+def test_a_secret_with_a_newline_is_refused_without_showing_it() -> None:
+    with pytest.raises(SpecError) as info:
+        parse_spec_text(VALID + 'server:\n  env:\n    HF_TOKEN: "hf_abcdefSECRET\\n"\n', "x.yaml")
+    assert info.value.field == "server.env.HF_TOKEN" and "contains a newline" in info.value.message
+    assert "SECRET" not in str(info.value) and "hf_abc" not in str(info.value)
