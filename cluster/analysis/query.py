@@ -7,6 +7,7 @@ from typing import Iterable, Optional
 
 import duckdb
 import pandas as pd
+import pyarrow as pa
 import pyarrow.dataset as pads
 
 from cluster.analysis.request_metrics import chunk_gaps_view_sql, request_metrics_view_sql
@@ -143,18 +144,23 @@ def _add_view(con: duckdb.DuckDBPyConnection, store: DatasetStore, table: str, f
         if empty is not None:
             con.register(table, empty.empty_table())
         return
-    if store.is_local:
-        # the variant comes from the file's own partition directory, never from hive partitioning, which would
-        # also turn a `name=value` directory above the dataset (a root under /data/status=x/) into a column
-        by_variant: dict[str, list[str]] = {}
-        for f in files:
-            by_variant.setdefault(f.rsplit("/", 2)[-2].split("=", 1)[1], []).append(f)
-        parts = [f"SELECT *, {_sql_str(v)} AS variant FROM read_parquet([{', '.join(_sql_str(f) for f in fs)}], "
-                 "hive_partitioning = false, union_by_name = true)" for v, fs in by_variant.items()]
-        con.execute(f"CREATE VIEW {table} AS " + " UNION ALL BY NAME ".join(parts))
-    else:
-        schema = TABLE_SCHEMAS.get(table)
-        con.register(table, pads.dataset(files, filesystem=store.fs, format="parquet", schema=schema))
+    # the variant comes from each file's own partition directory, never from hive partitioning, which would also
+    # turn a `name=value` directory above the dataset (a root under /data/status=x/) into a column
+    by_variant: dict[str, list[str]] = {}
+    for f in files:
+        by_variant.setdefault(f.rsplit("/", 2)[-2].split("=", 1)[1], []).append(f)
+    parts = []
+    known = TABLE_SCHEMAS.get(table)
+    schema = pa.schema([f for f in known if f.name != "variant"]) if known is not None else None
+    for i, (variant, group) in enumerate(by_variant.items()):
+        if store.is_local:
+            source = (f"read_parquet([{', '.join(_sql_str(f) for f in group)}], hive_partitioning = false, "
+                      "union_by_name = true)")
+        else:  # scanned lazily through pyarrow
+            source = f"_{table}_{i}"
+            con.register(source, pads.dataset(group, filesystem=store.fs, format="parquet", schema=schema))
+        parts.append(f"SELECT *, {_sql_str(variant)} AS variant FROM {source}")
+    con.execute(f"CREATE VIEW {table} AS " + " UNION ALL BY NAME ".join(parts))
 
 
 def _lock_down(con: duckdb.DuckDBPyConnection, readable: list[str]) -> None:

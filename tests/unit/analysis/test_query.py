@@ -306,3 +306,21 @@ def test_a_name_value_directory_above_the_root_is_not_a_column(tmp_path: Path) -
     df = query(str(root), "exp1", "SELECT status, variant FROM runs ORDER BY variant")
     assert df["status"].tolist() == ["ok", "ok"] and df["variant"].tolist() == ["base", "other"]
     assert len(query(str(root), "exp1", "SELECT * FROM requests WHERE variant = 'base'")) == 50
+
+
+def test_views_over_an_object_store_root_carry_the_variant(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the pyarrow-dataset path (s3://, gs://, ...) read no partition: every row's variant was NULL
+    import pyarrow.fs as pafs
+
+    import cluster.dataset.reading as reading
+    from tests.fuzz.results_root import write_dataset
+
+    fs = pafs.FileSystem.from_uri("mock:///bucket")[0]
+    monkeypatch.setattr(reading, "open_root", lambda root: (fs, "bucket/prefix"))
+    write_dataset(Path("mock-root"))
+    df = query("s3://bucket/prefix", "exp1", "SELECT variant, status, count(*) AS n FROM requests JOIN runs "
+                                             "USING (run_key, variant) GROUP BY ALL ORDER BY variant")
+    assert df.to_dict("records") == [{"variant": "base", "status": "ok", "n": 50},
+                                     {"variant": "other", "status": "ok", "n": 50}]
+    assert query("s3://bucket/prefix", "exp1", "SELECT variant, n_runs FROM variants ORDER BY 1")["n_runs"].tolist() \
+        == [1, 1]
