@@ -176,10 +176,11 @@ def test_on_a_cpu_machine_every_gpu_check_says_unavailable_and_why() -> None:
 def test_a_small_dev_shm_in_a_mount_namespace_is_warned() -> None:
     if shutil.which("unshare") is None:
         pytest.skip("unshare is not installed")
-    probe = subprocess.run(["unshare", "-rm", "true"], capture_output=True, text=True, check=False)
+    mount = "mount -t tmpfs -o size=1m tmpfs /dev/shm"
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c", mount], capture_output=True, text=True, check=False)
     if probe.returncode != 0:
-        pytest.skip(f"unshare -rm is not permitted here: {probe.stderr.strip()}")
-    script = f"mount -t tmpfs -o size=1m tmpfs /dev/shm && exec {sys.executable} -m cluster.cli doctor"
+        pytest.skip(f"a tmpfs in a mount namespace is not permitted here: {probe.stderr.strip()}")
+    script = f"{mount} && exec {sys.executable} -m cluster.cli doctor"
     done = subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=REPO, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120, check=False)
     line = _line(done.stdout, "shm")
