@@ -103,7 +103,8 @@ def _mode_kind(mode: int) -> str:
 
 
 KIND_TEXT = {"file": "a file", "dir": "a directory", "symlink": "a symlink", "fifo": "a FIFO", "socket": "a socket",
-             "device": "a device", "missing": "missing", "loop": "a symlink loop"}
+             "device": "a device", "missing": "missing", "loop": "a symlink loop",
+             "dangling": "a symlink to nothing"}
 
 
 def path_kind(fs: pafs.FileSystem, path: str, *, follow: bool = True) -> str:
@@ -114,7 +115,7 @@ def path_kind(fs: pafs.FileSystem, path: str, *, follow: bool = True) -> str:
     try:
         return _mode_kind((os.stat if follow else os.lstat)(path).st_mode)
     except FileNotFoundError:
-        return "missing" if os.path.lexists(path) is False else "symlink"
+        return "dangling" if os.path.lexists(path) else "missing"
     except OSError as e:
         if e.errno == errno.ELOOP:
             return "loop"

@@ -183,6 +183,10 @@ def test_an_experiment_that_is_a_file_or_a_loop_is_not_reported_missing(tmp_path
     (tmp_path / "exp1").symlink_to(tmp_path / "exp1")
     with pytest.raises(StoreError, match="symlink loop"):
         connect(str(tmp_path), "exp1")
+    (tmp_path / "exp1").unlink()
+    (tmp_path / "exp1").symlink_to(tmp_path / "gone")
+    with pytest.raises(StoreError, match="a symlink to nothing"):
+        connect(str(tmp_path), "exp1")
 
 
 @pytest.mark.parametrize("content", [b"\xff\xfe{}", b"{not json", b"[" * 5000, b"[1, 2]", b"1" * 5000, "dir",
