@@ -216,3 +216,13 @@ def test_checked_stdout_writes_what_it_is_given() -> None:
     import json
 
     assert res.returncode == 0 and json.loads(res.stdout) == experiment_json_schema()
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["results", "list", "--bogus"]])
+def test_a_terminal_width_typer_cannot_read_is_a_user_error(argv: list[str]) -> None:
+    """typer's rich help int()s TERMINAL_WIDTH unguarded: before, a traceback (exit 1) for any help or usage text."""
+    env = {**os.environ, "TERMINAL_WIDTH": "abc"}
+    res = subprocess.run([sys.executable, "-m", "cluster.cli", *argv], capture_output=True, text=True, cwd=REPO,
+                         env=env, timeout=60)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.startswith("error: environment variable TERMINAL_WIDTH='abc': expected a whole number")
