@@ -39,6 +39,10 @@ def _int_too_long(node: yaml.ScalarNode) -> str:
             "no field takes a number that large")
 
 
+class _NumberTooLong(yaml.constructor.ConstructorError):
+    """An integer literal past what Python converts (valid YAML, but no field could take it)."""
+
+
 class _SpecLoader(yaml.SafeLoader):
     """SafeLoader whose integers past Python's digit limit (decimal, or hex/octal/sexagesimal that would not print)
     are a marked YAML error instead of a ValueError with no line."""
@@ -48,9 +52,9 @@ class _SpecLoader(yaml.SafeLoader):
         try:
             value = int(super().construct_yaml_int(node))
         except ValueError:
-            raise yaml.constructor.ConstructorError(None, None, _int_too_long(node), node.start_mark) from None
+            raise _NumberTooLong(None, None, _int_too_long(node), node.start_mark) from None
         if limit and value.bit_length() > limit * 3:  # 3 bits a digit: below the limit's 3.32, so it always prints
-            raise yaml.constructor.ConstructorError(None, None, _int_too_long(node), node.start_mark)
+            raise _NumberTooLong(None, None, _int_too_long(node), node.start_mark)
         return value
 
 
@@ -285,7 +289,8 @@ def parse_spec_text(text: str, file: str = "<string>") -> ExperimentSpec:
         line = _line_at(text, getattr(e, "problem_mark", None) or getattr(e, "context_mark", None))
         named = [path for path, n in lines.items() if n == line and path]  # parents come before children
         field = ".".join(named[0]) if named else ""
-        raise SpecError(file, line, field, f"invalid YAML: {getattr(e, 'problem', None) or e}") from None
+        what = "" if isinstance(e, _NumberTooLong) else "invalid YAML: "  # the YAML is fine, the number is not
+        raise SpecError(file, line, field, f"{what}{getattr(e, 'problem', None) or e}") from None
     if not isinstance(data, dict):
         got = "an empty document" if data is None else f"a {type(data).__name__}"
         raise SpecError(file, lines.get((), 1), "", f"expected a mapping of experiment fields at the top level, got {got}")
