@@ -18,6 +18,11 @@ from cluster.errors import EngineFault
 from cluster.input_files import MAX_JSON_DEPTH
 
 
+MAX_COUNT = 2**31 - 1
+"""A token or step count past this is malformed: no request holds 2^31 tokens, and the requests table stores the
+counts as int32 (a larger one would fail the window's write)."""
+
+
 class MalformedAnswerError(EngineFault):
     """A server's answer is not what its protocol promises (HTTP framing, size, JSON, a field's type or range):
     exit 4, the server is at fault. The message names the field and what was expected."""
@@ -107,11 +112,12 @@ def _field(doc: Mapping[str, Any], key: str, where: str, ok: Callable[[Any], boo
 
 
 def count_field(doc: Mapping[str, Any], key: str, where: str) -> Optional[int]:
-    """A non-negative integer (a token count, a verify-step count); None when absent or null."""
+    """A non-negative integer up to MAX_COUNT (a token count, a verify-step count); None when absent or null."""
     v = doc.get(key)
-    if v is None or (type(v) is int and v >= 0):  # the common case without a call: this runs per request
+    if v is None or (type(v) is int and 0 <= v <= MAX_COUNT):  # without a call: this runs once per request
         return v
-    raise _bad(f"{where}.{key}", "a non-negative integer", v)
+    raise _bad(f"{where}.{key}", "a non-negative integer" if type(v) is not int or v < 0 else
+               f"a count of at most {MAX_COUNT}", v)
 
 
 def number_field(doc: Mapping[str, Any], key: str, where: str) -> Optional[float]:
@@ -160,5 +166,5 @@ def finish_field(doc: Mapping[str, Any], key: str, where: str) -> tuple[Optional
     return kind, (why or "aborted") if kind == "abort" else None
 
 
-__all__ = ["MalformedAnswerError", "as_object", "count_field", "decode_json", "finish_field", "ids_field",
+__all__ = ["MAX_COUNT", "MalformedAnswerError", "as_object", "count_field", "decode_json", "finish_field", "ids_field",
            "list_field", "number_field", "object_field", "shown", "str_field"]

@@ -13,6 +13,7 @@ import time
 from typing import Mapping
 
 from cluster.dataset.records import RequestRecord
+from cluster.engines.answer_fields import MAX_COUNT
 from cluster.engines.base import StreamParser
 from cluster.loadgen.framing import Response
 from cluster.loadgen.pool import StreamPool
@@ -74,6 +75,17 @@ async def stream_request(
 
 def _apply_meta(parser: StreamParser, rec: RequestRecord) -> None:
     meta = parser.meta()
+    if meta.completion_tokens is not None and meta.completion_tokens > MAX_COUNT:
+        # a count the parsers' fast paths read past what a request can hold (checked here, once per request, not
+        # per event): the chunks' shares are cut where their sum reaches MAX_COUNT, so every int32 column of the
+        # window's tables can take them, and the request is an error
+        meta.malformed = meta.malformed or (f"completion_tokens {meta.completion_tokens} is past {MAX_COUNT}, more "
+                                            "than a request can hold")
+        meta.completion_tokens = None
+        total = 0
+        for i, k in enumerate(rec.chunk_tokens):
+            rec.chunk_tokens[i] = k = min(k, MAX_COUNT - total)
+            total += k
     rec.prompt_tokens = meta.prompt_tokens
     rec.completion_tokens = meta.completion_tokens
     rec.cached_tokens = meta.cached_tokens

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -22,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cluster.dataset.records import RequestRecord
-from cluster.engines.answer_fields import MalformedAnswerError
+from cluster.engines.answer_fields import MAX_COUNT, MalformedAnswerError
 from cluster.engines.base import StreamParser
 from cluster.engines.http_call import call
 from cluster.engines.sglang import SGLangEngine
@@ -50,7 +51,7 @@ def _streams() -> list[tuple[str, list[bytes]]]:
 STREAMS = _streams()
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 DEEP = "__deep__"
-WRONG = st.sampled_from(["7", [7], {"n": 7}, -7, 7.5, True, None, "", 10 ** 30, [], "null", DEEP])
+WRONG = st.sampled_from(["7", [7], {"n": 7}, -7, 7.5, True, None, "", 10 ** 30, 2 ** 31, [], "null", DEEP])
 """Values of the wrong type or range for a JSON field (and some right ones: null, a big int); DEEP stands for a list
 nested 900 levels (under the decoder's limit, past what a repr or an encoder downstream may recurse into)."""
 
@@ -71,6 +72,19 @@ def _mutate_json(event: bytes, draw: Callable[..., Any]) -> bytes:
     return b"data: " + text + b"\n\n"
 
 
+COUNTS = st.sampled_from([b"2147483648", b"1" + b"0" * 30, b"-1", b'"5"', b"5.5", b"true", b"null", b"0"])
+_COUNT = re.compile(rb'("(?:completion|prompt|cached)_tokens": ?)(-?\d+)')
+
+
+def _mutate_count(event: bytes, draw: Callable[..., Any]) -> bytes:
+    """One count's digits in the bytes replaced (what the parsers' fast paths read without decoding the JSON)."""
+    hits = list(_COUNT.finditer(event))
+    if not hits:
+        return event
+    m = draw(st.sampled_from(hits))
+    return event[:m.start(2)] + draw(COUNTS) + event[m.end(2):]
+
+
 def _frame(events: list[bytes], per_chunk: int) -> bytes:
     chunks = [b"".join(events[i:i + per_chunk]) for i in range(0, len(events), per_chunk)]
     return b"".join(b"%x\r\n" % len(c) + c + b"\r\n" for c in chunks) + b"0\r\n\r\n"
@@ -83,7 +97,7 @@ def responses(draw: Callable[..., Any]) -> tuple[str, bytes]:
     events = list(events)
     for _ in range(draw(st.integers(0, 2))):
         i = draw(st.integers(0, len(events) - 1))
-        events[i] = _mutate_json(events[i], draw)
+        events[i] = _mutate_json(events[i], draw) if draw(st.booleans()) else _mutate_count(events[i], draw)
     sse = draw(st.sampled_from(["as-is", "no-space", "crlf", "comment", "multi-line", "no-blank"]))
     if sse == "no-space":
         events = [e.replace(b"data: ", b"data:", 1) for e in events]
@@ -161,11 +175,11 @@ def test_every_mutated_response_is_a_record_or_its_error_the_same_for_every_spli
     path, raw = case
     whole = _replay(path, raw, [], frames=False)
     error, status, tokens, _, prompt, completion, cached, verify, finish, _ = whole
-    for count in (prompt, completion, cached, verify):
-        assert count is None or (type(count) is int and count >= 0), whole
+    for count in (prompt, completion, cached, verify):  # what the window's int32 columns can hold
+        assert count is None or (type(count) is int and 0 <= count <= MAX_COUNT), whole
     assert finish is None or isinstance(finish, str)
     assert error is not None or (status == 200 and finish is not None), whole  # never a silent good request
-    assert all(type(k) is int and k > 0 for k in tokens)
+    assert all(type(k) is int and k >= 0 for k in tokens) and sum(tokens) <= MAX_COUNT
     small = list(range(0, min(len(raw), 3000), step))  # byte-steps over the head and first frames
     for reads in (cuts, small, cuts + small):
         assert _replay(path, raw, reads, frames=True) == whole
@@ -245,7 +259,8 @@ def test_a_window_request_ends_within_its_deadline_as_a_record_or_its_error(scri
     assert rec.error is not None or (rec.http_status == 200 and rec.finish_reason is not None)
     assert script.then == "close" or rec.error is not None
     for count in (rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens, rec.spec_verify_ct):
-        assert count is None or (type(count) is int and count >= 0)
+        assert count is None or (type(count) is int and 0 <= count <= MAX_COUNT)
+    assert sum(rec.chunk_tokens) <= MAX_COUNT
 
 
 @settings(FUZZ, max_examples=budget(4))

@@ -36,6 +36,9 @@ NATIVE_BAD = [
     (_native(_meta(completion_tokens=True)), "completion_tokens: expected a non-negative integer, got a boolean"),
     (_native(_meta(completion_tokens=4.5)), "completion_tokens: expected a non-negative integer, got a number 4.5"),
     (_native(_meta(completion_tokens=-4)), "completion_tokens: expected a non-negative integer, got an integer -4"),
+    (_native(_meta(completion_tokens=2**31)), "completion_tokens: expected a count of at most 2147483647, got an "
+                                              "integer 2147483648"),
+    (_native(_meta(spec_verify_ct=10**30)), "chunk.meta_info.spec_verify_ct: expected a count of at most 2147483647"),
     (_native(_meta(prompt_tokens={"n": 3})), "chunk.meta_info.prompt_tokens: expected a non-negative integer"),
     (_native(_meta(cached_tokens="0")), "chunk.meta_info.cached_tokens: expected a non-negative integer"),
     (_native(_meta(spec_verify_ct=-1)), "chunk.meta_info.spec_verify_ct: expected a non-negative integer"),

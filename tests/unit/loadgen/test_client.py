@@ -477,3 +477,39 @@ def test_a_trickling_or_endless_stream_ends_at_the_request_s_deadline() -> None:
         assert rec.error == "timeout after 0.5 s" and 0.45 < took_s < 1.2 and len(rec.chunk_tokens) > 3
 
     asyncio.run(_serve(handler, body))
+
+
+@pytest.mark.parametrize("api", ["native", "openai"])
+def test_a_count_past_int32_is_that_request_s_error_and_the_window_can_still_write_it(api: str) -> None:
+    from cluster.engines.streams import OpenAIStreamParser
+    from cluster.loadgen.sink import RecordSink
+
+    huge = 3_000_000_000  # read by the fast paths (mid-stream chunks), past the int32 columns of the tables
+    if api == "native":
+        events = [_event(1, 4), b'data: {"text":"tt","meta_info":{"finish_reason":null,"completion_tokens":%d}}\n\n'
+                  % huge, b'data: {"text":"ttt","meta_info":{"finish_reason":null,"completion_tokens":%d}}\n\n'
+                  % (2 * huge), _event(4, 4)]
+    else:
+        events = [b'data: {"id":"c","choices":[{"index":0,"text":"t","finish_reason":null}],'
+                  b'"usage":{"completion_tokens":%d}}\n\n' % k for k in (1, huge, 2 * huge)]
+        events.append(b'data: {"id":"c","choices":[{"index":0,"text":"","finish_reason":"length"}],"usage":null}\n\n')
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await _read_request(r)
+        w.write(CHUNKED_HEAD + _chunked(events))
+        await w.drain()
+
+    async def body(url: str) -> None:
+        rec = RequestRecord(request_index=0, intended_send_ns=0, actual_send_ns=0, prompt_tokens_sent=3, max_tokens=4)
+        parser = SGLangNativeParser() if api == "native" else OpenAIStreamParser()
+        async with StreamPool(url, 1) as pool:
+            end_ns = await stream_request(pool, "/generate", b"{}", parser, time.monotonic_ns(), 5.0, rec)
+        assert rec.error == f"malformed answer: completion_tokens {2 * huge} is past 2147483647, more than a request " \
+                            "can hold"
+        assert rec.completion_tokens is None and sum(rec.chunk_tokens) <= 2**31 - 1
+        sink = RecordSink(1)
+        sink.add(rec, end_ns)  # raised OverflowError (array('i')) before the bound
+        sink.flush()
+        assert sink.kept[0][0].column("error").to_pylist() == [rec.error]
+
+    asyncio.run(_serve(handler, body))
