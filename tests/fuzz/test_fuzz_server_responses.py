@@ -82,7 +82,8 @@ def _mutate_count(event: bytes, draw: Callable[..., Any]) -> bytes:
     if not hits:
         return event
     m = draw(st.sampled_from(hits))
-    return event[:m.start(2)] + draw(COUNTS) + event[m.end(2):]
+    value: bytes = draw(COUNTS)
+    return event[:m.start(2)] + value + event[m.end(2):]
 
 
 def _frame(events: list[bytes], per_chunk: int) -> bytes:
