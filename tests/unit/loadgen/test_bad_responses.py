@@ -35,6 +35,7 @@ EXPECTED: dict[str, tuple[Optional[str], str]] = {
                                             "non-negative integer, got a string '2'"),
     "spec_verify_ct_negative.http": (None, "malformed answer: chunk.meta_info.spec_verify_ct: expected a "
                                            "non-negative integer, got an integer -1"),
+    "completion_tokens_past_int32.http": (None, "malformed answer: completion_tokens 3000000000 is past 2147483647"),
 }
 
 
