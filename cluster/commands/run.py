@@ -14,8 +14,9 @@ from rich.table import Table
 from cluster.commands.results import print_run_summary
 from cluster.commands.shell_lines import shell_command
 from cluster.engines.flagcheck import check_launch_flags
+from cluster.engines.base import LaunchCommand
 from cluster.engines.registry import get_engine
-from cluster.plan.runs import expand_variants, make_plan
+from cluster.plan.runs import ResolvedVariant, expand_variants, make_plan
 from cluster.plan.fairness import ModelFacts, check_fairness, format_findings
 from cluster.plan.model_rules import facts_from_json
 from cluster.plan.inputs import check_inputs, resolve_output_root
@@ -110,8 +111,16 @@ def validate(experiment: Path = typer.Argument(..., help="experiment YAML")) -> 
         tuning_options_check(v)
     with _naming(experiment):
         _input_checks(spec, spec.output)
+        for v in variants:  # the argv plan prints and run launches: refusals made while building it (an SGLang
+            _launch_command(spec, v, 30000)  # alias next to its full flag name) come at validate too
     console.print(f"[green]ok[/] {experiment}: experiment {spec.name!r}, {len(variants)} variant(s), "
                   f"{len(make_plan(spec))} run(s)")
+
+
+def _launch_command(spec: ExperimentSpec, v: ResolvedVariant, port: int) -> LaunchCommand:
+    """The variant's server command as run builds it; a tuned variant's artifact exists only at run time, so it is
+    a placeholder here."""
+    return get_engine(v.engine).launch(with_artifact(v, None), "127.0.0.1", port, spec.engines.get(v.engine), "python")
 
 
 def plan(experiment: Path = typer.Argument(..., help="experiment YAML"),
@@ -133,9 +142,7 @@ def _plan(spec: ExperimentSpec, port: int) -> None:
     for line in notes + [n for n in [undecided_note(variants, facts)] if n]:
         err_console.print(f"note: {line}", style="yellow", markup=False, soft_wrap=True)
     for v in variants:
-        launcher = spec.engines.get(v.engine)
-        # a tuned variant launches with its artifact, which exists only at run time: shown as a placeholder
-        cmd = get_engine(v.engine).launch(with_artifact(v, None), "127.0.0.1", port, launcher, "python")
+        cmd = _launch_command(spec, v, port)
         base = " (baseline)" if v.is_baseline else ""
         fixed = v.args.get("port")
         where = f"port {fixed} (fixed by args.port)" if fixed is not None else "a free port chosen at start"
