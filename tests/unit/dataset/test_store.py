@@ -164,7 +164,7 @@ def test_experiment_meta_and_listing(tmp_path: Path, plans: list[RunPlan]) -> No
     assert list_experiments(str(tmp_path)) == ["exp1"]
 
 
-@pytest.mark.parametrize("bad", ["../x", "a/b", "..", ".hidden", "v=1", ""])
+@pytest.mark.parametrize("bad", ["../x", "a/b", "..", ".hidden", "v=1", "", "a\x00b", "a\nb", "a\u2028b", "x" * 129])
 def test_unsafe_names_refused(tmp_path: Path, bad: str) -> None:
     with pytest.raises(StoreError):
         DatasetStore(str(tmp_path), bad)
