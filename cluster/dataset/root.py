@@ -32,6 +32,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from cluster.errors import EnvironmentFault, UserError
+from cluster.probe.files import one_line
 from cluster.spec.locations import DATASET_SCHEMES, check_location, control_character
 
 ROOT_SCHEMES = DATASET_SCHEMES + ("mock",)
@@ -153,6 +154,7 @@ def list_dir(fs: pafs.FileSystem, path: str) -> list[Entry]:
 def read_error(path: str, e: OSError) -> Exception:
     """An OSError met reading `path`: the disk failing is an EnvironmentFault, anything else a StoreError."""
     why = e.strerror or _first_line(e)
+    path = one_line(path)
     if e.errno in _DISK_ERRNOS:
         return EnvironmentFault(f"cannot read {path}: {why} (the disk or filesystem failed)")
     if e.errno in (errno.EACCES, errno.EPERM):
@@ -170,7 +172,7 @@ class DataFile:
 
 
 def _refuse(path: str, what: str, expected: str) -> StoreError:
-    return StoreError(f"{path}: {what}; expected {expected} (the store writes nothing else here: move it out of "
+    return StoreError(f"{one_line(path)}: {what}; expected {expected} (the store writes nothing else here: move it out of "
                       "the results root)", file=path, expected=expected)
 
 
@@ -205,7 +207,8 @@ def parquet_error(path: str, e: Exception) -> Exception:
     """The project's error for a Parquet file pyarrow could not read."""
     if isinstance(e, OSError) and e.errno is not None:
         return read_error(path, e)
-    return StoreError(f"{path}: not a readable Parquet file (truncated, half-written or corrupt: {_first_line(e)}); "
+    return StoreError(f"{one_line(path)}: not a readable Parquet file (truncated, half-written or corrupt: "
+                      f"{one_line(_first_line(e))}); "
                       "expected a complete file written by sglbench", file=path,
                       expected="a complete Parquet file written by sglbench")
 

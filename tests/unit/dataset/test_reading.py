@@ -154,7 +154,8 @@ def test_an_entry_the_store_does_not_write_is_refused(tmp_path: Path, make: str)
         target.symlink_to(target)
     else:
         os.mkfifo(target)
-    _refused(tmp_path, target.name)
+    err = _refused(tmp_path, target.name.replace("\n", "\\n"))
+    assert str(err).isprintable(), "one printable line, whatever the name holds"
 
 
 def test_hidden_temp_files_of_a_killed_writer_are_never_read(tmp_path: Path) -> None:
