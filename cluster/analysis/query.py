@@ -119,7 +119,10 @@ def connect(root: str, experiment: str, reads: Optional[str] = None) -> duckdb.D
     store = _store(root, experiment)
     con = duckdb.connect()
     allowed: list[str] = []
-    tables = {table: store.table_files(table) for table in sorted(set(BASE_TABLES) | set(store.tables()))}
+    checked = {table: store.checked_files(table) for table in sorted(set(BASE_TABLES) | set(store.tables()))}
+    for table, found in checked.items():
+        store.one_schema(table, found)  # DuckDB's union_by_name would cast a conflicting column silently
+    tables = {table: [p for p, _ in found] for table, found in checked.items()}
     for table in tables_read_by(reads, tables) if reads is not None else tables:
         store.verify_files(tables[table])
     try:

@@ -258,11 +258,20 @@ class StoreReader:
                 t = t.add_column(pos, pa.field(PARTITION_COLUMN, pa.string(), nullable=False),
                                  pa.array([value] * t.num_rows, pa.string()))
             parts.append(t)
+        self.one_schema(name, files)
+        return pa.concat_tables(parts, promote_options="permissive")
+
+    def one_schema(self, table: str, files: list[tuple[str, pa.Schema]]) -> Optional[pa.Schema]:
+        """The one schema of a table's files (None without files); StoreError when two give a column two types
+        (a reader would otherwise cast one file's values to the other's type: 0.5 read as the text '0.5')."""
+        if not files:
+            return None
         try:
-            return pa.concat_tables(parts, promote_options="permissive")
+            return pa.unify_schemas([s for _, s in files])
         except (pa.ArrowException, ValueError) as e:
-            raise StoreError(f"{self.base}/{name}: its files do not fit one table ({e}); expected files of one "
-                             "schema", file=f"{self.base}/{name}", expected="files of one schema") from None
+            path = f"{self.base}/{table}"
+            raise StoreError(f"{path}: its files do not fit one table ({e}); expected files of one schema",
+                             file=path, expected="files whose columns have one type each") from None
 
 
 META_LIMIT_BYTES = 64 * 1024 * 1024

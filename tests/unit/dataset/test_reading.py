@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -298,3 +299,15 @@ def test_recover_refuses_a_foreign_entry_and_removes_nothing(tmp_path: Path) -> 
     with store.exclusive():
         pass
     assert not orphan.exists() and _file(tmp_path, "requests", plans[0]).exists()
+
+
+def test_files_of_an_unknown_table_that_do_not_fit_one_schema_are_refused(tmp_path: Path) -> None:
+    store, plans = write_dataset(tmp_path)
+    store.write_table_rows("server_metrics", plans[0], pa.table({"t_s": [0.5], "running": [2]}))
+    store.write_table_rows("server_metrics", plans[1], pa.table({"t_s": ["late"], "running": [3]}))
+    reads: list[Callable[[], object]] = [lambda: store.read_table("server_metrics"),
+                                         lambda: connect(str(tmp_path), "exp1")]
+    for read in reads:
+        with pytest.raises(StoreError, match="server_metrics: its files do not fit one table"):
+            read()  # DuckDB's union_by_name read 0.5 as the text '0.5'
+
