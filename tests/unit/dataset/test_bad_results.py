@@ -3,7 +3,7 @@ own writer and runs one `sglbench results` command on it, which must exit 2 with
 and the cause, no traceback, and leave the dataset as it was (the readers stay read-only).
 
 A case is `case.txt`: `# expect: command=<results subcommand> exit=<code> file=<path under the root> message=<text>`,
-then `mutate: <op> <path> [<path>]` (ops below) or `root: <the --root given>`. `{base}`/`{base2}` stand for the run
+then `mutate: <op> <path> [<path or column>]` (ops below) or `root: <the --root given>`. `{base}`/`{base2}` stand for the run
 key of the first run of exp1/exp2 (run keys are derived from the plan, so they are not written into the corpus).
 """
 
@@ -46,6 +46,10 @@ def _mutate(root: Path, op: str, args: list[Path]) -> None:
         pq.write_table(t.set_column(t.schema.get_field_index("status"), "status", pa.array([7], pa.int64())), p)
     elif op == "copy":
         shutil.copyfile(args[0], args[1])
+    elif op == "retag":  # the right type, another value: args[1] is the column's name
+        t = pq.read_table(p)
+        i = t.schema.get_field_index(args[1].name)
+        pq.write_table(t.set_column(i, t.field(i), pa.array(["7"] * t.num_rows, t.field(i).type)), p)
     elif op == "write":
         p.write_text("a note\n")
     elif op == "mkdir":
@@ -68,7 +72,7 @@ def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
 
 
 def test_corpus_has_a_case_per_class() -> None:
-    assert len(CASES) >= 15
+    assert len(CASES) >= 16
 
 
 @pytest.mark.timeout(60)
