@@ -111,8 +111,9 @@ def connect(root: str, experiment: str, reads: Optional[str] = None) -> duckdb.D
     Only committed runs' files are visible, each checked by the store (a foreign or corrupt file is a StoreError
     naming it) and, since DuckDB checks no page checksum, decoded once with its checksums verified before DuckDB
     reads it: every table's files, or with `reads` (the SQL the connection is for) those of the tables it may
-    read (tables_read_by), so `results show` does not decode every chunk. Local datasets are scanned with read_parquet (hive partitioning,
-    union_by_name); datasets on other filesystems are scanned lazily through pyarrow datasets. Once the views
+    read (tables_read_by), so `results show` decodes no chunk. A table whose files give a column two types is
+    refused too. Local datasets are scanned with read_parquet (union_by_name, the variant from each file's
+    partition directory); other filesystems lazily through pyarrow datasets. Once the views
     exist the connection is locked down: external access off (only the dataset's own files stay readable) and the
     configuration locked, so no statement can reach another file or switch that back on.
     """

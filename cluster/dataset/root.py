@@ -36,7 +36,8 @@ from cluster.probe.files import one_line
 from cluster.spec.locations import DATASET_SCHEMES, check_location, control_character
 
 ROOT_SCHEMES = DATASET_SCHEMES + ("mock",)
-"""URI schemes a results root may use: the spec's (cluster/spec/locations.py) and pyarrow's in-memory mock:// (tests)."""
+"""URI schemes a results root may use: the spec's (cluster/spec/locations.py) and pyarrow's in-memory mock://
+(tests)."""
 RUN_STATUSES = ("ok", "invalid", "failed")
 """The statuses a runs row may have (records.RUN_FIELDS' status)."""
 PARTITION_COLUMN = "variant"
@@ -172,8 +173,8 @@ class DataFile:
 
 
 def _refuse(path: str, what: str, expected: str) -> StoreError:
-    return StoreError(f"{one_line(path)}: {what}; expected {expected} (the store writes nothing else here: move it out of "
-                      "the results root)", file=path, expected=expected)
+    return StoreError(f"{one_line(path)}: {what}; expected {expected} (the store writes nothing else here: move "
+                      "it out of the results root)", file=path, expected=expected)
 
 
 def table_layout(fs: pafs.FileSystem, table_dir: str) -> list[DataFile]:

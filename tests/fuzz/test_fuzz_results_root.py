@@ -72,8 +72,9 @@ class Mutation:
 
 
 NAMES = st.text(st.characters(blacklist_characters="/\x00", blacklist_categories=["Cs"]), min_size=1, max_size=12)
-MUTATIONS = st.builds(Mutation, st.sampled_from(["truncate", "flip", "other_table", "retype", "empty", "stray_file",
-                                                 "stray_dir", "symlink", "loop", "fifo", "file_to_dir", "meta"]),
+KINDS = ["truncate", "flip", "other_table", "retype", "retag", "empty", "stray_file", "stray_dir", "symlink", "loop",
+         "fifo", "file_to_dir", "meta"]
+MUTATIONS = st.builds(Mutation, st.sampled_from(KINDS),
                       st.integers(0, 63), st.floats(0.0, 0.999), st.integers(0, 255), NAMES)
 
 
@@ -111,6 +112,16 @@ def _apply(root: Path, m: Mutation) -> None:
         col = t.column(i)
         new = col.cast(pa.string()) if not pa.types.is_string(col.type) else pa.array([7] * len(col), pa.int64())
         pq.write_table(t.set_column(i, t.field(i).name, new).replace_schema_metadata({"fuzz": "retyped"}), f)
+    elif m.kind == "retag":  # a key column of a run's table file given another value of the right type
+        try:
+            t = pq.read_table(f)
+        except (pa.ArrowException, OSError):
+            return
+        if "/runs/" in str(f) or (t.schema.metadata or {}).get(b"fuzz") == b"retyped":
+            return  # a runs file is the run's own word: an edit of it in the right types is not detectable
+        name = ("engine", "workload", "load_kind")[m.b % 3]
+        i = t.schema.get_field_index(name)
+        pq.write_table(t.set_column(i, t.field(i), pa.array([m.name] * t.num_rows, pa.string())), f)
     elif m.kind == "empty":
         f.write_bytes(b"")
     elif m.kind == "meta":

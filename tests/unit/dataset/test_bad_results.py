@@ -3,8 +3,8 @@ own writer and runs one `sglbench results` command on it, which must exit 2 with
 and the cause, no traceback, and leave the dataset as it was (the readers stay read-only).
 
 A case is `case.txt`: `# expect: command=<results subcommand> exit=<code> file=<path under the root> message=<text>`,
-then `mutate: <op> <path> [<path or column>]` (ops below) or `root: <the --root given>`. `{base}`/`{base2}` stand for the run
-key of the first run of exp1/exp2 (run keys are derived from the plan, so they are not written into the corpus).
+then `mutate: <op> <path> [<path or column>]` (ops below) or `root: <the --root given>`. `{base}`/`{base2}` stand
+for the run key of the first run of exp1/exp2 (run keys are derived from the plan, so the corpus does not hold them).
 """
 
 from __future__ import annotations
