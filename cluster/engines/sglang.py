@@ -23,6 +23,7 @@ from cluster.engines.sglang_server_info import check_server_info as check_server
 from cluster.engines.sglang_server_info import concurrency_cap_from_server_info as concurrency_cap_from_server_info
 from cluster.engines.sglang_server_info import mamba_cap_from_log as mamba_cap_from_log
 from cluster.engines.sglang_server_info import server_info_summary as server_info_summary
+from cluster.engines.server_env import SPEC_V2_ENV
 from cluster.engines.streams import OpenAIStreamParser, SGLangNativeParser
 from cluster.errors import UserError
 from cluster.plan.runs import ResolvedVariant
@@ -254,9 +255,9 @@ class SGLangEngine(Engine):
         env = dict(variant.env)
         ver = parse_version(version)
         if variant.speculative is not None and ver < SPEC_V2_DEFAULT:
-            env.setdefault("SGLANG_ENABLE_SPEC_V2", "1")
+            env.setdefault(SPEC_V2_ENV, "1")
         elif ver >= SPEC_V2_DEFAULT:
-            env.pop("SGLANG_ENABLE_SPEC_V2", None)
+            env.pop(SPEC_V2_ENV, None)
         return env
 
     def launch(

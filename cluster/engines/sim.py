@@ -5,15 +5,14 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping, Optional, Sequence
 
+from cluster.engines.server_env import SIM_ENV
 from cluster.engines.sglang import SGLangEngine
 from cluster.plan.runs import ResolvedVariant
 from cluster.telemetry.readings import GpuReading
 
-SIM_ENV = "SGLBENCH_SIM"
 DEVICE_PATH = "/sim_device"
 """The simulator's device readings (not an SGLang endpoint): what NVML would report for each of its GPUs."""
 _READING_FIELDS = frozenset(GpuReading.__dataclass_fields__)
-"""Environment variable carrying the simulator's knobs as JSON (the argv stays exactly SGLang's)."""
 
 
 class SimEngine(SGLangEngine):

@@ -99,10 +99,22 @@ class FrozenModel(BaseModel):
         quoted = [x for x in values if isinstance(x, str) and coercible(x)]
         if quoted and info.field_name is not None and _refuses_strings(cls.model_fields[info.field_name].annotation):
             raise ValueError(f"expected a number or boolean, got the string {quoted[0]!r} (remove the quotes)")
+        # strict integers: pydantic reads 2.0 as 2 but refuses 2.5, so an integer field took a float only when it
+        # happened to be integral; an integer field takes YAML integers only (seed: 1.5 and tp: 2.0 alike)
+        floats = [x for x in values if isinstance(x, float)]
+        if floats and info.field_name is not None and _integers_only(cls.model_fields[info.field_name].annotation):
+            raise ValueError(f"expected an integer, got the number {floats[0]!r} (write it without a decimal point "
+                             "or exponent)")
         if info.field_name is not None and info.field_name not in _FREE_TEXT_FIELDS \
                 and not _holds_model(cls.model_fields[info.field_name].annotation):
             _check_words(v, ())  # a sub-model checks its own fields
         return v
+
+
+def _integers_only(annotation: Any) -> bool:
+    """An integer field (or a list of integers) that admits no float, string or free value."""
+    kinds = _scalar_types(annotation)
+    return int in kinds and not kinds & {float, str, Any}
 
 
 _FREE_TEXT_FIELDS = frozenset({"chat_template_kwargs"})

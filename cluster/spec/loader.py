@@ -66,7 +66,10 @@ def _scan_events(text: str) -> None:
     stack: list[list[Any]] = []  # per open collection: [is_mapping, key or index, expecting a key]
 
     def field() -> str:
-        return ".".join(str(f[1]) for f in stack if f[1] is not None)
+        # a mapping waiting for its next key is past its last key's value: the error is in the mapping itself
+        # (a tab before `engine:` under model: is model's problem, not that of the key read before it)
+        keys = [f[1] for f in stack[:-1]] + ([None if stack[-1][0] and stack[-1][2] else stack[-1][1]] if stack else [])
+        return ".".join(str(k) for k in keys if k is not None)
 
     def consumed_value() -> None:
         if stack and stack[-1][0]:

@@ -10,6 +10,8 @@ from typing import Annotated, Any, Literal, Mapping, Optional, Union
 from pydantic import (AfterValidator, Discriminator, Field, FieldSerializationInfo, Tag, field_serializer,
                       field_validator, model_validator)
 
+from cluster.engines.flag_domains import flag_domain_problem
+from cluster.engines.server_env import set_by_sglbench
 from cluster.sim.model import Knobs
 from cluster.spec import bounds as B
 from cluster.spec.expansion import Pair, step_names, sweep_name, sweep_pairs
@@ -29,7 +31,8 @@ SPEC_VERSION = 1
 ENGINES = ("sglang", "sim", "vllm")
 EngineName = Literal["sglang", "sim", "vllm"]
 ArgValue = Union[bool, int, float, str, list[Union[int, float, str]], None]
-"""A server flag's value: the engine's own parser judges its range (cluster/engines/flagcheck.py), except `port`."""
+"""A server flag's value: the engine's own parser judges it (cluster/engines/flagcheck.py), except `port` and the
+flags with a numeric domain (cluster/engines/flag_domains.py), which are judged here at their line."""
 _FLAG_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -50,6 +53,37 @@ are refused, naming the field to use. (`port` stays an arg: it fixes the port in
 
 
 _STRING_BOOLEANS = ("true", "false", "yes", "no", "on", "off")
+
+
+def _kind(value: Any) -> str:
+    return "a mapping" if isinstance(value, dict) else "a list" if isinstance(value, list) else \
+        f"a {type(value).__name__}"
+
+
+def _arg_shapes(args: Any) -> Any:
+    """Before pydantic's union: a value outside ArgValue is said as such, not as the union's last member's
+    complaint ("server.args.x.bool: should be a valid boolean"); a value that renders no usable argv word (an
+    empty string, an empty list, a word argparse reads as a flag) is refused too."""
+    if not isinstance(args, dict):
+        return args
+    for key, value in args.items():
+        items = value if isinstance(value, list) else [value]
+        for x in items:
+            if isinstance(x, (dict, list)) or (x is None and isinstance(value, list)) or \
+                    (isinstance(x, bool) and isinstance(value, list)):
+                raise FieldProblem((str(key),), "a flag value is a string, number, boolean or a list of strings and "
+                                   f"numbers, got {_kind(x) if isinstance(value, list) else _kind(value)}"
+                                   f"{' in the list' if isinstance(value, list) else ''}")
+            if isinstance(x, str) and not x.strip():
+                raise FieldProblem((str(key),), f"server arg {key!r} is an empty string: no flag takes an empty word "
+                                   "(write true for a bare flag, or leave the flag out)")
+            if isinstance(x, str) and x.startswith("--"):
+                raise FieldProblem((str(key),), f"server arg {key!r} is the word {x!r}: the engine's parser would read "
+                                   "it as a flag, not as this flag's value")
+        if isinstance(value, list) and not value:
+            raise FieldProblem((str(key),), f"server arg {key!r} is an empty list, which passes the flag with no "
+                               "value: write true for a bare flag, or give its values")
+    return args
 
 
 def _check_args(args: Mapping[str, ArgValue]) -> Mapping[str, ArgValue]:
@@ -75,6 +109,9 @@ def _check_args(args: Mapping[str, ArgValue]) -> Mapping[str, ArgValue]:
         owner = OWNED_FLAGS.get(key.replace("_", "-"))
         if owner is not None:
             raise FieldProblem((key,), f"server arg {key!r} is set by the spec; use {owner} instead")
+        problem = flag_domain_problem(flag, value)
+        if problem is not None:
+            raise FieldProblem((key,), problem)
     return args
 
 
@@ -133,6 +170,7 @@ class ServerSpec(FrozenModel):
     env: dict[str, str] = Field(default_factory=dict)
     """Environment variables set for every variant's server."""
 
+    _s = field_validator("args", mode="before")(classmethod(lambda cls, v: _arg_shapes(v)))
     _a = field_validator("args")(classmethod(lambda cls, v: _check_args(v)))
     _e = field_validator("env")(classmethod(lambda cls, v: _check_env(v)))
 
@@ -232,6 +270,7 @@ class VariantSpec(FrozenModel):
     """Compare every other variant against this one (default: the first variant)."""
 
     _n = field_validator("name")(classmethod(lambda cls, v: check_name(v, "variant name")))
+    _s = field_validator("args", mode="before")(classmethod(lambda cls, v: _arg_shapes(v)))
     _a = field_validator("args")(classmethod(lambda cls, v: _check_args(v)))
     _e = field_validator("env")(classmethod(lambda cls, v: _check_env(v)))
 
@@ -438,6 +477,20 @@ class ExperimentSpec(FrozenModel):
             raise FieldProblem(where, f"port {port} is fixed for {v.name!r} and for {also}: with isolation: gpus "
                                "variants share a node, so each needs its own port (or leave port out)")
         ports[port] = (i, v.name)
+
+    @model_validator(mode="after")
+    def _env_set_by_sglbench(self) -> "ExperimentSpec":
+        """An env key the tool sets itself (cluster/engines/server_env.py) is refused where it is written: given
+        here it would be overwritten without a word (SGLBENCH_SIM) or override the tool (Ray's GPU pinning)."""
+        for i, v in enumerate(self.variants):
+            owned = set_by_sglbench(v.tuning.kind if v.tuning is not None else None)
+            for where, env in ((("variants", i, "env"), v.env), (("server", "env"), self.server.env)):
+                key = next((k for k in env if k in owned), None)
+                if key is not None:
+                    for_whom = f" for variant {v.name!r}" if where[0] == "server" and key not in \
+                        set_by_sglbench(None) else ""
+                    raise FieldProblem(where + (key,), f"{key} is set by {owned[key]}{for_whom}: remove it")
+        return self
 
     @model_validator(mode="after")
     def _search_slo(self) -> "ExperimentSpec":

@@ -85,7 +85,7 @@ EXPECTED: dict[str, tuple[int, str, str]] = {
     "owned_arg_tp.yaml": (10, "variants.0.args.tp", "server arg 'tp' is set by the spec; use tp (mode"),
     "owned_arg_tp_size.yaml": (23, "server.args.tp-size", "server arg 'tp-size' is set by the spec; use tp"),
     "python_object_tag.yaml": (2, "name", "YAML tag 'tag:yaml.org,2002:python/object/apply:os.system' is not allowed"),
-    "repeats_float.yaml": (20, "repeats", "valid integer"),
+    "repeats_float.yaml": (20, "repeats", "expected an integer, got the number 2.5"),
     "repeats_negative.yaml": (20, "repeats", "greater than or equal to 1 (got -1)"),
     "repeats_quoted.yaml": (20, "repeats", "expected a number or boolean, got the string '2'"),
     "repeats_too_many.yaml": (20, "repeats", 'Input should be less than or equal to 1000'),
@@ -95,7 +95,7 @@ EXPECTED: dict[str, tuple[int, str, str]] = {
     "seed_quoted.yaml": (21, "seed", "expected a number or boolean, got the string '7'"),
     "seed_too_large.yaml": (21, "seed", "less than or equal to 9223372036854775807"),
     "slo_zero.yaml": (22, "slo.ttft_ms", 'Input should be greater than 0'),
-    "tab_indentation.yaml": (6, "model.engine", "'\\t'"),
+    "tab_indentation.yaml": (6, "model", "'\\t'"),
     "temperature_quoted.yaml": (18, "workloads.0.temperature", "expected a number or boolean, got the string '0."),
     "text_prompts_without_path.yaml": (18, "workloads.0.prompts.path", "prompt source 'text' needs 'path'"),
     "top_level_list.yaml": (1, ROOT, "got a list"),
@@ -161,6 +161,12 @@ EXPECTED: dict[str, tuple[int, str, str]] = {
     "backend_sweep_all_excluded.yaml": (14, "variants.1.tuning.options.exclude", "exclude leaves no back-end pair"),
     "yaml11_octal_number.yaml": (21, "warmup_requests", "'010' is an octal number in YAML 1.1"),
     "variant_names_differ_in_case.yaml": (9, "variants.1.name", "'Baseline' differs from 'baseline' only in case"),
+    "arg_value_mapping.yaml": (23, "server.args.kv-cache-dtype", "a flag value is a string, number, boolean or a list"),
+    "arg_value_empty_string.yaml": (23, "server.args.kv-cache-dtype", "is an empty string: no flag takes an empty"),
+    "arg_value_reads_as_flag.yaml": (23, "server.args.kv-cache-dtype", "parser would read it as a flag"),
+    "arg_out_of_flag_domain.yaml": (24, "server.args.mem-fraction-static", "expected a number > 0 and <= 1"),
+    "integer_field_given_float.yaml": (6, "model.tp", "expected an integer, got the number 2.0"),
+    "env_set_by_sglbench.yaml": (24, "server.env.CUDA_VISIBLE_DEVICES", "is set by Ray"),
 }
 
 VALID = """\
