@@ -23,7 +23,7 @@ from cluster.plan.inputs import check_inputs, resolve_output_root
 from cluster.errors import UserError
 from cluster.plan.preflight import PreflightError, check_speculative_support
 from cluster.probe.checkpoint import ProbeReport, probe_here
-from cluster.spec.loader import load_spec
+from cluster.spec.loader import load_spec, restate_at_field
 from cluster.spec.models import ExperimentSpec
 from cluster.tuning.stage import tuning_options_check, with_artifact
 
@@ -37,6 +37,9 @@ def _naming(experiment: Path) -> Iterator[None]:
     try:
         yield
     except UserError as e:
+        at_field = restate_at_field(experiment, e)  # the experiment's file:line and field, the path it named kept
+        if at_field is not None:
+            raise PreflightError(at_field, file=str(experiment), field=e.field, expected=e.expected) from None
         if e.file:
             raise
         where = f"{experiment}: {e.field}" if e.field and e.field not in str(e) else str(experiment)

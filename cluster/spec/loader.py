@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import reprlib
 import sys
 from pathlib import Path
@@ -329,3 +330,38 @@ def load_spec(path: Union[str, Path]) -> ExperimentSpec:
         raise SpecError(str(p), line, "", f"file is not valid UTF-8 (byte 0x{raw[e.start]:02x} at offset {e.start})") from None
     return parse_spec_text(text, str(p))
 
+
+
+def field_line(path: Union[str, Path], field: str) -> Optional[int]:
+    """The line of `field` (dotted, as errors name it) in the experiment file, or None where the file does not write
+    it (a default) or cannot be read again."""
+    try:
+        text = read_input_bytes(path, _ReadError, "experiment file", limit_bytes=4 * MAX_SPEC_BYTES).decode(
+            "utf-8-sig")
+        root = _compose(text)
+        lines: dict[_Path, int] = {}
+        if root is not None:
+            _walk_lines(root, (), lines, text)
+    except (UserError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    parts = tuple(field.split("."))
+    while parts and parts not in lines:
+        parts = parts[:-1]
+    return lines[parts] if parts else None
+
+
+def restate_at_field(experiment: Union[str, Path], error: UserError) -> Optional[str]:
+    """An error found after loading (a prompt file, the output root, a flag the engine's parser refuses) restated
+    at the experiment's `file:line: field:` that caused it, the referenced path kept in the message; None when the
+    error names no field, or is located inside a referenced file by its own line (a bad row)."""
+    exp, text, field = str(experiment), str(error), error.field or ""
+    if not field or text.startswith(f"{exp}:"):
+        return None
+    if error.file and error.file != exp and re.match(rf"{re.escape(error.file)}:\d", text):
+        return None
+    rest = text.removeprefix(f"{error.file}: ") if error.file else text
+    rest = rest.removeprefix(f"{field}: ").removeprefix(f"{field} ")
+    if error.file and error.file != exp and error.file not in rest:
+        rest = f"{error.file!r} {rest}"
+    line = field_line(exp, field)
+    return f"{exp}{f':{line}' if line else ''}: {field}: {rest}"
