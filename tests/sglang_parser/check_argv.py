@@ -24,7 +24,7 @@ REPORTED = (
     "model_path", "tp_size", "max_running_requests", "kv_cache_dtype", "attention_backend", "moe_runner_backend",
     "fp4_gemm_runner_backend", "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
     "speculative_num_draft_tokens", "speculative_draft_model_path", "cuda_graph_max_bs_decode",
-    "disable_flashinfer_autotune", "enable_metrics", "host", "port",
+    "disable_flashinfer_autotune", "enable_metrics", "host", "port", "disable_radix_cache",
 )
 
 

@@ -59,11 +59,15 @@ MATRIX_VARIANTS: list[dict[str, Any]] = [
     {"name": "attn-flashinfer", "args": {"attention-backend": "flashinfer"}},
     {"name": "kv-fp8", "args": {"kv-cache-dtype": "fp8_e4m3"}},
     # tp and the draft path go through model.tp and the speculative: block; as args the spec refuses them
-    {"name": "recipe-spellings", "args": {"mem-frac": 0.8},
+    # a recipe's short spelling of a flag the base does not set (beside the base's mem-fraction-static, `mem-frac`
+    # would be one flag under two names, which the spec refuses)
+    {"name": "recipe-spellings", "args": {"disable-radix": True},
      "speculative": {"algorithm": "nextn", "num_steps": 3, "draft_model_path": MODEL}},
+    # overrides the base's cuda-graph-max-bs under the base's own spelling (another spelling of the same flag is
+    # refused as one flag under two names); 0.5.23 takes it as --cuda-graph-max-bs-decode
     {"name": "nextn-tuned-sm120", "args": {"moe-runner-backend": "flashinfer_cutlass",
                                            "fp4-gemm-backend": "flashinfer_cutlass",
-                                           "quantization": "modelopt_fp4", "cuda-graph-max-bs-decode": 32},
+                                           "quantization": "modelopt_fp4", "cuda-graph-max-bs": 32},
      "speculative": {"algorithm": "NEXTN", "num_steps": 2}},
 ]
 
@@ -255,6 +259,7 @@ def test_matrix_launch_commands_parse_with_intended_values(checked: dict[str, An
     assert vals["kv-fp8"]["kv_cache_dtype"] == "fp8_e4m3"
     assert vals["recipe-spellings"]["tp_size"] == 8  # model.tp
     assert vals["recipe-spellings"]["speculative_draft_model_path"] == MODEL
+    assert vals["recipe-spellings"]["disable_radix_cache"] is True
     assert vals["nextn-tuned-sm120"]["cuda_graph_max_bs_decode"] == 32
 
 
