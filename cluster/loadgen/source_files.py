@@ -147,11 +147,14 @@ def array_records(path: pathlib.Path, raw: str, error: type[PromptSourceError], 
                     f"{expected}, nested at most {MAX_JSON_DEPTH} levels")
     out: list[SourceRecord] = []
     i = _skip_ws(raw, raw.index("[") + 1)
+    counted, line = 0, 1  # raw[:counted] holds line - 1 newlines: counting on from there keeps the scan linear
     if i < len(raw) and raw[i] == "]":
         i += 1
     else:
         while True:
-            start = _line_at(raw, i)
+            line += raw.count("\n", counted, i)
+            counted = i
+            start = line
             obj, i = _decode(raw, i, path, start, error, expected)
             out.append(SourceRecord(len(out), start, obj))
             i = _skip_ws(raw, i)

@@ -11,12 +11,13 @@ import json
 import pathlib
 import tempfile
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cluster.errors import UserError
+from cluster.input_files import json_depth_offset
 from cluster.loadgen.conversations import load_conversations
 from cluster.loadgen.datasets import build_prompts, load_jsonl_rows
 from cluster.loadgen.text_prompts import corpus_text
@@ -287,3 +288,31 @@ def test_rows_with_a_mutated_structure_or_number_raise_only_user_errors(data: st
         body = json.dumps(mutant) if data.draw(st.booleans()) or not isinstance(mutant, list) else \
             "\n".join(json.dumps(r) for r in mutant)
     _load_only_user_errors(kind, body.encode("utf-8"))
+
+
+def _depth_offset_by_characters(text: str, limit: int) -> Optional[int]:
+    """The reference: a loop over every character, tracking strings and escapes."""
+    depth, in_str, esc = 0, False, False
+    for i, ch in enumerate(text):
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+            if depth > limit:
+                return i
+        elif ch in "]}":
+            depth -= 1
+    return None
+
+
+@FUZZ
+@given(st.text(alphabet=st.sampled_from('[]{}"\\ a,:\n'), max_size=200), st.integers(0, 6))
+def test_the_depth_scan_agrees_with_a_character_loop(text: str, limit: int) -> None:
+    assert json_depth_offset(text, limit) == _depth_offset_by_characters(text, limit)
