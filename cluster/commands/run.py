@@ -20,6 +20,7 @@ from cluster.plan.runs import ResolvedVariant, expand_variants, make_plan
 from cluster.plan.fairness import ModelFacts, check_fairness, format_findings
 from cluster.plan.model_rules import facts_from_json
 from cluster.plan.inputs import check_inputs, resolve_output_root
+from cluster.plan.load_cap import load_above_cap
 from cluster.errors import UserError
 from cluster.plan.preflight import PreflightError, check_speculative_support
 from cluster.probe.checkpoint import ProbeReport, probe_here
@@ -61,7 +62,7 @@ def _input_checks(spec: ExperimentSpec, output: Optional[str] = None,
     for note in check_inputs(spec, variants, reports, Path.cwd(), root):
         err_console.print(f"[cyan]dataset[/] {note}", soft_wrap=True, highlight=False)
     # the simulator's flags here; SGLang's and vLLM's by their own parsers in the GPU node's preflight
-    for line in check_launch_flags(spec, variants, sys.executable, on_node=False):
+    for line in check_launch_flags(spec, variants, sys.executable, on_node=False) + load_above_cap(spec, variants):
         err_console.print(line, style="yellow", markup=False, soft_wrap=True)
     return {k: v.to_json() for k, v in reports.items()}
 

@@ -177,3 +177,11 @@ def test_a_syntax_error_at_a_new_key_names_the_mapping_not_the_previous_key(text
 
 def test_a_syntax_error_inside_a_value_still_names_its_key() -> None:
     assert str(_refused("model:\n  path: [a, b\n").field).startswith("model.path")
+
+
+def test_sim_time_scale_zero_is_kept_it_has_a_documented_meaning() -> None:
+    """F3's decision: time_scale 0 is the simulator's documented "no sleeping at all" (its knob's description in
+    the schema; the tuning-stage integration test runs on it), so it stays valid; below 0 is refused."""
+    assert parse_spec_text(VALID + "sim:\n  time_scale: 0\n").sim.time_scale == 0
+    assert "no sleeping" in str(ExperimentSpec.model_json_schema()["$defs"]["Knobs"]["properties"]["time_scale"])
+    assert _refused(VALID + "sim:\n  time_scale: -0.5\n").field == "sim.time_scale"
