@@ -57,7 +57,10 @@ def test_live_table_in_a_real_terminal(tmp_path: Path) -> None:
     cmd = (f"cd {shlex.quote(str(tmp_path))} && RAY_USAGE_STATS_ENABLED=0 {shlex.quote(sys.executable)} -m "
            f"cluster.cli run live.yaml --output out; echo EXIT=$?; sleep 600")
     sock = f"sglbench-{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # the pane is 160x50; a COLUMNS/LINES inherited from the caller (CI's environment) would override the size rich
+    # reads from the terminal, and an 80-column table folds the point column over two lines
+    env = {**{k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "TERMINAL_WIDTH")},
+           "PYTHONPATH": str(REPO)}
     subprocess.run([TMUX, "-L", sock, "new-session", "-d", "-s", "live", "-x", "160", "-y", "50", cmd], env=env,
                    check=True, timeout=30)
     frames: list[str] = []
