@@ -14,7 +14,7 @@ import pathlib
 from dataclasses import dataclass
 from typing import Any, Optional, TypeVar
 
-from cluster.errors import PromptSourceError, UserError
+from cluster.errors import PromptSourceError, SglbenchError, UserError
 from cluster.input_files import MAX_JSON_DEPTH, json_depth_offset, read_input_text
 
 E = TypeVar("E", bound=UserError)
@@ -74,8 +74,9 @@ def jsonl_lines(raw: str) -> list[tuple[int, str]]:
     return out
 
 
-class DuplicateKey(ValueError):
-    """A JSON object naming one key twice: the decoder would keep the last value and silently drop the first."""
+class DuplicateKey(SglbenchError, ValueError):
+    """A JSON object naming one key twice: the decoder would keep the last value and silently drop the first
+    (raised inside the decoder's object hook, caught and reported as the source's own error naming file:line)."""
 
     def __init__(self, key: str) -> None:
         super().__init__(key)

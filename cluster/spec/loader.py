@@ -11,7 +11,7 @@ from typing import Any, Optional, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from cluster.errors import UserError
+from cluster.errors import SglbenchError, UserError
 from cluster.input_files import read_input_bytes
 from cluster.spec.models import LENGTH_TAGS, PROMPT_TAGS, STEP_TAGS, TUNING_MODELS, ConversationPrompts, ExperimentSpec, FieldProblem, SpecError
 from cluster.spec.secrets import is_secret_name, mask
@@ -40,8 +40,9 @@ def _int_too_long(node: yaml.ScalarNode) -> str:
             "no field takes a number that large")
 
 
-class _NumberTooLong(yaml.constructor.ConstructorError):
-    """An integer literal past what Python converts (valid YAML, but no field could take it)."""
+class _NumberTooLong(yaml.constructor.ConstructorError, SglbenchError):
+    """An integer literal past what Python converts (valid YAML, but no field could take it); caught by the loader
+    and reported as a SpecError with its line."""
 
 
 class _SpecLoader(yaml.SafeLoader):
