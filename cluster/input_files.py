@@ -26,7 +26,7 @@ import re
 import stat
 from typing import Any, Optional, Union
 
-from cluster.errors import UserError
+from cluster.errors import SglbenchError, UserError
 
 MIB = 1024 * 1024
 DEFAULT_LIMIT_BYTES = 256 * MIB
@@ -174,6 +174,27 @@ def json_depth_offset(text: str, limit: int = MAX_JSON_DEPTH) -> Optional[int]:
     return None
 
 
+class DuplicateJsonKey(SglbenchError, ValueError):
+    """A JSON object naming one key twice (raised by `unique_keys`): the decoder would keep the last value and drop
+    the first silently. `key` is the repeated name."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A json `object_pairs_hook` that refuses a repeated key (DuplicateJsonKey) instead of keeping its last value."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise DuplicateJsonKey(k)
+            seen.add(k)
+    return out
+
+
 def parse_json(text: str, path: PathLike, error: type[UserError], what: str, *, line: Optional[int] = None,
                field: Optional[str] = None, expected: str = "valid JSON") -> Any:
     """json.loads with every decoder failure (syntax, deep nesting, an integer past the digit limit) as `error`."""
@@ -190,5 +211,6 @@ def parse_json(text: str, path: PathLike, error: type[UserError], what: str, *, 
                     expected) from None
 
 
-__all__ = ["DEFAULT_LIMIT_BYTES", "MAX_JSON_DEPTH", "MIB", "check_path_text", "decode_text", "json_depth_exceeds",
-           "json_depth_offset", "parse_json", "read_input_bytes", "read_input_text", "resolve_input"]
+__all__ = ["DEFAULT_LIMIT_BYTES", "DuplicateJsonKey", "MAX_JSON_DEPTH", "MIB", "check_path_text", "decode_text",
+           "json_depth_exceeds", "json_depth_offset", "parse_json", "read_input_bytes", "read_input_text",
+           "resolve_input", "unique_keys"]

@@ -14,8 +14,8 @@ import pathlib
 from dataclasses import dataclass
 from typing import Any, Optional, TypeVar
 
-from cluster.errors import PromptSourceError, SglbenchError, UserError
-from cluster.input_files import MAX_JSON_DEPTH, json_depth_offset, read_input_text
+from cluster.errors import PromptSourceError, UserError
+from cluster.input_files import MAX_JSON_DEPTH, DuplicateJsonKey, json_depth_offset, read_input_text, unique_keys
 
 E = TypeVar("E", bound=UserError)
 
@@ -74,27 +74,7 @@ def jsonl_lines(raw: str) -> list[tuple[int, str]]:
     return out
 
 
-class DuplicateKey(SglbenchError, ValueError):
-    """A JSON object naming one key twice: the decoder would keep the last value and silently drop the first
-    (raised inside the decoder's object hook, caught and reported as the source's own error naming file:line)."""
-
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        seen: set[str] = set()
-        for k, _ in pairs:
-            if k in seen:
-                raise DuplicateKey(k)
-            seen.add(k)
-    return out
-
-
-_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
+_DECODER = json.JSONDecoder(object_pairs_hook=unique_keys)
 
 
 def _decode(raw: str, i: int, path: pathlib.Path, line: int, error: type[PromptSourceError],
@@ -103,7 +83,7 @@ def _decode(raw: str, i: int, path: pathlib.Path, line: int, error: type[PromptS
     the line raw[i] is on, for failures without a position)."""
     try:
         return _DECODER.raw_decode(raw, i)
-    except DuplicateKey as e:
+    except DuplicateJsonKey as e:
         raise _fail(error, path, line, f"key {shown(e.key)} appears twice in one object (JSON keeps only the last)",
                     f"{expected}, each key once") from None
     except json.JSONDecodeError as e:
