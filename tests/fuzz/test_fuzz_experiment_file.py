@@ -20,6 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cluster.dataset.store import safe_name
+from cluster.engines.flag_domains import flag_domain_problem
+from cluster.engines.server_env import set_by_sglbench
 from cluster.errors import UserError
 from cluster.plan.inputs import fixed_port
 from cluster.plan.runs import ResolvedVariant, expand_variants, make_plan
@@ -48,10 +50,11 @@ NUMBERS = st.sampled_from([
 SCALARS = NUMBERS | st.sampled_from([
     '"a\\0b"', '"x\\ny"', '"\\u2028"', "'..'", "a..b", "s4://bucket/x", "s3:/bucket", "file:///tmp/r", "hf://m",
     "'false'", "'true'", "'on'", "2024-01-01", "!!binary aGk=", "!!set {a, b}", "!!python/none ''", "&a 1", "*a",
-    "{<<: {a: 1}}", "{a: {b: {c: 1}}}", "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"])
+    "{<<: {a: 1}}", "{a: {b: {c: 1}}}", '""', "' '", "'--port'", "[]", "[a, '']", "7", "2.0", "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"])
 KEYS = st.sampled_from(["<<", "yes", "null", "1", "port", "mem_fraction_static", "mem-fraction-static", "name",
                         "baseline", "args", "num_steps", "concurrency", "? [a]", "'<<'", "enable-metrics", "sim",
-                        "decode_base_ms", "output", "env", "NCCL_DEBUG"])
+                        "decode_base_ms", "output", "env", "NCCL_DEBUG", "max-running-requests", "kv-cache-dtype",
+                        "CUDA_VISIBLE_DEVICES", "SGLBENCH_SIM", "SGLANG_CACHE_DIR"])
 SPECIAL = st.sampled_from(["\x00", "\ufeff", "\u2028", "\u2029", "\x85", "\r", "\r\n", "\t", "\x1b", "\ud7ff", "é"])
 _NUMBER_RE = re.compile(r"(?<![\w.-])-?\d[\d_.eE+-]*(?![\w.-])")
 
@@ -111,6 +114,14 @@ def _accepted_is_usable(spec: ExperimentSpec, variants: list[ResolvedVariant]) -
         assert len(set(flags)) == len(flags), v.args
         for key, value in v.args.items():
             assert not (isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "on", "off")), key
+            words = value if isinstance(value, list) else [value]
+            assert words, (key, value)  # an empty list renders the flag with no value
+            for w in words:  # every value renders one usable argv word (or a bare/omitted flag)
+                assert not isinstance(w, (dict, list)) and not (isinstance(value, list) and isinstance(w, bool)), key
+                assert not (isinstance(w, str) and (not w.strip() or w.startswith("--"))), (key, w)
+            assert flag_domain_problem(key, value) is None, (key, value)
+        owned = set_by_sglbench(v.tuning.kind if v.tuning is not None else None)
+        assert not set(v.env) & set(owned), v.env
         port = fixed_port(v)
         if arg_flag(v.args, "port") is not None:
             assert port is not None and 1 <= port <= 65535, v.args
