@@ -16,7 +16,9 @@ import re
 import stat
 from typing import Any, Optional
 
-from cluster.errors import SglbenchError, UserError
+from cluster.errors import UserError
+from cluster.input_files import DuplicateJsonKey as _DuplicateKey
+from cluster.input_files import unique_keys as _unique_keys
 from cluster.input_files import (DEFAULT_LIMIT_BYTES, MAX_JSON_DEPTH, MIB, decode_text, parse_json,
                                  read_input_bytes)
 
@@ -123,21 +125,6 @@ def nests_deeper(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
             return False  # mismatched brackets: the decoder reports the syntax error
         rest = inner
     return "[]" in rest
-
-
-class _DuplicateKey(SglbenchError):
-    """A JSON object names one key twice (caught in parse_object and reported as a CheckpointError)."""
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        seen: set[str] = set()
-        for k, _ in pairs:
-            if k in seen:
-                raise _DuplicateKey(k)
-            seen.add(k)
-    return out
 
 
 def parse_object(text: str, path: str, what: str) -> dict[str, Any]:
