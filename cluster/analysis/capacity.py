@@ -35,10 +35,9 @@ CAPACITY_METHOD = (
 
 
 def search_of(store: DatasetStore) -> Optional[SearchSpec]:
-    """The experiment's `load.search`, from its recorded spec (None: the experiment searched nothing)."""
-    meta = store.read_experiment_meta() or {}
-    raw = ((meta.get("spec") or {}).get("load") or {}).get("search")
-    return SearchSpec.model_validate(raw) if raw else None
+    """The experiment's `load.search`, from its recorded spec (None: the experiment searched nothing); a stored
+    search that does not validate is read_stored_spec's StoreError naming experiment.json."""
+    return store.read_stored_spec(SearchSpec, "load", "search")
 
 
 def _repeat_answer(search: CapacitySearch, g: pd.DataFrame) -> tuple[CapacityAnswer, list[str]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 import pandas as pd
@@ -12,6 +12,9 @@ import pandas as pd
 from cluster.analysis import stats
 from cluster.analysis.query import POINT_KEYS, connect, resolve_baseline
 from cluster.dataset.store import DatasetStore, ExperimentNotFound
+
+if TYPE_CHECKING:
+    from cluster.plan.runs import ResolvedVariant
 
 MIN_DURATION_S = 10.0
 """A measured window shorter than this is flagged: warm-up transients and scheduling noise dominate it."""
@@ -350,72 +353,85 @@ def compare_view(ci: pd.DataFrame) -> pd.DataFrame:
     })
 
 
-def resolved_cap_problems(root: str, experiment: str) -> list[str]:
-    """One line per variant whose server resolved a different running-request cap than the baseline's (plan.fairness
-    resolved_cap_findings over the stored resolved args: e.g. a NEXTN variant capped by Mamba state slots)."""
+def resolved_args_of(text: Optional[str], root: str, experiment: str) -> Optional[dict[str, Any]]:
+    """A runs row's resolved_args_json as the object the writer stored (None: none stored); StoreError naming the
+    column when the text is not a JSON object (a string column no file check reads inside)."""
     import json as _json
 
-    from cluster.dataset.store import DatasetStore
-    from cluster.plan.fairness import format_findings, resolved_cap_findings
+    from cluster.dataset.root import StoreError
+
+    if not text:
+        return None
+    try:
+        doc = _json.loads(text)
+    except ValueError as e:  # JSONDecodeError, and a digit-limit ValueError
+        doc = e
+    if not isinstance(doc, dict):
+        got = f"not JSON ({doc})" if isinstance(doc, ValueError) else f"a {type(doc).__name__}"
+        raise StoreError(f"{root}/{experiment}: runs column resolved_args_json holds {got}, not a JSON object",
+                         field="resolved_args_json", expected="the JSON object of /server_info's args")
+    return doc
+
+
+def _stored_args(root: str, experiment: str, runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """variant → the resolved args of its first run that did not fail and stored some."""
+    resolved: dict[str, dict[str, Any]] = {}
+    for r in runs:
+        if r["status"] != "failed" and r["variant"] not in resolved:
+            args = resolved_args_of(r["resolved_args_json"], root, experiment)
+            if args is not None:
+                resolved[r["variant"]] = args
+    return resolved
+
+
+def _stored_variants(store: DatasetStore) -> Optional[list[ResolvedVariant]]:
+    """The variants of the spec experiment.json records (None: it records none); StoreError when it does not
+    validate as this sglbench's ExperimentSpec (DatasetStore.read_stored_spec)."""
     from cluster.plan.runs import expand_variants
     from cluster.spec.models import ExperimentSpec
 
+    spec = store.read_stored_spec(ExperimentSpec)
+    return None if spec is None else list(expand_variants(spec))
+
+
+def resolved_cap_problems(root: str, experiment: str) -> list[str]:
+    """One line per variant whose server resolved a different running-request cap than the baseline's (plan.fairness
+    resolved_cap_findings over the stored resolved args: e.g. a NEXTN variant capped by Mamba state slots)."""
+    from cluster.plan.fairness import format_findings, resolved_cap_findings
+
     store = DatasetStore(root, experiment)
-    meta = store.read_experiment_meta() or {}
-    if "spec" not in meta:
+    variants = _stored_variants(store)
+    if variants is None:
         return []
     runs = store.read_table("runs", columns=["variant", "status", "resolved_args_json"]).to_pylist()
-    resolved: dict[str, dict[str, Any]] = {}
-    for r in runs:
-        if r["status"] != "failed" and r["resolved_args_json"]:
-            resolved.setdefault(r["variant"], _json.loads(r["resolved_args_json"]))
-    variants = expand_variants(ExperimentSpec.model_validate(meta["spec"]))
-    return format_findings(resolved_cap_findings(variants, resolved))
+    return format_findings(resolved_cap_findings(variants, _stored_args(root, experiment, runs)))
 
 
 def served_devices(root: str, experiment: str) -> set[str]:
     """The devices the servers said they ran on (`device` in their resolved args from /server_info), e.g. {"cpu"}."""
-    import json as _json
-
-    from cluster.dataset.store import DatasetStore
-
     runs = DatasetStore(root, experiment).read_table("runs", columns=["resolved_args_json"]).to_pylist()
     out: set[str] = set()
     for r in runs:
-        if r["resolved_args_json"]:
-            device = _json.loads(r["resolved_args_json"]).get("device")
-            if isinstance(device, str):
-                out.add(device)
+        device = (resolved_args_of(r["resolved_args_json"], root, experiment) or {}).get("device")
+        if isinstance(device, str):
+            out.add(device)
     return out
 
 
 def unintended_differences(root: str, experiment: str) -> dict[str, dict[str, tuple[Any, Any]]]:
     """variant → resolved server args (from /server_info, stored per run) that differ from the baseline's, minus
     the speculative settings and every arg the spec itself declares differently for that variant."""
-    import json as _json
-
     from cluster.plan.fairness import resolved_differences
-    from cluster.plan.runs import expand_variants
-    from cluster.spec.models import ExperimentSpec
-    from cluster.dataset.store import DatasetStore
 
     store = DatasetStore(root, experiment)
-    meta = store.read_experiment_meta() or {}
     runs = store.read_table("runs", columns=["variant", "status", "is_baseline", "resolved_args_json"]).to_pylist()
-    resolved: dict[str, dict[str, Any]] = {}
-    baseline = None
-    for r in runs:
-        if r["status"] == "failed" or not r["resolved_args_json"]:
-            continue
-        resolved.setdefault(r["variant"], _json.loads(r["resolved_args_json"]))
-        if r["is_baseline"]:
-            baseline = r["variant"]
-    if baseline is None or baseline not in resolved:
+    resolved = _stored_args(root, experiment, runs)
+    baseline = next((r["variant"] for r in runs if r["is_baseline"] and r["variant"] in resolved), None)
+    if baseline is None:
         return {}
     declared: dict[str, dict[str, Any]] = {}
-    if "spec" in meta:
-        for v in expand_variants(ExperimentSpec.model_validate(meta["spec"])):
-            declared[v.name] = {k.replace("-", "_"): val for k, val in v.args.items()}
+    for v in _stored_variants(store) or []:
+        declared[v.name] = {k.replace("-", "_"): val for k, val in v.args.items()}
     out: dict[str, dict[str, tuple[Any, Any]]] = {}
     for name, args in resolved.items():
         if name == baseline:

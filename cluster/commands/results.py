@@ -260,17 +260,18 @@ def print_compare(root: str, experiment: str, baseline: Optional[str], fmt_name:
 
 def print_resolved_differences(root: str, experiment: str) -> None:
     """Name every resolved server arg that differs from the baseline's besides what the variant declared."""
-    from cluster.analysis.comparison import unintended_differences
+    from cluster.analysis.comparison import resolved_cap_problems, unintended_differences
 
     try:
         diffs = unintended_differences(root, experiment)
-    except (SglbenchError, ValueError, KeyError) as e:  # an older dataset: a spec that no longer validates, a column
-        # it lacks (pydantic and pyarrow raise ValueErrors); the table above stays, the note says why this is missing
-        err_console.print(f"[yellow]note[/] resolved-args comparison unavailable: {e}", soft_wrap=True)
+        caps = resolved_cap_problems(root, experiment)
+    except (SglbenchError, ValueError, KeyError) as e:  # an older dataset: a stored spec that does not validate
+        # (read_stored_spec's StoreError), a column it lacks (pyarrow raises ValueErrors); the table above stays, the
+        # note says why this comparison is missing
+        err_console.print(f"[yellow]note[/] resolved-args comparison unavailable: {escape(str(e))}", soft_wrap=True,
+                          highlight=False)
         return
-    from cluster.analysis.comparison import resolved_cap_problems
-
-    for line in resolved_cap_problems(root, experiment):  # the caps the servers really ran, not the declared flags
+    for line in caps:  # the caps the servers really ran, not the declared flags
         console.print(line, style="red", highlight=False, soft_wrap=True, markup=False)
     for variant, d in diffs.items():
         items = "; ".join(f"{k}: {a!r} (baseline) vs {b!r}" for k, (a, b) in d.items())

@@ -12,10 +12,11 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, TypeVar
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+from pydantic import BaseModel, ValidationError
 
 from cluster.analysis.gpu_metrics import GPU_METRIC_NAMES
 from cluster.analysis.metrics import METRIC_NAMES
@@ -25,6 +26,8 @@ from cluster.dataset.root import (KIND_TEXT, PARTITION_COLUMN, RUN_KEY_RE, DataF
                                   read_error, read_parquet, safe_name, table_layout, verify_pages)
 from cluster.errors import UserError
 from cluster.input_files import decode_text, parse_json, read_input_bytes
+
+StoredModel = TypeVar("StoredModel", bound=BaseModel)
 
 RUN_METRIC_NAMES: tuple[str, ...] = METRIC_NAMES + GPU_METRIC_NAMES
 """The fixed m_ columns of `runs`: request metrics (analysis/metrics.py), then GPU figures (analysis/gpu_metrics.py)."""
@@ -127,6 +130,37 @@ class StoreReader:
             raise StoreError(f"{path}: {what} holds {type(doc).__name__}, not a JSON object", file=path,
                              expected="a JSON object written by sglbench")
         return doc
+
+    def read_stored_spec(self, model: type[StoredModel], *keys: str) -> Optional[StoredModel]:
+        """experiment.json's spec (or its part under `keys`, e.g. "load", "search") validated as this sglbench's
+        `model`; None where experiment.json, the spec or a level under it is absent or null. A level that is not an
+        object, or a value that does not validate (a field a newer or older sglbench wrote, a missing one), is a
+        StoreError naming experiment.json and the field: every reader that re-validates the stored spec goes here,
+        so none of them can let pydantic's ValidationError (or an AttributeError on a non-object) escape."""
+        meta = self.read_experiment_meta()
+        path = f"{self.base}/experiment.json"
+        value: Any = meta
+        where = "spec"
+        for key in ("spec", *keys):
+            if value is None:
+                return None
+            if not isinstance(value, dict):
+                raise StoreError(f"{path}: {where} holds {type(value).__name__}, not an object", file=path,
+                                 field=where, expected="the object sglbench wrote")
+            value = value.get(key)
+            where = "spec" if key == "spec" else f"{where}.{key}"
+        if value is None:
+            return None
+        try:
+            return model.model_validate(value)
+        except ValidationError as e:
+            first = e.errors()[0]
+            loc = ".".join(str(x) for x in first["loc"])
+            field = f"{where}.{loc}" if loc else where
+            raise StoreError(f"{path}: {field}: {first['msg']} (the stored spec does not validate as this "
+                             f"sglbench's {model.__name__}: written by another version, or edited; "
+                             f"{e.error_count()} problem(s))", file=path, field=field,
+                             expected=f"a {model.__name__} this sglbench reads") from None
 
     def _read_remote(self, path: str, what: str) -> bytes:
         try:

@@ -28,7 +28,8 @@ load: {concurrency: [1]}
 
 def write_dataset(root: Path, name: str = "exp1", n_requests: int = 50) -> tuple[DatasetStore, list[RunPlan]]:
     """A valid dataset written by the store's own writer: SPEC's two runs under `name` (their rows differ)."""
-    plans = make_plan(parse_spec_text(SPEC.replace("name: exp1", f"name: {name}")))
+    spec = parse_spec_text(SPEC.replace("name: exp1", f"name: {name}"))
+    plans = make_plan(spec)
     store = DatasetStore(str(root), name)
     for k, p in enumerate(plans):
         recs = [RequestRecord(request_index=i, intended_send_ns=0, actual_send_ns=i + k, prompt_tokens_sent=16,
@@ -37,5 +38,5 @@ def write_dataset(root: Path, name: str = "exp1", n_requests: int = 50) -> tuple
         reqs, chunks = request_batches(recs)
         store.write_run(p, {"status": "ok", "duration_s": 1.0 + k, "metrics": summarize_run(reqs, chunks, 1.0)},
                         reqs, chunks)
-    store.write_experiment_meta({"spec": {"name": name}})
+    store.write_experiment_meta({"spec": spec.model_dump(mode="json")})  # what a run stores: compare re-validates it
     return store, plans

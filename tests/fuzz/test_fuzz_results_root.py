@@ -1,14 +1,18 @@
 """Fuzz the results root on disk: a valid dataset written by the store's own writer, mutated on disk, then read by
-every read path (the store, the DuckDB views `results show/query` use, compare's runs table, listing).
+every read path (the store, the DuckDB views `results show/query` use, compare's runs table and the readers of the
+stored spec and resolved args behind its notes, capacity's stored search, listing).
 
 Invariants: only sglbench's own errors escape, each read ends within its deadline, and a read either returns
 exactly what the valid dataset holds or is refused: no row of a mutated file is ever returned as valid
-(experiment.json is plain JSON without a checksum: an edit that leaves it a JSON object is read as written).
+(experiment.json is plain JSON without a checksum: an edit that leaves it a JSON object is read as written, and a
+reader of the stored spec then returns its own type or refuses; the "spec" mutation sets one value in the spec,
+at any depth, to another JSON value or adds a key, which is what another sglbench version or a hand edit writes).
 CI runs budget(40) examples; `bash scripts/fuzz.sh -k results_root` runs it longer.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -22,6 +26,8 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from cluster.analysis.capacity import search_of
+from cluster.analysis.comparison import resolved_cap_problems, served_devices, unintended_differences
 from cluster.analysis.query import compare_table, query
 from cluster.dataset.store import DatasetStore, list_experiments
 from cluster.errors import SglbenchError
@@ -43,6 +49,10 @@ def _reads(root: Path) -> dict[str, Callable[[], Any]]:
         "show": lambda: query(r, "fz", SHOW_SQL),
         "requests_view": lambda: query(r, "fz", "SELECT * FROM request_metrics ORDER BY run_key, request_index"),
         "compare": lambda: compare_table(r, "fz"),
+        "differences": lambda: unintended_differences(r, "fz"),
+        "caps": lambda: resolved_cap_problems(r, "fz"),
+        "devices": lambda: served_devices(r, "fz"),
+        "search": lambda: search_of(DatasetStore(r, "fz")),
         "list": lambda: list_experiments(r),
     }
 
@@ -73,7 +83,11 @@ class Mutation:
 
 NAMES = st.text(st.characters(blacklist_characters="/\x00", blacklist_categories=["Cs"]), min_size=1, max_size=12)
 KINDS = ["truncate", "flip", "other_table", "retype", "retag", "empty", "stray_file", "stray_dir", "symlink", "loop",
-         "fifo", "file_to_dir", "meta"]
+         "fifo", "file_to_dir", "meta", "spec"]
+SPEC_READS = {"meta": dict, "differences": dict, "caps": list, "search": type(None)}
+"""The reads an edited experiment.json may change, and the type each then returns when it does not refuse (the
+spec's load has no search, so an edit may add one: SearchSpec is checked separately)."""
+JSON_VALUES = [None, 0, -1, 3.5, "", "x", [], [1], {}, {"k": 1}, True]
 MUTATIONS = st.builds(Mutation, st.sampled_from(KINDS),
                       st.integers(0, 63), st.floats(0.0, 0.999), st.integers(0, 255), NAMES)
 
@@ -129,6 +143,8 @@ def _apply(root: Path, m: Mutation) -> None:
         data = bytearray(meta.read_bytes())
         data[int(len(data) * m.a)] = m.b
         meta.write_bytes(bytes(data))
+    elif m.kind == "spec":
+        _edit_spec(root / "fz" / "experiment.json", m)
     elif m.kind == "file_to_dir":
         f.unlink()
         f.mkdir()
@@ -148,6 +164,32 @@ def _apply(root: Path, m: Mutation) -> None:
             os.mkfifo(stray)
 
 
+def _edit_spec(meta: Path, m: Mutation) -> None:
+    """Set one value in experiment.json's spec (picked by m.target among every object and list in it, key by m.b)
+    to another JSON value, or add key m.name to an object."""
+    try:
+        doc = json.loads(meta.read_bytes())
+    except ValueError:
+        return  # a "meta" mutation already made it unreadable
+    if not isinstance(doc, dict):
+        return
+    spots: list[Any] = [doc]
+    k = 0
+    while k < len(spots):
+        node = spots[k]
+        spots.extend(v for v in (node.values() if isinstance(node, dict) else node) if isinstance(v, (dict, list)))
+        k += 1
+    node = spots[m.target % len(spots)]
+    value = JSON_VALUES[m.b % len(JSON_VALUES)]
+    if isinstance(node, dict) and (not node or m.a < 0.25):
+        node[m.name] = value
+    elif isinstance(node, dict):
+        node[sorted(node)[m.b % len(node)]] = value
+    elif node:
+        node[m.b % len(node)] = value
+    meta.write_text(json.dumps(doc))
+
+
 @settings(FUZZ, max_examples=budget(40))
 @given(st.lists(MUTATIONS, min_size=1, max_size=3))
 def test_fuzz_results_root(tmp_path: Path, pristine: tuple[Path, dict[str, Any]], mutations: list[Mutation]) -> None:
@@ -164,8 +206,11 @@ def test_fuzz_results_root(tmp_path: Path, pristine: tuple[Path, dict[str, Any]]
             except SglbenchError:
                 got = None
             assert time.monotonic() - t0 < DEADLINE_S, (name, mutations)
-            if got is not None and name == "meta" and any(m.kind == "meta" for m in mutations):
-                assert isinstance(got, dict), mutations  # plain JSON: an edit that stays JSON is the user's
+            if got is not None and name in SPEC_READS and any(m.kind in ("meta", "spec") for m in mutations):
+                from cluster.spec.models import SearchSpec  # plain JSON: an edit that stays JSON is the user's
+
+                assert isinstance(got, (SPEC_READS[name], SearchSpec) if name == "search" else SPEC_READS[name]), (
+                    name, mutations)
             elif got is not None:
                 assert _same(want[name], got), (name, mutations)
     finally:
