@@ -25,6 +25,8 @@ from cluster.dataset.root import (KIND_TEXT, PARTITION_COLUMN, RUN_KEY_RE, DataF
                                   check_runs_file, check_schema, file_schema, list_dir, open_root, path_kind,
                                   read_error, read_parquet, safe_name, table_layout, verify_pages)
 from cluster.errors import UserError
+from cluster.probe.files import one_line
+from cluster.plan.runs import RECORD_SCHEMA_VERSION
 from cluster.input_files import decode_text, parse_json, read_input_bytes
 
 StoredModel = TypeVar("StoredModel", bound=BaseModel)
@@ -97,6 +99,14 @@ class StoreReader:
         if kind not in ("dir", "missing"):
             raise StoreError(f"{self.base} is {KIND_TEXT[kind]}, not an experiment directory", file=self.base,
                              expected="a directory written by sglbench")
+        if kind == "dir" and self._local and os.path.islink(self.base):
+            # Decision (F25): a symlinked experiment directory is followed when its target is one sglbench wrote
+            # (an experiment moved to another disk); any other target is named, not listed as foreign tables.
+            target = os.path.realpath(self.base)
+            if not any(os.path.lexists(os.path.join(target, n)) for n in ("experiment.json", "runs")):
+                raise StoreError(f"{self.base} is a symlink to {one_line(target)}, which holds no experiment.json "
+                                 "and no runs/; expected the experiment's own directory", file=self.base,
+                                 expected="the experiment's directory (or a symlink to one)")
         return kind == "dir"
 
     def read_variant_table(self, table_name: str, variant: str, key: str) -> Optional[pa.Table]:
@@ -207,7 +217,9 @@ class StoreReader:
     def _check(self, table: str, f: DataFile, run: Optional[dict[str, object]] = None) -> _Checked:
         """The file's schema (and a runs file's identity) once it has shown it is this table's file of this
         experiment and run (root.py's rules); `run` is the runs row's identity a per-run file must repeat."""
-        expect: dict[str, object] = {"experiment": self.experiment}
+        # a file that carries the partition column itself (the writer leaves it to the directory) must agree with
+        # its directory: read_table keeps a file's own column, so variant=base/ could otherwise hold variant 'other'
+        expect: dict[str, object] = {"experiment": self.experiment, PARTITION_COLUMN: f.variant}
         if table not in VARIANT_TABLES:
             expect.update(run or {"run_key": f.key})
         stamp = _stamp(self.fs, f.path)
@@ -220,6 +232,12 @@ class StoreReader:
         check_identity(self.fs, f.path, schema, meta, expect)
         identity = check_runs_file(self.fs, f.path, [c for c in _IDENTITY if c in schema.names]) \
             if table == "runs" else {}
+        version = identity.get("schema_version")
+        if isinstance(version, int) and version != RECORD_SCHEMA_VERSION:  # before the run's files are held to it
+            age = "newer" if version > RECORD_SCHEMA_VERSION else "older"
+            raise StoreError(f"{f.path}: schema_version {version} is {age} than this sglbench reads (schema_version "
+                             f"{RECORD_SCHEMA_VERSION}); read it with the sglbench that wrote it", file=f.path,
+                             field="schema_version", expected=f"schema_version {RECORD_SCHEMA_VERSION}")
         out = _Checked(schema, identity)
         if memo:
             _CHECKED[memo] = out

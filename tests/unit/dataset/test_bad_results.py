@@ -63,6 +63,10 @@ def _mutate(root: Path, op: str, args: list[Path]) -> None:
     elif op == "replace_with_file":
         shutil.rmtree(p)
         p.write_text("not a table\n")
+    elif op == "version99":  # a runs row another (newer) sglbench wrote
+        t = pq.read_table(p)
+        i = t.schema.get_field_index("schema_version")
+        pq.write_table(t.set_column(i, t.field(i), pa.array([99], pa.int32())), p)
     elif op == "spec_extra":  # a field another sglbench version wrote into the stored spec
         doc = json.loads(p.read_text())
         p.write_text(json.dumps({**doc, "spec": {**doc["spec"], "new_field_from_v2": 1}}))

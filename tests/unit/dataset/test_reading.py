@@ -311,3 +311,48 @@ def test_files_of_an_unknown_table_that_do_not_fit_one_schema_are_refused(tmp_pa
         with pytest.raises(StoreError, match="server_metrics: its files do not fit one table"):
             read()  # DuckDB's union_by_name read 0.5 as the text '0.5'
 
+
+
+def _set_column(path: Path, column: str, value: pa.Array) -> None:
+    t = pq.read_table(path)
+    i = t.schema.get_field_index(column)
+    t = t.set_column(i, t.field(i), value) if i >= 0 else t.append_column(pa.field(column, value.type, False), value)
+    pq.write_table(t, path)
+
+
+def test_a_file_whose_own_variant_column_contradicts_its_partition_is_refused(tmp_path: Path) -> None:
+    """F23's class: the writer leaves the variant to the directory, but read_table keeps a file's own column, so a
+    runs (or requests) file under variant=base/ holding variant 'other' was shown and queried as base's."""
+    for table in ("runs", "requests"):
+        root = tmp_path / table
+        _, plans = write_dataset(root)
+        f = _file(root, table, plans[0])
+        n = pq.read_metadata(f).num_rows
+        _set_column(f, "variant", pa.array(["other"] * n, pa.string()))
+        err = _refused(root, f)
+        assert "column 'variant' is not" in str(err) and err.field == "variant"
+
+
+def test_a_runs_row_of_another_schema_version_is_refused_on_the_runs_file(tmp_path: Path) -> None:
+    """F24: schema_version 99 was reported on the run's chunks file as 'its rows are not this file's'."""
+    _, plans = write_dataset(tmp_path)
+    f = _file(tmp_path, "runs", plans[0])
+    _set_column(f, "schema_version", pa.array([99], pa.int32()))
+    err = _refused(tmp_path, f)
+    assert "schema_version 99 is newer than this sglbench reads" in str(err), err
+
+
+def test_a_symlinked_experiment_directory_is_followed_only_to_an_experiment(tmp_path: Path) -> None:
+    """F25 (decision: follow a symlink to an experiment sglbench wrote, name any other target): exp1 -> /etc was
+    reported as '.../exp1/debian_version is a file where the store keeps a table directory'."""
+    write_dataset(tmp_path / "elsewhere")
+    (tmp_path / "root").mkdir()
+    (tmp_path / "root" / "exp1").symlink_to(tmp_path / "elsewhere" / "exp1")
+    assert query(str(tmp_path / "root"), "exp1", "SELECT count(*) AS n FROM runs")["n"][0] == 2
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "debian_version").write_text("12\n")
+    (tmp_path / "root" / "exp1").unlink()
+    (tmp_path / "root" / "exp1").symlink_to(foreign)
+    with pytest.raises(StoreError, match=f"exp1 is a symlink to {foreign}, which holds no experiment.json"):
+        query(str(tmp_path / "root"), "exp1", "SELECT count(*) FROM runs")
