@@ -195,15 +195,65 @@ def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+class NotJsonConstant(SglbenchError, ValueError):
+    """`NaN`, `Infinity` or `-Infinity` in a user's JSON (raised by `refuse_constant`): Python's decoder reads them,
+    but they are not JSON (RFC 8259), and a NaN length or time compares false with every bound."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"{name} is not JSON; a number must be finite")
+        self.name = name
+
+
+def refuse_constant(name: str) -> Any:
+    """A json `parse_constant` hook refusing NaN, Infinity and -Infinity (NotJsonConstant)."""
+    raise NotJsonConstant(name)
+
+
+def text_problem(s: str) -> Optional[str]:
+    """Why a string decoded from a user's file is not text that can be sent on: it holds a NUL (which every C
+    boundary, a tokenizer's included, may cut at) or a lone surrogate escape such as "\\ud800" (a str no UTF-8
+    stream can encode); None when it is text."""
+    if "\x00" in s:
+        return "holds a NUL character"
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return "holds a lone surrogate escape, not Unicode text"
+    return None
+
+
+def first_text_problem(value: Any) -> Optional[tuple[str, str]]:
+    """(key path, why) of the first string (key or value) anywhere in a parsed JSON value that `text_problem`
+    refuses; None when every string is text. Iterative: the depth is the decoder's, bounded by MAX_JSON_DEPTH."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        where, v = stack.pop()
+        if isinstance(v, str):
+            why = text_problem(v)
+            if why is not None:
+                return where or "<root>", why
+        elif isinstance(v, dict):
+            for k, item in v.items():
+                key_path = f"{where}.{k}" if where else str(k)
+                why = text_problem(str(k))
+                if why is not None:
+                    return key_path, f"(a key) {why}"
+                stack.append((key_path, item))
+        elif isinstance(v, list):
+            stack.extend((f"{where}[{i}]", item) for i, item in enumerate(v))
+    return None
+
+
 def parse_json(text: str, path: PathLike, error: type[UserError], what: str, *, line: Optional[int] = None,
-               field: Optional[str] = None, expected: str = "valid JSON") -> Any:
-    """json.loads with every decoder failure (syntax, deep nesting, an integer past the digit limit) as `error`."""
+               field: Optional[str] = None, expected: str = "valid JSON", allow_nan: bool = True) -> Any:
+    """json.loads with every decoder failure (syntax, deep nesting, an integer past the digit limit) as `error`;
+    `allow_nan=False` refuses NaN/Infinity too (not JSON, though Python's decoder reads them)."""
     where = f"line {line}: " if line is not None else ""
     if json_depth_exceeds(text):
         raise _fail(error, path, f"{where}JSON nests more than {MAX_JSON_DEPTH} levels", field,
                     f"{expected}, nested at most {MAX_JSON_DEPTH} levels")
     try:
-        return json.loads(text)
+        return json.loads(text) if allow_nan else json.loads(text, parse_constant=refuse_constant)
     except RecursionError:
         raise _fail(error, path, f"{where}JSON nests too deeply", field, expected) from None
     except ValueError as e:  # JSONDecodeError, and int() past sys.get_int_max_str_digits()
@@ -211,6 +261,6 @@ def parse_json(text: str, path: PathLike, error: type[UserError], what: str, *, 
                     expected) from None
 
 
-__all__ = ["DEFAULT_LIMIT_BYTES", "DuplicateJsonKey", "MAX_JSON_DEPTH", "MIB", "check_path_text", "decode_text",
-           "json_depth_exceeds", "json_depth_offset", "parse_json", "read_input_bytes", "read_input_text",
-           "resolve_input", "unique_keys"]
+__all__ = ["DEFAULT_LIMIT_BYTES", "DuplicateJsonKey", "MAX_JSON_DEPTH", "MIB", "NotJsonConstant", "check_path_text",
+           "decode_text", "first_text_problem", "json_depth_exceeds", "json_depth_offset", "parse_json",
+           "read_input_bytes", "read_input_text", "refuse_constant", "resolve_input", "text_problem", "unique_keys"]

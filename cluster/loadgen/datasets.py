@@ -230,6 +230,9 @@ def _parse_row(path: pathlib.Path, rec: SourceRecord) -> Prompt:
 
     if not isinstance(obj, dict):
         raise bad(f"expected a JSON object with 'prompt' or 'input_ids', got {type(obj).__name__}")
+    if "input_ids" in obj and "prompt" in obj:  # which one would be sent is a guess: refuse, as traces do
+        raise bad("expected exactly one of 'prompt', 'input_ids', got both", "input_ids",
+                  "exactly one of 'prompt', 'input_ids'")
     if "input_ids" in obj:
         ids = obj["input_ids"]
         if (

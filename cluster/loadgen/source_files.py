@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Optional, TypeVar
 
 from cluster.errors import PromptSourceError, UserError
-from cluster.input_files import MAX_JSON_DEPTH, DuplicateJsonKey, json_depth_offset, read_input_text, unique_keys
+from cluster.input_files import (MAX_JSON_DEPTH, DuplicateJsonKey, NotJsonConstant, first_text_problem,
+                                 json_depth_offset, read_input_text, refuse_constant, unique_keys)
 
 E = TypeVar("E", bound=UserError)
 
@@ -74,15 +75,19 @@ def jsonl_lines(raw: str) -> list[tuple[int, str]]:
     return out
 
 
-_DECODER = json.JSONDecoder(object_pairs_hook=unique_keys)
+_DECODER = json.JSONDecoder(object_pairs_hook=unique_keys, parse_constant=refuse_constant)
 
 
 def _decode(raw: str, i: int, path: pathlib.Path, line: int, error: type[PromptSourceError],
             expected: str) -> tuple[Any, int]:
     """The JSON value starting at raw[i] and where it ends; every decoder failure as `error` at its line (`line` is
-    the line raw[i] is on, for failures without a position)."""
+    the line raw[i] is on, for failures without a position). NaN/Infinity are refused (not JSON), and so is a
+    string holding a NUL or a lone surrogate: JSON can only spell either as a \\u escape, so only a row holding
+    one is walked."""
     try:
-        return _DECODER.raw_decode(raw, i)
+        value, end = _DECODER.raw_decode(raw, i)
+    except NotJsonConstant as e:
+        raise _fail(error, path, line, f"invalid JSON ({e}); expected {expected}", expected) from None
     except DuplicateJsonKey as e:
         raise _fail(error, path, line, f"key {shown(e.key)} appears twice in one object (JSON keeps only the last)",
                     f"{expected}, each key once") from None
@@ -91,6 +96,12 @@ def _decode(raw: str, i: int, path: pathlib.Path, line: int, error: type[PromptS
         raise _fail(error, path, at, f"invalid JSON ({e.msg}); expected {expected}", expected) from None
     except (ValueError, RecursionError) as e:  # an integer past Python's digit limit
         raise _fail(error, path, line, f"invalid JSON ({e}); expected {expected}", expected) from None
+    if raw.find("\\u", i, end) != -1:
+        bad = first_text_problem(value)
+        if bad is not None:
+            raise _fail(error, path, line, f"{shown(bad[0])} {bad[1]}",
+                        f"{expected}, every string Unicode text without NUL")
+    return value, end
 
 
 def jsonl_records(path: pathlib.Path, raw: str, error: type[PromptSourceError], expected: str) -> list[SourceRecord]:

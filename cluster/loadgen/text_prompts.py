@@ -74,7 +74,12 @@ def corpus_text(path: Path) -> str:
     line."""
     raw = read_source_text(path, TextPromptError, "corpus")
     if path.suffix != ".jsonl":
-        return raw
+        nul = raw.find("\x00")
+        if nul != -1:  # JSON can only escape a NUL (refused where it is decoded); plain text holds it raw
+            where = f"{path}:{raw.count(chr(10), 0, nul) + 1}"
+            raise TextPromptError(f"{where}: the corpus holds a NUL character (byte {len(raw[:nul].encode())}), "
+                                  "not text", file=where, expected="UTF-8 text without NUL")
+        return _some_text(path, raw)
     parts = []
     for rec in json_records(path, raw, TextPromptError, CORPUS_EXPECTED):
         obj = rec.value
@@ -86,7 +91,17 @@ def corpus_text(path: Path) -> str:
             raise TextPromptError(f"{where}: expected a string field 'text' or 'prompt' (got {got})", file=where,
                                   field=key, expected=CORPUS_EXPECTED)
         parts.append(text)
-    return "\n\n".join(parts)
+    return _some_text(path, "\n\n".join(parts))
+
+
+def _some_text(path: Path, text: str) -> str:
+    """The corpus text, refused when it has nothing but whitespace (no window could be drawn from it, and an empty
+    file says its writer failed, not that it wants empty prompts)."""
+    if not text.strip():
+        raise TextPromptError(f"{path}: no text to draw prompts from (the corpus is "
+                              f"{'empty' if not text else 'whitespace only'})", file=str(path),
+                              expected="a corpus of UTF-8 text")
+    return text
 
 
 def build_text_prompts(workload: WorkloadSpec, n: int, seed: int, base_dir: Path, model_path: str) -> list[Prompt]:

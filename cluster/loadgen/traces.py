@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import io
 import pathlib
+import re
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -30,6 +31,14 @@ TIME_FIELDS = {"timestamp_s": 1.0, "timestamp_ms": 1e-3}
 LENGTH_FIELDS = ("input_tokens", "output_tokens")
 MAX_TRACE_TOKENS = 1_000_000
 """Most tokens a row may ask for, in or out: the spec's bound on a token count (cluster/spec/models.py TokenCount)."""
+
+
+CSV_BLANKS = " \t"
+"""Blanks around a CSV cell that are not part of its number ("10, 20" is a common way to write a row)."""
+_CSV_COUNT = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+_CSV_TIME = re.compile(r"[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+"""What a CSV cell's number may be. Python's int()/float() also read '1_0' as 10, Arabic-Indic or full-width digits,
+'nan', 'inf' and surrounding Unicode spaces: none is a number a CSV writer emits, so each is refused, not guessed."""
 
 
 class TraceError(PromptSourceError):
@@ -62,6 +71,9 @@ def _row(path: pathlib.Path, row: int, line: int, obj: Any, cells: bool = False)
         raise bad(f"expected exactly one of timestamp_s, timestamp_ms, got {', '.join(times) or 'neither'}",
                   "timestamp_s", "one timestamp column")
     raw_t = obj[times[0]]
+    if cells and not _CSV_TIME.fullmatch(raw_t.strip(CSV_BLANKS)):
+        raise bad(f"{times[0]} {shown(raw_t)} is not a number of seconds (ASCII digits, an optional fraction and "
+                  "exponent)", times[0], "a finite time >= 0, written like 12.5 or 1.7e9")
     if not cells and (isinstance(raw_t, bool) or not isinstance(raw_t, (int, float))):
         raise bad(f"{times[0]} {shown(raw_t)} is not a number of seconds (a JSON number)", times[0],
                   "a finite time >= 0, as a JSON number")
@@ -76,11 +88,9 @@ def _row(path: pathlib.Path, row: int, line: int, obj: Any, cells: bool = False)
         v = obj.get(k)
         n = -1
         if isinstance(v, str) and cells:
-            try:
+            if _CSV_COUNT.fullmatch(v.strip(CSV_BLANKS)):
                 f = float(v)
                 n = int(f) if f.is_integer() else -1
-            except ValueError:
-                pass
         elif isinstance(v, int) and not isinstance(v, bool):
             n = v
         elif isinstance(v, float) and v.is_integer():
@@ -112,7 +122,7 @@ def load_trace(path: pathlib.Path) -> list[TraceRow]:
 
 def _csv_rows(path: pathlib.Path, raw: str) -> list[TraceRow]:
     """The records of a CSV trace after its header, each with the line it starts on."""
-    reader = csv.reader(io.StringIO(raw, newline=""))
+    reader = csv.reader(io.StringIO(raw, newline=""), strict=True)  # strict: an unclosed quote is an error
     header: Optional[list[str]] = None
     rows: list[TraceRow] = []
     end_line = 0
@@ -121,8 +131,11 @@ def _csv_rows(path: pathlib.Path, raw: str) -> list[TraceRow]:
         try:
             rec = next(reader, None)
         except csv.Error as e:  # a field past the csv module's limit, a NUL, a stray quote
-            raise TraceError(f"{path}:{start}: not a CSV record ({e})", file=f"{path}:{start}",
-                             expected=f"CSV fields of at most {csv.field_size_limit()} characters") from None
+            why = "a quoted field is not closed before the end of the file" if str(e) == "unexpected end of data" \
+                else str(e)
+            raise TraceError(f"{path}:{start}: not a CSV record ({why})", file=f"{path}:{start}",
+                             expected=f"CSV fields of at most {csv.field_size_limit()} characters, quotes "
+                                      "closed") from None
         end_line = reader.line_num
         if rec is None:
             return rows
@@ -131,9 +144,9 @@ def _csv_rows(path: pathlib.Path, raw: str) -> list[TraceRow]:
         if header is None:
             header = [h.strip() for h in rec]
             missing = [k for k in LENGTH_FIELDS if k not in header]
-            if missing or not set(TIME_FIELDS) & set(header) or len(set(header)) < len(header):
-                raise TraceError(f"{path}:{start}: the CSV header needs timestamp_s (or timestamp_ms), "
-                                 f"input_tokens and output_tokens, each once, got {shown(rec)}",
+            if missing or len(set(TIME_FIELDS) & set(header)) != 1 or len(set(header)) < len(header):
+                raise TraceError(f"{path}:{start}: the CSV header needs exactly one of timestamp_s, timestamp_ms, "
+                                 f"and input_tokens and output_tokens, each once, got {shown(rec)}",
                                  file=f"{path}:{start}", expected="a header row")
             continue
         if len(rec) != len(header):

@@ -135,14 +135,14 @@ def _check_text(model_path: str, field: str, src: TextPrompts, path: Path, limit
     from cluster.errors import PromptSourceError
     from cluster.loadgen.text_prompts import corpus_text
 
-    if src.tokenizer is None and not Path(model_path).exists() and absent_ok:
-        return  # the model directory (and its tokenizer) lives on the GPU node: checked there
-    _check_tokenizer(model_path, field, src.tokenizer, limits, base_dir)
-    try:
+    try:  # the corpus is here whatever the tokenizer: read it first, so it is checked even when that is not
         corpus_text(path)
     except PromptSourceError as e:
         raise PreflightError(f"{field}.prompts.path: {e}", file=e.file, field=e.field or f"{field}.prompts.path",
                              expected=e.expected) from None
+    if src.tokenizer is None and not Path(model_path).exists() and absent_ok:
+        return  # the model directory (and its tokenizer) lives on the GPU node: checked there
+    _check_tokenizer(model_path, field, src.tokenizer, limits, base_dir)
 
 
 def _check_tokenizer(model_path: str, field: str, tokenizer: Optional[str], limits: ModelLimits,
