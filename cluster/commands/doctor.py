@@ -6,14 +6,44 @@ actor, the clock source), each with what to do. Exit 0 all fine, 1 warnings, 3 a
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 
+from cluster.errors import UserError
 from cluster.node.checks import NodeNeeds, exit_code, run_checks
 from cluster.node.facts import FactQuery, NodeFacts
+from cluster.spec.locations import DATASET_SCHEMES, check_location
+
+
+RAY_ADDRESS = re.compile(r"^(?:auto|(?:ray://)?(?:[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5})$")
+"""What --address may be: `auto`, `host:port` or `ray://host:port` (Ray's own parser raises bare RuntimeError or
+ValueError on anything else, e.g. `bogus://x` or `x:y`, and `local` would start a cluster instead of joining one)."""
+
+
+def check_address(address: str) -> str:
+    """The --address value when Ray can join it as given, else a UserError naming what was expected."""
+    port = address.rsplit(":", 1)[-1]
+    if not RAY_ADDRESS.match(address) or (address != "auto" and not 1 <= int(port) <= 65535):
+        raise UserError(f"--address {address!r} is not a Ray cluster address; expected auto, host:port or "
+                        "ray://host:port (port 1-65535)", field="--address",
+                        expected="auto, host:port or ray://host:port")
+    return address
+
+
+def check_output(output: str) -> str:
+    """The --output value when a run could use it as its dataset root (the spec's `output` rules)."""
+    try:
+        if not output:
+            raise ValueError("--output is empty")
+        return check_location(output, "--output", DATASET_SCHEMES)
+    except ValueError as e:
+        raise UserError(str(e), field="--output",
+                        expected="a local directory or one of " + ", ".join(f"{s}://" for s in DATASET_SCHEMES)
+                        ) from None
 
 
 def _facts(address: Optional[str], query: FactQuery) -> NodeFacts:
@@ -39,6 +69,10 @@ def doctor_command(
     from cluster.node.needs import needs_for, query_for
     from cluster.spec.loader import load_spec
 
+    if address is not None:
+        check_address(address)
+    if output is not None:
+        check_output(output)
     spec = load_spec(experiment) if experiment is not None else None
     needs = needs_for(spec) if spec is not None else NodeNeeds()
     facts = _facts(address, query_for(spec, output, Path.cwd()))

@@ -198,7 +198,8 @@ def check_disks(facts: NodeFacts, needs: NodeNeeds) -> list[CheckResult]:
     for d in facts.disks:
         where = d.path if d.measured_at in (None, d.path) else f"{d.path} (on {d.measured_at})"
         if d.free_bytes is None:
-            out.append(CheckResult(name="disk", level="fail", message=f"{where}: unavailable: {d.reason}"))
+            out.append(CheckResult(name="disk", level="fail", message=f"{where}: unavailable: {d.reason}",
+                                   fix="give the run a directory (--output) where the dataset root can live"))
         elif not d.writable:
             out.append(CheckResult(name="disk", level="fail", message=f"{where}: not writable",
                                    fix="give the run a writable output directory (--output)"))

@@ -94,6 +94,12 @@ def disk_fact(path: str) -> DiskFact:
     probe = p
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
+    if not probe.is_dir():  # a file or a device where the root (or a directory above it) should be
+        kind = next((k for k, test in (("a file", probe.is_file), ("a character device", probe.is_char_device),
+                                       ("a block device", probe.is_block_device), ("a FIFO", probe.is_fifo),
+                                       ("a socket", probe.is_socket)) if test()), "not a directory")
+        return DiskFact(path=path, measured_at=str(probe),
+                        reason=f"{probe} is {kind}, not a directory, so the directory cannot be created there")
     try:
         st = os.statvfs(probe)
     except OSError as e:

@@ -259,3 +259,38 @@ def test_a_deeply_nested_interpreter_answer_is_an_interpreter_that_failed(tmp_pa
     deep.chmod(0o755)
     got = interpreter_fact(str(deep))
     assert not got.runs and got.reason is not None and got.reason.startswith("it failed")
+
+
+@pytest.mark.parametrize("address", ["bogus://x", "x:y", "", "ray://", "127.0.0.1:99999", "ray://h:1/x", "local"])
+def test_an_address_ray_cannot_join_is_refused_before_ray_is_touched(address: str) -> None:
+    """Ray's own parser raised a bare RuntimeError ('Module: bogus does not exist') or ValueError: exit 70."""
+    from typer.testing import CliRunner
+
+    from cluster.cli import app
+
+    result = CliRunner().invoke(app, ["doctor", "--address", address])
+    assert result.exit_code == 2, result.output
+    assert "--address" in result.output and "host:port" in result.output and "bug in sglbench" not in result.output
+
+
+@pytest.mark.parametrize("output, said", [("ftp://x/y", "URI scheme 'ftp'"), ("", "--output is empty"),
+                                          ("/tmp/a\nb", "a newline"), ("/tmp/a\x01b", "U+0001")])
+def test_an_output_a_run_could_not_use_is_refused_like_the_spec_refuses_it(output: str, said: str) -> None:
+    """Before: a control character or an unknown scheme was checked for free space (or skipped) and passed."""
+    from typer.testing import CliRunner
+
+    from cluster.cli import app
+
+    result = CliRunner().invoke(app, ["doctor", "--output", output])
+    assert result.exit_code == 2, result.output
+    assert said in result.output
+
+
+def test_an_output_that_is_a_file_or_device_is_named_as_such_not_as_unwritable(tmp_path: Path) -> None:
+    """Before: a file (or /dev/null) as the dataset root was reported 'not writable', the wrong cause."""
+    f = tmp_path / "experiment.yaml"
+    f.write_text("x")
+    for path, kind in ((f, "a file"), (f / "sub", "a file"), (Path("/dev/null"), "a character device")):
+        (line,) = check_disks(_with(disks=(collect(FactQuery(disk_paths=(str(path),))).disks[0],)), NEEDS)
+        assert line.level == "fail" and f"is {kind}, not a directory" in line.message, line
+        assert "not writable" not in line.message
