@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import sys
 import tempfile
@@ -20,6 +21,7 @@ import typer
 
 from cluster.errors import UserError
 from cluster.spec.fields import SpecError
+from cluster.spec.locations import check_word
 from cluster.plan.model_rules import ModelFacts
 from cluster.probe.checkpoint import ProbeReport
 
@@ -235,6 +237,9 @@ def write_new(path: Path, text: str, force: bool) -> None:
                         expected="a file that does not exist yet")
     try:
         fd, tmp = tempfile.mkstemp(prefix=".sglbench-init-", dir=path.parent)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp's 0600 would hide the experiment from the Ray job's other users
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         try:
@@ -264,6 +269,11 @@ def init_command(
     from cluster.engines.sglang import DEFAULT_VERSION
     from cluster.probe.checkpoint import probe_checkpoint
 
+    for option, value in (("--python", python), ("-o", output)):
+        try:
+            check_word(value or "", option)
+        except ValueError as e:  # before the probe: a path no shell shows as written, or a line `next:` breaks
+            raise UserError(str(e), field=option, expected="a path on one line without control characters") from None
     report = probe_checkpoint(model_dir)  # a CheckpointError: one line, exit 2
     interp = find_interpreter(python)
     version = interp.version or DEFAULT_VERSION
@@ -284,7 +294,8 @@ def init_command(
         return
     write_new(target, text, force)
     python_line = interp.path or f"TODO ({interp.note})"
-    print(f"wrote {target}\n  engines.sglang.python: {python_line}\nnext: sglbench plan {target}", file=sys.stderr)
+    print(f"wrote {target}\n  engines.sglang.python: {python_line}\nnext: sglbench plan {shlex.quote(str(target))}",
+          file=sys.stderr)
 
 
 def register(app: typer.Typer) -> None:

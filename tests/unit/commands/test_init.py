@@ -221,3 +221,40 @@ def test_without_the_bundled_dataset_the_workload_draws_random_ids_and_still_pla
     text = render_starter(report, Interpreter(None, None, "none"), "0.5.23", dataset=None)
     assert "source: random_ids, vocab_size: 256" in text and "sharegpt" not in text
     assert residual_findings(text, report, "starter.yaml") == []
+
+
+def test_the_next_line_is_a_shell_word_that_names_the_written_file(tmp_path: Path) -> None:
+    """Before: `next: sglbench plan /p/a b;c.yaml` printed unquoted, so a pasted line ran `c.yaml` as a command."""
+    import shlex
+
+    model = ck.qwen35_nvfp4(tmp_path / "model")
+    out = tmp_path / "a b;$(c).yaml"
+    result = CliRunner().invoke(app, ["init", str(model), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    (line,) = [ln for ln in result.output.splitlines() if ln.startswith("next: ")]
+    assert shlex.split(line[len("next: "):]) == ["sglbench", "plan", str(out)]
+
+
+@pytest.mark.parametrize("option", ["-o", "--python"])
+def test_a_path_option_with_a_control_character_is_refused_and_named(tmp_path: Path, option: str) -> None:
+    """Before: -o wrote a file whose name held a newline (and printed a `next:` line split in two); --python with a
+    newline was blamed on the checkpoint ('an experiment cannot name this checkpoint')."""
+    model = ck.qwen35_nvfp4(tmp_path / "model")
+    args = ["-o", str(tmp_path / "a\nb.yaml")] if option == "-o" else ["-o", "-", "--python", "/x\ny"]
+    result = CliRunner().invoke(app, ["init", str(model), *args])
+    assert result.exit_code == 2, result.output
+    assert f"{option} " in result.output and "a newline" in result.output
+    assert "checkpoint" not in result.output and not (tmp_path / "a\nb.yaml").exists()
+
+
+def test_the_starter_is_written_with_the_umask_not_mkstemp_0600(tmp_path: Path) -> None:
+    """Before: every starter was 0600 (mkstemp's mode), unreadable to the Ray job's user on a shared node."""
+    model = ck.qwen35_nvfp4(tmp_path / "model")
+    out = tmp_path / "s.yaml"
+    old = os.umask(0o022)
+    try:
+        result = CliRunner().invoke(app, ["init", str(model), "-o", str(out)])
+    finally:
+        os.umask(old)
+    assert result.exit_code == 0, result.output
+    assert out.stat().st_mode & 0o777 == 0o644
