@@ -64,6 +64,33 @@ def _int(file: str, cfg: dict[str, Any], where: str, *keys: str) -> Optional[int
     return None
 
 
+def _positive(file: str, cfg: dict[str, Any], where: str, *keys: str) -> Optional[int]:
+    """A size that is never 0 in a model that loads (a hidden size, a layer count, a vocabulary, a context)."""
+    v = _int(file, cfg, where, *keys)
+    if v == 0:
+        key = next(k for k in keys if cfg.get(k) is not None)
+        raise CheckpointError(file, f"{where}{key} is 0, a size no model that loads has", field=f"{where}{key}",
+                              expected=f"an integer in 1..{MAX_CONFIG_INT}")
+    return v
+
+
+def _opt_str(file: str, cfg: dict[str, Any], where: str, key: str) -> Optional[str]:
+    """A string setting, or None when absent; another type is an error (it was read as absent, silently)."""
+    v = cfg.get(key)
+    if v is not None and not isinstance(v, str):
+        raise CheckpointError(file, f"{where}{key} must be a string, got {clip(v)}", field=f"{where}{key}",
+                              expected="a string")
+    return v
+
+
+def _opt_bool(file: str, cfg: dict[str, Any], where: str, key: str) -> Optional[bool]:
+    v = cfg.get(key)
+    if v is not None and not isinstance(v, bool):
+        raise CheckpointError(file, f"{where}{key} must be true or false, got {clip(v)}", field=f"{where}{key}",
+                              expected="a JSON boolean")
+    return v
+
+
 def parse_model_config(file: str, raw: dict[str, Any]) -> ModelConfig:
     text = raw.get("text_config")
     if text is not None and not isinstance(text, dict):
@@ -75,14 +102,18 @@ def parse_model_config(file: str, raw: dict[str, Any]) -> ModelConfig:
     if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
         raise CheckpointError(file, f"architectures must be a list of strings, got {clip(archs)}",
                               field="architectures", expected="a list of strings")
-    layers = _int(file, cfg, where, "num_hidden_layers", "n_layer", "num_layers")
+    layers = _positive(file, cfg, where, "num_hidden_layers", "n_layer", "num_layers")
     types_raw = cfg.get("layer_types")
     layer_types: dict[str, int] = {}
-    interval = _int(file, cfg, where, "full_attention_interval")
-    if isinstance(types_raw, list):
-        if not all(isinstance(t, str) for t in types_raw):
+    interval = _positive(file, cfg, where, "full_attention_interval")
+    if types_raw is not None:
+        if not isinstance(types_raw, list) or not all(isinstance(t, str) for t in types_raw):
             raise CheckpointError(file, f"{where}layer_types must be a list of strings, got {clip(types_raw)}",
                                   field=f"{where}layer_types", expected="a list of strings")
+        if layers is not None and len(types_raw) != layers:  # transformers refuses this config too
+            raise CheckpointError(file, f"{where}layer_types has {len(types_raw)} entries for {layers} layers "
+                                  f"(num_hidden_layers)", field=f"{where}layer_types",
+                                  expected=f"one entry per layer ({layers})")
         for t in types_raw:
             layer_types[t] = layer_types.get(t, 0) + 1
     elif layers is not None and interval:
@@ -101,23 +132,26 @@ def parse_model_config(file: str, raw: dict[str, Any]) -> ModelConfig:
     if experts and per_token is not None and per_token > experts:
         raise CheckpointError(file, f"{where}num_experts_per_tok {per_token} is more than the {experts} experts",
                               field=f"{where}num_experts_per_tok", expected=f"at most {experts}")
-    dedicated = cfg.get("mtp_use_dedicated_embeddings", raw.get("mtp_use_dedicated_embeddings"))
+    dedicated = _opt_bool(file, cfg, where, "mtp_use_dedicated_embeddings")
+    if dedicated is None:
+        dedicated = _opt_bool(file, raw, "", "mtp_use_dedicated_embeddings")
+    model_type = _opt_str(file, raw, "", "model_type")
     return ModelConfig(
         layout="nested_text_config" if text is not None else "flat",
         architectures=list(archs),
-        model_type=raw.get("model_type") if isinstance(raw.get("model_type"), str) else None,
-        text_model_type=cfg.get("model_type") if text is not None and isinstance(cfg.get("model_type"), str) else None,
-        hidden_size=_int(file, cfg, where, "hidden_size", "d_model", "n_embd"),
+        model_type=model_type,
+        text_model_type=_opt_str(file, cfg, where, "model_type") if text is not None else None,
+        hidden_size=_positive(file, cfg, where, "hidden_size", "d_model", "n_embd"),
         num_hidden_layers=layers,
         layer_types=layer_types,
         num_experts=experts,
         num_experts_per_tok=per_token,
         moe_intermediate_size=_int(file, cfg, where, "moe_intermediate_size"),
         shared_expert_intermediate_size=_int(file, cfg, where, "shared_expert_intermediate_size"),
-        vocab_size=_int(file, cfg, where, "vocab_size"),
-        max_position_embeddings=_int(file, cfg, where, "max_position_embeddings", "n_positions", "max_seq_len"),
+        vocab_size=_positive(file, cfg, where, "vocab_size"),
+        max_position_embeddings=_positive(file, cfg, where, "max_position_embeddings", "n_positions", "max_seq_len"),
         mtp=mtp,
-        mtp_use_dedicated_embeddings=dedicated if isinstance(dedicated, bool) else None,
+        mtp_use_dedicated_embeddings=dedicated,
     )
 
 
@@ -157,6 +191,15 @@ def _producer(p: Any) -> Optional[str]:
 def _size(v: Any) -> Optional[int]:
     """A group size as given (a bool or a number past int64 is none)."""
     return v if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_CONFIG_INT else None
+
+
+def _checked_group_size(file: str, where: str, qc: dict[str, Any]) -> Optional[int]:
+    """The group size, refused when given but not a positive integer (a quoted "16" or a 0 read as none before)."""
+    v = qc.get("group_size")
+    if v is not None and _size(v) is None:
+        raise CheckpointError(file, f"{where}group_size must be a positive integer, got {clip(v)}",
+                              field=f"{where}group_size", expected=f"an integer in 1..{MAX_CONFIG_INT}")
+    return _group_size(qc)
 
 
 def _group_size(qc: dict[str, Any]) -> Optional[int]:
@@ -199,12 +242,13 @@ def parse_quant(model_dir: str, config: dict[str, Any]) -> QuantInfo:
         if not isinstance(kv, str):
             hf_kv = _hf_kv_cache_algo(model_dir)
             kv, kv_source = hf_kv, ("hf_quant_config.json" if hf_kv else None)
+        where = "quantization_config."
         return QuantInfo(
             kv_cache_quant_source=kv_source,
             source="config.json quantization_config",
-            quant_method=qc.get("quant_method") if isinstance(qc.get("quant_method"), str) else None,
-            quant_algo=qc.get("quant_algo") if isinstance(qc.get("quant_algo"), str) else None,
-            group_size=_group_size(qc),
+            quant_method=_opt_str(cfg_file, qc, where, "quant_method"),
+            quant_algo=_opt_str(cfg_file, qc, where, "quant_algo"),
+            group_size=_checked_group_size(cfg_file, where, qc),
             kv_cache_quant_algo=kv if isinstance(kv, str) else None,
             exclude_modules=_str_list(cfg_file, f"quantization_config.{excl_key}", qc.get(excl_key)),
             producer=_producer(qc.get("producer")),
@@ -217,13 +261,13 @@ def parse_quant(model_dir: str, config: dict[str, Any]) -> QuantInfo:
     if not isinstance(q, dict):
         raise CheckpointError(hf_file, "missing the 'quantization' object", field="quantization",
                               expected="a JSON object")
-    kv = q.get("kv_cache_quant_algo")
+    kv = _opt_str(hf_file, q, "quantization.", "kv_cache_quant_algo")
     return QuantInfo(
         source="hf_quant_config.json",
         kv_cache_quant_source="hf_quant_config.json" if isinstance(kv, str) else None,
         quant_method=_producer(hf.get("producer")) and str(hf["producer"]["name"]),
-        quant_algo=q.get("quant_algo") if isinstance(q.get("quant_algo"), str) else None,
-        group_size=_size(q.get("group_size")),
+        quant_algo=_opt_str(hf_file, q, "quantization.", "quant_algo"),
+        group_size=_checked_group_size(hf_file, "quantization.", q),
         kv_cache_quant_algo=kv if isinstance(kv, str) else None,
         exclude_modules=_str_list(hf_file, "quantization.exclude_modules", q.get("exclude_modules")),
         producer=_producer(hf.get("producer")),
