@@ -1,7 +1,9 @@
 """Fuzz the prompt and trace file boundary: the same rows written as a compact JSON array, an indented one, JSONL,
 with a BOM, with CRLF, with U+2028/U+2029 and the other line separators inside strings (and a trace as CSV) are read
 as the same rows; mutated bytes, structure and numbers end only in this project's UserError, within a deadline;
-and N distinct rows are sent as min(N, requests) distinct prompts."""
+N distinct rows are sent as min(N, requests) distinct prompts; and what a loader accepts is RFC 8259 JSON of text
+(no NaN, NUL or lone surrogate), unambiguous jsonl rows, a corpus with text, a CSV of ASCII numbers and closed quotes
+(a header defect said at the header's line)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import csv
 import io
 import json
 import pathlib
+import re
 import tempfile
 import time
 from typing import Any, Callable, Optional
@@ -29,7 +32,8 @@ DEADLINE_S = 5.0
 """A load of a small fuzzed file that takes longer than this is a finding (a hang or a quadratic path)."""
 
 TRICKY = "\u2028\u2029\x85\x0b\x0c\x1c\x1d\x1e\r\n\t\"\\{}[],:\ufeff é中😀"
-TEXT = st.text(alphabet=st.sampled_from(TRICKY) | st.characters(codec="utf-8", exclude_categories=["Cs"]),
+TEXT = st.text(alphabet=st.sampled_from(TRICKY) | st.characters(codec="utf-8", exclude_categories=["Cs"],
+                                                                  exclude_characters="\x00"),  # NUL: not text
                min_size=1, max_size=24).filter(lambda s: s.strip() != "")
 CATEGORY = st.sampled_from(["code", "chat", "math.v2", "a_b-c"])
 
@@ -316,3 +320,111 @@ def _depth_offset_by_characters(text: str, limit: int) -> Optional[int]:
 @given(st.text(alphabet=st.sampled_from('[]{}"\\ a,:\n'), max_size=200), st.integers(0, 6))
 def test_the_depth_scan_agrees_with_a_character_loop(text: str, limit: int) -> None:
     assert json_depth_offset(text, limit) == _depth_offset_by_characters(text, limit)
+
+
+# ------------------------------------------------------------------ what an accepted file may hold
+# The targets above only say a bad file ends in a UserError; these say what a file that is ACCEPTED must be, so a
+# silent accept is a finding: its JSON is RFC 8259 JSON (no NaN/Infinity), every string in it is text (no NUL, no
+# lone surrogate), a jsonl row names one of prompt/input_ids, a corpus has text, a CSV's numbers are ASCII spellings
+# and its quotes are closed, and a CSV header defect is reported at the header's line.
+
+def _not_constant(name: str) -> Any:
+    raise ValueError(name)
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in [k, *_strings(v)]]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def _is_text(s: str) -> bool:
+    return "\x00" not in s and not any(0xD800 <= ord(c) <= 0xDFFF for c in s)
+
+
+def _accepted(kind: str, body: bytes) -> Optional[object]:
+    """What the loader returns for `body`, or None when it refuses it with a UserError naming the file."""
+    suffix, load = LOADERS[kind]
+    with tempfile.TemporaryDirectory() as d:
+        f = pathlib.Path(d) / f"f{suffix}"
+        f.write_bytes(body)
+        try:
+            return load(f)
+        except UserError as e:
+            assert e.file and e.file.startswith(str(f)), (kind, str(e)[:300])
+            return None
+
+
+def _check_accepted_json(kind: str, body: bytes) -> None:
+    if _accepted(kind, body) is None:
+        return
+    text = body.decode("utf-8-sig")
+    values = [json.loads(text, parse_constant=_not_constant)] if text.lstrip().startswith("[") else \
+        [json.loads(ln, parse_constant=_not_constant) for ln in text.split("\n") if ln.strip()]
+    assert all(_is_text(s) for v in values for s in _strings(v)), (kind, body[:200])
+    rows = [r for v in values for r in (v if isinstance(v, list) else [v])]
+    if kind == "jsonl":
+        assert all(("prompt" in r) != ("input_ids" in r) for r in rows), body[:200]
+    if kind == "corpus":
+        assert any(isinstance(r.get("text", r.get("prompt")), str) and r.get("text", r.get("prompt")).strip()
+                   for r in rows), body[:200]
+
+
+ODD_STRINGS = st.sampled_from(["\\ud800", "\\udfff", "\\u0000", "x\\ud83d", "\\ude00y", "\\ud83d\\ude00", "\\u00e9",
+                               " ", ""])
+ODD_LITERALS = st.sampled_from(["NaN", "Infinity", "-Infinity", "1e999", "-0", "1.5", "null"])
+
+
+@FUZZ
+@given(st.data())
+def test_an_accepted_json_prompt_file_is_json_of_text(data: st.DataObject) -> None:
+    kind = data.draw(st.sampled_from(["sharegpt", "messages", "jsonl", "trace", "corpus"]))
+    row = {"sharegpt": '{"category": "c", "conversations": [{"from": "human", "value": "q%s"}, '
+                       '{"from": "gpt", "value": "a"}], "w": %s}',
+           "messages": '{"messages": [{"role": "user", "content": "q%s"}, {"role": "assistant", "content": "a"}], '
+                       '"w": %s}',
+           "jsonl": '{"prompt": "p%s", "w": %s}',
+           "trace": '{"timestamp_s": 0, "input_tokens": 2, "output_tokens": 2, "note": "%s", "w": %s}',
+           "corpus": '{"text": "%s", "w": %s}'}[kind]
+    rows = [row % (data.draw(ODD_STRINGS), data.draw(ODD_LITERALS)) for _ in range(data.draw(st.integers(1, 3)))]
+    if kind == "jsonl" and data.draw(st.booleans()):
+        rows.append('{"prompt": "p", "input_ids": [1, 2]}')
+    if data.draw(st.booleans()):
+        rows = [r.replace('"w"', '"w\\u0000"' if data.draw(st.booleans()) else '"w"') for r in rows]
+    body = ("[" + ",".join(rows) + "]") if data.draw(st.booleans()) else "\n".join(rows) + "\n"
+    _check_accepted_json(kind, body.encode("utf-8"))
+
+
+CSV_CELLS = st.sampled_from(["10", "10.0", " 12 ", "1_0", "\u0661\u0660", "\uff11\uff10", "nan", "inf", "1e1", "+3",
+                             "0x10", "10.", ".5", "1\u00a00", "\u20073", "1e-3"])
+CSV_NUMBER = re.compile(r"[ \t]*[0-9.eE+-]+[ \t]*")
+"""The reference: a number a CSV writer emits is spelled in ASCII digits, a point, an exponent and its sign."""
+
+
+@FUZZ
+@given(st.lists(st.tuples(CSV_CELLS, CSV_CELLS, CSV_CELLS), min_size=1, max_size=4), st.booleans(),
+       st.integers(0, 2), st.sampled_from(["", "timestamp_ms", "input_tokens", "timestamp_x"]))
+def test_an_accepted_csv_trace_has_ascii_numbers_closed_quotes_and_one_good_header(
+        cells: list[tuple[str, str, str]], open_quote: bool, blank_lines: int, extra_column: str) -> None:
+    header = ["timestamp_s", "input_tokens", "output_tokens"] + ([extra_column] if extra_column else [])
+    records = [list(c) + (["1"] if extra_column else []) for c in cells]
+    if open_quote:  # the last field opens a quote the file never closes
+        records[-1][-1] = '"' + records[-1][-1]
+    body = "\n" * blank_lines + "\n".join(",".join(r) for r in [header, *records]) + ("" if open_quote else "\n")
+    with tempfile.TemporaryDirectory() as d:
+        f = pathlib.Path(d) / "t.csv"
+        f.write_bytes(body.encode("utf-8"))
+        try:
+            rows = load_trace(f)
+        except UserError as e:
+            if extra_column and extra_column != "timestamp_x":  # the header is the defect: said at its line
+                assert e.file == f"{f}:{blank_lines + 1}", (body, str(e))
+            return
+    assert extra_column in ("", "timestamp_x") and body.count('"') % 2 == 0, body
+    assert len(rows) == len(cells)
+    for c in cells:
+        assert all(CSV_NUMBER.fullmatch(x) for x in c), (c, body)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+from typing import Callable
 
 import pytest
 
@@ -23,7 +24,7 @@ def _write(tmp: pathlib.Path, name: str, body: str | bytes) -> pathlib.Path:
 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
 def test_a_non_json_constant_is_refused_in_every_json_source(tmp_path: pathlib.Path, literal: str) -> None:
-    cases = [
+    cases: list[tuple[Callable[[pathlib.Path], object], str, str, int]] = [
         (lambda p: load_jsonl_rows(p), "p.jsonl", '{"input_ids": [1, 2]}\n{"input_ids": [1, %s]}\n' % literal, 2),
         (lambda p: load_trace(p), "t.jsonl",
          '{"timestamp_s": 0, "input_tokens": 4, "output_tokens": 4}\n'
