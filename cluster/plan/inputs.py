@@ -71,6 +71,10 @@ def check_prompts(spec: ExperimentSpec, variants: Sequence[ResolvedVariant], rep
     return [f"workload {name!r}: {note}" for name, note in notes.items()]
 
 
+# A prompt source's error names the row's own field (input_ids, timestamp_s) in its message; what preflight reports
+# as the field is the spec's (workloads.N.prompts.path), so the error points at the experiment's line too.
+
+
 def _check_workload(model_path: str, i: int, w: WorkloadSpec, limits: ModelLimits, base_dir: Path,
                     absent_ok: bool, replay_times: bool = False) -> Optional[str]:
     field = f"workloads.{i}"
@@ -111,7 +115,7 @@ def _check_workload(model_path: str, i: int, w: WorkloadSpec, limits: ModelLimit
     try:
         rows = load_jsonl_rows(path)
     except DatasetError as e:
-        raise PreflightError(f"{field}.prompts.path: {e}", file=e.file, field=e.field or f"{field}.prompts.path",
+        raise PreflightError(f"{field}.prompts.path: {e}", file=e.file, field=f"{field}.prompts.path",
                              expected=e.expected) from None
     out = n_out or 0
     for row, (line, prompt) in enumerate(rows):  # every row is returned, in order: its index is its ordinal
@@ -121,11 +125,11 @@ def _check_workload(model_path: str, i: int, w: WorkloadSpec, limits: ModelLimit
         if ctx is not None and len(ids) + out > ctx:
             raise row_error(PreflightError, path, line, row, f"input_ids: a {len(ids)}-token prompt plus {out} "
                             f"output tokens does not fit the model's context of {ctx} tokens ({limits.source})",
-                            "input_ids", f"at most {ctx - out} tokens")
+                            f"{field}.prompts.path", f"at most {ctx - out} tokens")
         if limits.vocab_size is not None and max(ids) >= limits.vocab_size:
             raise row_error(PreflightError, path, line, row, f"input_ids: id {max(ids)} is outside the model's "
-                            f"vocabulary of {limits.vocab_size} ({limits.source})", "input_ids",
-                            f"ids below {limits.vocab_size}")
+                            f"vocabulary of {limits.vocab_size} ({limits.source})",
+                            f"{field}.prompts.path", f"ids below {limits.vocab_size}")
     return None
 
 
@@ -138,7 +142,7 @@ def _check_text(model_path: str, field: str, src: TextPrompts, path: Path, limit
     try:  # the corpus is here whatever the tokenizer: read it first, so it is checked even when that is not
         corpus_text(path)
     except PromptSourceError as e:
-        raise PreflightError(f"{field}.prompts.path: {e}", file=e.file, field=e.field or f"{field}.prompts.path",
+        raise PreflightError(f"{field}.prompts.path: {e}", file=e.file, field=f"{field}.prompts.path",
                              expected=e.expected) from None
     if src.tokenizer is None and not Path(model_path).exists() and absent_ok:
         return  # the model directory (and its tokenizer) lives on the GPU node: checked there
@@ -185,13 +189,13 @@ def _check_trace(field: str, w: WorkloadSpec, src: TracePrompts, path: Path, lim
     except TraceError as e:
         raise PreflightError(f"{field}.prompts.path: {e}", file=e.file,
                              field=f"{field}.num_requests" if e.field == "num_requests"
-                             else (e.field or f"{field}.prompts.path"), expected=e.expected) from None
+                             else f"{field}.prompts.path", expected=e.expected) from None
     ctx = limits.context_tokens
     for r in rows:
         if ctx is not None and r.input_tokens + r.output_tokens > ctx:
             raise row_error(PreflightError, path, r.line, r.row, f"a {r.input_tokens}-token prompt plus "
                             f"{r.output_tokens} output tokens does not fit the model's context of {ctx} tokens "
-                            f"({limits.source})", "input_tokens", f"prompt + output <= {ctx}")
+                            f"({limits.source})", f"{field}.prompts.path", f"prompt + output <= {ctx}")
     _check_vocab(field, src.vocab_size, limits)
     times = [r.timestamp_s - rows[0].timestamp_s for r in rows]
     try:
@@ -220,7 +224,7 @@ def _check_conversations(model_path: str, field: str, w: WorkloadSpec, src: Conv
     try:
         sel, _ = load_selection(w, base_dir, model_path)
     except PromptSourceError as e:
-        raise PreflightError(f"{field}.prompts.path: {e}", file=e.file, field=e.field or f"{field}.prompts.path",
+        raise PreflightError(f"{field}.prompts.path: {e}", file=e.file, field=f"{field}.prompts.path",
                              expected=e.expected) from None
     if not sel.rows:
         raise PreflightError(f"{field}.prompts: every row was filtered ({sel.summary()})", file=str(sel.path),

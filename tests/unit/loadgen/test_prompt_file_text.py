@@ -123,3 +123,26 @@ def test_two_time_columns_are_refused_at_the_header(tmp_path: pathlib.Path) -> N
     p = _write(tmp_path, "t.csv", "\n\ntimestamp_s,timestamp_ms,input_tokens,output_tokens\n0,,10,5\n")
     with pytest.raises(PromptSourceError, match="t.csv:3: the CSV header needs exactly one of"):
         load_trace(p)
+
+
+BAD_INPUTS = pathlib.Path(__file__).parents[2] / "data" / "bad_inputs"
+ROW_CASES = sorted(p.name for p in BAD_INPUTS.iterdir() if p.name.startswith(("prompt_", "trace_", "sharegpt_", "text_corpus_"))
+                   and "command=validate" in (p / "spec.yaml").read_text().splitlines()[0])
+
+
+@pytest.mark.parametrize("case", ROW_CASES)
+def test_a_prompt_row_error_points_at_the_experiments_line_too(case: str, tmp_path: pathlib.Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The row's own field (input_ids, timestamp_s) is named in the message; the error's field is the spec's, so
+    the experiment's line is said as well (a row field as the field lost it)."""
+    import re
+    import shutil
+
+    from tests.unit.spec.test_bad_inputs import _invoke
+
+    shutil.copytree(BAD_INPUTS / case, tmp_path / case)
+    monkeypatch.chdir(tmp_path / case)
+    code, out = _invoke(["validate", "spec.yaml"])
+    assert code == 2, out
+    assert re.search(r"^error: spec\.yaml:\d+: workloads\.0\.prompts\.(path|tokenizer|max_input_tokens): ", out,
+                     re.M), out
