@@ -63,6 +63,10 @@ def interpreter_answer(python: str, returncode: int, stdout: str, stderr: str) -
         doc = parse_json(lines[-1], python, UserError, "the version report") if returncode == 0 and lines else None
     except UserError:
         doc = None
+    if not isinstance(doc, dict) and returncode == 0:  # it ran, but printed something else than the report
+        last = lines[-1] if lines else ""
+        return InterpreterFact(path=python, runs=False, reason="it ran but did not print the version report (its "
+                               f"last line: {last[:80]!r}{'...' if len(last) > 80 else ''})")
     if not isinstance(doc, dict):
         tail = (stderr.strip().splitlines() or [f"exit status {returncode}"])[-1]
         return InterpreterFact(path=python, runs=False, reason=f"it failed: {tail[:200]}")

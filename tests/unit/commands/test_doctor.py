@@ -258,7 +258,18 @@ def test_a_deeply_nested_interpreter_answer_is_an_interpreter_that_failed(tmp_pa
     deep.write_text("#!/bin/sh\n" + f"printf '%s' '{'[' * 5000}{']' * 5000}'\n")
     deep.chmod(0o755)
     got = interpreter_fact(str(deep))
-    assert not got.runs and got.reason is not None and got.reason.startswith("it failed")
+    assert not got.runs and got.reason is not None and got.reason.startswith("it ran but did not print the version")
+
+
+def test_an_interpreter_that_prints_something_else_is_not_said_to_have_failed_with_exit_status_0(
+        tmp_path: Path) -> None:
+    """Before: a python wrapper printing a banner (or 50 MB of text) and exiting 0 read 'it failed: exit status 0'."""
+    chatty = tmp_path / "python"
+    chatty.write_text("#!/bin/sh\necho 'Welcome to the cluster image'\n")
+    chatty.chmod(0o755)
+    got = interpreter_fact(str(chatty))
+    assert not got.runs and got.reason is not None
+    assert "exit status 0" not in got.reason and "'Welcome to the cluster image'" in got.reason
 
 
 @pytest.mark.parametrize("address", ["bogus://x", "x:y", "", "ray://", "127.0.0.1:99999", "ray://h:1/x", "local"])
