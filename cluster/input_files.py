@@ -209,15 +209,23 @@ def refuse_constant(name: str) -> Any:
     raise NotJsonConstant(name)
 
 
+def has_lone_surrogate(s: str) -> bool:
+    """Whether a decoded string holds a lone surrogate (from an escape such as "\\ud800": UTF-8 bytes cannot hold
+    one), so no UTF-8 stream can encode it."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def text_problem(s: str) -> Optional[str]:
     """Why a string decoded from a user's file is not text that can be sent on: it holds a NUL (which every C
     boundary, a tokenizer's included, may cut at) or a lone surrogate escape such as "\\ud800" (a str no UTF-8
     stream can encode); None when it is text."""
     if "\x00" in s:
         return "holds a NUL character"
-    try:
-        s.encode("utf-8")
-    except UnicodeEncodeError:
+    if has_lone_surrogate(s):
         return "holds a lone surrogate escape, not Unicode text"
     return None
 
@@ -262,5 +270,5 @@ def parse_json(text: str, path: PathLike, error: type[UserError], what: str, *, 
 
 
 __all__ = ["DEFAULT_LIMIT_BYTES", "DuplicateJsonKey", "MAX_JSON_DEPTH", "MIB", "NotJsonConstant", "check_path_text",
-           "decode_text", "first_text_problem", "json_depth_exceeds", "json_depth_offset", "parse_json",
+           "decode_text", "first_text_problem", "has_lone_surrogate", "json_depth_exceeds", "json_depth_offset", "parse_json",
            "read_input_bytes", "read_input_text", "refuse_constant", "resolve_input", "text_problem", "unique_keys"]

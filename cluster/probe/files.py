@@ -19,8 +19,8 @@ from typing import Any, Optional
 from cluster.errors import UserError
 from cluster.input_files import DuplicateJsonKey as _DuplicateKey
 from cluster.input_files import unique_keys as _unique_keys
-from cluster.input_files import (DEFAULT_LIMIT_BYTES, MAX_JSON_DEPTH, MIB, decode_text, parse_json,
-                                 read_input_bytes)
+from cluster.input_files import (DEFAULT_LIMIT_BYTES, MAX_JSON_DEPTH, MIB, decode_text, has_lone_surrogate,
+                                 parse_json, read_input_bytes)
 
 METADATA_LIMIT_BYTES = 16 * MIB
 """config.json, hf_quant_config.json, generation_config.json and hub metadata: real ones are a few KB."""
@@ -169,11 +169,9 @@ def check_unicode(data: Any, path: str) -> None:
         else:
             keys, items = ([value] if isinstance(value, str) else []), []
         for s in keys:
-            try:
-                s.encode("utf-8")
-            except UnicodeEncodeError:
+            if has_lone_surrogate(s):
                 raise CheckpointError(path, f"{where or '<root>'}: {clip(s)} holds a lone surrogate escape, not "
-                                      "Unicode text", field=where or None, expected="Unicode text") from None
+                                      "Unicode text", field=where or None, expected="Unicode text")
         stack.extend(items)
 
 

@@ -8,7 +8,7 @@ from typing import Callable
 import pytest
 
 from cluster.errors import PromptSourceError
-from cluster.input_files import first_text_problem, parse_json, text_problem
+from cluster.input_files import first_text_problem, has_lone_surrogate, parse_json, text_problem
 from cluster.loadgen.conversations import load_conversations
 from cluster.loadgen.datasets import load_jsonl_rows
 from cluster.loadgen.text_prompts import corpus_text
@@ -62,6 +62,7 @@ def test_text_problem_and_the_walk_agree() -> None:
     assert "lone surrogate" in (text_problem("\ud800") or "")
     assert first_text_problem({"a": [1, {"b": "x\ud800"}]}) == ("a[1].b", text_problem("\ud800"))
     assert first_text_problem({"a": ["fine", 2.5, None]}) is None
+    assert has_lone_surrogate("a\udc80") and not has_lone_surrogate("a\x00\U0001F600")
 
 
 def test_parse_json_refuses_constants_only_when_asked(tmp_path: pathlib.Path) -> None:
