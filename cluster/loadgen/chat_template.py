@@ -101,7 +101,7 @@ def load_chat_template(tokenizer_dir: pathlib.Path) -> ChatTemplate:
     cfg: dict[str, Any] = {}
     if _present(cfg_path):
         loaded = parse_json(read_input_text(cfg_path, ChatTemplateError, CONFIG_FILE, limit_bytes=CONFIG_LIMIT_BYTES),
-                            cfg_path, ChatTemplateError, CONFIG_FILE, expected="a JSON object")
+                            cfg_path, ChatTemplateError, CONFIG_FILE, expected="a JSON object", allow_nan=False)
         if not isinstance(loaded, dict):
             raise ChatTemplateError(f"{cfg_path}: expected a JSON object, got {type(loaded).__name__}",
                                     file=str(cfg_path), expected="a JSON object")

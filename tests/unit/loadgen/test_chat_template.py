@@ -147,3 +147,11 @@ def test_a_session_turn_is_the_whole_conversation_rendered_again(tmp_path: pathl
     tok = Tokenizer.from_file(str(model / "tokenizer.json"))
     assert p.input_ids == tuple(tok.encode(p.text, add_special_tokens=False).ids)
     assert first.input_ids is not None and p.input_ids[:len(first.input_ids)] == first.input_ids  # a cacheable prefix
+
+
+def test_a_tokenizer_config_with_nan_is_refused(tmp_path: pathlib.Path) -> None:
+    d = tmp_path / "tok"
+    d.mkdir()
+    (d / "tokenizer_config.json").write_text('{"chat_template": "{{ messages }}", "model_max_length": NaN}')
+    with pytest.raises(ChatTemplateError, match="tokenizer_config.json: invalid JSON \\(NaN is not JSON"):
+        load_chat_template(d)
