@@ -145,8 +145,8 @@ def _csv_rows(path: pathlib.Path, raw: str) -> list[TraceRow]:
             header = [h.strip() for h in rec]
             missing = [k for k in LENGTH_FIELDS if k not in header]
             if missing or len(set(TIME_FIELDS) & set(header)) != 1 or len(set(header)) < len(header):
-                raise TraceError(f"{path}:{start}: the CSV header needs exactly one of timestamp_s, timestamp_ms, "
-                                 f"and input_tokens and output_tokens, each once, got {shown(rec)}",
+                raise TraceError(f"{path}:{start}: the CSV header needs timestamp_s (or timestamp_ms, not both), "
+                                 f"input_tokens and output_tokens, each once, got {shown(rec)}",
                                  file=f"{path}:{start}", expected="a header row")
             continue
         if len(rec) != len(header):
