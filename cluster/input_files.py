@@ -270,5 +270,6 @@ def parse_json(text: str, path: PathLike, error: type[UserError], what: str, *, 
 
 
 __all__ = ["DEFAULT_LIMIT_BYTES", "DuplicateJsonKey", "MAX_JSON_DEPTH", "MIB", "NotJsonConstant", "check_path_text",
-           "decode_text", "first_text_problem", "has_lone_surrogate", "json_depth_exceeds", "json_depth_offset", "parse_json",
-           "read_input_bytes", "read_input_text", "refuse_constant", "resolve_input", "text_problem", "unique_keys"]
+           "decode_text", "first_text_problem", "has_lone_surrogate", "json_depth_exceeds", "json_depth_offset",
+           "parse_json", "read_input_bytes", "read_input_text", "refuse_constant", "resolve_input", "text_problem",
+           "unique_keys"]

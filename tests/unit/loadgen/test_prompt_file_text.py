@@ -127,7 +127,8 @@ def test_two_time_columns_are_refused_at_the_header(tmp_path: pathlib.Path) -> N
 
 
 BAD_INPUTS = pathlib.Path(__file__).parents[2] / "data" / "bad_inputs"
-ROW_CASES = sorted(p.name for p in BAD_INPUTS.iterdir() if p.name.startswith(("prompt_", "trace_", "sharegpt_", "text_corpus_"))
+ROW_CASES = sorted(p.name for p in BAD_INPUTS.iterdir()
+                   if p.name.startswith(("prompt_", "trace_", "sharegpt_", "text_corpus_"))
                    and "command=validate" in (p / "spec.yaml").read_text().splitlines()[0])
 
 
