@@ -139,6 +139,9 @@ def _csv_rows(path: pathlib.Path, raw: str) -> list[TraceRow]:
         end_line = reader.line_num
         if rec is None:
             return rows
+        if any("\x00" in cell for cell in rec):  # the csv module reads NUL as a character since Python 3.11
+            raise TraceError(f"{path}:{start}: the CSV holds a NUL character, not text", file=f"{path}:{start}",
+                             expected="UTF-8 text without NUL")
         if not rec or (len(rec) == 1 and not rec[0].strip()):
             continue  # a blank line
         if header is None:

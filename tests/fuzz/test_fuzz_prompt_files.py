@@ -407,11 +407,12 @@ CSV_NUMBER = re.compile(r"[ \t]*[0-9.eE+-]+[ \t]*")
 
 @FUZZ
 @given(st.lists(st.tuples(CSV_CELLS, CSV_CELLS, CSV_CELLS), min_size=1, max_size=4), st.booleans(),
-       st.integers(0, 2), st.sampled_from(["", "timestamp_ms", "input_tokens", "timestamp_x"]))
+       st.integers(0, 2), st.sampled_from(["", "timestamp_ms", "input_tokens", "timestamp_x"]),
+       st.sampled_from(["1", "note", "a\x00b"]))
 def test_an_accepted_csv_trace_has_ascii_numbers_closed_quotes_and_one_good_header(
-        cells: list[tuple[str, str, str]], open_quote: bool, blank_lines: int, extra_column: str) -> None:
+        cells: list[tuple[str, str, str]], open_quote: bool, blank_lines: int, extra_column: str, extra: str) -> None:
     header = ["timestamp_s", "input_tokens", "output_tokens"] + ([extra_column] if extra_column else [])
-    records = [list(c) + (["1"] if extra_column else []) for c in cells]
+    records = [list(c) + ([extra] if extra_column else []) for c in cells]
     if open_quote:  # the last field opens a quote the file never closes
         records[-1][-1] = '"' + records[-1][-1]
     body = "\n" * blank_lines + "\n".join(",".join(r) for r in [header, *records]) + ("" if open_quote else "\n")
@@ -421,10 +422,10 @@ def test_an_accepted_csv_trace_has_ascii_numbers_closed_quotes_and_one_good_head
         try:
             rows = load_trace(f)
         except UserError as e:
-            if extra_column and extra_column != "timestamp_x":  # the header is the defect: said at its line
+            if extra_column not in ("", "timestamp_x"):  # the header is the defect: said at its line
                 assert e.file == f"{f}:{blank_lines + 1}", (body, str(e))
             return
-    assert extra_column in ("", "timestamp_x") and body.count('"') % 2 == 0, body
+    assert extra_column in ("", "timestamp_x") and body.count('"') % 2 == 0 and "\x00" not in body, body
     assert len(rows) == len(cells)
     for c in cells:
         assert all(CSV_NUMBER.fullmatch(x) for x in c), (c, body)

@@ -148,3 +148,9 @@ def test_a_prompt_row_error_points_at_the_experiments_line_too(case: str, tmp_pa
     assert code == 2, out
     assert re.search(r"^error: spec\.yaml:\d+: workloads\.0\.prompts\.(path|tokenizer|max_input_tokens): ", out,
                      re.M), out
+
+
+def test_a_nul_in_a_csv_trace_is_refused_at_its_line(tmp_path: pathlib.Path) -> None:
+    p = _write(tmp_path, "t.csv", "timestamp_s,input_tokens,output_tokens,note\n0,10,5,a\n1,10,5,b\x00c\n")
+    with pytest.raises(PromptSourceError, match="t.csv:3: the CSV holds a NUL character"):
+        load_trace(p)
