@@ -74,21 +74,23 @@ def _positive(file: str, cfg: dict[str, Any], where: str, *keys: str) -> Optiona
     return v
 
 
-def _opt_str(file: str, cfg: dict[str, Any], where: str, key: str) -> Optional[str]:
-    """A string setting, or None when absent; another type is an error (it was read as absent, silently)."""
+def _opt(file: str, cfg: dict[str, Any], where: str, key: str, kind: type, expected: str) -> Any:
+    """A string or boolean setting, or None when absent; another type is an error (it was read as absent, silently)."""
     v = cfg.get(key)
-    if v is not None and not isinstance(v, str):
-        raise CheckpointError(file, f"{where}{key} must be a string, got {clip(v)}", field=f"{where}{key}",
-                              expected="a string")
+    if v is not None and not isinstance(v, kind):
+        raise CheckpointError(file, f"{where}{key} must be {expected}, got {clip(v)}", field=f"{where}{key}",
+                              expected=expected)
     return v
+
+
+def _opt_str(file: str, cfg: dict[str, Any], where: str, key: str) -> Optional[str]:
+    got: Optional[str] = _opt(file, cfg, where, key, str, "a string")
+    return got
 
 
 def _opt_bool(file: str, cfg: dict[str, Any], where: str, key: str) -> Optional[bool]:
-    v = cfg.get(key)
-    if v is not None and not isinstance(v, bool):
-        raise CheckpointError(file, f"{where}{key} must be true or false, got {clip(v)}", field=f"{where}{key}",
-                              expected="a JSON boolean")
-    return v
+    got: Optional[bool] = _opt(file, cfg, where, key, bool, "true or false")
+    return got
 
 
 def parse_model_config(file: str, raw: dict[str, Any]) -> ModelConfig:

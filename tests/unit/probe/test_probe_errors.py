@@ -283,6 +283,15 @@ _WRONG = {"string": [7, ["x"], {"a": 1}, True], "list": [5, "linear_attention", 
           "bool": ["false", 0, [True]], "size": ["16", 0, [16], {"n": 16}, True]}
 
 
+def _probe_with(tmp_path: Path, file: str, scope: str, key: str, value: object) -> None:
+    """Probe the tiny Qwen3.5 checkpoint with one key of `file` (under `scope`) set to `value`."""
+    model = ck.qwen35_nvfp4(tmp_path / "m")
+    data = json.loads((model / file).read_text())
+    (data[scope] if scope else data)[key] = value
+    (model / file).write_text(json.dumps(data))
+    probe_checkpoint(str(model))
+
+
 @pytest.mark.parametrize(("file", "scope", "key", "value"),
                          [(f, s, k, v) for (f, s, k), kind in _READ_KEYS.items() for v in _WRONG[kind]],
                          ids=lambda x: repr(x)[:24])
@@ -290,24 +299,11 @@ def test_a_read_key_of_the_wrong_type_or_a_zero_size_is_refused_naming_it(
         tmp_path: Path, file: str, scope: str, key: str, value: object) -> None:
     """The invariant: a key the probe reads is either used as given or refused naming it. Before, a wrong type
     (model_type 7, layer_types 5, quant_algo 4, group_size "16") was read as absent, and a 0 size passed."""
-
-
-    model = ck.qwen35_nvfp4(tmp_path / "m")
-    path = model / file
-    data = json.loads(path.read_text())
-    (data[scope] if scope else data)[key] = value
-    path.write_text(json.dumps(data))
     with pytest.raises(CheckpointError) as e:
-        probe_checkpoint(str(model))
+        _probe_with(tmp_path, file, scope, key, value)
     assert f"{scope + '.' if scope else ''}{key}" in str(e.value) and file in str(e.value)
 
 
 def test_layer_types_must_have_one_entry_per_layer(tmp_path: Path) -> None:
-
-
-    model = ck.qwen35_nvfp4(tmp_path / "m")
-    cfg = json.loads((model / "config.json").read_text())
-    cfg["text_config"]["layer_types"] = cfg["text_config"]["layer_types"][:1]
-    (model / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(CheckpointError, match="layer_types has 1 entries for 4 layers"):
-        probe_checkpoint(str(model))
+        _probe_with(tmp_path, "config.json", "text_config", "layer_types", ["linear_attention"])
