@@ -90,8 +90,12 @@ class Selection:
         for r in self.rows:
             cats[r.category or "-"] = cats.get(r.category or "-", 0) + 1
         per = ", ".join(f"{c} {n}" for c, n in sorted(cats.items()))
+        distinct = len({self.texts.get(r.row, r.text) for r in self.rows})
+        same = (f"; only {distinct} distinct first prompt{'s' if distinct != 1 else ''} among the {len(self.rows)} "
+                "used rows, so a run sends at most that many different prompts") if distinct < len(self.rows) else ""
         return (f"{self.path}: {self.rows_read} rows read, {len(self.rows)} used"
-                + (f" ({per})" if per else "") + (f", {n_out} filtered ({why})" if n_out else ", none filtered"))
+                + (f" ({per})" if per else "") + (f", {n_out} filtered ({why})" if n_out else ", none filtered")
+                + same)
 
 
 def _error(path: pathlib.Path, rec: SourceRecord, message: str, fld: Optional[str] = None) -> ConversationError:

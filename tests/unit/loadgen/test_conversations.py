@@ -152,3 +152,14 @@ def test_bundled_dataset_has_six_categories_of_two_dozen_rows() -> None:
     assert counts == {c: 24 for c in ("code", "math", "reasoning", "chat", "summarisation", "translation")}
     assert len({r.text for r in rows}) == len(rows)  # no duplicated prompt
     assert select_rows(BUNDLED, rows, wl, None).filtered == {}
+
+
+def test_a_selection_of_one_repeated_prompt_says_so(tmp_path: pathlib.Path) -> None:
+    f = tmp_path / "d.json"
+    f.write_text(json.dumps([_sg("same question", f"answer {i}", id=i) for i in range(40)] + [_sg("other")]))
+    sel, _ = load_selection(_wl({"source": "sharegpt", "path": str(f)}, output_tokens=4), tmp_path, "")
+    assert sel.summary().endswith("41 rows read, 41 used (- 41), none filtered; only 2 distinct first prompts among "
+                                  "the 41 used rows, so a run sends at most that many different prompts")
+    f.write_text(json.dumps([_sg(f"question {i}") for i in range(3)]))
+    sel, _ = load_selection(_wl({"source": "sharegpt", "path": str(f)}, output_tokens=4), tmp_path, "")
+    assert "distinct" not in sel.summary()
