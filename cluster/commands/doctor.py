@@ -6,7 +6,6 @@ actor, the clock source), each with what to do. Exit 0 all fine, 1 warnings, 3 a
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 from typing import Optional
@@ -16,22 +15,15 @@ import typer
 from cluster.errors import UserError
 from cluster.node.checks import NodeNeeds, exit_code, run_checks
 from cluster.node.facts import FactQuery, NodeFacts
-from cluster.spec.locations import DATASET_SCHEMES, check_location
-
-
-RAY_ADDRESS = re.compile(r"^(?:auto|(?:ray://)?(?:[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5})$")
-"""What --address may be: `auto`, `host:port` or `ray://host:port` (Ray's own parser raises bare RuntimeError or
-ValueError on anything else, e.g. `bogus://x` or `x:y`, and `local` would start a cluster instead of joining one)."""
+from cluster.spec.locations import DATASET_SCHEMES, check_location, check_ray_address
 
 
 def check_address(address: str) -> str:
     """The --address value when Ray can join it as given, else a UserError naming what was expected."""
-    port = address.rsplit(":", 1)[-1]
-    if not RAY_ADDRESS.match(address) or (address != "auto" and not 1 <= int(port) <= 65535):
-        raise UserError(f"--address {address!r} is not a Ray cluster address; expected auto, host:port or "
-                        "ray://host:port (port 1-65535)", field="--address",
-                        expected="auto, host:port or ray://host:port")
-    return address
+    try:
+        return check_ray_address(address, "--address")
+    except ValueError as e:
+        raise UserError(str(e), field="--address", expected="auto, host:port or ray://host:port") from None
 
 
 def check_output(output: str) -> str:

@@ -42,9 +42,10 @@ from cluster.plan.schedule import reservation, unplaceable
 from cluster.dataset.writer import RunWriter
 from cluster.tuning.stage import ARTIFACT_KINDS, with_artifact
 from cluster.engines.base import api_key_of
-from cluster.errors import EngineFault, EnvironmentFault, SglbenchError, report_error
+from cluster.errors import EngineFault, EnvironmentFault, SglbenchError, UserError, report_error
 from cluster.server.process import with_decisive_line
 from cluster.spec.models import ExperimentSpec, WorkloadSpec
+from cluster.spec.locations import check_ray_address
 from cluster.spec.secrets import masked_spec_json
 from cluster.spec.loader import load_spec
 from cluster.telemetry.recorder import TelemetryCapture
@@ -853,6 +854,11 @@ def init_ray(address: Optional[str] = None, num_gpus: Optional[int] = None) -> N
         return
     addr = address or os.environ.get("RAY_ADDRESS")
     if addr:
+        try:  # before Ray parses it: its parser raises bare RuntimeError/ValueError on a malformed address
+            check_ray_address(addr, "--address" if address else "RAY_ADDRESS")
+        except ValueError as e:
+            raise UserError(str(e), field="--address" if address else "RAY_ADDRESS",
+                            expected="auto, host:port or ray://host:port") from None
         from cluster.distributed.cluster_state import join_cluster
 
         join_cluster(addr)  # token auth: RAY_AUTH_MODE=token when only RAY_AUTH_TOKEN is set; AuthError otherwise

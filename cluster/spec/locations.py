@@ -71,3 +71,17 @@ def check_location(value: str, what: str, schemes: tuple[str, ...] = ()) -> str:
 def check_local_path(value: str, what: str) -> str:
     """A local file or directory path (relative or absolute), no URI."""
     return check_location(value, what)
+
+
+_RAY_ADDRESS_RE = re.compile(r"^(?:auto|(?:ray://)?(?:[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5})$")
+
+
+def check_ray_address(value: str, what: str) -> str:
+    """A Ray cluster address as given (`auto`, `host:port` or `ray://host:port`, port 1-65535); ValueError naming
+    `what` otherwise. Ray's own parser raises a bare RuntimeError or ValueError on anything else (`bogus://x`,
+    `x:y`), and `local` would start a new cluster instead of joining the one meant."""
+    port = value.rsplit(":", 1)[-1]
+    if not _RAY_ADDRESS_RE.fullmatch(value) or (value != "auto" and not 1 <= int(port) <= 65535):
+        raise ValueError(f"{what} {value!r} is not a Ray cluster address; expected auto, host:port or "
+                         "ray://host:port (port 1-65535)")
+    return value
