@@ -12,13 +12,16 @@ import typer
 
 from cluster.errors import UserError
 
+MIN_TIMEOUT_S = 0.001
+MAX_TIMEOUT_S = 86400.0
+
 
 def register(app: typer.Typer) -> None:
     @app.command("smoke")
     def smoke(
         url: str = typer.Argument(..., help="Base URL of an idle SGLang server, e.g. http://127.0.0.1:30000"),
-        timeout: float = typer.Option(30.0, "--timeout", min=0.001, max=86400.0,
-                                      help="Seconds each HTTP call may take in all (a deadline, not per read)"),
+        timeout: float = typer.Option(30.0, "--timeout", help=f"Seconds each HTTP call may take in all (a deadline, "
+                                      f"not per read), {MIN_TIMEOUT_S:g} to {MAX_TIMEOUT_S:g}"),
     ) -> None:
         """Endpoints, /server_info keys, stream framing, meta_info, spec_verify_ct, /flush_cache: expected vs found."""
         from rich.console import Console
@@ -27,9 +30,12 @@ def register(app: typer.Typer) -> None:
 
         from cluster.engines.smoke import SmokeFault, failed_calls, run_smoke
 
-        if not math.isfinite(timeout):
-            raise UserError(f"smoke: --timeout: expected a number of seconds, got {timeout}", field="--timeout",
-                            expected="a finite number of seconds")
+        # the range is checked here, not by typer's min/max: NaN compares false both ways, and typer then named a
+        # bound it was not past ("should be less than or equal to 86400" for nan)
+        if not (math.isfinite(timeout) and MIN_TIMEOUT_S <= timeout <= MAX_TIMEOUT_S):
+            expected = f"a finite number of seconds from {MIN_TIMEOUT_S:g} to {MAX_TIMEOUT_S:g}"
+            raise UserError(f"smoke: --timeout: expected {expected}, got {timeout}", field="--timeout",
+                            expected=expected)
         checks = run_smoke(url, timeout)
         console = Console()
         # cells fold instead of being cut at 80 columns (server_info.specula… was unreadable in a pipe)

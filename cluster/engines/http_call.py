@@ -77,8 +77,11 @@ class ServerURL:
         return f"{self.scheme}://{self.netloc}{self.prefix}"
 
 
-def parse_server_url(text: str, field: str = "URL") -> ServerURL:
-    """`text` as http(s)://host[:port][/prefix]; a ServerURLError says what is wrong with it."""
+def parse_server_url(text: str, field: str = "URL", *, base: bool = False) -> ServerURL:
+    """`text` as http(s)://host[:port][/prefix]; a ServerURLError says what is wrong with it. A `base` URL (what
+    smoke and the spec give: request paths go after it) takes no query, since `?x=1` + `/health` would call
+    `?x=1/health`; a whole URL (http_get_json's) keeps its query. User and password are refused in both: no call
+    sends them, and dropping them silently would call the server as someone else than the URL says."""
     expected = "http://host:port or https://host:port"
 
     def bad(why: str) -> ServerURLError:
@@ -97,8 +100,12 @@ def parse_server_url(text: str, field: str = "URL") -> ServerURL:
         raise bad(f"invalid port {u.netloc.rpartition(':')[2]!r} in {text!r} (an integer 1-65535)") from None
     if port == 0:
         raise bad(f"invalid port 0 in {text!r} (an integer 1-65535)")
-    if u.fragment:
+    if base and (u.query or u.fragment or text.endswith(("?", "#"))):
+        raise bad(f"a base URL takes no query or fragment, got {text!r}")
+    if u.fragment or text.endswith("#"):
         raise bad(f"a fragment in {text!r}")
+    if "@" in u.netloc:
+        raise bad(f"a user or password in {text!r}: sglbench sends none (its calls carry no credentials)")
     prefix = u.path.rstrip("/") + (f"?{u.query}" if u.query else "")
     return ServerURL(u.scheme, u.hostname, port or (443 if u.scheme == "https" else 80), prefix)
 
@@ -127,6 +134,8 @@ class _Reader:
         self.sock, self.deadline_s, self.timeout_s, self.what = sock, deadline_s, timeout_s, what
         self.buf = bytearray()
         self.eof = False
+        self.received = 0
+        """Bytes read so far, whether or not still buffered."""
 
     def fill(self) -> None:
         left = self.deadline_s - time.monotonic()
@@ -136,6 +145,7 @@ class _Reader:
         data = self.sock.recv(65536)
         if not data:
             self.eof = True
+        self.received += len(data)
         self.buf += data
 
     def line(self, limit: int, what: str, too_long: str = "") -> bytes:
@@ -168,9 +178,25 @@ def _timeout(what: str, timeout_s: float) -> ServerTimeoutError:
                               "did not finish its answer)")
 
 
+_TLS_RECORD = re.compile(rb"[\x14-\x17]\x03[\x00-\x04]")
+"""A TLS record's first bytes (content type, version 3.x): a TLS server answering a plain-HTTP request."""
+
+
+def _not_http(r: _Reader) -> None:
+    """Refuse an answer as soon as its first bytes cannot start 'HTTP/' (an HTTP/0.9 body, an HTTP/2 frame, a TLS
+    alert): it is not HTTP/1.x whether or not a CRLF ever follows, so it is not 'truncated'."""
+    while len(r.buf) < 5 and not r.eof and b"\r\n" not in r.buf:
+        r.fill()
+    start = bytes(r.buf[:80]).split(b"\r\n", 1)[0]
+    if r.buf and not (r.buf[:5] == b"HTTP/"[: len(r.buf[:5])]):
+        hint = "; that is a TLS record: if the server speaks TLS, use https://" if _TLS_RECORD.match(start) else ""
+        raise MalformedAnswerError(f"{r.what}: expected an HTTP/1.x status line, got {start!r}{hint}")
+
+
 def _head(r: _Reader, max_header_bytes: int) -> tuple[int, list[tuple[str, str]]]:
     left = max_header_bytes
     too_long = f"the answer's headers are longer than {max_header_bytes} bytes"
+    _not_http(r)
     line = r.line(left, "the status line", too_long)
     m = _STATUS.fullmatch(line)
     if m is None:
@@ -304,10 +330,10 @@ def call(url: ServerURL | str, path: str, *, method: str = "GET", body: Optional
         raise ServerURLError(f"{what}: a path or header holds a line break or NUL", field="URL")
     request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
     sock = _connect(base, deadline_s, timeout_s, what)
+    r = _Reader(sock, deadline_s, timeout_s, what)
     try:
         sock.settimeout(max(0.001, deadline_s - time.monotonic()))
         sock.sendall(request)
-        r = _Reader(sock, deadline_s, timeout_s, what)
         status, head = _head(r, max_header_bytes)
         while 100 <= status < 200:  # an interim answer (100 Continue): the real one follows
             status, head = _head(r, max_header_bytes)
@@ -317,6 +343,10 @@ def call(url: ServerURL | str, path: str, *, method: str = "GET", body: Optional
     except ssl.SSLError as e:
         raise ServerAnswerError(f"{what}: TLS error mid-answer ({e})") from None
     except OSError as e:  # reset, broken pipe
+        if base.scheme == "http" and not r.buf and not r.received:  # a TLS server resets a plain-HTTP request
+            raise ServerAnswerError(f"{what}: the server at {base.netloc} did not answer HTTP (the connection "
+                                    f"failed before any answer: {e.strerror or e}); if it speaks TLS, use "
+                                    "https://") from None
         raise ServerAnswerError(f"{what}: the connection failed mid-call ({e.strerror or e})") from None
     finally:
         sock.close()

@@ -88,7 +88,7 @@ def run_smoke(base_url: str, timeout_s: float = 30.0) -> list[Check]:
 
     Raises ServerURLError (exit 2) for an unusable URL and the /health call's own error (exit 3 or 4) when the
     server cannot be reached at all; a later call's failure is its check's row, marked `fault`."""
-    s = _Smoke(parse_server_url(base_url), timeout_s)
+    s = _Smoke(parse_server_url(base_url, base=True), timeout_s)
     health = call(s.url, "/health", timeout_s=timeout_s)  # nothing answers: there is nothing to check
     s.add("GET /health", health.status == 200, "200", health.status)
     reply = s.get("GET /model_info", "200 with model_path", "/model_info")

@@ -98,7 +98,11 @@ def test_every_call_ends_by_its_deadline_whatever_the_server_does(script: Script
     (b"ICY 200 OK\r\n\r\n", "expected an HTTP/1.x status line, got b'ICY 200 OK'"),
     (b"HTTP/1.1 2000 OK\r\n\r\n", "expected an HTTP/1.x status line"),
     (b"HTTP/1.1 OK\r\n\r\n", "expected an HTTP/1.x status line"),
-    (b"garbage", "the answer ended inside the status line"),
+    (b"garbage", "expected an HTTP/1.x status line, got b'garbage'"),
+    (b'{"a": 1}', "expected an HTTP/1.x status line, got b'{\"a\": 1}'"),  # F18: HTTP/0.9, no status line
+    (b"\x00\x00\x12\x04\x00\x00\x00\x00\x00", r"expected an HTTP/1.x status line, got b'\\x00\\x00\\x12"),  # HTTP/2
+    (b"\x15\x03\x03\x00\x02\x02\x46", "that is a TLS record: if the server speaks TLS, use https://"),  # TLS alert
+    (b"HTTP/1", "the answer ended inside the status line"),
     (b"", "the answer ended inside the status line"),
     (b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", "expected a header line 'Name: value'"),
     (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + b"x" * 10, "truncated: expected 100 bytes, got 10"),
@@ -109,7 +113,8 @@ def test_every_call_ends_by_its_deadline_whatever_the_server_does(script: Script
     (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n", "expected CRLF after a chunk"),
     (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel", "a chunk truncated"),
     (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", "expected Transfer-Encoding chunked"),
-], ids=["10MB-header", "many-headers", "icy", "status-2000", "no-code", "garbage", "empty", "no-colon",
+], ids=["10MB-header", "many-headers", "icy", "status-2000", "no-code", "garbage", "http09", "http2-frame",
+        "tls-alert", "cut-prefix", "empty", "no-colon",
         "truncated-length", "negative-length", "two-lengths", "huge-length", "bad-chunk-size", "chunk-no-crlf",
         "truncated-chunk", "gzip"])
 def test_a_malformed_answer_is_exit_4_and_says_what_was_expected(answer: bytes, says: str) -> None:
@@ -169,3 +174,57 @@ def test_https_to_a_plain_http_server_is_a_tls_error_exit_4() -> None:
     finally:
         t.join(5)
         srv.close()
+
+
+def test_a_connection_reset_before_any_answer_over_http_suggests_https() -> None:
+    """F18: a TLS server sent a plain-HTTP request resets it; that was 'the connection failed mid-call'."""
+    import struct
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+
+    def reset() -> None:
+        conn, _ = srv.accept()
+        conn.recv(4096)
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close = RST
+        conn.close()
+
+    t = threading.Thread(target=reset, daemon=True)
+    t.start()
+    try:
+        port = srv.getsockname()[1]
+        with pytest.raises(ServerAnswerError, match=rf"the server at 127.0.0.1:{port} did not answer HTTP .*"
+                                                    "if it speaks TLS, use https://") as e:
+            call(f"http://127.0.0.1:{port}", "/health", timeout_s=2.0)
+        assert exit_code_of(e.value) == 4
+    finally:
+        t.join(5)
+        srv.close()
+
+
+@pytest.mark.parametrize("url, says", [
+    ("http://127.0.0.1:1?x=1", "a base URL takes no query or fragment"),
+    ("http://127.0.0.1:1/api?", "a base URL takes no query or fragment"),
+    ("http://127.0.0.1:1#frag", "a base URL takes no query or fragment"),
+    ("http://user:pass@127.0.0.1:1", "a user or password in"),
+])
+def test_a_base_url_with_a_query_fragment_or_credentials_is_refused(url: str, says: str) -> None:
+    """F19: 'http://h:1?x=1' was called as 'GET http://h:1?x=1/health'; user:pass@ was dropped silently."""
+    with pytest.raises(ServerURLError, match=says) as e:
+        parse_server_url(url, base=True)
+    assert exit_code_of(e.value) == 2
+    assert parse_server_url("http://127.0.0.1:1/v1/models?x=1").prefix == "/v1/models?x=1"  # a whole URL keeps it
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0", "1e9"])
+def test_smoke_timeout_outside_its_range_says_a_finite_number_of_seconds(value: str) -> None:
+    """F21: --timeout nan was 'Input should be less than or equal to 86400' (nan is past no bound)."""
+    from typer.testing import CliRunner
+
+    from cluster.cli import app
+
+    res = CliRunner().invoke(app, ["smoke", "http://127.0.0.1:1", "--timeout", value])
+    assert res.exit_code == 2, res.output
+    assert "--timeout: expected a finite number of seconds from 0.001 to 86400" in res.output, res.output
