@@ -94,11 +94,18 @@ def run_smoke(base_url: str, timeout_s: float = 30.0) -> list[Check]:
     reply = s.get("GET /model_info", "200 with model_path", "/model_info")
     usable, mi = s.json("GET /model_info", "200 with model_path", reply) if reply is not None else (False, None)
     if reply is not None and usable:
-        s.add("GET /model_info", reply.status == 200 and isinstance(mi, dict) and "model_path" in mi,
-              "200 with model_path",
-              f"{reply.status} {sorted(mi)[:6] if isinstance(mi, dict) else _short(reply.text(), 40)}")
-    si = _server_info(s)
+        path_ok = isinstance(mi, dict) and isinstance(mi.get("model_path"), str)
+        if reply.status == 200 and isinstance(mi, dict) and "model_path" in mi and not path_ok:
+            s.checks.append(Check("GET /model_info", False, "200 with model_path", _short(
+                f"model_path: expected a string, got {shown(mi['model_path'])}", 200), fault=True))  # malformed
+        else:
+            s.add("GET /model_info", reply.status == 200 and path_ok, "200 with model_path",
+                  f"{reply.status} {sorted(mi)[:6] if isinstance(mi, dict) else _short(reply.text(), 40)}")
+    si, answered = _server_info(s)
     for key in SERVER_INFO_TOP_KEYS:
+        if key in answered and key not in si:  # present, but the types row refused the document
+            s.add(f"server_info.{key}", False, "present", f"present, not read: {_wrong_type(key, answered[key])}")
+            continue
         s.add(f"server_info.{key}", key in si, "present", si.get(key, "missing") if key != "internal_states" else
               (f"list of {len(si[key])}" if isinstance(si.get(key), list) else "missing or not a list"))
     states = si.get("internal_states")
@@ -129,21 +136,34 @@ def run_smoke(base_url: str, timeout_s: float = 30.0) -> list[Check]:
     return s.checks
 
 
-def _server_info(s: _Smoke) -> Mapping[str, Any]:
+def _wrong_type(key: str, value: Any) -> str:
+    """What is wrong with one /server_info value ("its type is right" when another key made the document fail)."""
+    from cluster.engines.sglang import check_server_info
+
+    try:
+        check_server_info({key: value})
+    except MalformedAnswerError as e:
+        return str(e).split(": ", 1)[-1]
+    return f"{shown(value)} (its own type is right; another key's is not)"
+
+
+def _server_info(s: _Smoke) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    """(the document when its types are SGLang's, else {}; the object as answered, else {}): a key that is there
+    with the wrong type is then said to be, not 'missing' (F20)."""
     reply = s.get("GET /server_info", "200 JSON at /server_info", "/server_info")
     path = "/server_info"
     if reply is not None and reply.status == 404:
         path = "/get_server_info"
         reply = s.get("GET /server_info", "200 JSON at /server_info", path)
     if reply is None:
-        return {}
+        return {}, {}
     usable, si = s.json("GET /server_info", "200 JSON at /server_info", reply) if reply.status == 200 else (True, None)
     if not usable:
-        return {}
+        return {}, {}
     s.add("GET /server_info", path == "/server_info" and isinstance(si, dict), "200 JSON at /server_info",
           f"{reply.status} at {path}" + ("" if si is None or isinstance(si, dict) else f", {shown(si)}"))
     if not isinstance(si, dict):
-        return {}
+        return {}, {}
     from cluster.engines.sglang import check_server_info
 
     try:
@@ -151,8 +171,8 @@ def _server_info(s: _Smoke) -> Mapping[str, Any]:
     except MalformedAnswerError as e:
         s.checks.append(Check("server_info types", False, "SGLang's types for the keys sglbench reads",
                               _short(str(e), 200), fault=True))
-        return {}
-    return si
+        return {}, si
+    return si, si
 
 
 def _check_generate(s: _Smoke, speculative: bool) -> None:

@@ -261,3 +261,33 @@ class NotJsonInfo(FakeSGLang):
 def test_cli_a_server_info_that_is_not_json_or_mistyped_is_exit_4(body: bytes, says: str) -> None:
     code, flat = _smoke_cli(type("H", (NotJsonInfo,), {"body": body}), 2.0)
     assert code == 4 and "failed at the server's end" in flat and says in flat, flat
+
+
+class MistypedInfo(FakeSGLang):
+    """/server_info and /model_info answer with SGLang's keys in the wrong types (F20)."""
+
+    def do_GET(self) -> None:
+        if self.path == "/server_info":
+            self._send(200, json.dumps({"version": 5, "max_running_requests": "64", "internal_states": []}).encode())
+        elif self.path == "/model_info":
+            self._send(200, json.dumps({"model_path": 3}).encode())
+        else:
+            super().do_GET()
+
+
+def test_a_key_of_the_wrong_type_is_said_to_be_present_with_that_type_not_missing() -> None:
+    """F20: version 5 and max_running_requests "64" were rows 'missing'; model_path 3 was 'ok'."""
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), MistypedInfo)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        rows = {c.name: c for c in run_smoke(f"http://127.0.0.1:{srv.server_address[1]}", 2.0)}
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert rows["GET /model_info"].fault and "model_path: expected a string, got an integer 3" in \
+        rows["GET /model_info"].found
+    v, m = rows["server_info.version"], rows["server_info.max_running_requests"]
+    assert not v.ok and "present" in v.found and "expected a string, got an integer 5" in v.found, v
+    assert not m.ok and "present" in m.found and "non-negative integer, got a string '64'" in m.found, m
+    assert rows["server_info types"].fault
