@@ -4,7 +4,11 @@ failure is the project's own error with its exit code, and each call ends by its
 from __future__ import annotations
 
 import socket
+import struct
+import threading
 import time
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 import pytest
 
@@ -152,56 +156,45 @@ def test_good_answers_in_every_framing_and_json_that_is_not() -> None:
         assert exit_code_of(e.value) == 4
 
 
-def test_https_to_a_plain_http_server_is_a_tls_error_exit_4() -> None:
-    import threading
-
+@contextmanager
+def _one_connection(handle: Callable[[socket.socket], None]) -> Iterator[int]:
+    """A loopback port whose one connection `handle` answers (raw socket: what no HTTP server would send)."""
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(1)
 
-    def answer_in_plain_http() -> None:
+    def serve() -> None:
         conn, _ = srv.accept()
         with conn:
-            conn.recv(4096)  # the ClientHello
-            conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            conn.recv(4096)
+            handle(conn)
 
-    t = threading.Thread(target=answer_in_plain_http, daemon=True)
+    t = threading.Thread(target=serve, daemon=True)
     t.start()
     try:
-        with pytest.raises(ServerAnswerError, match=r"TLS handshake with 127.0.0.1:\d+ failed") as e:
-            call(f"https://127.0.0.1:{srv.getsockname()[1]}", "/health", timeout_s=2.0)
-        assert exit_code_of(e.value) == 4
+        yield srv.getsockname()[1]
     finally:
         t.join(5)
         srv.close()
+
+
+def test_https_to_a_plain_http_server_is_a_tls_error_exit_4() -> None:
+    with _one_connection(lambda c: c.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")) as port:
+        with pytest.raises(ServerAnswerError, match=r"TLS handshake with 127.0.0.1:\d+ failed") as e:
+            call(f"https://127.0.0.1:{port}", "/health", timeout_s=2.0)
+        assert exit_code_of(e.value) == 4
 
 
 def test_a_connection_reset_before_any_answer_over_http_suggests_https() -> None:
     """F18: a TLS server sent a plain-HTTP request resets it; that was 'the connection failed mid-call'."""
-    import struct
-    import threading
-
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(1)
-
-    def reset() -> None:
-        conn, _ = srv.accept()
-        conn.recv(4096)
+    def reset(conn: socket.socket) -> None:
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close = RST
-        conn.close()
 
-    t = threading.Thread(target=reset, daemon=True)
-    t.start()
-    try:
-        port = srv.getsockname()[1]
+    with _one_connection(reset) as port:
         with pytest.raises(ServerAnswerError, match=rf"the server at 127.0.0.1:{port} did not answer HTTP .*"
                                                     "if it speaks TLS, use https://") as e:
             call(f"http://127.0.0.1:{port}", "/health", timeout_s=2.0)
         assert exit_code_of(e.value) == 4
-    finally:
-        t.join(5)
-        srv.close()
 
 
 @pytest.mark.parametrize("url, says", [
