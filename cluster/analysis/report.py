@@ -83,9 +83,13 @@ def decode_bytes_per_token(meta: Optional[dict[str, Any]]) -> Optional[float]:
     pre = (meta or {}).get("preflight") or {}
     if not isinstance(pre, dict) or not pre:
         return None
-    model = (((meta or {}).get("spec") or {}).get("model") or {}).get("path")
-    report = pre.get(model) if model in pre else next(iter(pre.values()))
-    val = ((report or {}).get("params") or {}).get("decode_bytes_per_token") if isinstance(report, dict) else None
+    # experiment.json is a file on disk: any level may hold another type (display only, so it reads as absent)
+    spec = (meta or {}).get("spec")
+    model_spec = spec.get("model") if isinstance(spec, dict) else None
+    model = model_spec.get("path") if isinstance(model_spec, dict) else None
+    report = pre.get(model) if isinstance(model, str) and model in pre else next(iter(pre.values()))
+    params = report.get("params") if isinstance(report, dict) else None
+    val = params.get("decode_bytes_per_token") if isinstance(params, dict) else None
     return float(val) if isinstance(val, (int, float)) and val > 0 else None
 
 

@@ -182,3 +182,17 @@ def test_load_ticks_leave_out_the_ones_that_would_print_over_each_other() -> Non
     assert spaced_ticks([1, 2, 4], log=True) == [1, 2, 4]
     assert spaced_ticks([10, 10.1, 20], log=False) == [10, 20]  # the highest load always labelled
     assert spaced_ticks([5], log=False) == [5]
+
+
+@pytest.mark.parametrize("meta", [
+    {"preflight": {"m": {"params": {"decode_bytes_per_token": 2.0}}}, "spec": "not an object"},
+    {"preflight": {"m": {"params": {"decode_bytes_per_token": 2.0}}}, "spec": {"model": ["m"]}},
+    {"preflight": {"m": {"params": {"decode_bytes_per_token": 2.0}}}, "spec": {"model": {"path": ["m"]}}},
+    {"preflight": {"m": {"params": "x"}}, "spec": {"model": {"path": "m"}}},
+])
+def test_bytes_per_token_reads_a_mistyped_experiment_json_as_absent_or_found(meta: dict) -> None:
+    """experiment.json is a file on disk: a level of another type once raised AttributeError (exit 70)."""
+    from cluster.analysis.report import decode_bytes_per_token
+
+    got = decode_bytes_per_token(meta)
+    assert got in (None, 2.0)
