@@ -99,3 +99,24 @@ def test_an_error_status_s_frames_are_its_error_body_on_both_paths() -> None:
             loop.close()
         assert rec.chunk_arrival_ns == [] and rec.http_status == 503
         assert rec.error is not None and rec.error.startswith("HTTP 503: data: ")
+
+
+@pytest.mark.parametrize("head, error", [
+    (b"", "connection error: server closed the connection before answering (EOF)"),
+    (b"HTTP/1.1 20", "stream broken: connection closed inside the response head after 11 bytes (EOF)"),
+    (b'{"a": 1}', "malformed answer: expected an HTTP/1.x status line, got b'{\"a\": 1}'"),
+    (b"\x16\x03\x01\x00", "malformed answer: expected an HTTP/1.x status line, got b'\\x16\\x03\\x01\\x00'"),
+])
+def test_a_close_before_the_head_says_what_came(head: bytes, error: str) -> None:
+    """A close before the response head was whole: nothing came, part of a head came, or bytes that cannot begin an
+    HTTP/1.x answer came (an HTTP/0.9 body, a TLS record) — once all three read 'closed before answering'."""
+    loop = asyncio.new_event_loop()
+    try:
+        rec = RequestRecord(request_index=0, intended_send_ns=0, actual_send_ns=0, prompt_tokens_sent=1, max_tokens=8)
+        r = Response(rec, OpenAIStreamParser(), 0, loop.create_future())
+        if head:
+            r.feed(head, 0)
+        r.connection_lost(None)
+        assert rec.error == error and r.complete
+    finally:
+        loop.close()
