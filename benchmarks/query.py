@@ -77,6 +77,9 @@ def _requests(rng: np.random.Generator, n: int, keys: dict[str, object], spec: b
         "error": pa.array(["HTTP 500"] * n, type=pa.string(), mask=~err),
         "http_status": pa.array(np.where(err, 500, 200).astype(np.int32)),
     })
+    for f in REQUESTS_SCHEMA:  # the optional columns (category, sessions, the workload audit's) as nulls
+        if f.name not in cols:
+            cols[f.name] = pa.nulls(n, type=f.type)
     return pa.Table.from_pydict(cols, schema=REQUESTS_SCHEMA)
 
 
@@ -101,7 +104,8 @@ def build(root: str, runs: int, per_run: int) -> None:
                    "e2e_ms_p99": 900.0 * rng.lognormal(0, 0.05), "accept_length": 2.3 if spec_run else None}
         store.write_run(p, {"status": "ok", "duration_s": 60.0, "metrics": metrics})  # runs row = commit
         # write_run (no requests given) removes a requests file, so the rows are written after it
-        pq.write_table(t, path, compression="zstd")
+        # as the store writes it: the variant is the partition directory, not a column of the file
+        pq.write_table(t.drop_columns(["variant"]), path, compression="zstd", write_page_checksum=True)
 
 
 def _time(fn: Callable[[], object], reps: int) -> tuple[float, float]:
