@@ -12,15 +12,14 @@ from __future__ import annotations
 import errno
 import json
 import os
-import re
 import stat
 from typing import Any, Optional
 
 from cluster.errors import UserError
 from cluster.input_files import DuplicateJsonKey as _DuplicateKey
 from cluster.input_files import unique_keys as _unique_keys
-from cluster.input_files import (DEFAULT_LIMIT_BYTES, MAX_JSON_DEPTH, MIB, decode_text, has_lone_surrogate,
-                                 parse_json, read_input_bytes)
+from cluster.input_files import (DEFAULT_LIMIT_BYTES, MIB, decode_text, has_lone_surrogate,
+                                 json_depth_exceeds, parse_json, read_input_bytes)
 
 METADATA_LIMIT_BYTES = 16 * MIB
 """config.json, hf_quant_config.json, generation_config.json and hub metadata: real ones are a few KB."""
@@ -107,31 +106,11 @@ def read_text(path: str, what: str, *, limit_bytes: int = METADATA_LIMIT_BYTES) 
     return decode_text(read_bytes(path, what, limit_bytes=limit_bytes), path, CheckpointReadError, what)
 
 
-_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
-_BRACKETS = str.maketrans("{}", "[]")
-
-
-def nests_deeper(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
-    """Whether brackets outside strings nest deeper than `limit`: input_files' rule, at C speed (a 400B model's
-    headers and index are ~100 MB of JSON, which a per-character Python scan takes ~10 s over). Strings and
-    everything but brackets are dropped by regex; each str.replace pass then removes the innermost pairs."""
-    rest = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text)).translate(_BRACKETS)
-    for _ in range(limit):
-        if not rest:
-            return False
-        inner = rest.replace("[]", "")
-        if inner == rest:
-            return False  # mismatched brackets: the decoder reports the syntax error
-        rest = inner
-    return "[]" in rest
-
-
 def parse_object(text: str, path: str, what: str) -> dict[str, Any]:
     """A JSON object from a checkpoint file, each key once (the decoder would keep the last value and drop the
     first silently); depth, digit-limit and syntax failures as input_files words them."""
     data: Any = None
-    if nests_deeper(text):
+    if json_depth_exceeds(text):
         data = parse_json(text, path, CheckpointReadError, what, expected="a JSON object")  # raises
     else:
         try:
@@ -176,5 +155,5 @@ def check_unicode(data: Any, path: str) -> None:
 
 
 __all__ = ["INDEX_LIMIT_BYTES", "METADATA_LIMIT_BYTES", "CheckpointError", "CheckpointReadError", "check_file",
-           "check_unicode", "clip", "describe_non_file", "nests_deeper", "one_line", "parse_object", "present", "read_bytes",
+           "check_unicode", "clip", "describe_non_file", "one_line", "parse_object", "present", "read_bytes",
            "read_json_object", "read_text"]

@@ -339,13 +339,8 @@ JSONISH = st.recursive(_BRACKETY | st.integers(),
 @FUZZ
 @given(text=JSONISH | DEEP, limit=st.integers(1, 8))
 def test_fuzz_fast_depth_check_agrees_with_input_files(text: str, limit: int) -> None:
-    """cluster/probe/files.py's C-speed depth check refuses what cluster/input_files.py's scan refuses, on every
-    text the decoder would accept (where they differ, the text is a syntax error either way)."""
-    from cluster.input_files import json_depth_exceeds
-    from cluster.probe.files import nests_deeper
+    """The depth check the probe uses (input_files.json_depth_exceeds, C-speed in the common case) refuses what the
+    exact scan (json_depth_offset) refuses, on every text, decodable or not."""
+    from cluster.input_files import json_depth_exceeds, json_depth_offset
 
-    try:
-        json.loads(text)
-    except (ValueError, RecursionError):
-        return
-    assert nests_deeper(text, limit) == json_depth_exceeds(text, limit)
+    assert json_depth_exceeds(text, limit) == (json_depth_offset(text, limit) is not None)
