@@ -107,6 +107,18 @@ EXIT_CODES: dict[str, int] = {"ok": 0, "runs failed": 1, "user error": EXIT_USER
 """What `sglbench` exits with (README "Exit codes"; also the `sglbench --help` epilog)."""
 
 
+def one_line(text: str) -> str:
+    """`text` with every non-printable character (a newline, a NUL, an escape, U+2028) written as its escape: a
+    message, a check's line or a comment built from a file's or a server's content stays one line on the terminal."""
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of an exception's message (a library's may run over many), or its class name when empty."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 def exit_code_of(error: BaseException) -> int:
     """The CLI exit code for an escaped exception: the tree's class code, EXIT_BUG for anything else."""
     return type(error).exit_code if isinstance(error, SglbenchError) else EXIT_BUG
@@ -125,4 +137,5 @@ def report_error(error: BaseException, stream: TextIO) -> int:
 
 
 __all__ = ["EXIT_BUG", "EXIT_CODES", "EXIT_ENGINE", "EXIT_ENVIRONMENT", "EXIT_USER_ERROR", "AuthError", "EngineFault",
-           "EnvironmentFault", "PromptSourceError", "SglbenchError", "UserError", "exit_code_of", "report_error"]
+           "EnvironmentFault", "PromptSourceError", "SglbenchError", "UserError", "exit_code_of", "first_line", "one_line",
+           "report_error"]

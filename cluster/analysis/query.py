@@ -12,7 +12,7 @@ import pyarrow.dataset as pads
 
 from cluster.analysis.request_metrics import chunk_gaps_view_sql, request_metrics_view_sql
 from cluster.dataset.store import TABLE_SCHEMAS, DatasetStore, ExperimentNotFound, StoreError
-from cluster.errors import UserError
+from cluster.errors import UserError, first_line
 
 BASE_TABLES = ("runs", "requests", "chunks")
 
@@ -136,7 +136,7 @@ def connect(root: str, experiment: str, reads: Optional[str] = None) -> duckdb.D
         con.execute(chunk_gaps_view_sql())
     except duckdb.Error as e:  # files that passed every check but do not fit one view (an unknown table's types)
         con.close()
-        raise StoreError(f"{store.base}: the dataset's files cannot be read as views: {_first_line(e)}",
+        raise StoreError(f"{store.base}: the dataset's files cannot be read as views: {first_line(e)}",
                          file=store.base, expected="files written by sglbench") from None
     _lock_down(con, allowed)
     return con
@@ -174,9 +174,6 @@ def _lock_down(con: duckdb.DuckDBPyConnection, readable: list[str]) -> None:
     con.execute("SET lock_configuration = true")
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 def read_only_statement(sql: str) -> str:
@@ -185,7 +182,7 @@ def read_only_statement(sql: str) -> str:
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as e:
-        raise QueryError(f"SQL error: {_first_line(e)}", field="sql", expected="one SELECT") from None
+        raise QueryError(f"SQL error: {first_line(e)}", field="sql", expected="one SELECT") from None
     if len(statements) != 1:
         raise QueryError(f"results query runs exactly one statement, got {len(statements)}", field="sql",
                          expected="one SELECT over the views " + ", ".join(VIEWS))
@@ -204,7 +201,7 @@ def query(root: str, experiment: str, sql: str) -> pd.DataFrame:
     try:
         return con.execute(sql).df()
     except duckdb.Error as e:
-        raise QueryError(f"SQL error: {_first_line(e)}", field="sql") from None
+        raise QueryError(f"SQL error: {first_line(e)}", field="sql") from None
     finally:
         con.close()
 

@@ -19,7 +19,7 @@ from typing import Optional
 
 import typer
 
-from cluster.errors import UserError
+from cluster.errors import UserError, one_line
 from cluster.spec.fields import SpecError
 from cluster.spec.locations import check_word
 from cluster.plan.model_rules import ModelFacts
@@ -80,12 +80,6 @@ def _q(s: str) -> str:
         else:
             out.append(f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}")
     return '"' + "".join(out) + '"'
-
-
-def _printable(line: str) -> str:
-    """A line whose comment may hold a checkpoint's or a path's text: a character YAML would read as a line break
-    or refuse (control characters, U+2028, U+0085) shows escaped, so it cannot end the comment and add a key."""
-    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in line)
 
 
 def _backends(facts: ModelFacts, gpu_sm: Optional[int], speculative: bool) -> list[tuple[str, str, str]]:
@@ -206,7 +200,7 @@ def render_starter(report: ProbeReport, python: Interpreter, version: str, gpu_s
         f"seed: {SEED}   # the same prompts and arrival schedule for every variant",
         "output: results",
     ]
-    return "\n".join(_printable(ln) for ln in lines) + "\n"
+    return "\n".join(one_line(ln) for ln in lines) + "\n"
 
 
 def residual_findings(text: str, report: ProbeReport, file: str, gpu_sm: Optional[int] = None) -> list[str]:

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from cluster.probe.checkpoint import ProbeReport, probe_checkpoint
-from cluster.probe.files import one_line
+from cluster.errors import one_line
 
 
 def _num(n: float) -> str:

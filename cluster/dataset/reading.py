@@ -24,8 +24,7 @@ from cluster.dataset.records import CHUNKS_SCHEMA, GPU_METRICS_SCHEMA, KEY_FIELD
 from cluster.dataset.root import (KIND_TEXT, PARTITION_COLUMN, RUN_KEY_RE, DataFile, StoreError, check_identity,
                                   check_runs_file, check_schema, file_schema, list_dir, open_root, path_kind,
                                   read_error, read_parquet, safe_name, table_layout, verify_pages)
-from cluster.errors import UserError
-from cluster.probe.files import one_line
+from cluster.errors import UserError, one_line
 from cluster.plan.runs import RECORD_SCHEMA_VERSION
 from cluster.input_files import decode_text, parse_json, read_input_bytes
 

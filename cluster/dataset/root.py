@@ -31,8 +31,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from cluster.errors import EnvironmentFault, UserError
-from cluster.probe.files import one_line
+from cluster.errors import EnvironmentFault, UserError, first_line, one_line
 from cluster.spec.locations import DATASET_SCHEMES, check_location, control_character
 
 ROOT_SCHEMES = DATASET_SCHEMES + ("mock",)
@@ -73,17 +72,14 @@ def open_root(root: str) -> tuple[pafs.FileSystem, str]:
     try:
         fs, path = pafs.FileSystem.from_uri(root)
     except (pa.ArrowInvalid, ValueError) as e:
-        raise UserError(f"results root {root!r} is not a usable {scheme}:// URI: {_first_line(e)}", field="--root",
+        raise UserError(f"results root {root!r} is not a usable {scheme}:// URI: {first_line(e)}", field="--root",
                         expected=expected) from None
     except OSError as e:
         raise EnvironmentFault(f"results root {root!r}: the {scheme}:// filesystem is not available here: "
-                               f"{_first_line(e)}") from None
+                               f"{first_line(e)}") from None
     return fs, path.rstrip("/")
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 # ---------------------------------------------------------------------------------------------- listing
@@ -154,7 +150,7 @@ def list_dir(fs: pafs.FileSystem, path: str) -> list[Entry]:
 
 def read_error(path: str, e: OSError) -> Exception:
     """An OSError met reading `path`: the disk failing is an EnvironmentFault, anything else a StoreError."""
-    why = e.strerror or _first_line(e)
+    why = e.strerror or first_line(e)
     path = one_line(path)
     if e.errno in _DISK_ERRNOS:
         return EnvironmentFault(f"cannot read {path}: {why} (the disk or filesystem failed)")
@@ -209,7 +205,7 @@ def parquet_error(path: str, e: Exception) -> Exception:
     if isinstance(e, OSError) and e.errno is not None:
         return read_error(path, e)
     return StoreError(f"{one_line(path)}: not a readable Parquet file (truncated, half-written or corrupt: "
-                      f"{one_line(_first_line(e))}); "
+                      f"{one_line(first_line(e))}); "
                       "expected a complete file written by sglbench", file=path,
                       expected="a complete Parquet file written by sglbench")
 

@@ -17,7 +17,7 @@ from ray.exceptions import AuthenticationError
 from ray.job_submission import JobStatus, JobSubmissionClient
 
 from cluster.spec.secrets import is_secret_name
-from cluster.errors import AuthError, EnvironmentFault, UserError
+from cluster.errors import AuthError, EnvironmentFault, UserError, first_line
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 DEFAULT_TOKEN_ENV = "RAY_AUTH_TOKEN"
@@ -160,9 +160,9 @@ class JobClient:
             try:
                 self._client = JobSubmissionClient(address, headers=headers or None)
             except ConnectionError as e:
-                raise JobError(f"cannot reach the Ray job API at {address}: {_first_line(e)}") from None
+                raise JobError(f"cannot reach the Ray job API at {address}: {first_line(e)}") from None
             except RuntimeError as e:
-                raise JobError(f"Ray job API at {address} refused the connection: {_first_line(e)}") from None
+                raise JobError(f"Ray job API at {address} refused the connection: {first_line(e)}") from None
 
     def __repr__(self) -> str:
         return f"JobClient({self.address!r})"
@@ -182,7 +182,7 @@ class JobClient:
                         time.sleep(1.0)
                         continue
                     raise JobError(f"submitting {request.experiment} to {self.address} failed: "
-                                   f"{_first_line(e)}") from None
+                                   f"{first_line(e)}") from None
 
     def status(self, job_id: str) -> str:
         with self._auth():
@@ -197,7 +197,7 @@ class JobClient:
             try:
                 return bool(self._client.stop_job(job_id))
             except RuntimeError as e:
-                raise JobError(f"stopping {job_id} failed: {_first_line(e)}") from None
+                raise JobError(f"stopping {job_id} failed: {first_line(e)}") from None
 
     def wait(self, job_id: str, timeout_s: float, poll_s: float = 1.0) -> str:
         """Poll until the job is terminal; returns its status, raises JobError on timeout."""
@@ -222,9 +222,6 @@ class JobClient:
         return self.wait(job_id, timeout_s=60.0, poll_s=0.5)
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 def client_from_env(address: str, token_env: Optional[str] = DEFAULT_TOKEN_ENV, token_required: bool = False) -> JobClient:

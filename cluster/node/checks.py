@@ -12,6 +12,7 @@ from typing import Callable, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict
 
+from cluster.errors import one_line
 from cluster.node.facts import NodeFacts
 
 Level = Literal["ok", "info", "warning", "fail"]
@@ -62,7 +63,7 @@ class CheckResult(_Record):
         """One printable line: a fact's text (a path, an error a node sent back) cannot break it or move the
         cursor; control characters show escaped."""
         text = f"{self.level:<7} {self.name:<11} {self.message}" + (f" -> {self.fix}" if self.fix else "")
-        return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+        return one_line(text)
 
 
 def _unneeded_or(needed: bool, needs: NodeNeeds) -> Level:

@@ -15,7 +15,7 @@ import os
 import stat
 from typing import Any, Optional
 
-from cluster.errors import UserError
+from cluster.errors import UserError, one_line
 from cluster.input_files import DuplicateJsonKey as _DuplicateKey
 from cluster.input_files import unique_keys as _unique_keys
 from cluster.input_files import (DEFAULT_LIMIT_BYTES, MIB, decode_text, has_lone_surrogate,
@@ -27,12 +27,6 @@ INDEX_LIMIT_BYTES = DEFAULT_LIMIT_BYTES
 """model.safetensors.index.json: a 400B MoE's weight_map names ~400k tensors (tens of MB)."""
 MESSAGE_VALUE_CHARS = 80
 """A value quoted in an error message is cut to this many characters (one line, whatever the file holds)."""
-
-
-def one_line(text: str) -> str:
-    """`text` with every non-printable character (a newline in a tensor name or a path, a NUL, an escape) written
-    as its escape, so a message built from a file's content stays one line on the terminal."""
-    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 class CheckpointError(UserError):
@@ -155,5 +149,5 @@ def check_unicode(data: Any, path: str) -> None:
 
 
 __all__ = ["INDEX_LIMIT_BYTES", "METADATA_LIMIT_BYTES", "CheckpointError", "CheckpointReadError", "check_file",
-           "check_unicode", "clip", "describe_non_file", "one_line", "parse_object", "present", "read_bytes",
+           "check_unicode", "clip", "describe_non_file", "parse_object", "present", "read_bytes",
            "read_json_object", "read_text"]

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origi
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationInfo, field_validator
 
-from cluster.errors import UserError
+from cluster.errors import UserError, one_line
 from cluster.spec.locations import check_local_path, check_word
 from cluster.spec.secrets import is_secret_name
 
@@ -32,16 +32,10 @@ class SpecError(UserError):
     """A spec problem located in a file: `file:line: field: message` (`message` says what was expected)."""
 
     def __init__(self, file: str, line: Optional[int], field: str, message: str) -> None:
-        where = f"{_printable(file)}:{line}" if line else _printable(file)
-        super().__init__(f"{where}: {_printable(field) or '<root>'}: {_printable(message)}", file=file, field=field,
+        where = f"{one_line(file)}:{line}" if line else one_line(file)
+        super().__init__(f"{where}: {one_line(field) or '<root>'}: {one_line(message)}", file=file, field=field,
                          expected=message)
         self.file, self.line, self.field, self.message = file, line, field, message
-
-
-def _printable(text: str) -> str:
-    """`text` with control characters and line breaks escaped, so an error stays one line whatever the file, key
-    or value it quotes."""
-    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
 
 
 def check_name(value: str, what: str = "name") -> str:
