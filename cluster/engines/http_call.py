@@ -182,13 +182,20 @@ _TLS_RECORD = re.compile(rb"[\x14-\x17]\x03[\x00-\x04]")
 """A TLS record's first bytes (content type, version 3.x): a TLS server answering a plain-HTTP request."""
 
 
+def may_start_status_line(head: bytes) -> bool:
+    """Whether the first bytes of an answer can still begin an `HTTP/1.0` or `HTTP/1.1` status line (the control
+    calls here and the load client's framing refuse an answer as soon as they cannot)."""
+    n = min(len(head), 8)
+    return head[:n] in (b"HTTP/1.1"[:n], b"HTTP/1.0"[:n])
+
+
 def _not_http(r: _Reader) -> None:
     """Refuse an answer as soon as its first bytes cannot start 'HTTP/' (an HTTP/0.9 body, an HTTP/2 frame, a TLS
     alert): it is not HTTP/1.x whether or not a CRLF ever follows, so it is not 'truncated'."""
-    while len(r.buf) < 5 and not r.eof and b"\r\n" not in r.buf:
+    while len(r.buf) < 8 and not r.eof and b"\r\n" not in r.buf:
         r.fill()
     start = bytes(r.buf[:80]).split(b"\r\n", 1)[0]
-    if r.buf and not (r.buf[:5] == b"HTTP/"[: len(r.buf[:5])]):
+    if r.buf and not may_start_status_line(bytes(r.buf[:8])):
         hint = "; that is a TLS record: if the server speaks TLS, use https://" if _TLS_RECORD.match(start) else ""
         raise MalformedAnswerError(f"{r.what}: expected an HTTP/1.x status line, got {start!r}{hint}")
 
@@ -354,4 +361,4 @@ def call(url: ServerURL | str, path: str, *, method: str = "GET", body: Optional
 
 __all__ = ["MAX_BODY_BYTES", "MAX_HEADER_BYTES", "HttpReply", "ServerAnswerError", "ServerRefusedError",
            "ServerTimeoutError", "ServerURL", "ServerURLError", "ServerUnreachableError", "call",
-           "parse_server_url"]
+           "may_start_status_line", "parse_server_url"]

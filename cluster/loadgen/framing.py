@@ -18,6 +18,7 @@ from typing import Mapping, Optional
 
 from cluster.dataset.records import RequestRecord
 from cluster.engines.answer_fields import MalformedAnswerError
+from cluster.engines.http_call import may_start_status_line
 from cluster.engines.base import StreamParser
 
 ERROR_BODY_CHARS = 300
@@ -57,12 +58,6 @@ def header_lines(headers: Mapping[str, str]) -> bytes:
         out.append(f"{k}: {v}\r\n")
     return "".join(out).encode("latin-1")
 
-
-
-def _may_start_status_line(head: bytes) -> bool:
-    """Whether `head` (the first bytes of an answer) can be the start of `HTTP/1.x `."""
-    n = min(len(head), 8)
-    return head[:n] in (b"HTTP/1.1"[:n], b"HTTP/1.0"[:n])
 
 class Response:
     """One request's response, parsed as bytes arrive: status, headers, chunked/length body, SSE events."""
@@ -260,7 +255,7 @@ class Response:
             return
         if self.state == _TO_CLOSE:
             self._finish(time.monotonic_ns())
-        elif not self.got_head and self.buf and not _may_start_status_line(self.buf):
+        elif not self.got_head and self.buf and not may_start_status_line(self.buf):
             # bytes came but cannot begin an HTTP/1.x answer (HTTP/0.9, an HTTP/2 frame, a TLS record): say so,
             # not that nothing came (once per connection, off the per-event path)
             self.fail(f"malformed answer: expected an HTTP/1.x status line, got {self.buf[:40]!r}")
