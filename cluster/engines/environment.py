@@ -73,7 +73,7 @@ def engine_packages(python: Optional[str], timeout_s: float = 60.0) -> dict[str,
         return {}
     try:
         doc = json.loads(out.strip().splitlines()[-1])
-    except (ValueError, IndexError):
+    except (ValueError, RecursionError, IndexError):  # junk, the digit limit, or nesting past the decoder's stack
         return {}
     return doc if isinstance(doc, dict) else {}
 

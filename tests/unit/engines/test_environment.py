@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.engines.environment import NVIDIA_SMI_FIELDS, capture_environment, nvidia_smi_gpus
+from cluster.engines.environment import NVIDIA_SMI_FIELDS, capture_environment, engine_packages, nvidia_smi_gpus
 
 
 def test_capture_without_gpus_or_engine_never_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -36,3 +36,15 @@ def test_fake_nvidia_smi_is_parsed(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert gpus[1]["index"] == "1" and gpus[0]["memory.total"] == "97887"
     env = capture_environment(python=None)
     assert env["driver_version"] == "580.95" and env["cuda_driver"] == "13.0" and len(env["gpus"]) == 2
+
+
+@pytest.mark.parametrize("answer", ["[" * 100000 + "]" * 100000, "1" * 5000, "not json", ""])
+def test_an_interpreter_answer_of_any_shape_is_no_packages(tmp_path: Path, answer: str) -> None:
+    """The engine's interpreter is the user's: whatever its last line holds (nested past the decoder's recursion
+    limit, an integer past the digit limit, junk), capture_environment 'never raises' keeps its word (a deeply
+    nested line once escaped as RecursionError, the class doctor's interpreter check already guarded)."""
+    fake = tmp_path / "python"
+    (tmp_path / "answer.txt").write_text(answer + "\n")
+    fake.write_text(f"#!/bin/sh\ncat {tmp_path / 'answer.txt'}\n")
+    fake.chmod(0o755)
+    assert engine_packages(str(fake), timeout_s=10) == {}
