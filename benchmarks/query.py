@@ -24,7 +24,7 @@ from cluster.analysis.comparison import compare_with_ci
 from cluster.plan.runs import make_plan
 from cluster.analysis.query import compare_from_requests, compare_table, query
 from cluster.dataset.records import REQUESTS_SCHEMA
-from cluster.spec.loader import parse_spec_text
+from cluster.config.loader import parse_spec_text
 from cluster.dataset.store import DatasetStore
 
 SPEC = """

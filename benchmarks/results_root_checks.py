@@ -22,7 +22,7 @@ from cluster.dataset.records import RequestRecord
 from cluster.dataset.store import DatasetStore
 from cluster.loadgen.sink import request_batches
 from cluster.plan.runs import make_plan
-from cluster.spec.loader import parse_spec_text
+from cluster.config.loader import parse_spec_text
 
 SPEC = """
 version: 1

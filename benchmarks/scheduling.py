@@ -25,8 +25,8 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 from cluster.plan.runs import ResolvedVariant, RunPlan, expand_variants, make_plan  # noqa: E402
 from cluster.plan.schedule import (GpuTimeAccount, HeldReservation, Interval, gpu_time_account,  # noqa: E402
                               peak_reserved_gpus, span_of)
-from cluster.spec.models import ExperimentSpec  # noqa: E402
-from cluster.spec.loader import parse_spec_text  # noqa: E402
+from cluster.config.models import ExperimentSpec  # noqa: E402
+from cluster.config.loader import parse_spec_text  # noqa: E402
 
 TOTAL_GPUS = 8
 IDLE_GOAL_SHARE = 0.05

@@ -14,8 +14,8 @@ from cluster.errors import (EXIT_BUG, EXIT_ENGINE, EXIT_ENVIRONMENT, EXIT_USER_E
                             EnvironmentFault, PromptSourceError, SglbenchError, UserError)
 from cluster.plan.runs import ResolvedVariant, RunPlan, expand_variants, make_plan
 from cluster.probe.checkpoint import ProbeReport, probe_checkpoint
-from cluster.spec.loader import load_spec, parse_spec_text
-from cluster.spec.models import ExperimentSpec, SpecError
+from cluster.config.loader import load_spec, parse_spec_text
+from cluster.config.models import ExperimentSpec, SpecError
 from cluster.version import __version__
 
 _ON_FIRST_USE = {

@@ -108,7 +108,7 @@ def flat_modules() -> list[str]:
 
 
 def spec_dict_any_count() -> int:
-    spec_files = sorted((PKG / "spec").rglob("*.py")) if (PKG / "spec").is_dir() else [PKG / "spec.py", PKG / "spec_yaml.py"]
+    spec_files = sorted((PKG / "config").rglob("*.py"))
     pattern = re.compile(r"dict\[\s*str\s*,\s*Any\s*\]")
     return sum(len(pattern.findall(p.read_text())) for p in spec_files if p.exists())
 

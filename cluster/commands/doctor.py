@@ -15,7 +15,7 @@ import typer
 from cluster.errors import UserError
 from cluster.node.checks import NodeNeeds, exit_code, run_checks
 from cluster.node.facts import FactQuery, NodeFacts
-from cluster.spec.locations import DATASET_SCHEMES, check_location, check_ray_address
+from cluster.config.locations import DATASET_SCHEMES, check_location, check_ray_address
 
 
 def check_address(address: str) -> str:
@@ -59,7 +59,7 @@ def doctor_command(
     Example: sglbench doctor experiments/qwen35-397b-nvfp4-mtp.yaml --address ray://head:10001
     """
     from cluster.node.needs import needs_for, query_for
-    from cluster.spec.loader import load_spec
+    from cluster.config.loader import load_spec
 
     if address is not None:
         check_address(address)

@@ -20,8 +20,8 @@ from typing import Optional
 import typer
 
 from cluster.errors import UserError, one_line
-from cluster.spec.fields import SpecError
-from cluster.spec.locations import check_word
+from cluster.config.fields import SpecError
+from cluster.config.locations import check_word
 from cluster.plan.model_rules import ModelFacts
 from cluster.probe.checkpoint import ProbeReport
 
@@ -208,7 +208,7 @@ def residual_findings(text: str, report: ProbeReport, file: str, gpu_sm: Optiona
     the starter pins what it should)."""
     from cluster.plan.fairness import check_fairness, format_findings
     from cluster.plan.runs import expand_variants
-    from cluster.spec.loader import parse_spec_text
+    from cluster.config.loader import parse_spec_text
 
     spec = parse_spec_text(text, file)
     launcher = spec.engines.get("sglang")

@@ -16,7 +16,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from cluster.spec.secrets import fingerprint, is_secret_name
+from cluster.config.secrets import fingerprint, is_secret_name
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _ANSI_C_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\\": "\\\\", "'": "\\'"}

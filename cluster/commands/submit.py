@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 
 from cluster.errors import UserError
-from cluster.spec.loader import load_spec
+from cluster.config.loader import load_spec
 
 err_console = Console(stderr=True)
 

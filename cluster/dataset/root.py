@@ -32,10 +32,10 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from cluster.errors import EnvironmentFault, UserError, first_line, one_line
-from cluster.spec.locations import DATASET_SCHEMES, check_location, control_character
+from cluster.config.locations import DATASET_SCHEMES, check_location, control_character
 
 ROOT_SCHEMES = DATASET_SCHEMES + ("mock",)
-"""URI schemes a results root may use: the spec's (cluster/spec/locations.py) and pyarrow's in-memory mock://
+"""URI schemes a results root may use: the spec's (cluster/config/locations.py) and pyarrow's in-memory mock://
 (tests)."""
 RUN_STATUSES = ("ok", "invalid", "failed")
 """The statuses a runs row may have (records.RUN_FIELDS' status)."""

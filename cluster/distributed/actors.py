@@ -17,7 +17,7 @@ from cluster.version import __version__
 from cluster.engines.base import api_key_of
 from cluster.engines.registry import get_engine
 from cluster.dataset.run_facts import ServerFacts
-from cluster.spec.secrets import redact_argv, redact_env, scrub, scrub_file, scrub_text, secret_values
+from cluster.config.secrets import redact_argv, redact_env, scrub, scrub_file, scrub_text, secret_values
 from cluster.loadgen.gate import GateAnswers
 from cluster.plan.runs import LoadPoint, ResolvedVariant
 from cluster.analysis.workload_audit import PlannedWorkload
@@ -25,7 +25,7 @@ from cluster.loadgen.output_sample import OutputSample
 from cluster.loadgen.server_metrics import MetricsScraper
 from cluster.server.process import (PortNotOwnedError, ServerProcess, ServerStartError, free_port, http_get_json,
                                     http_status, kill_group, pid_alive)
-from cluster.spec.models import EngineLauncher, WorkloadSpec
+from cluster.config.models import EngineLauncher, WorkloadSpec
 from cluster.telemetry.profile import ProfileCapture
 from cluster.telemetry.recorder import TelemetryCapture, TelemetryRecorder
 

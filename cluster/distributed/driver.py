@@ -44,10 +44,10 @@ from cluster.tuning.stage import ARTIFACT_KINDS, with_artifact
 from cluster.engines.base import api_key_of
 from cluster.errors import EngineFault, EnvironmentFault, SglbenchError, UserError, report_error
 from cluster.server.process import with_decisive_line
-from cluster.spec.models import ExperimentSpec, WorkloadSpec
-from cluster.spec.locations import check_ray_address
-from cluster.spec.secrets import masked_spec_json
-from cluster.spec.loader import load_spec
+from cluster.config.models import ExperimentSpec, WorkloadSpec
+from cluster.config.locations import check_ray_address
+from cluster.config.secrets import masked_spec_json
+from cluster.config.loader import load_spec
 from cluster.telemetry.recorder import TelemetryCapture
 
 LOAD_ACTOR_CPUS = 1.0

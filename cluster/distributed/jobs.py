@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 from ray.exceptions import AuthenticationError
 from ray.job_submission import JobStatus, JobSubmissionClient
 
-from cluster.spec.secrets import is_secret_name
+from cluster.config.secrets import is_secret_name
 from cluster.errors import AuthError, EnvironmentFault, UserError, first_line
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"

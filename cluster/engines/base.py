@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Union
 
 from cluster.plan.runs import ResolvedVariant
-from cluster.spec.models import EngineLauncher
-from cluster.spec.secrets import redact_argv, redact_env
+from cluster.config.models import EngineLauncher
+from cluster.config.secrets import redact_argv, redact_env
 
 if TYPE_CHECKING:
     from cluster.telemetry.recorder import DeviceSampler

@@ -28,8 +28,8 @@ from typing import Literal, Mapping, Optional, Sequence, Union
 from cluster.engines.registry import get_engine
 from cluster.plan.preflight import PreflightError
 from cluster.plan.runs import ResolvedVariant
-from cluster.spec.models import ExperimentSpec
-from cluster.spec.secrets import scrub_text, secret_values
+from cluster.config.models import ExperimentSpec
+from cluster.config.secrets import scrub_text, secret_values
 
 PROBE_SOURCE = Path(__file__).with_name("flag_probe.py")
 PROBE_TIMEOUT_S = 180.0

@@ -151,7 +151,7 @@ def collect_interconnect(run: Runner = _run, environ: Mapping[str, str] = os.env
                          iommu_dir: str = "/sys/class/iommu") -> Interconnect:
     """The node's interconnect facts (never raises). Without a working nvidia-smi: available=False, the reason,
     and only what needs no GPU (env, IOMMU)."""
-    from cluster.spec.secrets import redact_env
+    from cluster.config.secrets import redact_env
 
     env = redact_env({k: v for k, v in environ.items() if k.startswith(ENV_PREFIXES)})
     cmdline = tuple(w for w in (read("/proc/cmdline") or "").split() if _IOMMU_CMDLINE.match(w))

@@ -22,7 +22,7 @@ from cluster.loadgen.source_files import SourceRecord, json_records, read_source
 from cluster.loadgen.sessions import SessionPlan, session_plan
 from cluster.loadgen.lengths import INPUT_STREAM, OUTPUT_STREAM, draw_lengths, length_rng
 from cluster.loadgen.traces import TraceRow, load_trace, replayed_rows
-from cluster.spec.models import (ConversationPrompts, LengthDist, RandomIdsPrompts, SharedPrefix, TracePrompts,
+from cluster.config.models import (ConversationPrompts, LengthDist, RandomIdsPrompts, SharedPrefix, TracePrompts,
                                  WorkloadSpec)
 
 RANDOM_ID_LOW = 100
@@ -205,7 +205,7 @@ def load_jsonl_prompts(path: pathlib.Path) -> list[Prompt]:
 
 
 MAX_PROMPT_TOKENS = 1_000_000
-"""Most ids one prompt may hold: the spec's bound on a token count (cluster/spec/models.py TokenCount)."""
+"""Most ids one prompt may hold: the spec's bound on a token count (cluster/config/models.py TokenCount)."""
 MAX_TOKEN_ID = 2**31 - 1
 """Largest token id accepted before the model's vocabulary is known: no vocabulary is larger, and ids are int32."""
 JSONL_EXPECTED = "one JSON object per line (or a JSON array of objects) with 'prompt' or 'input_ids'"

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable, Literal, Optional, Sequence
 
-from cluster.spec.models import SearchSpec
+from cluster.config.models import SearchSpec
 
 
 @dataclass(frozen=True)

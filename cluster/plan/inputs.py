@@ -21,7 +21,7 @@ from cluster.plan.preflight import PreflightError
 from cluster.plan.runs import ResolvedVariant
 from cluster.probe.checkpoint import ProbeReport
 from cluster.probe.safetensors_header import describe_non_file
-from cluster.spec.models import (ConversationPrompts, EngineLauncher, EngineName, ExperimentSpec, RandomIdsPrompts,
+from cluster.config.models import (ConversationPrompts, EngineLauncher, EngineName, ExperimentSpec, RandomIdsPrompts,
                                  TextPrompts, TracePrompts, WorkloadSpec)
 
 RAY_PORTS: dict[int, str] = {6379: "Ray's GCS server", 8265: "Ray's dashboard", 10001: "Ray's client server",

@@ -8,10 +8,10 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Literal, Optional
 
 from cluster.errors import UserError
-from cluster.spec.expansion import step_names, sweep_name, sweep_pairs
-from cluster.spec.secrets import redact_args, redact_env
+from cluster.config.expansion import step_names, sweep_name, sweep_pairs
+from cluster.config.secrets import redact_args, redact_env
 from cluster.sim.model import Knobs
-from cluster.spec.models import (ActiveTuning, ArgValue, BackendSweepOptions, BackendSweepTuning, EngineName,
+from cluster.config.models import (ActiveTuning, ArgValue, BackendSweepOptions, BackendSweepTuning, EngineName,
                                  ExperimentSpec, LoadSpec, NoTuning, ProfileSpec, SpeculativeSpec, VariantSpec,
                                  WorkloadSpec, check_name)
 
@@ -71,7 +71,7 @@ class ResolvedVariant:
     def identity(self) -> dict[str, Any]:
         """What defines this variant as declared (the part of the run key that belongs to the variant)."""
         d = asdict(self)
-        # secrets enter the key as their fingerprints (cluster/spec/secrets.py), so experiment.json holds all of it
+        # secrets enter the key as their fingerprints (cluster/config/secrets.py), so experiment.json holds all of it
         d["env"], d["args"] = redact_env(self.env), redact_args(self.args)
         # options and knobs as declared (defaults left out), so adding a default to a model keeps every run key
         d["tuning"] = {"kind": self.tuning.kind, "options": self.tuning.options.model_dump(

@@ -17,7 +17,7 @@ from typing import IO, Any, Mapping, Optional, Sequence
 
 from cluster.engines.http_call import ServerAnswerError, call
 from cluster.errors import EngineFault, EnvironmentFault
-from cluster.spec.secrets import scrub_text
+from cluster.config.secrets import scrub_text
 
 
 class ServerStartError(EngineFault):

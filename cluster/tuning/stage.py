@@ -26,12 +26,12 @@ from cluster.errors import UserError
 from cluster.plan.runs import ResolvedVariant, expand_backend_sweep as plan_backend_sweep
 from cluster.probe.config import load_json_object
 from cluster.probe.files import CheckpointError
-from cluster.spec.models import (TUNING_MODELS, ArgValue, BackendSweepTuning, FlashinferAutotuneTuning,
+from cluster.config.models import (TUNING_MODELS, ArgValue, BackendSweepTuning, FlashinferAutotuneTuning,
                                  TritonMoeOptions, TritonMoeTuning)
 from cluster.tuning.artifacts import TuningArtifact
 
 KINDS = tuple(k for k in TUNING_MODELS if k != "none")
-"""The tuning kinds, declared once (each kind's options are its model in cluster/spec/models.py)."""
+"""The tuning kinds, declared once (each kind's options are its model in cluster/config/models.py)."""
 ARTIFACT_KINDS = ("flashinfer_autotune", "triton_moe")
 """The kinds that produce an artifact (a tuning job before the variant's runs); backend_sweep only expands."""
 assert set(ARTIFACT_KINDS) <= set(KINDS)

@@ -10,7 +10,7 @@ from cluster.dataset.records import RequestRecord
 from cluster.dataset.store import DatasetStore
 from cluster.loadgen.sink import request_batches
 from cluster.plan.runs import RunPlan, make_plan
-from cluster.spec.loader import parse_spec_text
+from cluster.config.loader import parse_spec_text
 
 SPEC = """
 version: 1

@@ -25,9 +25,9 @@ from cluster.engines.server_env import set_by_sglbench
 from cluster.errors import UserError
 from cluster.plan.inputs import fixed_port
 from cluster.plan.runs import ResolvedVariant, expand_variants, make_plan
-from cluster.spec.loader import load_spec
-from cluster.spec.locations import DATASET_SCHEMES, control_character
-from cluster.spec.models import ExperimentSpec, SpecError, arg_flag
+from cluster.config.loader import load_spec
+from cluster.config.locations import DATASET_SCHEMES, control_character
+from cluster.config.models import ExperimentSpec, SpecError, arg_flag
 from tests.fuzz.fuzzing import FUZZ, budget
 
 REPO = pathlib.Path(__file__).resolve().parents[2]

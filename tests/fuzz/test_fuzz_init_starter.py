@@ -68,8 +68,8 @@ def test_any_model_directory_name_and_config_text_stay_data(name: str, arch: str
         (model / "config.json").write_text(json.dumps(cfg | {"architectures": [arch], "model_type": model_type}))
         report = probe_checkpoint(str(model))
         text = render_starter(report, Interpreter(None, None, "none"), "0.5.23")
-        from cluster.spec.fields import SpecError
-        from cluster.spec.loader import parse_spec_text
+        from cluster.config.fields import SpecError
+        from cluster.config.loader import parse_spec_text
 
         try:
             spec = parse_spec_text(text, "starter.yaml")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cluster.spec.loader import parse_spec_text
+from cluster.config.loader import parse_spec_text
 
 pytestmark = pytest.mark.ray
 

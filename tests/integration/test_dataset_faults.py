@@ -14,8 +14,8 @@ import pytest
 from cluster.dataset.atomic import WriteError
 from cluster.dataset.lock import LOCK_FILE, DatasetLocked
 from cluster.plan.runs import RunPlan, make_plan
-from cluster.spec.loader import parse_spec_text
-from cluster.spec.models import ExperimentSpec
+from cluster.config.loader import parse_spec_text
+from cluster.config.models import ExperimentSpec
 
 pytestmark = pytest.mark.ray
 

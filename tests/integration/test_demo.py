@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from cluster.sim.model import expected_accept_length
-from cluster.spec.models import ExperimentSpec
-from cluster.spec.loader import load_spec
+from cluster.config.models import ExperimentSpec
+from cluster.config.loader import load_spec
 
 pytestmark = pytest.mark.ray
 

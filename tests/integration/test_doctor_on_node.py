@@ -10,7 +10,7 @@ from typing import Iterator
 import pytest
 
 from cluster.node.facts import FactQuery
-from cluster.spec.loader import parse_spec_text
+from cluster.config.loader import parse_spec_text
 from tests.checkpoints import qwen35_nvfp4
 
 pytestmark = pytest.mark.ray

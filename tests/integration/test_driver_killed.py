@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from cluster.plan.runs import make_plan
-from cluster.spec.loader import load_spec
+from cluster.config.loader import load_spec
 
 pytestmark = pytest.mark.ray
 

@@ -16,8 +16,8 @@ import pytest
 
 from cluster.plan.runs import RunPlan, make_plan
 from cluster.server.process import pid_alive, wait_group_gone
-from cluster.spec.models import ExperimentSpec
-from cluster.spec.loader import parse_spec_text
+from cluster.config.models import ExperimentSpec
+from cluster.config.loader import parse_spec_text
 
 pytestmark = pytest.mark.ray
 

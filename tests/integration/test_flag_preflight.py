@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.spec.loader import parse_spec_text
+from cluster.config.loader import parse_spec_text
 
 pytestmark = pytest.mark.ray
 

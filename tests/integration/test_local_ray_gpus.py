@@ -11,7 +11,7 @@ import pytest
 
 from cluster.plan.runs import make_plan
 from cluster.server.process import pid_alive
-from cluster.spec.loader import parse_spec_text
+from cluster.config.loader import parse_spec_text
 
 pytestmark = pytest.mark.ray
 

@@ -9,7 +9,7 @@ from typing import Iterator
 import pytest
 
 from cluster.server.process import pid_alive
-from cluster.spec.loader import parse_spec_text
+from cluster.config.loader import parse_spec_text
 
 pytestmark = pytest.mark.ray
 

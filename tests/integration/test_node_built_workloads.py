@@ -11,7 +11,7 @@ import pandas as pd
 import pyarrow.dataset as ds
 import pytest
 
-from cluster.spec.loader import parse_spec_text
+from cluster.config.loader import parse_spec_text
 
 pytestmark = pytest.mark.ray
 

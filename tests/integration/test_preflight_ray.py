@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cluster.spec.loader import parse_spec_text
+from cluster.config.loader import parse_spec_text
 from tests.checkpoints import qwen35_nvfp4, qwen35_nvfp4_mtp_stripped
 
 pytestmark = pytest.mark.ray

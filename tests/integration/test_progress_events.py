@@ -12,7 +12,7 @@ import pytest
 
 from cluster.dataset.store import DatasetStore
 from cluster.distributed.progress import PointFinished, PointRecords, PointStarted, ProgressEvent, ServerState
-from cluster.spec.loader import parse_spec_text
+from cluster.config.loader import parse_spec_text
 
 pytestmark = pytest.mark.ray
 

@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 
 from cluster.plan.runs import RunPlan, make_plan
-from cluster.spec.loader import parse_spec_text
-from cluster.spec.models import ExperimentSpec
+from cluster.config.loader import parse_spec_text
+from cluster.config.models import ExperimentSpec
 
 pytestmark = pytest.mark.ray
 

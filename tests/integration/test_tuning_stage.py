@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cluster.plan.runs import expand_variants
-from cluster.spec.loader import parse_spec_text
+from cluster.config.loader import parse_spec_text
 
 pytestmark = pytest.mark.ray
 

@@ -15,8 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cluster.distributed.actors import LoadActorImpl
-from cluster.spec.loader import parse_spec_text
-from cluster.spec.models import WorkloadSpec
+from cluster.config.loader import parse_spec_text
+from cluster.config.models import WorkloadSpec
 
 pytestmark = pytest.mark.ray
 

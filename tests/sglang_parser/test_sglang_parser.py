@@ -13,8 +13,8 @@ import pytest
 from cluster.engines.base import Prompt
 from cluster.engines.sglang import SGLangEngine, build_sglang_request
 from cluster.plan.runs import ResolvedVariant, expand_variants
-from cluster.spec.models import ExperimentSpec
-from cluster.spec.loader import load_spec
+from cluster.config.models import ExperimentSpec
+from cluster.config.loader import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
 VERSION = "0.5.23"

@@ -9,7 +9,7 @@ import typer.main
 from typer.testing import CliRunner
 
 from cluster.cli import app
-from cluster.spec.loader import parse_spec_text
+from cluster.config.loader import parse_spec_text
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text(encoding="utf-8")

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from cluster.plan.runs import expand_variants, make_plan
-from cluster.spec.loader import load_spec, parse_spec_text
+from cluster.config.loader import load_spec, parse_spec_text
 from cluster.tuning.stage import tuning_options_check
 
 REPO = Path(__file__).resolve().parents[2]

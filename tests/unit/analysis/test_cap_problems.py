@@ -9,7 +9,7 @@ from pathlib import Path
 from cluster.analysis.comparison import resolved_cap_problems
 from cluster.dataset.store import DatasetStore
 from cluster.plan.runs import make_plan
-from cluster.spec.loader import parse_spec_text
+from cluster.config.loader import parse_spec_text
 
 SPEC = """
 version: 1

@@ -10,7 +10,7 @@ import pytest
 from cluster.analysis.capacity import capacity_table, capacity_view
 from cluster.dataset.store import DatasetStore
 from cluster.plan.runs import expand_variants, plan_run, search_point
-from cluster.spec.loader import parse_spec_text
+from cluster.config.loader import parse_spec_text
 
 SPEC = """
 version: 1

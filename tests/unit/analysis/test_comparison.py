@@ -15,7 +15,7 @@ from cluster.plan.runs import make_plan
 from cluster.analysis.query import QueryError
 from cluster.dataset.records import RequestRecord
 from cluster.loadgen.sink import request_batches
-from cluster.spec.loader import parse_spec_text
+from cluster.config.loader import parse_spec_text
 
 SPEC = """
 version: 1

@@ -9,7 +9,7 @@ import pytest
 from cluster.analysis.comparison import CLOCK_MISMATCH_REL, compare_view, compare_with_ci
 from cluster.dataset.store import DatasetStore
 from cluster.plan.runs import make_plan
-from cluster.spec.loader import parse_spec_text
+from cluster.config.loader import parse_spec_text
 
 SPEC = """
 version: 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cluster.analysis.correctness import GATE_PROMPTS, GateOutput, evaluate_gate
-from cluster.spec.loader import parse_spec_text
+from cluster.config.loader import parse_spec_text
 
 GIBBERISH = "alpha beta gamma delta epsilon zeta eta theta iota kappa"
 """What a random-weight model answers: no task answer, but not degenerate either."""

@@ -13,7 +13,7 @@ import pytest
 from cluster.analysis.metrics import METRIC_DEFINITIONS, METRIC_NAMES, summarize_run
 from cluster.dataset.records import RequestRecord
 from cluster.loadgen.sink import request_batches
-from cluster.spec.models import SLOSpec
+from cluster.config.models import SLOSpec
 
 MS = 1_000_000
 
@@ -236,7 +236,7 @@ def _three_records() -> list[RequestRecord]:
 def _one_dataset(root: str, recs: list[RequestRecord]) -> tuple[str, dict[str, Optional[float]]]:
     from cluster.dataset.store import DatasetStore
     from cluster.plan.runs import make_plan
-    from cluster.spec.loader import parse_spec_text
+    from cluster.config.loader import parse_spec_text
 
     plan = make_plan(parse_spec_text(ONE_SPEC))[0]
     reqs, chunks = request_batches(recs)

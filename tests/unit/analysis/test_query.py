@@ -11,7 +11,7 @@ from cluster.plan.runs import RunPlan, make_plan
 from cluster.analysis.query import QueryError, compare_from_requests, compare_table, connect, query
 from cluster.dataset.records import RequestRecord
 from cluster.loadgen.sink import request_batches
-from cluster.spec.loader import parse_spec_text
+from cluster.config.loader import parse_spec_text
 from cluster.dataset.store import DatasetStore, ExperimentNotFound
 
 SPEC = """

@@ -103,7 +103,7 @@ def test_cli_report_and_compare_ci(demo_root: str, tmp_path: Path) -> None:
 def test_report_with_an_all_failed_cell(tmp_path: Path) -> None:
     from cluster.analysis.comparison import compare_with_ci
     from cluster.plan.runs import make_plan
-    from cluster.spec.loader import parse_spec_text
+    from cluster.config.loader import parse_spec_text
     from tests.unit.analysis.test_comparison import SPEC
 
     root = str(tmp_path)
@@ -128,7 +128,7 @@ def test_report_of_an_all_failed_experiment_draws_no_empty_plot(tmp_path: Path) 
     import warnings
 
     from cluster.plan.runs import make_plan
-    from cluster.spec.loader import parse_spec_text
+    from cluster.config.loader import parse_spec_text
     from tests.unit.analysis.test_comparison import SPEC
 
     root = str(tmp_path)

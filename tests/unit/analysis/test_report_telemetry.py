@@ -8,7 +8,7 @@ from cluster.analysis.kernel_profile import ProfileSummary, KernelTime, kernel_p
 from cluster.analysis.report import build_report
 from cluster.dataset.store import DatasetStore
 from cluster.plan.runs import make_plan
-from cluster.spec.loader import parse_spec_text
+from cluster.config.loader import parse_spec_text
 from cluster.telemetry.readings import GpuReading
 from cluster.telemetry.recorder import readings_table
 

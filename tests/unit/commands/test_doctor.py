@@ -114,7 +114,7 @@ def test_each_check_follows_the_one_fact_it_reads(check: Callable[[NodeFacts, No
 
 def test_an_engine_started_by_a_launcher_command_has_no_interpreter_to_ask() -> None:
     from cluster.node.needs import needs_for, query_for
-    from cluster.spec.loader import parse_spec_text
+    from cluster.config.loader import parse_spec_text
 
     spec = parse_spec_text("""version: 1
 name: x

@@ -15,7 +15,7 @@ from cluster.cli import app
 from cluster.commands.init import Interpreter, find_interpreter, render_starter, residual_findings
 from cluster.engines.sglang import detect_version
 from cluster.probe.checkpoint import probe_checkpoint
-from cluster.spec.loader import load_spec
+from cluster.config.loader import load_spec
 from tests import checkpoints as ck
 
 FINDING_PREFIXES = ("warning", "error", "note")

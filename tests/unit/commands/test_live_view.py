@@ -16,7 +16,7 @@ from cluster.commands.live_view import COLUMNS, LiveView, run_display
 from cluster.distributed.progress import PointFinished, PointRecords, PointStarted, ServerState
 from cluster.loadgen.sink import request_batches
 from cluster.plan.runs import make_plan
-from cluster.spec.loader import parse_spec_text
+from cluster.config.loader import parse_spec_text
 from tests.unit.analysis.test_comparison import SPEC, synth_records
 
 

@@ -15,7 +15,7 @@ from cluster.cli import app
 from cluster.commands.shell_lines import quote_word, shell_command
 from cluster.engines.registry import get_engine
 from cluster.plan.runs import expand_variants
-from cluster.spec.loader import load_spec
+from cluster.config.loader import load_spec
 from cluster.tuning.stage import with_artifact
 
 REPO = Path(__file__).resolve().parents[3]

@@ -18,7 +18,7 @@ from cluster.dataset.lock import LOCK_FILE, DatasetLock, DatasetLocked, LockHold
 from cluster.dataset.store import DatasetStore
 from cluster.errors import EnvironmentFault
 from cluster.plan.runs import make_plan
-from cluster.spec.loader import parse_spec_text
+from cluster.config.loader import parse_spec_text
 
 HOLD = ("import sys, time\nfrom pyarrow.fs import LocalFileSystem\nfrom cluster.dataset.lock import DatasetLock\n"
         "DatasetLock(LocalFileSystem(), sys.argv[1], command='sglbench run other.yaml').acquire()\n"

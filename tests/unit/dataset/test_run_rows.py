@@ -13,7 +13,7 @@ from cluster.dataset.run_facts import GateVerdict, SegmentFacts, ServerFacts, Se
 from cluster.dataset.run_rows import build_run_row, failed_run_row
 from cluster.dataset.store import DatasetStore
 from cluster.plan.runs import RunPlan, make_plan
-from cluster.spec.loader import parse_spec_text
+from cluster.config.loader import parse_spec_text
 
 SPEC = """
 version: 1

@@ -19,8 +19,8 @@ from cluster.dataset.store import DatasetStore
 from cluster.loadgen.selection import workload_selection
 from cluster.loadgen.sink import request_batches
 from cluster.plan.runs import RunPlan, make_plan
-from cluster.spec.loader import parse_spec_text
-from cluster.spec.models import ExperimentSpec
+from cluster.config.loader import parse_spec_text
+from cluster.config.models import ExperimentSpec
 from tests.unit.dataset.test_run_rows import SEGMENT, SERVER
 
 SPEC = """

@@ -15,7 +15,7 @@ from cluster.analysis.metrics import METRIC_NAMES, summarize_run
 from cluster.plan.runs import RECORD_SCHEMA_VERSION, RunPlan, make_plan
 from cluster.dataset.records import REQUESTS_SCHEMA, RequestRecord
 from cluster.loadgen.sink import request_batches
-from cluster.spec.loader import parse_spec_text
+from cluster.config.loader import parse_spec_text
 from cluster.dataset.atomic import WriteError
 from cluster.dataset.store import DatasetStore, StoreError, list_experiments
 

@@ -21,7 +21,7 @@ from cluster.dataset.store import DatasetStore
 from cluster.dataset.writer import RunWriter
 from cluster.errors import EnvironmentFault
 from cluster.plan.runs import RunPlan, make_plan
-from cluster.spec.loader import parse_spec_text
+from cluster.config.loader import parse_spec_text
 
 SPEC = """
 version: 1

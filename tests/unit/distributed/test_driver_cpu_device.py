@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cluster.distributed.driver import logical_gpus_for
-from cluster.spec.loader import parse_spec_text
+from cluster.config.loader import parse_spec_text
 
 
 def _spec(device_args: str, variant_args: str = "") -> str:

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from cluster.spec.loader import parse_spec_text
+from cluster.config.loader import parse_spec_text
 from tests.unit.analysis.test_comparison import build_dataset
 
 

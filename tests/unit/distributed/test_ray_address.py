@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cluster.errors import EXIT_USER_ERROR, UserError
-from cluster.spec.locations import check_ray_address
+from cluster.config.locations import check_ray_address
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -23,7 +23,7 @@ from cluster.engines.sglang import (
     version_adjusted_args,
 )
 from cluster.plan.runs import ResolvedVariant, SpecDecode
-from cluster.spec.models import EngineLauncher
+from cluster.config.models import EngineLauncher
 
 MODEL = "/models/q"
 

@@ -78,8 +78,8 @@ def test_gamma_arrivals_in_the_spec_and_run_keys(tmp_path: object) -> None:
     from pydantic import ValidationError
 
     from cluster.plan.runs import LoadPoint, load_points
-    from cluster.spec.models import LoadSpec
-    from cluster.spec.loader import parse_spec_text
+    from cluster.config.models import LoadSpec
+    from cluster.config.loader import parse_spec_text
 
     with pytest.raises(ValidationError, match="gamma arrivals need arrival_cv"):
         LoadSpec.model_validate({"request_rate": [2.0], "arrival": "gamma"})

@@ -8,7 +8,7 @@ import pathlib
 import pytest
 
 from cluster.loadgen.datasets import RANDOM_ID_LOW, DatasetError, build_prompt_sequence, build_prompts
-from cluster.spec.models import TextPrompts, WorkloadSpec
+from cluster.config.models import TextPrompts, WorkloadSpec
 
 
 def _wl(**kw: object) -> WorkloadSpec:
@@ -138,7 +138,7 @@ def test_shared_prefix_with_a_length_distribution(tmp_path: pathlib.Path) -> Non
 
 @pytest.mark.parametrize("input_tokens, shortest", [(32, 32), ({"dist": "uniform", "min": 20, "max": 90}, 20)])
 def test_shared_prefix_longer_than_the_input_is_refused(input_tokens: object, shortest: int) -> None:
-    from cluster.spec.loader import SpecError
+    from cluster.config.loader import SpecError
 
     with pytest.raises((SpecError, ValueError)) as e:
         _shared(input_tokens)

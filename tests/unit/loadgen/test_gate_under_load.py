@@ -83,7 +83,7 @@ def test_filler_is_the_highest_offered_concurrency_less_the_gate_prompts() -> No
     from pathlib import Path
 
     from cluster.distributed.driver import gate_filler
-    from cluster.spec.loader import load_spec
+    from cluster.config.loader import load_spec
 
     repo = Path(__file__).resolve().parents[3]
     assert gate_filler(load_spec(repo / "experiments" / "qwen35-397b-nvfp4-mtp.yaml")) == 64 - 3
@@ -105,7 +105,7 @@ def test_max_new_tokens_is_refused_while_answers_are_checked() -> None:
     import pytest
 
     from cluster.errors import UserError
-    from cluster.spec.loader import parse_spec_text
+    from cluster.config.loader import parse_spec_text
 
     base = ("version: 1\nname: x\nmodel: {path: sim://m, engine: sim}\nvariants: [{name: b, baseline: true}]\n"
             "workloads: [{name: w, input_tokens: 8, output_tokens: 8, num_requests: 2}]\nload: {concurrency: [1]}\n")

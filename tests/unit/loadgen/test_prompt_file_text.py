@@ -13,7 +13,7 @@ from cluster.loadgen.conversations import load_conversations
 from cluster.loadgen.datasets import load_jsonl_rows
 from cluster.loadgen.text_prompts import corpus_text
 from cluster.loadgen.traces import load_trace
-from cluster.spec.models import ConversationPrompts
+from cluster.config.models import ConversationPrompts
 
 
 def _write(tmp: pathlib.Path, name: str, body: str | bytes) -> pathlib.Path:
@@ -140,7 +140,7 @@ def test_a_prompt_row_error_points_at_the_experiments_line_too(case: str, tmp_pa
     import re
     import shutil
 
-    from tests.unit.spec.test_bad_inputs import _invoke
+    from tests.unit.config.test_bad_inputs import _invoke
 
     shutil.copytree(BAD_INPUTS / case, tmp_path / case)
     monkeypatch.chdir(tmp_path / case)

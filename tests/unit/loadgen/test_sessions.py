@@ -20,7 +20,7 @@ from cluster.loadgen.sessions import (Answer, SessionPlan, SessionTurnError, dis
                                       session_plan, think_times_ns)
 from cluster.loadgen.sink import RecordSink
 from cluster.plan.runs import LoadPoint
-from cluster.spec.models import FieldProblem, SessionSpec, WorkloadSpec
+from cluster.config.models import FieldProblem, SessionSpec, WorkloadSpec
 
 
 def _wl(**kw: Any) -> WorkloadSpec:

@@ -25,7 +25,7 @@ from cluster.loadgen.selection import prompt_fingerprint, workload_selection
 from cluster.plan.runs import LoadPoint
 from cluster.sim.model import Knobs, resolve_args
 from cluster.sim.server import SimServer, build_app, build_parser
-from cluster.spec.models import WorkloadSpec
+from cluster.config.models import WorkloadSpec
 
 ENGINE = SGLangEngine()
 WORDS = ["question", "answer", "the", "a", "code", "chat"] + [str(i) for i in range(100)]

@@ -124,7 +124,7 @@ repeats: 2
 
 def test_the_plan_holds_each_search_s_first_probe_once() -> None:
     from cluster.plan.runs import make_plan
-    from cluster.spec.loader import parse_spec_text
+    from cluster.config.loader import parse_spec_text
 
     plain = make_plan(parse_spec_text(SEARCH_SPEC.replace("CONC", "8")))
     # per variant and repeat: the fixed c8 and the search's first probe c2
@@ -142,7 +142,7 @@ def test_the_plan_holds_each_search_s_first_probe_once() -> None:
     (("search: {", "actors_per_server: 2, search: {"), "needs actors_per_server: 1"),
 ])
 def test_search_settings_the_spec_refuses(edit: tuple[str, str], fragment: str) -> None:
-    from cluster.spec.loader import SpecError, parse_spec_text
+    from cluster.config.loader import SpecError, parse_spec_text
 
     with pytest.raises(SpecError, match=fragment.replace("(", r"\(")):
         parse_spec_text(SEARCH_SPEC.replace("CONC", "8").replace(*edit))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from cluster.plan.load_cap import load_above_cap
 from cluster.plan.runs import expand_variants
-from cluster.spec.loader import parse_spec_text
-from tests.unit.spec.test_bad_inputs import VALID
+from cluster.config.loader import parse_spec_text
+from tests.unit.config.test_bad_inputs import VALID
 
 
 def _warnings(args: str, engine: str = "sim") -> list[str]:

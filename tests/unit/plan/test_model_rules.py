@@ -10,7 +10,7 @@ import pytest
 from cluster.plan.fairness import Finding, check_fairness
 from cluster.plan.model_rules import ModelFacts
 from cluster.plan.runs import ResolvedVariant, SpecDecode, expand_variants
-from cluster.spec.loader import load_spec
+from cluster.config.loader import load_spec
 
 REPO = Path(__file__).resolve().parents[3]
 GOOD = {"max-running-requests": 64, "kv-cache-dtype": "bf16", "attention-backend": "triton"}

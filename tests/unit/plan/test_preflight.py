@@ -14,8 +14,8 @@ from tests import checkpoints as ck  # noqa: E402
 from cluster.plan.runs import expand_variants  # noqa: E402
 from cluster.plan.preflight import PreflightError, check_speculative_support  # noqa: E402
 from cluster.probe.checkpoint import ProbeReport, probe_checkpoint  # noqa: E402
-from cluster.spec.models import ExperimentSpec  # noqa: E402
-from cluster.spec.loader import parse_spec_text  # noqa: E402
+from cluster.config.models import ExperimentSpec  # noqa: E402
+from cluster.config.loader import parse_spec_text  # noqa: E402
 
 
 def _spec(path: str, engine: str = "sglang", spec_block: str = "{algorithm: NEXTN, num_steps: [1, 2]}") -> ExperimentSpec:

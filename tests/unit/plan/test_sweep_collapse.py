@@ -14,7 +14,7 @@ from cluster.plan.model_rules import ModelFacts  # noqa: E402
 from cluster.plan.runs import expand_variants, make_plan  # noqa: E402
 from cluster.plan.sweep_collapse import collapse_fp4_duplicates, undecided_note  # noqa: E402
 from cluster.probe.checkpoint import probe_checkpoint  # noqa: E402
-from cluster.spec.loader import load_spec  # noqa: E402
+from cluster.config.loader import load_spec  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 STUDY = REPO / "experiments" / "qwen35-397b-nvfp4-sm120.yaml"

@@ -271,7 +271,7 @@ def test_preflight_keeps_the_checkpoint_file_field_and_expectation(tmp_path: Pat
     expectation (before: none of them, so the CLI blamed the experiment YAML)."""
     from cluster.plan.preflight import PreflightError, check_speculative_support
     from cluster.plan.runs import expand_variants
-    from cluster.spec.loader import parse_spec_text
+    from cluster.config.loader import parse_spec_text
 
     d = _good(tmp_path)
     _header(d, {"a.weight": _entry("BF16", [4], 0, 8), "b.weight": _entry("BF16", [4], 4, 12)}, 12)

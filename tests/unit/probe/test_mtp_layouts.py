@@ -16,7 +16,7 @@ from cluster.plan.preflight import PreflightError, check_speculative_support  # 
 from cluster.plan.runs import expand_variants  # noqa: E402
 from cluster.probe.checkpoint import probe_checkpoint  # noqa: E402
 from cluster.probe.tensors import MTP_LAYOUTS  # noqa: E402
-from cluster.spec.loader import parse_spec_text  # noqa: E402
+from cluster.config.loader import parse_spec_text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 

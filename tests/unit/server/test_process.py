@@ -117,7 +117,7 @@ def test_a_secret_the_server_prints_never_reaches_its_log_file(tmp_path: Path) -
     import time
 
     from cluster.server.process import ServerProcess
-    from cluster.spec.secrets import mask
+    from cluster.config.secrets import mask
 
     secret = "sk-test-4f3c2a1b"
     code = ("import sys, time; print('server_args=ServerArgs(api_key=%r, port=1)' % sys.argv[1], flush=True); "

@@ -10,8 +10,8 @@ import pytest
 from cluster.engines.registry import get_engine
 from cluster.plan.runs import expand_variants, make_plan
 from cluster.sim.model import Knobs, KnobError
-from cluster.spec.loader import parse_spec_text
-from cluster.spec.models import (BackendSweepTuning, ExperimentSpec, FlashinferAutotuneTuning, SpecError,
+from cluster.config.loader import parse_spec_text
+from cluster.config.models import (BackendSweepTuning, ExperimentSpec, FlashinferAutotuneTuning, SpecError,
                                  TritonMoeTuning, VariantSpec)
 
 BASE = """\
@@ -85,7 +85,7 @@ def test_run_keys_keep_declared_options_and_knobs_only() -> None:
 def test_a_dumped_spec_keeps_the_experiments_sim_knobs() -> None:
     """model_dump → model_validate must not turn a variant's unset knobs into overrides of the experiment's."""
     from cluster.plan.runs import expand_variants
-    from cluster.spec.loader import load_spec
+    from cluster.config.loader import load_spec
 
     spec = load_spec(Path(__file__).resolve().parents[3] / "experiments" / "demo-sim.yaml")
     data = spec.model_dump(mode="json")

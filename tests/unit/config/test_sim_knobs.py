@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from cluster.sim.model import KnobError, Knobs
-from cluster.spec.loader import parse_spec_text
-from cluster.spec.models import SpecError
-from tests.unit.spec.test_bad_inputs import VALID
+from cluster.config.loader import parse_spec_text
+from cluster.config.models import SpecError
+from tests.unit.config.test_bad_inputs import VALID
 
 
 @pytest.mark.parametrize(("block", "field"), [

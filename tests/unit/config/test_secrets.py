@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from cluster.plan.runs import make_plan
-from cluster.spec.loader import parse_spec_text
-from cluster.spec.models import SpecError
-from cluster.spec.secrets import (fingerprint, is_secret_name, mask, masked_spec_json, redact_argv, redact_env,
+from cluster.config.loader import parse_spec_text
+from cluster.config.models import SpecError
+from cluster.config.secrets import (fingerprint, is_secret_name, mask, masked_spec_json, redact_argv, redact_env,
                                   scrub, secret_values)
 
 

@@ -1,4 +1,4 @@
-"""Experiment spec: typed, frozen models of an experiment YAML (the loader, cluster/spec/loader.py, names file, line and
+"""Experiment spec: typed, frozen models of an experiment YAML (the loader, cluster/config/loader.py, names file, line and
 field). The model, engine and server models (server.py), the workload, load and tuning models (workload.py, load.py,
 tuning.py) live beside it on the field rules of fields.py; every name is importable from here."""
 
@@ -11,19 +11,19 @@ from pydantic import (AfterValidator, Discriminator, Field, FieldSerializationIn
 
 from cluster.engines.server_env import set_by_sglbench
 from cluster.sim.model import Knobs
-from cluster.spec import bounds as B
-from cluster.spec.expansion import Pair, step_names, sweep_name, sweep_pairs
-from cluster.spec.fields import FieldProblem, FrozenModel, LocalPath, SpecError, check_name, coercible
-from cluster.spec.load import LoadSpec, SearchSpec
-from cluster.spec.locations import DATASET_SCHEMES, check_location
-from cluster.spec.tuning import (TUNING_MODELS, ActiveTuning, BackendPair, BackendSweepOptions, BackendSweepTuning,
+from cluster.config import bounds as B
+from cluster.config.expansion import Pair, step_names, sweep_name, sweep_pairs
+from cluster.config.fields import FieldProblem, FrozenModel, LocalPath, SpecError, check_name, coercible
+from cluster.config.load import LoadSpec, SearchSpec
+from cluster.config.locations import DATASET_SCHEMES, check_location
+from cluster.config.tuning import (TUNING_MODELS, ActiveTuning, BackendPair, BackendSweepOptions, BackendSweepTuning,
                                  FlashinferAutotuneOptions, FlashinferAutotuneTuning, NoOptions, NoTuning,
                                  TritonMoeOptions, TritonMoeTuning, TuningSpec)
-from cluster.spec.workload import (LENGTH_TAGS, PROMPT_SOURCES, PROMPT_TAGS, SESSION_SOURCES, ConversationPrompts,
+from cluster.config.workload import (LENGTH_TAGS, PROMPT_SOURCES, PROMPT_TAGS, SESSION_SOURCES, ConversationPrompts,
                                    JsonlPrompts, Length, LengthDist, PromptSource, RandomIdsPrompts, SessionSpec,
                                    SharedPrefix, TextPrompts, TokenCount, TracePrompts, WorkloadSpec)
 
-from cluster.spec.server import (ArgValue, ENGINES, EngineLauncher, EngineName, ModelSpec, OWNED_FLAGS, ServerSpec,
+from cluster.config.server import (ArgValue, ENGINES, EngineLauncher, EngineName, ModelSpec, OWNED_FLAGS, ServerSpec,
                                arg_flag, _arg_shapes, _check_args, _check_env)
 
 SPEC_VERSION = 1
@@ -137,7 +137,7 @@ class VariantSpec(FrozenModel):
 
 
 def expanded_names(v: VariantSpec) -> list[str]:
-    """The names the planner gives a declared variant's expansions (cluster/spec/expansion.py's rule)."""
+    """The names the planner gives a declared variant's expansions (cluster/config/expansion.py's rule)."""
     names = step_names(v.name, v.speculative.steps()) if v.speculative is not None else [v.name]
     t = v.tuning
     if not isinstance(t, BackendSweepTuning) or t.options.combination is not None:

@@ -6,8 +6,8 @@ from typing import Annotated, Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 
-from cluster.spec import bounds as B
-from cluster.spec.fields import FieldProblem, FrozenModel
+from cluster.config import bounds as B
+from cluster.config.fields import FieldProblem, FrozenModel
 
 
 class SearchSpec(FrozenModel):

@@ -13,8 +13,8 @@ from pydantic import BaseModel, ValidationError
 
 from cluster.errors import SglbenchError, UserError
 from cluster.input_files import read_input_bytes
-from cluster.spec.models import LENGTH_TAGS, PROMPT_TAGS, STEP_TAGS, TUNING_MODELS, ConversationPrompts, ExperimentSpec, FieldProblem, SpecError
-from cluster.spec.secrets import is_secret_name, mask
+from cluster.config.models import LENGTH_TAGS, PROMPT_TAGS, STEP_TAGS, TUNING_MODELS, ConversationPrompts, ExperimentSpec, FieldProblem, SpecError
+from cluster.config.secrets import is_secret_name, mask
 
 
 MAX_SPEC_BYTES = 1_000_000

@@ -11,8 +11,8 @@ from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origi
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationInfo, field_validator
 
 from cluster.errors import UserError, one_line
-from cluster.spec.locations import check_local_path, check_word
-from cluster.spec.secrets import is_secret_name
+from cluster.config.locations import check_local_path, check_word
+from cluster.config.secrets import is_secret_name
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 LocalPath = Annotated[str, AfterValidator(lambda v: check_local_path(v, "path"))]

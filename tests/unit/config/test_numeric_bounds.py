@@ -18,10 +18,10 @@ import pytest
 from pydantic import BaseModel, Field
 from pydantic.fields import FieldInfo
 
-from cluster.spec import bounds
-from cluster.spec.loader import parse_spec_text
-from cluster.spec.models import ExperimentSpec, SpecError
-from tests.unit.spec.test_bad_inputs import VALID
+from cluster.config import bounds
+from cluster.config.loader import parse_spec_text
+from cluster.config.models import ExperimentSpec, SpecError
+from tests.unit.config.test_bad_inputs import VALID
 
 EXEMPT = {
     ("ServerSpec", "args"): "server flags: the engine's own parser judges each value (cluster/engines/flagcheck.py); "
@@ -113,7 +113,7 @@ def test_the_walk_reports_what_has_no_bound() -> None:
 
 
 def test_every_bound_says_where_it_comes_from() -> None:
-    """Each constant of cluster/spec/bounds.py is followed by its docstring (the domain fact behind it)."""
+    """Each constant of cluster/config/bounds.py is followed by its docstring (the domain fact behind it)."""
     tree = ast.parse(Path(bounds.__file__).read_text())
     body = tree.body
     def documented(i: int) -> bool:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster.spec.loader import load_spec, parse_spec_text
-from cluster.spec.models import SpecError
-from tests.unit.spec.test_bad_inputs import VALID
+from cluster.config.loader import load_spec, parse_spec_text
+from cluster.config.models import SpecError
+from tests.unit.config.test_bad_inputs import VALID
 
 
 @pytest.mark.timeout(10)

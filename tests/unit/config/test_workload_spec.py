@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from cluster.spec.loader import SpecError, load_spec
-from cluster.spec.models import ConversationPrompts, RandomIdsPrompts, WorkloadSpec
+from cluster.config.loader import SpecError, load_spec
+from cluster.config.models import ConversationPrompts, RandomIdsPrompts, WorkloadSpec
 
 HEAD = """version: 1
 name: e

@@ -1,4 +1,4 @@
-"""The spec's expansion checks and the planner share one rule (cluster/spec/expansion.py): the names validate
+"""The spec's expansion checks and the planner share one rule (cluster/config/expansion.py): the names validate
 predicts are the names the plan gives, a baseline stays one variant, and no flag value is lost to a second name."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 from cluster.engines.sglang import version_adjusted_args
 from cluster.errors import UserError
 from cluster.plan.runs import expand_variants
-from cluster.spec.loader import load_spec, parse_spec_text
-from cluster.spec.models import SpecError, expanded_names
-from tests.unit.spec.test_bad_inputs import VALID
+from cluster.config.loader import load_spec, parse_spec_text
+from cluster.config.models import SpecError, expanded_names
+from tests.unit.config.test_bad_inputs import VALID
 
 REPO = Path(__file__).resolve().parents[3]
 SWEEP = VALID.replace("  - name: nextn\n", """\

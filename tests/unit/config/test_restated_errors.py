@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from cluster.errors import UserError
-from cluster.spec.loader import field_line, restate_at_field
-from tests.unit.spec.test_bad_inputs import VALID, _invoke
+from cluster.config.loader import field_line, restate_at_field
+from tests.unit.config.test_bad_inputs import VALID, _invoke
 
 _SIM = VALID.replace("path: /models/qwen", "path: sim://tiny").replace("  tp: 4", "  tp: 1")
 

@@ -6,8 +6,8 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
-from cluster.spec import bounds as B
-from cluster.spec.fields import FrozenModel, LocalPath
+from cluster.config import bounds as B
+from cluster.config.fields import FrozenModel, LocalPath
 
 
 class FlashinferAutotuneOptions(FrozenModel):

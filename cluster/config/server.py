@@ -1,5 +1,5 @@
 """The model, the engines and the server args and env every variant shares: the spec values that become a server's
-argv and environment, each refused at its line when it could not be used as given (cluster/spec/models.py re-exports
+argv and environment, each refused at its line when it could not be used as given (cluster/config/models.py re-exports
 every name)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Annotated, Any, Literal, Mapping, Optional, Union
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from cluster.engines.flag_domains import flag_domain_problem
-from cluster.spec import bounds as B
-from cluster.spec.fields import FieldProblem, FrozenModel, LocalPath
-from cluster.spec.locations import MODEL_SCHEMES, check_local_path, check_location
+from cluster.config import bounds as B
+from cluster.config.fields import FieldProblem, FrozenModel, LocalPath
+from cluster.config.locations import MODEL_SCHEMES, check_local_path, check_location
 
 
 ENGINES = ("sglang", "sim", "vllm")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cluster.spec.secrets import mask, scrub_file
+from cluster.config.secrets import mask, scrub_file
 
 KEY = "sk-planted-log-key-9d2e"
 

@@ -8,8 +8,8 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import (BaseModel, Discriminator, Field, StrictBool, StrictFloat, StrictInt, StrictStr, Tag,
                       field_validator, model_validator)
 
-from cluster.spec import bounds as B
-from cluster.spec.fields import FieldProblem, FrozenModel, LocalPath, check_name, coercible
+from cluster.config import bounds as B
+from cluster.config.fields import FieldProblem, FrozenModel, LocalPath, check_name, coercible
 
 
 class SharedPrefix(FrozenModel):
