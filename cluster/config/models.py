@@ -10,7 +10,7 @@ from pydantic import (AfterValidator, Discriminator, Field, FieldSerializationIn
                       field_validator, model_validator)
 
 from cluster.engines.server_env import set_by_sglbench
-from cluster.sim.model import Knobs
+from cluster.config.sim_knobs import Knobs
 from cluster.config import bounds as B
 from cluster.config.expansion import Pair, step_names, sweep_name, sweep_pairs
 from cluster.config.fields import FieldProblem, FrozenModel, LocalPath, SpecError, check_name, coercible

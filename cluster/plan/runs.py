@@ -10,7 +10,7 @@ from typing import Any, Callable, Literal, Optional
 from cluster.errors import UserError
 from cluster.config.expansion import step_names, sweep_name, sweep_pairs
 from cluster.config.secrets import redact_args, redact_env
-from cluster.sim.model import Knobs
+from cluster.config.sim_knobs import Knobs
 from cluster.config.models import (ActiveTuning, ArgValue, BackendSweepOptions, BackendSweepTuning, EngineName,
                                  ExperimentSpec, LoadSpec, NoTuning, ProfileSpec, SpeculativeSpec, VariantSpec,
                                  WorkloadSpec, check_name)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from cluster.sim.model import Knobs
+from cluster.config.sim_knobs import Knobs
 from cluster.telemetry.readings import (REASON_GPU_IDLE, REASON_SW_POWER_CAP, REASON_SW_THERMAL, GpuReading)
 
 AMBIENT_C = 32.0

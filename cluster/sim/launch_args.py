@@ -141,7 +141,7 @@ with the real parser). The simulator accepts these as SGLang would and refuses a
 
 def build_parser(prog: str = "python -m cluster.sim.server") -> argparse.ArgumentParser:
     """The flags the simulator models (every other flag SGLang knows is accepted and not modelled)."""
-    from cluster.sim.model import Knobs
+    from cluster.config.sim_knobs import Knobs
 
     knobs = "\n".join(textwrap.fill(f"{name}: {f.description or ''} (default {f.default!r})", 78,
                                      initial_indent="  ", subsequent_indent="      ")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Union
 
 from cluster.engines import sglang_tuning as sgt
-from cluster.sim.model import Knobs
+from cluster.config.sim_knobs import Knobs
 from cluster.version import SGLANG_RELEASE
 
 SIM_SGLANG_VERSION = SGLANG_RELEASE

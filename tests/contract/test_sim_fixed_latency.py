@@ -10,7 +10,7 @@ import pytest
 
 from cluster.engines.base import Prompt
 from cluster.engines.sglang import SGLangEngine
-from cluster.sim.model import Knobs, KnobError
+from cluster.config.sim_knobs import Knobs, KnobError
 from cluster.sim.wire import Pacer
 from cluster.loadgen.runner import run_load_point
 from cluster.plan.runs import LoadPoint

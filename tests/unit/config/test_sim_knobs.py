@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.sim.model import KnobError, Knobs
+from cluster.config.sim_knobs import KnobError, Knobs
 from cluster.config.loader import parse_spec_text
 from cluster.config.models import SpecError
 from tests.unit.config.test_bad_inputs import VALID

@@ -9,7 +9,7 @@ import pytest
 
 from cluster.engines.registry import get_engine
 from cluster.plan.runs import expand_variants, make_plan
-from cluster.sim.model import Knobs, KnobError
+from cluster.config.sim_knobs import Knobs, KnobError
 from cluster.config.loader import parse_spec_text
 from cluster.config.models import (BackendSweepTuning, ExperimentSpec, FlashinferAutotuneTuning, SpecError,
                                  TritonMoeTuning, VariantSpec)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cluster.sim.device import SimDevice
-from cluster.sim.model import Knobs
+from cluster.config.sim_knobs import Knobs
 from cluster.telemetry.readings import REASON_GPU_IDLE, REASON_SW_POWER_CAP, is_power, is_thermal
 
 

@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 
 from cluster.cli import app
 from cluster.sim.launch_args import build_parser
-from cluster.sim.model import Knobs
+from cluster.config.sim_knobs import Knobs
 
 
 def test_sim_server_help_names_the_command_flags_and_knobs() -> None:

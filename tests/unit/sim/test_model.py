@@ -7,18 +7,9 @@ import random
 
 import pytest
 
-from cluster.sim.model import (
-    PREFIX_BLOCK_TOKENS,
-    Knobs,
-    KnobError,
-    Scheduler,
-    SpecParams,
-    accept_probs_for,
-    draw_accepted,
-    expected_accept_length,
-    output_ids,
-    step_time_ms,
-)
+from cluster.sim.model import (PREFIX_BLOCK_TOKENS, Scheduler, SpecParams, accept_probs_for, draw_accepted,
+                               expected_accept_length, output_ids, step_time_ms)
+from cluster.config.sim_knobs import Knobs, KnobError
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 5])
@@ -41,7 +32,7 @@ def test_default_acceptance_is_calibrated_to_the_cited_qwen35_figure() -> None:
     import yaml
     from pathlib import Path
 
-    from cluster.sim.model import QWEN35_MTP_CITED_ACCEPT_LENGTH
+    from cluster.config.sim_knobs import QWEN35_MTP_CITED_ACCEPT_LENGTH
 
     assert QWEN35_MTP_CITED_ACCEPT_LENGTH > 3.3
     assert expected_accept_length(accept_probs_for(Knobs(), 3)) == pytest.approx(QWEN35_MTP_CITED_ACCEPT_LENGTH,
@@ -173,7 +164,8 @@ def test_knob_errors() -> None:
 def test_category_acceptance_is_the_declared_one_per_request() -> None:
     # by construction: the category named by the request's header picks its own probabilities; others use
     # accept_probs; a dropped MTP head still accepts nothing in any category
-    from cluster.sim.model import Knobs, Scheduler, SpecParams, accept_probs_for
+    from cluster.sim.model import Scheduler, SpecParams, accept_probs_for
+    from cluster.config.sim_knobs import Knobs
 
     knobs = Knobs(accept_probs=(0.5,), category_accept_probs={"code": (1.0,), "chat": (0.0,)})
     sched = Scheduler(knobs, 8, SpecParams("EAGLE", 3, 1, 4))

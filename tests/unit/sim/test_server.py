@@ -8,7 +8,8 @@ import pytest
 
 from cluster.sim.model import LaunchError, resolve_args
 from cluster.sim.server import build_parser
-from cluster.sim.model import Knobs, Scheduler, SpecParams
+from cluster.sim.model import Scheduler, SpecParams
+from cluster.config.sim_knobs import Knobs
 from cluster.sim.wire import ChunkWriter
 from cluster.engines.streams import SGLangNativeParser
 

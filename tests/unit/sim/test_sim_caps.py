@@ -7,7 +7,8 @@ import json
 from typing import Any
 
 from cluster.engines.sglang import concurrency_cap_from_server_info
-from cluster.sim.model import Knobs, effective_max_running_requests, resolve_args
+from cluster.sim.model import effective_max_running_requests, resolve_args
+from cluster.config.sim_knobs import Knobs
 from cluster.sim.server import SimServer, build_parser
 
 
