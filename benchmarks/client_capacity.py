@@ -95,7 +95,7 @@ def sglbench_worker(port: int, concurrency: int, n: int, shard_index: int, num_s
     from cluster.engines.sglang import SGLangEngine
     from cluster.loadgen.datasets import PromptArray
     from cluster.loadgen.runner import run_load_point
-    from cluster.plan.runs import LoadPoint
+    from cluster.kernel.runs import LoadPoint
 
     rng = np.random.default_rng(0)
     prompts = PromptArray(rng.integers(100, 32000, (n, INPUT_TOKENS), dtype=np.int32))  # built on send

@@ -23,7 +23,7 @@ from cluster.engines.base import Prompt
 from cluster.engines.sglang import SGLangEngine
 from cluster.loadgen import pacing
 from cluster.loadgen.runner import run_load_point
-from cluster.plan.runs import LoadPoint
+from cluster.kernel.runs import LoadPoint
 from cluster.server.process import free_port
 
 SPEC_PATTERN = [1, 3, 2, 4]

@@ -37,7 +37,7 @@ def worker(url: str, endpoint: str, streams: int, n: int, input_tokens: int, out
     from cluster.engines.sglang import SGLangEngine
     from cluster.loadgen.datasets import PromptArray
     from cluster.loadgen.runner import run_load_point
-    from cluster.plan.runs import LoadPoint
+    from cluster.kernel.runs import LoadPoint
 
     class NoContinuousUsage(SGLangEngine):
         """The OpenAI stream a server sends without continuous usage stats (final usage chunk only)."""

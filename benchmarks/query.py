@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from cluster.analysis.comparison import compare_with_ci
 from cluster.plan.runs import make_plan
 from cluster.analysis.query import compare_from_requests, compare_table, query
-from cluster.dataset.records import REQUESTS_SCHEMA
+from cluster.kernel.records import REQUESTS_SCHEMA
 from cluster.config.loader import parse_spec_text
 from cluster.dataset.store import DatasetStore
 

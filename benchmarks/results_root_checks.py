@@ -18,7 +18,7 @@ from typing import Callable
 
 from cluster.analysis.metrics import summarize_run
 from cluster.analysis.query import compare_from_requests, query
-from cluster.dataset.records import RequestRecord
+from cluster.kernel.records import RequestRecord
 from cluster.dataset.store import DatasetStore
 from cluster.loadgen.sink import request_batches
 from cluster.plan.runs import make_plan

@@ -22,7 +22,8 @@ from typing import Any, Optional
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-from cluster.plan.runs import ResolvedVariant, RunPlan, expand_variants, make_plan  # noqa: E402
+from cluster.plan.runs import expand_variants, make_plan
+from cluster.kernel.runs import ResolvedVariant, RunPlan
 from cluster.plan.schedule import (GpuTimeAccount, HeldReservation, Interval, gpu_time_account,  # noqa: E402
                               peak_reserved_gpus, span_of)
 from cluster.config.models import ExperimentSpec  # noqa: E402

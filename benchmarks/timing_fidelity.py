@@ -30,7 +30,7 @@ import numpy as np
 from cluster.engines.base import Prompt
 from cluster.engines.sglang import SGLangEngine
 from cluster.loadgen.runner import WindowResult, run_load_point
-from cluster.plan.runs import LoadPoint
+from cluster.kernel.runs import LoadPoint
 from cluster.server.process import free_port
 
 MAX_CLIENT_LAG_MS = 10.0

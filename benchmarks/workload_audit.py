@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from cluster.analysis.workload_audit import (AUDIT_ALPHA, PlannedWorkload, audit_workload, category_shares,
                                              length_quantiles)
-from cluster.dataset.records import REQUEST_BATCH_SCHEMA
+from cluster.kernel.records import REQUEST_BATCH_SCHEMA
 from cluster.loadgen.lengths import draw_lengths
 from cluster.loadgen.selection import AUDIT_STREAM, POPULATION_DRAWS
 from cluster.config.models import LengthDist

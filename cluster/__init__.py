@@ -12,7 +12,8 @@ from typing import Any
 
 from cluster.errors import (EXIT_BUG, EXIT_ENGINE, EXIT_ENVIRONMENT, EXIT_USER_ERROR, AuthError, EngineFault,
                             EnvironmentFault, PromptSourceError, SglbenchError, UserError)
-from cluster.plan.runs import ResolvedVariant, RunPlan, expand_variants, make_plan
+from cluster.plan.runs import expand_variants, make_plan
+from cluster.kernel.runs import ResolvedVariant, RunPlan
 from cluster.probe.checkpoint import ProbeReport, probe_checkpoint
 from cluster.config.loader import load_spec, parse_spec_text
 from cluster.config.models import ExperimentSpec, SpecError

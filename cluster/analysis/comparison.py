@@ -14,7 +14,7 @@ from cluster.analysis.query import POINT_KEYS, connect, resolve_baseline
 from cluster.dataset.store import DatasetStore, ExperimentNotFound
 
 if TYPE_CHECKING:
-    from cluster.plan.runs import ResolvedVariant
+    from cluster.kernel.runs import ResolvedVariant
 
 MIN_DURATION_S = 10.0
 """A measured window shorter than this is flagged: warm-up transients and scheduling noise dominate it."""

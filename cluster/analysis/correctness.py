@@ -17,7 +17,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import pyarrow as pa
 
-from cluster.plan.runs import RECORD_SCHEMA_VERSION
+from cluster.kernel.runs import RECORD_SCHEMA_VERSION
 
 
 @dataclass(frozen=True)

@@ -101,7 +101,7 @@ def summarize_traces(paths: Iterable[Path], top_n: int = TOP_N) -> ProfileSummar
 def kernel_profile_rows(experiment: str, engine: str, steps: int, summary: ProfileSummary,
                         artifact: Optional[str]) -> pa.Table:
     """The `kernel_profile` rows of one variant's profile (records.KERNEL_PROFILE_SCHEMA), top kernel first."""
-    from cluster.dataset.records import KERNEL_PROFILE_SCHEMA
+    from cluster.kernel.records import KERNEL_PROFILE_SCHEMA
 
     rows = [{"experiment": experiment, "engine": engine, "profile_steps": steps, "rank": i + 1, "kernel": k.kernel,
              "category": k.category, "calls": k.calls, "total_us": k.total_us, "share": k.share,

@@ -1,6 +1,6 @@
 """Run metrics from raw request/chunk records: statistics of the per-request quantities, vectorised with numpy.
 
-Inputs are the `requests` and `chunks` tables of one run (cluster.dataset.records): times are int64 ns relative to the
+Inputs are the `requests` and `chunks` tables of one run (cluster.kernel.records): times are int64 ns relative to the
 measured window's start. Every latency is reported in ms as `<name>_mean`, `_p50`, `_p90`, `_p99`
 (percentiles: numpy's linear interpolation, as sglang.benchmark.serving). The per-request quantities (TTFT, E2E,
 TPOT, ITL, acceptance, lag) are declared once, with their SQL, in cluster/analysis/request_metrics.py; this module

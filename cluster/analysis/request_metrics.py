@@ -6,7 +6,7 @@ SQL expression: metrics.summarize_run evaluates the numpy side, the DuckDB views
 gets the same numbers (tests/unit/analysis/test_metrics.py checks numpy and SQL agree exactly). Both sides apply
 the same operations in the same order (int64 differences, then float64 division by 1e6, then by the token count).
 
-Stored columns (cluster.dataset.records): times are int64 ns from the window start; `first_chunk_ns` is the first
+Stored columns (cluster.kernel.records): times are int64 ns from the window start; `first_chunk_ns` is the first
 token-bearing chunk (the client drops token-less chunks; the record sink keeps that true for hand-built records).
 """
 

@@ -26,7 +26,7 @@ from rich.table import Table
 from cluster.analysis.metrics import summarize_run
 from cluster.analysis.request_metrics import int_column
 from cluster.distributed.progress import PointFinished, PointRecords, PointStarted, ProgressEvent, ServerState
-from cluster.plan.runs import RunPlan
+from cluster.kernel.runs import RunPlan
 
 COLUMNS = ("variant", "server", "point", "requests", "tok/s", "TTFT p50", "accept", "verdict")
 MAX_ROWS = 14

@@ -16,7 +16,8 @@ from cluster.commands.shell_lines import shell_command
 from cluster.engines.flagcheck import check_launch_flags
 from cluster.engines.base import LaunchCommand
 from cluster.engines.registry import get_engine
-from cluster.plan.runs import ResolvedVariant, expand_variants, make_plan
+from cluster.plan.runs import expand_variants, make_plan
+from cluster.kernel.runs import ResolvedVariant
 from cluster.plan.fairness import ModelFacts, check_fairness, format_findings
 from cluster.plan.model_rules import facts_from_json
 from cluster.plan.inputs import check_inputs, resolve_output_root

@@ -20,12 +20,12 @@ from pydantic import BaseModel, ValidationError
 
 from cluster.analysis.gpu_metrics import GPU_METRIC_NAMES
 from cluster.analysis.metrics import METRIC_NAMES
-from cluster.dataset.records import CHUNKS_SCHEMA, GPU_METRICS_SCHEMA, KEY_FIELDS, REQUESTS_SCHEMA, RUN_FIELDS
+from cluster.kernel.records import CHUNKS_SCHEMA, GPU_METRICS_SCHEMA, KEY_FIELDS, REQUESTS_SCHEMA, RUN_FIELDS
 from cluster.dataset.root import (KIND_TEXT, PARTITION_COLUMN, RUN_KEY_RE, DataFile, StoreError, check_identity,
                                   check_runs_file, check_schema, file_schema, list_dir, open_root, path_kind,
                                   read_error, read_parquet, safe_name, table_layout, verify_pages)
 from cluster.errors import UserError, one_line
-from cluster.plan.runs import RECORD_SCHEMA_VERSION
+from cluster.kernel.runs import RECORD_SCHEMA_VERSION
 from cluster.input_files import decode_text, parse_json, read_input_bytes
 
 StoredModel = TypeVar("StoredModel", bound=BaseModel)

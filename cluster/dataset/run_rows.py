@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from cluster.version import __version__
 from cluster.dataset.run_facts import SegmentFacts, ServerFacts, WindowSummary
-from cluster.plan.runs import RunPlan
+from cluster.kernel.runs import RunPlan
 from cluster.config.models import ExperimentSpec
 
 MAX_ERROR_RATE = 0.01

@@ -30,12 +30,12 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from cluster.plan.runs import RECORD_SCHEMA_VERSION, RunPlan
+from cluster.kernel.runs import RECORD_SCHEMA_VERSION, RunPlan
 from cluster.dataset.atomic import atomic_write, move_into_place, remove_tree, write_error, write_synced
 from cluster.dataset.lock import DatasetLock
 from cluster.dataset.reading import (FINISHED_STATUSES, RUN_METRIC_NAMES, RUNS_SCHEMA, TABLE_RE, TABLE_SCHEMAS,
                                      VARIANT_TABLES, ExperimentNotFound, StoreReader, list_experiments)
-from cluster.dataset.records import KEY_FIELDS, RUN_FIELDS
+from cluster.kernel.records import KEY_FIELDS, RUN_FIELDS
 from cluster.dataset.root import PARTITION_COLUMN, RUN_KEY_RE, StoreError, list_dir, open_root, safe_name
 
 Records = Union[pa.Table, pa.RecordBatch]

@@ -15,8 +15,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cluster.dataset.atomic import remove_tree, sync_file, write_error
-from cluster.plan.runs import RunPlan
-from cluster.dataset.records import CHUNK_BATCH_SCHEMA, REQUEST_BATCH_SCHEMA
+from cluster.kernel.runs import RunPlan
+from cluster.kernel.records import CHUNK_BATCH_SCHEMA, REQUEST_BATCH_SCHEMA
 from cluster.dataset.store import DatasetStore, Records
 
 SPOOL_TABLES = ("requests", "chunks")

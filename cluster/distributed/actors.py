@@ -19,7 +19,7 @@ from cluster.engines.registry import get_engine
 from cluster.dataset.run_facts import ServerFacts
 from cluster.config.secrets import redact_argv, redact_env, scrub, scrub_file, scrub_text, secret_values
 from cluster.loadgen.gate import GateAnswers
-from cluster.plan.runs import LoadPoint, ResolvedVariant
+from cluster.kernel.runs import LoadPoint, ResolvedVariant
 from cluster.analysis.workload_audit import PlannedWorkload
 from cluster.loadgen.output_sample import OutputSample
 from cluster.loadgen.server_metrics import MetricsScraper

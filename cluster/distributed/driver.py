@@ -35,8 +35,8 @@ from cluster.distributed.cluster_state import gpu_nodes, resolve_output_root
 from cluster.distributed.progress import (PointFinished, PointRecords, PointStarted, ProgressEvent, ServerState,
                                           ignore)
 from cluster.plan.capacity import Outcome, answer, clamped, drive, from_spec, replay
-from cluster.plan.runs import (ResolvedVariant, RunPlan, expand_variants, make_plan, plan_run, search_point,
-                               server_segments)
+from cluster.plan.runs import expand_variants, make_plan, plan_run, search_point, server_segments
+from cluster.kernel.runs import ResolvedVariant, RunPlan
 from cluster.dataset.run_rows import build_run_row, failed_run_row, reported_cap
 from cluster.plan.schedule import reservation, unplaceable
 from cluster.dataset.writer import RunWriter

@@ -11,7 +11,7 @@ from typing import Any, Literal, Mapping, Optional, Union
 
 import pyarrow as pa
 
-from cluster.plan.runs import RunPlan
+from cluster.kernel.runs import RunPlan
 
 ServerStateName = Literal["placing", "starting", "healthy", "gate", "measuring", "failed", "stopped"]
 

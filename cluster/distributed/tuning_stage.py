@@ -26,7 +26,7 @@ from cluster.engines import sglang_tuning as sgt
 from cluster.engines.base import Prompt
 from cluster.errors import EnvironmentFault
 from cluster.sim.tuning import sim_gpu_facts, sim_model_config
-from cluster.plan.runs import ResolvedVariant
+from cluster.kernel.runs import ResolvedVariant
 from cluster.config.models import ExperimentSpec
 from cluster.tuning.stage import (ARTIFACT_KINDS, GpuFacts, TuningError, artifact_key, autotune_extend,
                                   autotune_run_variant, autotune_warmup_requests, load_model_config, merge_moe_configs,

@@ -27,7 +27,7 @@ from typing import Literal, Mapping, Optional, Sequence, Union
 
 from cluster.engines.registry import get_engine
 from cluster.plan.preflight import PreflightError
-from cluster.plan.runs import ResolvedVariant
+from cluster.kernel.runs import ResolvedVariant
 from cluster.config.models import ExperimentSpec
 from cluster.config.secrets import scrub_text, secret_values
 

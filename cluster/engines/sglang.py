@@ -26,7 +26,7 @@ from cluster.engines.sglang_server_info import server_info_summary as server_inf
 from cluster.engines.server_env import SPEC_V2_ENV
 from cluster.engines.streams import OpenAIStreamParser, SGLangNativeParser
 from cluster.errors import UserError
-from cluster.plan.runs import ResolvedVariant
+from cluster.kernel.runs import ResolvedVariant
 from cluster.config.models import ArgValue, EngineLauncher
 from cluster.version import SGLANG_RELEASE
 

@@ -7,7 +7,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from cluster.engines.server_env import SIM_ENV
 from cluster.engines.sglang import SGLangEngine
-from cluster.plan.runs import ResolvedVariant
+from cluster.kernel.runs import ResolvedVariant
 from cluster.telemetry.readings import GpuReading
 
 DEVICE_PATH = "/sim_device"

@@ -12,7 +12,7 @@ from cluster.engines.prometheus import parse_prometheus, sum_metric
 from cluster.engines.sglang import encode_request, render_args, sglang_request_body
 from cluster.engines.streams import OpenAIStreamParser
 from cluster.errors import UserError
-from cluster.plan.runs import ResolvedVariant, SpecDecode
+from cluster.kernel.runs import ResolvedVariant, SpecDecode
 from cluster.config.models import ArgValue
 
 NGRAM_PROMPT_LOOKUP_MAX = 4

@@ -12,7 +12,7 @@ import asyncio
 import time
 from typing import Mapping
 
-from cluster.dataset.records import RequestRecord
+from cluster.kernel.records import RequestRecord
 from cluster.engines.answer_fields import MAX_COUNT
 from cluster.engines.base import StreamParser
 from cluster.loadgen.framing import Response

@@ -16,7 +16,7 @@ import asyncio
 import time
 from typing import Mapping, Optional
 
-from cluster.dataset.records import RequestRecord
+from cluster.kernel.records import RequestRecord
 from cluster.engines.answer_fields import MalformedAnswerError
 from cluster.engines.http_call import may_start_status_line
 from cluster.engines.base import StreamParser

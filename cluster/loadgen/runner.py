@@ -26,9 +26,9 @@ from cluster.loadgen.client import StreamPool, stream_request
 from cluster.loadgen.pacing import closed_loop, pace, shard_concurrency
 from cluster.loadgen.selection import prompt_fingerprint, prompt_fingerprints
 from cluster.loadgen.sessions import Answer, SessionPlan, dispatch_sessions
-from cluster.plan.runs import LoadPoint
+from cluster.kernel.runs import LoadPoint
 from cluster.loadgen.sink import DEFAULT_BATCH_ROWS, BatchCallback, RecordSink
-from cluster.dataset.records import RequestRecord
+from cluster.kernel.records import RequestRecord
 
 METRICS_TIMEOUT_S = 10.0
 FLUSH_REFUSED_GIVE_UP_S = 3.0
@@ -40,11 +40,11 @@ PREOPEN_TIMEOUT_S = 5.0
 @dataclass
 class WindowResult:
     requests: pa.RecordBatch
-    """cluster.dataset.records.REQUEST_BATCH_SCHEMA, one row per request sent, in request_index order.
+    """cluster.kernel.records.REQUEST_BATCH_SCHEMA, one row per request sent, in request_index order.
 
     Empty when the window streamed its rows out through `on_batch` (then `n_requests` says how many left)."""
     chunks: pa.RecordBatch
-    """cluster.dataset.records.CHUNK_BATCH_SCHEMA: token-carrying chunks only (empty when streamed out)."""
+    """cluster.kernel.records.CHUNK_BATCH_SCHEMA: token-carrying chunks only (empty when streamed out)."""
     window_start_unix_s: float
     duration_s: float
     """First intended send → end of the last response of the window (of this shard)."""

@@ -17,13 +17,13 @@ from typing import Awaitable, Callable, Optional
 
 import numpy as np
 
-from cluster.dataset.records import RequestRecord
+from cluster.kernel.records import RequestRecord
 from cluster.engines.base import ChatTurn, Prompt
 from cluster.errors import EngineFault
 from cluster.loadgen.arrivals import arrival_offsets_ns
 from cluster.loadgen.pacing import SPIN_NS, closed_loop, pace, shard_concurrency
 from cluster.loadgen.sink import RecordSink
-from cluster.plan.runs import LoadPoint
+from cluster.kernel.runs import LoadPoint
 from cluster.config.models import SessionSpec
 
 THINK_STREAM = 0x7417

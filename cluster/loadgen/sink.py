@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cluster.dataset.records import CHUNK_BATCH_SCHEMA, REQUEST_BATCH_SCHEMA, REQUEST_FIELDS, RequestRecord
+from cluster.kernel.records import CHUNK_BATCH_SCHEMA, REQUEST_BATCH_SCHEMA, REQUEST_FIELDS, RequestRecord
 
 BatchCallback = Callable[[pa.RecordBatch, pa.RecordBatch], None]
 """Called with (requests batch, chunks batch) in REQUEST_BATCH_SCHEMA / CHUNK_BATCH_SCHEMA."""

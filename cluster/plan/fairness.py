@@ -13,7 +13,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from cluster.plan.findings import Finding, FindingCollector, Level, format_findings
 from cluster.plan.model_rules import ModelFacts, backend_rules, cross_variant_cache_rule, hybrid_cache_rules
-from cluster.plan.runs import ResolvedVariant
+from cluster.kernel.runs import ResolvedVariant
 
 __all__ = ["Finding", "Level", "ModelFacts", "check_fairness", "format_findings", "resolved_cap_findings",
            "resolved_differences"]

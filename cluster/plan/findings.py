@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
-from cluster.plan.runs import ResolvedVariant
+from cluster.kernel.runs import ResolvedVariant
 
 Level = Literal["error", "warning"]
 

@@ -18,7 +18,7 @@ from typing import Mapping, Optional, Sequence
 
 from cluster.loadgen.source_files import row_error
 from cluster.plan.preflight import PreflightError
-from cluster.plan.runs import ResolvedVariant
+from cluster.kernel.runs import ResolvedVariant
 from cluster.probe.checkpoint import ProbeReport
 from cluster.probe.safetensors_header import describe_non_file
 from cluster.config.models import (ConversationPrompts, EngineLauncher, EngineName, ExperimentSpec, RandomIdsPrompts,

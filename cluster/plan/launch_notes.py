@@ -12,7 +12,7 @@ from typing import Any, Literal, Mapping, Optional
 
 from cluster.plan.findings import FindingCollector
 from cluster.plan.model_rules import SM120, ModelFacts
-from cluster.plan.runs import ResolvedVariant
+from cluster.kernel.runs import ResolvedVariant
 
 Condition = Literal["sm120", "sm120_nvfp4_moe", "sm120_multi_gpu"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from cluster.engines.flag_domains import CAP_FLAGS
-from cluster.plan.runs import ResolvedVariant
+from cluster.kernel.runs import ResolvedVariant
 from cluster.config.models import ExperimentSpec
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from cluster.plan.findings import FindingCollector, Level
-from cluster.plan.runs import ResolvedVariant
+from cluster.kernel.runs import ResolvedVariant
 
 if TYPE_CHECKING:
     from cluster.probe.checkpoint import ProbeReport

@@ -6,7 +6,7 @@ import os
 from typing import Callable, Optional
 
 from cluster.errors import UserError
-from cluster.plan.runs import ResolvedVariant
+from cluster.kernel.runs import ResolvedVariant
 from cluster.probe.safetensors_header import CheckpointError
 from cluster.probe.checkpoint import ProbeReport, probe_checkpoint
 from cluster.config.models import ExperimentSpec

@@ -4,125 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable, Literal, Optional
+from dataclasses import replace
+from typing import Any, Callable, Optional
 
 from cluster.errors import UserError
 from cluster.config.expansion import step_names, sweep_name, sweep_pairs
-from cluster.config.secrets import redact_args, redact_env
-from cluster.config.sim_knobs import Knobs
-from cluster.config.models import (ActiveTuning, ArgValue, BackendSweepOptions, BackendSweepTuning, EngineName,
-                                 ExperimentSpec, LoadSpec, NoTuning, ProfileSpec, SpeculativeSpec, VariantSpec,
-                                 WorkloadSpec, check_name)
-
-RECORD_SCHEMA_VERSION = 1
-"""Version of the dataset's record schemas (runs, requests, chunks, ...); part of every run key."""
-BUILTIN_HEAD_ALGORITHMS = ("NEXTN", "MTP")
-"""Always use the checkpoint's own MTP/NextN head; EAGLE does too when no draft_model_path is given."""
-
-
-def uses_builtin_mtp_head(algorithm: str, draft_model_path: Optional[str]) -> bool:
-    """Whether a speculative algorithm drafts with the checkpoint's own MTP/NextN head: NEXTN and MTP always, EAGLE
-    when no draft model is given. The one answer for preflight (refuse a checkpoint without the head), the probe's
-    list of algorithms a checkpoint runs alone, and the correctness gate's acceptance check."""
-    return algorithm.upper() in BUILTIN_HEAD_ALGORITHMS or (algorithm.upper() == "EAGLE" and not draft_model_path)
-
-
-SWEPT_ARGS = ("moe_runner_backend", "fp4_gemm_backend")
-"""backend_sweep options, each named as the server arg it sets (the spec's own spelling of `args:` keys)."""
-
-
-@dataclass(frozen=True)
-class SpecDecode:
-    """One concrete speculative configuration: always all three of steps, topk and draft tokens."""
-
-    algorithm: str
-    num_steps: int
-    eagle_topk: int
-    num_draft_tokens: int
-    draft_model_path: Optional[str] = None
-
-    @property
-    def uses_builtin_mtp_head(self) -> bool:
-        """Drafts with the checkpoint's own MTP/NextN head (see `uses_builtin_mtp_head`)."""
-        return uses_builtin_mtp_head(self.algorithm, self.draft_model_path)
-
-
-@dataclass(frozen=True)
-class ResolvedVariant:
-    """A variant after expansion: what one server launch is made of."""
-
-    name: str
-    engine: EngineName
-    tp: int
-    model_path: str
-    args: dict[str, ArgValue]
-    env: dict[str, str]
-    speculative: Optional[SpecDecode] = None
-    tuning: Optional[ActiveTuning] = None
-    sim: Knobs = field(default_factory=Knobs)
-    """Simulator knobs (the experiment's `sim:` with the variant's own over it); used by the sim engine only."""
-    is_baseline: bool = False
-    family: str = ""
-    """The spec variant this was expanded from (e.g. `nextn` for `nextn-2`)."""
-    profile: Optional[ProfileSpec] = None
-    """A kernel profile after the measured windows: not what the runs measure, so not in identity()."""
-
-    def identity(self) -> dict[str, Any]:
-        """What defines this variant as declared (the part of the run key that belongs to the variant)."""
-        d = asdict(self)
-        # secrets enter the key as their fingerprints (cluster/config/secrets.py), so experiment.json holds all of it
-        d["env"], d["args"] = redact_env(self.env), redact_args(self.args)
-        # options and knobs as declared (defaults left out), so adding a default to a model keeps every run key
-        d["tuning"] = {"kind": self.tuning.kind, "options": self.tuning.options.model_dump(
-            mode="json", exclude_unset=True, by_alias=True)} if self.tuning else None
-        d["sim"] = self.sim.wire()
-        d.pop("profile")
-        return d
-
-
-@dataclass(frozen=True)
-class LoadPoint:
-    kind: Literal["concurrency", "rate"]
-    value: float
-    max_concurrency: Optional[int] = None
-    arrival_cv: Optional[float] = None
-    """Open loop: gamma inter-arrival times with this coefficient of variation; None: Poisson (exponential gaps)."""
-    trace: bool = False
-    """Open loop: send at the prompts' recorded times (arrival_s) rescaled to this mean rate (arrival: trace)."""
-    read_batch_s: float = 0.0
-    """The load generator's read batching (load.read_batch_ms): part of the run's identity when set."""
-
-    @property
-    def label(self) -> str:
-        if self.kind == "concurrency":
-            return f"c{int(self.value)}"
-        return f"r{self.value:g}" + (f" gamma cv {self.arrival_cv:g}" if self.arrival_cv is not None else "") \
-            + (" trace" if self.trace else "")
-
-    def identity(self) -> dict[str, Any]:
-        """What the run key hashes: Poisson points keep the form they had before gamma and trace arrivals existed."""
-        out = asdict(self)
-        if out["arrival_cv"] is None:
-            del out["arrival_cv"]
-        if not out["trace"]:
-            del out["trace"]
-        if not out["read_batch_s"]:
-            del out["read_batch_s"]
-        return out
-
-
-@dataclass(frozen=True)
-class RunPlan:
-    experiment: str
-    variant: ResolvedVariant
-    workload: WorkloadSpec
-    load: LoadPoint
-    repeat: int
-    seed: int
-    run_key: str
-    order_index: int = 0
-
+from cluster.kernel.runs import RECORD_SCHEMA_VERSION, SWEPT_ARGS, LoadPoint, ResolvedVariant, RunPlan, SpecDecode
+from cluster.config.models import (BackendSweepOptions, BackendSweepTuning, ExperimentSpec, LoadSpec, NoTuning,
+                                   SpeculativeSpec, VariantSpec, WorkloadSpec, check_name)
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)

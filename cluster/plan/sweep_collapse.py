@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Mapping, Optional, Sequence
 
 from cluster.plan.model_rules import ModelFacts
-from cluster.plan.runs import ResolvedVariant
+from cluster.kernel.runs import ResolvedVariant
 from cluster.config.models import BackendSweepTuning
 
 FP4_ARG = "fp4_gemm_backend"

@@ -27,7 +27,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from cluster.plan.runs import uses_builtin_mtp_head
+from cluster.kernel.runs import uses_builtin_mtp_head
 from cluster.probe.coverage import coverage_warning, uncovered_plain_weights
 from cluster.probe.fingerprint import checkpoint_fingerprint, hub_revision
 from cluster.probe.config import ModelConfig, QuantInfo, load_json_object, parse_model_config, parse_quant

@@ -15,7 +15,7 @@ from typing import Callable, Optional, Protocol, Sequence
 
 import pyarrow as pa
 
-from cluster.dataset.records import GPU_METRICS_BATCH_SCHEMA
+from cluster.kernel.records import GPU_METRICS_BATCH_SCHEMA
 from cluster.telemetry.readings import GpuReading, is_power, is_thermal
 
 DEFAULT_RATE_HZ = 10.0

@@ -23,7 +23,8 @@ from typing import Any, Mapping, Optional
 
 from cluster.engines import sglang_tuning as sgt
 from cluster.errors import UserError
-from cluster.plan.runs import ResolvedVariant, expand_backend_sweep as plan_backend_sweep
+from cluster.plan.runs import expand_backend_sweep as plan_backend_sweep
+from cluster.kernel.runs import ResolvedVariant
 from cluster.probe.config import load_json_object
 from cluster.probe.files import CheckpointError
 from cluster.config.models import (TUNING_MODELS, ArgValue, BackendSweepTuning, FlashinferAutotuneTuning,

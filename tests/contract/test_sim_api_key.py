@@ -16,7 +16,7 @@ from cluster.engines.base import Prompt, api_key_of
 from cluster.engines.sglang import SGLangEngine
 from cluster.loadgen.gate import collect_gate_answers
 from cluster.loadgen.runner import flush, run_load_point
-from cluster.plan.runs import LoadPoint
+from cluster.kernel.runs import LoadPoint
 from cluster.server.process import http_get_json
 
 from sim_process import SimHandle

@@ -16,7 +16,7 @@ from cluster.engines.sglang import SGLangEngine
 from cluster.loadgen.datasets import build_prompt_sequence
 from cluster.loadgen.runner import run_load_point
 from cluster.plan.capacity import CapacitySearch, Outcome, answer, drive
-from cluster.plan.runs import LoadPoint
+from cluster.kernel.runs import LoadPoint
 from cluster.config.models import SLOSpec, WorkloadSpec
 
 KNOBS = {"time_scale": 1.0, "decode_base_ms": 10.0, "decode_per_req_ms": 40.0, "prefill_per_token_ms": 0.0}

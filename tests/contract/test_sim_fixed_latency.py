@@ -13,7 +13,7 @@ from cluster.engines.sglang import SGLangEngine
 from cluster.config.sim_knobs import Knobs, KnobError
 from cluster.sim.wire import Pacer
 from cluster.loadgen.runner import run_load_point
-from cluster.plan.runs import LoadPoint
+from cluster.kernel.runs import LoadPoint
 
 from sim_process import SimHandle
 

@@ -11,7 +11,7 @@ from sim_process import SimHandle
 from cluster.engines.sglang import SGLangEngine
 from cluster.loadgen.datasets import build_prompt_sequence, build_session_plan
 from cluster.loadgen.runner import run_load_point
-from cluster.plan.runs import LoadPoint
+from cluster.kernel.runs import LoadPoint
 from cluster.config.models import WorkloadSpec
 
 INPUT, OUTPUT, TURNS, SESSIONS, THINK_S = 32, 16, 3, 4, 0.05

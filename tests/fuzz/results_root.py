@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from cluster.analysis.metrics import summarize_run
-from cluster.dataset.records import RequestRecord
+from cluster.kernel.records import RequestRecord
 from cluster.dataset.store import DatasetStore
 from cluster.loadgen.sink import request_batches
-from cluster.plan.runs import RunPlan, make_plan
+from cluster.plan.runs import make_plan
+from cluster.kernel.runs import RunPlan
 from cluster.config.loader import parse_spec_text
 
 SPEC = """

@@ -24,7 +24,8 @@ from cluster.engines.flag_domains import flag_domain_problem
 from cluster.engines.server_env import set_by_sglbench
 from cluster.errors import UserError
 from cluster.plan.inputs import fixed_port
-from cluster.plan.runs import ResolvedVariant, expand_variants, make_plan
+from cluster.plan.runs import expand_variants, make_plan
+from cluster.kernel.runs import ResolvedVariant
 from cluster.config.loader import load_spec
 from cluster.config.locations import DATASET_SCHEMES, control_character
 from cluster.config.models import ExperimentSpec, SpecError, arg_flag

@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cluster.dataset.records import RequestRecord
+from cluster.kernel.records import RequestRecord
 from cluster.engines.answer_fields import MAX_COUNT, MalformedAnswerError
 from cluster.engines.base import StreamParser
 from cluster.engines.http_call import call

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from cluster.analysis.workload_audit import (AUDIT_ALPHA, PlannedWorkload, audit_workload, binomial_interval,
                                              category_shares, length_quantiles, planned_distinct)
-from cluster.dataset.records import REQUEST_BATCH_SCHEMA
+from cluster.kernel.records import REQUEST_BATCH_SCHEMA
 from cluster.engines.base import Prompt
 from cluster.loadgen.selection import prompt_fingerprint
 from tests.fuzz.fuzzing import FUZZ

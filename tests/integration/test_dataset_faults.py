@@ -13,7 +13,8 @@ import pytest
 
 from cluster.dataset.atomic import WriteError
 from cluster.dataset.lock import LOCK_FILE, DatasetLocked
-from cluster.plan.runs import RunPlan, make_plan
+from cluster.plan.runs import make_plan
+from cluster.kernel.runs import RunPlan
 from cluster.config.loader import parse_spec_text
 from cluster.config.models import ExperimentSpec
 

@@ -14,7 +14,8 @@ from typing import Any, Callable
 import pandas as pd
 import pytest
 
-from cluster.plan.runs import RunPlan, make_plan
+from cluster.plan.runs import make_plan
+from cluster.kernel.runs import RunPlan
 from cluster.server.process import pid_alive, wait_group_gone
 from cluster.config.models import ExperimentSpec
 from cluster.config.loader import parse_spec_text

@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional
 
 import pandas as pd
 
-from cluster.plan.runs import RunPlan
+from cluster.kernel.runs import RunPlan
 from cluster.server.process import group_members, wait_group_gone
 from cluster.config.loader import parse_spec_text
 from cluster.config.models import ExperimentSpec

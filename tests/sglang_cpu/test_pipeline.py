@@ -46,7 +46,7 @@ def _session_window(base_url: str, tmp: Path) -> dict[str, list[Any]]:
     from cluster.engines.sglang import SGLangEngine
     from cluster.loadgen.datasets import build_prompt_sequence, build_session_plan
     from cluster.loadgen.runner import run_load_point
-    from cluster.plan.runs import LoadPoint
+    from cluster.kernel.runs import LoadPoint
     from cluster.config.models import WorkloadSpec
 
     w = WorkloadSpec.model_validate({

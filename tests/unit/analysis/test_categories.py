@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from cluster.analysis.categories import compare_by_category
 from cluster.analysis.metrics import summarize_run
 from cluster.cli import app
-from cluster.dataset.records import RequestRecord
+from cluster.kernel.records import RequestRecord
 from cluster.dataset.store import DatasetStore
 from cluster.loadgen.sink import request_batches
 from cluster.plan.runs import make_plan

@@ -13,7 +13,7 @@ from cluster.analysis.comparison import compare_with_ci, format_estimate, format
 from cluster.analysis.metrics import summarize_run
 from cluster.plan.runs import make_plan
 from cluster.analysis.query import QueryError
-from cluster.dataset.records import RequestRecord
+from cluster.kernel.records import RequestRecord
 from cluster.loadgen.sink import request_batches
 from cluster.config.loader import parse_spec_text
 

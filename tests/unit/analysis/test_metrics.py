@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from cluster.analysis.metrics import METRIC_DEFINITIONS, METRIC_NAMES, summarize_run
-from cluster.dataset.records import RequestRecord
+from cluster.kernel.records import RequestRecord
 from cluster.loadgen.sink import request_batches
 from cluster.config.models import SLOSpec
 
@@ -323,7 +323,7 @@ def test_numpy_and_sql_sides_of_each_definition_agree_exactly(tmp_path: Path) ->
 
 
 def test_prefix_hit_rate_and_finish_reasons() -> None:
-    from cluster.dataset.records import RequestRecord
+    from cluster.kernel.records import RequestRecord
     from cluster.loadgen.sink import request_batches
 
     def rec(i: int, cached: object, finish: str, tokens: int, error: object = None) -> RequestRecord:

@@ -7,9 +7,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from cluster.plan.runs import RunPlan, make_plan
+from cluster.plan.runs import make_plan
+from cluster.kernel.runs import RunPlan
 from cluster.analysis.query import QueryError, compare_from_requests, compare_table, connect, query
-from cluster.dataset.records import RequestRecord
+from cluster.kernel.records import RequestRecord
 from cluster.loadgen.sink import request_batches
 from cluster.config.loader import parse_spec_text
 from cluster.dataset.store import DatasetStore, ExperimentNotFound

@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from cluster.analysis.workload_audit import (AUDIT_ALPHA, PlannedWorkload, audit_workload, binomial_interval,
                                              category_shares, expected_distinct, length_quantiles, poisson_upper)
-from cluster.dataset.records import RequestRecord
+from cluster.kernel.records import RequestRecord
 from cluster.loadgen.sink import request_batches
 
 

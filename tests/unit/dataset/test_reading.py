@@ -18,7 +18,7 @@ from cluster.dataset.root import open_root
 from cluster.dataset.store import DatasetStore, StoreError, list_experiments
 from cluster.errors import EnvironmentFault, UserError
 from tests.fuzz.results_root import write_dataset
-from cluster.plan.runs import RunPlan
+from cluster.kernel.runs import RunPlan
 
 def _file(root: Path, table: str, plan: RunPlan, exp: str = "exp1") -> Path:
     return root / exp / table / f"variant={plan.variant.name}" / f"{plan.run_key}.parquet"

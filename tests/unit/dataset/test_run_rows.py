@@ -8,11 +8,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from cluster.dataset.records import CHUNK_BATCH_SCHEMA, REQUEST_BATCH_SCHEMA
+from cluster.kernel.records import CHUNK_BATCH_SCHEMA, REQUEST_BATCH_SCHEMA
 from cluster.dataset.run_facts import GateVerdict, SegmentFacts, ServerFacts, ServerRecord, WindowSummary
 from cluster.dataset.run_rows import build_run_row, failed_run_row
 from cluster.dataset.store import DatasetStore
-from cluster.plan.runs import RunPlan, make_plan
+from cluster.plan.runs import make_plan
+from cluster.kernel.runs import RunPlan
 from cluster.config.loader import parse_spec_text
 
 SPEC = """

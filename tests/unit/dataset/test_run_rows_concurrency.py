@@ -17,7 +17,8 @@ from test_run_rows import SEGMENT, SERVER, _window  # noqa: E402
 from cluster.dataset.run_rows import build_run_row, offered_concurrency  # noqa: E402
 from cluster.dataset.run_facts import ServerFacts, WindowSummary  # noqa: E402
 from cluster.loadgen.server_metrics import SERVER_METRICS_BATCH_SCHEMA  # noqa: E402
-from cluster.plan.runs import LoadPoint, RunPlan, make_plan  # noqa: E402
+from cluster.plan.runs import make_plan
+from cluster.kernel.runs import LoadPoint, RunPlan
 from cluster.config.loader import parse_spec_text  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "sglang_0.5.23_cpu"

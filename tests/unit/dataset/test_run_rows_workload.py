@@ -12,13 +12,14 @@ from typer.testing import CliRunner
 
 from cluster.analysis.comparison import compare_with_ci
 from cluster.cli import app
-from cluster.dataset.records import RequestRecord
+from cluster.kernel.records import RequestRecord
 from cluster.dataset.run_facts import WindowSummary
 from cluster.dataset.run_rows import build_run_row
 from cluster.dataset.store import DatasetStore
 from cluster.loadgen.selection import workload_selection
 from cluster.loadgen.sink import request_batches
-from cluster.plan.runs import RunPlan, make_plan
+from cluster.plan.runs import make_plan
+from cluster.kernel.runs import RunPlan
 from cluster.config.loader import parse_spec_text
 from cluster.config.models import ExperimentSpec
 from tests.unit.dataset.test_run_rows import SEGMENT, SERVER

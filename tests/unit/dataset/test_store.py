@@ -12,8 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from cluster.analysis.metrics import METRIC_NAMES, summarize_run
-from cluster.plan.runs import RECORD_SCHEMA_VERSION, RunPlan, make_plan
-from cluster.dataset.records import REQUESTS_SCHEMA, RequestRecord
+from cluster.plan.runs import make_plan
+from cluster.kernel.runs import RECORD_SCHEMA_VERSION, RunPlan
+from cluster.kernel.records import REQUESTS_SCHEMA, RequestRecord
 from cluster.loadgen.sink import request_batches
 from cluster.config.loader import parse_spec_text
 from cluster.dataset.atomic import WriteError

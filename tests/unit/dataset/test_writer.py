@@ -15,12 +15,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from cluster.dataset.atomic import WriteError
-from cluster.dataset.records import RequestRecord
+from cluster.kernel.records import RequestRecord
 from cluster.loadgen.sink import request_batches
 from cluster.dataset.store import DatasetStore
 from cluster.dataset.writer import RunWriter
 from cluster.errors import EnvironmentFault
-from cluster.plan.runs import RunPlan, make_plan
+from cluster.plan.runs import make_plan
+from cluster.kernel.runs import RunPlan
 from cluster.config.loader import parse_spec_text
 
 SPEC = """

@@ -22,7 +22,7 @@ from cluster.engines.sglang import (
     server_info_summary,
     version_adjusted_args,
 )
-from cluster.plan.runs import ResolvedVariant, SpecDecode
+from cluster.kernel.runs import ResolvedVariant, SpecDecode
 from cluster.config.models import EngineLauncher
 
 MODEL = "/models/q"

@@ -12,7 +12,7 @@ from cluster.engines.registry import get_engine
 from cluster.engines.base import Prompt
 from cluster.engines.streams import OpenAIStreamParser
 from cluster.engines.vllm import VLLMEngine, acceptance_from_counters, speculative_config
-from cluster.plan.runs import ResolvedVariant, SpecDecode
+from cluster.kernel.runs import ResolvedVariant, SpecDecode
 from cluster.config.models import EngineLauncher
 
 

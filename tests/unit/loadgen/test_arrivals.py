@@ -77,7 +77,8 @@ def test_gamma_mean_rate_and_burstiness_are_the_declared_ones(seed: int, rate: f
 def test_gamma_arrivals_in_the_spec_and_run_keys(tmp_path: object) -> None:
     from pydantic import ValidationError
 
-    from cluster.plan.runs import LoadPoint, load_points
+    from cluster.plan.runs import load_points
+    from cluster.kernel.runs import LoadPoint
     from cluster.config.models import LoadSpec
     from cluster.config.loader import parse_spec_text
 

@@ -10,7 +10,7 @@ from typing import Optional
 
 import pytest
 
-from cluster.dataset.records import RequestRecord
+from cluster.kernel.records import RequestRecord
 from cluster.engines.http_call import call
 from cluster.engines.streams import SGLangNativeParser
 from cluster.errors import SglbenchError, exit_code_of

@@ -24,8 +24,8 @@ from cluster.engines.sglang import SGLangEngine
 from cluster.loadgen.arrivals import poisson_offsets_ns
 from cluster.loadgen.runner import run_load_point, shard_concurrency
 from cluster.loadgen.sink import RecordSink
-from cluster.plan.runs import LoadPoint
-from cluster.dataset.records import CHUNK_BATCH_SCHEMA, REQUEST_BATCH_SCHEMA, RequestRecord
+from cluster.kernel.runs import LoadPoint
+from cluster.kernel.records import CHUNK_BATCH_SCHEMA, REQUEST_BATCH_SCHEMA, RequestRecord
 
 CHUNKS = 4
 
@@ -167,7 +167,7 @@ def test_a_flush_inside_the_window_imports_nothing() -> None:
     A fresh interpreter, since this one has imported pandas long ago."""
     code = textwrap.dedent("""
         import sys
-        from cluster.dataset.records import RequestRecord
+        from cluster.kernel.records import RequestRecord
         from cluster.loadgen.sink import RecordSink
         sink = RecordSink(4, batch_rows=2)  # built before the window, as run_window does
         before = set(sys.modules)

@@ -12,7 +12,7 @@ from typing import Any, Awaitable, Callable, Optional
 
 import pytest
 
-from cluster.dataset.records import RequestRecord
+from cluster.kernel.records import RequestRecord
 from cluster.engines.streams import SGLangNativeParser
 from cluster.loadgen.client import StreamPool, stream_request
 from cluster.loadgen.pool import Conn

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from cluster.dataset.records import RequestRecord
+from cluster.kernel.records import RequestRecord
 from cluster.engines.answer_fields import MalformedAnswerError
 from cluster.engines.streams import OpenAIStreamParser
 from cluster.loadgen.framing import Response

@@ -17,8 +17,8 @@ from cluster.engines.base import CATEGORY_HEADER, Prompt
 from cluster.engines.sglang import SGLangEngine
 from cluster.loadgen.arrivals import poisson_offsets_ns
 from cluster.loadgen.runner import WindowResult, flush, run_load_point, run_window, warmup
-from cluster.plan.runs import LoadPoint
-from cluster.dataset.records import CHUNK_BATCH_SCHEMA, REQUEST_BATCH_SCHEMA
+from cluster.kernel.runs import LoadPoint
+from cluster.kernel.records import CHUNK_BATCH_SCHEMA, REQUEST_BATCH_SCHEMA
 from tests.unit.loadgen.test_client import CHUNKED_HEAD, _chunked, _event, _read_request, _serve
 
 SPEC_PATTERN = [3, 2, 1, 4]

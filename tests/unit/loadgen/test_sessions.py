@@ -12,14 +12,14 @@ from typing import Any, Optional
 import numpy as np
 import pytest
 
-from cluster.dataset.records import RequestRecord
+from cluster.kernel.records import RequestRecord
 from cluster.engines.base import ChatTurn, Prompt
 from cluster.loadgen.conversations import load_conversations, select_rows
 from cluster.loadgen.datasets import build_prompts, build_session_plan
 from cluster.loadgen.sessions import (Answer, SessionPlan, SessionTurnError, dispatch_sessions, next_turn,
                                       session_plan, think_times_ns)
 from cluster.loadgen.sink import RecordSink
-from cluster.plan.runs import LoadPoint
+from cluster.kernel.runs import LoadPoint
 from cluster.config.models import FieldProblem, SessionSpec, WorkloadSpec
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from cluster.plan.fairness import Finding, check_fairness, resolved_differences
-from cluster.plan.runs import ResolvedVariant, SpecDecode
+from cluster.kernel.runs import ResolvedVariant, SpecDecode
 
 GOOD = {"max-running-requests": 64, "kv-cache-dtype": "bf16", "attention-backend": "triton"}
 

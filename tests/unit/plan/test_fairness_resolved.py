@@ -8,7 +8,7 @@ from typing import Any
 
 from cluster.engines.sglang import RESOLVED_CAP_KEY, SGLangEngine
 from cluster.plan.fairness import resolved_cap_findings, resolved_differences
-from cluster.plan.runs import ResolvedVariant, SpecDecode
+from cluster.kernel.runs import ResolvedVariant, SpecDecode
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "sglang_0.5.23_cpu"
 

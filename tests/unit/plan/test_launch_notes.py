@@ -9,7 +9,7 @@ from typing import Any
 from cluster.plan.fairness import check_fairness
 from cluster.plan.launch_notes import LAUNCH_NOTES
 from cluster.plan.model_rules import ModelFacts
-from cluster.plan.runs import ResolvedVariant
+from cluster.kernel.runs import ResolvedVariant
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "launch-notes.md"
 BASE = {"max-running-requests": 64, "kv-cache-dtype": "bf16"}

@@ -9,7 +9,8 @@ import pytest
 
 from cluster.plan.fairness import Finding, check_fairness
 from cluster.plan.model_rules import ModelFacts
-from cluster.plan.runs import ResolvedVariant, SpecDecode, expand_variants
+from cluster.plan.runs import expand_variants
+from cluster.kernel.runs import ResolvedVariant, SpecDecode
 from cluster.config.loader import load_spec
 
 REPO = Path(__file__).resolve().parents[3]

@@ -14,7 +14,7 @@ from tests import checkpoints as ck  # noqa: E402
 
 from cluster.plan.fairness import check_fairness  # noqa: E402
 from cluster.plan.model_rules import ModelFacts  # noqa: E402
-from cluster.plan.runs import ResolvedVariant  # noqa: E402
+from cluster.kernel.runs import ResolvedVariant
 from cluster.probe.checkpoint import probe_checkpoint  # noqa: E402
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cluster.analysis.kernel_profile import category, kernel_profile_rows, summarize_traces, trace_files
-from cluster.dataset.records import KERNEL_PROFILE_SCHEMA
+from cluster.kernel.records import KERNEL_PROFILE_SCHEMA
 from cluster.sim.profiler import NOT_IN_PROGRESS, SIM_KERNELS, SimProfiler
 from cluster.telemetry.profile import archive_dir, wait_for_traces
 

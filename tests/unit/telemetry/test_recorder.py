@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from cluster.dataset.records import GPU_METRICS_BATCH_SCHEMA
+from cluster.kernel.records import GPU_METRICS_BATCH_SCHEMA
 from cluster.telemetry.readings import REASON_SW_THERMAL, GpuReading
 from cluster.telemetry.recorder import TelemetryRecorder, unavailable
 

@@ -11,7 +11,7 @@ from typing import Optional
 
 import pyarrow as pa
 
-from cluster.plan.runs import RECORD_SCHEMA_VERSION
+from cluster.kernel.runs import RECORD_SCHEMA_VERSION
 
 SCHEMA_VERSION = RECORD_SCHEMA_VERSION
 

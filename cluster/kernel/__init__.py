@@ -1,0 +1,1 @@
+"""The kernel: the run's vocabulary and the dataset's records, at the bottom of the package (imports only errors and config)."""
