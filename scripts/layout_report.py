@@ -1,6 +1,6 @@
-"""Layout figures of the `cluster` package: flat modules, import cycles, `dict[str, Any]` in the spec, mypy --strict errors.
+"""Layout figures of the `cluster` package: flat modules, import cycles, imports that run upward, `dict[str, Any]` at public signatures, interface and module sizes, store constructions, mypy --strict errors.
 
-    python scripts/layout_report.py [--mypy]
+    python scripts/layout_report.py [--mypy] [--list]
 
 Import edges come from an AST walk over every module, imports inside functions included. Importing
 `cluster.a.b` also runs `cluster/a/__init__.py`, so an edge to a sub-package's `__init__` is added for every
@@ -129,9 +129,141 @@ def mypy_strict_errors() -> int:
     return int(m.group(1)) if m else 0
 
 
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("errors", "version", "input_files"),
+    ("config", "spec"),  # `spec` is the config package's name before it was renamed (for the before figures)
+    ("kernel",),
+    ("probe",),
+    ("telemetry",),
+    ("engines",),
+    ("sim",),
+    ("server",),
+    ("loadgen",),
+    ("dataset",),
+    ("tuning",),
+    ("plan",),
+    ("analysis",),
+    ("node",),
+    ("distributed",),
+    ("commands",),
+    ("cli",),
+)
+"""The declared order of the packages, bottom first: a module may import its own layer and the layers below it.
+`sim` sits above `engines` (a simulated server speaks the engines' wire format); `dataset` below `tuning` and
+`plan` (the store keeps what it is handed and decides nothing); `analysis` above `plan` and `dataset`."""
+
+
+def layer_of(module: str) -> int:
+    parts = module.split(".")
+    top = parts[1] if len(parts) > 1 else "cli"
+    for i, names in enumerate(LAYERS):
+        if top in names:
+            return i
+    raise KeyError(f"{module}: package {top!r} has no layer in LAYERS")
+
+
+def direct_imports(path: Path, known: dict[str, Path]) -> set[str]:
+    """The in-package modules `path` names in an import (no parent-package inits added)."""
+    me = module_name(path)
+    is_pkg = path.name == "__init__.py"
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name in known)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = me.split(".") if is_pkg else me.split(".")[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            subs = {f"{base}.{a.name}" for a in node.names} & set(known)
+            out.update(subs or ({base} & set(known)))
+    out.discard(me)
+    out.discard("cluster")
+    return out
+
+
+def upward_imports() -> list[tuple[str, str]]:
+    """(importer, imported) module pairs where the imported module's layer is above the importer's."""
+    known = all_modules()
+    out = []
+    for mod, path in known.items():
+        if mod == "cluster":
+            continue
+        for t in sorted(direct_imports(path, known)):
+            if layer_of(t) > layer_of(mod):
+                out.append((mod, t))
+    return sorted(out)
+
+
+_DICT_ANY = re.compile(r"\b(dict|Dict|Mapping|MutableMapping)\[\s*str\s*,\s*(Any|object)\s*\]")
+
+
+def dict_any_signatures() -> list[str]:
+    """Public functions and methods (no leading underscore, in a public class or at module level) whose parameters
+    or return are annotated with dict/Mapping[str, Any] (or object)."""
+    out = []
+    for path in sorted(PKG.rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        rel = path.relative_to(REPO).as_posix()
+
+        def visit(body: list[ast.stmt], owner: str) -> None:
+            for node in body:
+                if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                    visit(node.body, node.name + ".")
+                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_"):
+                    anns = [a.annotation for a in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs,
+                                                   *([node.args.vararg] if node.args.vararg else []),
+                                                   *([node.args.kwarg] if node.args.kwarg else [])] if a.annotation]
+                    if node.returns is not None:
+                        anns.append(node.returns)
+                    if any(_DICT_ANY.search(ast.unparse(a)) for a in anns):
+                        out.append(f"{rel}:{node.lineno} {owner}{node.name}")
+
+        visit(tree.body, "")
+    return out
+
+
+def interface_sizes() -> list[tuple[str, int]]:
+    """Every Protocol or abstract base class with its number of public methods and properties, largest first."""
+    out = []
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(REPO).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            bases = {ast.unparse(b).split("[")[0].split(".")[-1] for b in node.bases}
+            if not bases & {"Protocol", "ABC"}:
+                continue
+            n = sum(1 for b in node.body if isinstance(b, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    and not b.name.startswith("_"))
+            out.append((f"{rel}:{node.name}", n))
+    return sorted(out, key=lambda x: (-x[1], x[0]))
+
+
+def module_sizes() -> list[tuple[str, int]]:
+    """Every module with its line count, largest first."""
+    sizes = [(p.relative_to(REPO).as_posix(), len(p.read_text().splitlines())) for p in PKG.rglob("*.py")]
+    return sorted(sizes, key=lambda x: (-x[1], x[0]))
+
+
+def store_constructions() -> list[str]:
+    """Places outside cluster/dataset/ that construct a DatasetStore."""
+    out = []
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(REPO).as_posix()
+        if rel.startswith("cluster/dataset/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == "DatasetStore":
+                out.append(f"{rel}:{node.lineno}")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mypy", action="store_true", help="also count mypy --strict errors on the core (slow)")
+    ap.add_argument("--list", action="store_true", help="name every upward import, dict signature and store construction")
     args = ap.parse_args()
     flat = flat_modules()
     print(f"modules directly in cluster/: {len(flat)} ({', '.join(flat)})")
@@ -139,7 +271,25 @@ def main() -> None:
     print(f"import cycles (AST, imports inside functions included): {len(cycles)}")
     for c in cycles:
         print("  " + " <-> ".join(c))
-    print(f"dict[str, Any] in the spec package: {spec_dict_any_count()}")
+    print(f"dict[str, Any] in the config package: {spec_dict_any_count()}")
+    up = upward_imports()
+    print(f"imports that run upward (LAYERS): {len(up)}")
+    for a, b in up if args.list else []:
+        print(f"  {a} -> {b}")
+    sigs = dict_any_signatures()
+    print(f"public signatures with dict/Mapping[str, Any]: {len(sigs)}")
+    for sig in sigs if args.list else []:
+        print(f"  {sig}")
+    ifaces = interface_sizes()
+    print("largest interfaces (Protocol/ABC, public methods): "
+          + ", ".join(f"{name.split(':')[-1]} {n}" for name, n in ifaces[:5]))
+    sizes = module_sizes()
+    print(f"largest module: {sizes[0][0]} {sizes[0][1]} lines; modules over 500 lines: "
+          + str(sum(1 for _, n in sizes if n > 500)) + "; over 300: " + str(sum(1 for _, n in sizes if n > 300)))
+    stores = store_constructions()
+    print(f"DatasetStore constructions outside dataset/: {len(stores)}")
+    for s_ in stores if args.list else []:
+        print(f"  {s_}")
     if args.mypy:
         print(f"mypy --strict errors on the core: {mypy_strict_errors()}")
 
