@@ -260,11 +260,45 @@ def store_constructions() -> list[str]:
     return out
 
 
+def package_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "cli"
+
+
+def layer_drawing() -> str:
+    """The layers drawn from the code's own imports, top first: each package with the packages it imports (direct
+    imports, those inside functions included), upward ones marked. docs/architecture.md holds this block verbatim."""
+    known = all_modules()
+    deps: dict[str, set[str]] = {}
+    modules: dict[str, int] = {}
+    for mod, path in known.items():
+        if mod == "cluster":
+            continue
+        pkg = package_of(mod)
+        modules[pkg] = modules.get(pkg, 0) + (0 if path.name == "__init__.py" else 1)
+        deps.setdefault(pkg, set()).update(package_of(t) for t in direct_imports(path, known))
+    lines = []
+    for i in reversed(range(len(LAYERS))):
+        for pkg in LAYERS[i]:
+            if pkg not in deps:
+                continue
+            below = sorted((d for d in deps[pkg] - {pkg}), key=lambda d: (-layer_of(f"cluster.{d}"), d))
+            shown = [d + (" (UP)" if layer_of(f"cluster.{d}") > i else "") for d in below]
+            name = pkg + ("/" if (PKG / pkg).is_dir() else ".py")
+            count = f"{modules[pkg]} modules" if (PKG / pkg).is_dir() else "module"
+            lines.append(f"{name:<15} {count:<11} -> " + (", ".join(shown) if shown else "(nothing of the project)"))
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mypy", action="store_true", help="also count mypy --strict errors on the core (slow)")
+    ap.add_argument("--draw", action="store_true", help="print the layer drawing docs/architecture.md holds, and stop")
     ap.add_argument("--list", action="store_true", help="name every upward import, dict signature and store construction")
     args = ap.parse_args()
+    if args.draw:
+        print(layer_drawing(), end="")
+        return
     flat = flat_modules()
     print(f"modules directly in cluster/: {len(flat)} ({', '.join(flat)})")
     cycles = import_cycles()
