@@ -10,108 +10,26 @@ from __future__ import annotations
 
 import math
 import re
-from collections import Counter
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping, Optional, Sequence
 
 import pyarrow as pa
 
+from cluster.kernel.gate import (GATE_PROMPTS, PHASE_ALONE, PHASE_UNDER_LOAD, GateOutput, GatePrompt, GateResult,
+                                 PromptVerdict, degeneracy, output_units)
 from cluster.kernel.runs import RECORD_SCHEMA_VERSION
-
-
-@dataclass(frozen=True)
-class GatePrompt:
-    prompt_id: str
-    text: str
-    answer_pattern: str
-    """Regex that a correct answer matches (searched case-insensitively after any <think> block)."""
-    max_tokens: int
-
-
-GATE_PROMPTS: tuple[GatePrompt, ...] = (
-    GatePrompt("reply_ok", "Reply with exactly one word: OK", r"\bOK\b", 32),
-    GatePrompt("multiply", "What is 17 multiplied by 19? Answer with the number only.", r"\b323\b", 64),
-    GatePrompt(
-        "reasoning",
-        "Tom has 3 boxes with 4 apples in each box. He eats 2 apples. How many apples are left? "
-        "Think briefly, then give the final answer as a number.",
-        r"\b10\b",
-        256,
-    ),
-)
-"""Short, checkable, greedy-decodable prompts (the seed's smoke tests)."""
 
 ACCEPT_LENGTH_FLOOR = 1.05
 """A NEXTN variant at or below this acceptance length is drafting nothing useful (MTP weights dropped)."""
 
-DEGENERATE_SHARE = 0.6
-"""One token (or word) making up at least this share of an output of MIN_DEGENERATE_UNITS or more is degenerate."""
-
-MIN_DEGENERATE_UNITS = 8
-
 PREFIX_FAIL_SHARE = 0.5
 """The prefix rule fails a variant when more than this share of prompts diverge from the baseline too early."""
-
-
-@dataclass(frozen=True)
-class GateOutput:
-    """One greedy answer: the text and, when the server returned them, the output token ids."""
-
-    text: str
-    token_ids: Optional[tuple[int, ...]] = None
-    completion_tokens: Optional[int] = None
-    finish_reason: Optional[str] = None
-    error: Optional[str] = None
-
-
-@dataclass(frozen=True)
-class PromptVerdict:
-    prompt_id: str
-    passed: bool
-    answer_ok: Optional[bool]
-    common_prefix_tokens: Optional[int]
-    """Leading tokens (words when ids are absent) shared with the baseline; None without a baseline."""
-    evidence: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class GateResult:
-    passed: bool
-    reasons: tuple[str, ...]
-    prompts: tuple[PromptVerdict, ...] = field(default_factory=tuple)
-    accept_length: Optional[float] = None
 
 
 def _strip_think(text: str) -> str:
     if "</think>" in text:
         return text.rsplit("</think>", 1)[1]
     return text
-
-
-def _units(out: GateOutput) -> list[Any]:
-    return list(out.token_ids) if out.token_ids is not None else out.text.split()
-
-
-def degeneracy(out: GateOutput) -> Optional[str]:
-    """Why an output is unusable (empty, NaN, undecodable, one token repeated), or None when it looks sane."""
-    if out.error:
-        return f"request failed: {out.error}"
-    text = out.text
-    if not text.strip() and not out.token_ids:
-        return "empty output"
-    if "\ufffd" in text:
-        return f"undecodable text ({text.count(chr(0xFFFD))} replacement characters)"
-    if re.search(r"(?<![A-Za-z])nan(?![A-Za-z])", text, re.IGNORECASE) and not re.search(r"[A-Za-z]{4,}", text):
-        return "output is 'nan'"
-    if sum(1 for c in text if ord(c) < 32 and c not in "\n\r\t") > max(2, len(text) // 10):
-        return "control characters in output"
-    units = _units(out)
-    if len(units) >= MIN_DEGENERATE_UNITS:
-        unit, count = Counter(units).most_common(1)[0]
-        if count / len(units) >= DEGENERATE_SHARE:
-            return f"one token ({unit!r}) is {count}/{len(units)} of the output"
-    return None
 
 
 def common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
@@ -168,8 +86,8 @@ def evaluate_gate(
         if base is not None:
             # token ids when both sides have them, else whitespace words (never mix the two)
             both_ids = out.token_ids is not None and base.token_ids is not None
-            a = _units(out) if both_ids else out.text.split()
-            b = _units(base) if both_ids else base.text.split()
+            a = output_units(out) if both_ids else out.text.split()
+            b = output_units(base) if both_ids else base.text.split()
             prefix = common_prefix(a, b)
             compared += 1
             need = min(min_prefix_tokens, len(a), len(b))
@@ -221,7 +139,6 @@ all prompts at once inside `filler_requests` concurrent filler requests (issue 1
 produces), judged for degeneracy only; its evidence is why it degenerated. A null phase (tables written before the
 column existed) is "alone"."""
 
-PHASE_ALONE, PHASE_UNDER_LOAD = "alone", "under_load"
 
 MAX_STORED_TEXT = 2000
 

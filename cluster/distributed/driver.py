@@ -797,7 +797,7 @@ class Driver:
 def gate_filler(spec: ExperimentSpec) -> int:
     """Filler requests around the gate's concurrent pass: the experiment's highest offered concurrency (closed-loop
     value, or an open loop's max_concurrency) less the gate prompts, never below 0."""
-    from cluster.analysis.correctness import GATE_PROMPTS
+    from cluster.kernel.gate import GATE_PROMPTS
     from cluster.plan.runs import load_points
 
     peak = 0

@@ -9,7 +9,7 @@ from typing import Any, Optional
 import aiohttp
 import pyarrow as pa
 
-from cluster.analysis.correctness import GATE_PROMPTS, PHASE_ALONE, GateOutput
+from cluster.kernel.gate import GATE_PROMPTS, PHASE_ALONE, GateOutput
 from cluster.analysis.request_metrics import acceptance
 from cluster.engines.answer_fields import MalformedAnswerError, decode_json
 from cluster.engines.base import Engine
@@ -65,7 +65,7 @@ class GateAnswers:
 
     def loaded_problems(self) -> list[str]:
         """One line per prompt whose answer under load is garbage while the batch was mixed (PR #20047's case)."""
-        from cluster.analysis.correctness import degeneracy
+        from cluster.kernel.gate import degeneracy
 
         out = []
         for pid, o in self.loaded.items():

@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 
 import pyarrow as pa
 
-from cluster.analysis.correctness import GateOutput, degeneracy
+from cluster.kernel.gate import GateOutput, degeneracy
 
 SAMPLE_EVERY = 32
 SAMPLE_AT_LEAST = 4

@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-from cluster.analysis.correctness import (
-    CORRECTNESS_SCHEMA,
-    GATE_PROMPTS,
-    GateOutput,
-    correctness_rows,
-    degeneracy,
-    evaluate_gate,
-)
+from cluster.analysis.correctness import CORRECTNESS_SCHEMA, correctness_rows, evaluate_gate
+from cluster.kernel.gate import GATE_PROMPTS, GateOutput, degeneracy
 
 ANSWERS = {"reply_ok": "OK", "multiply": "17 times 19 is 323.", "reasoning": "3 boxes of 4 is 12, minus 2 leaves 10."}
 

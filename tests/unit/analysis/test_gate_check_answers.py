@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.analysis.correctness import GATE_PROMPTS, GateOutput, evaluate_gate
+from cluster.analysis.correctness import evaluate_gate
+from cluster.kernel.gate import GATE_PROMPTS, GateOutput
 from cluster.config.loader import parse_spec_text
 
 GIBBERISH = "alpha beta gamma delta epsilon zeta eta theta iota kappa"

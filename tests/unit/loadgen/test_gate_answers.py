@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from cluster.analysis.correctness import GATE_PROMPTS
+from cluster.kernel.gate import GATE_PROMPTS
 from cluster.engines.sglang import SGLangEngine
 from cluster.loadgen.gate import collect_gate_answers
 from tests.fuzz.replay_server import ReplayServer, Script, http, whole

@@ -92,7 +92,7 @@ def test_filler_is_the_highest_offered_concurrency_less_the_gate_prompts() -> No
 
 def test_max_new_tokens_caps_every_gate_prompt_in_both_passes() -> None:
     """correctness.max_new_tokens: the 32/64/256-token prompts ask for min(own, 40), alone and under load."""
-    from cluster.analysis.correctness import GATE_PROMPTS
+    from cluster.kernel.gate import GATE_PROMPTS
 
     _, fake = _run(clean_up_to=1000, filler=2, cap=40)
     for p in GATE_PROMPTS:
