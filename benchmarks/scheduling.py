@@ -26,7 +26,7 @@ from cluster.plan.runs import expand_variants, make_plan
 from cluster.kernel.runs import ResolvedVariant, RunPlan
 from cluster.plan.schedule import (GpuTimeAccount, HeldReservation, Interval, gpu_time_account,  # noqa: E402
                               peak_reserved_gpus, span_of)
-from cluster.config.models import ExperimentSpec  # noqa: E402
+from cluster.config.experiment import ExperimentSpec
 from cluster.config.loader import parse_spec_text  # noqa: E402
 
 TOTAL_GPUS = 8

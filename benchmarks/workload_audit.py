@@ -23,7 +23,7 @@ from cluster.analysis.workload_audit import (AUDIT_ALPHA, PlannedWorkload, audit
 from cluster.kernel.records import REQUEST_BATCH_SCHEMA
 from cluster.loadgen.lengths import draw_lengths
 from cluster.loadgen.selection import AUDIT_STREAM, POPULATION_DRAWS
-from cluster.config.models import LengthDist
+from cluster.config.workload import LengthDist
 
 Sent = tuple[list[int], list[int], list[Optional[str]]]
 

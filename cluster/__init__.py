@@ -16,7 +16,8 @@ from cluster.plan.runs import expand_variants, make_plan
 from cluster.kernel.runs import ResolvedVariant, RunPlan
 from cluster.probe.checkpoint import ProbeReport, probe_checkpoint
 from cluster.config.loader import load_spec, parse_spec_text
-from cluster.config.models import ExperimentSpec, SpecError
+from cluster.config.experiment import ExperimentSpec
+from cluster.config.fields import SpecError
 from cluster.version import __version__
 
 _ON_FIRST_USE = {

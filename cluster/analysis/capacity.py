@@ -24,7 +24,7 @@ from cluster.analysis.query import resolve_baseline
 from cluster.dataset.run_rows import reported_cap
 from cluster.dataset.store import DatasetStore, ExperimentNotFound
 from cluster.plan.capacity import CapacityAnswer, CapacitySearch, Probe, answer, clamped, from_spec
-from cluster.config.models import SearchSpec
+from cluster.config.load import SearchSpec
 
 CAPACITY_METHOD = (
     "capacity at SLO = per repeat, the highest probed load whose SLO attainment (share of all requests ok and "

@@ -388,7 +388,7 @@ def _stored_variants(store: DatasetStore) -> Optional[list[ResolvedVariant]]:
     """The variants of the spec experiment.json records (None: it records none); StoreError when it does not
     validate as this sglbench's ExperimentSpec (DatasetStore.read_stored_spec)."""
     from cluster.plan.runs import expand_variants
-    from cluster.config.models import ExperimentSpec
+    from cluster.config.experiment import ExperimentSpec
 
     spec = store.read_stored_spec(ExperimentSpec)
     return None if spec is None else list(expand_variants(spec))

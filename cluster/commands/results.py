@@ -16,7 +16,7 @@ from cluster.errors import EnvironmentFault, SglbenchError
 from rich.table import Table
 
 from cluster.commands.terminal import print_table
-from cluster.config.models import ExperimentSpec
+from cluster.config.experiment import ExperimentSpec
 
 console = Console()
 err_console = Console(stderr=True)

@@ -26,7 +26,7 @@ from cluster.errors import UserError
 from cluster.plan.preflight import PreflightError, check_speculative_support
 from cluster.probe.checkpoint import ProbeReport, probe_here
 from cluster.config.loader import load_spec, restate_at_field
-from cluster.config.models import ExperimentSpec
+from cluster.config.experiment import ExperimentSpec
 from cluster.tuning.stage import tuning_options_check, with_artifact
 
 console = Console()

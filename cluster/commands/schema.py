@@ -17,7 +17,7 @@ def experiment_json_schema() -> dict[str, Any]:
     """The experiment file's JSON Schema (draft 2020-12) from ExperimentSpec, each field described by the docstring
     under it. Validators that are code (unique names, tp within the node, NEXTN consistency) are not in it:
     `sglbench validate` still has the last word."""
-    from cluster.config.models import ExperimentSpec
+    from cluster.config.experiment import ExperimentSpec
 
     schema = ExperimentSpec.model_json_schema(by_alias=True)
     return {"$schema": SCHEMA_DIALECT, "title": "sglbench experiment",

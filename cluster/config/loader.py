@@ -13,7 +13,11 @@ from pydantic import BaseModel, ValidationError
 
 from cluster.errors import SglbenchError, UserError
 from cluster.input_files import read_input_bytes
-from cluster.config.models import LENGTH_TAGS, PROMPT_TAGS, STEP_TAGS, TUNING_MODELS, ConversationPrompts, ExperimentSpec, FieldProblem, SpecError
+from cluster.config.experiment import ExperimentSpec
+from cluster.config.variants import STEP_TAGS
+from cluster.config.fields import FieldProblem, SpecError
+from cluster.config.workload import LENGTH_TAGS, PROMPT_TAGS, ConversationPrompts
+from cluster.config.tuning import TUNING_MODELS
 from cluster.config.secrets import is_secret_name, mask
 
 

@@ -10,7 +10,7 @@ import pyarrow as pa
 from cluster.version import __version__
 from cluster.dataset.run_facts import SegmentFacts, ServerFacts, WindowSummary
 from cluster.kernel.runs import RunPlan
-from cluster.config.models import ExperimentSpec
+from cluster.config.experiment import ExperimentSpec
 
 MAX_ERROR_RATE = 0.01
 """A run with more failed requests than this is flagged invalid: its throughput is not the server's."""

@@ -25,7 +25,8 @@ from cluster.loadgen.output_sample import OutputSample
 from cluster.loadgen.server_metrics import MetricsScraper
 from cluster.server.process import (PortNotOwnedError, ServerProcess, ServerStartError, free_port, http_get_json,
                                     http_status, kill_group, pid_alive)
-from cluster.config.models import EngineLauncher, WorkloadSpec
+from cluster.config.workload import WorkloadSpec
+from cluster.config.server import EngineLauncher
 from cluster.telemetry.profile import ProfileCapture
 from cluster.telemetry.recorder import TelemetryCapture, TelemetryRecorder
 

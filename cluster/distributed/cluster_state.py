@@ -12,7 +12,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from cluster.plan.inputs import resolve_output_root as resolve_output_root  # the driver's import
-from cluster.config.models import ExperimentSpec
+from cluster.config.experiment import ExperimentSpec
 
 
 def gpu_nodes() -> list[dict[str, Any]]:
@@ -36,7 +36,7 @@ def _probe_on_node(spec_json: dict[str, Any], base_dir: str) -> tuple[dict[str, 
     from cluster.plan.inputs import check_on_node
     from cluster.plan.runs import expand_variants
     from cluster.plan.preflight import check_speculative_support
-    from cluster.config.models import ExperimentSpec as _Spec
+    from cluster.config.experiment import ExperimentSpec as _Spec
 
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
     spec = _Spec.model_validate(spec_json)

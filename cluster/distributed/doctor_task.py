@@ -12,7 +12,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from cluster.node.checks import CheckResult, NodeNeeds, run_checks
 from cluster.node.collect import collect
 from cluster.node.facts import FactQuery, NodeFacts
-from cluster.config.models import ExperimentSpec
+from cluster.config.experiment import ExperimentSpec
 
 
 def _collect_json(query_json: str) -> str:

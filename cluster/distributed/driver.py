@@ -44,7 +44,8 @@ from cluster.tuning.stage import ARTIFACT_KINDS, with_artifact
 from cluster.engines.base import api_key_of
 from cluster.errors import EngineFault, EnvironmentFault, SglbenchError, UserError, report_error
 from cluster.server.process import with_decisive_line
-from cluster.config.models import ExperimentSpec, WorkloadSpec
+from cluster.config.experiment import ExperimentSpec
+from cluster.config.workload import WorkloadSpec
 from cluster.config.locations import check_ray_address
 from cluster.config.secrets import masked_spec_json
 from cluster.config.loader import load_spec

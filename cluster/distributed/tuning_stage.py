@@ -27,7 +27,7 @@ from cluster.engines.base import Prompt
 from cluster.errors import EnvironmentFault
 from cluster.sim.tuning import sim_gpu_facts, sim_model_config
 from cluster.kernel.runs import ResolvedVariant
-from cluster.config.models import ExperimentSpec
+from cluster.config.experiment import ExperimentSpec
 from cluster.tuning.stage import (ARTIFACT_KINDS, GpuFacts, TuningError, artifact_key, autotune_extend,
                                   autotune_run_variant, autotune_warmup_requests, load_model_config, merge_moe_configs,
                                   moe_shape, split_batch_sizes, triton_moe_options, tuning_options_check)

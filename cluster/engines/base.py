@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Union
 
 from cluster.kernel.runs import ResolvedVariant
-from cluster.config.models import EngineLauncher
+from cluster.config.server import EngineLauncher
 from cluster.config.secrets import redact_argv, redact_env
 
 if TYPE_CHECKING:

@@ -28,7 +28,7 @@ from typing import Literal, Mapping, Optional, Sequence, Union
 from cluster.engines.registry import get_engine
 from cluster.plan.preflight import PreflightError
 from cluster.kernel.runs import ResolvedVariant
-from cluster.config.models import ExperimentSpec
+from cluster.config.experiment import ExperimentSpec
 from cluster.config.secrets import scrub_text, secret_values
 
 PROBE_SOURCE = Path(__file__).with_name("flag_probe.py")

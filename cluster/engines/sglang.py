@@ -27,7 +27,7 @@ from cluster.engines.server_env import SPEC_V2_ENV
 from cluster.engines.streams import OpenAIStreamParser, SGLangNativeParser
 from cluster.errors import UserError
 from cluster.kernel.runs import ResolvedVariant
-from cluster.config.models import ArgValue, EngineLauncher
+from cluster.config.server import ArgValue, EngineLauncher
 from cluster.version import SGLANG_RELEASE
 
 DEFAULT_VERSION = SGLANG_RELEASE

@@ -13,7 +13,7 @@ from cluster.engines.sglang import encode_request, render_args, sglang_request_b
 from cluster.engines.streams import OpenAIStreamParser
 from cluster.errors import UserError
 from cluster.kernel.runs import ResolvedVariant, SpecDecode
-from cluster.config.models import ArgValue
+from cluster.config.server import ArgValue
 
 NGRAM_PROMPT_LOOKUP_MAX = 4
 NGRAM_PROMPT_LOOKUP_MIN = 2

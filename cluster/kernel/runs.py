@@ -10,7 +10,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Optional
 
-from cluster.config.models import ActiveTuning, ArgValue, EngineName, ProfileSpec, WorkloadSpec
+from cluster.config.variants import ProfileSpec
+from cluster.config.workload import WorkloadSpec
+from cluster.config.tuning import ActiveTuning
+from cluster.config.server import ArgValue, EngineName
 from cluster.config.secrets import redact_args, redact_env
 from cluster.config.sim_knobs import Knobs
 

@@ -7,7 +7,7 @@ from typing import Union
 
 import numpy as np
 
-from cluster.config.models import LengthDist
+from cluster.config.workload import LengthDist
 
 INPUT_STREAM = 1
 OUTPUT_STREAM = 2

@@ -21,7 +21,7 @@ from cluster.analysis.workload_audit import PlannedWorkload, category_shares, le
 from cluster.engines.base import Prompt
 from cluster.loadgen.datasets import PromptArray, load_jsonl_prompts, random_id_low, resolve_path
 from cluster.loadgen.lengths import draw_lengths
-from cluster.config.models import ConversationPrompts, LengthDist, RandomIdsPrompts, TracePrompts, WorkloadSpec
+from cluster.config.workload import ConversationPrompts, LengthDist, RandomIdsPrompts, TracePrompts, WorkloadSpec
 
 POPULATION_DRAWS = 20_000
 """Draws that stand for a length distribution's population (its quantiles to about ±0.5 %)."""

@@ -24,7 +24,7 @@ from cluster.loadgen.arrivals import arrival_offsets_ns
 from cluster.loadgen.pacing import SPIN_NS, closed_loop, pace, shard_concurrency
 from cluster.loadgen.sink import RecordSink
 from cluster.kernel.runs import LoadPoint
-from cluster.config.models import SessionSpec
+from cluster.config.workload import SessionSpec
 
 THINK_STREAM = 0x7417
 """Seed stream of the think times: apart from the prompts' and the arrivals' draws."""

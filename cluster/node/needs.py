@@ -9,7 +9,7 @@ from typing import Optional
 
 from cluster.node.checks import NodeNeeds
 from cluster.node.facts import FactQuery
-from cluster.config.models import ExperimentSpec
+from cluster.config.experiment import ExperimentSpec
 
 LOG_DIR_DEFAULT = "/tmp/sglbench-logs"
 """Where server logs go unless SGLBENCH_LOG_DIR says otherwise (the driver's default)."""

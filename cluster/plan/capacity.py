@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable, Literal, Optional, Sequence
 
-from cluster.config.models import SearchSpec
+from cluster.config.load import SearchSpec
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import Sequence
 
 from cluster.engines.flag_domains import CAP_FLAGS
 from cluster.kernel.runs import ResolvedVariant
-from cluster.config.models import ExperimentSpec
+from cluster.config.experiment import ExperimentSpec
 
 
 def load_above_cap(spec: ExperimentSpec, variants: Sequence[ResolvedVariant]) -> list[str]:

@@ -9,7 +9,7 @@ from cluster.errors import UserError
 from cluster.kernel.runs import ResolvedVariant
 from cluster.probe.safetensors_header import CheckpointError
 from cluster.probe.checkpoint import ProbeReport, probe_checkpoint
-from cluster.config.models import ExperimentSpec
+from cluster.config.experiment import ExperimentSpec
 
 PROBED_ENGINES = ("sglang", "vllm")
 

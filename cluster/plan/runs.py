@@ -10,8 +10,12 @@ from typing import Any, Callable, Optional
 from cluster.errors import UserError
 from cluster.config.expansion import step_names, sweep_name, sweep_pairs
 from cluster.kernel.runs import RECORD_SCHEMA_VERSION, SWEPT_ARGS, LoadPoint, ResolvedVariant, RunPlan, SpecDecode
-from cluster.config.models import (BackendSweepOptions, BackendSweepTuning, ExperimentSpec, LoadSpec, NoTuning,
-                                   SpeculativeSpec, VariantSpec, WorkloadSpec, check_name)
+from cluster.config.experiment import ExperimentSpec
+from cluster.config.variants import SpeculativeSpec, VariantSpec
+from cluster.config.fields import check_name
+from cluster.config.workload import WorkloadSpec
+from cluster.config.tuning import BackendSweepOptions, BackendSweepTuning, NoTuning
+from cluster.config.load import LoadSpec
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)

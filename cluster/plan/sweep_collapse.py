@@ -11,7 +11,7 @@ from typing import Mapping, Optional, Sequence
 
 from cluster.plan.model_rules import ModelFacts
 from cluster.kernel.runs import ResolvedVariant
-from cluster.config.models import BackendSweepTuning
+from cluster.config.tuning import BackendSweepTuning
 
 FP4_ARG = "fp4_gemm_backend"
 

@@ -27,8 +27,9 @@ from cluster.plan.runs import expand_backend_sweep as plan_backend_sweep
 from cluster.kernel.runs import ResolvedVariant
 from cluster.probe.config import load_json_object
 from cluster.probe.files import CheckpointError
-from cluster.config.models import (TUNING_MODELS, ArgValue, BackendSweepTuning, FlashinferAutotuneTuning,
-                                 TritonMoeOptions, TritonMoeTuning)
+from cluster.config.tuning import (TUNING_MODELS, BackendSweepTuning, FlashinferAutotuneTuning, TritonMoeOptions,
+                                   TritonMoeTuning)
+from cluster.config.server import ArgValue
 from cluster.tuning.artifacts import TuningArtifact
 
 KINDS = tuple(k for k in TUNING_MODELS if k != "none")

@@ -17,7 +17,8 @@ from cluster.loadgen.datasets import build_prompt_sequence
 from cluster.loadgen.runner import run_load_point
 from cluster.plan.capacity import CapacitySearch, Outcome, answer, drive
 from cluster.kernel.runs import LoadPoint
-from cluster.config.models import SLOSpec, WorkloadSpec
+from cluster.config.statistics import SLOSpec
+from cluster.config.workload import WorkloadSpec
 
 KNOBS = {"time_scale": 1.0, "decode_base_ms": 10.0, "decode_per_req_ms": 40.0, "prefill_per_token_ms": 0.0}
 SLO = SLOSpec(tpot_ms=217.0)

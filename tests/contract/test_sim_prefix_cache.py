@@ -16,7 +16,7 @@ from cluster.engines.sglang import SGLangEngine
 from cluster.loadgen.datasets import build_prompt_sequence
 from cluster.loadgen.runner import flush, run_load_point
 from cluster.kernel.runs import LoadPoint
-from cluster.config.models import WorkloadSpec
+from cluster.config.workload import WorkloadSpec
 
 N_REQUESTS, GROUPS, PREFIX_TOKENS, INPUT_TOKENS = 12, 3, 64, 80
 

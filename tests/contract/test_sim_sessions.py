@@ -12,7 +12,7 @@ from cluster.engines.sglang import SGLangEngine
 from cluster.loadgen.datasets import build_prompt_sequence, build_session_plan
 from cluster.loadgen.runner import run_load_point
 from cluster.kernel.runs import LoadPoint
-from cluster.config.models import WorkloadSpec
+from cluster.config.workload import WorkloadSpec
 
 INPUT, OUTPUT, TURNS, SESSIONS, THINK_S = 32, 16, 3, 4, 0.05
 

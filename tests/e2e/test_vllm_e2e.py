@@ -16,7 +16,7 @@ import pytest
 from cluster.engines.vllm import acceptance_from_counters
 from cluster.plan.runs import make_plan
 from cluster.server.process import group_members
-from cluster.config.models import ExperimentSpec
+from cluster.config.experiment import ExperimentSpec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

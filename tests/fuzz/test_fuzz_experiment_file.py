@@ -28,7 +28,9 @@ from cluster.plan.runs import expand_variants, make_plan
 from cluster.kernel.runs import ResolvedVariant
 from cluster.config.loader import load_spec
 from cluster.config.locations import DATASET_SCHEMES, control_character
-from cluster.config.models import ExperimentSpec, SpecError, arg_flag
+from cluster.config.experiment import ExperimentSpec
+from cluster.config.fields import SpecError
+from cluster.config.server import arg_flag
 from tests.fuzz.fuzzing import FUZZ, budget
 
 REPO = pathlib.Path(__file__).resolve().parents[2]

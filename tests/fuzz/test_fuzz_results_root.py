@@ -207,7 +207,7 @@ def test_fuzz_results_root(tmp_path: Path, pristine: tuple[Path, dict[str, Any]]
                 got = None
             assert time.monotonic() - t0 < DEADLINE_S, (name, mutations)
             if got is not None and name in SPEC_READS and any(m.kind in ("meta", "spec") for m in mutations):
-                from cluster.config.models import SearchSpec  # plain JSON: an edit that stays JSON is the user's
+                from cluster.config.load import SearchSpec
 
                 assert isinstance(got, (SPEC_READS[name], SearchSpec) if name == "search" else SPEC_READS[name]), (
                     name, mutations)

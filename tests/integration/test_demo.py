@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from cluster.sim.model import expected_accept_length
-from cluster.config.models import ExperimentSpec
+from cluster.config.experiment import ExperimentSpec
 from cluster.config.loader import load_spec
 
 pytestmark = pytest.mark.ray

@@ -17,7 +17,7 @@ import pytest
 from cluster.plan.runs import make_plan
 from cluster.kernel.runs import RunPlan
 from cluster.server.process import pid_alive, wait_group_gone
-from cluster.config.models import ExperimentSpec
+from cluster.config.experiment import ExperimentSpec
 from cluster.config.loader import parse_spec_text
 
 pytestmark = pytest.mark.ray

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from cluster.distributed.actors import LoadActorImpl
 from cluster.config.loader import parse_spec_text
-from cluster.config.models import WorkloadSpec
+from cluster.config.workload import WorkloadSpec
 
 pytestmark = pytest.mark.ray
 

@@ -12,7 +12,7 @@ import pandas as pd
 from cluster.kernel.runs import RunPlan
 from cluster.server.process import group_members, wait_group_gone
 from cluster.config.loader import parse_spec_text
-from cluster.config.models import ExperimentSpec
+from cluster.config.experiment import ExperimentSpec
 
 CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1", "SGLBENCH_CPU_STANDINS": "1"}
 """SGLang's CPU engine, and the stand-ins' has_amx platform hook (gated: it never acts on a GPU node)."""

@@ -47,7 +47,7 @@ def _session_window(base_url: str, tmp: Path) -> dict[str, list[Any]]:
     from cluster.loadgen.datasets import build_prompt_sequence, build_session_plan
     from cluster.loadgen.runner import run_load_point
     from cluster.kernel.runs import LoadPoint
-    from cluster.config.models import WorkloadSpec
+    from cluster.config.workload import WorkloadSpec
 
     w = WorkloadSpec.model_validate({
         "name": "s", "input_tokens": SESSION_INPUT, "output_tokens": SESSION_OUTPUT, "num_requests": 2 * SESSION_TURNS,

@@ -12,7 +12,7 @@ from cluster.engines.flagcheck import ParserAnswer, check_launch_flags, launch_a
 from cluster.plan.preflight import PreflightError
 from cluster.plan.runs import expand_variants
 from cluster.sim.launch_args import SGLANG_FLAGS
-from cluster.config.models import ExperimentSpec
+from cluster.config.experiment import ExperimentSpec
 
 
 def _spec(py: Path, **over: Any) -> ExperimentSpec:

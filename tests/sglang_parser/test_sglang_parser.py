@@ -14,7 +14,7 @@ from cluster.engines.base import Prompt
 from cluster.engines.sglang import SGLangEngine, build_sglang_request
 from cluster.plan.runs import expand_variants
 from cluster.kernel.runs import ResolvedVariant
-from cluster.config.models import ExperimentSpec
+from cluster.config.experiment import ExperimentSpec
 from cluster.config.loader import load_spec
 
 REPO = Path(__file__).resolve().parents[2]

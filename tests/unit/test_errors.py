@@ -68,7 +68,7 @@ def test_each_branch_has_its_exit_code(cls: type[SglbenchError], code: int) -> N
 
 def test_user_errors_carry_file_field_expected() -> None:
     from cluster.probe.safetensors_header import CheckpointError
-    from cluster.config.models import SpecError
+    from cluster.config.fields import SpecError
 
     e = SpecError("exp.yaml", 3, "model.tp", "expected an integer")
     assert (e.file, e.line, e.field, e.expected) == ("exp.yaml", 3, "model.tp", "expected an integer")

@@ -13,7 +13,7 @@ import pytest
 from cluster.analysis.metrics import METRIC_DEFINITIONS, METRIC_NAMES, summarize_run
 from cluster.kernel.records import RequestRecord
 from cluster.loadgen.sink import request_batches
-from cluster.config.models import SLOSpec
+from cluster.config.statistics import SLOSpec
 
 MS = 1_000_000
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cluster.config.loader import MAX_SPEC_BYTES, load_spec, parse_spec_text
-from cluster.config.models import SpecError
+from cluster.config.fields import SpecError
 from tests.checkpoints import materialise_tensor_specs
 
 REPO = Path(__file__).resolve().parents[3]

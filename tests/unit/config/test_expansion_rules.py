@@ -11,7 +11,8 @@ from cluster.engines.sglang import version_adjusted_args
 from cluster.errors import UserError
 from cluster.plan.runs import expand_variants
 from cluster.config.loader import load_spec, parse_spec_text
-from cluster.config.models import SpecError, expanded_names
+from cluster.config.variants import expanded_names
+from cluster.config.fields import SpecError
 from tests.unit.config.test_bad_inputs import VALID
 
 REPO = Path(__file__).resolve().parents[3]

@@ -13,7 +13,8 @@ from cluster.engines.flag_domains import FLAG_DOMAINS, flag_domain_problem
 from cluster.engines.server_env import SET_BY_TUNING, SET_FOR_EVERY_SERVER, set_by_sglbench
 from cluster.config.fields import _integers_only
 from cluster.config.loader import _models_in, parse_spec_text
-from cluster.config.models import ExperimentSpec, SpecError
+from cluster.config.experiment import ExperimentSpec
+from cluster.config.fields import SpecError
 from tests.unit.config.test_bad_inputs import VALID
 
 _TUNINGS = {"flashinfer_autotune": "{kind: flashinfer_autotune}", "triton_moe": "{kind: triton_moe}"}

@@ -20,7 +20,8 @@ from pydantic.fields import FieldInfo
 
 from cluster.config import bounds
 from cluster.config.loader import parse_spec_text
-from cluster.config.models import ExperimentSpec, SpecError
+from cluster.config.experiment import ExperimentSpec
+from cluster.config.fields import SpecError
 from tests.unit.config.test_bad_inputs import VALID
 
 EXEMPT = {

@@ -6,7 +6,7 @@ import pytest
 
 from cluster.plan.runs import make_plan
 from cluster.config.loader import parse_spec_text
-from cluster.config.models import SpecError
+from cluster.config.fields import SpecError
 from cluster.config.secrets import (fingerprint, is_secret_name, mask, masked_spec_json, redact_argv, redact_env,
                                   scrub, secret_values)
 

@@ -7,7 +7,7 @@ import pytest
 
 from cluster.config.sim_knobs import KnobError, Knobs
 from cluster.config.loader import parse_spec_text
-from cluster.config.models import SpecError
+from cluster.config.fields import SpecError
 from tests.unit.config.test_bad_inputs import VALID
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cluster.config.loader import load_spec, parse_spec_text
-from cluster.config.models import SpecError
+from cluster.config.fields import SpecError
 from tests.unit.config.test_bad_inputs import VALID
 
 

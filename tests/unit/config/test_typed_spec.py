@@ -11,8 +11,10 @@ from cluster.engines.registry import get_engine
 from cluster.plan.runs import expand_variants, make_plan
 from cluster.config.sim_knobs import Knobs, KnobError
 from cluster.config.loader import parse_spec_text
-from cluster.config.models import (BackendSweepTuning, ExperimentSpec, FlashinferAutotuneTuning, SpecError,
-                                 TritonMoeTuning, VariantSpec)
+from cluster.config.experiment import ExperimentSpec
+from cluster.config.variants import VariantSpec
+from cluster.config.fields import SpecError
+from cluster.config.tuning import BackendSweepTuning, FlashinferAutotuneTuning, TritonMoeTuning
 
 BASE = """\
 version: 1

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from cluster.config.loader import SpecError, load_spec
-from cluster.config.models import ConversationPrompts, RandomIdsPrompts, WorkloadSpec
+from cluster.config.workload import ConversationPrompts, RandomIdsPrompts, WorkloadSpec
 
 HEAD = """version: 1
 name: e

@@ -21,7 +21,7 @@ from cluster.loadgen.sink import request_batches
 from cluster.plan.runs import make_plan
 from cluster.kernel.runs import RunPlan
 from cluster.config.loader import parse_spec_text
-from cluster.config.models import ExperimentSpec
+from cluster.config.experiment import ExperimentSpec
 from tests.unit.dataset.test_run_rows import SEGMENT, SERVER
 
 SPEC = """

@@ -18,7 +18,7 @@ from cluster.plan.preflight import PreflightError
 from cluster.plan.runs import expand_variants
 from cluster.sim.launch_args import unrecognized
 from cluster.sim.server import main as sim_main
-from cluster.config.models import ExperimentSpec
+from cluster.config.experiment import ExperimentSpec
 
 
 def _stub_parser() -> argparse.ArgumentParser:

@@ -23,7 +23,7 @@ from cluster.engines.sglang import (
     version_adjusted_args,
 )
 from cluster.kernel.runs import ResolvedVariant, SpecDecode
-from cluster.config.models import EngineLauncher
+from cluster.config.server import EngineLauncher
 
 MODEL = "/models/q"
 

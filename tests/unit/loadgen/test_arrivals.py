@@ -79,7 +79,7 @@ def test_gamma_arrivals_in_the_spec_and_run_keys(tmp_path: object) -> None:
 
     from cluster.plan.runs import load_points
     from cluster.kernel.runs import LoadPoint
-    from cluster.config.models import LoadSpec
+    from cluster.config.load import LoadSpec
     from cluster.config.loader import parse_spec_text
 
     with pytest.raises(ValidationError, match="gamma arrivals need arrival_cv"):

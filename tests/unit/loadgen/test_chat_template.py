@@ -14,7 +14,7 @@ from cluster.engines.base import ChatTurn
 from cluster.engines.sglang import sglang_request_body
 from cluster.loadgen.chat_template import ChatTemplateError, load_chat_template
 from cluster.loadgen.datasets import build_prompts
-from cluster.config.models import WorkloadSpec
+from cluster.config.workload import WorkloadSpec
 
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

@@ -11,7 +11,7 @@ import pytest
 
 from cluster.loadgen.conversations import ConversationError, load_conversations, load_selection, select_rows
 from cluster.loadgen.datasets import build_prompts
-from cluster.config.models import WorkloadSpec
+from cluster.config.workload import WorkloadSpec
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 BUNDLED = REPO / "datasets" / "categories-sharegpt.json"

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from cluster.loadgen.datasets import build_prompt_sequence, build_prompts
 from cluster.loadgen.lengths import draw_lengths
-from cluster.config.models import LengthDist, WorkloadSpec
+from cluster.config.workload import LengthDist, WorkloadSpec
 
 
 @st.composite

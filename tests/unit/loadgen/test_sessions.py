@@ -20,7 +20,8 @@ from cluster.loadgen.sessions import (Answer, SessionPlan, SessionTurnError, dis
                                       session_plan, think_times_ns)
 from cluster.loadgen.sink import RecordSink
 from cluster.kernel.runs import LoadPoint
-from cluster.config.models import FieldProblem, SessionSpec, WorkloadSpec
+from cluster.config.fields import FieldProblem
+from cluster.config.workload import SessionSpec, WorkloadSpec
 
 
 def _wl(**kw: Any) -> WorkloadSpec:

@@ -15,7 +15,7 @@ from cluster.loadgen.conversations import load_conversations, load_selection
 from cluster.loadgen.datasets import PromptArray, build_prompt_sequence, build_prompts, load_jsonl_rows
 from cluster.loadgen.sessions import Answer, next_turn
 from cluster.loadgen.traces import load_trace
-from cluster.config.models import WorkloadSpec
+from cluster.config.workload import WorkloadSpec
 
 
 def _wl(prompts: dict[str, Any], **kw: Any) -> WorkloadSpec:

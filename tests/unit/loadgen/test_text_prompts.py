@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from cluster.loadgen.text_prompts import TextPromptError, build_text_prompts
-from cluster.config.models import WorkloadSpec
+from cluster.config.workload import WorkloadSpec
 
 SENTENCES = [f"The {a} {b} jumps over the {c} fence number {i}." for i, (a, b, c) in
              enumerate(zip(["quick", "slow", "red", "blue"] * 25, ["fox", "dog", "cat", "cow"] * 25,

@@ -26,7 +26,7 @@ from cluster.kernel.runs import LoadPoint
 from cluster.sim.model import resolve_args
 from cluster.config.sim_knobs import Knobs
 from cluster.sim.server import SimServer, build_app, build_parser
-from cluster.config.models import WorkloadSpec
+from cluster.config.workload import WorkloadSpec
 
 ENGINE = SGLangEngine()
 WORDS = ["question", "answer", "the", "a", "code", "chat"] + [str(i) for i in range(100)]

@@ -14,7 +14,7 @@ from cluster.plan.inputs import check_engine_import, check_output_root, check_po
 from cluster.plan.preflight import PreflightError
 from cluster.plan.runs import expand_variants
 from cluster.config.loader import parse_spec_text
-from cluster.config.models import EngineLauncher
+from cluster.config.server import EngineLauncher
 
 SPEC = """\
 version: 1
@@ -190,7 +190,7 @@ def test_a_compact_array_rows_are_each_checked_against_the_context(tmp_path: Pat
 
 def test_a_tokenizer_past_the_models_vocabulary_is_refused(tmp_path: Path) -> None:
     from cluster.plan.inputs import ModelLimits, _check_workload
-    from cluster.config.models import WorkloadSpec
+    from cluster.config.workload import WorkloadSpec
 
     tok = _word_tokenizer(tmp_path / "tok")  # ids 0 and 1
     (tmp_path / "d.jsonl").write_text('{"conversations": [{"from": "human", "value": "w"}, '

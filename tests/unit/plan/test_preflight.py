@@ -14,7 +14,7 @@ from tests import checkpoints as ck  # noqa: E402
 from cluster.plan.runs import expand_variants  # noqa: E402
 from cluster.plan.preflight import PreflightError, check_speculative_support  # noqa: E402
 from cluster.probe.checkpoint import ProbeReport, probe_checkpoint  # noqa: E402
-from cluster.config.models import ExperimentSpec  # noqa: E402
+from cluster.config.experiment import ExperimentSpec
 from cluster.config.loader import parse_spec_text  # noqa: E402
 
 

@@ -42,7 +42,7 @@ def test_read_batching_reaches_the_load_point_and_only_then_the_run_key() -> Non
 
     from cluster.plan.runs import load_points
     from cluster.config.loader import parse_spec_text
-    from cluster.config.models import LoadSpec
+    from cluster.config.load import LoadSpec
 
     text = ("version: 1\nname: e\nmodel: {path: sim://m, engine: sim}\nvariants: [{name: b}]\n"
             "workloads: [{name: w, input_tokens: 8, output_tokens: 8, num_requests: 4}]\n"

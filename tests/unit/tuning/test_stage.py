@@ -11,7 +11,7 @@ import pytest
 from cluster.engines import sglang_tuning as sgt
 from cluster.sim import tuning as st
 from cluster.plan.runs import expand_variants
-from cluster.config.models import BackendSweepTuning
+from cluster.config.tuning import BackendSweepTuning
 from cluster.config.loader import load_spec, parse_spec_text
 from cluster.tuning.stage import (GpuFacts, TuningError, artifact_key, expand_backend_sweeps, merge_moe_configs, moe_shape,
                             split_batch_sizes, tuning_env_and_args)

@@ -1,0 +1,192 @@
+"""The experiment: one YAML's typed, frozen model (the loader, cluster/config/loader.py, names file, line and
+field), built from its sections (server.py, variants.py, workload.py, load.py, statistics.py, gate.py, output.py)
+and the rules that hold across them."""
+
+from __future__ import annotations
+
+from typing import Literal, Optional, Union
+
+from pydantic import Field, field_validator, model_validator
+
+from cluster.config import bounds as B
+from cluster.config.fields import FieldProblem, FrozenModel, check_name
+from cluster.config.gate import CorrectnessSpec
+from cluster.config.load import LoadSpec
+from cluster.config.output import DatasetRoot, TelemetrySpec
+from cluster.config.server import EngineLauncher, EngineName, ModelSpec, ServerSpec, arg_flag
+from cluster.config.sim_knobs import Knobs
+from cluster.config.statistics import SLOSpec
+from cluster.config.variants import VariantSpec, expanded_names
+from cluster.config.workload import WorkloadSpec
+from cluster.engines.server_env import set_by_sglbench
+
+SPEC_VERSION = 1
+"""The only experiment-spec version this release reads (`version:` in the YAML)."""
+
+
+class ClusterSpec(FrozenModel):
+    """What the experiment assumes about the cluster; checked again against the live cluster at preflight."""
+
+    gpus_per_node: int = Field(default=8, ge=1, le=B.MAX_GPUS_PER_NODE)
+    """GPUs on the largest node: a variant's tensor-parallel group must fit on one node."""
+
+
+class ExperimentSpec(FrozenModel):
+    version: Literal[1] = 1
+    """Spec version; 1."""
+    name: str
+    """Experiment name: a directory in the dataset."""
+    model: ModelSpec
+    """Checkpoint, engine and tensor-parallel size."""
+    engines: dict[EngineName, EngineLauncher] = Field(default_factory=dict)
+    """Per engine, how to start it on the node (python: or launcher:, version:)."""
+    server: ServerSpec = Field(default_factory=ServerSpec)
+    """Server args and env for every variant."""
+    sim: Knobs = Field(default_factory=Knobs)
+    """Simulated-engine knobs (cluster/sim/model.py): the same model the simulated server validates them with."""
+    variants: list[VariantSpec] = Field(min_length=1)
+    """Server configurations to compare."""
+    workloads: list[WorkloadSpec] = Field(min_length=1)
+    """Request shapes to drive at every variant."""
+    load: LoadSpec
+    """Load points: closed-loop concurrency and/or open-loop request rates."""
+    repeats: int = Field(default=1, ge=1, le=B.MAX_REPEATS)
+    """Repeats of every load point (3 or more give intervals and verdicts; 5 recommended)."""
+    order: Literal["grouped", "interleaved"] = "grouped"
+    """grouped: each server starts once and runs all its points; interleaved: ABAB across repeats (restarts)."""
+    warmup_requests: int = Field(default=2, ge=0, le=B.MAX_WARMUP_REQUESTS)
+    """Requests sent before every measured window (then /flush_cache)."""
+    seed: int = Field(default=0, ge=0, le=B.MAX_SEED)
+    """One seed for prompts and arrival schedules."""
+    isolation: Literal["node", "gpus"] = "node"
+    """node: a variant has its node to itself while measured; gpus: variants share nodes on disjoint GPUs."""
+    output: DatasetRoot = "results"
+    """Dataset root: a local path or a pyarrow filesystem URI (s3://, gs://, ...)."""
+    slo: Optional[SLOSpec] = None
+    """Per-request latency limits: goodput and SLO attainment per run."""
+    correctness: CorrectnessSpec = Field(default_factory=CorrectnessSpec)
+    """The correctness gate every variant passes before its speed counts."""
+    telemetry: TelemetrySpec = Field(default_factory=TelemetrySpec)
+    """GPU telemetry sampled during every measured window (gpu_metrics table)."""
+    cluster: ClusterSpec = Field(default_factory=ClusterSpec)
+    """What the experiment assumes about the cluster."""
+    health_timeout_s: float = Field(default=1800.0, gt=0, le=B.MAX_TIMEOUT_S)
+    """Seconds a server may take to become healthy."""
+    request_timeout_s: float = Field(default=600.0, gt=0, le=B.MAX_TIMEOUT_S)
+    """Seconds one request may take."""
+    max_client_lag_ms: float = Field(default=10.0, gt=0, le=B.MAX_LATENCY_MS)
+    """A run whose client send lag p99 exceeds this is flagged invalid: the client, not the server, set the pace."""
+
+    _n = field_validator("name")(classmethod(lambda cls, v: check_name(v, "experiment name")))
+
+    @model_validator(mode="after")
+    def _unique(self) -> "ExperimentSpec":
+        for what, names in (("variants", [v.name for v in self.variants]), ("workloads", [w.name for w in self.workloads])):
+            folded = [n.casefold() for n in names]
+            for i, n in enumerate(names):
+                if n in names[:i]:
+                    raise FieldProblem((what, i, "name"), f"duplicate {what[:-1]} name {n!r} (names must be unique)")
+                if folded[i] in folded[:i]:
+                    first = names[folded.index(folded[i])]
+                    raise FieldProblem((what, i, "name"), f"{what[:-1]} name {n!r} differs from {first!r} only in case: "
+                                       "names become directories, which a case-insensitive filesystem would merge")
+        baselines = [i for i, v in enumerate(self.variants) if v.baseline]
+        if len(baselines) > 1:
+            raise FieldProblem(("variants", baselines[1], "baseline"), "at most one variant may set baseline: true")
+        node = self.cluster.gpus_per_node
+        if self.model.tp > node:
+            raise FieldProblem(("model", "tp"), f"tp {self.model.tp} is larger than cluster.gpus_per_node {node}")
+        for i, v in enumerate(self.variants):
+            if v.tp is not None and v.tp > node:
+                raise FieldProblem(("variants", i, "tp"), f"tp {v.tp} is larger than cluster.gpus_per_node {node}")
+        return self
+
+    @model_validator(mode="after")
+    def _expansion(self) -> "ExperimentSpec":
+        """What the plan will expand the variants into is refused here, with its line: a flag under two spellings
+        across server.args and a variant's args, a baseline that expands into several variants, expanded names
+        that collide, and (isolation: gpus, where variants run side by side) one port fixed by two variants."""
+        declared = {v.name.casefold(): i for i, v in enumerate(self.variants)}
+        produced: dict[str, int] = {}
+        ports: dict[int, tuple[int, str]] = {}
+        for i, v in enumerate(self.variants):
+            for key in v.args:
+                other = arg_flag(self.server.args, key.replace("_", "-"))
+                if other is not None and other != key:
+                    raise FieldProblem(("variants", i, "args", key), f"server arg {key!r} is the flag server.args "
+                                       f"gives as {other!r}: spell it the same way in both (the variant's value "
+                                       "then overrides), else one of the two values is lost")
+            names = expanded_names(v)
+            if not names:
+                raise FieldProblem(("variants", i, "tuning", "options", "exclude"), f"variant {v.name!r}: exclude "
+                                   "leaves no back-end pair, so the variant would run nothing")
+            if v.baseline and len(names) > 1:
+                raise FieldProblem(("variants", i, "baseline"), f"a baseline must be a single variant, but "
+                                   f"{v.name!r} expands into {len(names)} ({', '.join(names[:3])}"
+                                   f"{', ...' if len(names) > 3 else ''}): declare the one to compare against as "
+                                   "its own variant and mark that one")
+            for n in names:
+                try:
+                    check_name(n, "expanded variant name")
+                except ValueError as e:
+                    raise FieldProblem(("variants", i, "name"), str(e)) from None
+                other_i = produced.get(n.casefold(), declared.get(n.casefold(), i))
+                if other_i != i:
+                    j, k = sorted((i, other_i))
+                    raise FieldProblem(("variants", k, "name"), f"variant name {n!r} is produced twice: by "
+                                       f"variants.{j} ({self.variants[j].name!r}) and variants.{k} "
+                                       f"({self.variants[k].name!r}); a num_steps list names its variants "
+                                       "NAME-<steps> and a backend_sweep NAME-<backends>: rename one")
+                produced[n.casefold()] = i
+            self._check_port(i, v, len(names), ports)
+        return self
+
+    def _check_port(self, i: int, v: "VariantSpec", count: int, ports: dict[int, tuple[int, str]]) -> None:
+        if self.isolation != "gpus":
+            return  # isolation node: a variant has its node to itself, so a fixed port is never shared
+        own = arg_flag(v.args, "port")
+        where: tuple[Union[str, int], ...] = ("variants", i, "args", own) if own else ("server", "args", str(
+            arg_flag(self.server.args, "port")))
+        port = v.args[own] if own else self.server.args.get(str(arg_flag(self.server.args, "port")))
+        if not isinstance(port, int) or isinstance(port, bool):
+            return
+        if count > 1 or port in ports:
+            also = f"variants.{ports[port][0]} ({ports[port][1]!r})" if port in ports else \
+                f"the {count} variants it expands into"
+            raise FieldProblem(where, f"port {port} is fixed for {v.name!r} and for {also}: with isolation: gpus "
+                               "variants share a node, so each needs its own port (or leave port out)")
+        ports[port] = (i, v.name)
+
+    @model_validator(mode="after")
+    def _env_set_by_sglbench(self) -> "ExperimentSpec":
+        """An env key the tool sets itself (cluster/engines/server_env.py) is refused where it is written: given
+        here it would be overwritten without a word (SGLBENCH_SIM) or override the tool (Ray's GPU pinning)."""
+        for i, v in enumerate(self.variants):
+            owned = set_by_sglbench(v.tuning.kind if v.tuning is not None else None)
+            for where, env in ((("variants", i, "env"), v.env), (("server", "env"), self.server.env)):
+                key = next((k for k in env if k in owned), None)
+                if key is not None:
+                    for_whom = f" for variant {v.name!r}" if where[0] == "server" and key not in \
+                        set_by_sglbench(None) else ""
+                    raise FieldProblem(where + (key,), f"{key} is set by {owned[key]}{for_whom}: remove it")
+        return self
+
+    @model_validator(mode="after")
+    def _search_slo(self) -> "ExperimentSpec":
+        if self.load.search is not None and (self.slo is None or not self.slo.model_dump(exclude_none=True)):
+            raise FieldProblem(("load", "search"), "a capacity search looks for the highest load meeting the SLO: "
+                               "set slo: with ttft_ms, tpot_ms and/or e2e_ms")
+        return self
+
+    @model_validator(mode="after")
+    def _trace_arrivals(self) -> "ExperimentSpec":
+        if self.load.arrival != "trace":
+            return self
+        if not self.load.request_rate:
+            raise FieldProblem(("load", "request_rate"), "arrival: trace rescales the recorded times to each "
+                               "request_rate: give at least one")
+        for i, w in enumerate(self.workloads):
+            if w.prompts.source != "trace":
+                raise FieldProblem(("workloads", i, "prompts", "source"), f"arrival: trace sends at the times "
+                                   f"of a trace, but workload {w.name!r} has prompt source {w.prompts.source!r}")
+        return self
