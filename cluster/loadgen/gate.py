@@ -10,7 +10,7 @@ import aiohttp
 import pyarrow as pa
 
 from cluster.kernel.gate import GATE_PROMPTS, PHASE_ALONE, GateOutput
-from cluster.analysis.request_metrics import acceptance
+from cluster.kernel.window_figures import acceptance
 from cluster.engines.answer_fields import MalformedAnswerError, decode_json
 from cluster.engines.base import Engine
 

@@ -17,7 +17,7 @@ import aiohttp
 import numpy as np
 import pyarrow as pa
 
-from cluster.analysis.request_metrics import client_lag
+from cluster.kernel.window_figures import client_lag
 from cluster.engines.base import Engine, HttpRequest, Prompt
 from cluster.loadgen.output_sample import OutputSample, sample_indices
 from cluster.loadgen.arrivals import arrival_offsets_ns
