@@ -41,49 +41,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cluster.kernel.planned_workload import CategoryShare, LengthQuantile, PlannedWorkload
+
 AUDIT_ALPHA = 0.001
 """Family-wise false-alarm rate of one run's audit (split evenly over its tests)."""
 QUANTILES = (0.1, 0.5, 0.9)
 NO_CATEGORY = "-"
 """How a request without a category is named in the shares (cluster/analysis/categories.py's label)."""
-
-
-@dataclass(frozen=True)
-class LengthQuantile:
-    """The selection's p-quantile of input length in tokens, with its CDF just below and at it."""
-
-    p: float
-    tokens: int
-    cdf_below: float
-    """F(q−): the share of the selection's prompts shorter than `tokens`."""
-    cdf_at: float
-    """F(q): the share at or below `tokens`."""
-
-
-@dataclass(frozen=True)
-class CategoryShare:
-    category: Optional[str]
-    share: float
-
-
-@dataclass(frozen=True)
-class PlannedWorkload:
-    """What the workload's prompt source offered (the selection), computed where its prompts are built."""
-
-    source: str
-    """The prompt source (random_ids, jsonl, text, sharegpt, messages, trace; shared_prefix under random_ids)."""
-    offered_distinct: float
-    """K distinct prompts of a file source, or M, the size of a generated source's space (may be inf)."""
-    with_replacement: bool
-    """True for a generated source (independent draws), False for a file source (cycled permutations)."""
-    lengths: Optional[tuple[LengthQuantile, ...]]
-    """The selection's input-length quantiles (QUANTILES); None when the client cannot know lengths."""
-    categories: tuple[CategoryShare, ...]
-    """The selection's category shares (summing to 1); ((None, 1.0),) for a source without categories."""
-    draw_multiplicities: tuple[tuple[int, int], ...] = ()
-    """Where positions do not all give distinct prompts: (c, how many distinct prompts are given by c positions
-    each). A generated source's positions are drawn uniformly (a corpus repeating itself), a file source's are its
-    rows (a file holding the same prompt twice); () when every position is its own prompt."""
 
 
 @dataclass(frozen=True)

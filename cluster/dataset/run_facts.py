@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import pyarrow as pa
 
-from cluster.analysis.workload_audit import PlannedWorkload
+from cluster.kernel.planned_workload import PlannedWorkload
 from cluster.loadgen.output_sample import OutputSample
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from cluster.dataset.run_facts import ServerFacts
 from cluster.config.secrets import redact_argv, redact_env, scrub, scrub_file, scrub_text, secret_values
 from cluster.loadgen.gate import GateAnswers
 from cluster.kernel.runs import LoadPoint, ResolvedVariant
-from cluster.analysis.workload_audit import PlannedWorkload
+from cluster.kernel.planned_workload import PlannedWorkload
 from cluster.loadgen.output_sample import OutputSample
 from cluster.loadgen.server_metrics import MetricsScraper
 from cluster.server.process import (PortNotOwnedError, ServerProcess, ServerStartError, free_port, http_get_json,
