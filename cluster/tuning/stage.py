@@ -9,7 +9,8 @@ checkpoints-tuning-limits.md §3.4):
   `E=..,N=..,device_name=..json` becomes the artifact; the variant launches with SGLANG_MOE_CONFIG_DIR there.
   Refused for an NVFP4 MoE. Options: `model_config` (dir or config.json with the BF16 base config), `dtype`,
   `batch_sizes`, `ep`, `max_configs` (search-space subsample), `seed`.
-- `backend_sweep`: no artifact; expands into one variant per (MoE runner, FP4 GEMM) back-end pair.
+- `backend_sweep`: no artifact; the planner (cluster/plan/runs.py expand_backend_sweep) expands it into one variant
+  per (MoE runner, FP4 GEMM) back-end pair; tuning_options_check says whether SGLang 0.5.23 has those back ends.
   Options: `moe_runner_backend: [...]`, `fp4_gemm_backend: [...]`, `exclude: [{moe_runner_backend, fp4_gemm_backend}]`.
 """
 
@@ -23,7 +24,6 @@ from typing import Any, Mapping, Optional
 
 from cluster.engines import sglang_tuning as sgt
 from cluster.errors import UserError
-from cluster.plan.runs import expand_backend_sweep as plan_backend_sweep
 from cluster.kernel.runs import ResolvedVariant
 from cluster.probe.config import load_json_object
 from cluster.probe.files import CheckpointError
@@ -217,17 +217,6 @@ def _check_backends(v: ResolvedVariant, field: str, values: list[str], allowed: 
             raise TuningError(f"variant {v.family or v.name}: tuning.options.{field}: {x!r} is not a SGLang 0.5.23 "
                               f"choice (expected one of {', '.join(allowed)})", field=f"tuning.options.{field}",
                               expected=", ".join(allowed))
-
-
-def expand_backend_sweep(v: ResolvedVariant) -> list[ResolvedVariant]:
-    """The planner's expansion (cluster/plan/runs.py) after checking every back end is a SGLang 0.5.23 choice."""
-    tuning_options_check(v)
-    return plan_backend_sweep(v)
-
-
-def expand_backend_sweeps(variants: list[ResolvedVariant]) -> list[ResolvedVariant]:
-    """Replace every backend_sweep variant by its combinations (back ends checked), order kept."""
-    return [x for v in variants for x in expand_backend_sweep(v)]
 
 
 # ------------------------------------------------------------------------------------------- launch env/args

@@ -10,11 +10,11 @@ import pytest
 
 from cluster.engines import sglang_tuning as sgt
 from cluster.sim import tuning as st
-from cluster.plan.runs import expand_variants
+from cluster.plan.runs import expand_backend_sweep, expand_variants
 from cluster.config.tuning import BackendSweepTuning
 from cluster.config.loader import load_spec, parse_spec_text
-from cluster.tuning.stage import (GpuFacts, TuningError, artifact_key, expand_backend_sweeps, merge_moe_configs, moe_shape,
-                            split_batch_sizes, tuning_env_and_args)
+from cluster.tuning.stage import (GpuFacts, TuningError, artifact_key, merge_moe_configs, moe_shape, split_batch_sizes,
+                                  tuning_env_and_args, tuning_options_check)
 from cluster.tuning.artifacts import ArtifactStore, content_hash, key_id
 from cluster.tuning.moe_search import simulated_search
 
@@ -117,18 +117,18 @@ def test_triton_moe_refused_for_nvfp4(cfg: dict, args: dict, dtype: str) -> None
 
 
 def test_backend_sweep_expansion() -> None:
-    vs = expand_backend_sweeps(variants())
+    vs = variants()  # the planner expands a backend_sweep (plan/runs.py expand_backend_sweep, the one definition)
     names = [v.name for v in vs]
     assert names == ["base", "at", "sweep-fi_cutlass-fi_cudnn", "sweep-fi_cutlass-fi_cutlass",
                      "sweep-marlin-fi_cudnn", "sweep-marlin-fi_cutlass"]
     sw = vs[4]
     assert sw.args == {"moe-runner-backend": "marlin", "fp4-gemm-backend": "flashinfer_cudnn"}
     assert sw.family == "sweep" and not sw.is_baseline
-    assert expand_backend_sweeps(vs) == vs  # idempotent
+    assert [x for v in vs for x in expand_backend_sweep(v)] == vs  # idempotent
     bad = dataclasses.replace(variants()[2], tuning=BackendSweepTuning.model_validate(
         {"options": {"moe_runner_backend": ["b12x"]}}))
     with pytest.raises(TuningError, match="b12x"):
-        expand_backend_sweeps([bad])
+        tuning_options_check(bad)  # the check validate, plan and the driver's pre-GPU checks ask
 
 
 def test_tuning_env_and_args(tmp_path: Path) -> None:
@@ -194,7 +194,9 @@ def test_bad_sim_knob() -> None:
 
 def test_study_yaml_loads() -> None:
     spec = load_spec(REPO / "experiments" / "qwen35-397b-nvfp4-sm120.yaml")
-    vs = expand_backend_sweeps(expand_variants(spec))
+    vs = expand_variants(spec)
+    for v in vs:
+        tuning_options_check(v)
     names = [v.name for v in vs]
     assert names[:5] == ["baseline", "nextn-1", "nextn-2", "nextn-3", "autotune"]
     assert len([n for n in names if n.startswith("sweep-")]) == 4
