@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import pyarrow as pa
 
 from cluster.kernel.planned_workload import PlannedWorkload
-from cluster.loadgen.output_sample import OutputSample
+from cluster.kernel.output_sample import OutputSample
 
 if TYPE_CHECKING:
     from cluster.telemetry.recorder import TelemetryCapture

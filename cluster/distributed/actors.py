@@ -21,7 +21,7 @@ from cluster.config.secrets import redact_argv, redact_env, scrub, scrub_file, s
 from cluster.loadgen.gate import GateAnswers
 from cluster.kernel.runs import LoadPoint, ResolvedVariant
 from cluster.kernel.planned_workload import PlannedWorkload
-from cluster.loadgen.output_sample import OutputSample
+from cluster.kernel.output_sample import OutputSample
 from cluster.loadgen.server_metrics import MetricsScraper
 from cluster.server.process import (PortNotOwnedError, ServerProcess, ServerStartError, free_port, http_get_json,
                                     http_status, kill_group, pid_alive)

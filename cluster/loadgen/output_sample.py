@@ -9,12 +9,11 @@ so every variant keeps the same prompts' outputs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import pyarrow as pa
 
-from cluster.kernel.gate import GateOutput, degeneracy
+from cluster.kernel.output_sample import OutputSample
 
 SAMPLE_EVERY = 32
 SAMPLE_AT_LEAST = 4
@@ -37,21 +36,6 @@ def sample_indices(n_requests: int, every: int = SAMPLE_EVERY, at_least: int = S
         return frozenset(range(n_requests))
     stride = max(1, min(every, n_requests // at_least))
     return frozenset(range(0, n_requests, stride))
-
-
-@dataclass(frozen=True)
-class OutputSample:
-    request_index: int
-    output_ids: Optional[tuple[int, ...]]
-    """None where the API streams no ids (OpenAI endpoints): the text is judged instead."""
-    text: str
-    error: Optional[str] = None
-
-    def degenerate(self) -> Optional[str]:
-        """Why this output is garbage (empty, NaN, undecodable, one token repeated), or None."""
-        if self.error:
-            return None  # a failed request is counted as an error by the run, not as garbage
-        return degeneracy(GateOutput(text=self.text, token_ids=self.output_ids))
 
 
 def samples_table(samples: Sequence[OutputSample]) -> pa.Table:

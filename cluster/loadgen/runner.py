@@ -19,7 +19,8 @@ import pyarrow as pa
 
 from cluster.kernel.window_figures import client_lag
 from cluster.engines.base import Engine, HttpRequest, Prompt
-from cluster.loadgen.output_sample import OutputSample, sample_indices
+from cluster.loadgen.output_sample import sample_indices
+from cluster.kernel.output_sample import OutputSample
 from cluster.loadgen.arrivals import arrival_offsets_ns
 from cluster.loadgen.traces import trace_offsets_ns
 from cluster.loadgen.client import StreamPool, stream_request

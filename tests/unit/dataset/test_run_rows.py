@@ -165,7 +165,8 @@ def test_garbage_in_the_output_sample_makes_the_run_invalid_with_evidence() -> N
     """Issue 15 item 4: ignore_eos throughput over NaN rows is not a measurement."""
     from dataclasses import replace
 
-    from cluster.loadgen.output_sample import OutputSample, samples_table
+    from cluster.loadgen.output_sample import samples_table
+    from cluster.kernel.output_sample import OutputSample
 
     good = OutputSample(0, (11, 12, 13, 14), "a sane answer")
     nan = OutputSample(1, None, "nan")  # an OpenAI stream carries no ids: the text is judged
@@ -186,7 +187,7 @@ def test_an_unjudged_output_sample_is_kept_but_does_not_invalidate() -> None:
     """correctness.check_output_samples: false (random-weight test models): evidence kept, run not invalid."""
     from dataclasses import replace
 
-    from cluster.loadgen.output_sample import OutputSample
+    from cluster.kernel.output_sample import OutputSample
 
     spec = parse_spec_text(SPEC)
     spec = spec.model_copy(update={"correctness": spec.correctness.model_copy(update={"check_output_samples": False})})
