@@ -12,11 +12,12 @@ from __future__ import annotations
 import gzip
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
 import pyarrow as pa
+
+from cluster.kernel.profile_summary import KernelTime, ProfileSummary
 
 CATEGORIES = ("moe", "gemm", "attention", "communication", "other")
 CATEGORY_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -37,27 +38,6 @@ def category(kernel: str) -> str:
         if pat.search(kernel):
             return name
     return "other"
-
-
-@dataclass(frozen=True)
-class KernelTime:
-    kernel: str
-    category: str
-    calls: int
-    total_us: float
-    share: float
-    """Of the summed time of every kernel in the traces (not only the top ones)."""
-
-
-@dataclass(frozen=True)
-class ProfileSummary:
-    level: str
-    """`kernel` (device kernels) or `cpu_op` (a CPU-only trace)."""
-    top: tuple[KernelTime, ...]
-    by_category_us: dict[str, float]
-    total_us: float
-    files: tuple[str, ...]
-    simulated: bool
 
 
 def load_trace(path: Path) -> dict[str, Any]:

@@ -9,10 +9,9 @@ import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
-if TYPE_CHECKING:
-    from cluster.analysis.kernel_profile import ProfileSummary
+from cluster.kernel.profile_summary import ProfileSummary
 
 STABLE_S = 0.5
 """A trace counts as written once no file in the directory changed size for this long (SGLang exports after the
@@ -30,7 +29,7 @@ class ProfileCapture:
     archive_bytes: int
     note: Optional[str] = None
     """Why there is no archive or no trace (over the size cap, the server refused, nothing written in time)."""
-    summary: Optional["ProfileSummary"] = None
+    summary: Optional[ProfileSummary] = None
     """The traces' top kernels (summarised on the node: a trace over the archive cap is still summarised)."""
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cluster.analysis.kernel_profile import ProfileSummary, KernelTime, kernel_profile_rows
+from cluster.analysis.kernel_profile import kernel_profile_rows
+from cluster.kernel.profile_summary import ProfileSummary, KernelTime
 from cluster.analysis.report import build_report
 from cluster.dataset.store import DatasetStore
 from cluster.plan.runs import make_plan
