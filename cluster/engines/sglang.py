@@ -26,6 +26,7 @@ from cluster.engines.sglang_server_info import server_info_summary as server_inf
 from cluster.engines.server_env import SPEC_V2_ENV
 from cluster.engines.streams import OpenAIStreamParser, SGLangNativeParser
 from cluster.errors import UserError
+from cluster.kernel.gate import GateOutput
 from cluster.kernel.runs import ResolvedVariant
 from cluster.config.server import ArgValue, EngineLauncher
 from cluster.version import SGLANG_RELEASE
@@ -320,7 +321,7 @@ class SGLangEngine(Engine):
         body = {"text": text, "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0.0}, "stream": False}
         return HttpRequest("/generate", json.dumps(body).encode())
 
-    def parse_gate_response(self, doc: Any) -> dict[str, Any]:
+    def parse_gate_response(self, doc: Any) -> GateOutput:
         """Typed reads of a non-streaming /generate answer: a field of the wrong type is a MalformedAnswerError."""
         w = "the /generate answer"
         if isinstance(doc, list):  # a batch answer: the gate sends one prompt
@@ -330,9 +331,10 @@ class SGLangEngine(Engine):
         d = as_object(doc, w, null_ok=False)
         mi = object_field(d, "meta_info", w)
         fr, _ = finish_field(mi, "finish_reason", f"{w}.meta_info")
-        return {"text": str_field(d, "text", w) or "", "token_ids": ids_field(d, "output_ids", w),
-                "completion_tokens": count_field(mi, "completion_tokens", f"{w}.meta_info"),
-                "finish_reason": fr, "spec_verify_ct": count_field(mi, "spec_verify_ct", f"{w}.meta_info")}
+        ids = ids_field(d, "output_ids", w)
+        return GateOutput(text=str_field(d, "text", w) or "", token_ids=tuple(ids) if ids else None,
+                          completion_tokens=count_field(mi, "completion_tokens", f"{w}.meta_info"),
+                          finish_reason=fr, spec_verify_ct=count_field(mi, "spec_verify_ct", f"{w}.meta_info"))
 
     def new_parser(self, api: str, keep_text: bool = False) -> StreamParser:
         return SGLangNativeParser(keep_text) if api == "native" else OpenAIStreamParser(keep_text)

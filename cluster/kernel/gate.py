@@ -55,6 +55,9 @@ class GateOutput:
     completion_tokens: Optional[int] = None
     finish_reason: Optional[str] = None
     error: Optional[str] = None
+    """Why no answer came (a refused call, a timeout, a malformed body): the answer is then empty."""
+    spec_verify_ct: Optional[int] = None
+    """Verify steps the server reported for the answer (SGLang's meta_info): the gate's acceptance length."""
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field, replace
-from typing import Any, Optional
+from typing import Mapping, Optional
 
 import aiohttp
 import pyarrow as pa
 
-from cluster.kernel.gate import GATE_PROMPTS, PHASE_ALONE, GateOutput
+from cluster.kernel.gate import GATE_PROMPTS, PHASE_ALONE, GateOutput, degeneracy
 from cluster.kernel.window_figures import acceptance
 from cluster.engines.answer_fields import MalformedAnswerError, decode_json
 from cluster.engines.base import Engine
@@ -30,10 +30,11 @@ async def _read_bounded(resp: aiohttp.ClientResponse, where: str) -> bytes:
     return b"".join(chunks)
 
 
-async def _ask(session: aiohttp.ClientSession, engine: Engine, base_url: str, text: str, max_tokens: int,
-               model_name: str, timeout_s: float) -> dict[str, Any]:
-    """One prompt's answer, or {"error": what happened}: the whole call (connect, headers, body) within `timeout_s`,
-    the body within MAX_ANSWER_BYTES, its fields typed (a malformed answer is that prompt's error, never a raise)."""
+async def ask_greedy(session: aiohttp.ClientSession, engine: Engine, base_url: str, text: str, max_tokens: int,
+                     model_name: str, timeout_s: float) -> GateOutput:
+    """One prompt's greedy answer, or an empty one whose `error` says what happened: the whole call (connect,
+    headers, body) within `timeout_s`, the body within MAX_ANSWER_BYTES, its fields typed (a malformed answer is that
+    prompt's error, never a raise)."""
     req = engine.gate_request(text, max_tokens, model_name)
     where = f"POST {base_url}{req.path}"
     try:
@@ -41,14 +42,18 @@ async def _ask(session: aiohttp.ClientSession, engine: Engine, base_url: str, te
                                 timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
             raw = await _read_bounded(resp, where)
             if resp.status != 200:
-                return {"error": f"HTTP {resp.status}: {raw[:200]!r}"}
+                return _failed(f"HTTP {resp.status}: {raw[:200]!r}")
             return engine.parse_gate_response(decode_json(raw, f"{where}: the answer's body"))
     except asyncio.TimeoutError:
-        return {"error": f"{where}: timed out after {timeout_s:g} s (the call's whole deadline)"}
+        return _failed(f"{where}: timed out after {timeout_s:g} s (the call's whole deadline)")
     except MalformedAnswerError as e:
-        return {"error": f"malformed answer: {e}"}
+        return _failed(f"malformed answer: {e}")
     except (aiohttp.ClientError, OSError, ValueError) as e:  # refused, reset, bad status line, truncated body
-        return {"error": f"{where}: {type(e).__name__}: {e}"}
+        return _failed(f"{where}: {type(e).__name__}: {e}")
+
+
+def _failed(error: str) -> GateOutput:
+    return GateOutput(text="", error=error)
 
 
 @dataclass(frozen=True)
@@ -65,8 +70,6 @@ class GateAnswers:
 
     def loaded_problems(self) -> list[str]:
         """One line per prompt whose answer under load is garbage while the batch was mixed (PR #20047's case)."""
-        from cluster.kernel.gate import degeneracy
-
         out = []
         for pid, o in self.loaded.items():
             why = degeneracy(o)
@@ -78,7 +81,7 @@ class GateAnswers:
     @classmethod
     def failed(cls, error: str) -> "GateAnswers":
         """No answers at all (the load actor asking them failed)."""
-        return cls({"_": GateOutput(text="", error=error)}, None)
+        return cls({"_": _failed(error)}, None)
 
 
 def _budget(prompt_max_tokens: int, cap: Optional[int]) -> int:
@@ -87,13 +90,13 @@ def _budget(prompt_max_tokens: int, cap: Optional[int]) -> int:
 
 
 async def collect_gate_outputs(engine: Engine, base_url: str, model_name: str,
-                               timeout_s: float = 120.0, cap: Optional[int] = None) -> dict[str, dict[str, Any]]:
-    """prompt_id → {text, token_ids, completion_tokens, finish_reason, spec_verify_ct, error?}, one at a time."""
-    out: dict[str, dict[str, Any]] = {}
+                               timeout_s: float = 120.0, cap: Optional[int] = None) -> dict[str, GateOutput]:
+    """prompt_id → its answer (or its error), one prompt at a time."""
+    out: dict[str, GateOutput] = {}
     async with aiohttp.ClientSession(headers=engine.headers) as session:
         for p in GATE_PROMPTS:
-            out[p.prompt_id] = await _ask(session, engine, base_url, p.text, _budget(p.max_tokens, cap), model_name,
-                                          timeout_s)
+            out[p.prompt_id] = await ask_greedy(session, engine, base_url, p.text, _budget(p.max_tokens, cap),
+                                                model_name, timeout_s)
     return out
 
 
@@ -104,7 +107,7 @@ FILLER_TOKENS = 48
 
 async def collect_gate_outputs_under_load(engine: Engine, base_url: str, model_name: str, filler: int,
                                           timeout_s: float = 120.0, cap: Optional[int] = None
-                                          ) -> dict[str, dict[str, Any]]:
+                                          ) -> dict[str, GateOutput]:
     """Every gate prompt at once while `filler` other requests keep the batch full (the variant's highest offered
     concurrency less the gate prompts): FlashInfer CUTLASS FP4 produced NaN rows only in mixed batches, within a
     few rounds of 64 concurrent requests, while the same prompt alone was clean (sglang PR #20047)."""
@@ -112,13 +115,14 @@ async def collect_gate_outputs_under_load(engine: Engine, base_url: str, model_n
     async with aiohttp.ClientSession(headers=engine.headers) as session:
         async def fill() -> None:
             while not stop.is_set():
-                await _ask(session, engine, base_url, FILLER_PROMPT, FILLER_TOKENS, model_name, timeout_s)
+                await ask_greedy(session, engine, base_url, FILLER_PROMPT, FILLER_TOKENS, model_name, timeout_s)
 
         fillers = [asyncio.create_task(fill()) for _ in range(max(0, filler))]
         try:
             await asyncio.sleep(0)  # let the fillers send first, so the gate prompts join a running batch
-            answers = await asyncio.gather(*(_ask(session, engine, base_url, p.text, _budget(p.max_tokens, cap),
-                                                  model_name, timeout_s) for p in GATE_PROMPTS))
+            answers = await asyncio.gather(*(ask_greedy(session, engine, base_url, p.text,
+                                                        _budget(p.max_tokens, cap), model_name, timeout_s)
+                                             for p in GATE_PROMPTS))
         finally:
             stop.set()
             for t in fillers:
@@ -130,35 +134,22 @@ async def collect_gate_outputs_under_load(engine: Engine, base_url: str, model_n
 async def collect_gate_answers(engine: Engine, base_url: str, model_name: str,
                                timeout_s: float = 120.0, filler: Optional[int] = None,
                                cap: Optional[int] = None) -> GateAnswers:
-    """Ask every gate prompt (one at a time) and type the engine's parsed answers; with `filler` (≥ 0), ask them
+    """Ask every gate prompt (one at a time) and keep the engine's typed answers; with `filler` (≥ 0), ask them
     again all at once inside that much filler load (GateAnswers.loaded). `cap` lowers every prompt's budget
     (`correctness.max_new_tokens`)."""
-    raw = await collect_gate_outputs(engine, base_url, model_name, timeout_s, cap)
-    answers = GateAnswers(to_gate_outputs(raw), gate_accept_length(raw))
+    outputs = await collect_gate_outputs(engine, base_url, model_name, timeout_s, cap)
+    answers = GateAnswers(outputs, gate_accept_length(outputs))
     if filler is None:
         return answers
     loaded = await collect_gate_outputs_under_load(engine, base_url, model_name, filler, timeout_s, cap)
-    return replace(answers, loaded=to_gate_outputs(loaded), filler=filler)
+    return replace(answers, loaded=loaded, filler=filler)
 
 
-def to_gate_outputs(raw: dict[str, dict[str, Any]]) -> dict[str, GateOutput]:
-    return {
-        pid: GateOutput(
-            text=str(r.get("text") or ""),
-            token_ids=tuple(r["token_ids"]) if r.get("token_ids") else None,
-            completion_tokens=r.get("completion_tokens"),
-            finish_reason=r.get("finish_reason"),
-            error=r.get("error"),
-        )
-        for pid, r in raw.items()
-    }
-
-
-def gate_accept_length(raw: dict[str, dict[str, Any]]) -> float | None:
-    """Σ(completion_tokens − 1)/Σspec_verify_ct over the gate answers: request_metrics.acceptance, the run metric's
-    one definition, over the answers that carry both counts; None with fewer than 8 verify steps to judge."""
-    ct = [(r.get("completion_tokens"), r.get("spec_verify_ct")) for r in raw.values()]
-    pairs = [(c, v) for c, v in ct if isinstance(c, int) and isinstance(v, int)]
+def gate_accept_length(outputs: Mapping[str, GateOutput]) -> Optional[float]:
+    """Σ(completion_tokens − 1)/Σspec_verify_ct over the gate answers: kernel.window_figures.acceptance, the run
+    metric's one definition, over the answers that carry both counts; None with fewer than 8 verify steps to judge."""
+    pairs = [(o.completion_tokens, o.spec_verify_ct) for o in outputs.values()
+             if o.completion_tokens is not None and o.spec_verify_ct is not None]
     acc = acceptance([c for c, _ in pairs], [v for _, v in pairs])
     if acc.verify_steps < 8:
         return None  # too few verify steps to judge

@@ -249,6 +249,7 @@ def test_every_consumer_gives_the_same_per_request_numbers(tmp_path: Path) -> No
     from cluster.analysis.comparison import request_arrays
     from cluster.analysis.query import compare_from_requests, query
     from cluster.analysis.request_metrics import ACCEPT_LENGTH_SQL
+    from cluster.kernel.gate import GateOutput
     from cluster.loadgen.gate import gate_accept_length
 
     root = str(tmp_path)
@@ -286,8 +287,8 @@ def test_every_consumer_gives_the_same_per_request_numbers(tmp_path: Path) -> No
     cmp = compare_from_requests(root, "one").iloc[0]
     assert (cmp["ttft_ms_p50"], cmp["tpot_ms_mean"], cmp["output_tok_s"]) == (10.0, 10.0, m["output_tok_s"])
     # the correctness gate's acceptance: the same counts as gate answers give the same figure
-    raw = {str(r.request_index): {"completion_tokens": r.completion_tokens, "spec_verify_ct": r.spec_verify_ct}
-           for r in recs if r.ok}
+    raw = {str(r.request_index): GateOutput(text="", completion_tokens=r.completion_tokens,
+                                            spec_verify_ct=r.spec_verify_ct) for r in recs if r.ok}
     assert gate_accept_length(raw) == m["accept_length"] == 0.75
 
 

@@ -14,6 +14,7 @@ from cluster.engines.base import Engine
 from cluster.engines.sglang import SGLangEngine
 from cluster.engines.streams import OpenAIStreamParser, SGLangNativeParser
 from cluster.engines.vllm import VLLMEngine
+from cluster.kernel.gate import GateOutput
 
 FIN = {"type": "length", "length": 4}
 
@@ -143,8 +144,10 @@ def test_a_gate_answer_of_the_wrong_type_is_malformed(engine: Engine, doc: Any, 
 def test_well_typed_gate_answers_still_parse() -> None:
     got = SGLangEngine().parse_gate_response([{"text": "ok", "output_ids": [5, 6], "meta_info": {
         "completion_tokens": 2, "finish_reason": {"type": "stop"}, "spec_verify_ct": 1}}])
-    assert got == {"text": "ok", "token_ids": [5, 6], "completion_tokens": 2, "finish_reason": "stop",
-                   "spec_verify_ct": 1}
+    assert got == GateOutput(text="ok", token_ids=(5, 6), completion_tokens=2, finish_reason="stop", spec_verify_ct=1)
     got = VLLMEngine().parse_gate_response({"choices": [{"text": "ok", "finish_reason": "length"}],
                                             "usage": {"completion_tokens": 2}})
-    assert got["completion_tokens"] == 2 and got["finish_reason"] == "length"
+    assert got == GateOutput(text="ok", completion_tokens=2, finish_reason="length")
+    # an empty id list is no ids (the prefix rule then compares words)
+    got = SGLangEngine().parse_gate_response({"text": "ok", "output_ids": [], "meta_info": {}})
+    assert got.token_ids is None and got.error is None
