@@ -120,6 +120,19 @@ def count_field(doc: Mapping[str, Any], key: str, where: str) -> Optional[int]:
                f"a count of at most {MAX_COUNT}", v)
 
 
+def counts_field(doc: Mapping[str, Any], key: str, where: str) -> Optional[list[int]]:
+    """A list of counts, each as count_field takes it (SGLang's spec_correct_drafts_histogram: verify steps by the
+    drafts they accepted); None when absent, null or empty (SGLang's OpenAI details send [] for none)."""
+    v = list_field(doc, key, where)
+    if not v:
+        return None
+    for i, x in enumerate(v):
+        if type(x) is not int or not 0 <= x <= MAX_COUNT:
+            raise _bad(f"{where}.{key}[{i}]", "a non-negative integer" if type(x) is not int or x < 0 else
+                       f"a count of at most {MAX_COUNT}", x)
+    return list(v)
+
+
 def number_field(doc: Mapping[str, Any], key: str, where: str) -> Optional[float]:
     """A finite non-negative number (a latency, an acceptance length); None when absent or null."""
     v = _field(doc, key, where, _is_number, "a finite non-negative number")
@@ -166,5 +179,5 @@ def finish_field(doc: Mapping[str, Any], key: str, where: str) -> tuple[Optional
     return kind, (why or "aborted") if kind == "abort" else None
 
 
-__all__ = ["MAX_COUNT", "MalformedAnswerError", "as_object", "count_field", "decode_json", "finish_field", "ids_field",
-           "list_field", "number_field", "object_field", "shown", "str_field"]
+__all__ = ["MAX_COUNT", "MalformedAnswerError", "as_object", "count_field", "counts_field", "decode_json",
+           "finish_field", "ids_field", "list_field", "number_field", "object_field", "shown", "str_field"]

@@ -6,8 +6,8 @@ import json
 from abc import abstractmethod
 from typing import Any, Mapping, Optional
 
-from cluster.engines.answer_fields import (MalformedAnswerError, as_object, count_field, finish_field, ids_field,
-                                           list_field, number_field, object_field, shown, str_field)
+from cluster.engines.answer_fields import (MalformedAnswerError, as_object, count_field, counts_field, finish_field,
+                                           ids_field, list_field, number_field, object_field, shown, str_field)
 from cluster.engines.base import RequestMeta, StreamParser
 
 _CT = b'"completion_tokens":'
@@ -124,6 +124,7 @@ class SGLangNativeParser(_TypedChunks):
         rid = str_field(mi, "id", w)
         if fr is not None:
             verify, accept = count_field(mi, "spec_verify_ct", w), number_field(mi, "spec_accept_length", w)
+            hist = counts_field(mi, "spec_correct_drafts_histogram", w)
             e2e = number_field(mi, "e2e_latency", w)
         delta = max(0, ct - self._ct)
         self._ct = max(ct, self._ct)
@@ -142,6 +143,7 @@ class SGLangNativeParser(_TypedChunks):
             m.finish_reason = fr
             m.spec_verify_ct = m.spec_verify_ct if verify is None else verify
             m.spec_accept_length_server = m.spec_accept_length_server if accept is None else accept
+            m.spec_correct_drafts_histogram = m.spec_correct_drafts_histogram if hist is None else hist
             m.server_e2e_s = m.server_e2e_s if e2e is None else e2e
             if abort is not None:
                 m.error = abort
@@ -236,6 +238,7 @@ class OpenAIStreamParser(_TypedChunks):
         details = object_field(object_field(obj, "sglext", "chunk"), "spec_tokens_details", "chunk.sglext")
         verify = count_field(details, "spec_verify_ct", "chunk.sglext.spec_tokens_details")
         accept = number_field(details, "spec_accept_length", "chunk.sglext.spec_tokens_details")
+        hist = counts_field(details, "spec_correct_drafts_histogram", "chunk.sglext.spec_tokens_details")
         m = self._meta
         m.request_id = m.request_id if rid is None else rid
         if finish is not None:
@@ -244,6 +247,7 @@ class OpenAIStreamParser(_TypedChunks):
             self._parts.append(content)
         m.spec_verify_ct = m.spec_verify_ct if verify is None else verify
         m.spec_accept_length_server = m.spec_accept_length_server if accept is None else accept
+        m.spec_correct_drafts_histogram = m.spec_correct_drafts_histogram if hist is None else hist
         delta = 0
         if ct is not None:
             m.prompt_tokens = m.prompt_tokens if prompt is None else prompt

@@ -50,9 +50,11 @@ REQUEST_FIELDS = [
     pa.field("turn", pa.int32()),
     pa.field("source_row", pa.int32()),
     pa.field("prompt_fingerprint", pa.int64()),
+    pa.field("spec_correct_drafts_histogram", pa.list_(pa.int32())),
 ]
-"""Scalar per-request columns (the `requests` table, after KEY_FIELDS). `source_row` and `prompt_fingerprint` came
-last (the workload audit): a dataset written before them reads them as nulls."""
+"""Per-request columns (the `requests` table, after KEY_FIELDS). `source_row` and `prompt_fingerprint` came
+last (the workload audit), then `spec_correct_drafts_histogram` (acceptance per draft position): a dataset written
+before them reads them as nulls."""
 
 CHUNK_FIELDS = [
     pa.field("request_index", pa.int32(), nullable=False),
@@ -138,6 +140,8 @@ class RequestRecord:
     """The row of its prompt source the prompt came from (Prompt.source_row); None when the source has none."""
     prompt_fingerprint: Optional[int] = None
     """blake2b-64 of what was sent (token ids, else text; cluster/loadgen/selection.py); None when not sent."""
+    spec_correct_drafts_histogram: Optional[list[int]] = None
+    """The server's verify steps by drafts accepted (RequestMeta's field); None when the server sent none."""
 
     @property
     def ok(self) -> bool:

@@ -90,6 +90,7 @@ def _apply_meta(parser: StreamParser, rec: RequestRecord) -> None:
     rec.completion_tokens = meta.completion_tokens
     rec.cached_tokens = meta.cached_tokens
     rec.spec_verify_ct = meta.spec_verify_ct
+    rec.spec_correct_drafts_histogram = meta.spec_correct_drafts_histogram
     rec.finish_reason = meta.finish_reason
     if rec.error is not None:
         return
