@@ -27,6 +27,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Union
 
+from cluster.kernel.gate import GateOutput
 from cluster.kernel.runs import ResolvedVariant
 from cluster.config.server import EngineLauncher
 from cluster.config.secrets import redact_argv, redact_env
@@ -271,18 +272,18 @@ class Engine(ABC):
         body = {"model": model_name, "prompt": text, "max_tokens": max_tokens, "temperature": 0.0, "stream": False}
         return HttpRequest("/v1/completions", json.dumps(body).encode())
 
-    def parse_gate_response(self, doc: Any) -> dict[str, Any]:
-        """text, token_ids (or None), completion_tokens, finish_reason, spec_verify_ct from a gate response; a field
-        of the wrong type is a MalformedAnswerError (engines/answer_fields.py)."""
+    def parse_gate_response(self, doc: Any) -> GateOutput:
+        """A gate response's text, completion_tokens and finish_reason (no ids, no verify steps: OpenAI completions
+        carry neither); a field of the wrong type is a MalformedAnswerError (engines/answer_fields.py)."""
         from cluster.engines.answer_fields import as_object, count_field, list_field, object_field, str_field
 
         w = "the /v1/completions answer"
         d = as_object(doc, w, null_ok=False)
         choice = as_object((list_field(d, "choices", w) or [{}])[0], f"{w}.choices[0]", null_ok=False)
         usage = object_field(d, "usage", w)
-        return {"text": str_field(choice, "text", f"{w}.choices[0]") or "", "token_ids": None,
-                "completion_tokens": count_field(usage, "completion_tokens", f"{w}.usage"),
-                "finish_reason": str_field(choice, "finish_reason", f"{w}.choices[0]"), "spec_verify_ct": None}
+        return GateOutput(text=str_field(choice, "text", f"{w}.choices[0]") or "",
+                          completion_tokens=count_field(usage, "completion_tokens", f"{w}.usage"),
+                          finish_reason=str_field(choice, "finish_reason", f"{w}.choices[0]"))
 
     def parse_info(self, name: str, doc: Any) -> Any:
         """An info document as polled (`info_paths()[name]`), the fields sglbench reads from it type-checked: a
