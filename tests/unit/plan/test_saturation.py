@@ -1,0 +1,53 @@
+"""The over-saturation predicate on hand-built sweeps whose growth figures are worked out in the comments."""
+
+from __future__ import annotations
+
+import math
+
+from cluster.plan.saturation import SweepPoint, first_saturated, saturation, sweep_saturation
+
+# a closed-loop sweep of a server that runs at most 4 requests at once
+SWEEP = [
+    SweepPoint(1, 70.0, 20.0, 1.0),
+    SweepPoint(2, 138.0, 22.0, 2.0),    # load +100 %, tok/s +97 %: still growing
+    SweepPoint(4, 270.0, 25.0, 4.0),    # load +100 %, tok/s +96 %: still growing
+    SweepPoint(8, 280.0, 120.0, 8.0),   # load +100 %, tok/s +3.7 % < 25 %, TTFT +380 %, in flight +100 %: saturated
+    SweepPoint(16, 281.0, 360.0, 15.9),  # load +100 %, tok/s +0.4 %, TTFT +200 %, in flight +99 %: saturated
+]
+
+
+def test_the_knee_and_above_are_saturated_with_every_figure_named() -> None:
+    marks = sweep_saturation(SWEEP)
+    assert marks[:3] == [None, None, None]
+    assert marks[3] == ("saturated past 4: load +100%, output tok/s +4% (< 25% of the load's growth), TTFT p50 "
+                        "+380% (>= +50%), in flight +100% (>= +10%)")
+    assert marks[4] is not None and marks[4].startswith("saturated past 8: load +100%, output tok/s +0%")
+    assert first_saturated(SWEEP) == (8, marks[3])
+
+
+def test_order_of_the_points_does_not_matter() -> None:
+    shuffled = [SWEEP[4], SWEEP[0], SWEEP[3], SWEEP[2], SWEEP[1]]
+    assert [m is not None for m in sweep_saturation(shuffled)] == [True, False, True, False, False]
+
+
+def test_each_figure_is_needed() -> None:
+    lo = SweepPoint(4, 270.0, 25.0, 4.0)
+    # throughput still grows: +50 % for +100 % load is above 25 % of it
+    assert saturation(lo, SweepPoint(8, 405.0, 120.0, 8.0)) is None
+    # throughput flat but TTFT only +40 % (< 50 %): e.g. the client, not the server's queue, held it back
+    assert saturation(lo, SweepPoint(8, 280.0, 35.0, 8.0)) is None
+    # throughput flat and TTFT up, but in flight +5 % (< 10 %): nothing more is waiting
+    assert saturation(lo, SweepPoint(8, 280.0, 120.0, 4.2)) is None
+    # a smaller load step needs proportionally less growth: load +25 %, tok/s +5 % < 6.25 %, TTFT +60 %, in flight +25 %
+    assert saturation(lo, SweepPoint(5, 283.5, 40.0, 5.0)) is not None
+    # the same +5 % of tok/s on a +10 % load step is above 2.5 %: still growing
+    assert saturation(lo, SweepPoint(4.4, 283.5, 40.0, 5.0)) is None
+
+
+def test_a_missing_figure_or_no_load_growth_is_not_judged() -> None:
+    lo = SweepPoint(4, 270.0, 25.0, 4.0)
+    assert saturation(lo, SweepPoint(8, None, 120.0, 8.0)) is None
+    assert saturation(lo, SweepPoint(8, 280.0, math.nan, 8.0)) is None
+    assert saturation(lo, SweepPoint(4, 280.0, 120.0, 8.0)) is None
+    assert saturation(SweepPoint(8, 280.0, 120.0, 8.0), lo) is None
+    assert first_saturated([lo]) is None
