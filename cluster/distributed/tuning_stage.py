@@ -28,9 +28,10 @@ from cluster.errors import EnvironmentFault
 from cluster.sim.tuning import sim_gpu_facts, sim_model_config
 from cluster.kernel.runs import ResolvedVariant
 from cluster.config.experiment import ExperimentSpec
-from cluster.tuning.stage import (ARTIFACT_KINDS, GpuFacts, TuningError, artifact_key, autotune_extend,
-                                  autotune_run_variant, autotune_warmup_requests, load_model_config, merge_moe_configs,
-                                  moe_shape, split_batch_sizes, triton_moe_options, tuning_options_check)
+from cluster.tuning.stage import (ARTIFACT_KINDS, artifact_key, autotune_extend, autotune_run_variant,
+                                  autotune_warmup_requests, merge_moe_configs, split_batch_sizes, triton_moe_options,
+                                  tuning_options_check)
+from cluster.engines.sglang_tuning import GpuFacts, TuningError, load_model_config, moe_shape
 from cluster.tuning.artifacts import ArtifactStore, TuningArtifact
 from cluster.tuning.moe_search import tune_batch_sizes
 

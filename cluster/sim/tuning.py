@@ -15,7 +15,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, Union
 
 from cluster.engines import sglang_tuning as sgt
 from cluster.config.sim_knobs import Knobs
@@ -102,9 +102,7 @@ def valid_autotune_cache(args: Mapping[str, Any], cache_root: str, k: SimTuningK
 
 
 def moe_config_path(config_root: str, k: SimTuningKnobs, tp: int) -> Path:
-    from cluster.tuning.stage import moe_shape
-
-    shape = moe_shape(sim_model_config(k), tp, 1, k.moe_dtype)
+    shape = sgt.moe_shape(sim_model_config(k), tp, 1, k.moe_dtype)
     return Path(config_root) / sgt.moe_config_relpath(k.triton_version, shape.file_name(k.gpu_name))
 
 
@@ -168,11 +166,9 @@ def startup_effect(args: Mapping[str, Any], env: Mapping[str, str], k: SimTuning
     return eff
 
 
-def sim_gpu_facts(raw: Union[Knobs, Mapping[str, Any], None], gpu_count: int = 0) -> Any:
+def sim_gpu_facts(raw: Union[Knobs, Mapping[str, Any], None], gpu_count: int = 0) -> sgt.GpuFacts:
     """GpuFacts of the simulated GPU described by a variant's sim knobs (for artifact keys)."""
-    from cluster.tuning.stage import GpuFacts
-
     k, _ = split_knobs(raw)
-    return GpuFacts(gpu_name=k.gpu_name, compute_capability=k.compute_capability, driver_version=k.driver_version,
+    return sgt.GpuFacts(gpu_name=k.gpu_name, compute_capability=k.compute_capability, driver_version=k.driver_version,
                     gpu_count=gpu_count, sglang_version=SIM_SGLANG_VERSION, flashinfer_version=k.flashinfer_version,
                     triton_version=k.triton_version)

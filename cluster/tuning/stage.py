@@ -1,4 +1,5 @@
-"""The GEMM tuning stage, pure part: kinds, reuse keys, MoE shapes, NVFP4 refusal, back-end sweeps, launch env/args.
+"""The GEMM tuning stage, pure part: kinds, reuse keys, batch-size split and merge, back-end checks, launch env/args
+(the MoE shape, NVFP4 refusal and GPU facts it shares with the simulator: cluster/engines/sglang_tuning.py).
 
 Kinds (a variant's `tuning: {kind, options}`), named for what they really tune (reference
 checkpoints-tuning-limits.md §3.4):
@@ -18,22 +19,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from cluster.engines import sglang_tuning as sgt
-from cluster.errors import UserError
+from cluster.engines.sglang_tuning import GpuFacts, TuningError
 from cluster.kernel.runs import ResolvedVariant
-from cluster.probe.config import load_json_object
-from cluster.probe.files import CheckpointError
 from cluster.config.tuning import (TUNING_MODELS, BackendSweepTuning, FlashinferAutotuneTuning, TritonMoeOptions,
                                    TritonMoeTuning)
 from cluster.config.server import ArgValue
 from cluster.tuning.artifacts import TuningArtifact
 
 KINDS = tuple(k for k in TUNING_MODELS if k != "none")
-"""The tuning kinds, declared once (each kind's options are its model in cluster/config/models.py)."""
+"""The tuning kinds, declared once (each kind's options are its model in cluster/config/tuning.py)."""
 ARTIFACT_KINDS = ("flashinfer_autotune", "triton_moe")
 """The kinds that produce an artifact (a tuning job before the variant's runs); backend_sweep only expands."""
 assert set(ARTIFACT_KINDS) <= set(KINDS)
@@ -43,39 +40,9 @@ PENDING_ARTIFACT = "<tuning artifact: made at run time>"
 """Placeholder path shown by `sglbench plan` before the tuning stage has produced the artifact."""
 
 
-class TuningError(UserError):
-    """A tuning request that cannot be honoured (one line naming the variant, the field and the reason)."""
-
-
-@dataclass(frozen=True)
-class GpuFacts:
-    """What a tuning artifact depends on besides the server args (SGLang rejects a FlashInfer cache on mismatch)."""
-
-    gpu_name: str
-    compute_capability: str = ""
-    driver_version: str = ""
-    gpu_count: int = 0
-    sglang_version: str = ""
-    flashinfer_version: str = ""
-    triton_version: str = ""
-    torch_version: str = ""
-    cuda_version: str = ""
-
-    @property
-    def sm(self) -> str:
-        return sgt.sm_tag(self.compute_capability) if self.compute_capability else "sm?"
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-def _canon_args(args: Mapping[str, ArgValue]) -> dict[str, ArgValue]:
-    return {k.replace("_", "-"): v for k, v in args.items()}
-
-
 def backend_args(variant: ResolvedVariant) -> dict[str, Any]:
     """The variant's kernel-choosing server args (back ends, quantization, dtypes, parallelism), normalised."""
-    args = _canon_args(variant.args)
+    args = sgt.canonical_args(variant.args)
     out: dict[str, Any] = {k: args[k] for k in sgt.BACKEND_FLAGS if k in args and args[k] not in (None, False)}
     if variant.speculative is not None:
         out["speculative-algorithm"] = variant.speculative.algorithm
@@ -105,96 +72,7 @@ def artifact_key(kind: str, variant: ResolvedVariant, facts: GpuFacts, extra: Op
     return normalised
 
 
-# ------------------------------------------------------------------------------------------- triton_moe shapes
-@dataclass(frozen=True)
-class MoeShape:
-    """One fused-MoE GEMM problem as SGLang's tuner sees it (per TP/EP shard)."""
-
-    num_experts: int
-    shard_n: int
-    """`N` in the file name: moe_intermediate_size / (tp / ep)."""
-    hidden_size: int
-    top_k: int
-    dtype: str = "auto"
-
-    def file_name(self, device_name: str) -> str:
-        return sgt.moe_config_file_name(self.num_experts, self.shard_n, device_name, self.dtype)
-
-
-def load_model_config(path: str) -> dict[str, Any]:
-    """A checkpoint's config.json (path to the file or its directory); TuningError naming the file when unreadable."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / "config.json"
-    try:  # the checkpoint boundary: bounded, regular files only (a FIFO cannot hang it), depth and digit limits
-        return load_json_object(str(p))
-    except CheckpointError as e:
-        raise TuningError(f"{e}; set tuning.options.model_config to a directory holding the BF16 base config.json",
-                          file=e.file, field=e.field, expected=e.expected) from None
-
-
-def _text_config(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
-    tc = cfg.get("text_config")
-    return tc if isinstance(tc, Mapping) else cfg
-
-
-def nvfp4_reason(cfg: Mapping[str, Any], args: Mapping[str, ArgValue], dtype: str) -> Optional[str]:
-    """Why the Triton fused-MoE tuner does not apply (an NVFP4 MoE), or None."""
-    quant = str(_canon_args(args).get("quantization") or "")
-    if "fp4" in quant.lower():
-        return f"--quantization {quant}"
-    if "fp4" in dtype.lower():
-        return f"dtype {dtype}"
-    for qc in (cfg.get("quantization_config"), _text_config(cfg).get("quantization_config")):
-        if not isinstance(qc, Mapping):
-            continue
-        algo = str(qc.get("quant_algo") or qc.get("quant_method") or "")
-        if "fp4" in algo.lower():
-            return f"quantization_config {algo}"
-        groups = qc.get("config_groups")
-        if isinstance(groups, Mapping):
-            for g in groups.values():
-                w = g.get("weights") if isinstance(g, Mapping) else None
-                if isinstance(w, Mapping) and w.get("num_bits") == 4 and w.get("type") == "float":
-                    return "quantization_config.config_groups with 4-bit float weights (NVFP4)"
-    return None
-
-
-def moe_shape(cfg: Mapping[str, Any], tp: int, ep: int = 1, dtype: str = "auto",
-              args: Optional[Mapping[str, ArgValue]] = None, where: str = "tuning") -> MoeShape:
-    """SGLang tuner's shape for Qwen3-MoE/Qwen3-Next/Qwen3.5-MoE: E = experts/ep, N = moe_intermediate/(tp/ep).
-
-    Raises TuningError for an NVFP4 MoE: the Triton fused-MoE kernel has no NVFP4 path (those experts run on
-    FlashInfer/CUTLASS, tuned by `flashinfer_autotune`).
-    """
-    if dtype not in sgt.TRITON_MOE_DTYPES:
-        reason = nvfp4_reason({}, {}, dtype)
-        if reason:
-            raise TuningError(f"{where}: triton_moe does not apply to an NVFP4 MoE ({reason}): SGLang's Triton "
-                              "fused-MoE tuner has no NVFP4 dtype; use kind flashinfer_autotune or backend_sweep")
-        raise TuningError(f"{where}: options.dtype {dtype!r} is not a Triton MoE dtype (expected one of "
-                          f"{', '.join(sgt.TRITON_MOE_DTYPES)})")
-    reason = nvfp4_reason(cfg, args or {}, dtype)
-    if reason:
-        raise TuningError(f"{where}: triton_moe does not apply to an NVFP4 MoE ({reason}): SGLang's Triton fused-MoE "
-                          "tuner has no NVFP4 dtype and ModelOpt NVFP4 experts run on FlashInfer/CUTLASS; use kind "
-                          "flashinfer_autotune or backend_sweep (to tune the BF16 MTP draft MoE instead, point "
-                          "options.model_config at the BF16 base config.json)")
-    tc = _text_config(cfg)
-    try:
-        experts = int(tc["num_experts"])
-        inter = int(tc["moe_intermediate_size"])
-        hidden = int(tc["hidden_size"])
-        top_k = int(tc.get("num_experts_per_tok", 1))
-    except (KeyError, TypeError, ValueError):
-        raise TuningError(f"{where}: the model config lacks num_experts/moe_intermediate_size/hidden_size "
-                          "(expected a MoE config such as Qwen3.5-MoE's text_config)") from None
-    if ep < 1 or tp % ep or experts % ep or inter % (tp // ep):
-        raise TuningError(f"{where}: tp {tp} / ep {ep} do not divide experts {experts} and "
-                          f"moe_intermediate_size {inter} evenly")
-    return MoeShape(experts // ep, inter // (tp // ep), hidden, top_k, dtype)
-
-
+# ------------------------------------------------------------------------------------------- triton_moe batch sizes
 def split_batch_sizes(batch_sizes: list[int], gpus: int) -> list[list[int]]:
     """Round-robin over at most `gpus` workers (as SGLang's tuner spreads batch sizes over its Ray workers)."""
     n = max(1, min(gpus, len(batch_sizes)))

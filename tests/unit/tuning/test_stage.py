@@ -13,8 +13,9 @@ from cluster.sim import tuning as st
 from cluster.plan.runs import expand_backend_sweep, expand_variants
 from cluster.config.tuning import BackendSweepTuning
 from cluster.config.loader import load_spec, parse_spec_text
-from cluster.tuning.stage import (GpuFacts, TuningError, artifact_key, merge_moe_configs, moe_shape, split_batch_sizes,
-                                  tuning_env_and_args, tuning_options_check)
+from cluster.tuning.stage import (artifact_key, merge_moe_configs, split_batch_sizes, tuning_env_and_args,
+                                  tuning_options_check)
+from cluster.engines.sglang_tuning import GpuFacts, TuningError, moe_shape
 from cluster.tuning.artifacts import ArtifactStore, content_hash, key_id
 from cluster.tuning.moe_search import simulated_search
 
