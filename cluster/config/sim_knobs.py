@@ -97,6 +97,10 @@ class Knobs(BaseModel):
     """Fail at start (true, or the error message to print)."""
     garbage_output: StrictBool = False
     """Produce degenerate output (fails the correctness gate)."""
+    wrong_answers_in_mixed_batch: StrictBool = False
+    """Answer arithmetic questions wrongly (the last digit off by one) when the request arrives while others are
+    running, so it joins a mixed batch; alone it answers right (FP4 kernels wrong only in mixed batches, sglang PR
+    #20047). Only the accuracy task's answers are plausible numbers that change; the output stays sane text."""
     mtp_absent: StrictBool = False
     """Behave as if the MTP weights were missing (acceptance length about 1)."""
     radix_cache: StrictBool = True

@@ -11,6 +11,7 @@ import argparse
 import hashlib
 import logging
 import random
+import re
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
@@ -25,7 +26,13 @@ GARBAGE_ID = 3
 ANSWER_10_ID = 4
 VOCAB_BASE = 100
 VOCAB_SIZE = 32000
-SPECIAL_PIECES = {EOS_ID: "", OK_ID: "OK", ANSWER_323_ID: "323", GARBAGE_ID: "NaN", ANSWER_10_ID: "10"}
+DIGIT_BASE = 10
+"""Ids DIGIT_BASE..DIGIT_BASE+9 are the digits 0-9 of an arithmetic answer; MINUS_ID its sign."""
+MINUS_ID = 20
+SPECIAL_PIECES = {EOS_ID: "", OK_ID: "OK", ANSWER_323_ID: "323", GARBAGE_ID: "NaN", ANSWER_10_ID: "10",
+                  MINUS_ID: "-", **{DIGIT_BASE + d: str(d) for d in range(10)}}
+ARITHMETIC = re.compile(r"What is (\d{1,6}) ([-+*]) (\d{1,6})\?")
+"""A question of the shipped accuracy task (scripts/arithmetic_eval.py), which the simulated model answers."""
 MULTIPLY_MARKERS = ("17*19", "17 × 19", "17x19", "17 x 19", "17 multiplied by 19")
 REASONING_THOUGHT_TOKENS = 48
 """The apples prompt of the correctness gate is answered after this many 'thinking' tokens, so a speculative
@@ -123,11 +130,27 @@ def _chain(seed: int, n: int) -> list[int]:
     return [VOCAB_BASE + rng.randrange(VOCAB_SIZE) for _ in range(n)]
 
 
+def arithmetic_ids(text: str, wrong: bool) -> list[int]:
+    """The answer ids of an ARITHMETIC question in `text` ([] for none): its value's digits, the last one off by
+    one when `wrong`."""
+    m = ARITHMETIC.search(text)
+    if m is None:
+        return []
+    a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
+    value = a + b if op == "+" else a - b if op == "-" else a * b
+    digits = [int(c) for c in str(abs(value))]
+    if wrong:
+        digits[-1] = (digits[-1] + 1) % 10
+    return ([MINUS_ID] if value < 0 else []) + [DIGIT_BASE + d for d in digits]
+
+
 def output_ids(
-    knobs: Knobs, key: str, text: Optional[str], max_new_tokens: int, ignore_eos: bool, speculative: bool
+    knobs: Knobs, key: str, text: Optional[str], max_new_tokens: int, ignore_eos: bool, speculative: bool,
+    mixed_batch: bool = False,
 ) -> tuple[list[int], bool]:
     """Greedy output ids for a prompt and whether they end on EOS (a 'stop' finish); identical across variants
-    except after `late_divergence_after` tokens on speculative ones."""
+    except after `late_divergence_after` tokens on speculative ones, and for an arithmetic question asked in a
+    `mixed_batch` (others running) with the knob wrong_answers_in_mixed_batch."""
     n = max(0, max_new_tokens)
     if knobs.garbage_output:
         return [GARBAGE_ID] * n, False
@@ -139,6 +162,8 @@ def output_ids(
             answer = [ANSWER_323_ID]
         elif "apples" in text:
             answer = _chain(_seed_from(knobs.seed, key, "thought"), REASONING_THOUGHT_TOKENS) + [ANSWER_10_ID]
+        else:
+            answer = arithmetic_ids(text, knobs.wrong_answers_in_mixed_batch and mixed_batch)
     div = knobs.late_divergence_after
     if answer and not ignore_eos:
         if speculative and div is not None and div < len(answer) - 1:
@@ -235,7 +260,9 @@ class Scheduler:
     ) -> SimRequest:
         key = prompt_key(input_ids, text)
         n_prompt = len(input_ids) if input_ids is not None else max(1, len((text or "").split()))
-        ids, stops = output_ids(self.knobs, key, text, max_new_tokens, ignore_eos, self.spec is not None)
+        # a request arriving while others run or wait joins a mixed batch
+        ids, stops = output_ids(self.knobs, key, text, max_new_tokens, ignore_eos, self.spec is not None,
+                                self.busy or bool(self._new))
         rng = random.Random(_seed_from(self.knobs.seed, key, "accept"))
         probs = accept_probs_for(self.knobs, self.spec.num_steps, category) if self.spec else ()
         cached = input_ids is not None and self.knobs.radix_cache
