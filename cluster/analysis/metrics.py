@@ -52,7 +52,7 @@ import numpy as np
 from cluster.analysis.request_metrics import (ACCEPT, E2E, ITL_CHUNK, ITL_TOKEN, LAG, NS_PER_MS, TPOT, TTFT, Records,
                                               chunk_gaps, int_column, request_columns)
 from cluster.kernel.window_figures import acceptance, client_lag
-from cluster.config.models import SLOSpec
+from cluster.config.statistics import SLOSpec
 
 _STATS = ("mean", "p50", "p90", "p99")
 _LATENCY_QUANTITIES = (TTFT, E2E, TPOT, ITL_CHUNK, ITL_TOKEN)
