@@ -24,20 +24,7 @@ from typing import Optional
 import numpy as np
 import pyarrow as pa
 
-GPU_METRIC_NAMES: tuple[str, ...] = (
-    "gpu_energy_j",
-    "gpu_power_w_mean",
-    "energy_j_per_output_token",
-    "output_tok_s_per_w",
-    "sm_clock_mhz_mean",
-    "sm_clock_mhz_min",
-    "sm_clock_mhz_p10",
-    "gpu_temperature_c_max",
-    "gpu_throttled",
-    "gpu_throttled_share",
-    "gpu_samples",
-)
-"""Every key summarize_gpu returns (the runs table stores each as `m_<name>`)."""
+from cluster.kernel.run_row import GPU_METRIC_NAMES
 
 GPU_METRIC_DEFINITIONS: dict[str, str] = {
     "gpu_energy_j": "energy of the server's GPUs over the window: Σ per GPU of the energy counter at the end minus at "

@@ -53,41 +53,10 @@ from cluster.analysis.request_metrics import (ACCEPT, E2E, ITL_CHUNK, ITL_TOKEN,
                                               chunk_gaps, int_column, request_columns)
 from cluster.kernel.window_figures import acceptance, client_lag
 from cluster.config.statistics import SLOSpec
+from cluster.kernel.run_row import METRIC_NAMES
 
 _STATS = ("mean", "p50", "p90", "p99")
 _LATENCY_QUANTITIES = (TTFT, E2E, TPOT, ITL_CHUNK, ITL_TOKEN)
-_LATENCIES = tuple(q.name for q in _LATENCY_QUANTITIES)
-
-METRIC_NAMES: tuple[str, ...] = (
-    "n_requests",
-    "n_ok",
-    "n_errors",
-    "error_rate",
-    *(f"{lat}_{s}" for lat in _LATENCIES for s in _STATS),
-    "tokens_per_chunk_mean",
-    "tokens_per_chunk_p50",
-    "request_throughput_rps",
-    "output_tok_s",
-    "input_tok_s",
-    "total_tok_s",
-    "per_user_tok_s_mean",
-    "concurrency_mean",
-    "accept_length",
-    "sglang_accept_length",
-    "accept_length_p10",
-    "accept_length_p50",
-    "accept_length_p90",
-    "lag_ms_p50",
-    "lag_ms_p99",
-    "lag_ms_max",
-    "slo_attainment",
-    "goodput_rps",
-    "prefix_hit_rate",
-    "n_finish_stop",
-    "n_finish_length",
-    "eos_output_tokens_mean",
-)
-"""Every key summarize_run returns, in a stable order (the runs table stores each as `m_<name>`)."""
 
 METRIC_DEFINITIONS: dict[str, str] = {
     "n_requests": "requests sent in the measured window",

@@ -18,9 +18,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 from pydantic import BaseModel, ValidationError
 
-from cluster.analysis.gpu_metrics import GPU_METRIC_NAMES
-from cluster.analysis.metrics import METRIC_NAMES
-from cluster.kernel.records import CHUNKS_SCHEMA, GPU_METRICS_SCHEMA, KEY_FIELDS, REQUESTS_SCHEMA, RUN_FIELDS
+from cluster.kernel.records import CHUNKS_SCHEMA, GPU_METRICS_SCHEMA, KEY_FIELDS, REQUESTS_SCHEMA
+from cluster.kernel.run_row import RUNS_SCHEMA
 from cluster.dataset.root import (KIND_TEXT, PARTITION_COLUMN, RUN_KEY_RE, DataFile, StoreError, check_identity,
                                   check_runs_file, check_schema, file_schema, list_dir, open_root, path_kind,
                                   read_error, read_parquet, safe_name, table_layout, verify_pages)
@@ -30,9 +29,6 @@ from cluster.input_files import decode_text, parse_json, read_input_bytes
 
 StoredModel = TypeVar("StoredModel", bound=BaseModel)
 
-RUN_METRIC_NAMES: tuple[str, ...] = METRIC_NAMES + GPU_METRIC_NAMES
-"""The fixed m_ columns of `runs`: request metrics (analysis/metrics.py), then GPU figures (analysis/gpu_metrics.py)."""
-RUNS_SCHEMA = pa.schema(KEY_FIELDS + RUN_FIELDS + [pa.field(f"m_{n}", pa.float64()) for n in RUN_METRIC_NAMES])
 TABLE_SCHEMAS: dict[str, pa.Schema] = {"runs": RUNS_SCHEMA, "requests": REQUESTS_SCHEMA, "chunks": CHUNKS_SCHEMA,
                                        "gpu_metrics": GPU_METRICS_SCHEMA}
 """Known tables; any other table name (correctness, server_metrics, ...) gets KEY_FIELDS + its own columns."""

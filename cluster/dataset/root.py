@@ -38,7 +38,7 @@ ROOT_SCHEMES = DATASET_SCHEMES + ("mock",)
 """URI schemes a results root may use: the spec's (cluster/config/locations.py) and pyarrow's in-memory mock://
 (tests)."""
 RUN_STATUSES = ("ok", "invalid", "failed")
-"""The statuses a runs row may have (records.RUN_FIELDS' status)."""
+"""The statuses a runs row may have (run_row.RUN_FIELDS' status)."""
 PARTITION_COLUMN = "variant"
 RUN_KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 _DISK_ERRNOS = frozenset({errno.EIO, errno.ENXIO, errno.ENODEV, errno.ESTALE, errno.ENOMEM})

@@ -33,9 +33,10 @@ import pyarrow.parquet as pq
 from cluster.kernel.runs import RECORD_SCHEMA_VERSION, RunPlan
 from cluster.dataset.atomic import atomic_write, move_into_place, remove_tree, write_error, write_synced
 from cluster.dataset.lock import DatasetLock
-from cluster.dataset.reading import (FINISHED_STATUSES, RUN_METRIC_NAMES, RUNS_SCHEMA, TABLE_RE, TABLE_SCHEMAS,
-                                     VARIANT_TABLES, ExperimentNotFound, StoreReader, list_experiments)
-from cluster.kernel.records import KEY_FIELDS, RUN_FIELDS
+from cluster.dataset.reading import (FINISHED_STATUSES, TABLE_RE, TABLE_SCHEMAS, VARIANT_TABLES, ExperimentNotFound,
+                                     StoreReader, list_experiments)
+from cluster.kernel.records import KEY_FIELDS
+from cluster.kernel.run_row import RUN_FIELDS, RUN_METRIC_NAMES, RUNS_SCHEMA
 from cluster.dataset.root import PARTITION_COLUMN, RUN_KEY_RE, StoreError, list_dir, open_root, safe_name
 
 Records = Union[pa.Table, pa.RecordBatch]
@@ -121,7 +122,7 @@ class DatasetStore(StoreReader):
         m_cols = {k[2:]: row.pop(k) for k in list(row) if k.startswith("m_")}
         unknown = sorted(set(row) - _RUN_NAMES)
         if unknown:
-            raise StoreError(f"runs row has unknown fields {unknown}; expected fields of records.RUN_FIELDS")
+            raise StoreError(f"runs row has unknown fields {unknown}; expected fields of run_row.RUN_FIELDS")
         if given is None and not m_cols and row.get("metrics_json"):
             given = json.loads(row["metrics_json"])
         metrics: dict[str, Any] = {**(given or {}), **m_cols}
@@ -312,6 +313,6 @@ def _json_default(o: Any) -> Any:
     return str(o)
 
 
-__all__ = ["FINISHED_STATUSES", "PARTITION_COLUMN", "RUN_METRIC_NAMES", "RUNS_SCHEMA", "STAGING_DIR", "TABLE_SCHEMAS",
+__all__ = ["FINISHED_STATUSES", "PARTITION_COLUMN", "STAGING_DIR", "TABLE_SCHEMAS",
            "VARIANT_TABLES", "DatasetStore", "ExperimentNotFound", "Records", "StoreError", "list_experiments",
            "open_root", "safe_name"]

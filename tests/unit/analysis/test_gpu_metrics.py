@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.analysis.gpu_metrics import GPU_METRIC_DEFINITIONS, GPU_METRIC_NAMES, summarize_gpu, throttle_summary
+from cluster.analysis.gpu_metrics import GPU_METRIC_DEFINITIONS, summarize_gpu, throttle_summary
+from cluster.kernel.run_row import GPU_METRIC_NAMES
 from cluster.telemetry.readings import REASON_SW_POWER_CAP, GpuReading
 from cluster.telemetry.recorder import readings_table
 

@@ -10,7 +10,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from cluster.analysis.metrics import METRIC_DEFINITIONS, METRIC_NAMES, summarize_run
+from cluster.analysis.metrics import METRIC_DEFINITIONS, summarize_run
+from cluster.kernel.run_row import METRIC_NAMES
 from cluster.kernel.records import RequestRecord
 from cluster.loadgen.sink import request_batches
 from cluster.config.statistics import SLOSpec

@@ -11,7 +11,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from cluster.analysis.metrics import METRIC_NAMES, summarize_run
+from cluster.analysis.metrics import summarize_run
+from cluster.kernel.run_row import METRIC_NAMES
 from cluster.plan.runs import make_plan
 from cluster.kernel.runs import RECORD_SCHEMA_VERSION, RunPlan
 from cluster.kernel.records import REQUESTS_SCHEMA, RequestRecord
