@@ -235,6 +235,10 @@ def build_run_row(p: RunPlan, out: WindowSummary, server: ServerFacts, segment: 
         invalid.append(garbage)
     audit = _workload_columns(out)
     invalid.extend(audit.pop("reasons"))
+    from cluster.analysis.steady_state import steady_state
+
+    offered = offered_concurrency(p, n_req) if p.load.kind == "concurrency" else p.load.value
+    ss = steady_state(out.requests, p.load.kind, offered, out.duration_s)
     output_sample["judged"] = spec.correctness.check_output_samples
     status = "failed" if n_ok == 0 else ("invalid" if invalid else "ok")
     row = _common(p, spec, server, segment, git_sha, out.load_actor_peak_buffered_rows)
@@ -261,6 +265,10 @@ def build_run_row(p: RunPlan, out: WindowSummary, server: ServerFacts, segment: 
                                             "delta": deltas}, sort_keys=True),
         "shared_node_with": ",".join(neighbours),
         **audit,
+        "steady_start_ns": ss.start_ns if ss else None, "steady_end_ns": ss.end_ns if ss else None,
+        "steady_share": ss.share if ss else None, "steady_output_tps": ss.output_tps if ss else None,
+        "steady_tpot_ms": ss.tpot_ms if ss else None, "steady_accept_length": ss.accept_length if ss else None,
+        "steady_requests": ss.requests if ss else None, "steady_rule": ss.rule if ss else None,
     })
     for k, val in m.items():
         row[f"m_{k}"] = val

@@ -146,3 +146,63 @@ class RequestRecord:
     @property
     def ok(self) -> bool:
         return self.error is None and bool(self.chunk_arrival_ns)
+
+
+RUN_FIELDS = [
+    pa.field("status", pa.string(), nullable=False),  # ok | failed | invalid
+    pa.field("failure_reason", pa.string()),
+    pa.field("invalid_reasons", pa.string()),
+    pa.field("log_tail", pa.string()),
+    pa.field("seed", pa.int64(), nullable=False),
+    pa.field("order_index", pa.int32(), nullable=False),
+    pa.field("window_start_unix_s", pa.float64()),
+    pa.field("duration_s", pa.float64()),
+    pa.field("n_requests", pa.int32()),
+    pa.field("n_ok", pa.int32()),
+    pa.field("n_errors", pa.int32()),
+    pa.field("input_tokens", pa.int32()),
+    pa.field("output_tokens", pa.int32()),
+    pa.field("max_tokens", pa.int32()),
+    pa.field("tp", pa.int32()),
+    pa.field("variant_family", pa.string()),
+    pa.field("is_baseline", pa.bool_()),
+    pa.field("spec_algorithm", pa.string()),
+    pa.field("spec_num_steps", pa.int32()),
+    pa.field("spec_num_draft_tokens", pa.int32()),
+    pa.field("metrics_json", pa.string()),  # every metric of cluster.analysis.metrics.summarize_run (also m_* columns)
+    pa.field("server_counters_json", pa.string()),
+    pa.field("provenance_json", pa.string()),
+    pa.field("launch_argv_json", pa.string()),
+    pa.field("resolved_args_json", pa.string()),
+    pa.field("shared_node_with", pa.string()),
+    pa.field("gpu_ids", pa.string()),
+    pa.field("node", pa.string()),
+    pa.field("engine_version", pa.string()),
+    pa.field("sglbench_version", pa.string()),
+    pa.field("git_sha", pa.string()),
+    pa.field("tuning_artifact", pa.string()),
+    # the workload audit (cluster/analysis/workload_audit.py): what the run sent against what its source planned
+    pa.field("distinct_prompts_sent", pa.int32()),
+    pa.field("distinct_prompts_planned", pa.int32()),
+    pa.field("input_tokens_sent_p10", pa.float64()),
+    pa.field("input_tokens_sent_p50", pa.float64()),
+    pa.field("input_tokens_sent_p90", pa.float64()),
+    pa.field("input_tokens_selection_p10", pa.float64()),
+    pa.field("input_tokens_selection_p50", pa.float64()),
+    pa.field("input_tokens_selection_p90", pa.float64()),
+    pa.field("category_shares_sent", pa.string()),  # JSON {category: share}; "-" is no category
+    pa.field("category_shares_selection", pa.string()),
+    # the steady-state stretch (cluster/analysis/steady_state.py): bounds in ns on the window's clock, figures inside
+    pa.field("steady_start_ns", pa.int64()),
+    pa.field("steady_end_ns", pa.int64()),
+    pa.field("steady_share", pa.float64()),  # (steady_end_ns - steady_start_ns) / the window's duration
+    pa.field("steady_output_tps", pa.float64()),
+    pa.field("steady_tpot_ms", pa.float64()),
+    pa.field("steady_accept_length", pa.float64()),
+    pa.field("steady_requests", pa.int32()),  # ok requests decoded inside the stretch
+    pa.field("steady_rule", pa.string()),  # the rule that chose it, with its numbers
+]
+"""Columns of the `runs` table after KEY_FIELDS. The audit's and the steady-state columns came last and are nullable:
+a runs file written before them reads them as nulls, and RECORD_SCHEMA_VERSION stays 1 on purpose. It enters every run key
+(cluster/plan/runs.py), so a bump would make a resubmission re-measure every finished run of an existing dataset
+instead of reading it; additive nullable columns need no new key."""
