@@ -1,0 +1,186 @@
+"""Speculative acceptance per draft position, from the per-request spec_correct_drafts_histogram, with Wilson intervals.
+
+Source: SGLang 0.5.23 keeps one histogram per request, index k = its verify steps that accepted exactly k drafts
+(the bonus token not counted), grown to the most drafts accepted + 1 (srt/managers/schedule_batch.py:1566,
+`update_spec_correct_drafts_histogram`, called once per verify step at
+srt/managers/scheduler_components/batch_result_processor.py:836) and sends it only on the request's final event:
+meta_info["spec_correct_drafts_histogram"] when non-empty (srt/managers/tokenizer_manager.py:3193-3201), and on the
+OpenAI endpoints as sglext.spec_tokens_details.spec_correct_drafts_histogram (srt/entrypoints/openai/protocol.py:466,
+utils.py:338). Its Prometheus metrics carry no per-position figure (srt/observability/metrics_collector.py:511-546:
+gauges of the mean acceptance length and rate only). The simulator sends the same form from its own draws.
+
+Declared once, over the ok requests of ok runs that carry a histogram, summed per group (workload, variant, and
+prompt category or all categories together), H[j] = verify steps that accepted exactly j drafts, D = the deepest
+position (the variant's speculative_num_steps, or the longest histogram's last index when that is longer):
+
+- steps_reaching_k = Σ_{j >= k-1} H[j] (verify steps that accepted drafts 1..k-1, so proposed draft k was judged);
+  steps_accepting_k = Σ_{j >= k} H[j].
+- accept_rate_pos_k = steps_accepting_k / steps_reaching_k: P(draft k accepted | drafts 1..k-1 accepted).
+- accept_cum_pos_k = steps_accepting_k / Σ_j H[j]: P(drafts 1..k all accepted). 1 + Σ_k accept_cum_pos_k is the
+  mean accepted tokens per verify step, bonus included (counting drafts past max_tokens, as SGLang does).
+
+Intervals: Wilson score 95 % for a binomial proportion, the verify steps as its trials. Steps of one request are
+treated as independent trials; where acceptance differs from request to request (by what is asked), the pooled
+interval is too narrow, which is why the table is also given per prompt category.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Optional, Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from cluster.analysis.request_metrics import request_columns
+
+ALL_CATEGORIES = "(all)"
+"""The category label of a group pooling every category."""
+
+POSITION_METRICS = {
+    "accept_rate_pos_k": ("fraction", "P(draft k accepted | drafts 1..k-1 accepted) = Σ steps accepting >= k drafts / "
+                          "Σ steps accepting >= k-1, from the per-request spec_correct_drafts_histogram"),
+    "accept_cum_pos_k": ("fraction", "P(drafts 1..k all accepted) = Σ steps accepting >= k drafts / Σ verify steps"),
+}
+"""name -> (unit, formula) of the two per-position figures."""
+
+INTERVAL_METHOD = ("Wilson score 95 % intervals over verify steps (each step a trial; steps of one request treated as "
+                   "independent)")
+
+_Z = NormalDist().inv_cdf(0.975)
+
+
+@dataclass(frozen=True)
+class Proportion:
+    """A proportion with its Wilson 95 % interval; NaN throughout when there were no trials."""
+
+    point: float
+    lo: float
+    hi: float
+    successes: int
+    trials: int
+
+
+def wilson(successes: int, trials: int) -> Proportion:
+    """Wilson score interval: (p + z²/2n ± z·sqrt(p(1-p)/n + z²/4n²)) / (1 + z²/n), z = 1.96 for 95 %."""
+    if trials <= 0:
+        return Proportion(math.nan, math.nan, math.nan, successes, trials)
+    if not 0 <= successes <= trials:
+        raise ValueError(f"successes must be within 0..trials ({trials}), got {successes}")
+    n, p, z2 = float(trials), successes / trials, _Z * _Z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = _Z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return Proportion(p, max(0.0, centre - half), min(1.0, centre + half), successes, trials)
+
+
+@dataclass(frozen=True)
+class PositionAcceptance:
+    """Draft position k of one group: the conditional rate and the cumulative one."""
+
+    position: int
+    steps_reaching: int
+    steps_accepting: int
+    rate: Proportion
+    """accept_rate_pos_k: P(draft k accepted | drafts 1..k-1 accepted)."""
+    cumulative: Proportion
+    """accept_cum_pos_k: P(drafts 1..k all accepted)."""
+
+
+def positions(histograms: Sequence[Sequence[int]], depth: Optional[int] = None) -> list[PositionAcceptance]:
+    """accept_rate_pos_k and accept_cum_pos_k for k = 1..D over summed histograms (D: `depth`, or the longest
+    histogram's last index when that is longer); [] when no histogram holds a verify step."""
+    width = max([len(h) for h in histograms] + [(depth or 0) + 1])
+    total = np.zeros(width, dtype=np.int64)
+    for h in histograms:
+        total[:len(h)] += np.asarray(h, dtype=np.int64)
+    at_least = np.cumsum(total[::-1])[::-1]  # at_least[j] = Σ_{i >= j} H[i]
+    steps = int(at_least[0])
+    if steps == 0:
+        return []
+    return [PositionAcceptance(k, int(at_least[k - 1]), int(at_least[k]), wilson(int(at_least[k]), int(at_least[k - 1])),
+                               wilson(int(at_least[k]), steps)) for k in range(1, width)]
+
+
+@dataclass(frozen=True)
+class GroupAcceptance:
+    """One (workload, variant, category) group: its per-position rates and how many requests they come from."""
+
+    workload: str
+    variant: str
+    category: str
+    depth: Optional[int]
+    requests: int
+    """ok requests of ok runs that carry a histogram (the ones summed)."""
+    spec_requests: int
+    """ok requests of ok runs with spec_verify_ct > 0: more than `requests` means some answers lacked a histogram."""
+    mismatched: int
+    """Requests whose histogram's step count differs from their spec_verify_ct (a server inconsistency)."""
+    positions: tuple[PositionAcceptance, ...]
+
+
+_COLUMNS = ("run_key", "workload", "variant", "spec_verify_ct", "spec_correct_drafts_histogram")
+READ_COLUMNS = _COLUMNS + ("category", "error", "first_chunk_ns", "last_chunk_ns")
+"""The `requests` columns acceptance_by_position reads (ok requests: no error, a first and a last chunk)."""
+
+
+def acceptance_by_position(requests: pa.Table, runs: pd.DataFrame) -> list[GroupAcceptance]:
+    """Per workload and variant (and per prompt category where requests carry one), the per-position acceptance of
+    the ok requests of ok runs, pooled over load points and repeats. `requests` holds READ_COLUMNS (`category`
+    optional); `runs` the runs table's run_key, status and spec_num_steps.
+    A group without a single histogram is left out (the server gives none)."""
+    if requests.num_rows == 0 or "spec_correct_drafts_histogram" not in requests.schema.names:
+        return []
+    ok_runs = runs.loc[runs["status"] == "ok"]
+    depth_of = {str(k): (None if pd.isna(d) else int(d)) for k, d in zip(ok_runs["run_key"], ok_runs["spec_num_steps"])}
+    ok = request_columns(requests).ok
+    df = pd.DataFrame({c: requests.column(c).to_pylist() for c in _COLUMNS})
+    df["category"] = requests.column("category").to_pylist() if "category" in requests.schema.names else None
+    df = df[ok & df["run_key"].isin(list(depth_of)).to_numpy()]
+    df = df[df["spec_verify_ct"].fillna(0) > 0]
+    out: list[GroupAcceptance] = []
+    for (workload, variant), g in df.groupby(["workload", "variant"], sort=False):
+        depths = [d for d in (depth_of[k] for k in g["run_key"].unique()) if d is not None]
+        depth = max(depths) if depths else None
+        cats = [c for c in dict.fromkeys(g["category"]) if isinstance(c, str)]
+        groups = [(ALL_CATEGORIES, g)] + ([(c, g[g["category"] == c]) for c in cats] if cats else [])
+        for label, part in groups:
+            hists = [h for h in part["spec_correct_drafts_histogram"] if h is not None]
+            pos = positions(hists, depth)
+            if not pos:
+                continue
+            has = part["spec_correct_drafts_histogram"].notna()
+            steps = part.loc[has, "spec_correct_drafts_histogram"].map(sum)
+            mismatched = int((steps != part.loc[has, "spec_verify_ct"]).sum())
+            out.append(GroupAcceptance(str(workload), str(variant), label, depth, int(has.sum()), len(part),
+                                       mismatched, tuple(pos)))
+    return out
+
+
+def _cell(p: Proportion) -> str:
+    return "-" if math.isnan(p.point) else f"{p.point:.3f} [{p.lo:.3f}, {p.hi:.3f}]"
+
+
+def position_view(groups: Sequence[GroupAcceptance]) -> pd.DataFrame:
+    """One row per group and position: the rate and the cumulative as 'estimate [lo, hi]', their step counts, and
+    a note where some requests lacked a histogram or disagreed with their spec_verify_ct."""
+    rows = []
+    for g in groups:
+        note = "; ".join(n for n in (
+            f"{g.spec_requests - g.requests} of {g.spec_requests} speculative requests sent no histogram"
+            if g.spec_requests > g.requests else "",
+            f"{g.mismatched} histograms disagree with spec_verify_ct" if g.mismatched else "",
+            f"histograms reach past the configured depth {g.depth}"
+            if g.depth is not None and len(g.positions) > g.depth else "") if n)
+        for p in g.positions:
+            rows.append({"workload": g.workload, "variant": g.variant, "category": g.category, "position": p.position,
+                         "P(accept k | k-1)": _cell(p.rate), "P(accept 1..k)": _cell(p.cumulative),
+                         "steps reaching k": p.steps_reaching, "steps accepting k": p.steps_accepting,
+                         "requests": g.requests, "note": note})
+    return pd.DataFrame(rows)
+
+
+__all__ = ["ALL_CATEGORIES", "INTERVAL_METHOD", "POSITION_METRICS", "READ_COLUMNS", "GroupAcceptance", "PositionAcceptance",
+           "Proportion", "acceptance_by_position", "position_view", "positions", "wilson"]
