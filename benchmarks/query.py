@@ -26,6 +26,7 @@ from cluster.analysis.query import compare_from_requests, compare_table, query
 from cluster.kernel.records import REQUESTS_SCHEMA
 from cluster.config.loader import parse_spec_text
 from cluster.dataset.store import DatasetStore
+from cluster.analysis.results import Results
 
 SPEC = """
 version: 1
@@ -128,17 +129,17 @@ def main() -> None:
         t0 = time.perf_counter()
         build(tmp, args.runs, args.requests_per_run)
         build_s = time.perf_counter() - t0
-        n_rows = int(query(tmp, "bench", "SELECT count(*) AS n FROM requests")["n"].iloc[0])
-        n_runs = int(query(tmp, "bench", "SELECT count(*) AS n FROM runs")["n"].iloc[0])
+        n_rows = int(query(Results.open(tmp, "bench"), "SELECT count(*) AS n FROM requests")["n"].iloc[0])
+        n_runs = int(query(Results.open(tmp, "bench"), "SELECT count(*) AS n FROM runs")["n"].iloc[0])
         size_mb = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(tmp) for f in fs) / 1e6
         print(f"dataset: {n_rows:,} request rows, {n_runs} runs, {size_mb:.0f} MB parquet, built in {build_s:.1f} s; "
               f"{os.cpu_count()} CPUs")
         rows = [
-            ("compare from request rows (DuckDB)", lambda: compare_from_requests(tmp, "bench"), 2.0),
-            ("free query (GROUP BY, p99)", lambda: query(tmp, "bench", FREE_SQL), None),
-            ("compare_table (run-level means)", lambda: compare_table(tmp, "bench"), None),
+            ("compare from request rows (DuckDB)", lambda: compare_from_requests(Results.open(tmp, "bench")), 2.0),
+            ("free query (GROUP BY, p99)", lambda: query(Results.open(tmp, "bench"), FREE_SQL), None),
+            ("compare_table (run-level means)", lambda: compare_table(Results.open(tmp, "bench")), None),
             ("CIs from run-level summaries (2000 boot)",
-             lambda: compare_with_ci(tmp, "bench", n_boot=2000, request_level=False), None),
+             lambda: compare_with_ci(Results.open(tmp, "bench"), n_boot=2000, request_level=False), None),
         ]
         print(f"{'operation':44s} {'median s':>9s} {'min s':>8s} {'target s':>9s} {'median/target':>14s}")
         for name, fn, target in rows:

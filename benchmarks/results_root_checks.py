@@ -23,6 +23,7 @@ from cluster.dataset.store import DatasetStore
 from cluster.loadgen.sink import request_batches
 from cluster.plan.runs import make_plan
 from cluster.config.loader import parse_spec_text
+from cluster.analysis.results import Results
 
 SPEC = """
 version: 1
@@ -64,8 +65,8 @@ def main() -> None:
         size_mb = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs) / 1e6
         print(f"dataset: 8 runs x {args.requests_per_run:,} requests, {size_mb:.0f} MB parquet")
         calls: tuple[tuple[str, Callable[[], object]], ...] = (
-            ("results show query", lambda: query(root, "big", SHOW_SQL)),
-            ("compare_from_requests", lambda: compare_from_requests(root, "big")))
+            ("results show query", lambda: query(Results.open(root, "big"), SHOW_SQL)),
+            ("compare_from_requests", lambda: compare_from_requests(Results.open(root, "big"))))
         for name, call in calls:
             times = []
             for _ in range(2):

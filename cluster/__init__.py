@@ -26,6 +26,7 @@ _ON_FIRST_USE = {
     "compare_table": "cluster.analysis.query",
     "query": "cluster.analysis.query",
     "compare_with_ci": "cluster.analysis.comparison",
+    "Results": "cluster.analysis.results",
 }
 """Public names whose modules pull in pyarrow/pandas/DuckDB: resolved by `__getattr__` (PEP 562) when first read."""
 
@@ -43,7 +44,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "EXIT_BUG", "EXIT_ENGINE", "EXIT_ENVIRONMENT", "EXIT_USER_ERROR",
     "AuthError", "DatasetStore", "EngineFault", "EnvironmentFault", "ExperimentSpec", "ProbeReport",
-    "PromptSourceError", "ResolvedVariant", "RunPlan", "SglbenchError", "SpecError", "UserError",
+    "PromptSourceError", "ResolvedVariant", "Results", "RunPlan", "SglbenchError", "SpecError", "UserError",
     "__version__", "compare_table", "compare_with_ci", "expand_variants", "list_experiments", "load_spec",
     "make_plan", "parse_spec_text", "probe_checkpoint", "query",
 ]

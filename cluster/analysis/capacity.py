@@ -21,8 +21,8 @@ import pandas as pd
 from cluster.analysis import stats
 from cluster.analysis.comparison import CI_LEVEL, format_estimate, format_speedup
 from cluster.analysis.query import resolve_baseline
+from cluster.analysis.results import Results
 from cluster.dataset.run_rows import reported_cap
-from cluster.dataset.store import DatasetStore, ExperimentNotFound
 from cluster.plan.capacity import CapacityAnswer, CapacitySearch, Probe, answer, clamped, from_spec
 from cluster.config.load import SearchSpec
 
@@ -34,10 +34,10 @@ CAPACITY_METHOD = (
     "at the server's concurrency cap, below min) or an incomplete search gives no value, no interval and no verdict.")
 
 
-def search_of(store: DatasetStore) -> Optional[SearchSpec]:
+def search_of(results: Results) -> Optional[SearchSpec]:
     """The experiment's `load.search`, from its recorded spec (None: the experiment searched nothing); a stored
     search that does not validate is read_stored_spec's StoreError naming experiment.json."""
-    return store.read_stored_spec(SearchSpec, "load", "search")
+    return results.stored_spec(SearchSpec, "load", "search")
 
 
 def _repeat_answer(search: CapacitySearch, g: pd.DataFrame) -> tuple[CapacityAnswer, list[str]]:
@@ -49,19 +49,16 @@ def _repeat_answer(search: CapacitySearch, g: pd.DataFrame) -> tuple[CapacityAns
     return answer(search, probes), bad
 
 
-def capacity_table(root: str, experiment: str, baseline: Optional[str] = None, n_boot: int = 2000,
+def capacity_table(results: Results, baseline: Optional[str] = None, n_boot: int = 2000,
                    seed: int = 0) -> pd.DataFrame:
     """One row per (workload, variant) of an experiment with a capacity search; empty without one."""
-    store = DatasetStore(root, experiment)
-    if not store.exists():
-        raise ExperimentNotFound(f"experiment {experiment!r} not found under {root!r}")
-    spec = search_of(store)
+    spec = search_of(results)
     if spec is None:
         return pd.DataFrame()
-    runs = store.read_table("runs").to_pandas()
+    runs = results.runs()
     if runs.empty:
         return pd.DataFrame()
-    baseline = resolve_baseline(runs.sort_values("order_index", kind="stable"), baseline, experiment)
+    baseline = resolve_baseline(runs.sort_values("order_index", kind="stable"), baseline, results.experiment)
     kind = "concurrency" if spec.over == "concurrency" else "rate"
     runs = runs[runs["load_kind"] == kind]
     rows: list[dict[str, Any]] = []

@@ -21,7 +21,7 @@ from cluster.analysis import stats
 from cluster.analysis.comparison import CI_LEVEL, format_estimate, format_speedup, point_label
 from cluster.analysis.query import POINT_KEYS, connect, resolve_baseline
 from cluster.analysis.request_metrics import ACCEPT_LENGTH_SQL
-from cluster.dataset.store import DatasetStore, ExperimentNotFound
+from cluster.analysis.results import Results
 
 NO_CATEGORY = "-"
 
@@ -56,22 +56,19 @@ def _est(prefix: str, e: Optional[stats.Estimate]) -> dict[str, float]:
     return {prefix: e.point, f"{prefix}_lo": e.lo, f"{prefix}_hi": e.hi}
 
 
-def compare_by_category(root: str, experiment: str, baseline: Optional[str] = None, n_boot: int = 2000,
+def compare_by_category(results: Results, baseline: Optional[str] = None, n_boot: int = 2000,
                         seed: int = 0, by: str = "category") -> pd.DataFrame:
     """One row per (workload, load point, variant, category) over ok runs; empty when nothing ran. `by`: "turn"
     groups by session turn instead (the column is then `turn`: 1, 2, ... or '-' outside sessions)."""
     if by not in BY_COLUMNS:
         raise ValueError(f"by must be one of {BY_COLUMNS}, got {by!r}")
     group = _GROUP_SQL.format(by=by)
-    store = DatasetStore(root, experiment)
-    if not store.exists():
-        raise ExperimentNotFound(f"experiment {experiment!r} not found under {root!r}")
-    runs = store.read_table("runs").to_pandas()
+    runs = results.runs()
     ok = runs[runs["status"] == "ok"]
     if ok.empty:
         return pd.DataFrame()
-    baseline = resolve_baseline(runs.sort_values("order_index", kind="stable"), baseline, experiment)
-    con = connect(root, experiment)
+    baseline = resolve_baseline(runs.sort_values("order_index", kind="stable"), baseline, results.experiment)
+    con = connect(results)
     try:
         req = con.execute(_REQ_SQL.format(group=group), [ok["run_key"].tolist()]).df()
         per_run = con.execute(_RUN_SQL.format(group=group), [ok["run_key"].tolist()]).df()

@@ -11,7 +11,7 @@ import pandas as pd
 
 from cluster.analysis import stats
 from cluster.analysis.query import POINT_KEYS, connect, resolve_baseline
-from cluster.dataset.store import DatasetStore, ExperimentNotFound
+from cluster.analysis.results import Results
 
 if TYPE_CHECKING:
     from cluster.kernel.runs import ResolvedVariant
@@ -83,14 +83,14 @@ WHERE run_key IN (SELECT unnest(?)) AND ok
 """
 
 
-def request_arrays(root: str, experiment: str, run_keys: list[str]) -> dict[str, dict[str, np.ndarray]]:
+def request_arrays(results: Results, run_keys: list[str]) -> dict[str, dict[str, np.ndarray]]:
     """Per run key: ok requests' ttft_ms, e2e_ms, tpot_ms (requests with > 1 token) and accept (per request
     (tokens − 1)/spec_verify_ct where spec_verify_ct > 0), read from the `request_metrics` view (the definitions
     of cluster/analysis/request_metrics.py) with only the needed columns."""
     out: dict[str, dict[str, np.ndarray]] = {}
     if not run_keys:
         return out
-    con = connect(root, experiment)
+    con = connect(results)
     try:
         df = con.execute(_REQ_SQL, [run_keys]).df()
     finally:
@@ -208,20 +208,17 @@ def _clock_warnings(out: pd.DataFrame, keys: list[str], baseline: Optional[str])
                 break
 
 
-def compare_with_ci(root: str, experiment: str, baseline: Optional[str] = None, n_boot: int = 2000,
+def compare_with_ci(results: Results, baseline: Optional[str] = None, n_boot: int = 2000,
                     seed: int = 0, request_level: bool = True) -> pd.DataFrame:
     """Per (workload, load point) and variant: point estimates with 95% CIs, speedups over the baseline at equal
     load with a verdict, and quality warnings. request_level=False uses run-level summaries only (faster)."""
-    store = DatasetStore(root, experiment)
-    if not store.exists():
-        raise ExperimentNotFound(f"experiment {experiment!r} not found under {root!r}")
-    runs = store.read_table("runs").to_pandas()
+    runs = results.runs()
     if runs.empty:
         return pd.DataFrame()
     variants = list(dict.fromkeys(runs.sort_values("order_index")["variant"]))
-    baseline = resolve_baseline(runs.sort_values("order_index", kind="stable"), baseline, experiment)
+    baseline = resolve_baseline(runs.sort_values("order_index", kind="stable"), baseline, results.experiment)
     ok_runs = runs[runs["status"] == "ok"]
-    arrays = request_arrays(root, experiment, ok_runs["run_key"].tolist()) if request_level else {}
+    arrays = request_arrays(results, ok_runs["run_key"].tolist()) if request_level else {}
     rows: list[dict[str, Any]] = []
     cells: dict[tuple[Any, ...], dict[str, list[np.ndarray]]] = {}
     repeats: dict[tuple[Any, ...], list[int]] = {}
@@ -353,7 +350,7 @@ def compare_view(ci: pd.DataFrame) -> pd.DataFrame:
     })
 
 
-def resolved_args_of(text: Optional[str], root: str, experiment: str) -> Optional[dict[str, Any]]:
+def resolved_args_of(text: Optional[str], results: Results) -> Optional[dict[str, Any]]:
     """A runs row's resolved_args_json as the object the writer stored (None: none stored); StoreError naming the
     column when the text is not a JSON object (a string column no file check reads inside)."""
     import json as _json
@@ -368,69 +365,66 @@ def resolved_args_of(text: Optional[str], root: str, experiment: str) -> Optiona
         doc = e
     if not isinstance(doc, dict):
         got = f"not JSON ({doc})" if isinstance(doc, ValueError) else f"a {type(doc).__name__}"
-        raise StoreError(f"{root}/{experiment}: runs column resolved_args_json holds {got}, not a JSON object",
+        raise StoreError(f"{results.root}/{results.experiment}: runs column resolved_args_json holds {got}, not a JSON object",
                          field="resolved_args_json", expected="the JSON object of /server_info's args")
     return doc
 
 
-def _stored_args(root: str, experiment: str, runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def _stored_args(results: Results, runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """variant → the resolved args of its first run that did not fail and stored some."""
     resolved: dict[str, dict[str, Any]] = {}
     for r in runs:
         if r["status"] != "failed" and r["variant"] not in resolved:
-            args = resolved_args_of(r["resolved_args_json"], root, experiment)
+            args = resolved_args_of(r["resolved_args_json"], results)
             if args is not None:
                 resolved[r["variant"]] = args
     return resolved
 
 
-def _stored_variants(store: DatasetStore) -> Optional[list[ResolvedVariant]]:
+def _stored_variants(results: Results) -> Optional[list[ResolvedVariant]]:
     """The variants of the spec experiment.json records (None: it records none); StoreError when it does not
     validate as this sglbench's ExperimentSpec (DatasetStore.read_stored_spec)."""
     from cluster.plan.runs import expand_variants
     from cluster.config.experiment import ExperimentSpec
 
-    spec = store.read_stored_spec(ExperimentSpec)
+    spec = results.stored_spec(ExperimentSpec)
     return None if spec is None else list(expand_variants(spec))
 
 
-def resolved_cap_problems(root: str, experiment: str) -> list[str]:
+def resolved_cap_problems(results: Results) -> list[str]:
     """One line per variant whose server resolved a different running-request cap than the baseline's (plan.fairness
     resolved_cap_findings over the stored resolved args: e.g. a NEXTN variant capped by Mamba state slots)."""
     from cluster.plan.fairness import format_findings, resolved_cap_findings
 
-    store = DatasetStore(root, experiment)
-    variants = _stored_variants(store)
+    variants = _stored_variants(results)
     if variants is None:
         return []
-    runs = store.read_table("runs", columns=["variant", "status", "resolved_args_json"]).to_pylist()
-    return format_findings(resolved_cap_findings(variants, _stored_args(root, experiment, runs)))
+    runs = results.run_rows(["variant", "status", "resolved_args_json"])
+    return format_findings(resolved_cap_findings(variants, _stored_args(results, runs)))
 
 
-def served_devices(root: str, experiment: str) -> set[str]:
+def served_devices(results: Results) -> set[str]:
     """The devices the servers said they ran on (`device` in their resolved args from /server_info), e.g. {"cpu"}."""
-    runs = DatasetStore(root, experiment).read_table("runs", columns=["resolved_args_json"]).to_pylist()
     out: set[str] = set()
-    for r in runs:
-        device = (resolved_args_of(r["resolved_args_json"], root, experiment) or {}).get("device")
+    for r in results.run_rows(["resolved_args_json"]):
+        device = (resolved_args_of(r["resolved_args_json"], results) or {}).get("device")
         if isinstance(device, str):
             out.add(device)
     return out
 
 
-def unintended_differences(root: str, experiment: str) -> dict[str, dict[str, tuple[Any, Any]]]:
+def unintended_differences(results: Results) -> dict[str, dict[str, tuple[Any, Any]]]:
     """variant → resolved server args (from /server_info, stored per run) that differ from the baseline's, minus
     the speculative settings and every arg the spec itself declares differently for that variant."""
     from cluster.plan.fairness import resolved_differences
 
-    store = DatasetStore(root, experiment)
-    runs = store.read_table("runs", columns=["variant", "status", "is_baseline", "resolved_args_json"]).to_pylist()
-    resolved = _stored_args(root, experiment, runs)
+    runs = results.run_rows(["variant", "status", "is_baseline", "resolved_args_json"])
+    resolved = _stored_args(results, runs)
     baseline = next((r["variant"] for r in runs if r["is_baseline"] and r["variant"] in resolved), None)
     if baseline is None:
         return {}
     declared: dict[str, dict[str, Any]] = {}
-    for v in _stored_variants(store) or []:
+    for v in _stored_variants(results) or []:
         declared[v.name] = {k.replace("-", "_"): val for k, val in v.args.items()}
     out: dict[str, dict[str, tuple[Any, Any]]] = {}
     for name, args in resolved.items():

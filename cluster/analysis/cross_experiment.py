@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from cluster.analysis import stats
 from cluster.analysis.comparison import CI_LEVEL, CI_METRICS, metric_runs, request_arrays, short_point_label
-from cluster.dataset.store import DatasetStore, ExperimentNotFound
+from cluster.analysis.results import Results
 from cluster.errors import UserError
 
 MATCH_KEYS = ("workload", "input_tokens", "output_tokens", "load_kind", "load_value", "variant")
@@ -22,27 +22,9 @@ CROSS_METRICS: tuple[tuple[str, bool], ...] = (("output_tok_s", True), ("tpot_ms
 """(metric of comparison.CI_METRICS, higher is better): each ratio is written so that > 1 means NEW is better."""
 
 
-@dataclass(frozen=True)
-class Side:
-    """One side of a cross-experiment comparison: an experiment under a dataset root."""
-
-    root: str
-    experiment: str
-
-    def label(self) -> str:
-        return self.experiment if self.root in ("", "results") else f"{self.root}:{self.experiment}"
-
-
-def _runs(side: Side) -> pd.DataFrame:
-    store = DatasetStore(side.root, side.experiment)
-    if not store.exists():
-        raise ExperimentNotFound(f"experiment {side.experiment!r} not found under {side.root!r}")
-    return store.read_table("runs").to_pandas()
-
-
-def _per_metric(side: Side, runs: pd.DataFrame) -> dict[tuple[Any, ...], dict[str, list[np.ndarray]]]:
+def _per_metric(side: Results, runs: pd.DataFrame) -> dict[tuple[Any, ...], dict[str, list[np.ndarray]]]:
     ok = runs[runs["status"] == "ok"]
-    arrays = request_arrays(side.root, side.experiment, ok["run_key"].tolist())
+    arrays = request_arrays(side, ok["run_key"].tolist())
     metrics = {m.name: m for m in CI_METRICS}
     return {tuple(key): {name: metric_runs(metrics[name], cell, arrays, True) for name, _ in CROSS_METRICS}
             for key, cell in ok.groupby(list(MATCH_KEYS), sort=False)}
@@ -53,12 +35,12 @@ def _sha(runs: pd.DataFrame) -> str:
     return ",".join(s[:10] for s in shas) or "unknown"
 
 
-def compare_experiments(base: Side, new: Side, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+def compare_experiments(base: Results, new: Results, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
     """One row per point (MATCH_KEYS) that both experiments ran with ok repeats: each CROSS_METRICS metric on both
     sides, and NEW over BASE as a ratio (> 1 = NEW better) with a 95% interval from independent hierarchical
     bootstraps (the two experiments' repeats are not paired), Holm-corrected across the whole table, and a verdict.
     attrs: 'unmatched' (points only one side has, as text), 'base_sha' and 'new_sha'."""
-    runs_a, runs_b = _runs(base), _runs(new)
+    runs_a, runs_b = base.runs(), new.runs()
     cells_a, cells_b = _per_metric(base, runs_a), _per_metric(new, runs_b)
     matched = [k for k in cells_a if k in cells_b]
     if not matched:

@@ -11,7 +11,8 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 
 from cluster.analysis.request_metrics import chunk_gaps_view_sql, request_metrics_view_sql
-from cluster.dataset.store import TABLE_SCHEMAS, DatasetStore, ExperimentNotFound, StoreError
+from cluster.analysis.results import Results
+from cluster.dataset.store import TABLE_SCHEMAS, DatasetStore, StoreError
 from cluster.errors import UserError, first_line
 
 BASE_TABLES = ("runs", "requests", "chunks")
@@ -71,13 +72,6 @@ class QueryError(UserError):
     """Bad SQL, a statement that is not one read-only SELECT, or a baseline that is not a variant."""
 
 
-def _store(root: str, experiment: str) -> DatasetStore:
-    store = DatasetStore(root, experiment)
-    if not store.exists():
-        raise ExperimentNotFound(f"experiment {experiment!r} not found under {root!r}")
-    return store
-
-
 def _sql_str(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
@@ -103,7 +97,7 @@ def tables_read_by(sql: str, tables: Iterable[str]) -> set[str]:
     return out
 
 
-def connect(root: str, experiment: str, reads: Optional[str] = None) -> duckdb.DuckDBPyConnection:
+def connect(results: Results, reads: Optional[str] = None) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with one view per table (runs, requests, chunks, and any others such as
     correctness or server_metrics when their files exist), plus the derived views `variants`, `request_metrics`
     and `chunk_gaps` (the last two generated from the definitions in request_metrics.py).
@@ -117,7 +111,7 @@ def connect(root: str, experiment: str, reads: Optional[str] = None) -> duckdb.D
     exist the connection is locked down: external access off (only the dataset's own files stay readable) and the
     configuration locked, so no statement can reach another file or switch that back on.
     """
-    store = _store(root, experiment)
+    store = results.store
     con = duckdb.connect()
     allowed: list[str] = []
     checked = {table: store.checked_files(table) for table in sorted(set(BASE_TABLES) | set(store.tables()))}
@@ -194,10 +188,10 @@ def read_only_statement(sql: str) -> str:
     return sql
 
 
-def query(root: str, experiment: str, sql: str) -> pd.DataFrame:
+def query(results: Results, sql: str) -> pd.DataFrame:
     """Run one read-only SELECT against the experiment's views (files outside the dataset are out of reach)."""
     read_only_statement(sql)
-    con = connect(root, experiment, reads=sql)
+    con = connect(results, reads=sql)
     try:
         return con.execute(sql).df()
     except duckdb.Error as e:
@@ -206,21 +200,20 @@ def query(root: str, experiment: str, sql: str) -> pd.DataFrame:
         con.close()
 
 
-def compare_table(root: str, experiment: str, baseline: Optional[str] = None) -> pd.DataFrame:
+def compare_table(results: Results, baseline: Optional[str] = None) -> pd.DataFrame:
     """Per load point and variant: run counts, mean metrics over ok repeats, and output tok/s speedup vs baseline.
 
     The baseline is the variant whose runs have is_baseline (overridden by `baseline`). Rows are ordered by
     workload, load kind and value, then by the variant's first run in the plan.
     """
-    runs = _store(root, experiment).read_table("runs")
-    df = runs.to_pandas()
+    df = results.runs()
     cols = list(POINT_KEYS) + ["variant", "engine", "is_baseline", "n_runs", "n_failed", "n_invalid"]
     cols += [c for c, _ in COMPARE_METRICS] + ["speedup_output_tok_s"]
     if df.empty:
         return pd.DataFrame(columns=cols)
     df = df.sort_values("order_index", kind="stable")
     variants = list(dict.fromkeys(df["variant"]))
-    baseline = resolve_baseline(df, baseline, experiment)
+    baseline = resolve_baseline(df, baseline, results.experiment)
     for _, mcol in COMPARE_METRICS:
         if mcol not in df.columns:
             df[mcol] = float("nan")
@@ -294,14 +287,14 @@ REQUEST_COMPARE_COLUMNS = ("request_throughput_rps", "output_tok_s", "ttft_ms_p5
 """Point estimates compare_from_requests computes from the request rows (per run, then the mean over ok runs)."""
 
 
-def compare_from_requests(root: str, experiment: str, baseline: Optional[str] = None) -> pd.DataFrame:
+def compare_from_requests(results: Results, baseline: Optional[str] = None) -> pd.DataFrame:
     """Per load point and variant, point estimates computed in DuckDB from the `requests` rows.
 
     Per ok run, from the `request_metrics` view (the same definitions as the runs table's m_ columns): TTFT
     p50/p99, TPOT mean (requests with > 1 token), output tok/s and req/s over the run's duration_s; then the mean
     over ok runs, and the output tok/s speedup over the baseline. Only the needed columns are scanned.
     """
-    con = connect(root, experiment, reads=_REQUEST_COMPARE_SQL)
+    con = connect(results, reads=_REQUEST_COMPARE_SQL)
     try:
         df = con.execute(_REQUEST_COMPARE_SQL).df()
     finally:
@@ -312,5 +305,5 @@ def compare_from_requests(root: str, experiment: str, baseline: Optional[str] = 
         return pd.DataFrame(columns=cols)
     df = df.sort_values("first_order_index", kind="stable")
     variants = list(dict.fromkeys(df["variant"]))
-    baseline = resolve_baseline(df, baseline, experiment)
+    baseline = resolve_baseline(df, baseline, results.experiment)
     return _with_speedup(df, baseline, variants)[cols]

@@ -19,8 +19,8 @@ from cluster.analysis.capacity import capacity_table, capacity_view
 from cluster.analysis.categories import categorised, category_view, compare_by_category
 from cluster.analysis.comparison import CI_METRICS, compare_view, compare_with_ci, point_label, request_arrays
 from cluster.analysis.metrics import METRIC_DEFINITIONS
+from cluster.analysis.results import Results
 from cluster.dataset.atomic import atomic_write
-from cluster.dataset.store import DatasetStore, ExperimentNotFound
 from cluster.errors import UserError
 
 GPU_BANDWIDTH_GBS: dict[str, float] = {
@@ -138,7 +138,7 @@ def _table_html(df: pd.DataFrame) -> str:
 
 
 def _figures(ci: pd.DataFrame, runs: pd.DataFrame, arrays: dict[str, dict[str, np.ndarray]], out: Path,
-             labels: dict[str, str], colors: dict[str, Any], bw: pd.DataFrame, store: DatasetStore) -> list[_Figure]:
+             labels: dict[str, str], colors: dict[str, Any], bw: pd.DataFrame, results: Results) -> list[_Figure]:
     figs: list[_Figure] = []
     ok = runs[runs["status"] == "ok"]
 
@@ -190,7 +190,7 @@ def _figures(ci: pd.DataFrame, runs: pd.DataFrame, arrays: dict[str, dict[str, n
                  rp.accept_hist_plot(by_depth, f"{title}: per-request acceptance length by NEXTN depth "
                                      "(all load points; dashed: run-scoped Σ-ratio, mean over runs)"),
                  f"{workload}: distribution of per-request (tokens − 1)/spec_verify_ct per speculative depth.")
-    _telemetry_figures(store, ok, labels, colors, save)
+    _telemetry_figures(results, ok, labels, colors, save)
     if not bw.empty:
         for workload, g in bw.groupby("workload", sort=False):
             first = g.iloc[0]
@@ -206,11 +206,11 @@ def _figures(ci: pd.DataFrame, runs: pd.DataFrame, arrays: dict[str, dict[str, n
     return figs
 
 
-def _telemetry_figures(store: DatasetStore, ok: pd.DataFrame, labels: dict[str, str], colors: dict[str, Any],
+def _telemetry_figures(results: Results, ok: pd.DataFrame, labels: dict[str, str], colors: dict[str, Any],
                        save: Callable[[str, bytes, str], None]) -> None:
     """Power and SM clock over time per variant (gpu_metrics), and the kernel breakdown per variant (kernel_profile);
     both say when they come from the simulator."""
-    gm = store.read_table("gpu_metrics", columns=["run_key", "t_ns", "power_w", "sm_clock_mhz", "source"]).to_pandas()
+    gm = results.table("gpu_metrics", columns=["run_key", "t_ns", "power_w", "sm_clock_mhz", "source"]).to_pandas()
     if not gm.empty:
         sim = "sim" in set(gm["source"])
         first = ok.sort_values("repeat").drop_duplicates(["workload", "load_kind", "load_value", "variant"])
@@ -232,7 +232,7 @@ def _telemetry_figures(store: DatasetStore, ok: pd.DataFrame, labels: dict[str, 
                                        labels, colors),
                      f"{workload}: power of the server's GPUs and their mean SM clock during each variant's first ok "
                      f"repeat{label}.")
-    kp = store.read_table("kernel_profile").to_pandas()
+    kp = results.table("kernel_profile").to_pandas()
     if not kp.empty and "category" in kp.columns:
         from cluster.analysis.kernel_profile import CATEGORIES
 
@@ -261,34 +261,32 @@ _CSS = ("body{font-family:sans-serif;margin:1.5em;max-width:1400px}table{border-
         "figure{margin:0 0 1.5em 0}")
 
 
-def build_report(root: str, experiment: str, out_dir: Optional[str] = None, n_boot: int = 1000, seed: int = 0,
+def build_report(results: Results, out_dir: Optional[str] = None, n_boot: int = 1000, seed: int = 0,
                  bytes_per_token: Optional[float] = None) -> Path:
     """Write index.html and its PNGs to out_dir (default <root>/reports/<experiment>); returns the HTML path."""
-    store = DatasetStore(root, experiment)
-    if not store.exists():
-        raise ExperimentNotFound(f"experiment {experiment!r} not found under {root!r}")
+    root, experiment = results.root, results.experiment
     if out_dir is None:
-        if not store.is_local:
+        if not results.store.is_local:
             raise UserError("--out: a local directory is needed when the dataset root is not a local path",
                             field="--out", expected="a local directory")
         out_dir = os.path.join(root, "reports", experiment)
     out = Path(out_dir)
-    runs = store.read_table("runs").to_pandas()
+    runs = results.runs()
     if runs.empty:
         raise UserError(f"experiment {experiment!r} under {root!r} has no runs to report", file=root)
-    ci = compare_with_ci(root, experiment, n_boot=n_boot, seed=seed)
-    arrays = request_arrays(root, experiment, runs.loc[runs["status"] == "ok", "run_key"].tolist())
+    ci = compare_with_ci(results, n_boot=n_boot, seed=seed)
+    arrays = request_arrays(results, runs.loc[runs["status"] == "ok", "run_key"].tolist())
     variants = list(dict.fromkeys(runs.sort_values("order_index")["variant"]))
     engines = runs.groupby("variant")["engine"].first().to_dict()
     labels = {v: f"{v} [{'simulated' if engines[v] == 'sim' else engines[v]}]" for v in variants}
     colors = rp.variant_colors(variants)
-    meta = store.read_experiment_meta()
+    meta = results.meta()
     bpt = bytes_per_token or decode_bytes_per_token(meta)
     bw = bandwidth_table(ci, runs, bpt) if bpt else pd.DataFrame()
-    figs = _figures(ci, runs, arrays, out, labels, colors, bw, store)
-    by_cat = categorised(compare_by_category(root, experiment, n_boot=n_boot, seed=seed))
-    by_turn = categorised(compare_by_category(root, experiment, n_boot=n_boot, seed=seed, by="turn"), "turn")
-    cap = capacity_table(root, experiment, n_boot=n_boot, seed=seed)
+    figs = _figures(ci, runs, arrays, out, labels, colors, bw, results)
+    by_cat = categorised(compare_by_category(results, n_boot=n_boot, seed=seed))
+    by_turn = categorised(compare_by_category(results, n_boot=n_boot, seed=seed, by="turn"), "turn")
+    cap = capacity_table(results, n_boot=n_boot, seed=seed)
     page = _html(experiment, root, ci, runs, figs, engines, bw, bpt, by_cat, by_turn, cap)
     path = out / "index.html"
     atomic_write(path, page.encode())

@@ -16,6 +16,7 @@ from cluster.errors import EnvironmentFault, SglbenchError
 from rich.table import Table
 
 from cluster.commands.terminal import print_table
+from cluster.analysis.results import Results
 from cluster.config.experiment import ExperimentSpec
 
 console = Console()
@@ -122,26 +123,39 @@ def compare_cmd(
     """Per load point and variant: means over ok repeats and output tok/s speedup over the baseline. With EXP_B:
     EXP_B against EXP (same workload, load point and variant), each ratio > 1 when EXP_B is better. With --by
     category (or turn): per prompt category (or session turn), with 95% intervals."""
+    if by is None and (experiment_b is not None or new_root is not None):
+        base, new = _open_pair(root, experiment, new_root or root, experiment_b or experiment)
+        print_cross(base, new, fmt.value, n_boot, seed)
+        return
+    results = open_results(root, experiment)
     if by is not None:
-        print_compare_by_category(root, experiment, baseline, fmt.value, n_boot, seed, by.value)
-        return
-    if experiment_b is not None or new_root is not None:
-        print_cross(root, experiment, new_root or root, experiment_b or experiment, fmt.value, n_boot, seed)
-        return
-    if ci:
-        print_compare_ci(root, experiment, baseline, fmt.value, n_boot, seed)
+        print_compare_by_category(results, baseline, fmt.value, n_boot, seed, by.value)
+    elif ci:
+        print_compare_ci(results, baseline, fmt.value, n_boot, seed)
     else:
-        print_compare(root, experiment, baseline, fmt.value)
+        print_compare(results, baseline, fmt.value)
 
 
-def print_compare_ci(root: str, experiment: str, baseline: Optional[str], fmt_name: str, n_boot: int = 2000,
+def open_results(root: str, experiment: str) -> Results:
+    """The one Results a command reads (an unreadable root is an EnvironmentFault, a missing experiment the
+    store's ExperimentNotFound)."""
+    with _clear_errors():
+        return Results.open(root, experiment)
+
+
+def _open_pair(root: str, base: str, new_root: str, new: str) -> tuple[Results, Results]:
+    return open_results(root, base), open_results(new_root, new)
+
+
+def print_compare_ci(results: Results, baseline: Optional[str], fmt_name: str, n_boot: int = 2000,
                      seed: int = 0) -> None:
     """Render compare_with_ci: 'estimate [lo, hi]' cells, speedup verdicts, then the warnings."""
     from cluster.analysis.comparison import compare_view, compare_with_ci
 
     fmt = Format(fmt_name)
-    df = _table_or_exit(lambda: compare_with_ci(root, experiment, baseline, n_boot=n_boot, seed=seed),
-                        f"no runs recorded for experiment {experiment!r} under {root!r}")
+    experiment = results.experiment
+    df = _table_or_exit(lambda: compare_with_ci(results, baseline, n_boot=n_boot, seed=seed),
+                        f"no runs recorded for experiment {experiment!r} under {results.root!r}")
     if fmt is not Format.table:
         out = df.copy()
         out["warnings"] = ["; ".join(w) for w in out["warnings"]]
@@ -181,15 +195,16 @@ def grouped_warnings(df: pd.DataFrame) -> list[tuple[str, str]]:
             for text, points in by_text.items()]
 
 
-def print_compare_by_category(root: str, experiment: str, baseline: Optional[str], fmt_name: str,
+def print_compare_by_category(results: Results, baseline: Optional[str], fmt_name: str,
                               n_boot: int = 2000, seed: int = 0, by: str = "category") -> None:
     """Render compare_by_category: per prompt category (or session turn) acceptance, TPOT, TTFT and throughput
     with intervals."""
     from cluster.analysis.categories import categorised, category_view, compare_by_category
 
     fmt = Format(fmt_name)
-    df = _table_or_exit(lambda: compare_by_category(root, experiment, baseline, n_boot=n_boot, seed=seed, by=by),
-                        f"no ok runs recorded for experiment {experiment!r} under {root!r}")
+    experiment = results.experiment
+    df = _table_or_exit(lambda: compare_by_category(results, baseline, n_boot=n_boot, seed=seed, by=by),
+                        f"no ok runs recorded for experiment {experiment!r} under {results.root!r}")
     shown = categorised(df, by)
     if not shown.empty:  # without categories anywhere the table shows every workload's '-' rows
         df = shown
@@ -199,29 +214,27 @@ def print_compare_by_category(root: str, experiment: str, baseline: Optional[str
     view = category_view(df)
     if df["workload"].nunique() == 1:
         view = view.drop(columns="workload")
-    sim = " (simulated engine)" if "sim" in set(_engines(root, experiment)) else ""
+    sim = " (simulated engine)" if "sim" in set(_engines(results)) else ""
     _emit(view, fmt, title=f"{experiment} by {'session turn' if by == 'turn' else by}{sim}: estimate [95% CI]; "
           "* = baseline")
     console.print(df.attrs.get("ci_method", ""), highlight=False, soft_wrap=True)
 
 
-def _engines(root: str, experiment: str) -> list[str]:
-    from cluster.dataset.store import DatasetStore
-
-    return [str(e) for e in DatasetStore(root, experiment).read_table("runs", columns=["engine"]).column("engine")
-            .to_pylist()]
+def _engines(results: Results) -> list[str]:
+    return [str(e) for e in results.runs_table().column("engine").to_pylist()]
 
 
-def print_compare(root: str, experiment: str, baseline: Optional[str], fmt_name: str) -> None:
+def print_compare(results: Results, baseline: Optional[str], fmt_name: str) -> None:
     """Render the compare table (also used by `sglbench run` after an experiment)."""
     from cluster.analysis.comparison import short_point_label
     from cluster.analysis.query import compare_table
 
     fmt = Format(fmt_name)
+    experiment = results.experiment
     with _clear_errors():
-        df = compare_table(root, experiment, baseline)
+        df = compare_table(results, baseline)
     if df.empty:
-        err_console.print(f"no runs recorded for experiment {experiment!r} under {root!r}")
+        err_console.print(f"no runs recorded for experiment {experiment!r} under {results.root!r}")
         raise typer.Exit(2)
     if fmt is Format.table:
         from rich import box
@@ -232,7 +245,7 @@ def print_compare(root: str, experiment: str, baseline: Optional[str], fmt_name:
 
         label = {"sim": "sim (simulated engine, not GPU numbers)"}
         cols = ("load", "variant", "ok/f/i", "tok/s", "TTFT99", "TPOT", "ITL/tok", "accept", "×base")
-        on_cpu = "cpu" in served_devices(root, experiment)
+        on_cpu = "cpu" in served_devices(results)
         for wl, part in df.groupby("workload", sort=False):
             eng = f"; engine {label.get(engines[0], engines[0])}" if one_engine else ""
             if on_cpu and engines != ["sim"]:
@@ -253,18 +266,18 @@ def print_compare(root: str, experiment: str, baseline: Optional[str], fmt_name:
                       "median chunk gap split over the tokens each chunk carried; accept = tokens per verify step. "
                       "--ci gives 95% intervals and verdicts (needs 2+ repeats), --format csv|markdown|json every "
                       "column.", highlight=False)
-        print_resolved_differences(root, experiment)
+        print_resolved_differences(results)
     else:
         _emit(df, fmt)
 
 
-def print_resolved_differences(root: str, experiment: str) -> None:
+def print_resolved_differences(results: Results) -> None:
     """Name every resolved server arg that differs from the baseline's besides what the variant declared."""
     from cluster.analysis.comparison import resolved_cap_problems, unintended_differences
 
     try:
-        diffs = unintended_differences(root, experiment)
-        caps = resolved_cap_problems(root, experiment)
+        diffs = unintended_differences(results)
+        caps = resolved_cap_problems(results)
     except (SglbenchError, ValueError, KeyError) as e:  # an older dataset: a stored spec that does not validate
         # (read_stored_spec's StoreError), a column it lacks (pyarrow raises ValueErrors); the table above stays, the
         # note says why this comparison is missing
@@ -279,28 +292,30 @@ def print_resolved_differences(root: str, experiment: str) -> None:
                       f"what the spec declares: {items}", highlight=False, soft_wrap=True)
 
 
-def _cross(root: str, base: str, new_root: str, new: str, n_boot: int, seed: int) -> pd.DataFrame:
-    from cluster.analysis.cross_experiment import Side, compare_experiments
+def _cross(base: Results, new: Results, n_boot: int, seed: int) -> pd.DataFrame:
+    from cluster.analysis.cross_experiment import compare_experiments
 
     with _clear_errors():
-        return compare_experiments(Side(root, base), Side(new_root, new), n_boot=n_boot, seed=seed)
+        return compare_experiments(base, new, n_boot=n_boot, seed=seed)
 
 
-def print_cross(root: str, base: str, new_root: str, new: str, fmt_name: str, n_boot: int, seed: int) -> None:
+def print_cross(base: Results, new: Results, fmt_name: str, n_boot: int, seed: int) -> None:
     """Render compare_experiments: one table per workload and load point, a row per variant and metric."""
     from cluster.analysis import stats
     from cluster.analysis.comparison import format_speedup, point_label
     from cluster.analysis.cross_experiment import CROSS_METRICS
 
     fmt = Format(fmt_name)
-    df = _cross(root, base, new_root, new, n_boot, seed)
+    df = _cross(base, new, n_boot, seed)
     if fmt is not Format.table:
         _emit(df, fmt)
         return
     from rich import box
 
     labels = {"output_tok_s": "tok/s", "tpot_ms_mean": "TPOT ms", "ttft_ms_p99": "TTFT99 ms"}
-    a, b = (base if root == new_root else f"{root}:{base}"), (new if root == new_root else f"{new_root}:{new}")
+    same_root = base.root == new.root
+    a = base.experiment if same_root else f"{base.root}:{base.experiment}"
+    b = new.experiment if same_root else f"{new.root}:{new.experiment}"
     console.print(f"BASE = {a} (commit {df.attrs['base_sha']}), NEW = {b} (commit {df.attrs['new_sha']}). "
                   "NEW/BASE > 1 means NEW is better (for latencies it is BASE/NEW); 95% intervals; verdicts after "
                   "Holm correction over the whole comparison (n.s. = no significant difference; 1 rep = a side "
@@ -339,7 +354,7 @@ def regress_cmd(
     from cluster.errors import UserError
 
     limit = parse_fraction(max_slowdown)
-    df = _cross(root, base, new_root or root, new, n_boot, seed)
+    df = _cross(*_open_pair(root, base, new_root or root, new), n_boot, seed)
     found = regressions(df, limit)
     open_cells = undecided(df)
     total = len(df) * 3
@@ -364,12 +379,12 @@ def regress_cmd(
 @results_app.command("list")
 def list_cmd(root: str = ROOT_OPT, fmt: Format = typer.Option(Format.table, "--format")) -> None:
     """Experiments under the root, with run counts by status."""
-    from cluster.dataset.store import DatasetStore, list_experiments
+    from cluster.dataset.store import list_experiments
 
     with _clear_errors():
         rows = []
         for name in list_experiments(root):
-            st = DatasetStore(root, name).read_table("runs", columns=["status"]).column("status").to_pylist()
+            st = Results.open(root, name).table("runs", ["status"]).column("status").to_pylist()
             rows.append({"experiment": name, "runs": len(st), "ok": st.count("ok"),
                          "invalid": st.count("invalid"), "failed": st.count("failed")})
     if not rows:
@@ -390,8 +405,9 @@ def show_cmd(
     sql = ("SELECT order_index, variant, engine, workload, load_kind, load_value, repeat, status, "
            "coalesce(failure_reason, invalid_reasons) AS reason, m_output_tok_s AS output_tok_s, run_key "
            "FROM runs ORDER BY order_index")
+    results = open_results(root, experiment)
     with _clear_errors():
-        df = query(root, experiment, sql)
+        df = query(results, sql)
     _emit(df, fmt, title=f"{experiment}: runs")
 
 
@@ -411,8 +427,9 @@ def query_cmd(
     refused, and no file outside the dataset can be read."""
     from cluster.analysis.query import query
 
+    results = open_results(root, experiment)
     with _clear_errors():
-        df = query(root, experiment, sql)
+        df = query(results, sql)
     _emit(df, fmt)
 
 
@@ -421,18 +438,19 @@ def print_run_summary(root: str, spec: ExperimentSpec, counts: Mapping[str, int]
     was ok, the tables per prompt category, capacity at the SLO and per session turn. False when no run is recorded
     (said on stderr): the caller decides what that means for its exit status, and the Ray job still prints its
     JSON line (typer.Exit is a RuntimeError in typer >= 0.12, so it must not escape into the driver)."""
+    results = open_results(root, spec.name)
     try:
-        print_compare(root, spec.name, None, "table")
+        print_compare(results, None, "table")
     except typer.Exit:
         return False
     if not counts.get("ok"):
         return True
     if any(w.prompts.source in ("sharegpt", "messages") for w in spec.workloads):
-        print_compare_by_category(root, spec.name, None, "table", n_boot=1000)
+        print_compare_by_category(results, None, "table", n_boot=1000)
     if spec.load.search is not None:
-        print_capacity(root, spec.name, None, "table", n_boot=1000)
+        print_capacity(results, None, "table", n_boot=1000)
     if any(w.sessions is not None for w in spec.workloads):
-        print_compare_by_category(root, spec.name, None, "table", n_boot=1000, by="turn")
+        print_compare_by_category(results, None, "table", n_boot=1000, by="turn")
     return True
 
 
@@ -447,21 +465,22 @@ def capacity_cmd(
 ) -> None:
     """Capacity at the SLO (load.search): per variant the highest load meeting the SLO attainment target, with a
     95% interval over repeats and a verdict against the baseline; bounds and incomplete searches say so."""
-    print_capacity(root, experiment, baseline, fmt.value, n_boot, seed)
+    print_capacity(open_results(root, experiment), baseline, fmt.value, n_boot, seed)
 
 
-def print_capacity(root: str, experiment: str, baseline: Optional[str], fmt_name: str, n_boot: int = 2000,
+def print_capacity(results: Results, baseline: Optional[str], fmt_name: str, n_boot: int = 2000,
                    seed: int = 0) -> None:
     from cluster.analysis.capacity import capacity_table, capacity_view
 
     fmt = Format(fmt_name)
-    df = _table_or_exit(lambda: capacity_table(root, experiment, baseline, n_boot=n_boot, seed=seed),
-                        f"experiment {experiment!r} under {root!r} has no capacity search (load.search) runs")
+    experiment = results.experiment
+    df = _table_or_exit(lambda: capacity_table(results, baseline, n_boot=n_boot, seed=seed),
+                        f"experiment {experiment!r} under {results.root!r} has no capacity search (load.search) runs")
     if fmt is not Format.table:
         _emit(df, fmt)
         return
     r = df.iloc[0]
-    sim = " (simulated engine)" if "sim" in set(_engines(root, experiment)) else ""
+    sim = " (simulated engine)" if "sim" in set(_engines(results)) else ""
     _emit(capacity_view(df), fmt, title=f"{experiment}{sim}: capacity at SLO attainment >= {r['target']:g}, "
           f"resolution {r['resolution']:g}; * = baseline")
     console.print(df.attrs.get("ci_method", ""), highlight=False, soft_wrap=True)
@@ -481,8 +500,9 @@ def report_cmd(
     """An HTML page with PNG plots: throughput, TTFT/TPOT CDFs, acceptance, speedups, bandwidth bound."""
     from cluster.analysis.report import build_report
 
+    results = open_results(root, experiment)
     with _clear_errors():
-        path = build_report(root, experiment, out, n_boot=n_boot, seed=seed, bytes_per_token=bytes_per_token)
+        path = build_report(results, out, n_boot=n_boot, seed=seed, bytes_per_token=bytes_per_token)
     console.print(f"report written to {path}", highlight=False)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from cluster.analysis.report import build_report
+from cluster.analysis.results import Results
 from tests.conftest import tier_required
 from tests.unit.analysis.test_comparison import build_dataset
 
@@ -55,7 +56,7 @@ def test_report_in_headless_chromium(tmp_path: Path) -> None:
     root = str(tmp_path / "results")
     build_dataset(root, "browser", steps=[1, 2], conc=(1, 4, 8), repeats=2, n_requests=16, out_tokens=16,
                   invalid=("nextn-2", 4, 1))
-    page = build_report(root, "browser", str(tmp_path / "report"), n_boot=200, bytes_per_token=10.83e9)
+    page = build_report(Results.open(root, "browser"), str(tmp_path / "report"), n_boot=200, bytes_per_token=10.83e9)
     probe = page.parent / "probe.html"  # the report plus the probe script; the report itself is not touched
     probe.write_text(page.read_text().replace("</body>", PROBE + "</body>", 1))
     shot = tmp_path / "report.png"

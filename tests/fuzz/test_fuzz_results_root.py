@@ -31,6 +31,7 @@ from cluster.analysis.comparison import resolved_cap_problems, served_devices, u
 from cluster.analysis.query import compare_table, query
 from cluster.dataset.store import DatasetStore, list_experiments
 from cluster.errors import SglbenchError
+from cluster.analysis.results import Results
 from tests.fuzz.fuzzing import FUZZ, budget
 from tests.fuzz.results_root import write_dataset
 
@@ -46,13 +47,13 @@ def _reads(root: Path) -> dict[str, Callable[[], Any]]:
         "chunks": lambda: DatasetStore(r, "fz").read_table("chunks", columns=["run_key", "arrival_ns"]),
         "finished": lambda: DatasetStore(r, "fz").finished_run_keys(),
         "meta": lambda: DatasetStore(r, "fz").read_experiment_meta(),
-        "show": lambda: query(r, "fz", SHOW_SQL),
-        "requests_view": lambda: query(r, "fz", "SELECT * FROM request_metrics ORDER BY run_key, request_index"),
-        "compare": lambda: compare_table(r, "fz"),
-        "differences": lambda: unintended_differences(r, "fz"),
-        "caps": lambda: resolved_cap_problems(r, "fz"),
-        "devices": lambda: served_devices(r, "fz"),
-        "search": lambda: search_of(DatasetStore(r, "fz")),
+        "show": lambda: query(Results.open(r, "fz"), SHOW_SQL),
+        "requests_view": lambda: query(Results.open(r, "fz"), "SELECT * FROM request_metrics ORDER BY run_key, request_index"),
+        "compare": lambda: compare_table(Results.open(r, "fz")),
+        "differences": lambda: unintended_differences(Results.open(r, "fz")),
+        "caps": lambda: resolved_cap_problems(Results.open(r, "fz")),
+        "devices": lambda: served_devices(Results.open(r, "fz")),
+        "search": lambda: search_of(Results.open(r, "fz")),
         "list": lambda: list_experiments(r),
     }
 

@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cluster.config.loader import parse_spec_text
+from cluster.analysis.results import Results
 
 pytestmark = pytest.mark.ray
 
@@ -49,7 +50,7 @@ def test_each_variant_searches_on_its_server_and_a_resubmission_measures_nothing
     # fast: 1, 2, 4 meet, and 4 is its server's cap; slow: 1, 2 meet, 4 and then 3 miss → 2
     assert probed == {"fast": [1, 2, 4], "slow": [1, 2, 3, 4]}, probed
     assert any("capacity search w repeat 0: found at 2" in line for line in logs), logs
-    df = capacity_table(str(out), "cap", n_boot=200).set_index("variant")
+    df = capacity_table(Results.open(str(out), "cap"), n_boot=200).set_index("variant")
     assert df.loc["fast", "statuses"] == "at_max" and bool(df.loc["fast", "capped_at_server"])
     assert df.loc["slow", "statuses"] == "found" and df.loc["slow", "capacity"] == 2
     view = capacity_view(df.reset_index()).set_index("variant")

@@ -14,6 +14,7 @@ import pytest
 from cluster.sim.model import expected_accept_length
 from cluster.config.experiment import ExperimentSpec
 from cluster.config.loader import load_spec
+from cluster.analysis.results import Results
 
 pytestmark = pytest.mark.ray
 
@@ -126,7 +127,7 @@ def test_demo_acceptance_and_speedup(ray_local: None, tmp_path: Path) -> None:
     assert runs.loc["hot", "m_output_tok_s"] < runs.loc["baseline", "m_output_tok_s"], "throttled steps are slower"
     from cluster.analysis.comparison import compare_with_ci
 
-    ci = compare_with_ci(str(tmp_path / "results"), spec.name, n_boot=100, request_level=False).set_index("variant")
+    ci = compare_with_ci(Results.open(str(tmp_path / "results"), spec.name), n_boot=100, request_level=False).set_index("variant")
     for _, point in ci.groupby("workload"):  # one row per variant and workload (the demo has two workloads)
         hot = point.loc["hot", "warnings"]
         assert any("GPUs throttled" in w for w in hot) and any("SM clock mean" in w for w in hot), hot
@@ -152,7 +153,7 @@ def test_demo_acceptance_and_speedup(ray_local: None, tmp_path: Path) -> None:
     cat_runs = all_runs[(all_runs["workload"] == "categories") & (all_runs["variant"] == "nextn-3")]
     cat_reqs = all_reqs[all_reqs["run_key"].isin(cat_runs["run_key"])]
     assert set(cat_reqs["category"]) == set(cat_probs)
-    by_cat = compare_by_category(result.dataset_root, spec.name, n_boot=500)
+    by_cat = compare_by_category(Results.open(result.dataset_root, spec.name), n_boot=500)
     row = by_cat[(by_cat["workload"] == "categories") & (by_cat["variant"] == "nextn-3")].set_index("category")
     repeat_of = cat_runs.set_index("run_key")["repeat"]
     for cat, probs in cat_probs.items():

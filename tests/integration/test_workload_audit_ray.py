@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from cluster.distributed.actors import LoadActorImpl
 from cluster.config.loader import parse_spec_text
 from cluster.config.workload import WorkloadSpec
+from cluster.analysis.results import Results
 
 pytestmark = pytest.mark.ray
 
@@ -34,7 +35,7 @@ def test_a_collapsed_run_is_invalid_in_results_show_and_left_out_of_compare(ray_
     import ray
     from ray import cloudpickle
 
-    import cluster.distributed.driver as driver_mod
+    import cluster.distributed.handles as handles_mod
     from cluster.cli import app
     from cluster.distributed.driver import Driver
 
@@ -64,7 +65,7 @@ health_timeout_s: 30
 output: {out}
 """)
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]  # by value
-    monkeypatch.setattr(driver_mod, "LoadActor", ray.remote(max_restarts=0)(CollapsingLoad))
+    monkeypatch.setattr(handles_mod, "LoadActor", ray.remote(max_restarts=0)(CollapsingLoad))
     result = Driver(spec, tmp_path, None, lambda s: None, lambda p, s: None).run()
 
     runs = pd.read_parquet(Path(result.dataset_root) / spec.name / "runs").set_index("workload")
@@ -84,6 +85,6 @@ output: {out}
     assert listed["collapsed"]["status"] == "invalid" and "sent 1 distinct prompts" in listed["collapsed"]["reason"]
     from cluster.analysis.comparison import compare_with_ci
 
-    df = compare_with_ci(str(out), spec.name, n_boot=100).set_index("workload")
+    df = compare_with_ci(Results.open(str(out), spec.name), n_boot=100).set_index("workload")
     assert (df.loc["collapsed", "n_runs"], df.loc["collapsed", "n_invalid"]) == (0, 1)
     assert df.loc["good", "n_runs"] == 1

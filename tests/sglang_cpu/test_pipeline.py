@@ -315,12 +315,13 @@ def test_compare_labels_cpu_numbers(echo_experiment: dict[str, Any], monkeypatch
 
     import cluster.commands.results as results_cmd
     from cluster.analysis.comparison import served_devices
+    from cluster.analysis.results import Results
 
     root, name = str(echo_experiment["result"].dataset_root), echo_experiment["spec"].name
-    assert served_devices(root, name) == {"cpu"}
+    assert served_devices(Results.open(root, name)) == {"cpu"}
     recorder = Console(record=True, width=200)
     monkeypatch.setattr(results_cmd, "console", recorder)
-    results_cmd.print_compare(root, name, None, "table")
+    results_cmd.print_compare(Results.open(root, name), None, "table")
     assert "served on CPU (CPU numbers, not GPU numbers)" in " ".join(recorder.export_text().split())
 
 

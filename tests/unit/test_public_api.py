@@ -10,7 +10,7 @@ import cluster
 PUBLIC = {
     "EXIT_BUG", "EXIT_ENGINE", "EXIT_ENVIRONMENT", "EXIT_USER_ERROR",
     "AuthError", "DatasetStore", "EngineFault", "EnvironmentFault", "ExperimentSpec", "ProbeReport",
-    "PromptSourceError", "ResolvedVariant", "RunPlan", "SglbenchError", "SpecError", "UserError",
+    "PromptSourceError", "ResolvedVariant", "Results", "RunPlan", "SglbenchError", "SpecError", "UserError",
     "__version__", "compare_table", "compare_with_ci", "expand_variants", "list_experiments", "load_spec",
     "make_plan", "parse_spec_text", "probe_checkpoint", "query",
 }

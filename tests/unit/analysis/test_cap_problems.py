@@ -10,6 +10,7 @@ from cluster.analysis.comparison import resolved_cap_problems
 from cluster.dataset.store import DatasetStore
 from cluster.plan.runs import make_plan
 from cluster.config.loader import parse_spec_text
+from cluster.analysis.results import Results
 
 SPEC = """
 version: 1
@@ -33,7 +34,7 @@ def test_compare_reports_a_state_slot_capped_variant(tmp_path: Path) -> None:
     for p in make_plan(spec):
         resolved = {"max_running_requests": 64, "effective_max_running_requests": caps[p.variant.name]}
         store.write_run(p, {"status": "ok", "duration_s": 1.0, "resolved_args_json": json.dumps(resolved)})
-    (line,) = resolved_cap_problems(str(tmp_path), "caps")
+    (line,) = resolved_cap_problems(Results.open(str(tmp_path), "caps"))
     assert line.startswith("error: mtp: resolved-max-running-requests:") and "15 here but 64" in line
 
 
@@ -56,7 +57,7 @@ def test_a_stored_spec_that_does_not_validate_is_a_store_error_naming_it(tmp_pat
     _caps_store(tmp_path, doc)
     for read in (resolved_cap_problems, unintended_differences):
         with pytest.raises(StoreError, match=r"experiment\.json: spec\.new_field_from_v2: Extra inputs") as e:
-            read(str(tmp_path), "caps")
+            read(Results.open(str(tmp_path), "caps"))
         assert e.value.field == "spec.new_field_from_v2"
 
 
@@ -70,7 +71,7 @@ def test_a_stored_spec_level_that_is_not_an_object_is_a_store_error(tmp_path: Pa
     doc = {**parse_spec_text(SPEC).model_dump(mode="json"), "load": [1]}
     _caps_store(tmp_path, doc)
     with pytest.raises(StoreError, match=r"spec\.load holds list, not an object"):
-        search_of(DatasetStore(str(tmp_path), "caps"))
+        search_of(Results.open(str(tmp_path), "caps"))
 
 
 def test_resolved_args_that_are_not_a_json_object_are_a_store_error(tmp_path: Path) -> None:
@@ -84,7 +85,7 @@ def test_resolved_args_that_are_not_a_json_object_are_a_store_error(tmp_path: Pa
         _caps_store(tmp_path / got, parse_spec_text(SPEC).model_dump(mode="json"), text)
         for read in (served_devices, resolved_cap_problems):
             with pytest.raises(StoreError, match=f"resolved_args_json holds {got}"):
-                read(str(tmp_path / got), "caps")
+                read(Results.open(str(tmp_path / got), "caps"))
 
 
 def test_results_compare_prints_the_cap_line_and_degrades_on_a_foreign_spec(tmp_path: Path) -> None:

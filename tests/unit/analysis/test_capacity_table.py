@@ -11,6 +11,7 @@ from cluster.analysis.capacity import capacity_table, capacity_view
 from cluster.dataset.store import DatasetStore
 from cluster.plan.runs import expand_variants, plan_run, search_point
 from cluster.config.loader import parse_spec_text
+from cluster.analysis.results import Results
 
 SPEC = """
 version: 1
@@ -56,7 +57,7 @@ def _build(root: str) -> None:
 
 def test_each_repeat_is_bracketed_and_the_variants_compared(tmp_path: Path) -> None:
     _build(str(tmp_path))
-    df = capacity_table(str(tmp_path), "cap", n_boot=500).set_index("variant")
+    df = capacity_table(Results.open(str(tmp_path), "cap"), n_boot=500).set_index("variant")
     assert df.loc["base", "capacity"] == pytest.approx(13 / 3) and df.loc["base", "n_found"] == 3
     assert df.loc["fast", "capacity"] == pytest.approx(25 / 3)
     assert df.loc["base", "capacity_lo"] <= 13 / 3 <= df.loc["base", "capacity_hi"]
@@ -78,4 +79,4 @@ def test_an_experiment_without_a_search_has_no_capacity_table(tmp_path: Path) ->
     meta = store.read_experiment_meta() or {}
     meta["spec"]["load"]["search"] = None
     store.write_experiment_meta(meta)
-    assert capacity_table(str(tmp_path), "cap").empty
+    assert capacity_table(Results.open(str(tmp_path), "cap")).empty

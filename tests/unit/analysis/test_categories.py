@@ -17,6 +17,7 @@ from cluster.dataset.store import DatasetStore
 from cluster.loadgen.sink import request_batches
 from cluster.plan.runs import make_plan
 from cluster.config.loader import parse_spec_text
+from cluster.analysis.results import Results
 
 SPEC = """
 version: 1
@@ -74,7 +75,7 @@ def _build(root: str, categories: bool = True, repeats: int = 3) -> None:
 
 def test_each_category_is_reported_apart_with_intervals(tmp_path: Path) -> None:
     _build(str(tmp_path))
-    df = compare_by_category(str(tmp_path), "cats", n_boot=300)
+    df = compare_by_category(Results.open(str(tmp_path), "cats"), n_boot=300)
     r = df.set_index(["variant", "category"])
     assert set(r.index) == {("baseline", "code"), ("baseline", "chat"), ("nextn", "code"), ("nextn", "chat")}
     # acceptance per category: Σ(tokens − 1)/Σ verify steps of that category's requests only
@@ -100,7 +101,7 @@ def test_each_category_is_reported_apart_with_intervals(tmp_path: Path) -> None:
 
 def test_without_categories_one_dash_row_per_cell_and_the_cli(tmp_path: Path) -> None:
     _build(str(tmp_path), categories=False)
-    df = compare_by_category(str(tmp_path), "cats", n_boot=200)
+    df = compare_by_category(Results.open(str(tmp_path), "cats"), n_boot=200)
     assert list(df["category"]) == ["-", "-"]
     # no categories: the whole window's acceptance (10 code-like requests at 4 and 10 chat-like at 2 tokens/step)
     assert df.set_index("variant").loc["nextn", "accept_length"] == pytest.approx(32 * 20 / (8 * 10 + 16 * 10))
@@ -130,7 +131,7 @@ def test_the_report_has_the_category_table_only_when_prompts_have_categories(tmp
     from cluster.analysis.report import build_report
 
     _build(str(tmp_path / "with"))
-    page = html.unescape(build_report(str(tmp_path / "with"), "cats", str(tmp_path / "r1"), n_boot=200).read_text())
+    page = html.unescape(build_report(Results.open(str(tmp_path / "with"), "cats"), str(tmp_path / "r1"), n_boot=200).read_text())
     assert "By prompt category" in page and "<td>code</td>" in page and "<td>chat</td>" in page
     # nextn's code requests carry 4 tokens per verify step: (33 - 1) / 8 steps = 4.00, chat's 2.00
     section = page.split("By prompt category")[1].split("<h2>")[0]
@@ -139,7 +140,7 @@ def test_the_report_has_the_category_table_only_when_prompts_have_categories(tmp
     # throughput of its own
     assert "tok/s share" in section and "output tok/s" not in section and "no speed of its own" in section
     _build(str(tmp_path / "without"), categories=False)
-    page = build_report(str(tmp_path / "without"), "cats", str(tmp_path / "r2"), n_boot=200).read_text()
+    page = build_report(Results.open(str(tmp_path / "without"), "cats"), str(tmp_path / "r2"), n_boot=200).read_text()
     assert "By prompt category" not in page
 
 
@@ -168,7 +169,7 @@ def test_by_turn_reports_each_session_turn_apart_with_its_prefix_hit_rate(tmp_pa
         dur = recs[-1].chunk_arrival_ns[-1] / 1e9
         store.write_run(p, {"status": "ok", "duration_s": dur, "metrics": summarize_run(reqs, chunks, dur, None)},
                         reqs, chunks)
-    df = compare_by_category(str(tmp_path), "cats", n_boot=200, by="turn")
+    df = compare_by_category(Results.open(str(tmp_path), "cats"), n_boot=200, by="turn")
     base = df[df["variant"] == "baseline"].set_index("turn")
     assert list(base.index) == ["1", "2", "3", "4"]  # in turn order
     # prefix hit rate of turn t: Σ cached / Σ prompt = 16(t − 1) / 16t → 0, 1/2, 2/3, 3/4

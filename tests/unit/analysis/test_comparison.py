@@ -16,6 +16,7 @@ from cluster.analysis.query import QueryError
 from cluster.kernel.records import RequestRecord
 from cluster.loadgen.sink import request_batches
 from cluster.config.loader import parse_spec_text
+from cluster.analysis.results import Results
 
 SPEC = """
 version: 1
@@ -112,7 +113,7 @@ def build_dataset(root: str, name: str, *, other: str = "nextn", steps: Optional
 
 def test_large_effect_is_faster(tmp_path: Path) -> None:
     build_dataset(str(tmp_path), "fast", other="tuned", steps=[], speed={"tuned": 1.5}, repeats=3)
-    df = compare_with_ci(str(tmp_path), "fast", n_boot=500)
+    df = compare_with_ci(Results.open(str(tmp_path), "fast"), n_boot=500)
     r = df.set_index(["variant", "load_value"])
     for c in (1.0, 8.0):
         row = r.loc[("tuned", c)]
@@ -134,7 +135,7 @@ def test_large_effect_is_faster(tmp_path: Path) -> None:
 
 def test_a_a_is_no_significant_difference(tmp_path: Path) -> None:
     build_dataset(str(tmp_path), "aa", other="copy", steps=[], repeats=3, seed=7)
-    df = compare_with_ci(str(tmp_path), "aa", n_boot=500)
+    df = compare_with_ci(Results.open(str(tmp_path), "aa"), n_boot=500)
     copy = df[df["variant"] == "copy"]
     assert list(copy["speedup_tok_s_verdict"]) == ["no significant difference"] * 2
     assert list(copy["speedup_tpot_verdict"]) == ["no significant difference"] * 2
@@ -145,7 +146,7 @@ def test_a_a_is_no_significant_difference(tmp_path: Path) -> None:
 
 def test_acceptance_goodput_and_warnings(tmp_path: Path) -> None:
     build_dataset(str(tmp_path), "spec", steps=[2], repeats=2, invalid=("nextn", 8, 1))
-    df = compare_with_ci(str(tmp_path), "spec", n_boot=300)
+    df = compare_with_ci(Results.open(str(tmp_path), "spec"), n_boot=300)
     r = df.set_index(["variant", "load_value"])
     nx = r.loc[("nextn", 1.0)]  # one depth: the variant keeps its spec name
     # E[accepted drafts] with p = 0.8, 0.65: 0.8 + 0.8 * 0.65 = 1.32 → accept length ≈ 2.32 (truncated at the end)
@@ -167,17 +168,17 @@ def test_request_arrays_and_run_level_mode(tmp_path: Path) -> None:
     from cluster.dataset.store import DatasetStore
 
     runs = DatasetStore(str(tmp_path), "ra").read_table("runs").to_pandas()
-    arrays = request_arrays(str(tmp_path), "ra", runs["run_key"].tolist()[:1])
+    arrays = request_arrays(Results.open(str(tmp_path), "ra"), runs["run_key"].tolist()[:1])
     assert list(arrays) == runs["run_key"].tolist()[:1]
     a = arrays[runs["run_key"].iloc[0]]
     assert a["ttft_ms"].size == 48 and (a["e2e_ms"] > a["ttft_ms"]).all()
-    run_level = compare_with_ci(str(tmp_path), "ra", n_boot=200, request_level=False)
-    full = compare_with_ci(str(tmp_path), "ra", n_boot=200)
+    run_level = compare_with_ci(Results.open(str(tmp_path), "ra"), n_boot=200, request_level=False)
+    full = compare_with_ci(Results.open(str(tmp_path), "ra"), n_boot=200)
     assert run_level["output_tok_s"].tolist() == pytest.approx(full["output_tok_s"].tolist())
     m = runs.groupby("variant")["m_ttft_ms_p99"].mean()
     assert run_level.set_index("variant")["ttft_ms_p99"].to_dict() == pytest.approx(m.to_dict())
     with pytest.raises(QueryError, match="not a variant"):
-        compare_with_ci(str(tmp_path), "ra", baseline="nope")
+        compare_with_ci(Results.open(str(tmp_path), "ra"), baseline="nope")
 
 
 def test_format_estimate() -> None:
@@ -191,9 +192,9 @@ def test_one_baseline_rule_for_every_compare_path(tmp_path: Path) -> None:
 
     build_dataset(str(tmp_path), "bl", steps=[2], repeats=1, conc=(2,), n_requests=8, out_tokens=8)
     paths = {
-        "runs": lambda b: compare_table(str(tmp_path), "bl", b),
-        "requests": lambda b: compare_from_requests(str(tmp_path), "bl", b),
-        "ci": lambda b: compare_with_ci(str(tmp_path), "bl", b, n_boot=100, request_level=False),
+        "runs": lambda b: compare_table(Results.open(str(tmp_path), "bl"), b),
+        "requests": lambda b: compare_from_requests(Results.open(str(tmp_path), "bl"), b),
+        "ci": lambda b: compare_with_ci(Results.open(str(tmp_path), "bl"), b, n_boot=100, request_level=False),
     }
     for chosen, expected in ((None, "baseline"), ("nextn", "nextn")):
         for name, compare in paths.items():
@@ -220,10 +221,10 @@ def test_compare_table_says_when_servers_ran_on_a_cpu(tmp_path: Path, monkeypatc
 
     build_dataset(str(tmp_path), "dev", steps=[1], repeats=1, conc=(1,), n_requests=8, device=device,
                   engine=engine)
-    assert served_devices(str(tmp_path), "dev") == ({device} if device else set())
+    assert served_devices(Results.open(str(tmp_path), "dev")) == ({device} if device else set())
     recorder = Console(record=True, width=220)
     monkeypatch.setattr(results_cmd, "console", recorder)
-    results_cmd.print_compare(str(tmp_path), "dev", None, "table")
+    results_cmd.print_compare(Results.open(str(tmp_path), "dev"), None, "table")
     assert ("served on CPU (CPU numbers, not GPU numbers)" in " ".join(recorder.export_text().split())) is labelled
 
 
@@ -235,7 +236,7 @@ def test_prefix_hit_rate_per_point_and_only_shown_when_something_hit(tmp_path: P
     # every nextn request found 32 of its 128 prompt tokens cached: 32 / 128 = 25 %; the baseline's found none
     build_dataset(str(tmp_path), "pc", steps=[1], conc=(1,), repeats=2, n_requests=12, out_tokens=8,
                   cached_tokens={"nextn": 32, "baseline": 0})
-    r = compare_with_ci(str(tmp_path), "pc", n_boot=200).set_index("variant")
+    r = compare_with_ci(Results.open(str(tmp_path), "pc"), n_boot=200).set_index("variant")
     assert r.loc["nextn", "prefix_hit_rate"] == pytest.approx(0.25)
     assert r.loc["baseline", "prefix_hit_rate"] == 0.0
     out = CliRunner().invoke(app, ["results", "compare", "pc", "--ci", "--n-boot", "200", "--root", str(tmp_path)],

@@ -10,6 +10,7 @@ from cluster.analysis.comparison import CLOCK_MISMATCH_REL, compare_view, compar
 from cluster.dataset.store import DatasetStore
 from cluster.plan.runs import make_plan
 from cluster.config.loader import parse_spec_text
+from cluster.analysis.results import Results
 
 SPEC = """
 version: 1
@@ -44,7 +45,7 @@ def _dataset(root: str) -> None:
 
 def test_throttled_runs_and_clock_mismatch_are_warned(tmp_path: Path) -> None:
     _dataset(str(tmp_path))
-    df = compare_with_ci(str(tmp_path), "gpu", n_boot=200, request_level=False).set_index("variant")
+    df = compare_with_ci(Results.open(str(tmp_path), "gpu"), n_boot=200, request_level=False).set_index("variant")
     hot = df.loc["hot", "warnings"]
     assert any("repeat 1: GPUs throttled" in w and "40%" in w and "1400 MHz" in w for w in hot), hot
     assert any("SM clock mean 1501 MHz vs the baseline's 2401 MHz" in w for w in hot), hot

@@ -9,9 +9,10 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from cluster.analysis.cross_experiment import Side, compare_experiments, parse_fraction, regressions
+from cluster.analysis.cross_experiment import compare_experiments, parse_fraction, regressions
 from cluster.cli import app
 from cluster.errors import UserError
+from cluster.analysis.results import Results
 from tests.unit.analysis.test_comparison import build_dataset
 
 
@@ -25,7 +26,7 @@ def _pair(root: str, new_speed: float, *, repeats: int = 3, seed_b: int = 1, out
 def test_matches_points_and_finds_a_known_slowdown(tmp_path: Path) -> None:
     root = str(tmp_path)
     _pair(root, 0.7)
-    df = compare_experiments(Side(root, "base"), Side(root, "new"), n_boot=400)
+    df = compare_experiments(Results.open(root, "base"), Results.open(root, "new"), n_boot=400)
     assert len(df) == 4 and set(df["variant"]) == {"baseline", "tuned"} and set(df["load_value"]) == {1.0, 4.0}
     assert (df["output_tok_s_verdict"] == "slower").all()
     assert df["output_tok_s_ratio"].between(0.6, 0.8).all()
@@ -41,7 +42,7 @@ def test_a_changed_workload_shape_is_not_matched(tmp_path: Path) -> None:
     root = str(tmp_path)
     _pair(root, 1.0, out_b=16)  # same workload name, other output length: a different workload
     with pytest.raises(UserError, match="share no point"):
-        compare_experiments(Side(root, "base"), Side(root, "new"), n_boot=200)
+        compare_experiments(Results.open(root, "base"), Results.open(root, "new"), n_boot=200)
 
 
 def test_regress_exit_codes(tmp_path: Path) -> None:

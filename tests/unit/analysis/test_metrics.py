@@ -15,6 +15,7 @@ from cluster.kernel.run_row import METRIC_NAMES
 from cluster.kernel.records import RequestRecord
 from cluster.loadgen.sink import request_batches
 from cluster.config.statistics import SLOSpec
+from cluster.analysis.results import Results
 
 MS = 1_000_000
 
@@ -263,17 +264,17 @@ def test_every_consumer_gives_the_same_per_request_numbers(tmp_path: Path) -> No
     assert (m["accept_length"], m["sglang_accept_length"]) == (0.75, 9 / 8)
     assert (m["accept_length_p50"], m["lag_ms_p50"], m["lag_ms_max"]) == (1.0, 1.5, 3.0)
     # the SQL views, generated from the same definitions
-    rm = query(root, "one", "SELECT request_index, ok, ttft_ms, e2e_ms, tpot_ms, accept_length, lag_ms "
+    rm = query(Results.open(root, "one"), "SELECT request_index, ok, ttft_ms, e2e_ms, tpot_ms, accept_length, lag_ms "
                             "FROM request_metrics ORDER BY request_index")
     assert rm["ok"].tolist() == [True, True, True, False]
     assert rm["ttft_ms"].tolist()[:3] == [10.0, 20.0, 7.0] and rm["e2e_ms"].tolist()[:3] == [30.0, 60.0, 7.0]
     assert rm["tpot_ms"].tolist()[:2] == [10.0, 10.0] and rm["tpot_ms"].isna().tolist()[2:] == [True, True]
     assert rm["accept_length"].tolist()[:3] == [1.0, 1.0, 0.0] and rm["lag_ms"].tolist() == [1.0, 0.0, 2.0, 3.0]
-    gaps = query(root, "one", "SELECT itl_chunk_ms, itl_token_ms, tokens FROM chunk_gaps "
+    gaps = query(Results.open(root, "one"), "SELECT itl_chunk_ms, itl_token_ms, tokens FROM chunk_gaps "
                               "ORDER BY request_index, chunk_index")
     assert gaps["itl_chunk_ms"].tolist() == [10.0, 10.0, 30.0, 10.0]
     assert gaps["itl_token_ms"].tolist() == [10.0, 10.0, 10.0, 10.0] and gaps["tokens"].tolist() == [1, 1, 3, 1]
-    agg = query(root, "one", f"SELECT {ACCEPT_LENGTH_SQL} AS a, avg(ttft_ms) AS ttft, avg(tpot_ms) AS tpot, "
+    agg = query(Results.open(root, "one"), f"SELECT {ACCEPT_LENGTH_SQL} AS a, avg(ttft_ms) AS ttft, avg(tpot_ms) AS tpot, "
                              "quantile_cont(lag_ms, 0.99) AS lag99 FROM request_metrics")
     assert agg["a"].iloc[0] == m["accept_length"] and agg["tpot"].iloc[0] == m["tpot_ms_mean"]
     assert agg["ttft"].iloc[0] == pytest.approx(m["ttft_ms_mean"], rel=1e-15)
@@ -281,11 +282,11 @@ def test_every_consumer_gives_the_same_per_request_numbers(tmp_path: Path) -> No
     token_weighted = (gaps["itl_token_ms"] * gaps["tokens"]).sum() / gaps["tokens"].sum()
     assert (gaps["itl_chunk_ms"].mean(), token_weighted) == (m["itl_chunk_ms_mean"], m["itl_token_ms_mean"])
     # the comparison's per-request arrays (CI bootstrap, report CDFs and acceptance histograms)
-    a = request_arrays(root, "one", [run_key])[run_key]
+    a = request_arrays(Results.open(root, "one"), [run_key])[run_key]
     assert a["ttft_ms"].tolist() == [10.0, 20.0, 7.0] and a["e2e_ms"].tolist() == [30.0, 60.0, 7.0]
     assert a["tpot_ms"].tolist() == [10.0, 10.0] and a["accept"].tolist() == [1.0, 1.0, 0.0]
     # compare from request rows
-    cmp = compare_from_requests(root, "one").iloc[0]
+    cmp = compare_from_requests(Results.open(root, "one")).iloc[0]
     assert (cmp["ttft_ms_p50"], cmp["tpot_ms_mean"], cmp["output_tok_s"]) == (10.0, 10.0, m["output_tok_s"])
     # the correctness gate's acceptance: the same counts as gate answers give the same figure
     raw = {str(r.request_index): GateOutput(text="", completion_tokens=r.completion_tokens,
@@ -313,11 +314,11 @@ def test_numpy_and_sql_sides_of_each_definition_agree_exactly(tmp_path: Path) ->
     reqs, chunk_rows = request_batches(recs)
     cols = request_columns(reqs)
     names = [q.name for q in REQUEST_QUANTITIES]
-    sql = query(str(tmp_path), "one", f"SELECT {', '.join(names)} FROM request_metrics ORDER BY request_index")
+    sql = query(Results.open(str(tmp_path), "one"), f"SELECT {', '.join(names)} FROM request_metrics ORDER BY request_index")
     for q in REQUEST_QUANTITIES:
         np.testing.assert_array_equal(q.values(cols), sql[q.name].to_numpy(np.float64, na_value=np.nan), q.name)
     itl_chunk, tokens, itl_token = chunk_gaps(*token_chunks(reqs, chunk_rows, cols.ok))
-    gaps = query(str(tmp_path), "one", "SELECT itl_chunk_ms, itl_token_ms, tokens FROM chunk_gaps "
+    gaps = query(Results.open(str(tmp_path), "one"), "SELECT itl_chunk_ms, itl_token_ms, tokens FROM chunk_gaps "
                                        "ORDER BY request_index, chunk_index")
     np.testing.assert_array_equal(itl_chunk, gaps["itl_chunk_ms"].to_numpy())
     np.testing.assert_array_equal(itl_token, np.repeat(gaps["itl_token_ms"].to_numpy(), gaps["tokens"].to_numpy()))

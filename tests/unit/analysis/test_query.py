@@ -14,6 +14,7 @@ from cluster.kernel.records import RequestRecord
 from cluster.loadgen.sink import request_batches
 from cluster.config.loader import parse_spec_text
 from cluster.dataset.store import DatasetStore, ExperimentNotFound
+from cluster.analysis.results import Results
 
 SPEC = """
 version: 1
@@ -60,7 +61,7 @@ def root(tmp_path: Path) -> str:
 
 
 def test_compare_table_means_counts_and_speedup(root: str) -> None:
-    df = compare_table(root, "cmp")
+    df = compare_table(Results.open(root, "cmp"))
     assert list(df["variant"]) == ["base", "nextn", "base", "nextn"]
     assert list(df["load_value"]) == [1.0, 1.0, 4.0, 4.0]
     assert list(df["engine"]) == ["sim"] * 4
@@ -86,17 +87,17 @@ def pd_isna(x: object) -> bool:
 
 
 def test_baseline_override(root: str) -> None:
-    df = compare_table(root, "cmp", baseline="nextn").set_index(["variant", "load_value"])
+    df = compare_table(Results.open(root, "cmp"), baseline="nextn").set_index(["variant", "load_value"])
     assert df.loc[("base", 1.0), "speedup_output_tok_s"] == pytest.approx(105.0 / 220.0)
     with pytest.raises(QueryError, match="not a variant"):
-        compare_table(root, "cmp", baseline="nope")
+        compare_table(Results.open(root, "cmp"), baseline="nope")
 
 
 def test_views_and_free_sql(root: str) -> None:
-    df = query(root, "cmp", "SELECT variant, count(*) AS n FROM requests GROUP BY variant ORDER BY variant")
+    df = query(Results.open(root, "cmp"), "SELECT variant, count(*) AS n FROM requests GROUP BY variant ORDER BY variant")
     # base: repeats give 2 + 3 rows per load point → 10; nextn the same; the stray uncommitted run is invisible
     assert df.to_dict("records") == [{"variant": "base", "n": 10}, {"variant": "nextn", "n": 10}]
-    con = connect(root, "cmp")
+    con = connect(Results.open(root, "cmp"))
     try:
         assert con.execute("SELECT count(*) FROM runs").fetchone() == (8,)
         assert con.execute("SELECT DISTINCT schema_version FROM chunks").fetchall() == [(1,)]
@@ -106,13 +107,13 @@ def test_views_and_free_sql(root: str) -> None:
 
 def test_errors(root: str, tmp_path: Path) -> None:
     with pytest.raises(QueryError, match="SQL error"):
-        query(root, "cmp", "SELEC nonsense")
+        query(Results.open(root, "cmp"), "SELEC nonsense")
     with pytest.raises(ExperimentNotFound):
-        compare_table(str(tmp_path / "nowhere"), "cmp")
+        compare_table(Results.open(str(tmp_path / "nowhere"), "cmp"))
 
 
 def test_variants_view(root: str) -> None:
-    df = query(root, "cmp", "SELECT * FROM variants ORDER BY first_order_index")
+    df = query(Results.open(root, "cmp"), "SELECT * FROM variants ORDER BY first_order_index")
     assert list(df["variant"]) == ["base", "nextn"]
     r = df.set_index("variant")
     assert bool(r.loc["base", "is_baseline"]) and not bool(r.loc["nextn", "is_baseline"])
@@ -127,10 +128,10 @@ def test_extra_tables_get_views(root: str) -> None:
     store = DatasetStore(root, "cmp")
     plan = _plans()[("base", 1.0, 0)]
     store.write_table_rows("correctness", plan, pa.table({"prompt_id": ["p1", "p2"], "passed": [True, False]}))
-    df = query(root, "cmp", "SELECT variant, sum(CAST(passed AS INT)) AS n FROM correctness GROUP BY variant")
+    df = query(Results.open(root, "cmp"), "SELECT variant, sum(CAST(passed AS INT)) AS n FROM correctness GROUP BY variant")
     assert df.to_dict("records") == [{"variant": "base", "n": 1}]
     with pytest.raises(QueryError, match="server_metrics"):
-        query(root, "cmp", "SELECT * FROM server_metrics")
+        query(Results.open(root, "cmp"), "SELECT * FROM server_metrics")
 
 
 def test_compare_from_requests(tmp_path: Path) -> None:
@@ -147,7 +148,7 @@ def test_compare_from_requests(tmp_path: Path) -> None:
                                   max_tokens=8, error="HTTP 500"))
         reqs, chunks = request_batches(recs)
         store.write_run(p, {"status": "ok", "duration_s": 2.0 / speed}, reqs, chunks)
-    df = compare_from_requests(str(tmp_path), "req")
+    df = compare_from_requests(Results.open(str(tmp_path), "req"))
     r = df.set_index(["variant", "load_value"])
     base, nx = r.loc[("base", 1.0)], r.loc[("nextn", 4.0)]
     assert base["ttft_ms_p50"] == pytest.approx(60.0) and base["ttft_ms_p99"] == pytest.approx(109.0)
@@ -187,11 +188,11 @@ def test_query_refuses_anything_but_one_select(root: str, tmp_path: Path, monkey
     monkeypatch.chdir(out)
     before = sorted(str(p) for p in Path(root).rglob("*"))
     with pytest.raises(QueryError, match="read-only|exactly one statement") as e:
-        query(root, "cmp", sql.format(tmp=out))
+        query(Results.open(root, "cmp"), sql.format(tmp=out))
     assert e.value.field == "sql" and "SELECT" in (e.value.expected or "")
     assert list(out.iterdir()) == []  # nothing written beside the query
     assert sorted(str(p) for p in Path(root).rglob("*")) == before  # nor into the dataset
-    assert query(root, "cmp", "SELECT count(*) AS n FROM runs")["n"].iloc[0] == 8  # the views are intact
+    assert query(Results.open(root, "cmp"), "SELECT count(*) AS n FROM runs")["n"].iloc[0] == 8  # the views are intact
 
 
 def test_query_cannot_read_files_outside_the_dataset(root: str, tmp_path: Path) -> None:
@@ -204,10 +205,10 @@ def test_query_cannot_read_files_outside_the_dataset(root: str, tmp_path: Path) 
                 f"SELECT * FROM '{outside}/secret.csv'", f"SELECT * FROM glob('{outside}/*')",
                 "SELECT * FROM read_text('/etc/hostname')"):
         with pytest.raises(QueryError, match="disabled by configuration"):
-            query(root, "cmp", sql)
+            query(Results.open(root, "cmp"), sql)
     # a file of the dataset itself stays readable by name (the views read exactly these)
     runs_file = DatasetStore(root, "cmp").table_files("runs")[0]
-    assert len(query(root, "cmp", f"SELECT * FROM read_parquet('{runs_file}')")) == 1
+    assert len(query(Results.open(root, "cmp"), f"SELECT * FROM read_parquet('{runs_file}')")) == 1
 
 
 def test_connection_guards_hold_without_the_statement_check(root: str, tmp_path: Path) -> None:
@@ -215,7 +216,7 @@ def test_connection_guards_hold_without_the_statement_check(root: str, tmp_path:
     # a file or turn external access back on
     import duckdb
 
-    con = connect(root, "cmp")
+    con = connect(Results.open(root, "cmp"))
     try:
         with pytest.raises(duckdb.Error, match="disabled by configuration"):
             con.execute(f"COPY (SELECT 1) TO '{tmp_path}/x.csv'")
@@ -241,12 +242,12 @@ def test_every_view_answers_a_select(root: str, tmp_path: Path, monkeypatch: pyt
     store.write_table_rows("gpu_metrics", plan, readings_table([(0, GpuReading(gpu="0", power_w=300.0))], "sim"))
     store.write_variant_table("kernel_profile", "base", "profile-x", pa.table({"kernel": ["fused_moe_kernel"]}))
     for view in VIEWS:
-        assert query(root, "cmp", f"SELECT count(*) AS n FROM {view}")["n"].iloc[0] >= 1, view
+        assert query(Results.open(root, "cmp"), f"SELECT count(*) AS n FROM {view}")["n"].iloc[0] >= 1, view
     # a relative dataset root (the CLI's default is "results") works under the guards too
     monkeypatch.chdir(tmp_path)
     rel = str(Path(root).relative_to(tmp_path)) if Path(root).is_relative_to(tmp_path) else root
-    assert query(rel, "cmp", "WITH r AS (SELECT * FROM requests) SELECT count(*) AS n FROM r")["n"].iloc[0] == 20
-    assert query(rel, "cmp", "FROM variants SELECT count(*) AS n")["n"].iloc[0] == 2
+    assert query(Results.open(rel, "cmp"), "WITH r AS (SELECT * FROM requests) SELECT count(*) AS n FROM r")["n"].iloc[0] == 20
+    assert query(Results.open(rel, "cmp"), "FROM variants SELECT count(*) AS n")["n"].iloc[0] == 2
 
 
 def test_query_help_lists_every_view_the_readme_lists() -> None:
@@ -291,11 +292,11 @@ def test_a_corrupt_page_is_refused_by_every_statement_that_reads_it(root: str) -
     data = bytearray(f.read_bytes())
     data[(col.dictionary_page_offset or col.data_page_offset) + col.total_compressed_size - 2] ^= 0x20
     f.write_bytes(bytes(data))
-    assert len(query(root, "cmp", "SELECT * FROM runs")) == 8  # reads no chunk
+    assert len(query(Results.open(root, "cmp"), "SELECT * FROM runs")) == 8  # reads no chunk
     for sql in ("SELECT sum(arrival_ns) FROM chunks", "SELECT count(*) FROM chunk_gaps",
                 "SELECT count(*) FROM query_table('chu' || 'nks')"):
         with pytest.raises(StoreError, match=f.name):
-            query(root, "cmp", sql)
+            query(Results.open(root, "cmp"), sql)
 
 
 def test_a_name_value_directory_above_the_root_is_not_a_column(tmp_path: Path) -> None:
@@ -304,9 +305,9 @@ def test_a_name_value_directory_above_the_root_is_not_a_column(tmp_path: Path) -
 
     root = tmp_path / "status=bogus" / "variant=x" / "results"
     write_dataset(root)
-    df = query(str(root), "exp1", "SELECT status, variant FROM runs ORDER BY variant")
+    df = query(Results.open(str(root), "exp1"), "SELECT status, variant FROM runs ORDER BY variant")
     assert df["status"].tolist() == ["ok", "ok"] and df["variant"].tolist() == ["base", "other"]
-    assert len(query(str(root), "exp1", "SELECT * FROM requests WHERE variant = 'base'")) == 50
+    assert len(query(Results.open(str(root), "exp1"), "SELECT * FROM requests WHERE variant = 'base'")) == 50
 
 
 def test_views_over_an_object_store_root_carry_the_variant(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -319,9 +320,9 @@ def test_views_over_an_object_store_root_carry_the_variant(monkeypatch: pytest.M
     fs = pafs.FileSystem.from_uri("mock:///bucket")[0]
     monkeypatch.setattr(reading, "open_root", lambda root: (fs, "bucket/prefix"))
     write_dataset(Path("mock-root"))
-    df = query("s3://bucket/prefix", "exp1", "SELECT variant, status, count(*) AS n FROM requests JOIN runs "
+    df = query(Results.open("s3://bucket/prefix", "exp1"), "SELECT variant, status, count(*) AS n FROM requests JOIN runs "
                                              "USING (run_key, variant) GROUP BY ALL ORDER BY variant")
     assert df.to_dict("records") == [{"variant": "base", "status": "ok", "n": 50},
                                      {"variant": "other", "status": "ok", "n": 50}]
-    assert query("s3://bucket/prefix", "exp1", "SELECT variant, n_runs FROM variants ORDER BY 1")["n_runs"].tolist() \
+    assert query(Results.open("s3://bucket/prefix", "exp1"), "SELECT variant, n_runs FROM variants ORDER BY 1")["n_runs"].tolist() \
         == [1, 1]

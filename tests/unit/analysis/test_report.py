@@ -15,6 +15,7 @@ from cluster.cli import app
 from cluster.analysis.metrics import METRIC_DEFINITIONS
 from cluster.analysis.report import GPU_BANDWIDTH_GBS, build_report, decode_bytes_per_token, gpu_of_run, known_gpu
 from cluster.dataset.store import DatasetStore
+from cluster.analysis.results import Results
 from tests.unit.analysis.test_comparison import build_dataset
 
 BYTES_PER_TOKEN = 10.83e9
@@ -32,7 +33,7 @@ def demo_root(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def test_report_html_and_pngs(demo_root: str, tmp_path: Path) -> None:
-    path = build_report(demo_root, "demo-sim", str(tmp_path / "out"), n_boot=200)
+    path = build_report(Results.open(demo_root, "demo-sim"), str(tmp_path / "out"), n_boot=200)
     page = path.read_text()
     referenced = set(re.findall(r"<img src='([^']+\.png)'", page))
     written = {p.name for p in path.parent.glob("*.png")}
@@ -75,7 +76,7 @@ def test_bandwidth_percent_matches_tpot(demo_root: str, tmp_path: Path) -> None:
     from cluster.analysis.comparison import compare_with_ci
     from cluster.analysis.report import bandwidth_table
 
-    ci = compare_with_ci(demo_root, "demo-sim", n_boot=100)
+    ci = compare_with_ci(Results.open(demo_root, "demo-sim"), n_boot=100)
     runs = DatasetStore(demo_root, "demo-sim").read_table("runs").to_pandas()
     bw = bandwidth_table(ci, runs, BYTES_PER_TOKEN).set_index("variant")
     base_tpot = ci[(ci["variant"] == "baseline") & (ci["load_value"] == 1.0)]["tpot_ms_mean"].iloc[0]
@@ -113,11 +114,11 @@ def test_report_with_an_all_failed_cell(tmp_path: Path) -> None:
     for p in make_plan(spec):
         if p.variant.name == "nextn" and p.load.value == 4:
             store.write_run(p, {"status": "failed", "failure_reason": "server OOM at startup"})
-    ci = compare_with_ci(root, "f", n_boot=100).set_index(["variant", "load_value"])
+    ci = compare_with_ci(Results.open(root, "f"), n_boot=100).set_index(["variant", "load_value"])
     row = ci.loc[("nextn", 4.0)]
     assert row["n_runs"] == 0 and row["n_failed"] == 2 and np.isnan(row["output_tok_s"])
     assert row["speedup_tok_s_verdict"] == "" and "repeat 0 failed: server OOM at startup" in row["warnings"]
-    page = build_report(root, "f", str(tmp_path / "out"), n_boot=100).read_text()
+    page = build_report(Results.open(root, "f"), str(tmp_path / "out"), n_boot=100).read_text()
     assert page.count("server OOM at startup") >= 2  # warnings list and the failed-runs table
     assert "No memory-bandwidth bound" in page
 
@@ -138,7 +139,7 @@ def test_report_of_an_all_failed_experiment_draws_no_empty_plot(tmp_path: Path) 
         store.write_run(p, {"status": "failed", "failure_reason": "server died at startup"})
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        path = build_report(root, "dead", str(tmp_path / "out"), n_boot=100, bytes_per_token=BYTES_PER_TOKEN)
+        path = build_report(Results.open(root, "dead"), str(tmp_path / "out"), n_boot=100, bytes_per_token=BYTES_PER_TOKEN)
     page = path.read_text()
     assert not list(path.parent.glob("*.png")) and "<img" not in page
     assert "No plots: no run finished ok" in page and page.count("server died at startup") >= 1
@@ -155,7 +156,7 @@ def test_speedup_legend_uses_the_tables_words() -> None:
 def test_bandwidth_bound_names_the_concurrency_it_used(tmp_path: Path) -> None:
     root = str(tmp_path)
     build_dataset(root, "c4", steps=[1], conc=(4, 8), repeats=2, n_requests=12, out_tokens=16)
-    page = build_report(root, "c4", str(tmp_path / "out"), n_boot=100, bytes_per_token=BYTES_PER_TOKEN).read_text()
+    page = build_report(Results.open(root, "c4"), str(tmp_path / "out"), n_boot=100, bytes_per_token=BYTES_PER_TOKEN).read_text()
     assert "decode tok/s at concurrency 4 (the lowest measured; not batch 1)" in page
     assert "at batch 1" not in page
 

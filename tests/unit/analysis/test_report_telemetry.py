@@ -12,6 +12,7 @@ from cluster.plan.runs import make_plan
 from cluster.config.loader import parse_spec_text
 from cluster.telemetry.readings import GpuReading
 from cluster.telemetry.recorder import readings_table
+from cluster.analysis.results import Results
 
 SPEC = """
 version: 1
@@ -43,7 +44,7 @@ def test_report_has_telemetry_and_kernel_figures(tmp_path: Path) -> None:
                                  {"moe": moe * 100, "gemm": (1 - moe) * 100}, 100.0, ("p-TP-0.trace.json.gz",), True)
         store.write_variant_table("kernel_profile", v, f"profile-{v}", kernel_profile_rows("tele", "sim", 5, summary,
                                                                                           None))
-    page = build_report(str(tmp_path), "tele", out_dir=str(tmp_path / "rep"), n_boot=50).read_text()
+    page = build_report(Results.open(str(tmp_path), "tele"), out_dir=str(tmp_path / "rep"), n_boot=50).read_text()
     assert (tmp_path / "rep" / "telemetry_chat_concurrency.png").stat().st_size > 1000
     assert (tmp_path / "rep" / "kernel_breakdown.png").stat().st_size > 1000
     assert "SIMULATED device model" in page and "SIMULATED trace" in page

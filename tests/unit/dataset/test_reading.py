@@ -19,6 +19,7 @@ from cluster.dataset.store import DatasetStore, StoreError, list_experiments
 from cluster.errors import EnvironmentFault, UserError
 from tests.fuzz.results_root import write_dataset
 from cluster.kernel.runs import RunPlan
+from cluster.analysis.results import Results
 
 def _file(root: Path, table: str, plan: RunPlan, exp: str = "exp1") -> Path:
     return root / exp / table / f"variant={plan.variant.name}" / f"{plan.run_key}.parquet"
@@ -31,7 +32,7 @@ def _every_read(root: Path) -> None:
         store.read_table(table)
     store.finished_run_keys()
     store.read_experiment_meta()
-    connect(str(root), "exp1").close()
+    connect(Results.open(str(root), "exp1")).close()
 
 
 def _refused(root: Path, named: Path | str) -> StoreError:
@@ -180,15 +181,15 @@ def test_a_table_that_is_a_file_is_refused(tmp_path: Path, table: str) -> None:
 def test_an_experiment_that_is_a_file_or_a_loop_is_not_reported_missing(tmp_path: Path) -> None:
     (tmp_path / "exp1").write_text("x")
     with pytest.raises(StoreError, match="is a file, not an experiment directory"):
-        connect(str(tmp_path), "exp1")
+        connect(Results.open(str(tmp_path), "exp1"))
     (tmp_path / "exp1").unlink()
     (tmp_path / "exp1").symlink_to(tmp_path / "exp1")
     with pytest.raises(StoreError, match="symlink loop"):
-        connect(str(tmp_path), "exp1")
+        connect(Results.open(str(tmp_path), "exp1"))
     (tmp_path / "exp1").unlink()
     (tmp_path / "exp1").symlink_to(tmp_path / "gone")
     with pytest.raises(StoreError, match="a symlink to nothing"):
-        connect(str(tmp_path), "exp1")
+        connect(Results.open(str(tmp_path), "exp1"))
 
 
 @pytest.mark.parametrize("content", [b"\xff\xfe{}", b"{not json", b"[" * 5000, b"[1, 2]", b"1" * 5000, "dir",
@@ -242,7 +243,7 @@ def test_query_reads_nothing_it_has_not_checked(tmp_path: Path) -> None:
     f = _file(tmp_path, "chunks", plans[1])
     f.write_bytes(f.read_bytes()[:-9])
     with pytest.raises(StoreError, match="chunks"):
-        query(str(tmp_path), "exp1", "SELECT count(*) FROM runs")
+        query(Results.open(str(tmp_path), "exp1"), "SELECT count(*) FROM runs")
 
 
 def test_results_commands_exit_2_naming_the_file(tmp_path: Path) -> None:
@@ -267,8 +268,8 @@ def test_the_query_stays_read_only(tmp_path: Path) -> None:
         return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in tmp_path.rglob("*")}
 
     before = snapshot()
-    query(str(tmp_path), "exp1", "SELECT * FROM runs")
-    connect(str(tmp_path), "exp1").close()
+    query(Results.open(str(tmp_path), "exp1"), "SELECT * FROM runs")
+    connect(Results.open(str(tmp_path), "exp1")).close()
     assert snapshot() == before
 
 
@@ -306,7 +307,7 @@ def test_files_of_an_unknown_table_that_do_not_fit_one_schema_are_refused(tmp_pa
     store.write_table_rows("server_metrics", plans[0], pa.table({"t_s": [0.5], "running": [2]}))
     store.write_table_rows("server_metrics", plans[1], pa.table({"t_s": ["late"], "running": [3]}))
     reads: list[Callable[[], object]] = [lambda: store.read_table("server_metrics"),
-                                         lambda: connect(str(tmp_path), "exp1")]
+                                         lambda: connect(Results.open(str(tmp_path), "exp1"))]
     for read in reads:
         with pytest.raises(StoreError, match="server_metrics: its files do not fit one table"):
             read()  # DuckDB's union_by_name read 0.5 as the text '0.5'
@@ -348,11 +349,11 @@ def test_a_symlinked_experiment_directory_is_followed_only_to_an_experiment(tmp_
     write_dataset(tmp_path / "elsewhere")
     (tmp_path / "root").mkdir()
     (tmp_path / "root" / "exp1").symlink_to(tmp_path / "elsewhere" / "exp1")
-    assert query(str(tmp_path / "root"), "exp1", "SELECT count(*) AS n FROM runs")["n"][0] == 2
+    assert query(Results.open(str(tmp_path / "root"), "exp1"), "SELECT count(*) AS n FROM runs")["n"][0] == 2
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "debian_version").write_text("12\n")
     (tmp_path / "root" / "exp1").unlink()
     (tmp_path / "root" / "exp1").symlink_to(foreign)
     with pytest.raises(StoreError, match=f"exp1 is a symlink to {foreign}, which holds no experiment.json"):
-        query(str(tmp_path / "root"), "exp1", "SELECT count(*) FROM runs")
+        query(Results.open(str(tmp_path / "root"), "exp1"), "SELECT count(*) FROM runs")

@@ -22,6 +22,7 @@ from cluster.plan.runs import make_plan
 from cluster.kernel.runs import RunPlan
 from cluster.config.loader import parse_spec_text
 from cluster.config.experiment import ExperimentSpec
+from cluster.analysis.results import Results
 from tests.unit.dataset.test_run_rows import SEGMENT, SERVER
 
 SPEC = """
@@ -99,7 +100,7 @@ def test_a_collapsed_run_is_invalid_listed_by_results_show_and_left_out_of_compa
     assert listed[1]["status"] == "invalid" and "sent 1 distinct prompts of 40" in listed[1]["reason"]
     assert listed[0]["status"] == listed[2]["status"] == "ok"
 
-    df = compare_with_ci(root, spec.name, n_boot=200)
+    df = compare_with_ci(Results.open(root, spec.name), n_boot=200)
     cell = df.iloc[0]
     assert (cell["n_runs"], cell["n_invalid"]) == (2, 1)  # averaged over the two good runs only
     assert any("repeat 1 invalid: workload not the one planned: sent 1 distinct prompts" in w

@@ -1,0 +1,80 @@
+"""One experiment's results opened once per command: the store, the runs table and experiment.json, handed on.
+
+Every reading command (compare, capacity, regress, report, query, recommend) opens one `Results` and hands it to
+the analysis functions, which never take a `(root, experiment)` pair and never build a store of their own: the
+dataset's files are listed and checked through the one store this object holds and the runs table is decoded
+once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional, TypeVar
+
+import pandas as pd
+import pyarrow as pa
+from pydantic import BaseModel
+
+from cluster.dataset.store import DatasetStore, ExperimentNotFound
+
+StoredModel = TypeVar("StoredModel", bound=BaseModel)
+
+_UNREAD = object()
+
+
+class Results:
+    """One experiment under a dataset root, as the reading commands see it (build with Results.open)."""
+
+    def __init__(self, store: DatasetStore) -> None:
+        self.store = store
+        self._runs: Optional[pa.Table] = None
+        self._meta: Any = _UNREAD
+
+    @classmethod
+    def open(cls, root: str, experiment: str) -> Results:
+        """The experiment's results; ExperimentNotFound when it has no directory under `root`."""
+        store = DatasetStore(root, experiment)
+        if not store.exists():
+            raise ExperimentNotFound(f"experiment {experiment!r} not found under {root!r}")
+        return cls(store)
+
+    @property
+    def root(self) -> str:
+        return self.store.root
+
+    @property
+    def experiment(self) -> str:
+        return self.store.experiment
+
+    def label(self) -> str:
+        """The experiment's name, prefixed by its root when that is not the default one ('results')."""
+        return self.experiment if self.root in ("", "results") else f"{self.root}:{self.experiment}"
+
+    def runs_table(self) -> pa.Table:
+        """The runs table of committed runs, read (and its files checked) once."""
+        if self._runs is None:
+            self._runs = self.store.read_table("runs")
+        return self._runs
+
+    def runs(self) -> pd.DataFrame:
+        """The runs table as a fresh DataFrame (the caller may add columns to it)."""
+        return self.runs_table().to_pandas()
+
+    def run_rows(self, columns: Iterable[str]) -> list[dict[str, Any]]:
+        """The runs table's rows as Python values, only `columns` (KeyError naming one the table lacks)."""
+        rows: list[dict[str, Any]] = self.runs_table().select(list(columns)).to_pylist()
+        return rows
+
+    def meta(self) -> Optional[dict[str, Any]]:
+        """experiment.json's object (None when there is none), read once; StoreError naming it when unreadable."""
+        if self._meta is _UNREAD:
+            self._meta = self.store.read_experiment_meta()
+        meta: Optional[dict[str, Any]] = self._meta  # free-form JSON stored as given: experiment.json
+        return meta
+
+    def stored_spec(self, model: type[StoredModel], *keys: str) -> Optional[StoredModel]:
+        """experiment.json's spec (or its part under `keys`) validated as `model` (DatasetStore.read_stored_spec)."""
+        return self.store.read_stored_spec(model, *keys)
+
+    def table(self, name: str, columns: Optional[Iterable[str]] = None) -> pa.Table:
+        """Another table of the experiment (gpu_metrics, kernel_profile, ...), its files checked by the store."""
+        return self.store.read_table(name, columns)
