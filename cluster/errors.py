@@ -102,6 +102,12 @@ class AuthError(UserError):
     """A cluster needs credentials (a token in the named environment variable) that the user has not given."""
 
 
+class PreflightError(UserError):
+    """An experiment that must not start: names the variant, the path and what is missing. Raised by the planner's
+    checks (plan/preflight.py, plan/inputs.py) and the engines' own flag check (engines/flagcheck.py), so it is
+    here rather than beside one of them."""
+
+
 EXIT_CODES: dict[str, int] = {"ok": 0, "runs failed": 1, "user error": EXIT_USER_ERROR,
                               "environment": EXIT_ENVIRONMENT, "engine": EXIT_ENGINE, "bug in sglbench": EXIT_BUG}
 """What `sglbench` exits with (README "Exit codes"; also the `sglbench --help` epilog)."""

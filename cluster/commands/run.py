@@ -22,8 +22,8 @@ from cluster.plan.fairness import ModelFacts, check_fairness, format_findings
 from cluster.plan.model_rules import facts_from_json
 from cluster.plan.inputs import check_inputs, resolve_output_root
 from cluster.plan.load_cap import load_above_cap
-from cluster.errors import UserError
-from cluster.plan.preflight import PreflightError, check_speculative_support
+from cluster.errors import PreflightError, UserError
+from cluster.plan.preflight import check_speculative_support
 from cluster.probe.checkpoint import ProbeReport, probe_here
 from cluster.config.loader import load_spec, restate_at_field
 from cluster.config.experiment import ExperimentSpec

@@ -50,7 +50,7 @@ def _probe_on_node(spec_json: dict[str, Any], base_dir: str) -> tuple[dict[str, 
     # the fairness rules again, now with the probe's facts, the node's GPUs (SM120?) and the installed version
     from cluster.engines.interconnect import collect_interconnect
     from cluster.plan.fairness import ModelFacts, check_fairness, format_findings
-    from cluster.plan.preflight import PreflightError
+    from cluster.errors import PreflightError
 
     wiring = collect_interconnect()
     version = (get_engine("sglang").version_for(spec.engines.get("sglang"), sys.executable)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Literal, Mapping, Optional, Sequence, Union
 
 from cluster.engines.registry import get_engine
-from cluster.plan.preflight import PreflightError
+from cluster.errors import PreflightError
 from cluster.kernel.runs import ResolvedVariant
 from cluster.config.experiment import ExperimentSpec
 from cluster.config.secrets import scrub_text, secret_values

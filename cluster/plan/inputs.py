@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from cluster.loadgen.source_files import row_error
-from cluster.plan.preflight import PreflightError
+from cluster.errors import PreflightError
 from cluster.kernel.runs import ResolvedVariant
 from cluster.probe.checkpoint import ProbeReport
 from cluster.probe.safetensors_header import describe_non_file

@@ -5,17 +5,13 @@ from __future__ import annotations
 import os
 from typing import Callable, Optional
 
-from cluster.errors import UserError
+from cluster.errors import PreflightError
 from cluster.kernel.runs import ResolvedVariant
 from cluster.probe.safetensors_header import CheckpointError
 from cluster.probe.checkpoint import ProbeReport, probe_checkpoint
 from cluster.config.experiment import ExperimentSpec
 
 PROBED_ENGINES = ("sglang", "vllm")
-
-
-class PreflightError(UserError):
-    """An experiment that must not start: names the variant, the path and what is missing."""
 
 
 def _should_probe(v: ResolvedVariant, path: str) -> bool:

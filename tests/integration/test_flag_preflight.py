@@ -35,7 +35,7 @@ def test_node_preflight_refuses_a_misspelled_flag(ray_local: None, tmp_path: Pat
     import ray
 
     from cluster.distributed.driver import run_experiment
-    from cluster.plan.preflight import PreflightError
+    from cluster.errors import PreflightError
 
     spec = parse_spec_text(_spec(tmp_path / "out", ", args: {max-prefil-tokens: 4096}"))
     before = ray.util.placement_group_table()

@@ -38,7 +38,7 @@ def test_nextn_refused_on_stripped_checkpoint_before_any_gpu(ray_local: None, tm
     import ray
 
     from cluster.distributed.driver import run_experiment
-    from cluster.plan.preflight import PreflightError
+    from cluster.errors import PreflightError
 
     model = qwen35_nvfp4_mtp_stripped(tmp_path / "stripped")
     spec = parse_spec_text(_spec(model, tmp_path / "out"))

@@ -14,7 +14,7 @@ import pytest
 from cluster.engines import flag_probe
 from cluster.engines.flagcheck import (PROBE_SOURCE, ParserAnswer, check_launch_flags, closest_flag, launch_argvs,
                                        probe_answer, problems_in)
-from cluster.plan.preflight import PreflightError
+from cluster.errors import PreflightError
 from cluster.plan.runs import expand_variants
 from cluster.sim.launch_args import unrecognized
 from cluster.sim.server import main as sim_main

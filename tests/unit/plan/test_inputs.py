@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cluster.plan.inputs import check_engine_import, check_output_root, check_ports
-from cluster.plan.preflight import PreflightError
+from cluster.errors import PreflightError
 from cluster.plan.runs import expand_variants
 from cluster.config.loader import parse_spec_text
 from cluster.config.server import EngineLauncher

@@ -269,7 +269,8 @@ def test_names_from_the_checkpoint_print_as_text_not_markup(tmp_path: Path) -> N
 def test_preflight_keeps_the_checkpoint_file_field_and_expectation(tmp_path: Path) -> None:
     """validate/run refuse through preflight: its PreflightError carries the CheckpointError's file, field and
     expectation (before: none of them, so the CLI blamed the experiment YAML)."""
-    from cluster.plan.preflight import PreflightError, check_speculative_support
+    from cluster.plan.preflight import check_speculative_support
+    from cluster.errors import PreflightError
     from cluster.plan.runs import expand_variants
     from cluster.config.loader import parse_spec_text
 

@@ -12,7 +12,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # tests/ is not a 
 
 from tests import checkpoints as ck  # noqa: E402
 
-from cluster.plan.preflight import PreflightError, check_speculative_support  # noqa: E402
+from cluster.errors import PreflightError  # noqa: E402
+from cluster.plan.preflight import check_speculative_support  # noqa: E402
 from cluster.plan.runs import expand_variants  # noqa: E402
 from cluster.probe.checkpoint import probe_checkpoint  # noqa: E402
 from cluster.probe.tensors import MTP_LAYOUTS  # noqa: E402
