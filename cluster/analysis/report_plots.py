@@ -40,7 +40,8 @@ def spaced_ticks(loads: Any, log: bool, min_gap: float = 0.04) -> list[float]:
     return [xs[i] for i in kept]
 
 
-def _png(fig: Figure) -> bytes:
+def png(fig: Figure) -> bytes:
+    """A figure as PNG bytes at DPI (the figure is closed)."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
     plt.close(fig)
@@ -73,7 +74,7 @@ def throughput_plot(ci: pd.DataFrame, title: str, labels: dict[str, str], colors
     ax.grid(alpha=0.3)
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8, loc="best")
-    return _png(fig)
+    return png(fig)
 
 
 def cdf_plot(per_point: list[tuple[str, dict[str, np.ndarray]]], metric: str, unit: str, title: str,
@@ -104,7 +105,7 @@ def cdf_plot(per_point: list[tuple[str, dict[str, np.ndarray]]], metric: str, un
     axes.ravel()[0].legend(fontsize=7, loc="best")
     fig.suptitle(title + " (dotted line: p99)", fontsize=10)
     fig.tight_layout()
-    return _png(fig)
+    return png(fig)
 
 
 def accept_hist_plot(by_depth: list[tuple[int, str, np.ndarray, float]], title: str) -> bytes:
@@ -129,7 +130,7 @@ def accept_hist_plot(by_depth: list[tuple[int, str, np.ndarray, float]], title: 
     axes[0, 0].set_ylabel("fraction of requests")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    return _png(fig)
+    return png(fig)
 
 
 def speedup_plot(ci: pd.DataFrame, column: str, what: str, title: str, labels: dict[str, str],
@@ -165,7 +166,7 @@ def speedup_plot(ci: pd.DataFrame, column: str, what: str, title: str, labels: d
     ax.set_title(title + "\n" + speedup_legend(shown), fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
-    return _png(fig)
+    return png(fig)
 
 
 def speedup_legend(verdicts: set[str]) -> str:
@@ -191,7 +192,7 @@ def bandwidth_plot(rows: pd.DataFrame, title: str, colors: dict[str, Any], at: s
     ax.set_ylabel(f"% of bound (decode tok/s, {at.split(' (')[0]})")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3, axis="y")
-    return _png(fig)
+    return png(fig)
 
 
 def pareto_front(x: Sequence[float], y: Sequence[float], x_higher: bool = True, y_higher: bool = True) -> list[int]:
@@ -230,7 +231,7 @@ def pareto_plot(points: pd.DataFrame, title: str, labels: dict[str, str], colors
     fig.suptitle(title + "\nline = Pareto frontier per variant (up and right is better on the left, up and left on "
                  "the right); numbers = load point", fontsize=10)
     fig.tight_layout()
-    return _png(fig)
+    return png(fig)
 
 
 def pooled(arrays: Sequence[Optional[np.ndarray]]) -> np.ndarray:
@@ -258,7 +259,7 @@ def telemetry_plot(per_point: list[tuple[str, dict[str, pd.DataFrame]]], title: 
     axes[1, 0].set_ylabel("SM clock, mean of GPUs (MHz)")
     axes[0, 0].legend(fontsize=7, loc="best")
     fig.suptitle(title, fontsize=10)
-    return _png(fig)
+    return png(fig)
 
 
 def kernel_breakdown_plot(shares: dict[str, dict[str, float]], categories: Sequence[str], title: str) -> bytes:
@@ -279,4 +280,4 @@ def kernel_breakdown_plot(shares: dict[str, dict[str, float]], categories: Seque
     ax.invert_yaxis()
     ax.legend(fontsize=7, ncol=len(categories), loc="upper center", bbox_to_anchor=(0.5, -0.25))
     ax.set_title(title, fontsize=10)
-    return _png(fig)
+    return png(fig)
