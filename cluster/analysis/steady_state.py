@@ -8,7 +8,7 @@ zero at its first intended send):
 - closed loop (load_kind "concurrency"): the in-flight count N(t), ok requests with actual_send_ns <= t <
   last_chunk_ns, stays at or above ceil(CLOSED_LOOP_SHARE x offered concurrency). A dip below it no longer than
   MAX_DIP_NS (a worker's turnaround between its last chunk and its next send) does not end the stretch.
-- open loop (load_kind "request_rate", rate r req/s): each instant t of the stretch is the centre of a window
+- open loop (load_kind "rate", r req/s): each instant t of the stretch is the centre of a window
   [t - W/2, t + W/2], W = RATE_WINDOW_ARRIVALS / r seconds, inside the measured window, that holds at least
   ceil(OPEN_LOOP_SHARE x RATE_WINDOW_ARRIVALS) sends (the arrivals keep the offered rate) AND as many ok completions
   (the server keeps up with them): the ramp (few completions yet), the drain (no more sends) and an over-saturated

@@ -79,7 +79,7 @@ def test_open_loop_stretch_sits_between_the_ramp_and_the_drain() -> None:
     # u = 270 (completions 200..270); good ends [270, 480) are centres [190, 400]: the ramp (nothing completed before
     # 200) and the drain (nothing sent after 390) are outside, to within the 10 ms spacing.
     reqs, _ = request_batches(_open_loop(200))
-    ss = steady_state(reqs, "request_rate", 100, duration_s=0.59)
+    ss = steady_state(reqs, "rate", 100, duration_s=0.59)
     assert ss is not None
     assert (ss.start_ns, ss.end_ns) == (190 * MS, 400 * MS)
     assert ss.share == pytest.approx(210 / 590)
@@ -101,15 +101,15 @@ def test_open_loop_whose_completions_fall_behind_has_no_stretch() -> None:
     # sends at 100 req/s, but the server finishes one request every 40 ms: a 160 ms window holds 4 completions < 8
     recs = [_rec(i, 10 * i, 10 * i + 5, 40 * i + 40, 4) for i in range(40)]
     reqs, _ = request_batches(recs)
-    assert steady_state(reqs, "request_rate", 100, duration_s=40 * 40 / 1000) is None
+    assert steady_state(reqs, "rate", 100, duration_s=40 * 40 / 1000) is None
 
 
 def test_nothing_to_hold_is_no_stretch() -> None:
     reqs, _ = request_batches([_rec(0, 0, 0, 0, 1, error="boom")])
     assert steady_state(reqs, "concurrency", 1, duration_s=1.0) is None
     ok, _ = request_batches([_rec(0, 0, 5, 50, 4)])
-    assert steady_state(ok, "request_rate", None, duration_s=0.05) is None  # no offered rate
-    assert steady_state(ok, "request_rate", 100, duration_s=0.05) is None   # window (50 ms) under W (160 ms)
+    assert steady_state(ok, "rate", None, duration_s=0.05) is None  # no offered rate
+    assert steady_state(ok, "rate", 100, duration_s=0.05) is None   # window (50 ms) under W (160 ms)
 
 
 def test_shortfall_thresholds() -> None:
