@@ -130,6 +130,13 @@ CORRECTNESS_SCHEMA = pa.schema(
         pa.field("variant_reasons", pa.string(), nullable=False),
         pa.field("accept_length", pa.float64()),
         pa.field("schema_version", pa.int32(), nullable=False),
+        # the eval task's rows (analysis/accuracy.py eval_table); null on the gate's rows
+        pa.field("task", pa.string()),
+        pa.field("run_key", pa.string()),
+        pa.field("expected", pa.string()),
+        pa.field("got", pa.string()),
+        pa.field("correct", pa.bool_()),
+        pa.field("counted", pa.bool_()),
     ]
 )
 """The `correctness` table: one row per (variant, gate prompt, phase); the variant verdict repeats on each row.
@@ -137,7 +144,12 @@ CORRECTNESS_SCHEMA = pa.schema(
 phase "alone": the prompt asked by itself, judged by evaluate_gate. phase "under_load": the same prompt asked again,
 all prompts at once inside `filler_requests` concurrent filler requests (issue 15 item 4: garbage only a mixed batch
 produces), judged for degeneracy only; its evidence is why it degenerated. A null phase (tables written before the
-column existed) is "alone"."""
+column existed) is "alone".
+
+task "eval" (docs/accuracy.md): one row per eval item and phase, `expected` its exact answer, `got` the answer read
+from output_text, `correct` the two equal, `counted` whether it enters the accuracy (under load: answered while the
+load ran), `run_key` the measured run whose window it was sent in (under load). Its variant_passed/variant_reasons
+repeat the gate's verdict; the accuracy verdict is derived when read (analysis/accuracy.py)."""
 
 
 MAX_STORED_TEXT = 2000

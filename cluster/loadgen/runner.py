@@ -24,6 +24,7 @@ from cluster.kernel.output_sample import OutputSample
 from cluster.loadgen.arrivals import arrival_offsets_ns
 from cluster.loadgen.traces import trace_offsets_ns
 from cluster.loadgen.client import StreamPool, stream_request
+from cluster.loadgen.eval import EvalAnswer, WindowCompanion
 from cluster.loadgen.pacing import closed_loop, pace, shard_concurrency
 from cluster.loadgen.selection import prompt_fingerprint, prompt_fingerprints
 from cluster.loadgen.sessions import Answer, SessionPlan, dispatch_sessions
@@ -66,6 +67,8 @@ class WindowResult:
     """time.monotonic_ns() at the window's start: the zero of every _ns time (GPU samples are aligned to it)."""
     samples: tuple[OutputSample, ...] = ()
     """The output sample of this shard's requests (loadgen/output_sample.py), in request_index order."""
+    eval_answers: tuple[EvalAnswer, ...] = ()
+    """The accuracy task's answers sent beside the load (`alongside`); never among `requests`."""
 
 
 def _prompt_len(p: Prompt) -> int:
@@ -225,6 +228,7 @@ async def run_window(
     num_shards: int = 1,
     start_unix_s: Optional[float] = None,
     sessions: Optional[SessionPlan] = None,
+    alongside: Optional[WindowCompanion] = None,
 ) -> WindowResult:
     """One measured window: one request per prompt, raw records as Arrow batches, client lag and server counters.
 
@@ -232,6 +236,8 @@ async def run_window(
     requests/chunks are then empty), else kept as Arrow and returned sorted by request_index. A shard sends the
     requests i with i % num_shards == shard_index at their place in the global schedule (open loop) or with its
     share of the concurrency (closed loop); `start_unix_s` lets several shards start their windows together.
+    `alongside` (loadgen/eval.py) starts with the window and is told when its load has ended; its answers come back
+    apart from the window's records (WindowResult.eval_answers).
     """
     _check_shard(shard_index, num_shards)
     base_url = base_url.rstrip("/")
@@ -278,15 +284,23 @@ async def run_window(
         # collection over them took 25-55 ms here, and a loop stalled that long merges each stream's events into
         # one read with one stamp (TTFT +30 ms, ITL gaps of 0 at 64 streams). Objects made in the window are
         # collected as usual; unfreeze hands the rest back after it.
+        load_done = asyncio.Event()
+        companion = asyncio.ensure_future(alongside(t0_ns, load_done)) if alongside is not None else None
         gc.freeze()
         try:
             await _dispatch(pool, engine, base_url, api, request_for, prompt_for, indices, n_total, max_tokens,
                             load, seed, request_timeout_s, t0_ns, sink, num_shards, shard_index,
                             sample_indices(n_total), samples, sessions, fingerprints)
+        except BaseException:
+            if companion is not None:
+                companion.cancel()
+            raise
         finally:
             gc.unfreeze()
+            load_done.set()
         sink.flush()
         after = await _scrape(session, engine, base_url) if scrape_metrics else {}
+        eval_answers = await companion if companion is not None else ()
     assert sink.rows == len(indices), "every request must have exactly one record"
     requests, chunks = sink.kept_batches()
     lag = client_lag(sink.lags())  # the runs row recomputes it from the committed requests the same way
@@ -313,6 +327,7 @@ async def run_window(
         num_shards=num_shards,
         window_start_monotonic_ns=t0_ns,
         samples=tuple(sorted(samples, key=lambda x: x.request_index)),
+        eval_answers=eval_answers,
     )
 
 
