@@ -126,8 +126,8 @@ def launch_argvs(spec: ExperimentSpec, variants: Sequence[ResolvedVariant],
 
 def sim_answer(variants: Sequence[ResolvedVariant], argvs: Mapping[str, list[str]]) -> ParserAnswer:
     """The simulator's own parser, SGLang 0.5.23's flag list and resolve_args over each sim variant's argv."""
-    from cluster.sim.launch_args import SGLANG_FLAGS, build_parser, unrecognized
-    from cluster.sim.model import LaunchError, resolve_args
+    from cluster.engines.sglang_flags import SGLANG_FLAGS, unrecognized
+    from cluster.engines.sim_launch import LaunchError, build_parser, resolve_args
 
     parser = build_parser()
     options = frozenset(SGLANG_FLAGS | {s for a in parser._actions for s in a.option_strings})

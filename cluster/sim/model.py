@@ -2,14 +2,12 @@
 
 No I/O and no event loop here (pydantic validates the knobs): `Scheduler.plan_step()` admits requests and says how long the next forward
 takes (model milliseconds, before `time_scale`), `Scheduler.commit_step()` applies it. The HTTP server in
-`sim.py` sleeps between the two. `resolve_args` applies SGLang 0.5.23's launch rules to the simulator's argv.
+`sim.py` sleeps between the two. SGLang 0.5.23's launch rules over the simulator's argv are engines/sim_launch.py.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
-import logging
 import random
 import re
 from collections import deque
@@ -17,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 from cluster.config.sim_knobs import Knobs
-from cluster.errors import UserError
+from cluster.engines.sim_launch import SpecParams
 
 EOS_ID = 0
 OK_ID = 1
@@ -37,16 +35,6 @@ MULTIPLY_MARKERS = ("17*19", "17 × 19", "17x19", "17 x 19", "17 multiplied by 1
 REASONING_THOUGHT_TOKENS = 48
 """The apples prompt of the correctness gate is answered after this many 'thinking' tokens, so a speculative
 variant runs enough verify steps during the gate for its acceptance length to be judged."""
-
-
-@dataclass(frozen=True)
-class SpecParams:
-    """Resolved speculative configuration (NEXTN is already rewritten to EAGLE)."""
-
-    algorithm: str
-    num_steps: int
-    eagle_topk: int
-    num_draft_tokens: int
 
 
 def accept_probs_for(knobs: Knobs, num_steps: int, category: Optional[str] = None) -> tuple[float, ...]:
@@ -395,11 +383,6 @@ class Scheduler:
         return sum(r.prompt_tokens + r.generated for r in self.running)
 
 
-SPEC_MAX_RUNNING_DEFAULT = 48
-"""SGLang 0.5.23 sets an unset max_running_requests to 48 for every speculative algorithm
-(sglang/srt/arg_groups/speculative_hook.py, _handle_eagle_family and the other _handle_* hooks; not server_args.py)."""
-
-
 def effective_max_running_requests(requested: Optional[int], knobs: "Knobs") -> int:
     """The scheduler's cap on running requests as SGLang 0.5.23 resolves it for one DP rank
     (sglang/srt/mem_cache/kv_cache_configurator.py `resolve_max_num_reqs`): explicit → min(requested, capacity // 2);
@@ -411,48 +394,3 @@ def effective_max_running_requests(requested: Optional[int], knobs: "Knobs") -> 
         return max(1, min(requested, capacity // 2))
     estimated = max(min(int(capacity / knobs.context_length * 512), 4096), 2048)
     return max(1, min(estimated, capacity // 2))
-log = logging.getLogger("sglbench.sim")
-
-
-class LaunchError(UserError):
-    """A launch argument SGLang itself would refuse; printed as one line, exit 1."""
-
-
-def resolve_args(ns: argparse.Namespace, knobs: Knobs) -> tuple[dict[str, Any], Optional[SpecParams]]:
-    """Apply SGLang 0.5.23's launch rules (NEXTN→EAGLE, auto spec triple, topk=1 ⇒ draft=steps+1, cap 48)."""
-    args = dict(vars(ns))
-    spec: Optional[SpecParams] = None
-    algo = args.get("speculative_algorithm")
-    if algo:
-        algo = str(algo).upper()
-        if algo == "NEXTN":
-            algo = "EAGLE"
-        steps, topk, draft = (args["speculative_num_steps"], args["speculative_eagle_topk"],
-                              args["speculative_num_draft_tokens"])
-        if steps is None:
-            if topk is not None or draft is not None:
-                raise LaunchError("--speculative-num-steps is unset but --speculative-eagle-topk or "
-                                  "--speculative-num-draft-tokens is set: set all three or none")
-            steps, topk, draft = 3, 1, 4
-        topk = 1 if topk is None else topk
-        if topk == 1 and draft != steps + 1:
-            if draft is not None:
-                log.warning("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when topk == 1")
-            draft = steps + 1
-        if steps < 1 or draft is None or draft < 2:
-            raise LaunchError("--speculative-num-steps must be >= 1 and --speculative-num-draft-tokens >= 2")
-        args.update(speculative_algorithm=algo, speculative_num_steps=steps, speculative_eagle_topk=topk,
-                     speculative_num_draft_tokens=draft)
-        spec = SpecParams(algo, steps, topk, draft)
-        if args["max_running_requests"] is None:
-            log.warning("Max running requests is reset to %d for speculative decoding.", SPEC_MAX_RUNNING_DEFAULT)
-            args["max_running_requests"] = SPEC_MAX_RUNNING_DEFAULT
-    if args["served_model_name"] is None:
-        args["served_model_name"] = args["model_path"]
-    if args["random_seed"] is None:
-        args["random_seed"] = knobs.seed
-    if args["stream_interval"] < 1:
-        raise LaunchError("--stream-interval must be >= 1")
-    args["tokenizer_path"] = args["model_path"]
-    args["context_length"] = knobs.context_length
-    return args, spec

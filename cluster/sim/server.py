@@ -24,10 +24,10 @@ from cluster.engines.base import CATEGORY_HEADER
 from cluster.sim import tuning as sim_tuning
 from cluster.sim.device import SimDevice
 from cluster.sim.profiler import SimProfiler
-from cluster.sim.launch_args import build_parser as build_parser, unrecognized  # build_parser: tests' import
+from cluster.engines.sglang_flags import unrecognized
 from cluster.config.secrets import redact_argv
-from cluster.sim.model import (LaunchError, Scheduler, SimRequest, SpecParams, effective_max_running_requests,
-                               resolve_args)
+from cluster.sim.model import Scheduler, SimRequest, effective_max_running_requests
+from cluster.engines.sim_launch import LaunchError, SpecParams, build_parser, resolve_args
 from cluster.config.sim_knobs import Knobs, KnobError
 from cluster.sim.wire import ChunkWriter, Pacer, StreamingCounts, fine_timer_slack, metrics_text
 from cluster.version import SGLANG_RELEASE

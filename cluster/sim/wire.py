@@ -14,7 +14,8 @@ from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 
-from cluster.sim.model import Scheduler, SimRequest, SpecParams, piece
+from cluster.sim.model import Scheduler, SimRequest, piece
+from cluster.engines.sim_launch import SpecParams
 
 
 class ChunkWriter:

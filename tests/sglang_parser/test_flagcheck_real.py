@@ -11,7 +11,7 @@ from cluster.engines import flagcheck
 from cluster.engines.flagcheck import ParserAnswer, check_launch_flags, launch_argvs, probe_answer
 from cluster.errors import PreflightError
 from cluster.plan.runs import expand_variants
-from cluster.sim.launch_args import SGLANG_FLAGS
+from cluster.engines.sglang_flags import SGLANG_FLAGS
 from cluster.config.experiment import ExperimentSpec
 
 

@@ -14,7 +14,8 @@ from cluster.analysis.acceptance_positions import (ALL_CATEGORIES, acceptance_by
                                                    wilson)
 from cluster.config.sim_knobs import QWEN35_MTP_ACCEPT_PROBS, Knobs
 from cluster.kernel.records import REQUEST_FIELDS
-from cluster.sim.model import Scheduler, SpecParams
+from cluster.sim.model import Scheduler
+from cluster.engines.sim_launch import SpecParams
 
 
 def test_wilson_matches_the_closed_form() -> None:

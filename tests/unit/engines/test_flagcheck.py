@@ -16,7 +16,7 @@ from cluster.engines.flagcheck import (PROBE_SOURCE, ParserAnswer, check_launch_
                                        probe_answer, problems_in)
 from cluster.errors import PreflightError
 from cluster.plan.runs import expand_variants
-from cluster.sim.launch_args import unrecognized
+from cluster.engines.sglang_flags import unrecognized
 from cluster.sim.server import main as sim_main
 from cluster.config.experiment import ExperimentSpec
 

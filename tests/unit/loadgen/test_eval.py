@@ -20,8 +20,8 @@ from cluster.kernel.gate import PHASE_ALONE, PHASE_UNDER_LOAD
 from cluster.kernel.runs import LoadPoint
 from cluster.loadgen.eval import EvalAnswer, EvalFileError, EvalItem, ask_alone, during_window, read_eval_items
 from cluster.loadgen.runner import run_window
-from cluster.sim.model import resolve_args
-from cluster.sim.server import SimServer, build_app, build_parser
+from cluster.engines.sim_launch import build_parser, resolve_args
+from cluster.sim.server import SimServer, build_app
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 

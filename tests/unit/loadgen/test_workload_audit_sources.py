@@ -23,9 +23,9 @@ from cluster.loadgen.datasets import build_prompt_sequence, build_session_plan
 from cluster.loadgen.runner import run_window
 from cluster.loadgen.selection import prompt_fingerprint, workload_selection
 from cluster.kernel.runs import LoadPoint
-from cluster.sim.model import resolve_args
+from cluster.engines.sim_launch import build_parser, resolve_args
 from cluster.config.sim_knobs import Knobs
-from cluster.sim.server import SimServer, build_app, build_parser
+from cluster.sim.server import SimServer, build_app
 from cluster.config.workload import WorkloadSpec
 
 ENGINE = SGLangEngine()

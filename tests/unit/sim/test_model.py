@@ -7,8 +7,9 @@ import random
 
 import pytest
 
-from cluster.sim.model import (PREFIX_BLOCK_TOKENS, Scheduler, SpecParams, accept_probs_for, draw_accepted,
-                               expected_accept_length, output_ids, step_time_ms)
+from cluster.sim.model import (PREFIX_BLOCK_TOKENS, Scheduler, accept_probs_for, draw_accepted, expected_accept_length,
+                               output_ids, step_time_ms)
+from cluster.engines.sim_launch import SpecParams
 from cluster.config.sim_knobs import Knobs, KnobError
 
 
@@ -164,7 +165,8 @@ def test_knob_errors() -> None:
 def test_category_acceptance_is_the_declared_one_per_request() -> None:
     # by construction: the category named by the request's header picks its own probabilities; others use
     # accept_probs; a dropped MTP head still accepts nothing in any category
-    from cluster.sim.model import Scheduler, SpecParams, accept_probs_for
+    from cluster.sim.model import Scheduler, accept_probs_for
+    from cluster.engines.sim_launch import SpecParams
     from cluster.config.sim_knobs import Knobs
 
     knobs = Knobs(accept_probs=(0.5,), category_accept_probs={"code": (1.0,), "chat": (0.0,)})

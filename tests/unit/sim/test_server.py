@@ -6,9 +6,8 @@ import json
 
 import pytest
 
-from cluster.sim.model import LaunchError, resolve_args
-from cluster.sim.server import build_parser
-from cluster.sim.model import Scheduler, SpecParams
+from cluster.engines.sim_launch import LaunchError, SpecParams, build_parser, resolve_args
+from cluster.sim.model import Scheduler
 from cluster.config.sim_knobs import Knobs
 from cluster.sim.wire import ChunkWriter
 from cluster.engines.streams import SGLangNativeParser

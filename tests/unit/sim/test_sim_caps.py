@@ -7,9 +7,10 @@ import json
 from typing import Any
 
 from cluster.engines.sglang import concurrency_cap_from_server_info
-from cluster.sim.model import effective_max_running_requests, resolve_args
+from cluster.engines.sim_launch import build_parser, resolve_args
+from cluster.sim.model import effective_max_running_requests
 from cluster.config.sim_knobs import Knobs
-from cluster.sim.server import SimServer, build_parser
+from cluster.sim.server import SimServer
 
 
 def server(argv: list[str], knobs: Knobs = Knobs()) -> SimServer:

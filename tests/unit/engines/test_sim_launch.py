@@ -6,7 +6,7 @@ from __future__ import annotations
 from typer.testing import CliRunner
 
 from cluster.cli import app
-from cluster.sim.launch_args import build_parser
+from cluster.engines.sim_launch import build_parser
 from cluster.config.sim_knobs import Knobs
 
 

@@ -1,9 +1,9 @@
-"""The simulated server's command line: SGLang 0.5.23's flag names, and the parser of the flags the simulator models."""
+"""SGLang 0.5.23's launch flags: every long option its parser knows, and its argparse rule for a word that is none.
+
+Engine flags live in engines/ only: the simulator (cluster/sim/server.py) accepts and refuses flags by this list,
+and flagcheck checks a sim variant's argv by it."""
 
 from __future__ import annotations
-
-import argparse
-import textwrap
 
 SGLANG_FLAGS = frozenset(f"--{name}" for name in """
 abort-on-priority-when-disabled admin-api-key allow-auto-truncate allowed-media-domains api-key
@@ -137,51 +137,6 @@ weight-loader-prefetch-checkpoints weight-loader-prefetch-num-threads weight-ver
 """.split())
 """Every long option of SGLang 0.5.23's `ServerArgs.add_cli_args` parser (tests/sglang_parser compares this list
 with the real parser). The simulator accepts these as SGLang would and refuses any other flag as SGLang does."""
-
-
-def build_parser(prog: str = "python -m cluster.sim.server") -> argparse.ArgumentParser:
-    """The flags the simulator models (every other flag SGLang knows is accepted and not modelled)."""
-    from cluster.config.sim_knobs import Knobs
-
-    knobs = "\n".join(textwrap.fill(f"{name}: {f.description or ''} (default {f.default!r})", 78,
-                                     initial_indent="  ", subsequent_indent="      ")
-                       for name, f in Knobs.model_fields.items())
-    p = argparse.ArgumentParser(
-        prog=prog, allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=textwrap.fill(
-            "The simulated SGLang 0.5.23 server: SGLang's HTTP API and argv, step times from a model calibrated to "
-            "Qwen3.5-397B-A17B-NVFP4 on 8 GPUs (simulator numbers, never GPU numbers). The flags below are "
-            "modelled; every other flag SGLang 0.5.23 knows is accepted and not modelled, and a flag it does not "
-            "know is refused as SGLang refuses it.", 78),
-        epilog="Simulator knobs: JSON in the environment variable SGLBENCH_SIM. Example:\n"
-               "  SGLBENCH_SIM='{\"accept_probs\": [0.9], \"time_scale\": 0}' sglbench sim-server --model-path "
-               "sim://m\n" + knobs)
-    p.add_argument("--model-path", "--model", dest="model_path", required=True,
-                   help="any name (sim://NAME); nothing is loaded")
-    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=30000, help="port (default 30000)")
-    p.add_argument("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1,
-                   help="tensor-parallel size, reported in /server_info")
-    p.add_argument("--max-running-requests", type=int, default=None,
-                   help="batch cap, as SGLang's")
-    p.add_argument("--speculative-algorithm", default=None, help="NEXTN/EAGLE/MTP: simulated draft and verify")
-    p.add_argument("--speculative-num-steps", type=int, default=None, help="draft steps per verify")
-    p.add_argument("--speculative-eagle-topk", type=int, default=None, help="draft branches (1 is modelled)")
-    p.add_argument("--speculative-num-draft-tokens", type=int, default=None, help="tokens verified per step")
-    p.add_argument("--served-model-name", default=None, help="name the OpenAI endpoints answer to")
-    p.add_argument("--enable-metrics", action="store_true", help="serve Prometheus /metrics")
-    p.add_argument("--incremental-streaming-output", action="store_true",
-                   help="native /generate streams deltas instead of the cumulative text")
-    p.add_argument("--stream-interval", type=int, default=1, help="decode steps per streamed chunk")
-    p.add_argument("--disable-flashinfer-autotune", action="store_true",
-                   help="skip the simulated startup autotune")
-    p.add_argument("--moe-runner-backend", default="auto", help="MoE back end (knob backend_speed_factors)")
-    p.add_argument("--fp4-gemm-backend", dest="fp4_gemm_runner_backend", default="auto", help="FP4 GEMM back end")
-    p.add_argument("--kv-cache-dtype", default="auto", help="KV-cache dtype, reported in /server_info")
-    p.add_argument("--attention-backend", default=None, help="attention back end, reported in /server_info")
-    p.add_argument("--random-seed", type=int, default=None, help="accepted as SGLang's --random-seed")
-    p.add_argument("--api-key", default=None, help="require this bearer key, as SGLang does")
-    return p
 
 
 def unrecognized(words: list[str]) -> list[str]:

@@ -1,0 +1,120 @@
+"""The simulated server's command line: the SGLang 0.5.23 flags the simulator models, parsed strictly, and SGLang's
+launch rules applied to them (NEXTN -> EAGLE, the automatic speculative triple, the cap of 48).
+
+Engine flags live in engines/ only: the simulator (cluster/sim/server.py) parses its argv with this, and flagcheck
+checks a sim variant's argv with the same parser and rules in the planning process."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import textwrap
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from cluster.config.sim_knobs import Knobs
+from cluster.errors import UserError
+
+log = logging.getLogger("sglbench.sim")
+
+
+@dataclass(frozen=True)
+class SpecParams:
+    """Resolved speculative configuration (NEXTN is already rewritten to EAGLE)."""
+
+    algorithm: str
+    num_steps: int
+    eagle_topk: int
+    num_draft_tokens: int
+
+
+SPEC_MAX_RUNNING_DEFAULT = 48
+"""SGLang 0.5.23 sets an unset max_running_requests to 48 for every speculative algorithm
+(sglang/srt/arg_groups/speculative_hook.py, _handle_eagle_family and the other _handle_* hooks; not server_args.py)."""
+
+
+def build_parser(prog: str = "python -m cluster.sim.server") -> argparse.ArgumentParser:
+    """The flags the simulator models (every other flag SGLang knows is accepted and not modelled)."""
+    knobs = "\n".join(textwrap.fill(f"{name}: {f.description or ''} (default {f.default!r})", 78,
+                                     initial_indent="  ", subsequent_indent="      ")
+                       for name, f in Knobs.model_fields.items())
+    p = argparse.ArgumentParser(
+        prog=prog, allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=textwrap.fill(
+            "The simulated SGLang 0.5.23 server: SGLang's HTTP API and argv, step times from a model calibrated to "
+            "Qwen3.5-397B-A17B-NVFP4 on 8 GPUs (simulator numbers, never GPU numbers). The flags below are "
+            "modelled; every other flag SGLang 0.5.23 knows is accepted and not modelled, and a flag it does not "
+            "know is refused as SGLang refuses it.", 78),
+        epilog="Simulator knobs: JSON in the environment variable SGLBENCH_SIM. Example:\n"
+               "  SGLBENCH_SIM='{\"accept_probs\": [0.9], \"time_scale\": 0}' sglbench sim-server --model-path "
+               "sim://m\n" + knobs)
+    p.add_argument("--model-path", "--model", dest="model_path", required=True,
+                   help="any name (sim://NAME); nothing is loaded")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=30000, help="port (default 30000)")
+    p.add_argument("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1,
+                   help="tensor-parallel size, reported in /server_info")
+    p.add_argument("--max-running-requests", type=int, default=None,
+                   help="batch cap, as SGLang's")
+    p.add_argument("--speculative-algorithm", default=None, help="NEXTN/EAGLE/MTP: simulated draft and verify")
+    p.add_argument("--speculative-num-steps", type=int, default=None, help="draft steps per verify")
+    p.add_argument("--speculative-eagle-topk", type=int, default=None, help="draft branches (1 is modelled)")
+    p.add_argument("--speculative-num-draft-tokens", type=int, default=None, help="tokens verified per step")
+    p.add_argument("--served-model-name", default=None, help="name the OpenAI endpoints answer to")
+    p.add_argument("--enable-metrics", action="store_true", help="serve Prometheus /metrics")
+    p.add_argument("--incremental-streaming-output", action="store_true",
+                   help="native /generate streams deltas instead of the cumulative text")
+    p.add_argument("--stream-interval", type=int, default=1, help="decode steps per streamed chunk")
+    p.add_argument("--disable-flashinfer-autotune", action="store_true",
+                   help="skip the simulated startup autotune")
+    p.add_argument("--moe-runner-backend", default="auto", help="MoE back end (knob backend_speed_factors)")
+    p.add_argument("--fp4-gemm-backend", dest="fp4_gemm_runner_backend", default="auto", help="FP4 GEMM back end")
+    p.add_argument("--kv-cache-dtype", default="auto", help="KV-cache dtype, reported in /server_info")
+    p.add_argument("--attention-backend", default=None, help="attention back end, reported in /server_info")
+    p.add_argument("--random-seed", type=int, default=None, help="accepted as SGLang's --random-seed")
+    p.add_argument("--api-key", default=None, help="require this bearer key, as SGLang does")
+    return p
+
+
+class LaunchError(UserError):
+    """A launch argument SGLang itself would refuse; printed as one line, exit 1."""
+
+
+def resolve_args(ns: argparse.Namespace, knobs: Knobs) -> tuple[dict[str, Any], Optional[SpecParams]]:
+    """Apply SGLang 0.5.23's launch rules (NEXTN→EAGLE, auto spec triple, topk=1 ⇒ draft=steps+1, cap 48)."""
+    args = dict(vars(ns))
+    spec: Optional[SpecParams] = None
+    algo = args.get("speculative_algorithm")
+    if algo:
+        algo = str(algo).upper()
+        if algo == "NEXTN":
+            algo = "EAGLE"
+        steps, topk, draft = (args["speculative_num_steps"], args["speculative_eagle_topk"],
+                              args["speculative_num_draft_tokens"])
+        if steps is None:
+            if topk is not None or draft is not None:
+                raise LaunchError("--speculative-num-steps is unset but --speculative-eagle-topk or "
+                                  "--speculative-num-draft-tokens is set: set all three or none")
+            steps, topk, draft = 3, 1, 4
+        topk = 1 if topk is None else topk
+        if topk == 1 and draft != steps + 1:
+            if draft is not None:
+                log.warning("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when topk == 1")
+            draft = steps + 1
+        if steps < 1 or draft is None or draft < 2:
+            raise LaunchError("--speculative-num-steps must be >= 1 and --speculative-num-draft-tokens >= 2")
+        args.update(speculative_algorithm=algo, speculative_num_steps=steps, speculative_eagle_topk=topk,
+                     speculative_num_draft_tokens=draft)
+        spec = SpecParams(algo, steps, topk, draft)
+        if args["max_running_requests"] is None:
+            log.warning("Max running requests is reset to %d for speculative decoding.", SPEC_MAX_RUNNING_DEFAULT)
+            args["max_running_requests"] = SPEC_MAX_RUNNING_DEFAULT
+    if args["served_model_name"] is None:
+        args["served_model_name"] = args["model_path"]
+    if args["random_seed"] is None:
+        args["random_seed"] = knobs.seed
+    if args["stream_interval"] < 1:
+        raise LaunchError("--stream-interval must be >= 1")
+    args["tokenizer_path"] = args["model_path"]
+    args["context_length"] = knobs.context_length
+    return args, spec
