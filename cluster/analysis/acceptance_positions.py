@@ -19,22 +19,22 @@ position (the variant's speculative_num_steps, or the longest histogram's last i
 - accept_cum_pos_k = steps_accepting_k / Σ_j H[j]: P(drafts 1..k all accepted). 1 + Σ_k accept_cum_pos_k is the
   mean accepted tokens per verify step, bonus included (counting drafts past max_tokens, as SGLang does).
 
-Intervals: Wilson score 95 % for a binomial proportion, the verify steps as its trials. Steps of one request are
+Intervals: Wilson score 95 % for a binomial proportion (analysis/accuracy.py's `wilson`, the one definition), the
+verify steps as its trials. Steps of one request are
 treated as independent trials; where acceptance differs from request to request (by what is asked), the pooled
 interval is too narrow, which is why the table is also given per prompt category.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from statistics import NormalDist
 from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from cluster.analysis.accuracy import Share, wilson
 from cluster.analysis.request_metrics import request_columns
 
 ALL_CATEGORIES = "(all)"
@@ -50,32 +50,6 @@ POSITION_METRICS = {
 INTERVAL_METHOD = ("Wilson score 95 % intervals over verify steps (each step a trial; steps of one request treated as "
                    "independent)")
 
-_Z = NormalDist().inv_cdf(0.975)
-
-
-@dataclass(frozen=True)
-class Proportion:
-    """A proportion with its Wilson 95 % interval; NaN throughout when there were no trials."""
-
-    point: float
-    lo: float
-    hi: float
-    successes: int
-    trials: int
-
-
-def wilson(successes: int, trials: int) -> Proportion:
-    """Wilson score interval: (p + z²/2n ± z·sqrt(p(1-p)/n + z²/4n²)) / (1 + z²/n), z = 1.96 for 95 %."""
-    if trials <= 0:
-        return Proportion(math.nan, math.nan, math.nan, successes, trials)
-    if not 0 <= successes <= trials:
-        raise ValueError(f"successes must be within 0..trials ({trials}), got {successes}")
-    n, p, z2 = float(trials), successes / trials, _Z * _Z
-    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
-    half = _Z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
-    return Proportion(p, max(0.0, centre - half), min(1.0, centre + half), successes, trials)
-
-
 @dataclass(frozen=True)
 class PositionAcceptance:
     """Draft position k of one group: the conditional rate and the cumulative one."""
@@ -83,9 +57,9 @@ class PositionAcceptance:
     position: int
     steps_reaching: int
     steps_accepting: int
-    rate: Proportion
-    """accept_rate_pos_k: P(draft k accepted | drafts 1..k-1 accepted)."""
-    cumulative: Proportion
+    conditional: Share
+    """accept_rate_pos_k: P(draft k accepted | drafts 1..k-1 accepted), its Wilson interval (accuracy.wilson)."""
+    cumulative: Share
     """accept_cum_pos_k: P(drafts 1..k all accepted)."""
 
 
@@ -159,8 +133,8 @@ def acceptance_by_position(requests: pa.Table, runs: pd.DataFrame) -> list[Group
     return out
 
 
-def _cell(p: Proportion) -> str:
-    return "-" if math.isnan(p.point) else f"{p.point:.3f} [{p.lo:.3f}, {p.hi:.3f}]"
+def _cell(p: Share) -> str:
+    return "-" if p.rate is None else f"{p.rate:.3f} [{p.low:.3f}, {p.high:.3f}]"
 
 
 def position_view(groups: Sequence[GroupAcceptance]) -> pd.DataFrame:
@@ -176,11 +150,11 @@ def position_view(groups: Sequence[GroupAcceptance]) -> pd.DataFrame:
             if g.depth is not None and len(g.positions) > g.depth else "") if n)
         for p in g.positions:
             rows.append({"workload": g.workload, "variant": g.variant, "category": g.category, "position": p.position,
-                         "P(accept k | k-1)": _cell(p.rate), "P(accept 1..k)": _cell(p.cumulative),
+                         "P(accept k | k-1)": _cell(p.conditional), "P(accept 1..k)": _cell(p.cumulative),
                          "steps reaching k": p.steps_reaching, "steps accepting k": p.steps_accepting,
                          "requests": g.requests, "note": note})
     return pd.DataFrame(rows)
 
 
-__all__ = ["ALL_CATEGORIES", "INTERVAL_METHOD", "POSITION_METRICS", "READ_COLUMNS", "GroupAcceptance", "PositionAcceptance",
-           "Proportion", "acceptance_by_position", "position_view", "positions", "wilson"]
+__all__ = ["ALL_CATEGORIES", "INTERVAL_METHOD", "POSITION_METRICS", "READ_COLUMNS", "GroupAcceptance",
+           "PositionAcceptance", "acceptance_by_position", "position_view", "positions"]

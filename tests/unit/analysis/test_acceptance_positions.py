@@ -3,31 +3,17 @@ grouping over a requests table, and the simulator's own draws, whose per-positio
 
 from __future__ import annotations
 
-import math
 import random
 
 import pandas as pd
 import pyarrow as pa
 import pytest
 
-from cluster.analysis.acceptance_positions import (ALL_CATEGORIES, acceptance_by_position, position_view, positions,
-                                                   wilson)
+from cluster.analysis.acceptance_positions import ALL_CATEGORIES, acceptance_by_position, position_view, positions
 from cluster.config.sim_knobs import QWEN35_MTP_ACCEPT_PROBS, Knobs
 from cluster.kernel.records import REQUEST_FIELDS
 from cluster.sim.model import Scheduler
 from cluster.engines.sim_launch import SpecParams
-
-
-def test_wilson_matches_the_closed_form() -> None:
-    # 8 of 10, z = 1.959964: p = .8, z²/n = .384146, centre = (.8 + .192073)/1.384146 = .716740,
-    # half = 1.959964·sqrt(.016 + .0096036)/1.384146 = 1.959964·.160011/1.384146 = .226578 -> [.490162, .943318]
-    p = wilson(8, 10)
-    assert p.point == 0.8 and p.lo == pytest.approx(0.490162, abs=1e-6) and p.hi == pytest.approx(0.943318, abs=1e-6)
-    # all successes: the upper bound is 1, the lower n/(n + z²) = 10/13.84146 = .72247
-    assert wilson(10, 10).hi == 1.0 and wilson(10, 10).lo == pytest.approx(0.72247, abs=1e-4)
-    assert math.isnan(wilson(0, 0).point)
-    with pytest.raises(ValueError):
-        wilson(3, 2)
 
 
 def test_positions_on_hand_built_histograms() -> None:
@@ -37,10 +23,10 @@ def test_positions_on_hand_built_histograms() -> None:
     # k=1: 10/13 = .769 (cum 10/13); k=2: 8/10 = .8 (cum 8/13 = .615); k=3: 4/8 = .5 (cum 4/13 = .308)
     got = positions([[1, 2, 3, 4], [2, 0, 1]], depth=3)
     assert [(p.position, p.steps_reaching, p.steps_accepting) for p in got] == [(1, 13, 10), (2, 10, 8), (3, 8, 4)]
-    assert [p.rate.point for p in got] == [10 / 13, 0.8, 0.5]
-    assert [p.cumulative.point for p in got] == [10 / 13, 8 / 13, 4 / 13]
+    assert [p.conditional.rate for p in got] == [10 / 13, 0.8, 0.5]
+    assert [p.cumulative.rate for p in got] == [10 / 13, 8 / 13, 4 / 13]
     # 1 + Σ cumulative = 1 + (10 + 8 + 4)/13 = 35/13: the mean accepted tokens per step = (1·2 + 2·3 + 3·4 + 0)/13 + 1
-    assert 1 + sum(p.cumulative.point for p in got) == pytest.approx(1 + (2 + 2 * 4 + 3 * 4) / 13)
+    assert 1 + sum(p.cumulative.rate for p in got) == pytest.approx(1 + (2 + 2 * 4 + 3 * 4) / 13)
 
 
 def test_the_configured_depth_extends_short_histograms_and_a_longer_one_extends_it() -> None:
@@ -48,7 +34,7 @@ def test_the_configured_depth_extends_short_histograms_and_a_longer_one_extends_
     # k=2: 0 of 3 reached (a measured zero); k=3: 0 of 0 (no trials: NaN, not zero)
     got = positions([[2, 3]], depth=3)
     assert [(p.steps_reaching, p.steps_accepting) for p in got] == [(5, 3), (3, 0), (0, 0)]
-    assert got[1].rate.point == 0.0 and math.isnan(got[2].rate.point)
+    assert got[1].conditional.rate == 0.0 and got[2].conditional.rate is None
     assert len(positions([[0, 0, 1]], depth=1)) == 2  # a histogram past the depth is not cut
     assert positions([], depth=3) == [] and positions([[0]], depth=3) == []
 
@@ -79,10 +65,10 @@ def test_groups_pool_ok_requests_of_ok_runs_per_variant_and_category() -> None:
     assert set(got) == {ALL_CATEGORIES, "code", "chat"}
     # all: H = [0,1,3] + [2,2] = [2, 3, 3], 8 steps; at least [8, 6, 3]: k=1 6/8, k=2 3/6
     a = got[ALL_CATEGORIES]
-    assert [p.rate.point for p in a.positions] == [0.75, 0.5] and a.requests == 2 and a.spec_requests == 3
+    assert [p.conditional.rate for p in a.positions] == [0.75, 0.5] and a.requests == 2 and a.spec_requests == 3
     # code: [0,1,3]: at least [4, 4, 3]: k=1 4/4, k=2 3/4; chat: [2,2]: at least [4, 2, 0]: k=1 2/4, k=2 0/2
-    assert [p.rate.point for p in got["code"].positions] == [1.0, 0.75]
-    assert [p.rate.point for p in got["chat"].positions] == [0.5, 0.0]
+    assert [p.conditional.rate for p in got["code"].positions] == [1.0, 0.75]
+    assert [p.conditional.rate for p in got["chat"].positions] == [0.5, 0.0]
     view = position_view([a])
     assert list(view["position"]) == [1, 2] and "1 of 3 speculative requests sent no histogram" in view["note"][0]
     assert view["P(accept k | k-1)"][0].startswith("0.750 [")
@@ -116,7 +102,9 @@ def test_the_simulators_draws_land_within_their_intervals() -> None:
     got = positions([r.spec_correct_drafts_histogram for r in reqs], depth=3)
     assert len(got) == 3 and got[0].steps_reaching > 3000
     for p, prob in zip(got, QWEN35_MTP_ACCEPT_PROBS):
-        assert p.rate.lo <= prob <= p.rate.hi, (p.position, p.rate, prob)
+        assert p.conditional.low is not None and p.conditional.high is not None
+        assert p.conditional.low <= prob <= p.conditional.high, (p.position, p.conditional, prob)
     # the cumulative is the product of the rates: .93, .93·.86 = .7998, .93·.86·.8 = .6398
     for p, cum in zip(got, (0.93, 0.93 * 0.86, 0.93 * 0.86 * 0.8)):
-        assert p.cumulative.lo <= cum <= p.cumulative.hi, (p.position, p.cumulative, cum)
+        assert p.cumulative.low is not None and p.cumulative.high is not None
+        assert p.cumulative.low <= cum <= p.cumulative.high, (p.position, p.cumulative, cum)
