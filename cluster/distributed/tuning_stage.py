@@ -1,4 +1,5 @@
-"""The tuning stage on Ray: produce (or reuse) each tuned variant's artifact before its server segments run.
+"""The tuning stage on Ray: produce (or reuse) each tuned variant's artifact before its server segments run, carrying
+out the jobs cluster/tuning/jobs.py decides (it asks each engine adapter what differs per engine).
 
 flashinfer_autotune: one EngineActor launch with autotuning on into a staging SGLANG_CACHE_DIR, warmed with the
 workload's prompt shapes, stopped; its per-rank cache JSONs are archived. triton_moe: one Ray task per GPU of one
@@ -21,17 +22,16 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from cluster.engines.registry import get_engine
+from cluster.engines.registry import get_engine, get_tuning_surface
 from cluster.engines import sglang_tuning as sgt
 from cluster.engines.base import Prompt
 from cluster.errors import EnvironmentFault
-from cluster.sim.tuning import sim_gpu_facts, sim_model_config
 from cluster.kernel.runs import ResolvedVariant
 from cluster.config.experiment import ExperimentSpec
-from cluster.tuning.stage import (ARTIFACT_KINDS, artifact_key, autotune_extend, autotune_run_variant,
-                                  autotune_warmup_requests, merge_moe_configs, split_batch_sizes, triton_moe_options,
-                                  tuning_options_check)
-from cluster.engines.sglang_tuning import GpuFacts, TuningError, load_model_config, moe_shape
+from cluster.config.server import EngineName
+from cluster.tuning.jobs import AutotuneJob, MoeSearchJob, RefusedJob, decide_tuning
+from cluster.tuning.stage import merge_moe_configs
+from cluster.engines.sglang_tuning import GpuFacts, TuningError
 from cluster.tuning.artifacts import ArtifactStore, TuningArtifact
 from cluster.tuning.moe_search import tune_batch_sizes
 
@@ -76,19 +76,19 @@ def probe_gpu_facts(python: Optional[str] = None) -> dict[str, Any]:
     return facts
 
 
-def facts_for(spec: ExperimentSpec, variant: ResolvedVariant, given: Optional[GpuFacts],
+def facts_for(spec: ExperimentSpec, declared: Optional[GpuFacts], engine: EngineName, given: Optional[GpuFacts],
               cache: dict[str, GpuFacts]) -> GpuFacts:
-    """The simulated GPU for sim variants; otherwise `given`, else probed once on a GPU node."""
-    if variant.engine == "sim":
-        return sim_gpu_facts(variant.sim, spec.cluster.gpus_per_node)
+    """The GPU the engine declares (the simulator's); otherwise `given`, else probed once per engine on a GPU node."""
+    if declared is not None:
+        return declared
     if given is not None:
         return given
-    if variant.engine not in cache:
-        launcher = spec.engines.get(variant.engine)
+    if engine not in cache:
+        launcher = spec.engines.get(engine)
         task = ray.remote(num_gpus=1, num_cpus=0, max_retries=0)(probe_gpu_facts)
         raw = ray.get(task.remote(launcher.python if launcher else None))
-        cache[variant.engine] = GpuFacts(**{k: raw[k] for k in GpuFacts.__dataclass_fields__ if k in raw})
-    return cache[variant.engine]
+        cache[engine] = GpuFacts(**{k: raw[k] for k in GpuFacts.__dataclass_fields__ if k in raw})
+    return cache[engine]
 
 
 # ------------------------------------------------------------------------------------------- triton_moe
@@ -104,24 +104,15 @@ def _tune_worker(shape: dict[str, Any], batch_sizes: list[int], mode: str, max_c
 _tune_task = ray.remote(num_cpus=0, max_retries=0)(_tune_worker)
 
 
-def _triton_moe(spec: ExperimentSpec, v: ResolvedVariant, facts: GpuFacts, store: ArtifactStore,
+def _triton_moe(spec: ExperimentSpec, job: MoeSearchJob, facts: GpuFacts, store: ArtifactStore,
                 log: Callable[[str], None]) -> TuningArtifact:
-    opts = triton_moe_options(v)
-    cfg = load_model_config(opts.model_config_path) if opts.model_config_path else (
-        sim_model_config(v.sim) if v.engine == "sim" else load_model_config(v.model_path))
-    shape = moe_shape(cfg, v.tp, opts.ep, opts.dtype, v.args, f"variant {v.name}")
-    batch_sizes = list(opts.batch_sizes or sgt.DEFAULT_MOE_BATCH_SIZES)
-    max_configs = opts.max_configs
-    seed = opts.seed
-    extra = {"E": shape.num_experts, "N": shape.shard_n, "dtype": shape.dtype, "batch_sizes": batch_sizes,
-             "max_configs": max_configs, "seed": seed}
-    key = artifact_key("triton_moe", v, facts, extra)
+    v, shape, dev = job.variant, job.shape, job.device
+    key = job.key(facts)
     found = store.find(key)
     if found:
         log(f"[{v.name}] reusing triton_moe artifact {found.hash16} ({found.path})")
         return found
-    gpus = min(spec.cluster.gpus_per_node, max(1, int(ray.cluster_resources().get("GPU", 0))))
-    chunks = split_batch_sizes(batch_sizes, gpus)
+    chunks = job.worker_batches(spec.cluster.gpus_per_node, int(ray.cluster_resources().get("GPU", 0)))
     pg = placement_group([{"GPU": 1.0}] * len(chunks), strategy="STRICT_PACK", name=f"sglbench-tune-{v.name}")
     t0 = time.monotonic()
     try:
@@ -129,11 +120,9 @@ def _triton_moe(spec: ExperimentSpec, v: ResolvedVariant, facts: GpuFacts, store
         if not ready:
             raise TuningStageError(f"[{v.name}] triton_moe: {len(chunks)} GPU(s) on one node not free within "
                                    f"{PG_TIMEOUT_S:.0f} s")
-        mode = "sim" if v.engine == "sim" else "cuda"
-        sk = v.sim
         refs = [_tune_task.options(num_gpus=1, scheduling_strategy=PlacementGroupSchedulingStrategy(
-            pg, placement_group_bundle_index=i)).remote(shape.__dict__, chunk, mode, max_configs, seed,
-                                                         sk.gpu_name, sk.triton_version)
+            pg, placement_group_bundle_index=i)).remote(shape.__dict__, chunk, dev.mode, job.max_configs, job.seed,
+                                                         dev.device_name, dev.triton_version)
                 for i, chunk in enumerate(chunks)]
         STAGE_STATS["triton_tasks"] += len(refs)
         parts = ray.get(refs)
@@ -153,7 +142,7 @@ def _triton_moe(spec: ExperimentSpec, v: ResolvedVariant, facts: GpuFacts, store
                            for p in parts],
                "time_us": {bs: r["time_us"] for p in parts for bs, r in p["results"].items()}}
     art = store.put("triton_moe", key, {rel: (json.dumps(doc, indent=4) + "\n").encode()}, v.name, details)
-    log(f"[{v.name}] triton_moe tuned {len(batch_sizes)} batch sizes on {len(parts)} GPU(s) in "
+    log(f"[{v.name}] triton_moe tuned {len(job.batch_sizes)} batch sizes on {len(parts)} GPU(s) in "
         f"{details['tuning_s']:.1f} s → {rel} (artifact {art.hash16})")
     return art
 
@@ -180,17 +169,18 @@ def _warm(spec: ExperimentSpec, variant: ResolvedVariant, base_url: str, per_wor
     return ok
 
 
-def _flashinfer_autotune(spec: ExperimentSpec, v: ResolvedVariant, facts: GpuFacts, store: ArtifactStore,
+def _flashinfer_autotune(spec: ExperimentSpec, job: AutotuneJob, facts: GpuFacts, store: ArtifactStore,
                          log: Callable[[str], None], log_dir: str) -> TuningArtifact:
     from cluster.distributed.actors import EngineActor
 
-    key = artifact_key("flashinfer_autotune", v, facts, {"extend": autotune_extend(v)})
+    v = job.variant
+    key = job.key(facts)
     found = store.find(key)
     if found:
         log(f"[{v.name}] reusing flashinfer_autotune artifact {found.hash16} ({found.path})")
         return found
     staging = store.staging_dir(v.name)
-    tv = autotune_run_variant(v, str(staging))
+    tv = job.launch_variant(str(staging))
     pg = placement_group([{"GPU": float(v.tp)}], strategy="STRICT_PACK", name=f"sglbench-autotune-{v.name}")
     actor = None
     t0 = time.monotonic()
@@ -207,7 +197,7 @@ def _flashinfer_autotune(spec: ExperimentSpec, v: ResolvedVariant, facts: GpuFac
             cause = getattr(e, "cause", e)
             raise TuningStageError(f"[{v.name}] autotune server failed to start: {cause}",
                                    getattr(cause, "log_tail", "")) from None
-        warmed = _warm(spec, tv, info.base_url, autotune_warmup_requests(v))
+        warmed = _warm(spec, tv, info.base_url, job.warmup_requests)
         stopped = ray.get(actor.stop.remote(), timeout=120)
     finally:
         if actor is not None:
@@ -230,19 +220,6 @@ def _flashinfer_autotune(spec: ExperimentSpec, v: ResolvedVariant, facts: GpuFac
 
 
 # ------------------------------------------------------------------------------------------- the stage
-def check_tuning(variants: list[ResolvedVariant]) -> None:
-    """Refusals that need no GPU (unknown options, NVFP4 for triton_moe where the config says so): TuningError."""
-    for v in variants:
-        tuning_options_check(v)
-        if v.tuning is not None and v.tuning.kind == "triton_moe":
-            opts = triton_moe_options(v)
-            if opts.model_config_path:
-                moe_shape(load_model_config(opts.model_config_path), v.tp, opts.ep, opts.dtype, v.args,
-                          f"variant {v.name}")
-            elif v.engine == "sim":
-                moe_shape(sim_model_config(v.sim), v.tp, opts.ep, opts.dtype, v.args, f"variant {v.name}")
-
-
 def run_tuning_stage(spec: ExperimentSpec, variants: list[ResolvedVariant], dataset_root: str,
                      gpu_facts: Optional[GpuFacts] = None, log: Callable[[str], None] = print,
                      failures: Optional[dict[str, str]] = None) -> dict[str, TuningArtifact]:
@@ -251,22 +228,23 @@ def run_tuning_stage(spec: ExperimentSpec, variants: list[ResolvedVariant], data
     Refusals raise TuningError before any GPU is reserved. A failing tuning job raises TuningStageError, or, when
     `failures` is given, is recorded there (variant → reason) and the variant is left out of the result.
     """
-    tuned = [v for v in variants if v.tuning is not None and v.tuning.kind in ARTIFACT_KINDS]
-    check_tuning(tuned)
-    if not tuned:
+    decision = decide_tuning(variants, get_tuning_surface, spec.cluster.gpus_per_node)
+    if not decision.jobs:
         return {}
     store = ArtifactStore(dataset_root)
     log_dir = str(Path(os.environ.get("SGLBENCH_LOG_DIR", "/tmp/sglbench-logs")) / spec.name / "tuning")
     facts_cache: dict[str, GpuFacts] = {}
     out: dict[str, TuningArtifact] = {}
-    for v in tuned:
+    for job in decision.jobs:
+        v = job.variant
         try:
-            facts = facts_for(spec, v, gpu_facts, facts_cache)
-            assert v.tuning is not None
-            if v.tuning.kind == "triton_moe":
-                out[v.name] = _triton_moe(spec, v, facts, store, log)
+            facts = facts_for(spec, job.declared_facts, v.engine, gpu_facts, facts_cache)
+            if isinstance(job, RefusedJob):
+                raise job.error
+            if isinstance(job, MoeSearchJob):
+                out[v.name] = _triton_moe(spec, job, facts, store, log)
             else:
-                out[v.name] = _flashinfer_autotune(spec, v, facts, store, log, log_dir)
+                out[v.name] = _flashinfer_autotune(spec, job, facts, store, log, log_dir)
         except (TuningStageError, TuningError) as e:
             if failures is None:
                 raise

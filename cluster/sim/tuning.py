@@ -19,19 +19,16 @@ from typing import Any, Callable, Mapping, Union
 
 from cluster.engines import sglang_tuning as sgt
 from cluster.config.sim_knobs import Knobs
-from cluster.version import SGLANG_RELEASE
-
-SIM_SGLANG_VERSION = SGLANG_RELEASE
-"""The SGLang release the simulator imitates (cluster.sim.server.VERSION; not imported, to keep aiohttp out)."""
+from cluster.engines.tuning_surfaces import sim_model_config
 
 TUNING_KNOBS = ("gpu_name", "compute_capability", "driver_version", "flashinfer_version", "triton_version",
                 "autotune_speed_factor", "moe_config_speed_factor", "autotune_time_s", "garbage_backends",
                 "backend_speed_factors", "moe_num_experts", "moe_intermediate_size", "moe_hidden_size", "moe_top_k",
                 "moe_dtype")
-"""The knobs of `Knobs` (cluster/sim/model.py, the one knob model) that this module reads."""
+"""The knobs of `Knobs` (cluster/config/sim_knobs.py, the one knob model) that this module reads."""
 
 SimTuningKnobs = Knobs
-"""The tuning side of the simulator's knobs is the same model (cluster/sim/model.py)."""
+"""The tuning side of the simulator's knobs is the same model (cluster/config/sim_knobs.py)."""
 
 
 def split_knobs(raw: Union[Knobs, Mapping[str, Any], None]) -> tuple[Knobs, dict[str, Any]]:
@@ -42,13 +39,6 @@ def split_knobs(raw: Union[Knobs, Mapping[str, Any], None]) -> tuple[Knobs, dict
     rest = dict(raw or {})
     mine = {k: rest.pop(k) for k in list(rest) if k in TUNING_KNOBS}
     return Knobs.from_mapping(mine), rest
-
-
-def sim_model_config(k: SimTuningKnobs) -> dict[str, Any]:
-    """A Qwen3.5-shaped config.json (text part) for the simulated model, for the triton_moe shape mapping."""
-    return {"architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe",
-            "text_config": {"num_experts": k.moe_num_experts, "moe_intermediate_size": k.moe_intermediate_size,
-                            "hidden_size": k.moe_hidden_size, "num_experts_per_tok": k.moe_top_k}}
 
 
 def _arg(args: Mapping[str, Any], name: str, default: Any) -> Any:
@@ -164,11 +154,3 @@ def startup_effect(args: Mapping[str, Any], env: Mapping[str, str], k: SimTuning
             eff.moe_config = "default"
             log(f"Using default MoE kernel config. Performance might be sub-optimal! Config file not found at {p}")
     return eff
-
-
-def sim_gpu_facts(raw: Union[Knobs, Mapping[str, Any], None], gpu_count: int = 0) -> sgt.GpuFacts:
-    """GpuFacts of the simulated GPU described by a variant's sim knobs (for artifact keys)."""
-    k, _ = split_knobs(raw)
-    return sgt.GpuFacts(gpu_name=k.gpu_name, compute_capability=k.compute_capability, driver_version=k.driver_version,
-                    gpu_count=gpu_count, sglang_version=SIM_SGLANG_VERSION, flashinfer_version=k.flashinfer_version,
-                    triton_version=k.triton_version)

@@ -1,0 +1,71 @@
+"""Each engine's answers to the tuning stage (the TuningSurface protocol of cluster/tuning/jobs.py): the simulator
+declares its GPU, its model's MoE shape and its search device in its knobs; a real engine's GPU is probed on the node,
+its model config read from the checkpoint, and its MoE search timed on the GPU."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Optional, Union
+
+from cluster.config.sim_knobs import Knobs
+from cluster.engines.sglang_tuning import GpuFacts
+from cluster.kernel.runs import ResolvedVariant
+from cluster.version import SGLANG_RELEASE
+
+
+@dataclass(frozen=True)
+class MoeSearchDevice:
+    """Where a Triton fused-MoE search times its configs."""
+
+    mode: Literal["cuda", "sim"]
+    """cuda: on the worker's GPU (device name and Triton version are then the worker's own); sim: the cost model."""
+    device_name: str = ""
+    """The simulated GPU's name (sim only)."""
+    triton_version: str = ""
+    """The simulated Triton version (sim only)."""
+
+
+def sim_model_config(k: Knobs) -> dict[str, Any]:
+    """A Qwen3.5-shaped config.json (text part) for the simulated model, for the triton_moe shape mapping."""
+    return {"architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe",
+            "text_config": {"num_experts": k.moe_num_experts, "moe_intermediate_size": k.moe_intermediate_size,
+                            "hidden_size": k.moe_hidden_size, "num_experts_per_tok": k.moe_top_k}}
+
+
+def sim_gpu_facts(k: Knobs, gpu_count: int = 0) -> GpuFacts:
+    """GpuFacts of the simulated GPU described by a variant's sim knobs (for artifact keys)."""
+    return GpuFacts(gpu_name=k.gpu_name, compute_capability=k.compute_capability, driver_version=k.driver_version,
+                    gpu_count=gpu_count, sglang_version=SGLANG_RELEASE, flashinfer_version=k.flashinfer_version,
+                    triton_version=k.triton_version)
+
+
+class SimTuningSurface:
+    """The simulator: everything a tuning job depends on is declared in the variant's sim knobs."""
+
+    def declared_gpu_facts(self, variant: ResolvedVariant, gpus_per_node: int) -> Optional[GpuFacts]:
+        return sim_gpu_facts(variant.sim, gpus_per_node)
+
+    def declared_model_config(self, variant: ResolvedVariant) -> Optional[dict[str, Any]]:
+        return sim_model_config(variant.sim)
+
+    def moe_search_device(self, variant: ResolvedVariant) -> MoeSearchDevice:
+        return MoeSearchDevice("sim", variant.sim.gpu_name, variant.sim.triton_version)
+
+
+class GpuTuningSurface:
+    """A real engine on a GPU node: its GPU is probed there, its model config read from the checkpoint."""
+
+    def declared_gpu_facts(self, variant: ResolvedVariant, gpus_per_node: int) -> Optional[GpuFacts]:
+        return None
+
+    def declared_model_config(self, variant: ResolvedVariant) -> Optional[dict[str, Any]]:
+        return None
+
+    def moe_search_device(self, variant: ResolvedVariant) -> MoeSearchDevice:
+        return MoeSearchDevice("cuda")
+
+
+AnyTuningSurface = Union[SimTuningSurface, GpuTuningSurface]
+TUNING_SURFACES: dict[str, type[AnyTuningSurface]] = {"sglang": GpuTuningSurface, "sim": SimTuningSurface,
+                                                       "vllm": GpuTuningSurface}
+"""Per engine name (the keys of cluster/engines/registry.py's ENGINES), its answers to the tuning stage."""
