@@ -1,7 +1,7 @@
 """The numeric limits an experiment's fields are held to, each with the fact of its domain that sets it.
 
-Every int or float field of the spec models (cluster/config/models.py, and the simulator's Knobs in
-cluster/sim/model.py) has a lower and an upper bound; tests/unit/config/test_numeric_bounds.py walks the models and
+Every int or float field of the spec models (the modules of cluster/config/, the simulator's Knobs in
+cluster/config/sim_knobs.py included) has a lower and an upper bound; tests/unit/config/test_numeric_bounds.py walks the models and
 fails on any field without both. A bound is the domain's, not a taste: where it is a sanity ceiling rather than a
 hard limit, its docstring says so and why nothing real comes near it.
 """

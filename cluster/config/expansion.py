@@ -9,7 +9,7 @@ import itertools
 from typing import Optional, Sequence
 
 MAX_NAME_CHARS = 64
-"""A variant name's length limit (check_name in cluster/config/models.py)."""
+"""A variant name's length limit (check_name in cluster/config/fields.py)."""
 
 Pair = tuple[Optional[str], Optional[str]]
 """(moe_runner_backend, fp4_gemm_backend) of one backend_sweep combination; None: that side is not swept."""

@@ -1,6 +1,5 @@
 """The model, the engines and the server args and env every variant shares: the spec values that become a server's
-argv and environment, each refused at its line when it could not be used as given (cluster/config/models.py re-exports
-every name)."""
+argv and environment, each refused at its line when it could not be used as given."""
 
 from __future__ import annotations
 
