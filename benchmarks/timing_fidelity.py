@@ -34,7 +34,7 @@ from cluster.kernel.runs import LoadPoint
 from cluster.server.process import free_port
 
 MAX_CLIENT_LAG_MS = 10.0
-"""The runs table's default `max_client_lag_ms` (cluster/config/models.py): a run past it is flagged invalid."""
+"""The runs table's default `max_client_lag_ms` (cluster/config/experiment.py): a run past it is flagged invalid."""
 ACCURATE_LATE_P99_US = 250.0
 """A chunk rate counts as paced accurately when the simulator's own write lateness p99 stays under this."""
 

@@ -40,7 +40,7 @@
 
 Anything else that escapes is a bug in sglbench: the CLI prints its traceback and says so (exit code 70).
 A user error carries `file`, `field` and `expected` so the message can name all three. Each class is defined
-beside the code that raises it (SpecError in cluster/config/models.py, ...); tests/unit/test_errors.py checks that
+beside the code that raises it (SpecError in cluster/config/fields.py, ...); tests/unit/test_errors.py checks that
 every exception class in the package derives from `SglbenchError`.
 """
 

@@ -1,5 +1,5 @@
 """The value domains of server flags whose range the engines' own parsers do not check (argparse's `type=int`
-takes 0 and `type=float` takes 7): a leaf module, so the spec validates them at their line (cluster/config/models.py).
+takes 0 and `type=float` takes 7): a leaf module, so the spec validates them at their line (cluster/config/server.py).
 
 Each domain is SGLang 0.5.23's (sglang/srt/server_args.py, /work/shared/reference/sglang-0.5.23.md) and holds for
 vLLM's spelling of the same flag where it has one. A flag listed here takes a YAML number, never a quoted one: the

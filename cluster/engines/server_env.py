@@ -1,5 +1,5 @@
 """The environment variables sglbench itself sets for an engine server, each with who sets it: the one list the
-spec refuses in server.env and a variant's env (cluster/config/models.py), since a value given there is either
+spec refuses in server.env and a variant's env (cluster/config/experiment.py), since a value given there is either
 overwritten without a word or overrides what the tool set (Ray's GPU pinning). A leaf module: stdlib and the pure
 sglang_tuning facts only. The setters: engines/sim.py (SIM_ENV), engines/sglang.py (SPEC_V2_ENV),
 tuning/stage.py (the tuning kinds' variables), distributed/actors.py (CUDA_VISIBLE_DEVICES)."""

@@ -205,7 +205,7 @@ def load_jsonl_prompts(path: pathlib.Path) -> list[Prompt]:
 
 
 MAX_PROMPT_TOKENS = 1_000_000
-"""Most ids one prompt may hold: the spec's bound on a token count (cluster/config/models.py TokenCount)."""
+"""Most ids one prompt may hold: the spec's bound on a token count (cluster/config/workload.py TokenCount)."""
 MAX_TOKEN_ID = 2**31 - 1
 """Largest token id accepted before the model's vocabulary is known: no vocabulary is larger, and ids are int32."""
 JSONL_EXPECTED = "one JSON object per line (or a JSON array of objects) with 'prompt' or 'input_ids'"

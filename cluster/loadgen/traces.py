@@ -30,7 +30,7 @@ TIME_FIELDS = {"timestamp_s": 1.0, "timestamp_ms": 1e-3}
 """A row's time column → seconds per unit."""
 LENGTH_FIELDS = ("input_tokens", "output_tokens")
 MAX_TRACE_TOKENS = 1_000_000
-"""Most tokens a row may ask for, in or out: the spec's bound on a token count (cluster/config/models.py TokenCount)."""
+"""Most tokens a row may ask for, in or out: the spec's bound on a token count (cluster/config/workload.py TokenCount)."""
 
 
 CSV_BLANKS = " \t"
