@@ -50,16 +50,16 @@ class TuningStageError(EnvironmentFault):
 
 
 # ------------------------------------------------------------------------------------------- GPU facts
-def probe_gpu_facts(python: Optional[str] = None) -> dict[str, Any]:
+def probe_gpu_facts(python: Optional[str]) -> GpuFacts:
     """Ray-free: GPU name, driver, compute capability (nvidia-smi) and SGLang/FlashInfer/Triton/torch versions of
     the engine's interpreter. Missing tools give empty strings, never an exception."""
-    facts: dict[str, Any] = {"gpu_name": "", "driver_version": "", "compute_capability": "", "gpu_count": 0}
+    name, drv, cap, count = "", "", "", 0
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,compute_cap", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=30, check=False).stdout.strip().splitlines()
         if out:
             name, drv, cap = (x.strip() for x in (out[0].split(",") + ["", "", ""])[:3])
-            facts.update(gpu_name=name, driver_version=drv, compute_capability=cap, gpu_count=len(out))
+            count = len(out)
     except (OSError, subprocess.SubprocessError):
         pass
     code = ("import importlib.metadata as m, json\nout = {}\n"
@@ -71,9 +71,9 @@ def probe_gpu_facts(python: Optional[str] = None) -> dict[str, Any]:
         vers = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else {}
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):
         vers = {}
-    for k in ("sglang", "flashinfer", "triton", "torch"):
-        facts[f"{k}_version"] = str(vers.get(k, ""))
-    return facts
+    return GpuFacts(gpu_name=name, compute_capability=cap, driver_version=drv, gpu_count=count,
+                    sglang_version=str(vers.get("sglang", "")), flashinfer_version=str(vers.get("flashinfer", "")),
+                    triton_version=str(vers.get("triton", "")), torch_version=str(vers.get("torch", "")))
 
 
 def facts_for(spec: ExperimentSpec, declared: Optional[GpuFacts], engine: EngineName, given: Optional[GpuFacts],
@@ -86,8 +86,8 @@ def facts_for(spec: ExperimentSpec, declared: Optional[GpuFacts], engine: Engine
     if engine not in cache:
         launcher = spec.engines.get(engine)
         task = ray.remote(num_gpus=1, num_cpus=0, max_retries=0)(probe_gpu_facts)
-        raw = ray.get(task.remote(launcher.python if launcher else None))
-        cache[engine] = GpuFacts(**{k: raw[k] for k in GpuFacts.__dataclass_fields__ if k in raw})
+        facts: GpuFacts = ray.get(task.remote(launcher.python if launcher else None))
+        cache[engine] = facts
     return cache[engine]
 
 
