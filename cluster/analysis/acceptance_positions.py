@@ -133,28 +133,49 @@ def acceptance_by_position(requests: pa.Table, runs: pd.DataFrame) -> list[Group
     return out
 
 
-def _cell(p: Share) -> str:
-    return "-" if p.rate is None else f"{p.rate:.3f} [{p.low:.3f}, {p.high:.3f}]"
+def _note(g: GroupAcceptance) -> str:
+    return "; ".join(n for n in (
+        f"{g.spec_requests - g.requests} of {g.spec_requests} speculative requests sent no histogram"
+        if g.spec_requests > g.requests else "",
+        f"{g.mismatched} histograms disagree with spec_verify_ct" if g.mismatched else "",
+        f"histograms reach past the configured depth {g.depth}"
+        if g.depth is not None and len(g.positions) > g.depth else "") if n)
 
 
-def position_view(groups: Sequence[GroupAcceptance]) -> pd.DataFrame:
-    """One row per group and position: the rate and the cumulative as 'estimate [lo, hi]', their step counts, and
-    a note where some requests lacked a histogram or disagreed with their spec_verify_ct."""
+def position_table(groups: Sequence[GroupAcceptance]) -> pd.DataFrame:
+    """One row per group and position, numbers only (NaN where a position had no trials): for csv and json."""
     rows = []
     for g in groups:
-        note = "; ".join(n for n in (
-            f"{g.spec_requests - g.requests} of {g.spec_requests} speculative requests sent no histogram"
-            if g.spec_requests > g.requests else "",
-            f"{g.mismatched} histograms disagree with spec_verify_ct" if g.mismatched else "",
-            f"histograms reach past the configured depth {g.depth}"
-            if g.depth is not None and len(g.positions) > g.depth else "") if n)
+        note = _note(g)
         for p in g.positions:
-            rows.append({"workload": g.workload, "variant": g.variant, "category": g.category, "position": p.position,
-                         "P(accept k | k-1)": _cell(p.conditional), "P(accept 1..k)": _cell(p.cumulative),
-                         "steps reaching k": p.steps_reaching, "steps accepting k": p.steps_accepting,
-                         "requests": g.requests, "note": note})
+            c, m = p.conditional, p.cumulative
+            rows.append({"workload": g.workload, "variant": g.variant, "category": g.category, "depth": g.depth,
+                         "position": p.position, "accept_rate": c.rate, "accept_rate_lo": c.low,
+                         "accept_rate_hi": c.high, "accept_cum": m.rate, "accept_cum_lo": m.low,
+                         "accept_cum_hi": m.high, "steps_reaching": p.steps_reaching,
+                         "steps_accepting": p.steps_accepting, "requests": g.requests, "note": note})
     return pd.DataFrame(rows)
 
 
+def _cell(point: object, lo: object, hi: object) -> str:
+    if not isinstance(point, float) or point != point:
+        return "-"
+    return f"{point:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def position_view(groups: Sequence[GroupAcceptance]) -> pd.DataFrame:
+    """position_table for people: the rate and the cumulative as 'estimate [lo, hi]', with the step counts and a
+    note where some requests lacked a histogram or disagreed with their spec_verify_ct."""
+    t = position_table(groups)
+    if t.empty:
+        return t
+    return pd.DataFrame({
+        "workload": t["workload"], "variant": t["variant"], "category": t["category"], "position": t["position"],
+        "P(accept k | k-1)": [_cell(*x) for x in zip(t["accept_rate"], t["accept_rate_lo"], t["accept_rate_hi"])],
+        "P(accept 1..k)": [_cell(*x) for x in zip(t["accept_cum"], t["accept_cum_lo"], t["accept_cum_hi"])],
+        "steps reaching k": t["steps_reaching"], "steps accepting k": t["steps_accepting"],
+        "requests": t["requests"], "note": t["note"]})
+
+
 __all__ = ["ALL_CATEGORIES", "INTERVAL_METHOD", "POSITION_METRICS", "READ_COLUMNS", "GroupAcceptance",
-           "PositionAcceptance", "acceptance_by_position", "position_view", "positions"]
+           "PositionAcceptance", "acceptance_by_position", "position_table", "position_view", "positions"]

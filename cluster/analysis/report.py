@@ -15,11 +15,13 @@ import numpy as np
 import pandas as pd
 
 from cluster.analysis import report_plots as rp
+from cluster.analysis.acceptance_positions import INTERVAL_METHOD, READ_COLUMNS, acceptance_by_position, position_view
 from cluster.analysis.capacity import capacity_table, capacity_view
 from cluster.analysis.categories import categorised, category_view, compare_by_category
 from cluster.analysis.comparison import CI_METRICS, compare_view, compare_with_ci, point_label, request_arrays
 from cluster.analysis.metrics import METRIC_DEFINITIONS
 from cluster.analysis.results import Results
+from cluster.analysis.timeline import report_timelines
 from cluster.dataset.atomic import atomic_write
 from cluster.errors import UserError
 
@@ -284,10 +286,15 @@ def build_report(results: Results, out_dir: Optional[str] = None, n_boot: int = 
     bpt = bytes_per_token or decode_bytes_per_token(meta)
     bw = bandwidth_table(ci, runs, bpt) if bpt else pd.DataFrame()
     figs = _figures(ci, runs, arrays, out, labels, colors, bw, results)
+    for t in report_timelines(results, runs, labels, seed):
+        name = f"timeline_{_slug(t.workload)}_{t.load_kind}_{_slug(f'{t.load_value:g}')}.png"
+        atomic_write(out / name, t.png)
+        figs.append(_Figure(name, t.caption))
     by_cat = categorised(compare_by_category(results, n_boot=n_boot, seed=seed))
     by_turn = categorised(compare_by_category(results, n_boot=n_boot, seed=seed, by="turn"), "turn")
     cap = capacity_table(results, n_boot=n_boot, seed=seed)
-    page = _html(experiment, root, ci, runs, figs, engines, bw, bpt, by_cat, by_turn, cap)
+    by_pos = position_view(acceptance_by_position(results.table("requests", READ_COLUMNS), runs))
+    page = _html(experiment, root, ci, runs, figs, engines, bw, bpt, by_cat, by_turn, cap, by_pos)
     path = out / "index.html"
     atomic_write(path, page.encode())
     return path
@@ -295,7 +302,7 @@ def build_report(results: Results, out_dir: Optional[str] = None, n_boot: int = 
 
 def _html(experiment: str, root: str, ci: pd.DataFrame, runs: pd.DataFrame, figs: list[_Figure],
           engines: dict[str, str], bw: pd.DataFrame, bpt: Optional[float], by_cat: pd.DataFrame,
-          by_turn: pd.DataFrame, cap: pd.DataFrame) -> str:
+          by_turn: pd.DataFrame, cap: pd.DataFrame, by_pos: Optional[pd.DataFrame] = None) -> str:
     e = html.escape
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>sglbench: {e(experiment)}</title>"
              f"<style>{_CSS}</style></head><body><h1>sglbench report: {e(experiment)}</h1>",
@@ -330,6 +337,12 @@ def _html(experiment: str, root: str, ci: pd.DataFrame, runs: pd.DataFrame, figs
                      "holds the conversation so far, which the prefix cache can serve (prefix hit %): "
                      f"{e(str(by_turn.attrs.get('ci_method', '')))}</p>")
         parts.append(_table_html(category_view(by_turn)))
+    if by_pos is not None and not by_pos.empty:
+        parts.append("<h2>Acceptance per draft position</h2><p>From each request's spec_correct_drafts_histogram "
+                     "(the server's verify steps by drafts accepted), pooled over load points and repeats: "
+                     f"P(draft k accepted | drafts 1..k-1 accepted) and P(drafts 1..k accepted); "
+                     f"{e(INTERVAL_METHOD)}.</p>")
+        parts.append(_table_html(by_pos))
     parts.append("<h2>Plots</h2>")
     if not figs:
         parts.append("<p>No plots: no run finished ok (the reasons are under 'Invalid and failed runs').</p>")

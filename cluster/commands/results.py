@@ -35,6 +35,7 @@ class Format(str, enum.Enum):
 class By(str, enum.Enum):
     category = "category"
     turn = "turn"
+    position = "position"
 
 
 ROOT_OPT = typer.Option("results", "--root", help="Dataset root: a local path or a pyarrow filesystem URI.")
@@ -117,8 +118,9 @@ def compare_cmd(
     ci: bool = typer.Option(False, "--ci", help="95% confidence intervals, speedup verdicts and quality warnings."),
     n_boot: int = typer.Option(2000, "--n-boot", min=100, help="Bootstrap resamples (with --ci)."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed (with --ci)."),
-    by: Optional[By] = typer.Option(None, "--by", help="Break the table down: 'category' (prompt categories) or "
-                                    "'turn' (turns of multi-turn sessions), with 95% intervals."),
+    by: Optional[By] = typer.Option(None, "--by", help="Break the table down: 'category' (prompt categories), "
+                                    "'turn' (turns of multi-turn sessions), or 'position' (speculative acceptance "
+                                    "per draft position), with 95% intervals."),
 ) -> None:
     """Per load point and variant: means over ok repeats and output tok/s speedup over the baseline. With EXP_B:
     EXP_B against EXP (same workload, load point and variant), each ratio > 1 when EXP_B is better. With --by
@@ -128,7 +130,9 @@ def compare_cmd(
         print_cross(base, new, fmt.value, n_boot, seed)
         return
     results = open_results(root, experiment)
-    if by is not None:
+    if by is By.position:
+        print_compare_by_position(results, fmt.value)
+    elif by is not None:
         print_compare_by_category(results, baseline, fmt.value, n_boot, seed, by.value)
     elif ci:
         print_compare_ci(results, baseline, fmt.value, n_boot, seed)
@@ -218,6 +222,29 @@ def print_compare_by_category(results: Results, baseline: Optional[str], fmt_nam
     _emit(view, fmt, title=f"{experiment} by {'session turn' if by == 'turn' else by}{sim}: estimate [95% CI]; "
           "* = baseline")
     console.print(df.attrs.get("ci_method", ""), highlight=False, soft_wrap=True)
+
+
+def print_compare_by_position(results: Results, fmt_name: str) -> None:
+    """Render acceptance per draft position (analysis/acceptance_positions.py) per variant and prompt category."""
+    from cluster.analysis.acceptance_positions import (INTERVAL_METHOD, READ_COLUMNS, acceptance_by_position,
+                                                       position_table, position_view)
+
+    fmt = Format(fmt_name)
+    with _clear_errors():
+        groups = acceptance_by_position(results.table("requests", READ_COLUMNS), results.runs())
+    if not groups:
+        err_console.print(f"no acceptance per draft position for {results.experiment!r}: no ok speculative request "
+                          "of an ok run carries spec_correct_drafts_histogram (SGLang and the simulator send it)")
+        raise typer.Exit(2)
+    if fmt is not Format.table:
+        _emit(position_table(groups), fmt)
+        return
+    view = position_view(groups)
+    if view["workload"].nunique() == 1:
+        view = view.drop(columns="workload")
+    sim = " (simulated engine)" if "sim" in set(_engines(results)) else ""
+    _emit(view, fmt, title=f"{results.experiment} by draft position{sim}: estimate [95% CI]")
+    console.print(INTERVAL_METHOD, highlight=False, soft_wrap=True)
 
 
 def _engines(results: Results) -> list[str]:

@@ -47,12 +47,14 @@ def synth_records(rng: np.random.Generator, n: int, conc: int, step_ms: float, t
         send = int(lanes[lane])
         t = send + int(ttft_ms * rng.lognormal(0, 0.15) * 1e6)
         arrivals, tokens, left = [t], [1], out_tokens - 1
+        hist = [0] * (spec_steps + 1)  # verify steps by drafts accepted, counted before the max_tokens cut (as SGLang)
         while left > 0:
             got = 1
             for p in ACCEPT_PROBS[:spec_steps]:
                 if rng.random() >= p:
                     break
                 got += 1
+            hist[got - 1] += 1
             got = min(got, left)
             t += int(step_ms * rng.lognormal(0, 0.05) * 1e6)
             arrivals.append(t)
@@ -64,7 +66,7 @@ def synth_records(rng: np.random.Generator, n: int, conc: int, step_ms: float, t
             prompt_tokens_sent=128, max_tokens=out_tokens, chunk_arrival_ns=arrivals, chunk_tokens=tokens,
             prompt_tokens=128, completion_tokens=out_tokens,
             spec_verify_ct=len(arrivals) - 1 if spec_steps else None, finish_reason="length",
-            cached_tokens=cached_tokens))
+            cached_tokens=cached_tokens, spec_correct_drafts_histogram=hist if spec_steps else None))
     return recs
 
 

@@ -39,7 +39,8 @@ def test_report_html_and_pngs(demo_root: str, tmp_path: Path) -> None:
     written = {p.name for p in path.parent.glob("*.png")}
     assert referenced == written
     kinds = {name.split("_chat")[0] for name in written}
-    assert kinds == {"throughput", "ttft_ms_cdf", "tpot_ms_cdf", "speedup", "accept_hist", "bandwidth", "pareto"}
+    assert kinds == {"throughput", "ttft_ms_cdf", "tpot_ms_cdf", "speedup", "accept_hist", "bandwidth", "pareto",
+                     "timeline"}
     for name in written:
         png = path.parent / name
         assert png.stat().st_size > 15_000, name
