@@ -20,9 +20,9 @@ from pydantic import BaseModel, ValidationError
 
 from cluster.kernel.records import CHUNKS_SCHEMA, GPU_METRICS_SCHEMA, KEY_FIELDS, REQUESTS_SCHEMA
 from cluster.kernel.run_row import RUNS_SCHEMA
-from cluster.dataset.root import (KIND_TEXT, PARTITION_COLUMN, RUN_KEY_RE, DataFile, StoreError, check_identity,
-                                  check_runs_file, check_schema, file_schema, list_dir, open_root, path_kind,
-                                  read_error, read_parquet, safe_name, table_layout, verify_pages)
+from cluster.dataset.root import (KIND_TEXT, PARTITION_COLUMN, RUN_KEY_RE, ColumnValue, DataFile, StoreError,
+                                  check_identity, check_runs_file, check_schema, file_schema, list_dir, open_root,
+                                  path_kind, read_error, read_parquet, safe_name, table_layout, verify_pages)
 from cluster.errors import UserError, one_line
 from cluster.kernel.runs import RECORD_SCHEMA_VERSION
 from cluster.input_files import decode_text, parse_json, read_input_bytes
@@ -117,6 +117,7 @@ class StoreReader:
         self._check(table_name, DataFile(path, variant, key))
         return read_parquet(self.fs, path)
 
+    # free-form JSON stored as given: experiment.json (the spec's JSON, probe reports), read back as written
     def read_experiment_meta(self) -> Optional[dict[str, Any]]:
         """experiment.json's object, None when there is none; StoreError naming the file when it is not a JSON
         object in UTF-8 (or not a regular file, or past META_LIMIT_BYTES)."""
@@ -209,12 +210,12 @@ class StoreReader:
         return {k for k, s in zip(table.column("run_key").to_pylist(), table.column("status").to_pylist())
                 if s in FINISHED_STATUSES}
 
-    def _check(self, table: str, f: DataFile, run: Optional[dict[str, object]] = None) -> _Checked:
+    def _check(self, table: str, f: DataFile, run: Optional[dict[str, ColumnValue]] = None) -> _Checked:
         """The file's schema (and a runs file's identity) once it has shown it is this table's file of this
         experiment and run (root.py's rules); `run` is the runs row's identity a per-run file must repeat."""
         # a file that carries the partition column itself (the writer leaves it to the directory) must agree with
         # its directory: read_table keeps a file's own column, so variant=base/ could otherwise hold variant 'other'
-        expect: dict[str, object] = {"experiment": self.experiment, PARTITION_COLUMN: f.variant}
+        expect: dict[str, ColumnValue] = {"experiment": self.experiment, PARTITION_COLUMN: f.variant}
         if table not in VARIANT_TABLES:
             expect.update(run or {"run_key": f.key})
         stamp = _stamp(self.fs, f.path)
@@ -330,7 +331,7 @@ _IDENTITY = [f.name for f in KEY_FIELDS if f.name != PARTITION_COLUMN]
 @dataclass(frozen=True)
 class _Checked:
     schema: pa.Schema
-    identity: dict[str, object]
+    identity: dict[str, ColumnValue]
     """A runs file's key columns (empty for other tables)."""
 
 

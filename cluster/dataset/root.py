@@ -25,7 +25,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass
-from typing import Optional
+from typing import Mapping, Optional, Union
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -37,6 +37,8 @@ from cluster.config.locations import DATASET_SCHEMES, check_location, control_ch
 ROOT_SCHEMES = DATASET_SCHEMES + ("mock",)
 """URI schemes a results root may use: the spec's (cluster/config/locations.py) and pyarrow's in-memory mock://
 (tests)."""
+ColumnValue = Union[str, int, float, bool, None]
+"""One cell of a key column (a run's identity: run key, experiment, variant, load value, repeat, ...)."""
 RUN_STATUSES = ("ok", "invalid", "failed")
 """The statuses a runs row may have (run_row.RUN_FIELDS' status)."""
 PARTITION_COLUMN = "variant"
@@ -266,7 +268,7 @@ def _stats_say(meta: pq.FileMetaData, schema: pa.Schema, column: str, value: obj
 
 
 def check_identity(fs: pafs.FileSystem, path: str, schema: pa.Schema, meta: pq.FileMetaData,
-                   expect: dict[str, object]) -> None:
+                   expect: Mapping[str, ColumnValue]) -> None:
     """Each column of `expect` the file has holds only the expected value (the file says it belongs here)."""
     for column, value in expect.items():
         if column not in schema.names:
@@ -282,7 +284,7 @@ def check_identity(fs: pafs.FileSystem, path: str, schema: pa.Schema, meta: pq.F
                              expected=f"{column} = {value!r} in every row")
 
 
-def check_runs_file(fs: pafs.FileSystem, path: str, key_columns: list[str]) -> dict[str, object]:
+def check_runs_file(fs: pafs.FileSystem, path: str, key_columns: list[str]) -> dict[str, ColumnValue]:
     """A runs file holds one row whose status is one of RUN_STATUSES; its `key_columns` values (the run's
     identity, which every other table file of the run must repeat)."""
     t = read_parquet(fs, path, ["status"] + key_columns)
@@ -305,6 +307,7 @@ def verify_pages(fs: pafs.FileSystem, path: str) -> None:
         raise parquet_error(path, e) from None
 
 
-__all__ = ["KIND_TEXT", "PARTITION_COLUMN", "ROOT_SCHEMES", "RUN_KEY_RE", "RUN_STATUSES", "DataFile", "Entry",
-           "StoreError", "check_identity", "check_runs_file", "check_schema", "file_schema", "list_dir", "open_root",
-           "parquet_error", "path_kind", "read_error", "read_parquet", "safe_name", "table_layout", "verify_pages"]
+__all__ = ["KIND_TEXT", "PARTITION_COLUMN", "ROOT_SCHEMES", "RUN_KEY_RE", "RUN_STATUSES", "ColumnValue", "DataFile",
+           "Entry", "StoreError", "check_identity", "check_runs_file", "check_schema", "file_schema", "list_dir",
+           "open_root", "parquet_error", "path_kind", "read_error", "read_parquet", "safe_name", "table_layout",
+           "verify_pages"]

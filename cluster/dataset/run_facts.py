@@ -8,7 +8,7 @@ without a cycle (`server/` stays the process mechanics, `loadgen/` the HTTP clie
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, TypedDict
 
 import pyarrow as pa
 
@@ -51,6 +51,15 @@ class ServerFacts:
     """Server log lines (scrubbed) that state a lowered concurrency cap (engine.cap_log_marker), read at startup."""
 
 
+class GateVerdictJson(TypedDict, total=False):
+    """GateVerdict as provenance_json["correctness"] holds it (a skipped gate has no accept_length)."""
+
+    passed: bool
+    skipped: bool
+    reasons: list[str]
+    accept_length: Optional[float]
+
+
 @dataclass(frozen=True)
 class GateVerdict:
     """The correctness gate's answer for one variant (a variant that fails it spends no time on load)."""
@@ -61,7 +70,7 @@ class GateVerdict:
     skipped: bool = False
     """The spec disabled the gate."""
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> GateVerdictJson:
         """The form stored in provenance_json["correctness"]."""
         if self.skipped:
             return {"passed": self.passed, "skipped": True, "reasons": list(self.reasons)}

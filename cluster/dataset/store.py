@@ -285,6 +285,7 @@ class DatasetStore(StoreReader):
         self._write_file(path, data)
         return path
 
+    # free-form JSON stored as given: experiment.json (the spec's JSON, probe reports), written as handed over
     def write_experiment_meta(self, meta: dict[str, Any]) -> None:
         """experiment.json (spec, probe results, ...), written atomically."""
         data = json.dumps(meta, indent=2, sort_keys=True, default=_json_default).encode()

@@ -70,6 +70,8 @@ class ResolvedVariant:
     profile: Optional[ProfileSpec] = None
     """A kernel profile after the measured windows: not what the runs measure, so not in identity()."""
 
+    # free-form JSON stored as given: the variant as declared (args, env, knobs), hashed into the run key and kept
+    # in experiment.json
     def identity(self) -> dict[str, Any]:
         """What defines this variant as declared (the part of the run key that belongs to the variant)."""
         d = asdict(self)
@@ -102,6 +104,7 @@ class LoadPoint:
         return f"r{self.value:g}" + (f" gamma cv {self.arrival_cv:g}" if self.arrival_cv is not None else "") \
             + (" trace" if self.trace else "")
 
+    # free-form JSON stored as given: the load point's fields, hashed into the run key
     def identity(self) -> dict[str, Any]:
         """What the run key hashes: Poisson points keep the form they had before gamma and trace arrivals existed."""
         out = asdict(self)
