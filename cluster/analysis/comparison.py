@@ -135,7 +135,8 @@ def metric_runs(m: CiMetric, runs: pd.DataFrame, arrays: dict[str, dict[str, np.
     return _run_values(runs, m.run_column)
 
 
-def _status_warnings(cell: pd.DataFrame) -> list[str]:
+def _unvouched(cell: pd.DataFrame) -> list[str]:
+    """Why the cell's runs cannot be vouched for: invalid or failed repeats, GPUs that throttled in a window."""
     out = []
     for row in cell.sort_values("repeat").itertuples(index=False):
         if row.status == "invalid":
@@ -151,11 +152,16 @@ def _status_warnings(cell: pd.DataFrame) -> list[str]:
                 out.append(f"repeat {row.repeat}: GPUs throttled (thermal or power clock-event reasons) on "
                            f"{share:.0%} of the window's samples, SM clock down to {low:.0f} MHz: this run did "
                            "not measure the variant alone")
+    return out
+
+
+def _short_windows(cell: pd.DataFrame) -> list[str]:
+    ok = cell[cell["status"] == "ok"]
     dur = pd.to_numeric(ok["duration_s"], errors="coerce")
     short = int((dur < MIN_DURATION_S).sum())
     if short:
-        out.append(f"{short} run(s) measured for less than {MIN_DURATION_S:g} s: too short for a steady state")
-    return out
+        return [f"{short} run(s) measured for less than {MIN_DURATION_S:g} s: too short for a steady state"]
+    return []
 
 
 def _quality(per_metric: dict[str, list[np.ndarray]]) -> list[str]:
@@ -201,10 +207,11 @@ def _clock_warnings(out: pd.DataFrame, keys: list[str], baseline: Optional[str])
         for col, what in (("sm_clock_mhz_mean", "mean"), ("sm_clock_mhz_p10", "10th percentile")):
             b, v = base[col], row[col]
             if np.isfinite(b) and np.isfinite(v) and b > 0 and abs(v - b) / b > CLOCK_MISMATCH_REL:
-                out.at[idx, "warnings"] = list(out.at[idx, "warnings"]) + [
-                    f"SM clock {what} {v:.0f} MHz vs the baseline's {b:.0f} MHz ({(v - b) / b:+.0%}, beyond "
-                    f"{CLOCK_MISMATCH_REL:.0%}): the two sides ran at different clocks, so the difference is not "
-                    "the variants' alone"]
+                why = (f"SM clock {what} {v:.0f} MHz vs the baseline's {b:.0f} MHz ({(v - b) / b:+.0%}, beyond "
+                       f"{CLOCK_MISMATCH_REL:.0%}): the two sides ran at different clocks, so the difference is not "
+                       "the variants' alone")
+                out.at[idx, "warnings"] = list(out.at[idx, "warnings"]) + [why]
+                out.at[idx, "unvouched"] = list(out.at[idx, "unvouched"]) + [why]
                 break
 
 
@@ -239,7 +246,10 @@ def compare_with_ci(results: Results, baseline: Optional[str] = None, n_boot: in
                        if request_level and m.request_field else
                        stats.run_level_bootstrap(np.concatenate(data), "mean", n_boot, rng=rng, level=CI_LEVEL))
             row.update(_est_cols(m.name, est))
-        row["warnings"] = _status_warnings(cell) + _quality(per_metric)
+        # unvouched: the warnings that say the cell's figures are not the variant's alone (results recommend
+        # chooses no such cell); the rest are caveats about precision
+        row["unvouched"] = _unvouched(cell)
+        row["warnings"] = row["unvouched"] + _short_windows(cell) + _quality(per_metric)
         cells[tuple(key)] = per_metric
         repeats[tuple(key)] = [int(r) for r in ok["repeat"]]
         rows.append(row)
