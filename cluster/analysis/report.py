@@ -20,6 +20,8 @@ from cluster.analysis.capacity import capacity_table, capacity_view
 from cluster.analysis.categories import categorised, category_view, compare_by_category
 from cluster.analysis.comparison import CI_METRICS, compare_view, compare_with_ci, point_label, request_arrays
 from cluster.analysis.metrics import METRIC_DEFINITIONS
+from cluster.analysis.recommend import Recommendations, decide
+from cluster.analysis.recommend_view import note_lines, recommend_view, schedule_lines
 from cluster.analysis.results import Results
 from cluster.analysis.timeline import report_timelines
 from cluster.dataset.atomic import atomic_write
@@ -293,8 +295,9 @@ def build_report(results: Results, out_dir: Optional[str] = None, n_boot: int = 
     by_cat = categorised(compare_by_category(results, n_boot=n_boot, seed=seed))
     by_turn = categorised(compare_by_category(results, n_boot=n_boot, seed=seed, by="turn"), "turn")
     cap = capacity_table(results, n_boot=n_boot, seed=seed)
+    rec_html = recommendation_html(decide(results, ci))
     by_pos = position_view(acceptance_by_position(results.table("requests", READ_COLUMNS), runs))
-    page = _html(experiment, root, ci, runs, figs, engines, bw, bpt, by_cat, by_turn, cap, by_pos)
+    page = _html(experiment, root, ci, runs, figs, engines, bw, bpt, by_cat, by_turn, cap, by_pos, rec_html)
     path = out / "index.html"
     atomic_write(path, page.encode())
     return path
@@ -302,7 +305,8 @@ def build_report(results: Results, out_dir: Optional[str] = None, n_boot: int = 
 
 def _html(experiment: str, root: str, ci: pd.DataFrame, runs: pd.DataFrame, figs: list[_Figure],
           engines: dict[str, str], bw: pd.DataFrame, bpt: Optional[float], by_cat: pd.DataFrame,
-          by_turn: pd.DataFrame, cap: pd.DataFrame, by_pos: Optional[pd.DataFrame] = None) -> str:
+          by_turn: pd.DataFrame, cap: pd.DataFrame, by_pos: Optional[pd.DataFrame] = None,
+          rec_html: str = "") -> str:
     e = html.escape
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>sglbench: {e(experiment)}</title>"
              f"<style>{_CSS}</style></head><body><h1>sglbench report: {e(experiment)}</h1>",
@@ -323,6 +327,7 @@ def _html(experiment: str, root: str, ci: pd.DataFrame, runs: pd.DataFrame, figs
         parts.append("<h3>Warnings</h3><ul>" + "".join(
             f"<li>{e(w)} ({e(f'all {len(pts)} points' if len(pts) == len(ci) > 1 else '; '.join(pts))})</li>"
             for w, pts in warn.items()) + "</ul>")
+    parts.append(rec_html)
     if not by_cat.empty:
         parts.append("<h2>By prompt category</h2><p>Each category's requests apart (acceptance, TPOT, TTFT and "
                      f"throughput): {e(str(by_cat.attrs.get('ci_method', '')))}</p>")
@@ -384,3 +389,17 @@ def _html(experiment: str, root: str, ci: pd.DataFrame, runs: pd.DataFrame, figs
     parts.append(_table_html(pd.DataFrame({"metric": list(defs), "definition": list(defs.values())})))
     parts.append(f"<p>CI columns computed: {', '.join(m.name for m in CI_METRICS)}.</p></body></html>")
     return "\n".join(parts)
+
+
+def recommendation_html(rec: Recommendations) -> str:
+    """The report's Recommendation section: what to serve per load point, the depth schedule, the notes."""
+    if not rec.points:
+        return ""
+    e = html.escape
+    parts = ["<h2>Recommendation</h2><p>Per workload and load point, the variant to serve (sglbench results "
+             "recommend, docs/recommend.md): speedup = variant / baseline output tok/s with its 95% interval; "
+             "nothing is chosen where the data cannot tell, and the row says why.</p>", _table_html(recommend_view(rec))]
+    lines = [f"depth schedule {s}" for s in schedule_lines(rec.schedule)] + note_lines(rec)
+    if lines:
+        parts.append("<ul>" + "".join(f"<li>{e(x)}</li>" for x in lines) + "</ul>")
+    return "".join(parts)
