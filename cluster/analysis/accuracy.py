@@ -21,9 +21,11 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional, Sequence
 
+import pandas as pd
 import pyarrow as pa
 
 from cluster.analysis.correctness import CORRECTNESS_SCHEMA, MAX_STORED_TEXT
+from cluster.analysis.results import Results
 from cluster.kernel.gate import PHASE_ALONE, PHASE_UNDER_LOAD
 from cluster.kernel.runs import RECORD_SCHEMA_VERSION
 from cluster.loadgen.eval import EvalAnswer, EvalItem
@@ -196,3 +198,37 @@ def eval_table(experiment: str, variant: str, engine: str, items: Sequence[EvalI
                      "accept_length": None, "schema_version": RECORD_SCHEMA_VERSION, "task": TASK_EVAL,
                      "run_key": run_key, "expected": want, "got": said, "correct": ok, "counted": counted})
     return pa.Table.from_pylist(rows, schema=CORRECTNESS_SCHEMA)
+
+
+VERDICT_LESS_ACCURATE = "not a speed claim: less accurate than the baseline"
+"""The speedup verdict of a variant whose accuracy verdict is invalid: its speed is shown, never claimed."""
+
+
+def with_accuracy(table: pd.DataFrame, results: Results, baseline: Optional[str]) -> pd.DataFrame:
+    """Compare's rows (one per load point and variant) with `accuracy_invalid` (the reason, "" when none) from the
+    correctness table's eval rows; an invalid variant's rows get the reason as a warning and every speedup verdict
+    column VERDICT_LESS_ACCURATE."""
+    out = table.copy()
+    verdicts = accuracy_verdicts(results.table("correctness"), baseline)
+    reasons = [verdicts[v].reason or "" if v in verdicts else "" for v in out["variant"]]
+    out["accuracy_invalid"] = reasons
+    verdict_cols = [c for c in out.columns if str(c).startswith("speedup_") and str(c).endswith("_verdict")]
+    for i, why in zip(out.index, reasons):
+        if why:
+            out.at[i, "warnings"] = list(out.at[i, "warnings"]) + [f"invalid for speed claims: {why}"]
+            for c in verdict_cols:
+                out.at[i, c] = VERDICT_LESS_ACCURATE
+    return out
+
+
+def gates_with_accuracy(gates: Mapping[str, tuple[bool, str]], correctness: pa.Table,
+                        baseline: Optional[str]) -> dict[str, tuple[bool, str]]:
+    """recommend's per-variant (passed, reasons) with every variant invalid for speed claims failed, its reason
+    added: it is left out of the choice as a gate failure is."""
+    out = dict(gates)
+    for v, a in accuracy_verdicts(correctness, baseline).items():
+        if a.invalid:
+            passed, reasons = out.get(v, (True, ""))
+            why = f"invalid for speed claims: {a.reason}"
+            out[v] = (False, f"{reasons}; {why}" if reasons and not passed else why)
+    return out

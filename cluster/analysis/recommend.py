@@ -311,6 +311,10 @@ def decide(results: Results, ci: pd.DataFrame) -> Recommendations:
     if ci.empty:
         return Recommendations((), (), None, "")
     depths = run_depths(results.runs())
-    recs = recommend(evidence_from(ci, depths, gate_verdicts(results.table("correctness"))))
+    from cluster.analysis.accuracy import gates_with_accuracy
+
+    correctness = results.table("correctness")
+    gates = gates_with_accuracy(gate_verdicts(correctness), correctness, ci.attrs.get("baseline"))
+    recs = recommend(evidence_from(ci, depths, gates))
     return Recommendations(tuple(recs), tuple(depth_schedule(recs, depths)), ci.attrs.get("baseline"),
                            str(ci.attrs.get("ci_method", "")))
