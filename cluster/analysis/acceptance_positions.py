@@ -15,9 +15,10 @@ position (the variant's speculative_num_steps, or the longest histogram's last i
 
 - steps_reaching_k = Σ_{j >= k-1} H[j] (verify steps that accepted drafts 1..k-1, so proposed draft k was judged);
   steps_accepting_k = Σ_{j >= k} H[j].
-- accept_rate_pos_k = steps_accepting_k / steps_reaching_k: P(draft k accepted | drafts 1..k-1 accepted).
-- accept_cum_pos_k = steps_accepting_k / Σ_j H[j]: P(drafts 1..k all accepted). 1 + Σ_k accept_cum_pos_k is the
-  mean accepted tokens per verify step, bonus included (counting drafts past max_tokens, as SGLang does).
+- draft_accept_rate_k = steps_accepting_k / steps_reaching_k: P(draft k accepted | drafts 1..k-1 accepted).
+- draft_accept_cum_k = steps_accepting_k / Σ_j H[j]: P(drafts 1..k all accepted). 1 + Σ_k draft_accept_cum_k is the
+  mean accepted tokens per verify step, bonus included (counting drafts past max_tokens, as SGLang does). vLLM's
+  counter-based accept_rate_pos_<i> (engines/vllm.py, 0-based i) is this cumulative at k = i + 1, not the rate.
 
 Intervals: Wilson score 95 % for a binomial proportion (analysis/accuracy.py's `wilson`, the one definition), the
 verify steps as its trials. Steps of one request are
@@ -41,9 +42,9 @@ ALL_CATEGORIES = "(all)"
 """The category label of a group pooling every category."""
 
 POSITION_METRICS = {
-    "accept_rate_pos_k": ("fraction", "P(draft k accepted | drafts 1..k-1 accepted) = Σ steps accepting >= k drafts / "
+    "draft_accept_rate_k": ("fraction", "P(draft k accepted | drafts 1..k-1 accepted) = Σ steps accepting >= k drafts / "
                           "Σ steps accepting >= k-1, from the per-request spec_correct_drafts_histogram"),
-    "accept_cum_pos_k": ("fraction", "P(drafts 1..k all accepted) = Σ steps accepting >= k drafts / Σ verify steps"),
+    "draft_accept_cum_k": ("fraction", "P(drafts 1..k all accepted) = Σ steps accepting >= k drafts / Σ verify steps"),
 }
 """name -> (unit, formula) of the two per-position figures."""
 
@@ -58,13 +59,13 @@ class PositionAcceptance:
     steps_reaching: int
     steps_accepting: int
     conditional: Share
-    """accept_rate_pos_k: P(draft k accepted | drafts 1..k-1 accepted), its Wilson interval (accuracy.wilson)."""
+    """draft_accept_rate_k: P(draft k accepted | drafts 1..k-1 accepted), its Wilson interval (accuracy.wilson)."""
     cumulative: Share
-    """accept_cum_pos_k: P(drafts 1..k all accepted)."""
+    """draft_accept_cum_k: P(drafts 1..k all accepted)."""
 
 
 def positions(histograms: Sequence[Sequence[int]], depth: Optional[int] = None) -> list[PositionAcceptance]:
-    """accept_rate_pos_k and accept_cum_pos_k for k = 1..D over summed histograms (D: `depth`, or the longest
+    """draft_accept_rate_k and draft_accept_cum_k for k = 1..D over summed histograms (D: `depth`, or the longest
     histogram's last index when that is longer); [] when no histogram holds a verify step."""
     width = max([len(h) for h in histograms] + [(depth or 0) + 1])
     total = np.zeros(width, dtype=np.int64)
