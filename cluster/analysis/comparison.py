@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from cluster.analysis import stats
+from cluster.analysis.point_marks import with_marks
 from cluster.analysis.query import POINT_KEYS, connect, resolve_baseline
 from cluster.analysis.results import Results
 
@@ -40,6 +41,7 @@ class CiMetric:
 
 CI_METRICS: tuple[CiMetric, ...] = (
     CiMetric("output_tok_s", None, "m_output_tok_s", "mean"),
+    CiMetric("steady_output_tps", None, "steady_output_tps", "mean"),
     CiMetric("ttft_ms_p50", "ttft_ms", "m_ttft_ms_p50", "p50"),
     CiMetric("ttft_ms_p99", "ttft_ms", "m_ttft_ms_p99", "p99"),
     CiMetric("tpot_ms_mean", "tpot_ms", "m_tpot_ms_mean", "mean"),
@@ -253,7 +255,7 @@ def compare_with_ci(results: Results, baseline: Optional[str] = None, n_boot: in
         cells[tuple(key)] = per_metric
         repeats[tuple(key)] = [int(r) for r in ok["repeat"]]
         rows.append(row)
-    out = pd.DataFrame(rows)
+    out = with_marks(pd.DataFrame(rows), runs)
     _clock_warnings(out, keys, baseline)
     for n_sp, (col, metric, higher) in enumerate(SPEEDUPS):
         ests: list[tuple[int, stats.RatioEstimate]] = []
@@ -278,9 +280,6 @@ def compare_with_ci(results: Results, baseline: Optional[str] = None, n_boot: in
         out[f"{col}_p"] = [final[i].p_value if i in final else math.nan for i in out.index]
         out[f"{col}_verdict"] = [("baseline" if out.loc[i, "is_baseline"] else final[i].verdict) if i in final
                                  else "" for i in out.index]
-    from cluster.analysis.accuracy import with_accuracy
-
-    out = with_accuracy(out, results, baseline)
     out["_vorder"] = out["variant"].map({v: i for i, v in enumerate(variants)})
     out = out.sort_values(list(POINT_KEYS) + ["_vorder"], kind="stable").drop(columns="_vorder")
     out = out.reset_index(drop=True)
@@ -330,6 +329,9 @@ def compare_view(ci: pd.DataFrame) -> pd.DataFrame:
         "variant": [f"{v}{' (baseline)' if b else ''}" for v, b in zip(ci["variant"], ci["is_baseline"])],
         "engine": ["sim (simulated)" if e == "sim" else e for e in ci["engine"]],
         "ok/failed/invalid": [f"{a}/{b}/{c}" for a, b, c in zip(ci["n_runs"], ci["n_failed"], ci["n_invalid"])],
+        "steady tok/s": [format_estimate(p, lo, hi) + (" (too short)" if short else "") for p, lo, hi, short in
+                         zip(ci["steady_output_tps"], ci["steady_output_tps_lo"], ci["steady_output_tps_hi"],
+                             ci["steady_short"])],
         "output tok/s": [format_estimate(p, lo, hi) for p, lo, hi in
                          zip(ci["output_tok_s"], ci["output_tok_s_lo"], ci["output_tok_s_hi"])],
         "TTFT p50 ms": [format_estimate(*t) for t in zip(ci["ttft_ms_p50"], ci["ttft_ms_p50_lo"], ci["ttft_ms_p50_hi"])],

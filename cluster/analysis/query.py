@@ -10,6 +10,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as pads
 
+from cluster.analysis.point_marks import with_marks
 from cluster.analysis.request_metrics import chunk_gaps_view_sql, request_metrics_view_sql
 from cluster.analysis.results import Results
 from cluster.dataset.store import TABLE_SCHEMAS, DatasetStore, StoreError
@@ -62,6 +63,8 @@ COMPARE_METRICS: tuple[tuple[str, str], ...] = (
     ("itl_chunk_ms_p50", "m_itl_chunk_ms_p50"),
     ("itl_token_ms_p50", "m_itl_token_ms_p50"),
     ("accept_length", "m_accept_length"),
+    ("steady_output_tps", "steady_output_tps"),
+    ("steady_share", "steady_share"),
 )
 """(compare-table column, runs-table column): each is the mean over a point's ok repeats."""
 
@@ -210,7 +213,7 @@ def compare_table(results: Results, baseline: Optional[str] = None) -> pd.DataFr
     cols = list(POINT_KEYS) + ["variant", "engine", "is_baseline", "n_runs", "n_failed", "n_invalid"]
     cols += [c for c, _ in COMPARE_METRICS] + ["speedup_output_tok_s"]
     if df.empty:
-        return pd.DataFrame(columns=cols)
+        return pd.DataFrame(columns=cols + ["steady_short", "saturated"])
     df = df.sort_values("order_index", kind="stable")
     variants = list(dict.fromkeys(df["variant"]))
     baseline = resolve_baseline(df, baseline, results.experiment)
@@ -229,7 +232,7 @@ def compare_table(results: Results, baseline: Optional[str] = None) -> pd.DataFr
     means = ok.groupby(keys, sort=False)[[m for _, m in COMPARE_METRICS]].mean()
     means.columns = [c for c, _ in COMPARE_METRICS]
     out = counts.join(means, how="left").reset_index().rename(columns={"engine_name": "engine"})
-    return _with_speedup(out, baseline, variants)[cols]
+    return with_marks(_with_speedup(out, baseline, variants)[cols], df)
 
 
 def resolve_baseline(runs: pd.DataFrame, baseline: Optional[str], experiment: str) -> Optional[str]:

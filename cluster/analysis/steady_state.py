@@ -65,8 +65,9 @@ _NS_PER_S = 1e9
 class SteadyState:
     """The steady stretch of one run (ns on the window's clock) and its figures; None where undefined."""
 
-    start_ns: int
-    end_ns: int
+    start_ns: Optional[int]
+    """None (and end_ns, the figures too): the offered load never held; share and requests are then 0."""
+    end_ns: Optional[int]
     share: float
     """(end_ns - start_ns) / the window's duration."""
     output_tps: Optional[float]
@@ -77,9 +78,6 @@ class SteadyState:
     rule: str
     """The rule that chose it, with its numbers (e.g. 'in flight >= 7 of offered concurrency 8')."""
 
-    @property
-    def duration_s(self) -> float:
-        return (self.end_ns - self.start_ns) / _NS_PER_S
 
 
 def _spans(starts: np.ndarray, ends: np.ndarray, good: np.ndarray) -> list[tuple[int, int]]:
@@ -151,8 +149,9 @@ def _tokens_inside(first: np.ndarray, last: np.ndarray, n: np.ndarray, s: int, e
 
 def steady_state(requests: Records, load_kind: str, offered: Optional[float],
                  duration_s: float) -> Optional[SteadyState]:
-    """The run's steady stretch and its figures (see the module docstring), or None when it has none: no ok request,
-    no offered load to hold (an open loop's rate, a closed loop's concurrency), or the load never held."""
+    """The run's steady stretch and its figures (see the module docstring); one with no bounds (share 0) when the
+    offered load never held; None when there is nothing to judge: no ok request, no offered load (an open loop's
+    rate, a closed loop's concurrency) or an empty window."""
     c = request_columns(requests)
     ok = c.ok
     duration_ns = int(round(duration_s * _NS_PER_S))
@@ -172,7 +171,7 @@ def steady_state(requests: Records, load_kind: str, offered: Optional[float],
         rule = (f">= {need} sends and >= {need} completions in every {window_ns / _NS_PER_S:g} s "
                 f"({RATE_WINDOW_ARRIVALS} expected at {offered:g} req/s)")
     if got is None:
-        return None
+        return SteadyState(None, None, 0.0, None, None, None, 0, rule)
     s, e = got
     tokens = _tokens_inside(first, last, n_out[ok], s, e)
     inside = (first >= s) & (last <= e)
@@ -187,9 +186,10 @@ def steady_state(requests: Records, load_kind: str, offered: Optional[float],
         accept_length=acc.accept_length, requests=int(inside.sum()), rule=rule)
 
 
-def shortfall(share: Optional[float], requests: Optional[int]) -> Optional[str]:
-    """Why a run's steady stretch is too short to count (None: it counts); no stretch at all is a shortfall too."""
-    if share is None or requests is None or (isinstance(share, float) and math.isnan(share)):
+def shortfall(share: float, requests: int) -> Optional[str]:
+    """Why a run's steady stretch (its stored share and requests) is too short to count (None: it counts); no
+    stretch at all (share 0) is a shortfall too."""
+    if not share > 0:
         return "no steady stretch: the offered load never held"
     if share < MIN_STEADY_SHARE:
         return (f"steady stretch {share:.0%} of the window (< {MIN_STEADY_SHARE:.0%}): ramp and drain dominate "

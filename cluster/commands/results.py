@@ -168,7 +168,7 @@ def print_compare_ci(results: Results, baseline: Optional[str], fmt_name: str, n
     view = compare_view(df)
     view["variant"] = [f"{v}{'*' if b else ''}{' (sim)' if e == 'sim' else ''}"
                        for v, b, e in zip(df["variant"], df["is_baseline"], df["engine"])]
-    keep = ["load", "variant", "ok/failed/invalid", "output tok/s", "TTFT p99 ms", "TPOT mean ms",
+    keep = ["load", "variant", "ok/failed/invalid", "steady tok/s", "output tok/s", "TTFT p99 ms", "TPOT mean ms",
             "accept length", "speedup tok/s", "speedup TPOT"]
     if df["workload"].nunique() > 1:
         keep.insert(0, "workload")
@@ -271,24 +271,37 @@ def print_compare(results: Results, baseline: Optional[str], fmt_name: str) -> N
         from cluster.analysis.comparison import served_devices
 
         label = {"sim": "sim (simulated engine, not GPU numbers)"}
-        cols = ("load", "variant", "ok/f/i", "tok/s", "TTFT99", "TPOT", "ITL/tok", "accept", "×base")
+        cols = ("load", "variant", "ok/f/i", "steady", "tok/s", "TTFT99", "TPOT", "ITL/tok", "accept", "×base")
         on_cpu = "cpu" in served_devices(results)
         for wl, part in df.groupby("workload", sort=False):
             eng = f"; engine {label.get(engines[0], engines[0])}" if one_engine else ""
             if on_cpu and engines != ["sim"]:
                 eng += "; served on CPU (CPU numbers, not GPU numbers)"
             t = Table(title=f"{experiment} / {wl}: means over ok repeats; ms; * = baseline{eng}", box=box.SIMPLE_HEAD,
-                      pad_edge=False, title_justify="left")
+                      pad_edge=False, collapse_padding=True, title_justify="left")
             rows = list(zip(
                 [short_point_label(k, v) for k, v in zip(part["load_kind"], part["load_value"])],
                 [f"{v}{'*' if b else ''}" + ("" if one_engine else f" ({e})")
                  for v, b, e in zip(part["variant"], part["is_baseline"], part["engine"])],
                 [f"{a}/{b}/{c}" for a, b, c in zip(part["n_runs"], part["n_failed"], part["n_invalid"])],
+                [_cell(v, 1) + ("!" if short else "") for v, short in zip(part["steady_output_tps"],
+                                                                         part["steady_short"])],
                 [_cell(v, 1) for v in part["output_tok_s"]], [_cell(v, 1) for v in part["ttft_ms_p99"]],
                 [_cell(v, 2) for v in part["tpot_ms_mean"]], [_cell(v, 2) for v in part["itl_token_ms_p50"]],
                 [_cell(v, 2) for v in part["accept_length"]], [_cell(v, 2) for v in part["speedup_output_tok_s"]]))
-            print_table(console, cols, rows, right=[False, False] + [True] * 7, table=t)
-        console.print("ok/f/i = ok / failed / invalid repeats; ×base = output tok/s over the baseline at the same "
+            print_table(console, cols, rows, right=[False, False] + [True] * 8, table=t)
+            marks: dict[str, list[str]] = {}  # each distinct mark once, with the points it concerns
+            for r in part.itertuples(index=False):
+                at = f"{short_point_label(r.load_kind, r.load_value)} {r.variant}"
+                for why in filter(None, str(r.steady_short).split("; ")):
+                    marks.setdefault(f"[yellow]warning[/] steady tok/s not vouched for: {why}", []).append(at)
+                if r.saturated:
+                    marks.setdefault(f"[yellow]saturated[/] {at}: {r.saturated}", [])
+            for text, points in marks.items():
+                console.print(text + (f" ({', '.join(points)})" if points else ""), highlight=False)
+        console.print("ok/f/i = ok / failed / invalid repeats; steady = output tok/s over the steady stretch "
+                      "(docs/steady-state.md; ! = a run's stretch too short to count, named above; - = none "
+                      "recorded); tok/s = over the whole window; ×base = output tok/s over the baseline at the same "
                       "load; TTFT99 = TTFT p99 (mean over repeats); TPOT = mean (E2E − TTFT)/(tokens − 1); ITL/tok = "
                       "median chunk gap split over the tokens each chunk carried; accept = tokens per verify step. "
                       "--ci gives 95% intervals and verdicts (needs 2+ repeats), --format csv|markdown|json every "

@@ -44,6 +44,18 @@ def _known(x: Optional[float]) -> bool:
     return x is not None and math.isfinite(x)
 
 
+def _mean(xs: Sequence[Optional[float]]) -> Optional[float]:
+    known = [float(x) for x in xs if x is not None and _known(float(x))]
+    return sum(known) / len(known) if known else None
+
+
+def point_of(load: float, output_tps: Sequence[Optional[float]], ttft_ms_p50: Sequence[Optional[float]],
+             in_flight_mean: Sequence[Optional[float]]) -> SweepPoint:
+    """A load point from its ok runs' stored figures (the runs table's m_output_tok_s, m_ttft_ms_p50,
+    m_concurrency_mean, one entry per run): each the mean over the runs that have it."""
+    return SweepPoint(float(load), _mean(output_tps), _mean(ttft_ms_p50), _mean(in_flight_mean))
+
+
 def _growth(lo: float, hi: float) -> float:
     return hi / lo - 1 if lo > 0 else math.inf
 

@@ -6,7 +6,7 @@ from typing import Optional
 
 import pytest
 
-from cluster.analysis.steady_state import (MIN_STEADY_REQUESTS, shortfall, steady_state)
+from cluster.analysis.steady_state import MIN_STEADY_REQUESTS, SteadyState, shortfall, steady_state
 from cluster.kernel.records import RequestRecord
 from cluster.loadgen.sink import request_batches
 
@@ -61,10 +61,16 @@ def test_a_worker_turnaround_does_not_end_the_stretch_but_a_longer_gap_does() ->
     assert gap.requests == 1
 
 
+def _never_held(ss: Optional[SteadyState]) -> bool:
+    return (ss is not None and (ss.start_ns, ss.end_ns, ss.share, ss.requests, ss.output_tps) == (None, None, 0, 0, None)
+            and shortfall(ss.share, ss.requests) == "no steady stretch: the offered load never held")
+
+
 def test_closed_loop_below_the_offered_concurrency_has_no_stretch() -> None:
     # offered 8 (threshold ceil(6.4) = 7) but only two requests were ever in flight together
     reqs, _ = request_batches([_rec(0, 0, 5, 50, 4), _rec(1, 0, 5, 60, 4)])
-    assert steady_state(reqs, "concurrency", 8, duration_s=0.06) is None
+    ss = steady_state(reqs, "concurrency", 8, duration_s=0.06)
+    assert _never_held(ss) and ss is not None and ss.rule == "in flight >= 7 of offered concurrency 8"
 
 
 def _open_loop(e2e_ms: float, every_ms: float = 10, n: int = 40) -> list[RequestRecord]:
@@ -101,7 +107,7 @@ def test_open_loop_whose_completions_fall_behind_has_no_stretch() -> None:
     # sends at 100 req/s, but the server finishes one request every 40 ms: a 160 ms window holds 4 completions < 8
     recs = [_rec(i, 10 * i, 10 * i + 5, 40 * i + 40, 4) for i in range(40)]
     reqs, _ = request_batches(recs)
-    assert steady_state(reqs, "rate", 100, duration_s=40 * 40 / 1000) is None
+    assert _never_held(steady_state(reqs, "rate", 100, duration_s=40 * 40 / 1000))
 
 
 def test_nothing_to_hold_is_no_stretch() -> None:
@@ -109,12 +115,11 @@ def test_nothing_to_hold_is_no_stretch() -> None:
     assert steady_state(reqs, "concurrency", 1, duration_s=1.0) is None
     ok, _ = request_batches([_rec(0, 0, 5, 50, 4)])
     assert steady_state(ok, "rate", None, duration_s=0.05) is None  # no offered rate
-    assert steady_state(ok, "rate", 100, duration_s=0.05) is None   # window (50 ms) under W (160 ms)
+    assert _never_held(steady_state(ok, "rate", 100, duration_s=0.05))  # window (50 ms) under W (160 ms)
 
 
 def test_shortfall_thresholds() -> None:
-    assert shortfall(None, None) == "no steady stretch: the offered load never held"
-    assert shortfall(float("nan"), 0) == "no steady stretch: the offered load never held"
+    assert shortfall(0.0, 0) == "no steady stretch: the offered load never held"
     assert shortfall(0.49, 100) is not None and "49%" in str(shortfall(0.49, 100))
     assert shortfall(0.5, MIN_STEADY_REQUESTS - 1) == f"only {MIN_STEADY_REQUESTS - 1} requests decoded inside " \
                                                       f"the steady stretch (< {MIN_STEADY_REQUESTS})"

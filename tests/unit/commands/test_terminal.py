@@ -59,7 +59,7 @@ def test_plain_compare_explains_its_columns_with_one_precision_each(one_repeat: 
     res = CliRunner().invoke(app, ["results", "compare", "one", "--root", one_repeat], env={"COLUMNS": "80"})
     assert "ok/f/i = ok / failed / invalid repeats" in res.output
     assert "TTFT99" in res.output and "TTFT50" not in res.output  # the same TTFT statistic as --ci shows
-    tpot = [line.split()[5] for line in res.output.splitlines() if line.startswith(" c")]
+    tpot = [line.split()[6] for line in res.output.splitlines() if line.startswith(" c")]
     assert tpot and len({len(t.split(".")[1]) for t in tpot}) == 1  # two decimals in every TPOT cell
 
 
