@@ -280,6 +280,9 @@ def compare_with_ci(results: Results, baseline: Optional[str] = None, n_boot: in
         out[f"{col}_p"] = [final[i].p_value if i in final else math.nan for i in out.index]
         out[f"{col}_verdict"] = [("baseline" if out.loc[i, "is_baseline"] else final[i].verdict) if i in final
                                  else "" for i in out.index]
+    from cluster.analysis.accuracy import with_accuracy
+
+    out = with_accuracy(out, results, baseline)
     out["_vorder"] = out["variant"].map({v: i for i, v in enumerate(variants)})
     out = out.sort_values(list(POINT_KEYS) + ["_vorder"], kind="stable").drop(columns="_vorder")
     out = out.reset_index(drop=True)
