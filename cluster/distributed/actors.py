@@ -23,8 +23,9 @@ from cluster.kernel.runs import LoadPoint, ResolvedVariant
 from cluster.kernel.planned_workload import PlannedWorkload
 from cluster.kernel.output_sample import OutputSample
 from cluster.loadgen.server_metrics import MetricsScraper
-from cluster.server.process import (PortNotOwnedError, ServerProcess, ServerStartError, free_port, http_get_json,
-                                    http_status, kill_group, pid_alive)
+from cluster.server.engine_server import cap_log_lines, read_infos
+from cluster.server.process import (PortNotOwnedError, ServerProcess, ServerStartError, free_port, http_status,
+                                    kill_group, pid_alive)
 from cluster.config.workload import WorkloadSpec
 from cluster.config.server import EngineLauncher
 from cluster.telemetry.profile import ProfileCapture
@@ -156,13 +157,7 @@ class EngineActorImpl:
                     continue  # another process took the port between our probe and the bind: try another
                 line = scrub_text(e.log_line, self.secrets) if e.log_line else None
                 raise type(e)(scrub_text(str(e), self.secrets), tail, e.server_exit_code, log_line=line) from None
-            infos: dict[str, Any] = {}
-            for name, path in self.engine.info_paths(self.engine.version_for(self.launcher, self.python)).items():
-                try:
-                    infos[name] = self.engine.parse_info(
-                        name, http_get_json(self.base_url + path, timeout_s=10, headers=self.engine.headers))
-                except Exception as e:  # noqa: BLE001 - an info endpoint missing is recorded, not fatal
-                    infos[name] = {"error": f"{type(e).__name__}: {e}"}
+            infos = read_infos(self.engine, self.base_url, self.engine.version_for(self.launcher, self.python))
             try:
                 from cluster.engines.environment import capture_environment
 
@@ -192,7 +187,7 @@ class EngineActorImpl:
                 log_path=str(log_path),
                 server_pid=server_pid,
                 server_saw_cuda_visible_devices=_env_of(server_pid or 0).get("CUDA_VISIBLE_DEVICES"),
-                cap_log_lines=tuple(scrub_text(line, self.secrets) for line in self._cap_log_lines()),
+                cap_log_lines=tuple(scrub_text(line, self.secrets) for line in cap_log_lines(self.engine, log_path)),
             )
         assert last_err is not None
         raise ServerStartError(f"could not bind a free port after {MAX_PORT_TRIES} tries: {last_err}",
@@ -243,18 +238,6 @@ class EngineActorImpl:
         if self.server is None or not self.server.alive():
             return False
         return self.server_pid is None or pid_alive(self.server_pid)
-
-    def _cap_log_lines(self, max_bytes: int = 4 << 20) -> list[str]:
-        """Startup log lines naming a lowered concurrency cap (the engine's cap_log_marker), first 4 MiB only."""
-        marker = self.engine.cap_log_marker
-        if marker is None or self.server is None:
-            return []
-        try:
-            with open(self.server.log_path, "rb") as f:
-                head = f.read(max_bytes).decode("utf-8", "replace")
-        except OSError:
-            return []
-        return [line.strip() for line in head.splitlines() if marker in line][-4:]
 
     def log_tail(self, max_bytes: int = 8000) -> str:
         if self.server is None:

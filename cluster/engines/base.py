@@ -1,14 +1,21 @@
-"""The engine adapter interface: launch argv + env, health/info/flush/metrics endpoints, request bodies, stream parsing.
+"""The records an engine adapter speaks in (launch command, HTTP request, prompt, per-request meta, concurrency cap,
+stream parser) and `Engine`, the adapters' shared base: defaults that sglang, sim and vllm override.
 
-Every engine (sglang, sim, vllm) implements `Engine`. The load generator and the actors only talk to engines
-through this interface, so adding an engine never touches them. Contract:
-
+`Engine` is an implementation base, not the interface its users depend on: each consumer declares the narrow
+protocol it needs, where it is (guidellm's BackendInterface pattern), and every adapter satisfies them structurally
+(tests/unit/engines/test_protocols.py):
+- the load generator: `LoadTarget` (cluster/loadgen/load_target.py: build_request, new_parser, spec_counters, the
+  metrics and flush paths, headers);
+- the gate: `GateTarget` (cluster/loadgen/gate.py: gate_request, parse_gate_response, headers);
+- the server side: `ServerLauncher`, `ServerInfoSource`, `ServerInstruments` (cluster/server/engine_server.py: argv
+  and env, version, health and info paths, resolved args, device sampler, profiler);
+- the runs row: `EngineFacts` (cluster/analysis/engine_facts.py: concurrency cap, gauges, window acceptance).
+Contract of the parts that cross processes:
 - `launch()` returns an argv list (never a shell string) and the env additions for the server process. The
   server must listen on the given host/port and serve until SIGTERM/SIGKILL of its process group.
 - `health_path` answers 200 once the server can serve; `info_paths()` are GETs whose JSON is stored in provenance;
   `flush_path` (POST) resets caches and speculative counters before each measured window (None if the engine
   has none); `metrics_path` is Prometheus text.
-- `build_request()` returns the path and JSON body of one streaming request for a prompt.
 - `new_parser()` returns a `StreamParser` fed with each SSE `data:` payload (bytes, without the `data: ` prefix
   and never the `[DONE]` sentinel). `feed()` returns how many new output tokens that chunk carried (0 for a
   chunk that carries no tokens, e.g. a usage-only chunk). After the stream, the parser's `meta()` gives the
@@ -170,7 +177,10 @@ def api_key_of(args: Mapping[str, object]) -> Optional[str]:
     return None
 
 
-class Engine(ABC):
+class Engine:
+    """The adapters' shared base: every default here is what an engine without the feature answers. An adapter
+    overrides server_args, build_request and new_parser (no engine has a default for them)."""
+
     name: str = ""
     module: str = ""
     """`python -m <module>` starts the server when no launcher is given."""
@@ -204,9 +214,9 @@ class Engine(ABC):
         py = launcher.python if launcher is not None and launcher.python else default_python
         return [py, "-m", self.module]
 
-    @abstractmethod
     def server_args(self, variant: ResolvedVariant, host: str, port: int, version: Optional[str]) -> list[str]:
         """The server's own argv after the program (full flag names only)."""
+        raise NotImplementedError(f"{type(self).__name__} builds no server argv")
 
     def server_env(self, variant: ResolvedVariant, version: Optional[str]) -> dict[str, str]:
         return dict(variant.env)
@@ -252,7 +262,6 @@ class Engine(ABC):
             raise TelemetryUnavailable("the server computes on the CPU (device: cpu): no GPU to sample")
         return NvmlSampler(gpu_ids)
 
-    @abstractmethod
     def build_request(
         self,
         api: str,
@@ -262,10 +271,13 @@ class Engine(ABC):
         temperature: float,
         model_name: str,
         rid: Optional[str] = None,
-    ) -> HttpRequest: ...
+    ) -> HttpRequest:
+        """The path, body and headers of one streaming request for a prompt."""
+        raise NotImplementedError(f"{type(self).__name__} builds no request")
 
-    @abstractmethod
-    def new_parser(self, api: str, keep_text: bool = False) -> StreamParser: ...
+    def new_parser(self, api: str, keep_text: bool = False) -> StreamParser:
+        """A parser for one request's SSE stream."""
+        raise NotImplementedError(f"{type(self).__name__} parses no stream")
 
     def gate_request(self, text: str, max_tokens: int, model_name: str) -> HttpRequest:
         """A non-streaming greedy request for one correctness-gate prompt (OpenAI completions by default)."""

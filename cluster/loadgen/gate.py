@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional, Protocol, runtime_checkable
 
 import aiohttp
 import pyarrow as pa
@@ -12,7 +12,25 @@ import pyarrow as pa
 from cluster.kernel.gate import GATE_PROMPTS, PHASE_ALONE, GateOutput, degeneracy
 from cluster.kernel.window_figures import acceptance
 from cluster.engines.answer_fields import MalformedAnswerError, decode_json
-from cluster.engines.base import Engine
+from cluster.engines.base import HttpRequest
+
+
+@runtime_checkable
+class GateTarget(Protocol):
+    """An engine as the gate asks it (declared here, by its caller; every adapter satisfies it structurally)."""
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """Headers every call sends (the variant's API key, where it has one)."""
+        ...
+
+    def gate_request(self, text: str, max_tokens: int, model_name: str) -> HttpRequest:
+        """A non-streaming greedy request for one prompt."""
+        ...
+
+    def parse_gate_response(self, doc: Any) -> GateOutput:
+        """The typed answer from the decoded JSON body; a field of the wrong type is a MalformedAnswerError."""
+        ...
 
 
 MAX_ANSWER_BYTES = 16 * 1024 * 1024
@@ -30,7 +48,7 @@ async def _read_bounded(resp: aiohttp.ClientResponse, where: str) -> bytes:
     return b"".join(chunks)
 
 
-async def ask_greedy(session: aiohttp.ClientSession, engine: Engine, base_url: str, text: str, max_tokens: int,
+async def ask_greedy(session: aiohttp.ClientSession, engine: GateTarget, base_url: str, text: str, max_tokens: int,
                      model_name: str, timeout_s: float) -> GateOutput:
     """One prompt's greedy answer, or an empty one whose `error` says what happened: the whole call (connect,
     headers, body) within `timeout_s`, the body within MAX_ANSWER_BYTES, its fields typed (a malformed answer is that
@@ -89,7 +107,7 @@ def _budget(prompt_max_tokens: int, cap: Optional[int]) -> int:
     return prompt_max_tokens if cap is None else min(prompt_max_tokens, cap)
 
 
-async def collect_gate_outputs(engine: Engine, base_url: str, model_name: str,
+async def collect_gate_outputs(engine: GateTarget, base_url: str, model_name: str,
                                timeout_s: float = 120.0, cap: Optional[int] = None) -> dict[str, GateOutput]:
     """prompt_id → its answer (or its error), one prompt at a time."""
     out: dict[str, GateOutput] = {}
@@ -105,7 +123,7 @@ FILLER_TOKENS = 48
 """Each filler request's length; fillers are resubmitted until the gate prompts have all answered."""
 
 
-async def collect_gate_outputs_under_load(engine: Engine, base_url: str, model_name: str, filler: int,
+async def collect_gate_outputs_under_load(engine: GateTarget, base_url: str, model_name: str, filler: int,
                                           timeout_s: float = 120.0, cap: Optional[int] = None
                                           ) -> dict[str, GateOutput]:
     """Every gate prompt at once while `filler` other requests keep the batch full (the variant's highest offered
@@ -131,7 +149,7 @@ async def collect_gate_outputs_under_load(engine: Engine, base_url: str, model_n
     return {p.prompt_id: a for p, a in zip(GATE_PROMPTS, answers)}
 
 
-async def collect_gate_answers(engine: Engine, base_url: str, model_name: str,
+async def collect_gate_answers(engine: GateTarget, base_url: str, model_name: str,
                                timeout_s: float = 120.0, filler: Optional[int] = None,
                                cap: Optional[int] = None) -> GateAnswers:
     """Ask every gate prompt (one at a time) and keep the engine's typed answers; with `filler` (≥ 0), ask them

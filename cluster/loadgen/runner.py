@@ -18,7 +18,8 @@ import numpy as np
 import pyarrow as pa
 
 from cluster.kernel.window_figures import client_lag
-from cluster.engines.base import Engine, HttpRequest, Prompt
+from cluster.engines.base import HttpRequest, Prompt
+from cluster.loadgen.load_target import LoadTarget
 from cluster.loadgen.output_sample import sample_indices
 from cluster.kernel.output_sample import OutputSample
 from cluster.loadgen.arrivals import arrival_offsets_ns
@@ -76,7 +77,7 @@ def _prompt_len(p: Prompt) -> int:
     return len(p.input_ids) if p.input_ids is not None else 0
 
 
-async def _scrape(session: aiohttp.ClientSession, engine: Engine, base_url: str) -> dict[str, float]:
+async def _scrape(session: aiohttp.ClientSession, engine: LoadTarget, base_url: str) -> dict[str, float]:
     """engine.spec_counters() of /metrics, {} when the endpoint is absent or unreachable."""
     try:
         async with session.get(
@@ -97,7 +98,7 @@ def _check_shard(shard_index: int, num_shards: int) -> None:
 
 async def _dispatch(
     pool: StreamPool,
-    engine: Engine,
+    engine: LoadTarget,
     base_url: str,
     api: str,
     request_for: Callable[[Prompt], HttpRequest],
@@ -209,7 +210,7 @@ async def _dispatch(
 
 
 async def run_window(
-    engine: Engine,
+    engine: LoadTarget,
     base_url: str,
     api: str,
     prompts: Sequence[Prompt],
@@ -332,7 +333,7 @@ async def run_window(
 
 
 async def warmup(
-    engine: Engine,
+    engine: LoadTarget,
     base_url: str,
     api: str,
     prompts: list[Prompt],
@@ -355,7 +356,7 @@ async def warmup(
     return sum(1 for e, c in zip(errors, chunks) if e is None and c > 0)
 
 
-async def flush(engine: Engine, base_url: str, timeout_s: float) -> bool:
+async def flush(engine: LoadTarget, base_url: str, timeout_s: float) -> bool:
     """POST the engine's flush path until it answers 200 (it refuses while requests are pending) or timeout_s passes.
 
     True when flushed or when the engine has no flush endpoint.
@@ -404,7 +405,7 @@ def _run(coro_fn: Callable[[], Awaitable[Any]]) -> Any:
 
 
 def run_load_point(
-    engine: Engine,
+    engine: LoadTarget,
     base_url: str,
     api: str,
     prompts: Sequence[Prompt],
