@@ -5,10 +5,10 @@ its model config read from the checkpoint, and its MoE search timed on the GPU."
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Optional, Union
+from typing import Literal, Optional, Union
 
 from cluster.config.sim_knobs import Knobs
-from cluster.engines.sglang_tuning import GpuFacts
+from cluster.engines.sglang_tuning import GpuFacts, MoeModelConfig
 from cluster.kernel.runs import ResolvedVariant
 from cluster.version import SGLANG_RELEASE
 
@@ -25,11 +25,9 @@ class MoeSearchDevice:
     """The simulated Triton version (sim only)."""
 
 
-def sim_model_config(k: Knobs) -> dict[str, Any]:
-    """A Qwen3.5-shaped config.json (text part) for the simulated model, for the triton_moe shape mapping."""
-    return {"architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe",
-            "text_config": {"num_experts": k.moe_num_experts, "moe_intermediate_size": k.moe_intermediate_size,
-                            "hidden_size": k.moe_hidden_size, "num_experts_per_tok": k.moe_top_k}}
+def sim_moe_config(k: Knobs) -> MoeModelConfig:
+    """The simulated model's MoE dimensions (a Qwen3.5-shaped MoE, not NVFP4), for the triton_moe shape mapping."""
+    return MoeModelConfig(k.moe_num_experts, k.moe_intermediate_size, k.moe_hidden_size, k.moe_top_k)
 
 
 def sim_gpu_facts(k: Knobs, gpu_count: int = 0) -> GpuFacts:
@@ -45,8 +43,8 @@ class SimTuningSurface:
     def declared_gpu_facts(self, variant: ResolvedVariant, gpus_per_node: int) -> Optional[GpuFacts]:
         return sim_gpu_facts(variant.sim, gpus_per_node)
 
-    def declared_model_config(self, variant: ResolvedVariant) -> Optional[dict[str, Any]]:
-        return sim_model_config(variant.sim)
+    def declared_moe_config(self, variant: ResolvedVariant) -> Optional[MoeModelConfig]:
+        return sim_moe_config(variant.sim)
 
     def moe_search_device(self, variant: ResolvedVariant) -> MoeSearchDevice:
         return MoeSearchDevice("sim", variant.sim.gpu_name, variant.sim.triton_version)
@@ -58,7 +56,7 @@ class GpuTuningSurface:
     def declared_gpu_facts(self, variant: ResolvedVariant, gpus_per_node: int) -> Optional[GpuFacts]:
         return None
 
-    def declared_model_config(self, variant: ResolvedVariant) -> Optional[dict[str, Any]]:
+    def declared_moe_config(self, variant: ResolvedVariant) -> Optional[MoeModelConfig]:
         return None
 
     def moe_search_device(self, variant: ResolvedVariant) -> MoeSearchDevice:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, Sequence, Union
 
 from cluster.engines import sglang_tuning as sgt
-from cluster.engines.sglang_tuning import GpuFacts, MoeShape, TuningError, load_model_config, moe_shape
+from cluster.engines.sglang_tuning import GpuFacts, MoeModelConfig, MoeShape, TuningError, load_moe_config, moe_shape
 from cluster.engines.tuning_surfaces import MoeSearchDevice
 from cluster.kernel.runs import ResolvedVariant
 from cluster.tuning.stage import (ARTIFACT_KINDS, artifact_key, autotune_extend, autotune_run_variant,
@@ -23,8 +23,8 @@ class TuningSurface(Protocol):
         """The GPU an artifact is keyed on, where the engine declares it; None: probe a GPU node."""
         ...
 
-    def declared_model_config(self, variant: ResolvedVariant) -> Optional[dict[str, Any]]:
-        """The model's config.json (its MoE shape), where the engine declares it; None: read the checkpoint."""
+    def declared_moe_config(self, variant: ResolvedVariant) -> Optional[MoeModelConfig]:
+        """The model's MoE dimensions, where the engine declares them; None: read the checkpoint's config.json."""
         ...
 
     def moe_search_device(self, variant: ResolvedVariant) -> MoeSearchDevice:
@@ -109,7 +109,7 @@ def _check(v: ResolvedVariant, surface: TuningSurface) -> None:
     if v.tuning is None or v.tuning.kind != "triton_moe":
         return
     opts = triton_moe_options(v)
-    cfg = load_model_config(opts.model_config_path) if opts.model_config_path else surface.declared_model_config(v)
+    cfg = load_moe_config(opts.model_config_path) if opts.model_config_path else surface.declared_moe_config(v)
     if cfg is not None:
         moe_shape(cfg, v.tp, opts.ep, opts.dtype, v.args, f"variant {v.name}")
 
@@ -121,10 +121,9 @@ def _job(v: ResolvedVariant, surface: TuningSurface, gpus_per_node: int) -> Tuni
         return AutotuneJob(v, facts, autotune_extend(v), autotune_warmup_requests(v))
     opts = triton_moe_options(v)
     try:
-        cfg = load_model_config(opts.model_config_path) if opts.model_config_path else \
-            surface.declared_model_config(v)
+        cfg = load_moe_config(opts.model_config_path) if opts.model_config_path else surface.declared_moe_config(v)
         if cfg is None:
-            cfg = load_model_config(v.model_path)
+            cfg = load_moe_config(v.model_path)
         shape = moe_shape(cfg, v.tp, opts.ep, opts.dtype, v.args, f"variant {v.name}")
     except TuningError as e:
         return RefusedJob(v, facts, e)

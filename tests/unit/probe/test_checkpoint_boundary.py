@@ -310,20 +310,20 @@ def test_an_empty_model_path_is_refused_not_the_working_directory(tmp_path: Path
 
 @pytest.mark.timeout(20)
 def test_the_tuning_stage_reads_config_json_through_the_boundary(tmp_path: Path) -> None:
-    """cluster/tuning/stage.py's load_model_config read config.json with read_text(): a FIFO hung it and deep
+    """cluster/tuning/stage.py's load_model_config (now engines/sglang_tuning.py load_moe_config) read config.json with read_text(): a FIFO hung it and deep
     nesting escaped as RecursionError. Both are now TuningErrors naming the file."""
-    from cluster.engines.sglang_tuning import TuningError, load_model_config
+    from cluster.engines.sglang_tuning import TuningError, load_moe_config
 
     d = _good(tmp_path)
     (d / "config.json").unlink()
     os.mkfifo(d / "config.json")
     with pytest.raises(TuningError, match="is a FIFO") as ei:
-        load_model_config(str(d))
+        load_moe_config(str(d))
     assert ei.value.file == str(d / "config.json")
     (d / "config.json").unlink()
     (d / "config.json").write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(TuningError, match="nests more than 64 levels"):
-        load_model_config(str(d))
+        load_moe_config(str(d))
 
 
 def test_a_tensor_name_with_a_5000_digit_index_is_refused(tmp_path: Path) -> None:

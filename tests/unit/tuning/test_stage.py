@@ -15,7 +15,7 @@ from cluster.config.tuning import BackendSweepTuning
 from cluster.config.loader import load_spec, parse_spec_text
 from cluster.tuning.stage import (artifact_key, merge_moe_configs, split_batch_sizes, tuning_env_and_args,
                                   tuning_options_check)
-from cluster.engines.sglang_tuning import GpuFacts, TuningError, moe_shape
+from cluster.engines.sglang_tuning import GpuFacts, MoeModelConfig, TuningError, moe_shape
 from cluster.tuning.artifacts import ArtifactStore, content_hash, key_id
 from cluster.tuning.moe_search import simulated_search
 
@@ -93,11 +93,11 @@ def test_archive_round_trip_and_corruption(tmp_path: Path) -> None:
 
 
 def test_moe_shape_and_file_name_follow_sglang() -> None:
-    s = moe_shape(QWEN35, tp=8)
+    s = moe_shape(MoeModelConfig.from_json(QWEN35), tp=8)
     assert (s.num_experts, s.shard_n) == (512, 128)
     assert s.file_name("NVIDIA RTX PRO 6000 Blackwell Server Edition") == \
         "E=512,N=128,device_name=NVIDIA_RTX_PRO_6000_Blackwell_Server_Edition.json"
-    s2 = moe_shape(QWEN35, tp=8, ep=2, dtype="fp8_w8a8")
+    s2 = moe_shape(MoeModelConfig.from_json(QWEN35), tp=8, ep=2, dtype="fp8_w8a8")
     assert (s2.num_experts, s2.shard_n) == (256, 256)
     assert s2.file_name("NVIDIA H200") == "E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
     assert sgt.moe_config_relpath("3.4.0", "f.json") == "configs/triton_3_4_0/f.json"
@@ -114,7 +114,17 @@ def test_moe_shape_and_file_name_follow_sglang() -> None:
 ])
 def test_triton_moe_refused_for_nvfp4(cfg: dict, args: dict, dtype: str) -> None:
     with pytest.raises(TuningError, match="NVFP4.*flashinfer_autotune"):
-        moe_shape(cfg, tp=8, dtype=dtype, args=args)
+        moe_shape(MoeModelConfig.from_json(cfg), tp=8, dtype=dtype, args=args)
+
+
+def test_moe_config_is_read_once_from_config_json() -> None:
+    c = MoeModelConfig.from_json({"text_config": {"num_experts": "64", "moe_intermediate_size": 256,
+                                                  "hidden_size": 1024}})
+    assert c == MoeModelConfig(64, 256, 1024, 1)  # digits in a string are SGLang's int(); top_k defaults to 1
+    lacking = MoeModelConfig.from_json({"hidden_size": 1024, "num_experts": 8})
+    assert (lacking.num_experts, lacking.nvfp4) == (None, None)
+    with pytest.raises(TuningError, match="lacks num_experts"):
+        moe_shape(lacking, tp=8)
 
 
 def test_backend_sweep_expansion() -> None:
@@ -145,7 +155,7 @@ def test_split_and_merge_batch_sizes() -> None:
     parts = split_batch_sizes([1, 2, 4, 8, 16], 8)
     assert parts == [[1], [2], [4], [8], [16]]
     assert split_batch_sizes(list(range(1, 11)), 4) == [[1, 5, 9], [2, 6, 10], [3, 7], [4, 8]]
-    shape = moe_shape(QWEN35, tp=8).__dict__
+    shape = moe_shape(MoeModelConfig.from_json(QWEN35), tp=8).__dict__
     a = simulated_search(shape, [1, 4], "X", max_configs=50)
     b = simulated_search(shape, [2], "X", max_configs=50)
     merged = merge_moe_configs([{k: r["config"] for k, r in p.items()} for p in (b, a)])
@@ -181,7 +191,7 @@ def test_sim_contract_moe_config(tmp_path: Path) -> None:
     p = st.moe_config_path(str(tmp_path), k, 8)
     assert p.name == "E=512,N=128,device_name=NVIDIA_RTX_PRO_6000_Blackwell_Server_Edition.json"
     p.parent.mkdir(parents=True)
-    p.write_text(json.dumps(simulated_search(moe_shape(QWEN35, 8).__dict__, [1], "x", 10)))  # wrong format
+    p.write_text(json.dumps(simulated_search(moe_shape(MoeModelConfig.from_json(QWEN35), 8).__dict__, [1], "x", 10)))  # wrong format
     assert st.startup_effect(args, env, k).moe_config == "default"
     p.write_text(json.dumps({"1": {f: 16 for f in sgt.MOE_CONFIG_FIELDS}}))
     eff = st.startup_effect(args, env, k)
