@@ -65,8 +65,11 @@ CI_METRICS: tuple[CiMetric, ...] = (
 SPEEDUPS: tuple[tuple[str, str, bool], ...] = (
     ("speedup_tok_s", "output_tok_s", True),
     ("speedup_tpot", "tpot_ms_mean", False),
+    ("speedup_steady_tps", "steady_output_tps", True),
 )
-"""(column, metric, higher is better): a speedup > 1 always means the variant is better than the baseline."""
+"""(column, metric, higher is better): a speedup > 1 always means the variant is better than the baseline. Each
+column is its own Holm family; speedup_steady_tps is what `results recommend` prefers (NaN for runs recorded
+without a steady stretch)."""
 
 CI_METHOD = (
     "95% intervals: hierarchical bootstrap (resample repeats, then requests within each drawn repeat) for "
