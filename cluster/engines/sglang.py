@@ -1,6 +1,6 @@
 """SGLang adapter: version-aware argv with full flag names only, native and OpenAI requests, gate answers typed.
 
-/server_info parsing lives in sglang_server_info.py; its names are re-exported here for existing callers."""
+/server_info parsing lives in sglang_server_info.py."""
 
 from __future__ import annotations
 
@@ -14,15 +14,8 @@ from cluster.engines.base import (ConcurrencyCap, Engine, HttpRequest, LaunchCom
                                   category_headers)
 from cluster.engines.answer_fields import (MalformedAnswerError, as_object, count_field, finish_field, ids_field,
                                            object_field, str_field)
-from cluster.engines.sglang_server_info import EFFECTIVE_CAP_KEY as EFFECTIVE_CAP_KEY
-from cluster.engines.sglang_server_info import MAMBA_CAP_LINE as MAMBA_CAP_LINE
-from cluster.engines.sglang_server_info import RESOLVED_CAP_KEY as RESOLVED_CAP_KEY
-from cluster.engines.sglang_server_info import SERVER_INFO_KEYS as SERVER_INFO_KEYS
-from cluster.engines.sglang_server_info import SPEC_MAX_RUNNING_REQUESTS as SPEC_MAX_RUNNING_REQUESTS
-from cluster.engines.sglang_server_info import check_server_info as check_server_info
-from cluster.engines.sglang_server_info import concurrency_cap_from_server_info as concurrency_cap_from_server_info
-from cluster.engines.sglang_server_info import mamba_cap_from_log as mamba_cap_from_log
-from cluster.engines.sglang_server_info import server_info_summary as server_info_summary
+from cluster.engines.sglang_server_info import (RESOLVED_CAP_KEY, check_server_info, concurrency_cap_from_server_info,
+                                                mamba_cap_from_log)
 from cluster.engines.server_env import SPEC_V2_ENV
 from cluster.engines.streams import OpenAIStreamParser, SGLangNativeParser
 from cluster.errors import UserError

@@ -113,7 +113,7 @@ def run_smoke(base_url: str, timeout_s: float = 30.0) -> list[Check]:
         s.checks[-1] = Check("server_info.internal_states", isinstance(states, list) and len(states) > 0,
                              "non-empty list (one per DP rank)", s.checks[-1].found)
     mrr = si.get("max_running_requests")
-    from cluster.engines.sglang import concurrency_cap_from_server_info
+    from cluster.engines.sglang_server_info import concurrency_cap_from_server_info
 
     cap = concurrency_cap_from_server_info(si)
     # real 0.5.23 reports max_running_requests None when the flag is unset without speculative decoding; the
@@ -138,7 +138,7 @@ def run_smoke(base_url: str, timeout_s: float = 30.0) -> list[Check]:
 
 def _wrong_type(key: str, value: Any) -> str:
     """What is wrong with one /server_info value ("its type is right" when another key made the document fail)."""
-    from cluster.engines.sglang import check_server_info
+    from cluster.engines.sglang_server_info import check_server_info
 
     try:
         check_server_info({key: value})
@@ -164,7 +164,7 @@ def _server_info(s: _Smoke) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
           f"{reply.status} at {path}" + ("" if si is None or isinstance(si, dict) else f", {shown(si)}"))
     if not isinstance(si, dict):
         return {}, {}
-    from cluster.engines.sglang import check_server_info
+    from cluster.engines.sglang_server_info import check_server_info
 
     try:
         check_server_info(si)

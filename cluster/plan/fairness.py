@@ -225,7 +225,7 @@ def resolved_cap_findings(variants: Sequence[ResolvedVariant], resolved_args: Ma
     `effective_max_running_requests`, from /server_info internal_states), not only the declared flags: an unset
     --max-running-requests resolves to 48 under speculative decoding and to a KV-pool figure (e.g. 2048) without it.
     `resolved_args` maps a variant name to its stored resolved args; variants without a figure are skipped."""
-    from cluster.engines.sglang import RESOLVED_CAP_KEY
+    from cluster.engines.sglang_server_info import RESOLVED_CAP_KEY
 
     chk = FindingCollector()
     group = [v for v in variants if v.engine in SGLANG_ARGV_ENGINES

@@ -23,7 +23,8 @@ from sglang_wire_contract import (
     split_sse,
 )
 
-from cluster.engines.sglang import SGLangEngine, server_info_summary
+from cluster.engines.sglang import SGLangEngine
+from cluster.engines.sglang_server_info import server_info_summary
 from cluster.engines.streams import OpenAIStreamParser, SGLangNativeParser
 
 FIXTURES = Path(__file__).with_name("fixtures") / "sglang-0.5.23-cpu"

@@ -7,7 +7,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from cluster.engines.sglang import MAMBA_CAP_LINE
+from cluster.engines.sglang_server_info import MAMBA_CAP_LINE
 
 
 def _srt(python: Path) -> Path:

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from cluster.engines.base import ConcurrencyCap
-from cluster.engines.sglang import (RESOLVED_CAP_KEY, SGLangEngine, SPEC_MAX_RUNNING_REQUESTS,
-                                    concurrency_cap_from_server_info)
+from cluster.engines.sglang import SGLangEngine
+from cluster.engines.sglang_server_info import (RESOLVED_CAP_KEY, SPEC_MAX_RUNNING_REQUESTS,
+                                                concurrency_cap_from_server_info)
 from cluster.engines.vllm import VLLMEngine
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "sglang_0.5.23_cpu"
@@ -69,7 +70,7 @@ MAMBA_FMT = ("max_running_requests is capped to %d by the mamba state cache (max
 
 def test_mamba_state_slot_cap_from_the_log_lowers_and_explains_the_cap() -> None:
     """Issue 15 item 2: a hybrid model's state slots cap running requests and SGLang says so only in its log."""
-    from cluster.engines.sglang import mamba_cap_from_log
+    from cluster.engines.sglang_server_info import mamba_cap_from_log
 
     line = "[2026-11-30 10:00:01 TP0] WARNING kv_cache_configurator.py:3141: " + MAMBA_FMT % (15, 80, 5)
     assert mamba_cap_from_log(["noise", line]) == (15, mamba_cap_from_log([line])[1])  # type: ignore[index]

@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cluster.engines.sglang import RESOLVED_CAP_KEY, SGLangEngine
+from cluster.engines.sglang import SGLangEngine
+from cluster.engines.sglang_server_info import RESOLVED_CAP_KEY
 from cluster.plan.fairness import resolved_cap_findings, resolved_differences
 from cluster.kernel.runs import ResolvedVariant, SpecDecode
 

@@ -6,7 +6,7 @@ import asyncio
 import json
 from typing import Any
 
-from cluster.engines.sglang import concurrency_cap_from_server_info
+from cluster.engines.sglang_server_info import concurrency_cap_from_server_info
 from cluster.engines.sim_launch import build_parser, resolve_args
 from cluster.sim.model import effective_max_running_requests
 from cluster.config.sim_knobs import Knobs
