@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Literal, Optional, Sequence
 
 from cluster.config.load import SearchSpec
+from cluster.plan.saturation import SweepPoint, first_saturated
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,8 @@ class Outcome:
 
     status: str
     attainment: Optional[float]
+    point: Optional[SweepPoint] = None
+    """The run's throughput, TTFT and in-flight figures (plan/saturation.py); None when not known."""
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,7 @@ def replay(search: CapacitySearch, recorded: Callable[[float], Optional[Outcome]
         if got.status != "ok" or got.attainment is None:
             why = "no SLO attainment" if got.status == "ok" else got.status
             return Replay(tuple(probes), None, f"the probe at {load:g} was {why}")
-        probes.append(Probe(load, got.attainment))
+        probes.append(Probe(load, got.attainment, got.point))
 
 
 def drive(search: CapacitySearch, recorded: Callable[[float], Optional[Outcome]],
@@ -101,6 +104,8 @@ class Probe:
 
     load: float
     attainment: float
+    point: Optional[SweepPoint] = None
+    """Its run's throughput, TTFT and in-flight figures, for the saturation rule (None: not judged)."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +117,19 @@ class CapacityAnswer:
     value: Optional[float]
     lowest_miss: Optional[float]
     status: Literal["found", "below_min", "at_max", "searching"]
+    saturated: Optional[str] = None
+    """Why the search stopped at an over-saturated probe (at_saturation): then at_max means 'at least value, and
+    the server was saturated there'."""
+
+
+def at_saturation(search: CapacitySearch, probes: Sequence[Probe]) -> tuple[CapacitySearch, Optional[str]]:
+    """The search below the lowest probe over-saturated against the probe under it (plan/saturation.py), with the
+    reason: past it throughput no longer grows and requests only queue, so a search still bracketing does not
+    double beyond it (like `clamped` at a server's reported cap); unchanged when no probe is saturated."""
+    got = first_saturated([p.point for p in probes if p.point is not None])
+    if got is None or not search.min_load < got[0] < search.max_load:
+        return search, None
+    return replace(search, max_load=got[0]), got[1]
 
 
 def _bracket(probes: Sequence[Probe], target: float) -> tuple[Optional[float], Optional[float]]:
@@ -124,12 +142,16 @@ def _bracket(probes: Sequence[Probe], target: float) -> tuple[Optional[float], O
 
 
 def answer(search: CapacitySearch, probes: Sequence[Probe]) -> CapacityAnswer:
-    """The answer the probes so far support."""
+    """The answer the probes so far support; while none has missed the SLO, the search ends at a saturated probe
+    (at_saturation): 'at_max' at it, with the reason."""
     meet, miss = _bracket(probes, search.target)
+    saturated = None
+    if miss is None:
+        search, saturated = at_saturation(search, probes)
     if miss is not None and miss <= search.min_load:
         return CapacityAnswer(None, miss, "below_min")
     if meet is not None and meet >= search.max_load:
-        return CapacityAnswer(meet, None, "at_max")
+        return CapacityAnswer(meet, None, "at_max", saturated)
     if meet is not None and miss is not None and miss - meet <= _step(search):
         return CapacityAnswer(meet, miss, "found")
     return CapacityAnswer(meet, miss, "searching")

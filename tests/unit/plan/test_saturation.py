@@ -1,10 +1,12 @@
-"""The over-saturation predicate on hand-built sweeps whose growth figures are worked out in the comments."""
+"""The over-saturation predicate on hand-built sweeps whose growth figures are worked out in the comments, and the
+capacity search that stops at it."""
 
 from __future__ import annotations
 
 import math
 
-from cluster.plan.saturation import SweepPoint, first_saturated, saturation, sweep_saturation
+from cluster.plan.capacity import CapacitySearch, Outcome, Probe, answer, next_probe, replay
+from cluster.plan.saturation import SweepPoint, first_saturated, point_of, saturation, sweep_saturation
 
 # a closed-loop sweep of a server that runs at most 4 requests at once
 SWEEP = [
@@ -44,6 +46,12 @@ def test_each_figure_is_needed() -> None:
     assert saturation(lo, SweepPoint(4.4, 283.5, 40.0, 5.0)) is None
 
 
+def test_a_point_is_the_mean_of_its_runs_figures() -> None:
+    # two repeats: tok/s (276 + 284) / 2 = 280, TTFT (110 + 130) / 2 = 120, in flight: only one run has it
+    assert point_of(8, [276.0, 284.0], [110.0, 130.0], [None, 8.0]) == SweepPoint(8, 280.0, 120.0, 8.0)
+    assert point_of(8, [], [math.nan], [None]) == SweepPoint(8, None, None, None)
+
+
 def test_a_missing_figure_or_no_load_growth_is_not_judged() -> None:
     lo = SweepPoint(4, 270.0, 25.0, 4.0)
     assert saturation(lo, SweepPoint(8, None, 120.0, 8.0)) is None
@@ -51,3 +59,41 @@ def test_a_missing_figure_or_no_load_growth_is_not_judged() -> None:
     assert saturation(lo, SweepPoint(4, 280.0, 120.0, 8.0)) is None
     assert saturation(SweepPoint(8, 280.0, 120.0, 8.0), lo) is None
     assert first_saturated([lo]) is None
+
+
+def _knee_server(load: float) -> Probe:
+    """A server that runs at most 8 requests at once and meets a loose SLO everywhere: tok/s grows with the load up
+    to 8, then stays; past 8 the extra requests wait, so TTFT grows with the queue; in flight = the concurrency."""
+    return Probe(load, 0.99, SweepPoint(load, 10.0 * min(load, 8), 20.0 * max(1.0, load / 8), load))
+
+
+def test_the_capacity_search_stops_doubling_at_a_saturated_probe() -> None:
+    s = CapacitySearch(target=0.9, min_load=1, max_load=256, resolution=1)
+    probes: list[Probe] = []
+    while (load := next_probe(s, probes)) is not None:
+        probes.append(_knee_server(load))
+    # 1, 2, 4, 8 grow with the load; 16: tok/s +0 % for +100 % load, TTFT 20 -> 40 ms (+100 %), in flight +100 %
+    assert [p.load for p in probes] == [1, 2, 4, 8, 16]
+    got = answer(s, probes)
+    assert (got.status, got.value) == ("at_max", 16)
+    assert got.saturated is not None and got.saturated.startswith("saturated past 8: load +100%, output tok/s +0%")
+    # the same probes without their figures: nothing is judged, the search doubles on to max_load
+    bare = [Probe(p.load, p.attainment) for p in probes]
+    assert next_probe(s, bare) == 32 and answer(s, bare).saturated is None
+
+
+def test_a_missed_slo_bounds_the_search_before_saturation_does() -> None:
+    s = CapacitySearch(target=0.9, min_load=1, max_load=256, resolution=1)
+    probes = [_knee_server(x) for x in (1, 2, 4, 8, 16)] + [Probe(32, 0.5, SweepPoint(32, 80.0, 80.0, 32))]
+    # 32 missed the SLO: the bracket [16, 32) is bisected as before (saturation only ends a search still doubling)
+    got = answer(s, probes)
+    assert (got.status, got.value, got.lowest_miss, got.saturated) == ("searching", 16, 32, None)
+    assert next_probe(s, probes) == 24
+
+
+def test_a_resumed_search_reads_the_figures_of_its_recorded_runs() -> None:
+    s = CapacitySearch(target=0.9, min_load=1, max_load=256, resolution=1)
+    recorded = {x: Outcome("ok", 0.99, _knee_server(x).point) for x in (1, 2, 4, 8, 16)}
+    rp = replay(s, lambda load: recorded.get(load))
+    assert rp.next_load is None and [p.load for p in rp.probes] == [1, 2, 4, 8, 16]
+    assert answer(s, rp.probes).status == "at_max"
