@@ -78,6 +78,7 @@ def _nests_deeper(doc: Any, limit: int) -> bool:
     return False
 
 
+# free-form JSON stored as given: a decoded server answer, read field by field here
 def as_object(value: Any, where: str, *, null_ok: bool = True) -> Mapping[str, Any]:
     """`value` as a JSON object; null (or absent) is the empty object where `null_ok`."""
     if value is None and null_ok:
@@ -87,6 +88,7 @@ def as_object(value: Any, where: str, *, null_ok: bool = True) -> Mapping[str, A
     return value
 
 
+# free-form JSON stored as given: a decoded server answer, read field by field here
 def object_field(doc: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
     return as_object(doc.get(key), f"{where}.{key}")
 
@@ -111,6 +113,7 @@ def _field(doc: Mapping[str, Any], key: str, where: str, ok: Callable[[Any], boo
     raise _bad(f"{where}.{key}", expected, v)
 
 
+# free-form JSON stored as given: a decoded server answer, read field by field here
 def count_field(doc: Mapping[str, Any], key: str, where: str) -> Optional[int]:
     """A non-negative integer up to MAX_COUNT (a token count, a verify-step count); None when absent or null."""
     v = doc.get(key)
@@ -120,6 +123,7 @@ def count_field(doc: Mapping[str, Any], key: str, where: str) -> Optional[int]:
                f"a count of at most {MAX_COUNT}", v)
 
 
+# free-form JSON stored as given: a decoded server answer, read field by field here
 def counts_field(doc: Mapping[str, Any], key: str, where: str) -> Optional[list[int]]:
     """A list of counts, each as count_field takes it (SGLang's spec_correct_drafts_histogram: verify steps by the
     drafts they accepted); None when absent, null or empty (SGLang's OpenAI details send [] for none)."""
@@ -133,22 +137,26 @@ def counts_field(doc: Mapping[str, Any], key: str, where: str) -> Optional[list[
     return list(v)
 
 
+# free-form JSON stored as given: a decoded server answer, read field by field here
 def number_field(doc: Mapping[str, Any], key: str, where: str) -> Optional[float]:
     """A finite non-negative number (a latency, an acceptance length); None when absent or null."""
     v = _field(doc, key, where, _is_number, "a finite non-negative number")
     return None if v is None else float(v)
 
 
+# free-form JSON stored as given: a decoded server answer, read field by field here
 def str_field(doc: Mapping[str, Any], key: str, where: str) -> Optional[str]:
     v: Optional[str] = _field(doc, key, where, _is_str, "a string")
     return v
 
 
+# free-form JSON stored as given: a decoded server answer, read field by field here
 def list_field(doc: Mapping[str, Any], key: str, where: str) -> Optional[list[Any]]:
     v: Optional[list[Any]] = _field(doc, key, where, _is_list, "a list")
     return v
 
 
+# free-form JSON stored as given: a decoded server answer, read field by field here
 def ids_field(doc: Mapping[str, Any], key: str, where: str, last: Optional[int] = None) -> Optional[list[int]]:
     """A list of non-negative integer token ids (only its `last` ones, when that is all the caller keeps: a
     cumulative list is as long as the output); None when absent or null."""
@@ -163,6 +171,7 @@ def ids_field(doc: Mapping[str, Any], key: str, where: str, last: Optional[int] 
     return kept
 
 
+# free-form JSON stored as given: a decoded server answer, read field by field here
 def finish_field(doc: Mapping[str, Any], key: str, where: str) -> tuple[Optional[str], Optional[str]]:
     """(finish reason, abort message): null, a string, or an object whose `type` is a string (SGLang native)."""
     v = doc.get(key)

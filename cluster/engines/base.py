@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Union
 
 from cluster.kernel.gate import GateOutput
 from cluster.kernel.runs import ResolvedVariant
-from cluster.config.server import EngineLauncher
+from cluster.config.server import ArgValue, EngineLauncher
 from cluster.config.secrets import redact_argv, redact_env
 
 if TYPE_CHECKING:
@@ -168,7 +168,7 @@ API_KEY_ARGS = ("api-key", "api_key")
 """The server arg holding the key every request but health and metrics must carry (SGLang's and vLLM's --api-key)."""
 
 
-def api_key_of(args: Mapping[str, object]) -> Optional[str]:
+def api_key_of(args: Mapping[str, ArgValue]) -> Optional[str]:
     """The variant's --api-key value, or None."""
     for name in API_KEY_ARGS:
         val = args.get(name)
@@ -302,10 +302,12 @@ class Engine:
         MalformedAnswerError where one has the wrong type, so no str reaches an int column later."""
         return doc
 
+    # free-form JSON stored as given: the info documents in, the server's resolved args out (provenance, runs.resolved_args)
     def resolved_args(self, infos: Mapping[str, Any]) -> dict[str, Any]:
         """Resolved server args from the recorded info documents (engine-specific)."""
         return {}
 
+    # free-form JSON stored as given: the info documents (/server_info, /model_info bodies) as polled
     def concurrency_cap(self, infos: Mapping[str, Any], log_lines: Sequence[str] = ()) -> Optional[ConcurrencyCap]:
         """The resolved cap on running requests from the recorded info documents and the server log lines that
         matched cap_log_marker (None when not reported)."""

@@ -64,6 +64,7 @@ def cuda_driver_version(timeout_s: float = 20.0) -> Optional[str]:
     return None
 
 
+# free-form JSON stored as given: the engine interpreter's own package probe (provenance environment)
 def engine_packages(python: Optional[str], timeout_s: float = 60.0) -> dict[str, Any]:
     """Package versions and torch's CUDA/GPU view as seen by the engine's own interpreter ({} on any failure)."""
     if not python:
@@ -78,6 +79,7 @@ def engine_packages(python: Optional[str], timeout_s: float = 60.0) -> dict[str,
     return doc if isinstance(doc, dict) else {}
 
 
+# free-form JSON stored as given: the run's environment (provenance environment)
 def capture_environment(python: Optional[str] = None, timeout_s: float = 60.0) -> dict[str, Any]:
     """Everything known about where a run executes; never raises, missing parts are simply absent."""
     env: dict[str, Any] = {"hostname": socket.gethostname()}

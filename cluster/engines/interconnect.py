@@ -69,6 +69,7 @@ class Interconnect:
     iommu_devices: Optional[int] = None
     """Entries of /sys/class/iommu (0: no IOMMU active; None: not readable)."""
 
+    # free-form JSON stored as given: the record as provenance's environment.interconnect holds it
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 

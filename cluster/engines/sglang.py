@@ -337,6 +337,7 @@ class SGLangEngine(Engine):
             return check_server_info(doc)
         return as_object(doc, f"/{name}", null_ok=False)
 
+    # free-form JSON stored as given: /server_info in, its resolved args out (provenance, runs.resolved_args)
     def resolved_args(self, infos: Mapping[str, Any]) -> dict[str, Any]:
         si = infos.get("server_info")
         if not isinstance(si, dict):
@@ -348,6 +349,7 @@ class SGLangEngine(Engine):
             out[RESOLVED_CAP_KEY] = cap.value
         return out
 
+    # free-form JSON stored as given: the info documents (/server_info, /model_info bodies) as polled
     def concurrency_cap(self, infos: Mapping[str, Any], log_lines: Sequence[str] = ()) -> Optional[ConcurrencyCap]:
         """server_info's scheduler figure (which on 0.5.23 already includes the Mamba state-slot cap), lowered to and
         explained by the log's state-slot line where it is lower or the figure is missing (older releases)."""
@@ -392,6 +394,7 @@ _SPEC_KEYS = {
 }
 
 
+# free-form JSON stored as given: the request body SGLang's endpoints take, sent as built
 def sglang_request_body(
     api: str,
     prompt: Prompt,
@@ -436,6 +439,7 @@ def sglang_request_body(
     return "/v1/completions", common
 
 
+# free-form JSON stored as given: the request body SGLang's endpoints take, sent as built
 def encode_request(path: str, body: Mapping[str, Any], headers: Mapping[str, str] = {}) -> HttpRequest:
     return HttpRequest(path, json.dumps(body, separators=(",", ":")).encode(), dict(headers))
 

@@ -13,6 +13,7 @@ SERVER_INFO_KEYS = ("version", "internal_states", "max_running_requests", "specu
 """Top-level /server_info keys this tool reads (the resolved server args are the rest of the document)."""
 
 
+# free-form JSON stored as given: a /server_info body
 def server_info_summary(doc: Mapping[str, Any]) -> dict[str, Any]:
     """The few resolved values a run records up front, from a /server_info document (missing → None)."""
     states = doc.get("internal_states")
@@ -42,6 +43,7 @@ RESOLVED_CAP_KEY = "effective_max_running_requests"
 """Key under which resolved_args() records the scheduler's cap (summed over DP ranks) beside the server args."""
 
 
+# free-form JSON stored as given: a /server_info body
 def check_server_info(doc: Any) -> Mapping[str, Any]:
     """A /server_info document whose fields sglbench reads have SGLang 0.5.23's types (a MalformedAnswerError
     names the first that does not): version a string, the running-request caps and speculative step counts

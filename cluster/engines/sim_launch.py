@@ -80,6 +80,7 @@ class LaunchError(UserError):
     """A launch argument SGLang itself would refuse; printed as one line, exit 1."""
 
 
+# free-form JSON stored as given: the simulator's resolved server args, served as /server_info
 def resolve_args(ns: argparse.Namespace, knobs: Knobs) -> tuple[dict[str, Any], Optional[SpecParams]]:
     """Apply SGLang 0.5.23's launch rules (NEXTN→EAGLE, auto spec triple, topk=1 ⇒ draft=steps+1, cap 48)."""
     args = dict(vars(ns))

@@ -34,6 +34,7 @@ DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
 _POS_KEY = re.compile(r"^accepted_pos_(\d+)$")
 
 
+# free-form JSON stored as given: vLLM's --speculative-config value, sent as one JSON argv word
 def speculative_config(sp: SpecDecode) -> dict[str, Any]:
     """vLLM's --speculative-config for one speculative variant (k = num_steps speculative tokens)."""
     k = sp.num_steps
@@ -139,6 +140,7 @@ class VLLMEngine(Engine):
             str_field(d, "version", w)
         return d
 
+    # free-form JSON stored as given: /v1/models and /version in, their figures out (provenance, runs.resolved_args)
     def resolved_args(self, infos: Mapping[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         models = infos.get("models")
