@@ -9,7 +9,6 @@ no engine, no I/O beyond reading a config.json.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -171,9 +170,6 @@ class GpuFacts:
     @property
     def sm(self) -> str:
         return sm_tag(self.compute_capability) if self.compute_capability else "sm?"
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 def canonical_args(args: Mapping[str, ArgValue]) -> dict[str, ArgValue]:

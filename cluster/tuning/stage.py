@@ -40,10 +40,10 @@ PENDING_ARTIFACT = "<tuning artifact: made at run time>"
 """Placeholder path shown by `sglbench plan` before the tuning stage has produced the artifact."""
 
 
-def backend_args(variant: ResolvedVariant) -> dict[str, Any]:
+def backend_args(variant: ResolvedVariant) -> dict[str, ArgValue]:
     """The variant's kernel-choosing server args (back ends, quantization, dtypes, parallelism), normalised."""
     args = sgt.canonical_args(variant.args)
-    out: dict[str, Any] = {k: args[k] for k in sgt.BACKEND_FLAGS if k in args and args[k] not in (None, False)}
+    out: dict[str, ArgValue] = {k: args[k] for k in sgt.BACKEND_FLAGS if k in args and args[k] not in (None, False)}
     if variant.speculative is not None:
         out["speculative-algorithm"] = variant.speculative.algorithm
         out["speculative-num-steps"] = variant.speculative.num_steps
