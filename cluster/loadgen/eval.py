@@ -16,6 +16,7 @@ from cluster.config.eval import EvalSpec
 from cluster.engines.base import Engine
 from cluster.errors import PromptSourceError
 from cluster.kernel.gate import PHASE_ALONE, PHASE_UNDER_LOAD
+from cluster.kernel.runs import LoadPoint, RunPlan
 from cluster.loadgen.gate import ask_greedy
 from cluster.loadgen.source_files import jsonl_records, read_source_text, row_error, shown
 
@@ -71,7 +72,7 @@ def read_eval_items(spec: EvalSpec, base_dir: Path) -> tuple[EvalItem, ...]:
     records = jsonl_records(path, raw, EvalFileError, want)
     if spec.num_prompts is not None and spec.num_prompts > len(records):
         raise EvalFileError(f"{path}: {FIELD}.num_prompts is {spec.num_prompts} but the file holds {len(records)} "
-                            "rows", file=str(path), field=f"{FIELD}.num_prompts",
+                            f"row{'' if len(records) == 1 else 's'}", file=str(path), field=f"{FIELD}.num_prompts",
                             expected=f"at most {len(records)}")
     items: list[EvalItem] = []
     for rec in records[:spec.num_prompts]:
@@ -140,3 +141,17 @@ def during_window(engine: Engine, base_url: str, model_name: str, items: Sequenc
                                                "not sent: the window's load ended first", None, False)
         return tuple(answers[i.item_id] for i in items)
     return run
+
+
+def heaviest(points: Sequence[LoadPoint]) -> Optional[LoadPoint]:
+    """The load point the eval rides in: the highest closed-loop concurrency, else the highest rate (None: none)."""
+    closed = [p for p in points if p.kind == "concurrency"]
+    pool = closed or list(points)
+    return max(pool, key=lambda p: p.value) if pool else None
+
+
+def carries_eval(run: RunPlan, first_workload: str, point: Optional[LoadPoint]) -> bool:
+    """Whether `run` is the one of its variant whose window the eval is sent in: the heaviest point of the first
+    workload, repeat 0 (a capacity-search probe only when it lands on that point)."""
+    return point is not None and run.repeat == 0 and run.workload.name == first_workload \
+        and (run.load.kind, run.load.value) == (point.kind, point.value)

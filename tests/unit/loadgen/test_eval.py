@@ -9,7 +9,6 @@ import pathlib
 
 import pyarrow as pa
 import pytest
-from aiohttp import web
 
 from cluster.analysis.accuracy import answer_correct
 from cluster.config.eval import EvalSpec
@@ -20,8 +19,7 @@ from cluster.kernel.gate import PHASE_ALONE, PHASE_UNDER_LOAD
 from cluster.kernel.runs import LoadPoint
 from cluster.loadgen.eval import EvalAnswer, EvalFileError, EvalItem, ask_alone, during_window, read_eval_items
 from cluster.loadgen.runner import run_window
-from cluster.engines.sim_launch import build_parser, resolve_args
-from cluster.sim.server import SimServer, build_app
+from tests.unit.loadgen.inprocess_sim import served_sim
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 
@@ -43,7 +41,7 @@ def test_the_shipped_task_reads_and_num_prompts_takes_the_first_rows() -> None:
     ('{"prompt": "q", "answer": 1}\n\n[1]\n', {}, ":3", "correctness.eval.path", "expected a JSON object"),
     ('{"prompt": "q", "answer": 1}\n{"prompt": \n', {}, ":2", None, "invalid JSON"),
     ('{"prompt": "q", "answer": 1}\n', {"num_prompts": 2}, "", "correctness.eval.num_prompts",
-     "num_prompts is 2 but the file holds 1 rows"),
+     "num_prompts is 2 but the file holds 1 row"),
 ])
 def test_a_bad_row_names_file_line_and_field(tmp_path: pathlib.Path, text: str, spec: dict[str, object],
                                              where: str | None, field: str | None, says: str | None) -> None:
@@ -70,19 +68,8 @@ ENGINE = get_engine("sim")
 
 
 async def _with_sim(knobs: Knobs, body):  # type: ignore[no-untyped-def]
-    ns, _ = build_parser().parse_known_args(["--model-path", "m"])
-    args, spec = resolve_args(ns, knobs)
-    sim = SimServer(args, spec, knobs, [], [])
-    runner = web.AppRunner(build_app(sim), access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    sim.start_loop()
-    sim.state = "ready"
-    try:
-        return await body(f"http://127.0.0.1:{runner.addresses[0][1]}")
-    finally:
-        await sim.stop_loop()
-        await runner.cleanup()
+    async with served_sim(knobs) as url:
+        return await body(url)
 
 
 ITEMS = read_eval_items(EvalSpec(path="datasets/arithmetic-200.jsonl", num_prompts=8), REPO)
@@ -128,3 +115,27 @@ def test_items_left_when_the_load_ends_are_not_sent() -> None:
     answers = asyncio.run(_with_sim(Knobs(time_scale=0.0), body))
     assert [a.error for a in answers] == ["not sent: the window's load ended first"] * 8
     assert all(a.during_load is False and a.text is None for a in answers)
+
+
+def test_the_eval_rides_in_the_heaviest_point_of_the_first_workload_repeat_0() -> None:
+    from cluster.config.loader import parse_spec_text
+    from cluster.loadgen.eval import carries_eval, heaviest
+    from cluster.plan.runs import load_points, make_plan
+
+    spec = parse_spec_text("""
+version: 1
+name: e
+model: {path: sim://m, engine: sim}
+variants: [{name: a, baseline: true}, {name: b}]
+workloads: [{name: w1, input_tokens: 8, output_tokens: 8, num_requests: 2},
+            {name: w2, input_tokens: 8, output_tokens: 8, num_requests: 2}]
+load: {concurrency: [8, 2], request_rate: [50]}
+repeats: 2
+""")
+    point = heaviest(load_points(spec))
+    assert point is not None and (point.kind, point.value) == ("concurrency", 8.0)  # closed loop before any rate
+    carriers = [p for p in make_plan(spec) if carries_eval(p, "w1", point)]
+    assert sorted((p.variant.name, p.workload.name, p.load.value, p.repeat) for p in carriers) == \
+        [("a", "w1", 8.0, 0), ("b", "w1", 8.0, 0)]
+    rates = [p for p in load_points(spec) if p.kind == "rate"]
+    assert heaviest(rates) == rates[0] and heaviest([]) is None

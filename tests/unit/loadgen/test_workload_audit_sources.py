@@ -14,7 +14,6 @@ from typing import Any, Sequence
 
 import pyarrow as pa
 import pytest
-from aiohttp import web
 
 from cluster.analysis.workload_audit import WorkloadAudit, audit_workload
 from cluster.engines.base import Prompt
@@ -23,9 +22,8 @@ from cluster.loadgen.datasets import build_prompt_sequence, build_session_plan
 from cluster.loadgen.runner import run_window
 from cluster.loadgen.selection import prompt_fingerprint, workload_selection
 from cluster.kernel.runs import LoadPoint
-from cluster.engines.sim_launch import build_parser, resolve_args
 from cluster.config.sim_knobs import Knobs
-from cluster.sim.server import SimServer, build_app
+from tests.unit.loadgen.inprocess_sim import served_sim
 from cluster.config.workload import WorkloadSpec
 
 ENGINE = SGLangEngine()
@@ -103,23 +101,10 @@ def _workload(d: pathlib.Path, source: str) -> WorkloadSpec:
 
 
 async def _sim_window(prompts: Sequence[Prompt], wl: WorkloadSpec, d: pathlib.Path) -> pa.Table:
-    ns, _ = build_parser().parse_known_args(["--model-path", "m"])
-    knobs = Knobs(time_scale=0.001)
-    args, spec = resolve_args(ns, knobs)
-    sim = SimServer(args, spec, knobs, [], [])
-    runner = web.AppRunner(build_app(sim), access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    sim.start_loop()
-    sim.state = "ready"
-    try:
-        url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    async with served_sim(Knobs(time_scale=0.001)) as url:
         res = await run_window(ENGINE, url, wl.api, prompts, 4, LoadPoint("concurrency", 4), 7, True, 0.0, "m",
                                10.0, scrape_metrics=False,
                                sessions=build_session_plan(wl, wl.num_requests, 7, d))
-    finally:
-        await sim.stop_loop()
-        await runner.cleanup()
     return pa.Table.from_batches([res.requests])
 
 
