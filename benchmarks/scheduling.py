@@ -15,7 +15,6 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -23,7 +22,6 @@ from typing import Any, Optional
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 from cluster.plan.runs import expand_variants, make_plan
-from cluster.kernel.runs import ResolvedVariant, RunPlan
 from cluster.plan.schedule import (GpuTimeAccount, HeldReservation, Interval, gpu_time_account,  # noqa: E402
                               peak_reserved_gpus, span_of)
 from cluster.config.experiment import ExperimentSpec
@@ -55,37 +53,28 @@ output: {output}
 
 
 class TimedDriver:
-    """Factory for a Driver subclass that records, per variant, when its placement group was requested, became
-    ready, when teardown began and when the group was removed (the driver itself records only the server's
-    start and stop)."""
+    """Factory for a Driver whose progress events record, per variant, when its placement group was requested
+    (placing), became ready (starting), when teardown began (its last run recorded) and when the group was removed
+    (stopped); the driver itself records only the server's start and stop."""
 
     @staticmethod
-    def make(spec: ExperimentSpec, base_dir: Path, output_root: str) -> Any:
+    def make(spec: ExperimentSpec, base_dir: Path, output_root: str) -> tuple[Any, dict[str, dict[str, float]]]:
         from cluster.distributed.driver import Driver
+        from cluster.distributed.progress import PointFinished, ProgressEvent, ServerState
 
-        class _Timed(Driver):
-            def __init__(self) -> None:
-                super().__init__(spec, base_dir, output_root, lambda s: print("   ", s, flush=True),
-                                 lambda p, s: None)
-                self.timing: dict[str, dict[str, float]] = {}
-                self._current = threading.local()
+        timing: dict[str, dict[str, float]] = {}
+        marks = {"placing": "requested_unix_s", "starting": "ready_unix_s", "stopped": "released_unix_s"}
 
-            def _segment(self, variant: ResolvedVariant, runs: list[RunPlan], todo: set[str], r: Any) -> None:
-                self._current.variant = variant.name
-                self.timing[variant.name] = {"requested_unix_s": time.time()}
-                super()._segment(variant, runs, todo, r)
+        def on_event(e: ProgressEvent) -> None:
+            if isinstance(e, ServerState) and e.state in marks:
+                timing.setdefault(e.variant, {})[marks[e.state]] = time.time()
+            elif isinstance(e, PointFinished):
+                timing.setdefault(e.plan.variant.name, {})["teardown_unix_s"] = time.time()
 
-            def _wait_pg(self, pg: Any, variant: str, gpus: int) -> None:
-                super()._wait_pg(pg, variant, gpus)
-                self.timing[variant]["ready_unix_s"] = time.time()
-
-            def _teardown(self, engine: Any, load: Any, pg: Any, info: dict[str, Any]) -> None:
-                t = self.timing[self._current.variant]
-                t["teardown_unix_s"] = time.time()
-                super()._teardown(engine, load, pg, info)
-                t["released_unix_s"] = time.time()
-
-        return _Timed()
+        drv = Driver(spec, base_dir, output_root, lambda s: print("   ", s, flush=True), lambda p, s: None,
+                     on_event=on_event)
+        drv.live = False  # the events only time the schedule: load actors batch as without a watcher
+        return drv, timing
 
 
 def run_one(isolation: str, time_scale: float, out_dir: Path) -> dict[str, Any]:
@@ -96,7 +85,7 @@ def run_one(isolation: str, time_scale: float, out_dir: Path) -> dict[str, Any]:
     from cluster.plan.schedule import reservation
 
     spec = parse_spec_text(SPEC.format(isolation=isolation, time_scale=time_scale, output=out_dir))
-    drv = TimedDriver.make(spec, out_dir, str(out_dir))
+    drv, timing = TimedDriver.make(spec, out_dir, str(out_dir))
     t0 = time.time()
     drv.preflight = remote_preflight(spec, out_dir)
     result = drv.run()
@@ -105,8 +94,8 @@ def run_one(isolation: str, time_scale: float, out_dir: Path) -> dict[str, Any]:
     tps = {v.name: v.tp for v in expand_variants(spec)}
     held: list[HeldReservation] = []
     problems: list[str] = []
-    for v in sorted(drv.timing):
-        t, info = drv.timing[v], result.servers.get(v)
+    for v in sorted(timing):
+        t, info = timing[v], result.servers.get(v)
         if "ready_unix_s" not in t:
             problems.append(f"{v}: placement group never became ready")
             continue
@@ -117,13 +106,13 @@ def run_one(isolation: str, time_scale: float, out_dir: Path) -> dict[str, Any]:
             serving = Interval(info["started_unix_s"], max(info["started_unix_s"], t["teardown_unix_s"]))
         held.append(HeldReservation(v, r.gpus, tp, Interval(t["ready_unix_s"], t["released_unix_s"]), serving))
     span = span_of([Interval(t["requested_unix_s"], t.get("released_unix_s", t["requested_unix_s"]))
-                    for t in drv.timing.values()])
+                    for t in timing.values()])
     account = gpu_time_account(held, TOTAL_GPUS, span)
 
     # each variant's server started once: one entry per variant, and all its runs carry that server's pid
     runs = pq.read_table(Path(result.dataset_root) / spec.name / "runs").to_pandas()
-    planned = {v: sum(1 for p in make_plan(spec) if p.variant.name == v) for v in drv.timing}
-    starts_ok = set(result.servers) == set(drv.timing) and len(drv.timing) == 4
+    planned = {v: sum(1 for p in make_plan(spec) if p.variant.name == v) for v in timing}
+    starts_ok = set(result.servers) == set(timing) and len(timing) == 4
     pids: dict[str, list[Any]] = {}
     for row in runs.itertuples():
         pids.setdefault(str(row.variant), []).append(json.loads(row.provenance_json).get("server_pid"))

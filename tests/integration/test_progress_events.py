@@ -74,12 +74,14 @@ def test_a_server_that_cannot_start_is_failed_with_its_reason(ray_local: None, t
 
 
 def test_batches_shrink_only_with_a_watcher(tmp_path: Path) -> None:
-    from cluster.distributed.driver import LIVE_MIN_BATCH_ROWS, Driver
+    from cluster.distributed.driver import Driver
+    from cluster.distributed.point_run import LIVE_MIN_BATCH_ROWS, batch_rows_for
     from cluster.plan.runs import make_plan
 
     spec = parse_spec_text(SPEC.format(name="events-batch", out=tmp_path / "out", b_extra=""))
     p = make_plan(spec)[0]
     quiet = Driver(spec, tmp_path, None, lambda s: None, lambda p, s: None)
     watched = Driver(spec, tmp_path, None, lambda s: None, lambda p, s: None, on_event=lambda e: None)
-    assert quiet._batch_rows(p) == quiet.batch_rows == 4096
-    assert watched._batch_rows(p) == LIVE_MIN_BATCH_ROWS  # 40 requests / 20 updates = 2, raised to the minimum
+    assert (quiet.live, watched.live, quiet.batch_rows) == (False, True, 4096)
+    assert batch_rows_for(p, 4096, live=False) == 4096
+    assert batch_rows_for(p, 4096, live=True) == LIVE_MIN_BATCH_ROWS  # 40 requests / 20 updates = 2, raised to the minimum

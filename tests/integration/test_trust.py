@@ -218,16 +218,16 @@ def test_a_baseline_segment_that_raises_does_not_stall_the_others(ray_local: Non
     """Any error ending the baseline's segment publishes "no answers": before, only the failure paths the driver
     knew did, so an unexpected error left b's gate waiting health_timeout_s + 600 s (the pool joined b before the
     error surfaced)."""
-    from cluster.distributed.driver import Driver
+    from cluster.distributed.segment import SegmentRunner
 
-    real = Driver._new_load_actor
+    real = SegmentRunner.new_load_actor
 
     def broken(self: Any, pg: Any, variant: Any, index: int) -> Any:
         if variant.name == "a":
             raise RuntimeError("injected: load actor creation broke")
         return real(self, pg, variant, index)
 
-    monkeypatch.setattr(Driver, "_new_load_actor", broken)
+    monkeypatch.setattr(SegmentRunner, "new_load_actor", broken)
     spec = parse_spec_text(spec_text(tmp_path / "out", "raises", AB, extra="isolation: gpus"))
     with pytest.raises(RuntimeError, match="injected"):
         run_within(150, "b's gate waited for the answers of a baseline whose segment had raised", spec, tmp_path)
@@ -240,16 +240,16 @@ def test_other_variants_never_take_the_gpus_the_baseline_needs(ray_local: None, 
     """isolation: gpus, three tp-4 variants on 8 GPUs, the baseline's placement asked for last (a 2-s delay stands
     in for losing the race, which CI's test_tuning_experiment once did): before, b and c took all 8 GPUs and their
     gates waited health_timeout_s + 600 s for the answers of a baseline that could never be placed."""
-    import cluster.distributed.driver as driver_mod
+    import cluster.distributed.segment as segment_mod
 
-    real = driver_mod.placement_group
+    real = segment_mod.placement_group
 
     def late_for_the_baseline(bundles: Any, strategy: str, name: str) -> Any:
         if name.endswith("-a"):
             time.sleep(2.0)
         return real(bundles, strategy=strategy, name=name)
 
-    monkeypatch.setattr(driver_mod, "placement_group", late_for_the_baseline)
+    monkeypatch.setattr(segment_mod, "placement_group", late_for_the_baseline)
     variants = """  - {name: a, baseline: true}
   - {name: b, speculative: {algorithm: NEXTN, num_steps: 1}}
   - {name: c, speculative: {algorithm: NEXTN, num_steps: 2}}"""

@@ -35,7 +35,7 @@ def test_a_collapsed_run_is_invalid_in_results_show_and_left_out_of_compare(ray_
     import ray
     from ray import cloudpickle
 
-    import cluster.distributed.driver as driver_mod
+    import cluster.distributed.handles as handles_mod
     from cluster.cli import app
     from cluster.distributed.driver import Driver
 
@@ -65,7 +65,7 @@ health_timeout_s: 30
 output: {out}
 """)
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]  # by value
-    monkeypatch.setattr(driver_mod, "LoadActor", ray.remote(max_restarts=0)(CollapsingLoad))
+    monkeypatch.setattr(handles_mod, "LoadActor", ray.remote(max_restarts=0)(CollapsingLoad))
     result = Driver(spec, tmp_path, None, lambda s: None, lambda p, s: None).run()
 
     runs = pd.read_parquet(Path(result.dataset_root) / spec.name / "runs").set_index("workload")

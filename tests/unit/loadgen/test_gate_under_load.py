@@ -82,7 +82,7 @@ def test_a_clean_server_passes_and_no_filler_means_no_loaded_pass() -> None:
 def test_filler_is_the_highest_offered_concurrency_less_the_gate_prompts() -> None:
     from pathlib import Path
 
-    from cluster.distributed.driver import gate_filler
+    from cluster.distributed.gate_stage import gate_filler
     from cluster.config.loader import load_spec
 
     repo = Path(__file__).resolve().parents[3]

@@ -1,0 +1,217 @@
+"""One run on a running server: warmup and flush, every load actor's shard of the measured window streamed into the
+dataset, then the run judged (a server death is `failed`, retried on resubmission) and committed."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import pyarrow.compute as pc
+from ray.exceptions import RayActorError, RayTaskError
+from ray.util.placement_group import PlacementGroup
+
+from cluster.analysis.request_metrics import requests_lag
+from cluster.config.experiment import ExperimentSpec
+from cluster.dataset.run_facts import SegmentFacts, ServerFacts, WindowSummary
+from cluster.dataset.run_rows import build_run_row, failed_run_row
+from cluster.dataset.store import DatasetStore
+from cluster.dataset.writer import RunWriter
+from cluster.distributed.actors import LoadBatch, ShardSummary
+from cluster.distributed.handles import EngineHandle, LoadHandle
+from cluster.distributed.progress import PointRecords, PointStarted, ProgressEvent
+from cluster.distributed.run_records import DEATH_SETTLE_S, Death, DiedBeforeWindow, RunRecorder, error_text
+from cluster.distributed.teardown import kill_actors
+from cluster.kernel.runs import ResolvedVariant, RunPlan
+from cluster.server.process import with_decisive_line
+from cluster.telemetry.recorder import TelemetryCapture
+
+LIVE_UPDATES_PER_WINDOW = 20
+"""With a live watcher, a load actor hands out its finished requests about this often per window (batches of at
+least LIVE_MIN_BATCH_ROWS), so the view's requests done and running figures move during the window."""
+LIVE_MIN_BATCH_ROWS = 8
+
+
+def batch_rows_for(p: RunPlan, batch_rows: int, live: bool) -> int:
+    """Requests per batch out of a load actor: batch_rows, or smaller with a live watcher."""
+    if not live:
+        return batch_rows
+    per_update = -(-p.workload.num_requests // LIVE_UPDATES_PER_WINDOW)
+    return min(batch_rows, max(LIVE_MIN_BATCH_ROWS, per_update))
+
+
+class SharedNodes:
+    """Thread-shared bookkeeping: which variants run on which node right now (for `shared_node_with`)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.active: dict[str, str] = {}
+
+    def enter(self, variant: str, node_id: str) -> None:
+        with self.lock:
+            self.active[variant] = node_id
+
+    def leave(self, variant: str) -> None:
+        with self.lock:
+            self.active.pop(variant, None)
+
+    def neighbours(self, variant: str, node_id: str) -> set[str]:
+        with self.lock:
+            return {v for v, n in self.active.items() if n == node_id and v != variant}
+
+
+@dataclass
+class ServerStart:
+    """One server start's live parts: its placement group, actors and facts (its load actors are replaced after one
+    fails while its server lives)."""
+
+    variant: ResolvedVariant
+    pg: PlacementGroup
+    seg: SegmentFacts
+    engine: Optional[EngineHandle] = None
+    loads: list[LoadHandle] = field(default_factory=list)
+    server: Optional[ServerFacts] = None
+
+
+NewLoadActor = Callable[[PlacementGroup, ResolvedVariant, int], LoadHandle]
+
+
+class PointRunner:
+    """Measures runs on server starts; shared by every segment thread of one experiment."""
+
+    def __init__(self, spec: ExperimentSpec, store: DatasetStore, recorder: RunRecorder, shared: SharedNodes,
+                 log: Callable[[str], None], on_event: Callable[[ProgressEvent], None], live: bool,
+                 batch_rows: int, new_load_actor: NewLoadActor) -> None:
+        self.spec = spec
+        self.store = store
+        self.recorder = recorder
+        self.shared = shared
+        self.log = log
+        self.on_event = on_event
+        self.live = live
+        self.batch_rows = batch_rows
+        self.new_load_actor = new_load_actor
+
+    def _stream_window(self, p: RunPlan, s: ServerStart, server: ServerFacts, engine: EngineHandle,
+                       writer: RunWriter) -> WindowSummary:
+        """Warmup and flush (first load actor), then every load actor runs its shard of the window; record batches
+        are written as they arrive, so neither the actors nor the driver hold a whole long window."""
+        model_name = self.spec.model.served_name or self.spec.model.path
+        loads = s.loads
+        prep = loads[0].prepare(server.base_url, p.workload, p.load, p.seed, self.spec.warmup_requests, model_name,
+                                self.spec.request_timeout_s)
+        if not engine.alive():
+            raise DiedBeforeWindow("server died before the measured window")
+        n = len(loads)
+        start = time.time() + 1.0 if n > 1 else None  # shards start their windows together
+        telemetry = self.spec.telemetry
+        if telemetry.enabled:  # sampling brackets the window: it starts before the first send, stops after the last
+            why_not = engine.telemetry_start(telemetry.rate_hz)
+            if why_not:
+                self.log(f"[{p.variant.name}] no GPU telemetry: {why_not}")
+        capture: Optional[TelemetryCapture] = None
+        try:
+            streams = [a.stream(server.base_url, p.workload, p.load, p.seed, model_name, self.spec.request_timeout_s,
+                                i, n, start, batch_rows=batch_rows_for(p, self.batch_rows, self.live))
+                       for i, a in enumerate(loads)]
+            summaries: list[ShardSummary] = []
+            for stream in streams:
+                for item in stream:
+                    if isinstance(item, LoadBatch):
+                        writer.write("requests", item.requests)
+                        writer.write("chunks", item.chunks)
+                        self.on_event(PointRecords(p, item.requests))
+                    else:
+                        summaries.append(item)
+        finally:
+            if telemetry.enabled:
+                capture = engine.telemetry_stop()
+        first = summaries[0]
+        t0 = min(x.window_start_unix_s for x in summaries)
+        t0_mono = min(summaries, key=lambda x: x.window_start_unix_s).window_start_monotonic_ns
+        gpu = capture.aligned(t0_mono) if capture is not None and capture.samples.num_rows else None
+        requests = writer.read("requests")
+        lag = requests_lag(requests)  # over every shard's rows: the figure the runs row stores and is judged on
+        lag_p50_ns, lag_p99_ns = (round(lag.p50_ns), round(lag.p99_ns)) if lag else (0, 0)
+        return WindowSummary(
+            requests=requests,
+            chunks=writer.read("chunks"),
+            window_start_unix_s=t0,
+            duration_s=max(x.window_start_unix_s + x.duration_s for x in summaries) - t0,
+            lag_p50_ns=lag_p50_ns,
+            lag_p99_ns=lag_p99_ns,
+            counters_before=first.counters_before,
+            counters_after=first.counters_after,
+            warmup_ok=prep.warmup_ok,
+            flushed=prep.flushed,
+            load_actor_peak_buffered_rows=max(x.peak_buffered_rows for x in summaries),
+            server_metrics=first.server_metrics,
+            gpu_metrics=gpu,
+            telemetry=capture,
+            samples=tuple(sorted((x for sm in summaries for x in sm.samples), key=lambda x: x.request_index)),
+            selection=first.selection,
+        )
+
+    def run(self, p: RunPlan, s: ServerStart) -> Optional[Death]:
+        """Measure one run; if the server died, where and its log tail. A server death is `failed` (retried on
+        resubmission), recorded on the run whose window it happened in; a failed load actor is replaced."""
+        engine, server, seg = s.engine, s.server, s.seg
+        assert engine is not None and server is not None
+        if not engine.alive():
+            # found dead between runs (its actor was killed, or it crashed after the last window): no warmup or
+            # flush retries against a server that is gone
+            tail = engine.log_tail()
+            self.recorder.failed(p, "server died before this run started", tail, server, seg)
+            return Death(f"found dead before run {p.order_index} started", tail)
+        neighbours = self.shared.neighbours(p.variant.name, server.node_id)
+        writer = RunWriter(self.store, p)
+        self.on_event(PointStarted(p))
+        try:
+            out = self._stream_window(p, s, server, engine, writer)
+        except DiedBeforeWindow:
+            writer.abort()
+            tail = engine.log_tail()
+            self.recorder.failed(p, "server died before this run's measured window (during warmup or the cache "
+                                    "flush)", tail, server, seg)
+            return Death(f"it died before the window of run {p.order_index}", tail)
+        except (RayActorError, RayTaskError) as e:
+            writer.abort()
+            reason, _ = error_text(e)
+            alive = engine.alive()
+            tail = engine.log_tail()
+            if not alive:
+                self.recorder.failed(p, f"server died during the measured window: {reason}", tail, server, seg)
+                return Death(f"it died in the window of run {p.order_index}", tail)
+            self.recorder.failed(p, f"load actor failed: {reason}", tail, server, seg)
+            kill_actors(s.loads)
+            s.loads = [self.new_load_actor(s.pg, p.variant, i) for i in range(len(s.loads))]
+            return None
+        n_req = out.requests.num_rows
+        n_err = n_req - int(pc.sum(pc.is_null(out.requests.column("error"))).as_py() or 0) if n_req else 0
+        # failed requests may mean a dying server whose watchdog has not noticed yet: look again before judging
+        alive = engine.alive(settle_s=DEATH_SETTLE_S if n_err else 0.0)
+        neighbours |= self.shared.neighbours(p.variant.name, server.node_id)
+        if not alive and n_err:
+            tail = engine.log_tail()
+            writer.commit(failed_run_row(p, with_decisive_line(f"server died during the measured window ({n_err} of "
+                                                               f"{n_req} requests failed)", tail),
+                                         tail, server, seg, self.spec, self.recorder.git_sha))
+            self.recorder.finish(p, "failed", {"failure_reason": "server died during the measured window"})
+            return Death(f"it died in the window of run {p.order_index}", tail)
+        # dead with every request answered: it died after this window, whose measurement is whole
+        row = build_run_row(p, out, server, seg, self.spec, sorted(neighbours), self.recorder.git_sha)
+        self.recorder.result.attainment[p.run_key] = row.get("m_slo_attainment")
+        from cluster.loadgen.output_sample import samples_table
+
+        sm, gm = out.server_metrics, out.gpu_metrics
+        extra: dict[str, Any] = {"server_metrics": sm} if sm is not None and sm.num_rows else {}
+        if gm is not None and gm.num_rows:
+            extra["gpu_metrics"] = gm
+        if out.samples:  # the output ids of the run's deterministic sample: the evidence of a garbage verdict
+            extra["output_samples"] = samples_table(out.samples)
+        writer.commit(row, extra or None)
+        self.recorder.finish(p, row["status"], row)
+        if not alive:
+            return Death(f"it died after the window of run {p.order_index}", engine.log_tail())
+        return None

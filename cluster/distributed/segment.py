@@ -1,0 +1,155 @@
+"""One segment: a variant's server started once on its placement group, its gate, its planned runs and capacity
+searches measured on it in order, its kernel profile, then teardown."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import ray
+from ray.exceptions import RayActorError, RayTaskError
+from ray.util.placement_group import PlacementGroup, placement_group
+
+from cluster.config.experiment import ExperimentSpec
+from cluster.dataset.run_facts import GateVerdict, SegmentFacts, ServerRecord
+from cluster.distributed.capacity_search import CapacitySearches
+from cluster.distributed.gate_stage import GateStage
+from cluster.distributed.handles import LoadHandle, new_engine_actor, new_load_actor
+from cluster.distributed.point_run import PointRunner, ServerStart, SharedNodes
+from cluster.distributed.profile_stage import profile_variant
+from cluster.distributed.progress import ProgressEvent, ServerState
+from cluster.distributed.run_records import Death, ExperimentResult, RunRecorder, error_text
+from cluster.distributed.teardown import teardown
+from cluster.kernel.runs import ResolvedVariant, RunPlan
+from cluster.plan.schedule import Reservation
+from cluster.tuning.stage import ARTIFACT_KINDS, with_artifact
+
+PLACEMENT_PROGRESS_S = 10.0
+
+
+class SegmentRunner:
+    """Runs segments, one per call of `run` (from the driver's segment threads)."""
+
+    def __init__(self, spec: ExperimentSpec, result: ExperimentResult, recorder: RunRecorder, gates: GateStage,
+                 searches: CapacitySearches, log: Callable[[str], None],
+                 on_event: Callable[[ProgressEvent], None], live: bool, batch_rows: int, base_dir: Path,
+                 log_dir: Path, artifacts: dict[str, Any], tuning_failures: dict[str, str]) -> None:
+        self.spec = spec
+        self.result = result
+        self.recorder = recorder
+        self.gates = gates
+        self.searches = searches
+        self.log = log
+        self.on_event = on_event
+        self.base_dir = base_dir
+        self.log_dir = log_dir
+        self.artifacts = artifacts
+        """variant → its tuning artifact (tuning/stage.py), from the tuning stage."""
+        self.tuning_failures = tuning_failures
+        self.shared = SharedNodes()
+        self.points = PointRunner(spec, recorder.store, recorder, self.shared, log, on_event, live, batch_rows,
+                                  self.new_load_actor)
+
+    def wait_pg(self, pg: PlacementGroup, variant: str, gpus: int) -> None:
+        t0 = time.monotonic()
+        while True:
+            ready, _ = ray.wait([pg.ready()], timeout=PLACEMENT_PROGRESS_S)
+            if ready:
+                return
+            free = ray.available_resources().get("GPU", 0)
+            self.log(f"[{variant}] waiting {time.monotonic() - t0:.0f} s for {gpus} GPU(s) on one node "
+                     f"({free:g} GPU free cluster-wide; other variants are still running)")
+
+    def new_load_actor(self, pg: PlacementGroup, variant: ResolvedVariant, index: int) -> LoadHandle:
+        return new_load_actor(pg, self.spec.name, variant, index, str(self.base_dir))
+
+    def _record_all_failed(self, runs: list[RunPlan], reason: str, tail: str) -> None:
+        for p in runs:
+            self.recorder.failed(p, reason, tail, None, None)
+
+    def run(self, variant: ResolvedVariant, runs: list[RunPlan], todo: set[str], r: Reservation,
+            seg: SegmentFacts) -> None:
+        """Start the variant's server, gate it, measure its runs still to do (and its searches), tear it down."""
+        planned = runs  # a capacity search goes on in a segment whose planned runs are all done
+        runs = [p for p in runs if p.run_key in todo]
+        n_load = self.spec.load.actors_per_server
+        self.gates.wait_baseline_placed(variant)
+        bundles = [{"GPU": float(r.gpus)}] + [{"CPU": float(r.cpus_for_load)}] * n_load
+        s = ServerStart(variant, placement_group(bundles, strategy="STRICT_PACK",
+                                                 name=f"sglbench-{self.spec.name}-{variant.name}"), seg)
+        try:
+            self._serve(s, planned, runs, r.gpus, n_load)
+        finally:
+            if not self.gates.board.has(variant.name):
+                # whatever ended this segment (an unexpected error included), no other variant's gate may wait
+                # health_timeout_s + 600 s for answers this one will never give
+                self.gates.board.put(variant.name, None)
+            self.shared.leave(variant.name)
+            teardown(s.engine, s.loads, s.pg, s.server, self.log)
+            self.on_event(ServerState(variant.name, "stopped"))
+            if s.server is not None:
+                self.result.servers[variant.name] = ServerRecord(s.server, replace(s.seg, stopped_unix_s=time.time()))
+
+    def _serve(self, s: ServerStart, planned: list[RunPlan], runs: list[RunPlan], gpus: int, n_load: int) -> None:
+        variant = s.variant
+        art = self.artifacts.get(variant.name)
+        if variant.tuning is not None and variant.tuning.kind in ARTIFACT_KINDS and art is None:
+            reason = self.tuning_failures.get(variant.name, "no tuning artifact was produced")
+            self._record_all_failed(runs, f"tuning stage failed: {reason}", "")
+            self.gates.board.put(variant.name, None)
+            return
+        self.on_event(ServerState(variant.name, "placing", f"{gpus} GPU(s)"))
+        self.wait_pg(s.pg, variant.name, gpus)
+        self.on_event(ServerState(variant.name, "starting"))
+        self.gates.placed(variant)
+        s.engine = new_engine_actor(s.pg, self.spec.name, with_artifact(variant, art),
+                                    self.spec.engines.get(variant.engine), str(self.log_dir))
+        try:
+            port = variant.args.get("port")
+            s.server = server = s.engine.start(self.spec.health_timeout_s,
+                                               int(port) if isinstance(port, (int, str)) else None)
+        except (RayTaskError, RayActorError) as e:
+            reason, tail = error_text(e)
+            self.log(f"[{variant.name}] server failed to start: {reason}")
+            self.on_event(ServerState(variant.name, "failed", reason))
+            self._record_all_failed(runs, f"server start failed: {reason}", tail)
+            self.gates.board.put(variant.name, None)
+            return
+        if art is not None:
+            s.seg = replace(s.seg, tuning_artifact=art.hash)
+        self.result.servers[variant.name] = ServerRecord(server, s.seg)
+        self.shared.enter(variant.name, server.node_id)
+        self.log(f"[{variant.name}] server healthy in {server.startup_s:.1f} s on GPUs "
+                 f"{server.cuda_visible_devices or '-'} (pid {server.pid}, port {server.port}, log "
+                 f"{server.hostname}:{server.log_path})")
+        self.on_event(ServerState(variant.name, "healthy", f"in {server.startup_s:.1f} s"))
+        s.loads = [self.new_load_actor(s.pg, variant, i) for i in range(n_load)]
+        s.seg = replace(s.seg, load_actor_cuda_visible_devices=s.loads[0].visible_gpus(),
+                        load_actor_node_id=s.loads[0].node_id(), load_actors=n_load)
+        self.result.servers[variant.name] = ServerRecord(server, s.seg)
+        if self.spec.correctness.enabled:
+            self.on_event(ServerState(variant.name, "gate"))
+        gate = self.gates.run(variant, s.loads[0], server) if self.spec.correctness.enabled \
+            else GateVerdict(True, ("correctness gate disabled in the spec",), skipped=True)
+        s.seg = replace(s.seg, correctness=gate)
+        self.result.servers[variant.name] = ServerRecord(server, s.seg)
+        if not gate.passed:
+            self.log(f"[{variant.name}] correctness gate FAILED: {'; '.join(gate.reasons)}")
+            self.on_event(ServerState(variant.name, "failed", "correctness gate failed"))
+            for p in runs:
+                self.recorder.invalid(p, "correctness gate failed: " + "; ".join(gate.reasons), server, s.seg)
+            return
+        self.on_event(ServerState(variant.name, "measuring"))
+        death: Optional[Death] = None
+        for p in runs:
+            if death is not None:
+                self.recorder.failed(p, f"server died during an earlier run of this variant ({death.where})",
+                                     death.tail, server, s.seg)
+                continue
+            death = self.points.run(p, s)
+        if death is None and self.spec.load.search is not None:
+            death = self.searches.run(variant, planned, server, lambda p: self.points.run(p, s))
+        if variant.profile is not None and death is None and runs:
+            profile_variant(self.spec, self.recorder.store, self.log, variant, s.engine, s.loads[0], server, runs[0])
