@@ -27,6 +27,7 @@ from cluster.kernel.records import REQUESTS_SCHEMA
 from cluster.config.loader import parse_spec_text
 from cluster.dataset.store import DatasetStore
 from cluster.analysis.results import Results
+from cluster.kernel.run_row import RunRow
 
 SPEC = """
 version: 1
@@ -103,7 +104,7 @@ def build(root: str, runs: int, per_run: int) -> None:
         metrics = {"output_tok_s": tok_s, "ttft_ms_p50": 80.0 * rng.lognormal(0, 0.02),
                    "ttft_ms_p99": 160.0 * rng.lognormal(0, 0.05), "tpot_ms_mean": 12.0 * rng.lognormal(0, 0.02),
                    "e2e_ms_p99": 900.0 * rng.lognormal(0, 0.05), "accept_length": 2.3 if spec_run else None}
-        store.write_run(p, {"status": "ok", "duration_s": 60.0, "metrics": metrics})  # runs row = commit
+        store.write_run(p, RunRow(status="ok", duration_s=60.0, metrics=metrics))  # runs row = commit
         # write_run (no requests given) removes a requests file, so the rows are written after it
         # as the store writes it: the variant is the partition directory, not a column of the file
         pq.write_table(t.drop_columns(["variant"]), path, compression="zstd", write_page_checksum=True)

@@ -24,6 +24,7 @@ from cluster.loadgen.sink import request_batches
 from cluster.plan.runs import make_plan
 from cluster.config.loader import parse_spec_text
 from cluster.analysis.results import Results
+from cluster.kernel.run_row import RunRow
 
 SPEC = """
 version: 1
@@ -49,7 +50,7 @@ def build(root: str, per_run: int) -> None:
                               chunk_arrival_ns=[i * 1000 + 50 + i % 13, i * 1000 + 90 + i % 7], chunk_tokens=[1, 2],
                               completion_tokens=3) for i in range(per_run)]
         reqs, chunks = request_batches(recs)
-        store.write_run(p, {"status": "ok", "duration_s": 100.0, "metrics": summarize_run(reqs, chunks, 100.0)},
+        store.write_run(p, RunRow(status="ok", duration_s=100.0, metrics=summarize_run(reqs, chunks, 100.0)),
                         reqs, chunks)
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Optional
+from dataclasses import replace
+from typing import Any, Iterable, Mapping, Optional
 
 import pyarrow as pa
 
 from cluster.version import __version__
 from cluster.dataset.run_facts import SegmentFacts, ServerFacts, WindowSummary
+from cluster.kernel.run_row import RunRow, RunStatus
 from cluster.kernel.runs import RunPlan
 from cluster.config.experiment import ExperimentSpec
 
@@ -31,14 +33,14 @@ def _engine_version(p: RunPlan, spec: ExperimentSpec, server: Optional[ServerFac
     return engine_version
 
 
-def _common(p: RunPlan, spec: ExperimentSpec, server: Optional[ServerFacts], segment: Optional[SegmentFacts],
-            git_sha: Optional[str], peak_buffered_rows: Optional[int] = None) -> dict[str, Any]:
+def _provenance(p: RunPlan, spec: ExperimentSpec, server: Optional[ServerFacts], segment: Optional[SegmentFacts],
+                git_sha: Optional[str], peak_buffered_rows: Optional[int] = None) -> dict[str, object]:
+    """The run's provenance_json object: who ran it where, with what (the server's own answers among it)."""
     v = p.variant
     s, g = server, segment
-    engine_version = _engine_version(p, spec, s)
-    provenance = {
+    return {
         "engine": v.engine,
-        "engine_version": engine_version,
+        "engine_version": _engine_version(p, spec, s),
         "host": s.hostname if s else None,
         "node_id": s.node_id if s else None,
         "gpu_ids": s.gpu_ids if s else None,
@@ -65,29 +67,37 @@ def _common(p: RunPlan, spec: ExperimentSpec, server: Optional[ServerFacts], seg
         "load_actor_peak_buffered_rows": peak_buffered_rows,
         "isolation": spec.isolation,
     }
+
+
+def _common(p: RunPlan, spec: ExperimentSpec, server: Optional[ServerFacts], segment: Optional[SegmentFacts],
+            git_sha: Optional[str], provenance: Mapping[str, object], status: RunStatus) -> RunRow:
+    """The columns every run has, measured or not (the plan, the server's facts, provenance)."""
+    v = p.variant
+    s, g = server, segment
     sp = v.speculative
-    return {
-        "seed": p.seed,
-        "order_index": p.order_index,
-        "input_tokens": p.workload.input_tokens_nominal(),
-        "output_tokens": p.workload.output_tokens_nominal(),
-        "max_tokens": p.workload.output_tokens_nominal(),
-        "tp": v.tp,
-        "variant_family": v.family,
-        "is_baseline": v.is_baseline,
-        "spec_algorithm": sp.algorithm if sp else None,
-        "spec_num_steps": sp.num_steps if sp else None,
-        "spec_num_draft_tokens": sp.num_draft_tokens if sp else None,
-        "provenance_json": json.dumps(provenance, sort_keys=True, default=str),
-        "launch_argv_json": json.dumps((s.argv if s else None) or []),
-        "resolved_args_json": json.dumps((s.resolved_args if s else None) or {}, sort_keys=True, default=str),
-        "gpu_ids": ",".join(str(x) for x in (s.gpu_ids if s else None) or []),
-        "node": s.hostname if s else None,
-        "engine_version": engine_version,
-        "sglbench_version": __version__,
-        "git_sha": git_sha,
-        "tuning_artifact": g.tuning_artifact if g else None,
-    }
+    return RunRow(
+        status=status,
+        seed=p.seed,
+        order_index=p.order_index,
+        input_tokens=p.workload.input_tokens_nominal(),
+        output_tokens=p.workload.output_tokens_nominal(),
+        max_tokens=p.workload.output_tokens_nominal(),
+        tp=v.tp,
+        variant_family=v.family,
+        is_baseline=v.is_baseline,
+        spec_algorithm=sp.algorithm if sp else None,
+        spec_num_steps=sp.num_steps if sp else None,
+        spec_num_draft_tokens=sp.num_draft_tokens if sp else None,
+        provenance_json=json.dumps(provenance, sort_keys=True, default=str),
+        launch_argv_json=json.dumps((s.argv if s else None) or []),
+        resolved_args_json=json.dumps((s.resolved_args if s else None) or {}, sort_keys=True, default=str),
+        gpu_ids=",".join(str(x) for x in (s.gpu_ids if s else None) or []),
+        node=s.hostname if s else None,
+        engine_version=_engine_version(p, spec, s),
+        sglbench_version=__version__,
+        git_sha=git_sha,
+        tuning_artifact=g.tuning_artifact if g else None,
+    )
 
 
 def offered_concurrency(p: RunPlan, n_requests: int) -> Optional[int]:
@@ -175,26 +185,26 @@ def reported_cap(provenance: Iterable[Optional[str]]) -> Optional[float]:
     return min(caps) if caps else None
 
 
-def _workload_columns(out: WindowSummary) -> dict[str, Any]:
-    """The workload audit's runs columns and its invalid reasons (under "reasons"); nothing audited without a
+def _with_audit(row: RunRow, out: WindowSummary) -> tuple[RunRow, list[str]]:
+    """The row with the workload audit's columns, and the audit's invalid reasons; nothing audited without a
     selection."""
     if out.selection is None:
-        return {"reasons": []}
+        return row, []
     from cluster.analysis.workload_audit import audit_workload
 
     a = audit_workload(out.requests, out.selection)
-    cols: dict[str, Any] = {"reasons": [f"workload not the one planned: {r}" for r in a.reasons],
-                            "distinct_prompts_sent": a.distinct_sent, "distinct_prompts_planned": a.distinct_planned,
-                            "category_shares_sent": a.share_json(sent=True),
-                            "category_shares_selection": a.share_json(sent=False)}
-    for side, qs in (("sent", a.lengths_sent), ("selection", a.lengths_selection)):
-        for name, v in zip(("p10", "p50", "p90"), qs or (None, None, None)):
-            cols[f"input_tokens_{side}_{name}"] = v
-    return cols
+    sent = a.lengths_sent or (None, None, None)
+    sel = a.lengths_selection or (None, None, None)
+    row = replace(row, distinct_prompts_sent=a.distinct_sent, distinct_prompts_planned=a.distinct_planned,
+                  category_shares_sent=a.share_json(sent=True), category_shares_selection=a.share_json(sent=False),
+                  input_tokens_sent_p10=sent[0], input_tokens_sent_p50=sent[1], input_tokens_sent_p90=sent[2],
+                  input_tokens_selection_p10=sel[0], input_tokens_selection_p50=sel[1],
+                  input_tokens_selection_p90=sel[2])
+    return row, [f"workload not the one planned: {r}" for r in a.reasons]
 
 
 def build_run_row(p: RunPlan, out: WindowSummary, server: ServerFacts, segment: SegmentFacts,
-                  spec: ExperimentSpec, neighbours: list[str], git_sha: Optional[str]) -> dict[str, Any]:
+                  spec: ExperimentSpec, neighbours: list[str], git_sha: Optional[str]) -> RunRow:
     from cluster.analysis.metrics import summarize_run
 
     m = summarize_run(out.requests, out.chunks, out.duration_s, spec.slo)
@@ -233,62 +243,46 @@ def build_run_row(p: RunPlan, out: WindowSummary, server: ServerFacts, segment: 
     invalid.extend(cap_reasons)
     if garbage and spec.correctness.check_output_samples:
         invalid.append(garbage)
-    audit = _workload_columns(out)
-    invalid.extend(audit.pop("reasons"))
     from cluster.analysis.steady_state import steady_state
 
     offered = offered_concurrency(p, n_req) if p.load.kind == "concurrency" else p.load.value
     ss = steady_state(out.requests, p.load.kind, offered, out.duration_s)
     output_sample["judged"] = spec.correctness.check_output_samples
-    status = "failed" if n_ok == 0 else ("invalid" if invalid else "ok")
-    row = _common(p, spec, server, segment, git_sha, out.load_actor_peak_buffered_rows)
-    provenance = json.loads(row["provenance_json"])
+    provenance = _provenance(p, spec, server, segment, git_sha, out.load_actor_peak_buffered_rows)
     provenance["concurrency"] = concurrency
     telemetry: dict[str, object] = out.telemetry.provenance() if out.telemetry is not None else {"source": None, "unavailable":
                                                                              "telemetry disabled or not captured"}
     telemetry["throttle_reasons"] = throttle_summary(out.gpu_metrics, out.duration_s)
     provenance["telemetry"] = telemetry
     provenance["output_sample"] = output_sample
-    row["provenance_json"] = json.dumps(provenance, sort_keys=True, default=str)
-    row.update({
-        "status": status,
-        "failure_reason": "no request succeeded" if n_ok == 0 else None,
-        "invalid_reasons": "; ".join(invalid) if invalid else None,
-        "log_tail": None,
-        "window_start_unix_s": out.window_start_unix_s,
-        "duration_s": out.duration_s,
-        "n_requests": n_req,
-        "n_ok": n_ok,
-        "n_errors": n_req - n_ok,
-        "metrics_json": json.dumps(m, sort_keys=True, default=float),
-        "server_counters_json": json.dumps({"before": out.counters_before, "after": out.counters_after,
-                                            "delta": deltas}, sort_keys=True),
-        "shared_node_with": ",".join(neighbours),
-        **audit,
-        "steady_start_ns": ss.start_ns if ss else None, "steady_end_ns": ss.end_ns if ss else None,
-        "steady_share": ss.share if ss else None, "steady_output_tps": ss.output_tps if ss else None,
-        "steady_tpot_ms": ss.tpot_ms if ss else None, "steady_accept_length": ss.accept_length if ss else None,
-        "steady_requests": ss.requests if ss else None, "steady_rule": ss.rule if ss else None,
-    })
-    for k, val in m.items():
-        row[f"m_{k}"] = val
-    return row
+    row, audit_reasons = _with_audit(_common(p, spec, server, segment, git_sha, provenance, "ok"), out)
+    invalid.extend(audit_reasons)
+    status: RunStatus = "failed" if n_ok == 0 else ("invalid" if invalid else "ok")
+    return replace(
+        row,
+        status=status,
+        failure_reason="no request succeeded" if n_ok == 0 else None,
+        invalid_reasons="; ".join(invalid) if invalid else None,
+        window_start_unix_s=out.window_start_unix_s,
+        duration_s=out.duration_s,
+        n_requests=n_req,
+        n_ok=n_ok,
+        n_errors=n_req - n_ok,
+        metrics_json=json.dumps(m, sort_keys=True, default=float),
+        server_counters_json=json.dumps({"before": out.counters_before, "after": out.counters_after,
+                                         "delta": deltas}, sort_keys=True),
+        shared_node_with=",".join(neighbours),
+        steady_start_ns=ss.start_ns if ss else None, steady_end_ns=ss.end_ns if ss else None,
+        steady_share=ss.share if ss else None, steady_output_tps=ss.output_tps if ss else None,
+        steady_tpot_ms=ss.tpot_ms if ss else None, steady_accept_length=ss.accept_length if ss else None,
+        steady_requests=ss.requests if ss else None, steady_rule=ss.rule if ss else None,
+        metrics=m,
+    )
 
 
 def failed_run_row(p: RunPlan, reason: str, log_tail: str, server: Optional[ServerFacts],
-                   segment: Optional[SegmentFacts], spec: ExperimentSpec, git_sha: Optional[str]) -> dict[str, Any]:
+                   segment: Optional[SegmentFacts], spec: ExperimentSpec, git_sha: Optional[str]) -> RunRow:
     """A run that measured nothing (start failed, server died, load actor failed); facts are None when unknown."""
-    row = _common(p, spec, server, segment, git_sha)
-    row.update({
-        "status": "failed",
-        "failure_reason": reason,
-        "invalid_reasons": None,
-        "log_tail": log_tail[-8000:] if log_tail else None,
-        "n_requests": 0,
-        "n_ok": 0,
-        "n_errors": 0,
-        "metrics_json": "{}",
-        "server_counters_json": "{}",
-        "shared_node_with": "",
-    })
-    return row
+    row = _common(p, spec, server, segment, git_sha, _provenance(p, spec, server, segment, git_sha), "failed")
+    return replace(row, failure_reason=reason, log_tail=log_tail[-8000:] if log_tail else None, n_requests=0,
+                   n_ok=0, n_errors=0, metrics_json="{}", server_counters_json="{}", shared_node_with="")

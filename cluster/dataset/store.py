@@ -19,12 +19,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import shutil
 import tempfile
 import uuid
 from contextlib import contextmanager
-from typing import Any, Iterable, Iterator, Mapping, Optional, Union
+from typing import Any, Iterator, Mapping, Optional, Union
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -36,14 +35,13 @@ from cluster.dataset.lock import DatasetLock
 from cluster.dataset.reading import (FINISHED_STATUSES, TABLE_RE, TABLE_SCHEMAS, VARIANT_TABLES, ExperimentNotFound,
                                      StoreReader, list_experiments)
 from cluster.kernel.records import KEY_FIELDS
-from cluster.kernel.run_row import RUN_FIELDS, RUN_METRIC_NAMES, RUNS_SCHEMA
+from cluster.kernel.run_row import RUN_FIELDS, RUN_METRIC_NAMES, RUNS_SCHEMA, RunRow
 from cluster.dataset.root import PARTITION_COLUMN, RUN_KEY_RE, StoreError, list_dir, open_root, safe_name
 
 Records = Union[pa.Table, pa.RecordBatch]
 
 _KEY_NAMES = [f.name for f in KEY_FIELDS]
 _METRIC_SET = set(RUN_METRIC_NAMES)
-_RUN_NAMES = {f.name for f in RUN_FIELDS}
 STAGING_DIR = "_staging"
 
 
@@ -110,27 +108,22 @@ class DatasetStore(StoreReader):
         self._write_file(path, _parquet_bytes(_without_partition(table)))
         return path
 
-    def runs_row(self, plan: RunPlan, run_row: dict[str, Any]) -> pa.Table:
-        """The one-row runs table: KEY_FIELDS + RUN_FIELDS (defaults from the plan) + m_<metric> columns.
+    def runs_row(self, plan: RunPlan, run_row: RunRow) -> pa.Table:
+        """The one-row runs table: KEY_FIELDS + RUN_FIELDS (a field left None that the plan knows is the plan's) +
+        m_<metric> columns.
 
-        Metrics come from `m_<name>` keys of run_row and/or run_row["metrics"] (a dict), else from
-        run_row["metrics_json"]; metrics beyond RUN_METRIC_NAMES get extra float64 m_ columns after the fixed ones.
-        Unknown keys are an error (they would silently vanish otherwise).
+        Metrics come from run_row.metrics, else (when it is empty) from run_row.metrics_json; metrics beyond
+        RUN_METRIC_NAMES get extra float64 m_ columns after the fixed ones.
         """
-        row = dict(run_row)
-        given = row.pop("metrics", None)
-        m_cols = {k[2:]: row.pop(k) for k in list(row) if k.startswith("m_")}
-        unknown = sorted(set(row) - _RUN_NAMES)
-        if unknown:
-            raise StoreError(f"runs row has unknown fields {unknown}; expected fields of run_row.RUN_FIELDS")
-        if given is None and not m_cols and row.get("metrics_json"):
-            given = json.loads(row["metrics_json"])
-        metrics: dict[str, Any] = {**(given or {}), **m_cols}
-        if row.get("metrics_json") is None:
-            row["metrics_json"] = json.dumps(metrics, sort_keys=True, default=_json_default)
+        metrics: Mapping[str, object] = run_row.metrics
+        if not metrics and run_row.metrics_json:
+            metrics = json.loads(run_row.metrics_json)
+        row = {f.name: getattr(run_row, f.name) for f in RUN_FIELDS}
+        if row["metrics_json"] is None:
+            row["metrics_json"] = json.dumps(dict(metrics), sort_keys=True, default=_json_default)
         v, w = plan.variant, plan.workload
-        defaults: dict[str, Any] = {
-            "status": "ok", "seed": plan.seed, "order_index": plan.order_index, "tp": v.tp,
+        defaults: dict[str, object] = {
+            "seed": plan.seed, "order_index": plan.order_index, "tp": v.tp,
             "variant_family": v.family or v.name, "is_baseline": v.is_baseline,
             "spec_algorithm": v.speculative.algorithm if v.speculative else None,
             "spec_num_steps": v.speculative.num_steps if v.speculative else None,
@@ -144,7 +137,7 @@ class DatasetStore(StoreReader):
                 row[k] = d
         cols: dict[str, pa.Array] = self._key_columns(plan, 1)
         for f in RUN_FIELDS:
-            cols[f.name] = pa.array([row.get(f.name)], type=f.type)
+            cols[f.name] = pa.array([row[f.name]], type=f.type)
         extra = sorted(n for n in metrics if n not in _METRIC_SET and TABLE_RE.match(n))
         for n in list(RUN_METRIC_NAMES) + extra:
             cols[f"m_{n}"] = pa.array([_as_float(metrics.get(n))], type=pa.float64())
@@ -166,7 +159,7 @@ class DatasetStore(StoreReader):
             raise write_error(d, e, "create the staging directory") from e
         return d
 
-    def commit_run(self, plan: RunPlan, run_row: dict[str, Any], staging: str,
+    def commit_run(self, plan: RunPlan, run_row: RunRow, staging: str,
                    staged: Optional[Mapping[str, str]] = None, tables: Optional[Mapping[str, Records]] = None) -> None:
         """Commit one run; every writer of a run ends here (write_run, RunWriter.commit).
 
@@ -192,7 +185,7 @@ class DatasetStore(StoreReader):
         finally:
             remove_tree(staging)
 
-    def write_run(self, plan: RunPlan, run_row: dict[str, Any], requests: Optional[Records] = None,
+    def write_run(self, plan: RunPlan, run_row: RunRow, requests: Optional[Records] = None,
                   chunks: Optional[Records] = None) -> None:
         """Write one whole run through commit_run (a table given as None has no file afterwards)."""
         self.runs_row(plan, run_row)  # a bad row is refused before a staging directory exists

@@ -9,7 +9,7 @@ error (disk full) aborts the run and raises WriteError naming the file.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Mapping, Optional
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 from cluster.dataset.atomic import remove_tree, sync_file, write_error
 from cluster.kernel.runs import RunPlan
 from cluster.kernel.records import CHUNK_BATCH_SCHEMA, REQUEST_BATCH_SCHEMA
+from cluster.kernel.run_row import RunRow
 from cluster.dataset.store import DatasetStore, Records
 
 SPOOL_TABLES = ("requests", "chunks")
@@ -72,7 +73,7 @@ class RunWriter:
             return self.store.file_rows(table, self.plan, _empty(table))
         return pq.read_table(self.files[table], columns=columns)
 
-    def commit(self, run_row: dict[str, Any], extra: Optional[dict[str, Records]] = None) -> None:
+    def commit(self, run_row: RunRow, extra: Optional[Mapping[str, Records]] = None) -> None:
         """Commit the spooled tables (an empty file for one that got no rows) and `extra` whole tables."""
         self._close()
         tables: dict[str, Records] = {t: _empty(t) for t in SPOOL_TABLES if t not in self.files}

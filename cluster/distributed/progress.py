@@ -7,10 +7,11 @@ thread-safe. Nothing here imports Ray: the terminal side reads these records wit
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Optional, Union
+from typing import Literal, Optional, Union
 
 import pyarrow as pa
 
+from cluster.kernel.run_row import RunRow
 from cluster.kernel.runs import RunPlan
 
 ServerStateName = Literal["placing", "starting", "healthy", "gate", "measuring", "failed", "stopped"]
@@ -55,16 +56,16 @@ class PointFinished:
     n_requests: Optional[int] = None
 
     @classmethod
-    def from_row(cls, plan: RunPlan, status: str, row: Optional[Mapping[str, Any]]) -> "PointFinished":
+    def from_row(cls, plan: RunPlan, status: str, row: Optional[RunRow]) -> "PointFinished":
         """The event for a committed runs row: the m_* figures the results report, never recomputed."""
-        r: Mapping[str, Any] = row or {}
+        metrics = row.metrics if row is not None else {}
 
         def fig(name: str) -> Optional[float]:
-            v = r.get(f"m_{name}")
+            v = metrics.get(name)
             return float(v) if isinstance(v, (int, float)) else None
 
-        reason = r.get("invalid_reasons") or r.get("failure_reason")
-        n = r.get("n_requests")
+        reason = (row.invalid_reasons or row.failure_reason) if row is not None else None
+        n = row.n_requests if row is not None else None
         return cls(plan, status, str(reason) if reason else None, fig("output_tok_s"), fig("ttft_ms_p50"),
                    fig("accept_length"), int(n) if isinstance(n, int) else None)
 

@@ -7,6 +7,9 @@ those columns without importing analysis."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal, Mapping, Optional
+
 import pyarrow as pa
 
 from cluster.kernel.records import KEY_FIELDS
@@ -63,65 +66,109 @@ GPU_METRIC_NAMES: tuple[str, ...] = (
 """Every key cluster/analysis/gpu_metrics.py summarize_gpu returns (defined there, GPU_METRIC_DEFINITIONS): the runs
 table stores each as `m_<name>`."""
 
-RUN_FIELDS = [
-    pa.field("status", pa.string(), nullable=False),  # ok | failed | invalid
-    pa.field("failure_reason", pa.string()),
-    pa.field("invalid_reasons", pa.string()),
-    pa.field("log_tail", pa.string()),
-    pa.field("seed", pa.int64(), nullable=False),
-    pa.field("order_index", pa.int32(), nullable=False),
-    pa.field("window_start_unix_s", pa.float64()),
-    pa.field("duration_s", pa.float64()),
-    pa.field("n_requests", pa.int32()),
-    pa.field("n_ok", pa.int32()),
-    pa.field("n_errors", pa.int32()),
-    pa.field("input_tokens", pa.int32()),
-    pa.field("output_tokens", pa.int32()),
-    pa.field("max_tokens", pa.int32()),
-    pa.field("tp", pa.int32()),
-    pa.field("variant_family", pa.string()),
-    pa.field("is_baseline", pa.bool_()),
-    pa.field("spec_algorithm", pa.string()),
-    pa.field("spec_num_steps", pa.int32()),
-    pa.field("spec_num_draft_tokens", pa.int32()),
-    pa.field("metrics_json", pa.string()),  # every metric of the run (RUN_METRIC_NAMES and any extra: also m_* columns)
-    pa.field("server_counters_json", pa.string()),
-    pa.field("provenance_json", pa.string()),
-    pa.field("launch_argv_json", pa.string()),
-    pa.field("resolved_args_json", pa.string()),
-    pa.field("shared_node_with", pa.string()),
-    pa.field("gpu_ids", pa.string()),
-    pa.field("node", pa.string()),
-    pa.field("engine_version", pa.string()),
-    pa.field("sglbench_version", pa.string()),
-    pa.field("git_sha", pa.string()),
-    pa.field("tuning_artifact", pa.string()),
+RunStatus = Literal["ok", "invalid", "failed"]
+
+
+def _arrow(arrow_type: pa.DataType, nullable: bool = True) -> dict[str, object]:
+    return {"arrow": arrow_type, "nullable": nullable}
+
+
+def column(arrow_type: pa.DataType, nullable: bool = True) -> Any:
+    """A runs column of this Arrow type: None by default (a runs file written before it reads it as null)."""
+    return field(default=None, metadata=_arrow(arrow_type, nullable))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRow:
+    """One run's row of the `runs` table, as the row's builder (cluster/analysis/run_row.py) hands it to the store.
+
+    Adding a column is a one-place change: a field here, `name: Optional[T] = column(pa.<type>())`, in the place
+    the column should take; RUN_FIELDS and RUNS_SCHEMA are derived from these fields (a field without an Arrow type
+    is refused at import), and the store writes every field. The m_ columns come from `metrics`.
+    """
+
+    status: RunStatus = field(metadata=_arrow(pa.string(), nullable=False))
+    """ok | invalid (measured, not vouched for: invalid_reasons says why) | failed (not measured: retried)"""
+    failure_reason: Optional[str] = column(pa.string())
+    invalid_reasons: Optional[str] = column(pa.string())
+    log_tail: Optional[str] = column(pa.string())
+    seed: Optional[int] = column(pa.int64(), nullable=False)
+    """None: the plan's (DatasetStore.runs_row fills it, as every field its defaults name)."""
+    order_index: Optional[int] = column(pa.int32(), nullable=False)
+    window_start_unix_s: Optional[float] = column(pa.float64())
+    duration_s: Optional[float] = column(pa.float64())
+    n_requests: Optional[int] = column(pa.int32())
+    n_ok: Optional[int] = column(pa.int32())
+    n_errors: Optional[int] = column(pa.int32())
+    input_tokens: Optional[int] = column(pa.int32())
+    output_tokens: Optional[int] = column(pa.int32())
+    max_tokens: Optional[int] = column(pa.int32())
+    tp: Optional[int] = column(pa.int32())
+    variant_family: Optional[str] = column(pa.string())
+    is_baseline: Optional[bool] = column(pa.bool_())
+    spec_algorithm: Optional[str] = column(pa.string())
+    spec_num_steps: Optional[int] = column(pa.int32())
+    spec_num_draft_tokens: Optional[int] = column(pa.int32())
+    metrics_json: Optional[str] = column(pa.string())
+    """Every metric of the run as JSON (None: written from `metrics`; `metrics` empty: read back from it)."""
+    server_counters_json: Optional[str] = column(pa.string())
+    provenance_json: Optional[str] = column(pa.string())
+    launch_argv_json: Optional[str] = column(pa.string())
+    resolved_args_json: Optional[str] = column(pa.string())
+    shared_node_with: Optional[str] = column(pa.string())
+    gpu_ids: Optional[str] = column(pa.string())
+    node: Optional[str] = column(pa.string())
+    engine_version: Optional[str] = column(pa.string())
+    sglbench_version: Optional[str] = column(pa.string())
+    git_sha: Optional[str] = column(pa.string())
+    tuning_artifact: Optional[str] = column(pa.string())
     # the workload audit (cluster/analysis/workload_audit.py): what the run sent against what its source planned
-    pa.field("distinct_prompts_sent", pa.int32()),
-    pa.field("distinct_prompts_planned", pa.int32()),
-    pa.field("input_tokens_sent_p10", pa.float64()),
-    pa.field("input_tokens_sent_p50", pa.float64()),
-    pa.field("input_tokens_sent_p90", pa.float64()),
-    pa.field("input_tokens_selection_p10", pa.float64()),
-    pa.field("input_tokens_selection_p50", pa.float64()),
-    pa.field("input_tokens_selection_p90", pa.float64()),
-    pa.field("category_shares_sent", pa.string()),  # JSON {category: share}; "-" is no category
-    pa.field("category_shares_selection", pa.string()),
+    distinct_prompts_sent: Optional[int] = column(pa.int32())
+    distinct_prompts_planned: Optional[int] = column(pa.int32())
+    input_tokens_sent_p10: Optional[float] = column(pa.float64())
+    input_tokens_sent_p50: Optional[float] = column(pa.float64())
+    input_tokens_sent_p90: Optional[float] = column(pa.float64())
+    input_tokens_selection_p10: Optional[float] = column(pa.float64())
+    input_tokens_selection_p50: Optional[float] = column(pa.float64())
+    input_tokens_selection_p90: Optional[float] = column(pa.float64())
+    category_shares_sent: Optional[str] = column(pa.string())
+    """JSON {category: share}; "-" is no category"""
+    category_shares_selection: Optional[str] = column(pa.string())
     # the steady-state stretch (cluster/analysis/steady_state.py): bounds in ns on the window's clock, figures inside
-    pa.field("steady_start_ns", pa.int64()),
-    pa.field("steady_end_ns", pa.int64()),
-    pa.field("steady_share", pa.float64()),  # (steady_end_ns - steady_start_ns) / the window's duration
-    pa.field("steady_output_tps", pa.float64()),
-    pa.field("steady_tpot_ms", pa.float64()),
-    pa.field("steady_accept_length", pa.float64()),
-    pa.field("steady_requests", pa.int32()),  # ok requests decoded inside the stretch
-    pa.field("steady_rule", pa.string()),  # the rule that chose it, with its numbers
-]
-"""Columns of the `runs` table after KEY_FIELDS. The audit's columns came last and are nullable: a runs file
+    steady_start_ns: Optional[int] = column(pa.int64())
+    steady_end_ns: Optional[int] = column(pa.int64())
+    steady_share: Optional[float] = column(pa.float64())
+    """(steady_end_ns - steady_start_ns) / the window's duration"""
+    steady_output_tps: Optional[float] = column(pa.float64())
+    steady_tpot_ms: Optional[float] = column(pa.float64())
+    steady_accept_length: Optional[float] = column(pa.float64())
+    steady_requests: Optional[int] = column(pa.int32())
+    """ok requests decoded inside the stretch"""
+    steady_rule: Optional[str] = column(pa.string())
+    """the rule that chose it, with its numbers"""
+    metrics: Mapping[str, Optional[float]] = field(default_factory=dict)
+    """The run's metrics by name (RUN_METRIC_NAMES and any extra one): the m_<name> float64 columns, not a field of
+    RUN_FIELDS."""
+
+
+def arrow_fields(record: type, skip: frozenset[str] = frozenset({"metrics"})) -> list[pa.Field]:
+    """The Arrow columns of a dataclass declared with column(): one per field but `skip`, in field order; a field
+    without an Arrow type is a TypeError (it would silently be left out of the table)."""
+    out = []
+    for f in fields(record):
+        if f.name in skip:
+            continue
+        if "arrow" not in f.metadata:
+            raise TypeError(f"{record.__name__}.{f.name} has no Arrow type: declare it with column(pa.<type>())")
+        out.append(pa.field(f.name, f.metadata["arrow"], nullable=bool(f.metadata["nullable"])))
+    return out
+
+
+RUN_FIELDS: list[pa.Field] = arrow_fields(RunRow)
+"""Columns of the `runs` table after KEY_FIELDS, one per RunRow field. The audit's columns came last and are nullable: a runs file
 written before them reads them as nulls, and RECORD_SCHEMA_VERSION stays 1 on purpose. It enters every run key
 (cluster/plan/runs.py), so a bump would make a resubmission re-measure every finished run of an existing dataset
 instead of reading it; additive nullable columns need no new key."""
-
 
 RUN_METRIC_NAMES: tuple[str, ...] = METRIC_NAMES + GPU_METRIC_NAMES
 """The fixed m_ columns of `runs`: request metrics, then GPU figures."""

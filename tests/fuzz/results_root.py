@@ -12,6 +12,7 @@ from cluster.loadgen.sink import request_batches
 from cluster.plan.runs import make_plan
 from cluster.kernel.runs import RunPlan
 from cluster.config.loader import parse_spec_text
+from cluster.kernel.run_row import RunRow
 
 SPEC = """
 version: 1
@@ -37,7 +38,7 @@ def write_dataset(root: Path, name: str = "exp1", n_requests: int = 50) -> tuple
                               max_tokens=8, chunk_arrival_ns=[10 + i, 20 + i], chunk_tokens=[1, 2],
                               completion_tokens=3, category="c" if i % 2 else None) for i in range(n_requests)]
         reqs, chunks = request_batches(recs)
-        store.write_run(p, {"status": "ok", "duration_s": 1.0 + k, "metrics": summarize_run(reqs, chunks, 1.0)},
+        store.write_run(p, RunRow(status="ok", duration_s=1.0 + k, metrics=summarize_run(reqs, chunks, 1.0)),
                         reqs, chunks)
     store.write_experiment_meta({"spec": spec.model_dump(mode="json")})  # what a run stores: compare re-validates it
     return store, plans

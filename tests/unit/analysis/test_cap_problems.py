@@ -11,6 +11,7 @@ from cluster.dataset.store import DatasetStore
 from cluster.plan.runs import make_plan
 from cluster.config.loader import parse_spec_text
 from cluster.analysis.results import Results
+from cluster.kernel.run_row import RunRow
 
 SPEC = """
 version: 1
@@ -33,7 +34,7 @@ def test_compare_reports_a_state_slot_capped_variant(tmp_path: Path) -> None:
     caps = {"base": 64, "mtp": 15}  # NEXTN needs several Mamba state slots per request (sglang#36889)
     for p in make_plan(spec):
         resolved = {"max_running_requests": 64, "effective_max_running_requests": caps[p.variant.name]}
-        store.write_run(p, {"status": "ok", "duration_s": 1.0, "resolved_args_json": json.dumps(resolved)})
+        store.write_run(p, RunRow(status="ok", duration_s=1.0, resolved_args_json=json.dumps(resolved)))
     (line,) = resolved_cap_problems(Results.open(str(tmp_path), "caps"))
     assert line.startswith("error: mtp: resolved-max-running-requests:") and "15 here but 64" in line
 
@@ -43,7 +44,7 @@ def _caps_store(tmp_path: Path, spec_doc: object, resolved_json: str = '{"max_ru
     store = DatasetStore(str(tmp_path), "caps")
     store.write_experiment_meta({"spec": spec_doc})
     for p in make_plan(spec):
-        store.write_run(p, {"status": "ok", "duration_s": 1.0, "resolved_args_json": resolved_json})
+        store.write_run(p, RunRow(status="ok", duration_s=1.0, resolved_args_json=resolved_json))
 
 
 def test_a_stored_spec_that_does_not_validate_is_a_store_error_naming_it(tmp_path: Path) -> None:
@@ -103,7 +104,7 @@ def test_results_compare_prints_the_cap_line_and_degrades_on_a_foreign_spec(tmp_
         caps = {"base": 64, "mtp": 15}
         for p in make_plan(spec):
             resolved = {"max_running_requests": 64, "effective_max_running_requests": caps[p.variant.name]}
-            store.write_run(p, {"status": "ok", "duration_s": 1.0, "resolved_args_json": json.dumps(resolved)})
+            store.write_run(p, RunRow(status="ok", duration_s=1.0, resolved_args_json=json.dumps(resolved)))
         res = CliRunner().invoke(app, ["results", "compare", "caps", "--root", str(tmp_path / name)])
         assert res.exit_code == 0 and "bug in sglbench" not in res.output, res.output
         if name == "good":

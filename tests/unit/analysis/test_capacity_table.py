@@ -12,6 +12,7 @@ from cluster.dataset.store import DatasetStore
 from cluster.plan.runs import expand_variants, plan_run, search_point
 from cluster.config.loader import parse_spec_text
 from cluster.analysis.results import Results
+from cluster.kernel.run_row import RunRow
 
 SPEC = """
 version: 1
@@ -51,8 +52,8 @@ def _build(root: str) -> None:
                 p = plan_run(spec, variants[name], w, search_point(spec.load, load), r, i)
                 i += 1
                 status = "invalid" if att == "invalid" else "ok"
-                store.write_run(p, {"status": status, "duration_s": 10.0,
-                                    "metrics": {"slo_attainment": None if status != "ok" else att}})
+                store.write_run(p, RunRow(status=status, duration_s=10.0,
+                                          metrics={"slo_attainment": None if status != "ok" else att}))
 
 
 def test_each_repeat_is_bracketed_and_the_variants_compared(tmp_path: Path) -> None:

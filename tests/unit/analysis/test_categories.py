@@ -18,6 +18,7 @@ from cluster.loadgen.sink import request_batches
 from cluster.plan.runs import make_plan
 from cluster.config.loader import parse_spec_text
 from cluster.analysis.results import Results
+from cluster.kernel.run_row import RunRow
 
 SPEC = """
 version: 1
@@ -69,7 +70,7 @@ def _build(root: str, categories: bool = True, repeats: int = 3) -> None:
         recs = _records(k, rng, categories)
         reqs, chunks = request_batches(recs)
         dur = max(r.chunk_arrival_ns[-1] for r in recs) / 1e9
-        store.write_run(p, {"status": "ok", "duration_s": dur, "metrics": summarize_run(reqs, chunks, dur, None)},
+        store.write_run(p, RunRow(status="ok", duration_s=dur, metrics=summarize_run(reqs, chunks, dur, None)),
                         reqs, chunks)
 
 
@@ -167,7 +168,7 @@ def test_by_turn_reports_each_session_turn_apart_with_its_prefix_hit_rate(tmp_pa
         recs = _session_records()
         reqs, chunks = request_batches(recs)
         dur = recs[-1].chunk_arrival_ns[-1] / 1e9
-        store.write_run(p, {"status": "ok", "duration_s": dur, "metrics": summarize_run(reqs, chunks, dur, None)},
+        store.write_run(p, RunRow(status="ok", duration_s=dur, metrics=summarize_run(reqs, chunks, dur, None)),
                         reqs, chunks)
     df = compare_by_category(Results.open(str(tmp_path), "cats"), n_boot=200, by="turn")
     base = df[df["variant"] == "baseline"].set_index("turn")

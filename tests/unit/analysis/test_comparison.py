@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -14,6 +15,7 @@ from cluster.analysis.metrics import summarize_run
 from cluster.plan.runs import make_plan
 from cluster.analysis.query import QueryError
 from cluster.kernel.records import RequestRecord
+from cluster.kernel.run_row import RunRow
 from cluster.loadgen.sink import request_batches
 from cluster.config.loader import parse_spec_text
 from cluster.analysis.results import Results
@@ -102,14 +104,13 @@ def build_dataset(root: str, name: str, *, other: str = "nextn", steps: Optional
                              (cached_tokens or {}).get(p.variant.name))
         reqs, chunks = request_batches(recs)
         duration_s = max(r.chunk_arrival_ns[-1] for r in recs) / 1e9
-        row = {"status": "ok", "duration_s": duration_s,
-               "metrics": summarize_run(reqs, chunks, duration_s, spec.slo)}
+        row = RunRow(status="ok", duration_s=duration_s, metrics=summarize_run(reqs, chunks, duration_s, spec.slo))
         if invalid is not None and (p.variant.name, c, p.repeat) == invalid:
-            row.update(status="invalid", invalid_reasons="client lag p99 85 ms exceeds 50 ms")
+            row = replace(row, status="invalid", invalid_reasons="client lag p99 85 ms exceeds 50 ms")
         if gpu_name:
-            row["provenance_json"] = '{"gpu_names": ["%s"]}' % gpu_name
+            row = replace(row, provenance_json='{"gpu_names": ["%s"]}' % gpu_name)
         if device:
-            row["resolved_args_json"] = '{"device": "%s"}' % device
+            row = replace(row, resolved_args_json='{"device": "%s"}' % device)
         store.write_run(p, row, reqs, chunks)
 
 

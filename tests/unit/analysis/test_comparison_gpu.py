@@ -11,6 +11,7 @@ from cluster.dataset.store import DatasetStore
 from cluster.plan.runs import make_plan
 from cluster.config.loader import parse_spec_text
 from cluster.analysis.results import Results
+from cluster.kernel.run_row import RunRow
 
 SPEC = """
 version: 1
@@ -40,7 +41,7 @@ def _dataset(root: str) -> None:
                    "gpu_power_w_mean": 350.0, "sm_clock_mhz_mean": CLOCKS[v] + p.repeat,
                    "sm_clock_mhz_p10": CLOCKS[v], "sm_clock_mhz_min": CLOCKS[v] - 100,
                    "gpu_throttled": 1.0 if throttled else 0.0, "gpu_throttled_share": 0.4 if throttled else 0.0}
-        store.write_run(p, {"status": "ok", "duration_s": 20.0, "metrics": metrics})
+        store.write_run(p, RunRow(status="ok", duration_s=20.0, metrics=metrics))
 
 
 def test_throttled_runs_and_clock_mismatch_are_warned(tmp_path: Path) -> None:

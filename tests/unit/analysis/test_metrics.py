@@ -16,6 +16,7 @@ from cluster.kernel.records import RequestRecord
 from cluster.loadgen.sink import request_batches
 from cluster.config.statistics import SLOSpec
 from cluster.analysis.results import Results
+from cluster.kernel.run_row import RunRow
 
 MS = 1_000_000
 
@@ -243,7 +244,7 @@ def _one_dataset(root: str, recs: list[RequestRecord]) -> tuple[str, dict[str, O
     plan = make_plan(parse_spec_text(ONE_SPEC))[0]
     reqs, chunks = request_batches(recs)
     m = summarize_run(reqs, chunks, duration_s=1.0)
-    DatasetStore(root, "one").write_run(plan, {"status": "ok", "duration_s": 1.0, "metrics": m}, reqs, chunks)
+    DatasetStore(root, "one").write_run(plan, RunRow(status="ok", duration_s=1.0, metrics=m), reqs, chunks)
     return plan.run_key, m
 
 

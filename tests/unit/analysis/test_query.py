@@ -15,6 +15,7 @@ from cluster.loadgen.sink import request_batches
 from cluster.config.loader import parse_spec_text
 from cluster.dataset.store import DatasetStore, ExperimentNotFound
 from cluster.analysis.results import Results
+from cluster.kernel.run_row import RunRow
 
 SPEC = """
 version: 1
@@ -53,7 +54,7 @@ def root(tmp_path: Path) -> str:
         m = {"output_tok_s": tok[(v, c)][r], "request_throughput_rps": 1.0 + r, "ttft_ms_p50": 10.0 * (r + 1),
              "accept_length": 2.5 if v == "nextn" else None}
         reqs, chunks = _records(2 + r)
-        store.write_run(p, {"status": status, "metrics": m}, reqs, chunks)
+        store.write_run(p, RunRow(status=status, metrics=m), reqs, chunks)
     # an uncommitted run's rows must stay invisible to the views
     stray = make_plan(parse_spec_text(SPEC.replace("repeats: 2", "repeats: 3")))[-1]
     store.write_table_rows("requests", stray, _records(7)[0])
@@ -147,7 +148,7 @@ def test_compare_from_requests(tmp_path: Path) -> None:
         recs.append(RequestRecord(request_index=101, intended_send_ns=0, actual_send_ns=0, prompt_tokens_sent=16,
                                   max_tokens=8, error="HTTP 500"))
         reqs, chunks = request_batches(recs)
-        store.write_run(p, {"status": "ok", "duration_s": 2.0 / speed}, reqs, chunks)
+        store.write_run(p, RunRow(status="ok", duration_s=2.0 / speed), reqs, chunks)
     df = compare_from_requests(Results.open(str(tmp_path), "req"))
     r = df.set_index(["variant", "load_value"])
     base, nx = r.loc[("base", 1.0)], r.loc[("nextn", 4.0)]

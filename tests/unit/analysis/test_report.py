@@ -16,6 +16,7 @@ from cluster.analysis.metrics import METRIC_DEFINITIONS
 from cluster.analysis.report import GPU_BANDWIDTH_GBS, build_report, decode_bytes_per_token, gpu_of_run, known_gpu
 from cluster.dataset.store import DatasetStore
 from cluster.analysis.results import Results
+from cluster.kernel.run_row import RunRow
 from tests.unit.analysis.test_comparison import build_dataset
 
 BYTES_PER_TOKEN = 10.83e9
@@ -114,7 +115,7 @@ def test_report_with_an_all_failed_cell(tmp_path: Path) -> None:
     store = DatasetStore(root, "f")
     for p in make_plan(spec):
         if p.variant.name == "nextn" and p.load.value == 4:
-            store.write_run(p, {"status": "failed", "failure_reason": "server OOM at startup"})
+            store.write_run(p, RunRow(status="failed", failure_reason="server OOM at startup"))
     ci = compare_with_ci(Results.open(root, "f"), n_boot=100).set_index(["variant", "load_value"])
     row = ci.loc[("nextn", 4.0)]
     assert row["n_runs"] == 0 and row["n_failed"] == 2 and np.isnan(row["output_tok_s"])
@@ -137,7 +138,7 @@ def test_report_of_an_all_failed_experiment_draws_no_empty_plot(tmp_path: Path) 
     spec = parse_spec_text(SPEC.format(name="dead", other="nextn", steps=[2], out=16, n=12, conc=[1, 4], repeats=2))
     store = DatasetStore(root, "dead")
     for p in make_plan(spec):
-        store.write_run(p, {"status": "failed", "failure_reason": "server died at startup"})
+        store.write_run(p, RunRow(status="failed", failure_reason="server died at startup"))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         path = build_report(Results.open(root, "dead"), str(tmp_path / "out"), n_boot=100, bytes_per_token=BYTES_PER_TOKEN)

@@ -13,6 +13,7 @@ from cluster.config.loader import parse_spec_text
 from cluster.telemetry.readings import GpuReading
 from cluster.telemetry.recorder import readings_table
 from cluster.analysis.results import Results
+from cluster.kernel.run_row import RunRow
 
 SPEC = """
 version: 1
@@ -36,7 +37,7 @@ def test_report_has_telemetry_and_kernel_figures(tmp_path: Path) -> None:
                 for i in range(0, 60) for g in ("0", "1")]
         metrics = {"output_tok_s": 70.0, "n_ok": 8, "n_requests": 8, "energy_j_per_output_token": 8.5,
                    "sm_clock_mhz_mean": float(clock), "sm_clock_mhz_p10": float(clock)}
-        store.commit_run(p, {"status": "ok", "duration_s": 5.0, "metrics": metrics}, store.new_staging(p.run_key),
+        store.commit_run(p, RunRow(status="ok", duration_s=5.0, metrics=metrics), store.new_staging(p.run_key),
                          tables={"gpu_metrics": readings_table(rows, "sim")})
     for v, moe in (("baseline", 0.5), ("hot", 0.4)):
         summary = ProfileSummary("kernel", (KernelTime("fused_moe_kernel", "moe", 10, moe * 100, moe),

@@ -17,6 +17,7 @@ from cluster.distributed.progress import PointFinished, PointRecords, PointStart
 from cluster.loadgen.sink import request_batches
 from cluster.plan.runs import make_plan
 from cluster.config.loader import parse_spec_text
+from cluster.kernel.run_row import RunRow
 from tests.unit.analysis.test_comparison import SPEC, synth_records
 
 
@@ -56,9 +57,10 @@ def test_running_point_figures_follow_the_metrics_definitions_then_the_stored_ro
                         "running"], row
     assert _row(out, "starting") == ["baseline", "starting", "-", "-", "-", "-", "-", "-"]  # no point yet
 
-    view(PointFinished.from_row(p, "invalid", {"m_output_tok_s": 123.4, "m_ttft_ms_p50": 56.7,
-                                               "m_accept_length": 2.5, "invalid_reasons": "cache flush failed",
-                                               "n_requests": 32}))
+    view(PointFinished.from_row(p, "invalid", RunRow(status="invalid", invalid_reasons="cache flush failed",
+                                                     n_requests=32, metrics={"output_tok_s": 123.4,
+                                                                             "ttft_ms_p50": 56.7,
+                                                                             "accept_length": 2.5})))
     view.on_run(p, "invalid")
     row = _row(_render(view), p.workload.name)
     assert row[3:8] == ["32/32", "123.4", "56.7 ms", "2.50", "invalid"], row
@@ -71,7 +73,7 @@ def test_a_point_that_failed_before_its_window_gets_a_row_and_no_figures() -> No
     logged: list[str] = []
     view = LiveView("live", 1, log=logged.append)
     view(ServerState(p.variant.name, "failed", "exit 1"))
-    view(PointFinished.from_row(p, "failed", {"failure_reason": "server start failed: exit 1"}))
+    view(PointFinished.from_row(p, "failed", RunRow(status="failed", failure_reason="server start failed: exit 1")))
     view(ServerState(p.variant.name, "stopped"))
     row = _row(_render(view, 240), p.workload.name)
     assert row[1] == "failed" and row[3:8] == ["0/8", "-", "-", "-", "failed"], row

@@ -19,6 +19,7 @@ from cluster.dataset.store import DatasetStore
 from cluster.errors import EnvironmentFault
 from cluster.plan.runs import make_plan
 from cluster.config.loader import parse_spec_text
+from cluster.kernel.run_row import RunRow
 
 HOLD = ("import sys, time\nfrom pyarrow.fs import LocalFileSystem\nfrom cluster.dataset.lock import DatasetLock\n"
         "DatasetLock(LocalFileSystem(), sys.argv[1], command='sglbench run other.yaml').acquire()\n"
@@ -177,7 +178,7 @@ load: {concurrency: [1, 2]}
 """)
     p0, p1 = make_plan(spec)[:2]
     store = DatasetStore(str(tmp_path), "e")
-    store.write_run(p0, {"status": "ok"})
+    store.write_run(p0, RunRow(status="ok"))
     exp = tmp_path / "e"
     # what a writer killed mid-commit (or an older version) leaves behind
     (exp / "_staging" / f"{p1.run_key}.abc").mkdir(parents=True)

@@ -74,39 +74,39 @@ def test_provenance_fields_land_in_their_columns() -> None:
     p = _plan("mtp")
     spec = parse_spec_text(SPEC)
     row = build_run_row(p, _window(2, 0), SERVER, SEGMENT, spec, ["base"], "abc123")
-    assert row["status"] == "ok", row["invalid_reasons"]
-    prov = json.loads(row["provenance_json"])
-    assert prov["host"] == "host-7" and row["node"] == "host-7"
+    assert row.status == "ok", row.invalid_reasons
+    prov = json.loads(row.provenance_json)
+    assert prov["host"] == "host-7" and row.node == "host-7"
     assert prov["node_id"] == "node-abc"
-    assert prov["gpu_ids"] == ["2", "3"] and row["gpu_ids"] == "2,3"
+    assert prov["gpu_ids"] == ["2", "3"] and row.gpu_ids == "2,3"
     assert prov["cuda_visible_devices"] == "2,3" and prov["server_saw_cuda_visible_devices"] == "2,3"
     assert prov["load_actor_cuda_visible_devices"] == ""
     assert (prov["server_pid"], prov["server_pgid"]) == (4102, 4101)
     assert (prov["port"], prov["port_attempts"]) == (30123, 2)
     assert prov["server_startup_s"] == 1.25
     assert prov["env"] == {"SIM_X": "1"} and prov["environment"] == {"python": "3.11"}
-    assert prov["tuning_artifact"] == "art-123" and row["tuning_artifact"] == "art-123"
+    assert prov["tuning_artifact"] == "art-123" and row.tuning_artifact == "art-123"
     assert prov["checkpoint_fingerprint"] == "fp-9f2" and prov["hub_revision"] == "rev-77"
     assert prov["correctness"] == {"passed": True, "reasons": ["note: x"], "accept_length": 2.5}
     assert prov["load_actors"] == 1 and prov["load_actor_peak_buffered_rows"] == 7
-    assert prov["engine_version"] == "0.5.23" and row["engine_version"] == "0.5.23"
-    assert prov["git_sha"] == "abc123" and row["git_sha"] == "abc123"
-    assert json.loads(row["launch_argv_json"]) == SERVER.argv
-    assert json.loads(row["resolved_args_json"]) == {"tp_size": 2}
-    assert row["shared_node_with"] == "base"
-    assert row["window_start_unix_s"] == 1_700_000_010.0 and row["duration_s"] == 2.0
-    counters = json.loads(row["server_counters_json"])
+    assert prov["engine_version"] == "0.5.23" and row.engine_version == "0.5.23"
+    assert prov["git_sha"] == "abc123" and row.git_sha == "abc123"
+    assert json.loads(row.launch_argv_json) == SERVER.argv
+    assert json.loads(row.resolved_args_json) == {"tp_size": 2}
+    assert row.shared_node_with == "base"
+    assert row.window_start_unix_s == 1_700_000_010.0 and row.duration_s == 2.0
+    counters = json.loads(row.server_counters_json)
     assert counters["delta"] == {"c": 3.0}
-    assert (row["n_requests"], row["n_ok"], row["n_errors"]) == (2, 2, 0)
+    assert (row.n_requests, row.n_ok, row.n_errors) == (2, 2, 0)
 
 
 def test_validity_from_the_window() -> None:
     spec = parse_spec_text(SPEC)
     p = _plan("base")
     row = build_run_row(p, _window(1, 1, lag_p99_ns=9_000_000), SERVER, SEGMENT, spec, [], None)
-    assert row["status"] == "invalid"
-    assert "1 of 2 requests failed" in row["invalid_reasons"]
-    assert "send lag p99 9.00 ms > 5 ms" in row["invalid_reasons"]
+    assert row.status == "invalid"
+    assert "1 of 2 requests failed" in row.invalid_reasons
+    assert "send lag p99 9.00 ms > 5 ms" in row.invalid_reasons
 
 
 def test_the_stored_lag_is_the_judged_lag() -> None:
@@ -115,23 +115,23 @@ def test_the_stored_lag_is_the_judged_lag() -> None:
     spec = parse_spec_text(SPEC)  # max_client_lag_ms: 5
     behind = build_run_row(_plan("base"), _window(2, 0, lag_p99_ns=8_000_000, reported_lag_p99_ns=1_000),
                            SERVER, SEGMENT, spec, [], None)
-    assert behind["m_lag_ms_p99"] == 8.0
-    assert behind["status"] == "invalid" and "send lag p99 8.00 ms > 5 ms" in behind["invalid_reasons"]
+    assert behind.metrics["lag_ms_p99"] == 8.0
+    assert behind.status == "invalid" and "send lag p99 8.00 ms > 5 ms" in behind.invalid_reasons
     on_time = build_run_row(_plan("base"), _window(2, 0, reported_lag_p99_ns=9_000_000), SERVER, SEGMENT, spec,
                             [], None)
-    assert on_time["m_lag_ms_p99"] == 10 / 1e6 and on_time["status"] == "ok", on_time["invalid_reasons"]
+    assert on_time.metrics["lag_ms_p99"] == 10 / 1e6 and on_time.status == "ok", on_time.invalid_reasons
 
 
 def test_failed_row_without_facts_and_the_store_accepts_both(tmp_path: Path) -> None:
     spec = parse_spec_text(SPEC)
     p = _plan("base")
     row = failed_run_row(p, "server start failed: x", "tail", None, None, spec, None)
-    prov = json.loads(row["provenance_json"])
-    assert prov["port"] is None and prov["correctness"] is None and row["gpu_ids"] == ""
-    assert row["status"] == "failed" and row["log_tail"] == "tail"
+    prov = json.loads(row.provenance_json)
+    assert prov["port"] is None and prov["correctness"] is None and row.gpu_ids == ""
+    assert row.status == "failed" and row.log_tail == "tail"
     skipped = SegmentFacts(correctness=GateVerdict(True, ("correctness gate disabled in the spec",), skipped=True))
     row2 = failed_run_row(p, "died", "", SERVER, skipped, spec, None)
-    assert json.loads(row2["provenance_json"])["correctness"] == {
+    assert json.loads(row2.provenance_json)["correctness"] == {
         "passed": True, "skipped": True, "reasons": ["correctness gate disabled in the spec"]}
     store = DatasetStore(str(tmp_path), spec.name)
     store.runs_row(p, row)  # every key is a known runs column
@@ -153,12 +153,12 @@ def test_a_state_slot_cap_below_the_offered_concurrency_is_invalid_with_its_caus
             "per request). To raise it: ...")
     server = replace(SERVER, cap_log_lines=(line,))
     row = build_run_row(_plan("mtp"), _window(2, 0), server, SEGMENT, parse_spec_text(SPEC), [], None)
-    assert row["status"] == "invalid"
-    assert "server cap 1" in row["invalid_reasons"] and "5 slots per request" in row["invalid_reasons"]
-    ev = json.loads(row["provenance_json"])["concurrency"]
+    assert row.status == "invalid"
+    assert "server cap 1" in row.invalid_reasons and "5 slots per request" in row.invalid_reasons
+    ev = json.loads(row.provenance_json)["concurrency"]
     assert ev["cap"] == 1 and "Mamba state slots" in ev["cap_cause"]
-    assert build_run_row(_plan("mtp"), _window(2, 0), SERVER, SEGMENT, parse_spec_text(SPEC), [], None)[
-        "status"] == "ok"
+    assert build_run_row(_plan("mtp"), _window(2, 0), SERVER, SEGMENT, parse_spec_text(SPEC), [], None
+                         ).status == "ok"
 
 
 def test_garbage_in_the_output_sample_makes_the_run_invalid_with_evidence() -> None:
@@ -172,12 +172,12 @@ def test_garbage_in_the_output_sample_makes_the_run_invalid_with_evidence() -> N
     nan = OutputSample(1, None, "nan")  # an OpenAI stream carries no ids: the text is judged
     spec = parse_spec_text(SPEC)
     ok = build_run_row(_plan("mtp"), replace(_window(2, 0), samples=(good,)), SERVER, SEGMENT, spec, [], None)
-    assert ok["status"] == "ok"
-    assert json.loads(ok["provenance_json"])["output_sample"]["degenerate"] == []
+    assert ok.status == "ok"
+    assert json.loads(ok.provenance_json)["output_sample"]["degenerate"] == []
     bad = build_run_row(_plan("mtp"), replace(_window(2, 0), samples=(good, nan)), SERVER, SEGMENT, spec, [], None)
-    assert bad["status"] == "invalid" and "1 of 2 sampled outputs are garbage (request 1: output is 'nan')" in \
-        bad["invalid_reasons"]
-    ev = json.loads(bad["provenance_json"])["output_sample"]
+    assert bad.status == "invalid" and "1 of 2 sampled outputs are garbage (request 1: output is 'nan')" in \
+        bad.invalid_reasons
+    ev = json.loads(bad.provenance_json)["output_sample"]
     assert ev["indices"] == [0, 1] and ev["degenerate"][0]["text_head"] == "nan"
     t = samples_table((good, nan)).to_pylist()
     assert t[0]["output_ids"] == [11, 12, 13, 14] and t[1]["degenerate"] == "output is 'nan'"
@@ -193,6 +193,6 @@ def test_an_unjudged_output_sample_is_kept_but_does_not_invalidate() -> None:
     spec = spec.model_copy(update={"correctness": spec.correctness.model_copy(update={"check_output_samples": False})})
     same = OutputSample(0, (471,) * 32, "x")
     row = build_run_row(_plan("mtp"), replace(_window(2, 0), samples=(same,)), SERVER, SEGMENT, spec, [], None)
-    assert row["status"] == "ok", row["invalid_reasons"]
-    ev = json.loads(row["provenance_json"])["output_sample"]
+    assert row.status == "ok", row.invalid_reasons
+    ev = json.loads(row.provenance_json)["output_sample"]
     assert ev["judged"] is False and ev["degenerate"][0]["request_index"] == 0

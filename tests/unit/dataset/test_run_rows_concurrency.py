@@ -70,17 +70,17 @@ def test_offered_concurrency_of_closed_and_open_loops() -> None:
 def test_nextn_offered_64_on_the_real_48_cap_is_invalid_with_the_cap_and_its_source() -> None:
     p, spec = plan()
     row = build_run_row(p, window(64), server("echo_nextn1"), SEGMENT, spec, [], None)
-    assert row["status"] == "invalid"
+    assert row.status == "invalid"
     assert ("offered concurrency 64 > server cap 48 "
-            "(server_info.internal_states[0].effective_max_running_requests_per_dp)") in row["invalid_reasons"]
-    ev = json.loads(row["provenance_json"])["concurrency"]
+            "(server_info.internal_states[0].effective_max_running_requests_per_dp)") in row.invalid_reasons
+    ev = json.loads(row.provenance_json)["concurrency"]
     assert (ev["offered"], ev["cap"], ev["cap_declared"]) == (64, 48, 48)
 
 
 def test_open_loop_max_concurrency_is_checked_too() -> None:
     p, spec = plan("{request_rate: [4], max_concurrency: 64}")
     row = build_run_row(p, window(64), server("rand_nextn3"), SEGMENT, spec, [], None)
-    assert row["status"] == "invalid" and "offered concurrency 64 > server cap 48" in row["invalid_reasons"]
+    assert row.status == "invalid" and "offered concurrency 64 > server cap 48" in row.invalid_reasons
 
 
 @pytest.mark.parametrize("tag,load", [("echo_baseline", "{concurrency: [64]}"), ("echo_nextn1", "{concurrency: [32]}"),
@@ -88,7 +88,7 @@ def test_open_loop_max_concurrency_is_checked_too() -> None:
 def test_within_the_cap_or_without_a_figure_is_ok(tag: Optional[str], load: str) -> None:
     p, spec = plan(load)
     row = build_run_row(p, window(64), server(tag), SEGMENT, spec, [], None)
-    assert row["status"] == "ok", row["invalid_reasons"]
+    assert row.status == "ok", row.invalid_reasons
 
 
 def test_scraped_gauges_flag_a_server_that_queued_below_the_offered_concurrency() -> None:
@@ -96,15 +96,15 @@ def test_scraped_gauges_flag_a_server_that_queued_below_the_offered_concurrency(
     # no cap figure in server_info, but running never reached 64 while requests queued
     capped = window(64, [(-0.5, 0, 0), (0.5, 48, 16), (1.0, 48, 16), (1.5, 48, 0), (9.0, 64, 0)])
     row = build_run_row(p, capped, server(None), SEGMENT, spec, [], None)
-    assert row["status"] == "invalid"
+    assert row.status == "invalid"
     assert ("scraped sglang:num_running_reqs peaked at 48 < offered concurrency 64 while sglang:num_queue_reqs "
-            "reached 16 (non-empty on 67% of the scrapes)") in row["invalid_reasons"]
+            "reached 16 (non-empty on 67% of the scrapes)") in row.invalid_reasons
     full = window(64, [(0.5, 60, 4), (1.5, 64, 0)])
-    assert build_run_row(p, full, server(None), SEGMENT, spec, [], None)["status"] == "ok"
+    assert build_run_row(p, full, server(None), SEGMENT, spec, [], None).status == "ok"
     idle_queue = window(64, [(0.5, 40, 0), (1.5, 40, 0)])
-    assert build_run_row(p, idle_queue, server(None), SEGMENT, spec, [], None)["status"] == "ok"
+    assert build_run_row(p, idle_queue, server(None), SEGMENT, spec, [], None).status == "ok"
     # a queue seen only while requests were being admitted (stale gauges between SGLang's stats logs) is normal
     admission = window(64, [(0.1, 16, 16), (0.6, 40, 0), (1.1, 40, 0), (1.6, 40, 0)])
-    assert build_run_row(p, admission, server(None), SEGMENT, spec, [], None)["status"] == "ok"
+    assert build_run_row(p, admission, server(None), SEGMENT, spec, [], None).status == "ok"
     single = window(64, [(0.5, 16, 16)])
-    assert build_run_row(p, single, server(None), SEGMENT, spec, [], None)["status"] == "ok"
+    assert build_run_row(p, single, server(None), SEGMENT, spec, [], None).status == "ok"

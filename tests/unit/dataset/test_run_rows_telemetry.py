@@ -22,13 +22,13 @@ def test_gpu_figures_and_provenance(tmp_path: Path) -> None:
     cap = TelemetryCapture("nvml", 10.0, readings_table(rows, "nvml"))
     out = replace(_window(2, 0), gpu_metrics=cap.samples, telemetry=cap)
     row = build_run_row(_plan("base"), out, SERVER, SEGMENT, parse_spec_text(SPEC), [], None)
-    assert row["m_gpu_energy_j"] == pytest.approx(2 * 200.0 * 2.0)
-    tokens = row["m_output_tok_s"] * 2.0
-    assert row["m_energy_j_per_output_token"] == pytest.approx(800.0 / tokens)
-    assert row["m_gpu_throttled"] == 1.0 and row["m_sm_clock_mhz_min"] == 1900
-    tele = json.loads(row["provenance_json"])["telemetry"]
+    assert row.metrics["gpu_energy_j"] == pytest.approx(2 * 200.0 * 2.0)
+    tokens = row.metrics["output_tok_s"] * 2.0
+    assert row.metrics["energy_j_per_output_token"] == pytest.approx(800.0 / tokens)
+    assert row.metrics["gpu_throttled"] == 1.0 and row.metrics["sm_clock_mhz_min"] == 1900
+    tele = json.loads(row.provenance_json)["telemetry"]
     assert tele["source"] == "nvml" and tele["samples"] == len(rows) and tele["throttle_reasons"] == {"hw_thermal": 2}
-    assert row["status"] == "ok", "a throttled run is flagged (m_gpu_throttled, compare), not invalid"
+    assert row.status == "ok", "a throttled run is flagged (m_gpu_throttled, compare), not invalid"
     store = DatasetStore(str(tmp_path), "rows")
     store.write_run(_plan("base"), row)
     runs = store.read_table("runs")
@@ -38,5 +38,5 @@ def test_gpu_figures_and_provenance(tmp_path: Path) -> None:
 def test_no_telemetry_is_said() -> None:
     out = replace(_window(2, 0), telemetry=unavailable("the server computes on the CPU (device: cpu)"))
     row = build_run_row(_plan("base"), out, SERVER, SEGMENT, parse_spec_text(SPEC), [], None)
-    tele = json.loads(row["provenance_json"])["telemetry"]
-    assert tele["unavailable"].startswith("the server computes on the CPU") and row["m_gpu_energy_j"] is None
+    tele = json.loads(row.provenance_json)["telemetry"]
+    assert tele["unavailable"].startswith("the server computes on the CPU") and row.metrics["gpu_energy_j"] is None

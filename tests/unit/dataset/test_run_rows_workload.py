@@ -82,17 +82,17 @@ def test_a_collapsed_run_is_invalid_listed_by_results_show_and_left_out_of_compa
         rows.append(row)
         store.write_run(p, row, out.requests, out.chunks)
     good, bad = rows[0], rows[1]
-    assert good["status"] == "ok", good["invalid_reasons"]
-    assert (good["distinct_prompts_sent"], good["distinct_prompts_planned"]) == (40, 40)
-    assert json.loads(good["category_shares_sent"]) == json.loads(good["category_shares_selection"]) == \
+    assert good.status == "ok", good.invalid_reasons
+    assert (good.distinct_prompts_sent, good.distinct_prompts_planned) == (40, 40)
+    assert json.loads(good.category_shares_sent) == json.loads(good.category_shares_selection) == \
         {"chat": 0.5, "code": 0.5}
-    assert good["input_tokens_sent_p50"] is None  # sent as text without a tokenizer: lengths are the server's
-    assert bad["status"] == "invalid"
-    assert bad["invalid_reasons"].startswith("workload not the one planned: sent 1 distinct prompts of 40 (first "
+    assert good.input_tokens_sent_p50 is None  # sent as text without a tokenizer: lengths are the server's
+    assert bad.status == "invalid"
+    assert bad.invalid_reasons.startswith("workload not the one planned: sent 1 distinct prompts of 40 (first "
                                              "turns), fewer than the 40 planned from the sharegpt selection")
-    assert "category 'chat' was 40 of 40" in bad["invalid_reasons"]
-    assert (bad["distinct_prompts_sent"], bad["distinct_prompts_planned"]) == (1, 40)
-    assert json.loads(bad["category_shares_sent"]) == {"chat": 1.0}
+    assert "category 'chat' was 40 of 40" in bad.invalid_reasons
+    assert (bad.distinct_prompts_sent, bad.distinct_prompts_planned) == (1, 40)
+    assert json.loads(bad.category_shares_sent) == {"chat": 1.0}
 
     shown = CliRunner().invoke(app, ["results", "show", spec.name, "--root", root, "--format", "json"])
     assert shown.exit_code == 0, shown.output

@@ -20,6 +20,7 @@ from cluster.loadgen.sink import request_batches
 from cluster.config.loader import parse_spec_text
 from cluster.dataset.atomic import WriteError
 from cluster.dataset.store import DatasetStore, StoreError, list_experiments
+from cluster.kernel.run_row import RunRow
 
 SPEC = """
 version: 1
@@ -51,7 +52,7 @@ def _batches(n: int = 3) -> tuple[pa.RecordBatch, pa.RecordBatch]:
 def _write(store: DatasetStore, plan: RunPlan, n: int = 3) -> dict[str, float | None]:
     reqs, chunks = _batches(n)
     m = summarize_run(reqs, chunks, 1.0)
-    store.write_run(plan, {"status": "ok", "duration_s": 1.0, "metrics": m}, reqs, chunks)
+    store.write_run(plan, RunRow(status="ok", duration_s=1.0, metrics=m), reqs, chunks)
     return m
 
 
@@ -100,7 +101,7 @@ def test_resume_keys_and_rewrite(tmp_path: Path, plans: list[RunPlan]) -> None:
     assert store.read_table("runs").num_rows == 3
     assert store.read_table("requests").num_rows == 5 + 3 + 3
     # a failed rewrite without records removes the earlier records of that key
-    store.write_run(plans[0], {"status": "failed", "failure_reason": "server died"}, None, None)
+    store.write_run(plans[0], RunRow(status="failed", failure_reason="server died"), None, None)
     assert store.read_table("requests").num_rows == 6
     runs = {r["run_key"]: r for r in store.read_table("runs").to_pylist()}
     assert runs[plans[0].run_key]["status"] == "failed"
@@ -112,8 +113,8 @@ def test_resume_index_retries_failed_runs(tmp_path: Path, plans: list[RunPlan]) 
     store = DatasetStore(str(tmp_path), "exp1")
     assert store.finished_run_keys() == set()
     _write(store, plans[0])
-    store.write_run(plans[1], {"status": "invalid", "invalid_reasons": "client lag"})
-    store.write_run(plans[2], {"status": "failed", "failure_reason": "server died"})
+    store.write_run(plans[1], RunRow(status="invalid", invalid_reasons="client lag"))
+    store.write_run(plans[2], RunRow(status="failed", failure_reason="server died"))
     assert store.finished_run_keys() == {plans[0].run_key, plans[1].run_key}
     assert store.committed_run_keys() == {p.run_key for p in plans[:3]}
     _write(store, plans[2])  # the retry succeeds
@@ -174,8 +175,8 @@ def test_unsafe_names_refused(tmp_path: Path, bad: str) -> None:
 
 def test_bad_inputs_refused(tmp_path: Path, plans: list[RunPlan]) -> None:
     store = DatasetStore(str(tmp_path), "exp1")
-    with pytest.raises(StoreError, match="unknown fields"):
-        store.write_run(plans[0], {"status": "ok", "typo_field": 1})
+    with pytest.raises(TypeError, match="typo_field"):  # a runs row is typed: an unknown field never reaches a file
+        store.write_run(plans[0], RunRow(status="ok", typo_field=1))  # type: ignore[call-arg]
     with pytest.raises(StoreError, match="missing"):
         store.write_table_rows("requests", plans[0], pa.table({"request_index": pa.array([1], pa.int32())}))
     with pytest.raises(StoreError):
@@ -184,7 +185,8 @@ def test_bad_inputs_refused(tmp_path: Path, plans: list[RunPlan]) -> None:
 
 def test_extra_metrics_and_m_columns(tmp_path: Path, plans: list[RunPlan]) -> None:
     store = DatasetStore(str(tmp_path), "exp1")
-    store.write_run(plans[0], {"status": "ok", "m_output_tok_s": 12.5, "m_accept_length_server_counters": 1.7})
+    store.write_run(plans[0], RunRow(status="ok", metrics={"output_tok_s": 12.5,
+                                                           "accept_length_server_counters": 1.7}))
     row = store.read_table("runs").to_pylist()[0]
     assert row["m_output_tok_s"] == 12.5 and row["m_accept_length_server_counters"] == 1.7
     assert json.loads(row["metrics_json"])["output_tok_s"] == 12.5
@@ -226,7 +228,7 @@ def test_runs_row_of_a_workload_with_dataset_and_distribution_lengths(tmp_path: 
                           completion_tokens=3, category="code" if i else "chat") for i in range(3)]
     reqs, chunks = request_batches(recs)
     plan = make_plan(spec)[0]
-    store.write_run(plan, {"status": "ok", "duration_s": 1.0, "metrics": summarize_run(reqs, chunks, 1.0)},
+    store.write_run(plan, RunRow(status="ok", duration_s=1.0, metrics=summarize_run(reqs, chunks, 1.0)),
                     reqs, chunks)
     row = store.read_table("runs").to_pylist()[0]
     assert (row["input_tokens"], row["output_tokens"], row["max_tokens"]) == (None, 24, 24)

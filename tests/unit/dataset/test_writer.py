@@ -23,6 +23,7 @@ from cluster.errors import EnvironmentFault
 from cluster.plan.runs import make_plan
 from cluster.kernel.runs import RunPlan
 from cluster.config.loader import parse_spec_text
+from cluster.kernel.run_row import RunRow
 
 SPEC = """
 version: 1
@@ -63,7 +64,7 @@ def _spooled_run(store: DatasetStore, plan: RunPlan, batches: int = 3, per_batch
 
 def _commit_ok(store: DatasetStore, plan: RunPlan, batches: int = 3) -> None:
     w = _spooled_run(store, plan, batches)
-    w.commit({"status": "ok", "duration_s": 1.0}, {"server_metrics": pa.table({"t_s": [0.0, 1.0]})})
+    w.commit(RunRow(status="ok", duration_s=1.0), {"server_metrics": pa.table({"t_s": [0.0, 1.0]})})
 
 
 def _hive_leftovers(exp: Path) -> list[Path]:
@@ -134,7 +135,7 @@ def test_disk_full_at_the_runs_row(tmp_path: Path, plans: list[RunPlan], monkeyp
     w = _spooled_run(store, plans[1])
     _full_on_fsync_of(monkeypatch, "runs")
     with pytest.raises(WriteError, match="No space left on device") as ei:
-        w.commit({"status": "ok", "duration_s": 1.0}, {"server_metrics": pa.table({"t_s": [0.0]})})
+        w.commit(RunRow(status="ok", duration_s=1.0), {"server_metrics": pa.table({"t_s": [0.0]})})
     assert ei.value.path is not None and "runs" in ei.value.path and ei.value.path in str(ei.value)
     assert _hive_leftovers(exp) == []
     assert _plain_counts(exp) == (12, 12, {plans[0].run_key})
@@ -152,11 +153,11 @@ def test_disk_full_recording_a_failed_run(tmp_path: Path, plans: list[RunPlan],
     _commit_ok(store, plans[0])
     _full_on_fsync_of(monkeypatch, "runs")
     with pytest.raises(WriteError, match="disk is full"):
-        store.write_run(plans[1], {"status": "failed", "failure_reason": "server died"})
+        store.write_run(plans[1], RunRow(status="failed", failure_reason="server died"))
     assert _hive_leftovers(tmp_path / "exp1") == []
     assert store.committed_run_keys() == {plans[0].run_key}
     monkeypatch.undo()
-    store.write_run(plans[1], {"status": "failed", "failure_reason": "server died"})
+    store.write_run(plans[1], RunRow(status="failed", failure_reason="server died"))
     assert store.committed_run_keys() == {plans[0].run_key, plans[1].run_key}
 
 
@@ -164,7 +165,7 @@ def test_commit_replaces_every_table_of_an_earlier_attempt(tmp_path: Path, plans
     store = DatasetStore(str(tmp_path), "exp1")
     _commit_ok(store, plans[0])  # requests, chunks, server_metrics
     w = RunWriter(store, plans[0])  # retried: this attempt got no rows and no server metrics
-    w.commit({"status": "failed", "failure_reason": "server died during the measured window"})
+    w.commit(RunRow(status="failed", failure_reason="server died during the measured window"))
     assert store.read_table("requests").num_rows == 0 and store.read_table("server_metrics").num_rows == 0
     assert not (tmp_path / "exp1" / "server_metrics" / "variant=base" / f"{plans[0].run_key}.parquet").exists()
     assert store.read_table("runs").column("status").to_pylist() == ["failed"]
