@@ -16,6 +16,7 @@ from cluster.analysis.request_metrics import requests_lag
 from cluster.config.experiment import ExperimentSpec
 from cluster.dataset.run_facts import SegmentFacts, ServerFacts, WindowSummary
 from cluster.dataset.run_rows import build_run_row, failed_run_row
+from cluster.kernel.run_row import RunRow
 from cluster.dataset.store import DatasetStore
 from cluster.dataset.writer import RunWriter
 from cluster.distributed.actors import LoadBatch, ShardSummary
@@ -197,11 +198,12 @@ class PointRunner:
             writer.commit(failed_run_row(p, with_decisive_line(f"server died during the measured window ({n_err} of "
                                                                f"{n_req} requests failed)", tail),
                                          tail, server, seg, self.spec, self.recorder.git_sha))
-            self.recorder.finish(p, "failed", {"failure_reason": "server died during the measured window"})
+            self.recorder.finish(p, "failed", RunRow(status="failed",
+                                                       failure_reason="server died during the measured window"))
             return Death(f"it died in the window of run {p.order_index}", tail)
         # dead with every request answered: it died after this window, whose measurement is whole
         row = build_run_row(p, out, server, seg, self.spec, sorted(neighbours), self.recorder.git_sha)
-        self.recorder.result.attainment[p.run_key] = row.get("m_slo_attainment")
+        self.recorder.result.attainment[p.run_key] = row.metrics.get("slo_attainment")
         from cluster.loadgen.output_sample import samples_table
 
         sm, gm = out.server_metrics, out.gpu_metrics
@@ -211,7 +213,7 @@ class PointRunner:
         if out.samples:  # the output ids of the run's deterministic sample: the evidence of a garbage verdict
             extra["output_samples"] = samples_table(out.samples)
         writer.commit(row, extra or None)
-        self.recorder.finish(p, row["status"], row)
+        self.recorder.finish(p, row.status, row)
         if not alive:
             return Death(f"it died after the window of run {p.order_index}", engine.log_tail())
         return None

@@ -3,8 +3,8 @@ watcher's event; and how a server death or a Ray error is told."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from dataclasses import dataclass, field, replace
+from typing import Callable, Optional
 
 from ray.exceptions import RayTaskError
 
@@ -14,6 +14,7 @@ from cluster.dataset.run_rows import failed_run_row
 from cluster.dataset.store import DatasetStore
 from cluster.distributed.progress import PointFinished, ProgressEvent
 from cluster.errors import EngineFault
+from cluster.kernel.run_row import RunRow
 from cluster.kernel.runs import RunPlan
 from cluster.server.process import with_decisive_line
 
@@ -70,7 +71,7 @@ class RunRecorder:
         self.on_run = on_run
         self.on_event = on_event
 
-    def finish(self, p: RunPlan, status: str, row: Optional[dict[str, Any]] = None) -> None:
+    def finish(self, p: RunPlan, status: str, row: Optional[RunRow] = None) -> None:
         self.result.statuses[p.run_key] = status
         self.on_run(p, status)
         self.on_event(PointFinished.from_row(p, status, row))
@@ -87,6 +88,6 @@ class RunRecorder:
     def invalid(self, p: RunPlan, reason: str, server: ServerFacts, seg: SegmentFacts) -> None:
         """A run that is not measured because its variant cannot be vouched for (its gate failed)."""
         row = failed_run_row(p, reason, "", server, seg, self.spec, self.git_sha)
-        row.update({"status": "invalid", "failure_reason": None, "invalid_reasons": reason})
+        row = replace(row, status="invalid", failure_reason=None, invalid_reasons=reason)
         self.store.write_run(p, row, None, None)
         self.finish(p, "invalid", row)
