@@ -47,6 +47,7 @@ EXAMPLES: dict[str, str] = {
     "results query": 'sglbench results query demo-sim "SELECT variant, count(*) FROM requests GROUP BY variant"',
     "results capacity": "sglbench results capacity capacity-sim --baseline baseline",
     "results report": "sglbench results report demo-sim --out report",
+    "results recommend": "sglbench results recommend demo-sim --format table",
 }
 """One runnable example per command path (tests/unit/commands/test_cli_hygiene.py parses each against its
 command's own parameters); a new command without one fails that test."""
