@@ -3,33 +3,22 @@
 from __future__ import annotations
 
 import enum
-import math
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Mapping, Optional
+from typing import Mapping, Optional
 
 import pandas as pd
 import typer
-from rich.console import Console
 from rich.markup import escape
 
-from cluster.errors import EnvironmentFault, SglbenchError
+from cluster.errors import SglbenchError
 from rich.table import Table
 
+from cluster.commands.result_tables import (Format, cell_text, clear_errors, console, emit, err_console,
+                                            table_or_exit)
 from cluster.commands.terminal import print_table
 from cluster.analysis.results import Results
 from cluster.config.experiment import ExperimentSpec
 
-console = Console()
-err_console = Console(stderr=True)
-
 results_app = typer.Typer(no_args_is_help=True, help="Compare, list, inspect and query result datasets.")
-
-
-class Format(str, enum.Enum):
-    table = "table"
-    csv = "csv"
-    markdown = "markdown"
-    json = "json"
 
 
 class By(str, enum.Enum):
@@ -39,66 +28,6 @@ class By(str, enum.Enum):
 
 
 ROOT_OPT = typer.Option("results", "--root", help="Dataset root: a local path or a pyarrow filesystem URI.")
-
-
-@contextmanager
-def _clear_errors() -> Iterator[None]:
-    """A dataset root that cannot be read (missing, permissions, an unreachable bucket) is an EnvironmentFault;
-    sglbench's own errors (missing experiment, bad SQL, bad baseline) pass through to the CLI's handler."""
-    try:
-        yield
-    except OSError as e:
-        raise EnvironmentFault(f"cannot read the dataset: {e}") from e
-
-
-def _table_or_exit(build: Callable[[], pd.DataFrame], nothing: str) -> pd.DataFrame:
-    """The table `build` makes (a user error printed as one line), or exit 2 saying `nothing` when it is empty."""
-    with _clear_errors():
-        df = build()
-    if df.empty:
-        err_console.print(nothing)
-        raise typer.Exit(2)
-    return df
-
-
-def _missing(v: Any) -> bool:
-    return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
-
-
-def _cell(v: Any, digits: Optional[int] = None) -> str:
-    if _missing(v):
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.{digits if digits is not None else (3 if abs(v) < 10 else 1)}f}"
-    return str(v)
-
-
-def _column(values: Any) -> list[str]:
-    """One precision per column (from its largest magnitude), so 13.9 never stands beside 8.429."""
-    vals = list(values)
-    floats = [abs(v) for v in vals if isinstance(v, float) and not _missing(v)]
-    digits = None if not floats else (0 if all(v.is_integer() for v in floats) else
-                                      3 if max(floats) < 10 else 2 if max(floats) < 100 else 1)
-    return [_cell(v, digits) for v in vals]
-
-
-def _markdown(df: pd.DataFrame) -> str:
-    lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
-    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join(lines)
-
-
-def _emit(df: pd.DataFrame, fmt: Format, title: str = "") -> None:
-    if fmt is Format.csv:
-        typer.echo(df.to_csv(index=False), nl=False)
-    elif fmt is Format.json:
-        typer.echo(df.to_json(orient="records", indent=2))
-    elif fmt is Format.markdown:
-        typer.echo(_markdown(df))
-    else:
-        cols = [[escape(v) for v in _column(df[c])] for c in df.columns]  # text: "[no CI]" is not markup
-        print_table(console, [str(c) for c in df.columns], list(zip(*cols)) if cols else [], title=title,
-                    right=[pd.api.types.is_numeric_dtype(df[c]) for c in df.columns])
 
 
 NEW_ROOT_OPT = typer.Option(None, "--new-root", help="Dataset root of the second experiment (default: --root), "
@@ -143,7 +72,7 @@ def compare_cmd(
 def open_results(root: str, experiment: str) -> Results:
     """The one Results a command reads (an unreadable root is an EnvironmentFault, a missing experiment the
     store's ExperimentNotFound)."""
-    with _clear_errors():
+    with clear_errors():
         return Results.open(root, experiment)
 
 
@@ -158,12 +87,12 @@ def print_compare_ci(results: Results, baseline: Optional[str], fmt_name: str, n
 
     fmt = Format(fmt_name)
     experiment = results.experiment
-    df = _table_or_exit(lambda: compare_with_ci(results, baseline, n_boot=n_boot, seed=seed),
+    df = table_or_exit(lambda: compare_with_ci(results, baseline, n_boot=n_boot, seed=seed),
                         f"no runs recorded for experiment {experiment!r} under {results.root!r}")
     if fmt is not Format.table:
         out = df.copy()
         out["warnings"] = ["; ".join(w) for w in out["warnings"]]
-        _emit(out, fmt)
+        emit(out, fmt)
         return
     view = compare_view(df)
     view["variant"] = [f"{v}{'*' if b else ''}{' (sim)' if e == 'sim' else ''}"
@@ -176,7 +105,7 @@ def print_compare_ci(results: Results, baseline: Optional[str], fmt_name: str, n
         keep.append("goodput req/s")
     if (df["prefix_hit_rate"].fillna(0) > 0).any():  # prefix caching served something: say how much, per point
         keep.append("prefix hit %")
-    _emit(view[keep].rename(columns={"ok/failed/invalid": "ok/f/i"}), fmt,
+    emit(view[keep].rename(columns={"ok/failed/invalid": "ok/f/i"}), fmt,
           title=f"{experiment}: estimate [95% CI]; latencies in ms; * = baseline; (sim) = simulated engine; "
                 f"ok/f/i = ok / failed / invalid repeats")
     console.print(df.attrs.get("ci_method", ""), highlight=False)
@@ -207,19 +136,19 @@ def print_compare_by_category(results: Results, baseline: Optional[str], fmt_nam
 
     fmt = Format(fmt_name)
     experiment = results.experiment
-    df = _table_or_exit(lambda: compare_by_category(results, baseline, n_boot=n_boot, seed=seed, by=by),
+    df = table_or_exit(lambda: compare_by_category(results, baseline, n_boot=n_boot, seed=seed, by=by),
                         f"no ok runs recorded for experiment {experiment!r} under {results.root!r}")
     shown = categorised(df, by)
     if not shown.empty:  # without categories anywhere the table shows every workload's '-' rows
         df = shown
     if fmt is not Format.table:
-        _emit(df, fmt)
+        emit(df, fmt)
         return
     view = category_view(df)
     if df["workload"].nunique() == 1:
         view = view.drop(columns="workload")
     sim = " (simulated engine)" if "sim" in set(_engines(results)) else ""
-    _emit(view, fmt, title=f"{experiment} by {'session turn' if by == 'turn' else by}{sim}: estimate [95% CI]; "
+    emit(view, fmt, title=f"{experiment} by {'session turn' if by == 'turn' else by}{sim}: estimate [95% CI]; "
           "* = baseline")
     console.print(df.attrs.get("ci_method", ""), highlight=False, soft_wrap=True)
 
@@ -230,20 +159,20 @@ def print_compare_by_position(results: Results, fmt_name: str) -> None:
                                                        position_table, position_view)
 
     fmt = Format(fmt_name)
-    with _clear_errors():
+    with clear_errors():
         groups = acceptance_by_position(results.table("requests", READ_COLUMNS), results.runs())
     if not groups:
         err_console.print(f"no acceptance per draft position for {results.experiment!r}: no ok speculative request "
                           "of an ok run carries spec_correct_drafts_histogram (SGLang and the simulator send it)")
         raise typer.Exit(2)
     if fmt is not Format.table:
-        _emit(position_table(groups), fmt)
+        emit(position_table(groups), fmt)
         return
     view = position_view(groups)
     if view["workload"].nunique() == 1:
         view = view.drop(columns="workload")
     sim = " (simulated engine)" if "sim" in set(_engines(results)) else ""
-    _emit(view, fmt, title=f"{results.experiment} by draft position{sim}: estimate [95% CI]")
+    emit(view, fmt, title=f"{results.experiment} by draft position{sim}: estimate [95% CI]")
     console.print(INTERVAL_METHOD, highlight=False, soft_wrap=True)
 
 
@@ -258,7 +187,7 @@ def print_compare(results: Results, baseline: Optional[str], fmt_name: str) -> N
 
     fmt = Format(fmt_name)
     experiment = results.experiment
-    with _clear_errors():
+    with clear_errors():
         df = compare_table(results, baseline)
     if df.empty:
         err_console.print(f"no runs recorded for experiment {experiment!r} under {results.root!r}")
@@ -284,11 +213,11 @@ def print_compare(results: Results, baseline: Optional[str], fmt_name: str) -> N
                 [f"{v}{'*' if b else ''}" + ("" if one_engine else f" ({e})")
                  for v, b, e in zip(part["variant"], part["is_baseline"], part["engine"])],
                 [f"{a}/{b}/{c}" for a, b, c in zip(part["n_runs"], part["n_failed"], part["n_invalid"])],
-                [_cell(v, 1) + ("!" if short else "") for v, short in zip(part["steady_output_tps"],
+                [cell_text(v, 1) + ("!" if short else "") for v, short in zip(part["steady_output_tps"],
                                                                          part["steady_short"])],
-                [_cell(v, 1) for v in part["output_tok_s"]], [_cell(v, 1) for v in part["ttft_ms_p99"]],
-                [_cell(v, 2) for v in part["tpot_ms_mean"]], [_cell(v, 2) for v in part["itl_token_ms_p50"]],
-                [_cell(v, 2) for v in part["accept_length"]], [_cell(v, 2) for v in part["speedup_output_tok_s"]]))
+                [cell_text(v, 1) for v in part["output_tok_s"]], [cell_text(v, 1) for v in part["ttft_ms_p99"]],
+                [cell_text(v, 2) for v in part["tpot_ms_mean"]], [cell_text(v, 2) for v in part["itl_token_ms_p50"]],
+                [cell_text(v, 2) for v in part["accept_length"]], [cell_text(v, 2) for v in part["speedup_output_tok_s"]]))
             print_table(console, cols, rows, right=[False, False] + [True] * 8, table=t)
             marks: dict[str, list[str]] = {}  # each distinct mark once, with the points it concerns
             for r in part.itertuples(index=False):
@@ -308,7 +237,7 @@ def print_compare(results: Results, baseline: Optional[str], fmt_name: str) -> N
                       "column.", highlight=False)
         print_resolved_differences(results)
     else:
-        _emit(df, fmt)
+        emit(df, fmt)
 
 
 def print_resolved_differences(results: Results) -> None:
@@ -335,7 +264,7 @@ def print_resolved_differences(results: Results) -> None:
 def _cross(base: Results, new: Results, n_boot: int, seed: int) -> pd.DataFrame:
     from cluster.analysis.cross_experiment import compare_experiments
 
-    with _clear_errors():
+    with clear_errors():
         return compare_experiments(base, new, n_boot=n_boot, seed=seed)
 
 
@@ -348,7 +277,7 @@ def print_cross(base: Results, new: Results, fmt_name: str, n_boot: int, seed: i
     fmt = Format(fmt_name)
     df = _cross(base, new, n_boot, seed)
     if fmt is not Format.table:
-        _emit(df, fmt)
+        emit(df, fmt)
         return
     from rich import box
 
@@ -370,8 +299,8 @@ def print_cross(base: Results, new: Results, fmt_name: str, n_boot: int, seed: i
         for r in part.to_dict("records"):
             for name, _ in CROSS_METRICS:
                 ratio = format_speedup(r[f"{name}_ratio"], r[f"{name}_ratio_lo"], r[f"{name}_ratio_hi"], "")
-                t.add_row(r["variant"], labels[name], r[f"{name}_repeats"], _cell(r[f"{name}_base"]),
-                          _cell(r[f"{name}_new"]), ratio, short.get(r[f"{name}_verdict"], r[f"{name}_verdict"]))
+                t.add_row(r["variant"], labels[name], r[f"{name}_repeats"], cell_text(r[f"{name}_base"]),
+                          cell_text(r[f"{name}_new"]), ratio, short.get(r[f"{name}_verdict"], r[f"{name}_verdict"]))
         console.print(t)
     for line in df.attrs["unmatched"]:
         console.print(f"[yellow]not compared[/] {line}", highlight=False, soft_wrap=True)
@@ -421,7 +350,7 @@ def list_cmd(root: str = ROOT_OPT, fmt: Format = typer.Option(Format.table, "--f
     """Experiments under the root, with run counts by status."""
     from cluster.dataset.store import list_experiments
 
-    with _clear_errors():
+    with clear_errors():
         rows = []
         for name in list_experiments(root):
             st = Results.open(root, name).table("runs", ["status"]).column("status").to_pylist()
@@ -430,7 +359,7 @@ def list_cmd(root: str = ROOT_OPT, fmt: Format = typer.Option(Format.table, "--f
     if not rows:
         err_console.print(f"no experiments under {root!r}")
         raise typer.Exit(2)
-    _emit(pd.DataFrame(rows), fmt, title=f"experiments under {root}")
+    emit(pd.DataFrame(rows), fmt, title=f"experiments under {root}")
 
 
 @results_app.command("show")
@@ -446,9 +375,9 @@ def show_cmd(
            "coalesce(failure_reason, invalid_reasons) AS reason, m_output_tok_s AS output_tok_s, run_key "
            "FROM runs ORDER BY order_index")
     results = open_results(root, experiment)
-    with _clear_errors():
+    with clear_errors():
         df = query(results, sql)
-    _emit(df, fmt, title=f"{experiment}: runs")
+    emit(df, fmt, title=f"{experiment}: runs")
 
 
 @results_app.command("query")
@@ -468,9 +397,9 @@ def query_cmd(
     from cluster.analysis.query import query
 
     results = open_results(root, experiment)
-    with _clear_errors():
+    with clear_errors():
         df = query(results, sql)
-    _emit(df, fmt)
+    emit(df, fmt)
 
 
 def print_run_summary(root: str, spec: ExperimentSpec, counts: Mapping[str, int]) -> bool:
@@ -514,14 +443,14 @@ def print_capacity(results: Results, baseline: Optional[str], fmt_name: str, n_b
 
     fmt = Format(fmt_name)
     experiment = results.experiment
-    df = _table_or_exit(lambda: capacity_table(results, baseline, n_boot=n_boot, seed=seed),
+    df = table_or_exit(lambda: capacity_table(results, baseline, n_boot=n_boot, seed=seed),
                         f"experiment {experiment!r} under {results.root!r} has no capacity search (load.search) runs")
     if fmt is not Format.table:
-        _emit(df, fmt)
+        emit(df, fmt)
         return
     r = df.iloc[0]
     sim = " (simulated engine)" if "sim" in set(_engines(results)) else ""
-    _emit(capacity_view(df), fmt, title=f"{experiment}{sim}: capacity at SLO attainment >= {r['target']:g}, "
+    emit(capacity_view(df), fmt, title=f"{experiment}{sim}: capacity at SLO attainment >= {r['target']:g}, "
           f"resolution {r['resolution']:g}; * = baseline")
     console.print(df.attrs.get("ci_method", ""), highlight=False, soft_wrap=True)
 
@@ -541,7 +470,7 @@ def report_cmd(
     from cluster.analysis.report import build_report
 
     results = open_results(root, experiment)
-    with _clear_errors():
+    with clear_errors():
         path = build_report(results, out, n_boot=n_boot, seed=seed, bytes_per_token=bytes_per_token)
     console.print(f"report written to {path}", highlight=False)
 
@@ -566,7 +495,7 @@ def recommend_cmd(
     from cluster.analysis.recommend_view import note_lines, recommend_json, recommend_view, schedule_lines
 
     results = open_results(root, experiment)
-    with _clear_errors():
+    with clear_errors():
         rec = recommend_results(results, n_boot=n_boot, seed=seed)
     if not rec.points:
         err_console.print(f"no runs recorded for experiment {experiment!r} under {root!r}")
@@ -578,7 +507,7 @@ def recommend_cmd(
     if view["workload"].nunique() == 1:
         view = view.drop(columns="workload")
     sim = " (simulated engine)" if "sim" in set(_engines(results)) else ""
-    _emit(view, Format.table, title=f"{experiment}{sim}: what to serve per load point; baseline "
+    emit(view, Format.table, title=f"{experiment}{sim}: what to serve per load point; baseline "
           f"{rec.baseline}; speedup = variant / baseline output tok/s [95% CI]")
     for line in schedule_lines(rec.schedule):
         console.print(f"depth schedule {line}", highlight=False, soft_wrap=True, markup=False)
