@@ -33,7 +33,7 @@ computes the run-level statistics of them. Definitions:
   accept_length_p10/_p50/_p90: percentiles of the per-request (output_tokens - 1) / spec_verify_ct.
   All None when no request reports spec_verify_ct > 0.
 - lag_ms_p50/_p99/_max: actual_send_ns - intended_send_ns over all requests (client send lag self-check), computed
-  by request_metrics.client_lag; the run's validity is judged on this stored lag_ms_p99.
+  by kernel.window_figures.client_lag; the run's validity is judged on this stored lag_ms_p99.
 - slo_attainment: fraction of ALL requests that are ok and meet every SLO set (TTFT, TPOT, E2E; a request with
   one output token meets the TPOT SLO, as in SGLang's goodput); goodput_rps = such requests / duration_s.
   None when no SLO is given.

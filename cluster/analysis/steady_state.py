@@ -21,7 +21,7 @@ Inside the stretch [start_ns, end_ns]:
   straddling a bound counts its share.
 - tpot_ms: mean TPOT (metrics.py's definition) of the ok requests decoded inside it (first and last chunk both in
   it, more than one output token); `requests` counts the ok requests decoded inside it.
-- accept_length: request_metrics.acceptance over those requests.
+- accept_length: kernel.window_figures.acceptance over those requests.
 A run whose stretch is shorter than MIN_STEADY_SHARE of its window or holds fewer than MIN_STEADY_REQUESTS requests is
 too short to count (`shortfall`): compare flags it.
 """

@@ -101,6 +101,6 @@ def test_a_value_sglang_refuses_is_refused(sglang_venv_python: Path, parser: Par
 
 
 def test_the_simulators_flag_list_is_sglangs(parser: ParserAnswer) -> None:
-    """cluster/sim/launch_args.py SGLANG_FLAGS must equal the real 0.5.23 parser's long options."""
+    """cluster/engines/sglang_flags.py SGLANG_FLAGS must equal the real 0.5.23 parser's long options."""
     real = {o for o in parser.options if o.startswith("--")}
     assert sorted(real - SGLANG_FLAGS) == [] and sorted(SGLANG_FLAGS - real) == []
