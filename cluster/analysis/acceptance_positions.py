@@ -20,14 +20,19 @@ position (the variant's speculative_num_steps, or the longest histogram's last i
   mean accepted tokens per verify step, bonus included (counting drafts past max_tokens, as SGLang does). vLLM's
   counter-based accept_rate_pos_<i> (engines/vllm.py, 0-based i) is this cumulative at k = i + 1, not the rate.
 
-Intervals: Wilson score 95 % for a binomial proportion (analysis/accuracy.py's `wilson`, the one definition), the
-verify steps as its trials. Steps of one request are
-treated as independent trials; where acceptance differs from request to request (by what is asked), the pooled
-interval is too narrow, which is why the table is also given per prompt category.
+Intervals: Wilson score 95 % (analysis/accuracy.py's `wilson`, the one definition) with the verify steps as trials,
+at the Kish effective sample size: steps are not independent trials. Steps of one prompt are alike (its repeats and
+load points send the same prompt, and greedy decoding drafts the same tokens: the simulator's draws are even seeded
+by the prompt), so the steps are clustered by prompt (`prompt_fingerprint`; each request its own cluster where it is
+absent) and the design effect deff = (the rate's variance over clusters, the ratio estimator's
+Σ_c (y_c - R·x_c)² / (Σ x)² · C/(C-1)) / (the binomial R(1-R)/Σ x), at least 1, divides the trials: the interval is
+Wilson's for n = floor(Σ x / deff) trials, from floor(R·n) successes' lower bound to ceil(R·n)'s upper one. Where
+steps behave as independent, deff is about 1 and this is the plain Wilson interval.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -42,14 +47,14 @@ ALL_CATEGORIES = "(all)"
 """The category label of a group pooling every category."""
 
 POSITION_METRICS = {
-    "draft_accept_rate_k": ("fraction", "P(draft k accepted | drafts 1..k-1 accepted) = Σ steps accepting >= k drafts / "
-                          "Σ steps accepting >= k-1, from the per-request spec_correct_drafts_histogram"),
+    "draft_accept_rate_k": ("fraction", "P(draft k accepted | drafts 1..k-1 accepted) = Σ steps accepting >= k "
+                            "drafts / Σ steps accepting >= k-1, from the per-request spec_correct_drafts_histogram"),
     "draft_accept_cum_k": ("fraction", "P(drafts 1..k all accepted) = Σ steps accepting >= k drafts / Σ verify steps"),
 }
 """name -> (unit, formula) of the two per-position figures."""
 
-INTERVAL_METHOD = ("Wilson score 95 % intervals over verify steps (each step a trial; steps of one request treated as "
-                   "independent)")
+INTERVAL_METHOD = ("Wilson score 95 % intervals over verify steps at the effective sample size of steps clustered by "
+                   "prompt (Kish's design effect: repeats of one prompt are not new evidence)")
 
 @dataclass(frozen=True)
 class PositionAcceptance:
@@ -62,21 +67,52 @@ class PositionAcceptance:
     """draft_accept_rate_k: P(draft k accepted | drafts 1..k-1 accepted), its Wilson interval (accuracy.wilson)."""
     cumulative: Share
     """draft_accept_cum_k: P(drafts 1..k all accepted)."""
+    design_effect: float = 1.0
+    """How much wider than binomial the conditional rate varies over prompts (1: steps behave as independent)."""
+    design_effect_cum: float = 1.0
 
 
-def positions(histograms: Sequence[Sequence[int]], depth: Optional[int] = None) -> list[PositionAcceptance]:
+def _clustered(successes: np.ndarray, trials: np.ndarray) -> tuple[Share, float]:
+    """successes/trials summed over clusters, with Wilson's interval at the Kish effective sample size: the ratio's
+    variance over clusters, Σ(y_c - R·x_c)² / (Σx)² · C/(C-1), over the binomial R(1-R)/Σx is the design effect
+    (at least 1); the interval is Wilson's for n = floor(Σx / deff) trials, from floor(R·n) successes' lower bound to
+    ceil(R·n)'s upper one (so R itself is inside)."""
+    y, x = int(successes.sum()), int(trials.sum())
+    if x == 0:
+        return wilson(0, 0), 1.0
+    r, c = y / x, len(trials)
+    binomial = r * (1 - r) / x
+    spread = float(((successes - r * trials) ** 2).sum()) / (x * x) * c / (c - 1) if c > 1 else 0.0
+    deff = max(1.0, spread / binomial) if binomial > 0 else 1.0
+    if deff == 1.0:
+        return wilson(y, x), 1.0
+    n = max(1, int(x / deff))
+    below, above = wilson(math.floor(r * n), n), wilson(math.ceil(r * n), n)  # R·n is rarely whole: both sides
+    assert below.low is not None and above.high is not None
+    return Share(y, x, min(below.low, r), max(above.high, r)), deff
+
+
+def positions(histograms: Sequence[Sequence[int]], depth: Optional[int] = None,
+              clusters: Optional[Sequence[object]] = None) -> list[PositionAcceptance]:
     """draft_accept_rate_k and draft_accept_cum_k for k = 1..D over summed histograms (D: `depth`, or the longest
-    histogram's last index when that is longer); [] when no histogram holds a verify step."""
+    histogram's last index when that is longer); [] when no histogram holds a verify step. `clusters` labels each
+    histogram with what makes its steps alike (its prompt): one label per histogram, default every one its own."""
     width = max([len(h) for h in histograms] + [(depth or 0) + 1])
-    total = np.zeros(width, dtype=np.int64)
-    for h in histograms:
-        total[:len(h)] += np.asarray(h, dtype=np.int64)
-    at_least = np.cumsum(total[::-1])[::-1]  # at_least[j] = Σ_{i >= j} H[i]
-    steps = int(at_least[0])
-    if steps == 0:
+    labels = list(range(len(histograms))) if clusters is None else list(clusters)
+    index = {c: i for i, c in enumerate(dict.fromkeys(labels))}
+    per = np.zeros((len(index), width), dtype=np.int64)  # per[c, j]: cluster c's verify steps that accepted j
+    for h, c in zip(histograms, labels):
+        per[index[c], :len(h)] += np.asarray(h, dtype=np.int64)
+    at_least = np.cumsum(per[:, ::-1], axis=1)[:, ::-1]  # at_least[c, j] = Σ_{i >= j} per[c, i]
+    if int(at_least[:, 0].sum()) == 0:
         return []
-    return [PositionAcceptance(k, int(at_least[k - 1]), int(at_least[k]), wilson(int(at_least[k]), int(at_least[k - 1])),
-                               wilson(int(at_least[k]), steps)) for k in range(1, width)]
+    out = []
+    for k in range(1, width):
+        conditional, deff = _clustered(at_least[:, k], at_least[:, k - 1])
+        cumulative, deff_cum = _clustered(at_least[:, k], at_least[:, 0])
+        out.append(PositionAcceptance(k, conditional.counted, conditional.correct, conditional, cumulative,
+                                      deff, deff_cum))
+    return out
 
 
 @dataclass(frozen=True)
@@ -94,10 +130,13 @@ class GroupAcceptance:
     mismatched: int
     """Requests whose histogram's step count differs from their spec_verify_ct (a server inconsistency)."""
     positions: tuple[PositionAcceptance, ...]
+    prompts: int = 0
+    """Distinct prompts (clusters) among `requests`: with one, its repeats cannot be told from new evidence."""
 
 
 _COLUMNS = ("run_key", "workload", "variant", "spec_verify_ct", "spec_correct_drafts_histogram")
-READ_COLUMNS = _COLUMNS + ("category", "error", "first_chunk_ns", "last_chunk_ns")
+READ_COLUMNS = _COLUMNS + ("category", "prompt_fingerprint", "request_index", "error", "first_chunk_ns",
+                           "last_chunk_ns")
 """The `requests` columns acceptance_by_position reads (ok requests: no error, a first and a last chunk)."""
 
 
@@ -112,7 +151,12 @@ def acceptance_by_position(requests: pa.Table, runs: pd.DataFrame) -> list[Group
     depth_of = {str(k): (None if pd.isna(d) else int(d)) for k, d in zip(ok_runs["run_key"], ok_runs["spec_num_steps"])}
     ok = request_columns(requests).ok
     df = pd.DataFrame({c: requests.column(c).to_pylist() for c in _COLUMNS})
-    df["category"] = requests.column("category").to_pylist() if "category" in requests.schema.names else None
+    for optional in ("category", "prompt_fingerprint", "request_index"):
+        df[optional] = requests.column(optional).to_pylist() if optional in requests.schema.names else None
+    # a request's steps are alike its repeats' (the same prompt, greedy: the same drafts): one cluster per prompt
+    # sent, each request its own where the fingerprint is absent
+    df["cluster"] = [f"p{f}" if f is not None else f"r{k}/{i}" for f, k, i in
+                     zip(df["prompt_fingerprint"], df["run_key"], df["request_index"])]
     df = df[ok & df["run_key"].isin(list(depth_of)).to_numpy()]
     df = df[df["spec_verify_ct"].fillna(0) > 0]
     out: list[GroupAcceptance] = []
@@ -122,15 +166,15 @@ def acceptance_by_position(requests: pa.Table, runs: pd.DataFrame) -> list[Group
         cats = [c for c in dict.fromkeys(g["category"]) if isinstance(c, str)]
         groups = [(ALL_CATEGORIES, g)] + ([(c, g[g["category"] == c]) for c in cats] if cats else [])
         for label, part in groups:
-            hists = [h for h in part["spec_correct_drafts_histogram"] if h is not None]
-            pos = positions(hists, depth)
+            sent = part[part["spec_correct_drafts_histogram"].notna()]
+            pos = positions(list(sent["spec_correct_drafts_histogram"]), depth, list(sent["cluster"]))
             if not pos:
                 continue
             has = part["spec_correct_drafts_histogram"].notna()
             steps = part.loc[has, "spec_correct_drafts_histogram"].map(sum)
             mismatched = int((steps != part.loc[has, "spec_verify_ct"]).sum())
             out.append(GroupAcceptance(str(workload), str(variant), label, depth, int(has.sum()), len(part),
-                                       mismatched, tuple(pos)))
+                                       mismatched, tuple(pos), int(sent["cluster"].nunique())))
     return out
 
 
@@ -139,6 +183,8 @@ def _note(g: GroupAcceptance) -> str:
         f"{g.spec_requests - g.requests} of {g.spec_requests} speculative requests sent no histogram"
         if g.spec_requests > g.requests else "",
         f"{g.mismatched} histograms disagree with spec_verify_ct" if g.mismatched else "",
+        f"one distinct prompt in {g.requests} requests: the interval treats its repeats' steps as independent"
+        if g.prompts == 1 and g.requests > 1 else "",
         f"histograms reach past the configured depth {g.depth}"
         if g.depth is not None and len(g.positions) > g.depth else "") if n)
 
@@ -154,7 +200,8 @@ def position_table(groups: Sequence[GroupAcceptance]) -> pd.DataFrame:
                          "position": p.position, "accept_rate": c.rate, "accept_rate_lo": c.low,
                          "accept_rate_hi": c.high, "accept_cum": m.rate, "accept_cum_lo": m.low,
                          "accept_cum_hi": m.high, "steps_reaching": p.steps_reaching,
-                         "steps_accepting": p.steps_accepting, "requests": g.requests, "note": note})
+                         "steps_accepting": p.steps_accepting, "design_effect": p.design_effect,
+                         "requests": g.requests, "prompts": g.prompts, "note": note})
     return pd.DataFrame(rows)
 
 
@@ -175,7 +222,8 @@ def position_view(groups: Sequence[GroupAcceptance]) -> pd.DataFrame:
         "P(accept k | k-1)": [_cell(*x) for x in zip(t["accept_rate"], t["accept_rate_lo"], t["accept_rate_hi"])],
         "P(accept 1..k)": [_cell(*x) for x in zip(t["accept_cum"], t["accept_cum_lo"], t["accept_cum_hi"])],
         "steps reaching k": t["steps_reaching"], "steps accepting k": t["steps_accepting"],
-        "requests": t["requests"], "note": t["note"]})
+        "deff": [f"{d:.1f}" for d in t["design_effect"]], "requests": t["requests"], "prompts": t["prompts"],
+        "note": t["note"]})
 
 
 __all__ = ["ALL_CATEGORIES", "INTERVAL_METHOD", "POSITION_METRICS", "READ_COLUMNS", "GroupAcceptance",

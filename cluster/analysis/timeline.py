@@ -186,8 +186,9 @@ def report_timelines(results: Results, runs: pd.DataFrame, labels: dict[str, str
     out = []
     for (workload, kind, value), g in ok.groupby(["workload", "load_kind", "load_value"], sort=True):
         first = g.drop_duplicates("variant")
-        panels = run_timelines(results, [(str(r.run_key), f"{labels.get(str(r.variant), r.variant)} (repeat {r.repeat})")
-                                         for r in first.itertuples(index=False)], max_bars, seed)
+        shown = [(str(r.run_key), f"{labels.get(str(r.variant), r.variant)} (repeat {r.repeat})")
+                 for r in first.itertuples(index=False)]
+        panels = run_timelines(results, shown, max_bars, seed)
         point = point_label(str(kind), float(value))
         out.append(TimelineFigure(
             str(workload), str(kind), float(value),

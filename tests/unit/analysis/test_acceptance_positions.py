@@ -108,3 +108,35 @@ def test_the_simulators_draws_land_within_their_intervals() -> None:
     for p, cum in zip(got, (0.93, 0.93 * 0.86, 0.93 * 0.86 * 0.8)):
         assert p.cumulative.low is not None and p.cumulative.high is not None
         assert p.cumulative.low <= cum <= p.cumulative.high, (p.position, p.cumulative, cum)
+
+
+def test_steps_clustered_by_prompt_widen_the_interval_by_the_design_effect() -> None:
+    # 4 prompts of 10 steps each at depth 1, accepting 10, 8, 2 and 0: R = 20/40 = .5;
+    # residuals y - R·x = 5, 3, -3, -5: Σ² = 68; spread = 68/40² · 4/3 = .056667; binomial = .25/40 = .00625
+    # deff = 9.0667, trials = floor(40/9.0667) = 4, Wilson(2 of 4) = [.15003, .84997]
+    hists = [[0, 10], [2, 8], [8, 2], [10, 0]]
+    (p,) = positions(hists, depth=1, clusters=["a", "b", "c", "d"])
+    assert p.conditional.rate == 0.5 and p.design_effect == pytest.approx(9.0667, abs=1e-4)
+    assert p.conditional.low == pytest.approx(0.15003, abs=1e-4)
+    assert p.conditional.high == pytest.approx(0.84997, abs=1e-4)
+    # the same counts as 40 one-step requests: residuals ±.5, spread = 40·.25/40² · 40/39, deff = 40/39 (the small-
+    # sample factor only): n = 39 trials, R·n = 19.5: Wilson(19 of 39).low = .3387 .. Wilson(20 of 39).high = .6613,
+    # about Wilson(20 of 40) = [.352, .648]
+    (q,) = positions([[1, 0]] * 20 + [[0, 1]] * 20, depth=1)
+    assert q.design_effect == pytest.approx(40 / 39)
+    assert q.conditional.low == pytest.approx(0.3387, abs=1e-4)
+    assert q.conditional.high == pytest.approx(0.6613, abs=1e-4)
+
+
+def test_repeats_of_one_prompt_add_no_evidence() -> None:
+    # 2 prompts accepting 8 and 2 of 10 steps, once each, or each repeated 6 times with identical draws (greedy):
+    # once: R = .5, residuals ±3, spread = 18/20² · 2 = .09, binomial .25/20 = .0125, deff 7.2, trials floor(2.78) = 2
+    # 6 repeats: R = .5, residuals ±18, spread = 648/120² · 2 = .09, binomial .25/120, deff 43.2, trials 2: the same
+    once = positions([[2, 8], [8, 2]], depth=1, clusters=["p", "q"])[0]
+    six = positions([[2, 8]] * 6 + [[8, 2]] * 6, depth=1, clusters=["p"] * 6 + ["q"] * 6)[0]
+    assert six.steps_reaching == 6 * once.steps_reaching
+    assert (six.conditional.low, six.conditional.high) == (once.conditional.low, once.conditional.high)
+    # counted as 12 unrelated requests instead, the interval would be narrower
+    apart = positions([[2, 8]] * 6 + [[8, 2]] * 6, depth=1)[0]
+    assert apart.conditional.low is not None and once.conditional.low is not None
+    assert apart.conditional.low > once.conditional.low
