@@ -8,6 +8,7 @@ from typing import Any, Iterable, Mapping, Optional
 
 import pyarrow as pa
 
+from cluster.analysis.engine_facts import EngineFacts
 from cluster.version import __version__
 from cluster.dataset.run_facts import SegmentFacts, ServerFacts, WindowSummary
 from cluster.kernel.run_row import RunRow, RunStatus
@@ -142,7 +143,7 @@ def concurrency_check(p: RunPlan, out: WindowSummary, server: ServerFacts, n_req
     offered concurrency while the queue gauge was non-empty on most scrapes (requests waited for a slot)."""
     from cluster.engines.registry import get_engine
 
-    engine = get_engine(p.variant.engine)
+    engine: EngineFacts = get_engine(p.variant.engine)
     offered = offered_concurrency(p, n_requests)
     cap = engine.concurrency_cap(server.infos, server.cap_log_lines)
     running = _peak_per_scrape(out.server_metrics, engine.running_gauge, out.duration_s)
@@ -213,7 +214,8 @@ def build_run_row(p: RunPlan, out: WindowSummary, server: ServerFacts, segment: 
     n_req = int(out.requests.num_rows)
     from cluster.engines.registry import get_engine
 
-    window = get_engine(p.variant.engine).window_acceptance(before, after, n_req)
+    facts: EngineFacts = get_engine(p.variant.engine)
+    window = facts.window_acceptance(before, after, n_req)
     m["accept_length_server_counters"] = window.get("accept_length")
     if m.get("accept_length") is None and window.get("accept_length") is not None:
         # engines without per-request verify counts (vLLM): the run-scoped counter figure is the metric
