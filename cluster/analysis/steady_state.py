@@ -19,9 +19,11 @@ Inside the stretch [start_ns, end_ns]:
 - output_tps: output tokens produced in it / its length. A request's first token counts at its first chunk, its
   other output_tokens - 1 spread evenly over (first_chunk_ns, last_chunk_ns] (TPOT's own assumption), so a request
   straddling a bound counts its share.
-- tpot_ms: mean TPOT (metrics.py's definition) of the ok requests decoded inside it (first and last chunk both in
-  it, more than one output token); `requests` counts the ok requests decoded inside it.
-- accept_length: kernel.window_figures.acceptance over those requests.
+- tpot_ms: mean TPOT (metrics.py's definition) of the ok requests decoded inside it: at least half of the request's
+  decode (first to last chunk) lies in the stretch (a one-token request: its chunk does), more than one output
+  token. Half, not all: a closed-loop stretch ends at a completion, and the requests of the same decode step finish
+  microseconds after it. `requests` counts the ok requests decoded inside it.
+- accept_length: request_metrics.acceptance over those requests.
 A run whose stretch is shorter than MIN_STEADY_SHARE of its window or holds fewer than MIN_STEADY_REQUESTS requests is
 too short to count (`shortfall`): compare flags it.
 """
@@ -74,7 +76,7 @@ class SteadyState:
     tpot_ms: Optional[float]
     accept_length: Optional[float]
     requests: int
-    """Ok requests decoded inside the stretch (first and last chunk in it)."""
+    """Ok requests decoded inside the stretch (at least half of their first-to-last-chunk span in it)."""
     rule: str
     """The rule that chose it, with its numbers (e.g. 'in flight >= 7 of offered concurrency 8')."""
 
@@ -138,13 +140,25 @@ def open_loop_stretch(send_ns: np.ndarray, done_ns: np.ndarray, window_ns: int, 
     return None if best is None else (best[0] - window_ns // 2, best[1] - window_ns // 2)
 
 
-def _tokens_inside(first: np.ndarray, last: np.ndarray, n: np.ndarray, s: int, e: int) -> float:
-    """Output tokens in [s, e]: 1 at the first chunk, n - 1 spread evenly over (first, last]."""
+def _overlap(first: np.ndarray, last: np.ndarray, s: int, e: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first chunk in [s, e], decode span last - first, its overlap with [s, e]) per request, as float64."""
     first_in = ((first >= s) & (first <= e)).astype(np.float64)
     span = (last - first).astype(np.float64)
     overlap = np.clip(np.minimum(last, e) - np.maximum(first, s), 0, None).astype(np.float64)
+    return first_in, span, overlap
+
+
+def _tokens_inside(first: np.ndarray, last: np.ndarray, n: np.ndarray, s: int, e: int) -> float:
+    """Output tokens in [s, e]: 1 at the first chunk, n - 1 spread evenly over (first, last]."""
+    first_in, span, overlap = _overlap(first, last, s, e)
     rest = np.where(span > 0, (n - 1) * overlap / np.where(span > 0, span, 1.0), (n - 1) * first_in)
     return float((first_in + rest).sum())
+
+
+def _decoded_inside(first: np.ndarray, last: np.ndarray, s: int, e: int) -> np.ndarray:
+    """Requests with at least half their decode span in [s, e] (a zero span: the first chunk in it)."""
+    first_in, span, overlap = _overlap(first, last, s, e)
+    return np.where(span > 0, overlap >= 0.5 * span, first_in > 0)
 
 
 def steady_state(requests: Records, load_kind: str, offered: Optional[float],
@@ -174,7 +188,7 @@ def steady_state(requests: Records, load_kind: str, offered: Optional[float],
         return SteadyState(None, None, 0.0, None, None, None, 0, rule)
     s, e = got
     tokens = _tokens_inside(first, last, n_out[ok], s, e)
-    inside = (first >= s) & (last <= e)
+    inside = _decoded_inside(first, last, s, e)
     tpot = TPOT.values(c)[ok][inside]
     tpot = tpot[~np.isnan(tpot)]
     svc = np.where(c.spec_verify_ct_ok, c.spec_verify_ct, 0)[ok][inside]

@@ -31,7 +31,7 @@ def test_closed_loop_stretch_ends_where_the_drain_begins() -> None:
     reqs, _ = request_batches([
         _rec(0, 0, 10, 100, 10, svc=3),     # TPOT (100 - 10) / 9 = 10 ms; accept 9 / 3
         _rec(1, 0, 10, 200, 20, svc=19),    # TPOT (200 - 10) / 19 = 10 ms; accept 19 / 19
-        _rec(2, 100, 110, 300, 20, svc=5),  # ends after the stretch: not decoded inside it
+        _rec(2, 100, 110, 300, 20, svc=5),  # (230 - 110) / 190 = 63 % of it inside: decoded inside; TPOT 10, 19 / 5
         _rec(3, 200, 210, 230, 5, svc=2),   # TPOT (230 - 210) / 4 = 5 ms; accept 4 / 2
         _rec(4, 0, 0, 0, 1, error="HTTP 500"),  # failed: neither in flight nor counted
     ])
@@ -42,10 +42,10 @@ def test_closed_loop_stretch_ends_where_the_drain_begins() -> None:
     # tokens in [0, 230]: r0 10 + r1 20 + r3 5, and r2: its first token at 110, then 19 tokens spread over
     # (110, 300], of which (230 - 110) / 190 lie inside: 19 * 120 / 190 = 12; 1 + 12 = 13. 48 tokens in 0.23 s.
     assert ss.output_tps == pytest.approx(48 / 0.23)
-    assert ss.requests == 3
-    assert ss.tpot_ms == pytest.approx((10 + 10 + 5) / 3)
-    # accept over r0, r1, r3: sum(n - 1) / sum(spec_verify_ct) = (9 + 19 + 4) / (3 + 19 + 2) = 32 / 24
-    assert ss.accept_length == pytest.approx(32 / 24)
+    assert ss.requests == 4
+    assert ss.tpot_ms == pytest.approx((10 + 10 + 10 + 5) / 4)
+    # accept over r0..r3: sum(n - 1) / sum(spec_verify_ct) = (9 + 19 + 19 + 4) / (3 + 19 + 5 + 2) = 51 / 29
+    assert ss.accept_length == pytest.approx(51 / 29)
     assert ss.rule == "in flight >= 2 of offered concurrency 2"
 
 
@@ -54,7 +54,8 @@ def test_a_worker_turnaround_does_not_end_the_stretch_but_a_longer_gap_does() ->
     turnaround = steady_state(request_batches([_rec(0, 0, 5, 50, 4), _rec(1, 50.5, 55, 100, 4)])[0],
                               "concurrency", 1, duration_s=0.1)
     assert turnaround is not None and (turnaround.start_ns, turnaround.end_ns) == (0, 100 * MS)
-    # a 30 ms gap splits it: [0, 50] (50 ms) and [80, 140] (60 ms); the longer one is the stretch
+    # a 30 ms gap splits it: [0, 50] (50 ms) and [80, 140] (60 ms); the longer one is the stretch, and r0's decode
+    # [5, 50] lies outside it
     gap = steady_state(request_batches([_rec(0, 0, 5, 50, 4), _rec(1, 80, 85, 140, 4)])[0],
                        "concurrency", 1, duration_s=0.14)
     assert gap is not None and (gap.start_ns, gap.end_ns) == (80 * MS, 140 * MS)
@@ -89,8 +90,10 @@ def test_open_loop_stretch_sits_between_the_ramp_and_the_drain() -> None:
     assert ss is not None
     assert (ss.start_ns, ss.end_ns) == (190 * MS, 400 * MS)
     assert ss.share == pytest.approx(210 / 590)
-    # decoded inside: first (10 i + 20) >= 190 and last (10 i + 200) <= 400: i = 17..20
-    assert ss.requests == 4
+    # decoded inside: at least 90 ms of request i's 180 ms decode (10 i + 20, 10 i + 200] in [190, 400]. Its overlap
+    # is 10 i + 10 for i <= 17 (>= 90 from i = 8), 180 for i = 18..20, 380 - 10 i for i >= 21 (>= 90 to i = 29):
+    # i = 8..29, 22 requests
+    assert ss.requests == 22
     # tokens inside [190, 400]: first tokens at 10 i + 20 in it for i = 17..38: 22. The other 9 of request i over
     # (10 i + 20, 10 i + 200] (180 ms) overlap it by 10 i + 10 for i <= 17 (sum 1710), 180 for i = 18..20 (540),
     # 380 - 10 i for i = 21..38 (sum 1530): 3780 ms; 9 * 3780 / 180 = 189. (22 + 189) / 0.21 s, about the offered
