@@ -1,15 +1,13 @@
 """Ray driver: plans an experiment, places one server per variant segment, drives load, writes the dataset.
 
-Entry point for `ray job submit ... -- python -m cluster.distributed.driver EXPERIMENT.yaml`.
+Entry point for `ray job submit ... -- python -m cluster.distributed.driver EXPERIMENT.yaml`: run as a program it
+hands over to `cluster.commands.job`, which also prints the end-of-run tables (commands sit above this package).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,7 +16,6 @@ from typing import Any, Callable, Optional
 import ray
 
 from cluster.config.experiment import ExperimentSpec
-from cluster.config.loader import load_spec
 from cluster.config.locations import check_ray_address
 from cluster.config.secrets import masked_spec_json
 from cluster.dataset.run_facts import SegmentFacts
@@ -30,7 +27,7 @@ from cluster.distributed.handles import LOAD_ACTOR_CPUS
 from cluster.distributed.progress import ProgressEvent, ignore
 from cluster.distributed.run_records import ExperimentResult, RunRecorder
 from cluster.distributed.segment import SegmentRunner
-from cluster.errors import EnvironmentFault, SglbenchError, UserError, report_error
+from cluster.errors import EnvironmentFault, UserError
 from cluster.kernel.runs import ResolvedVariant, RunPlan
 from cluster.plan.runs import expand_variants, make_plan, server_segments
 from cluster.plan.schedule import Reservation, reservation, unplaceable
@@ -223,33 +220,9 @@ def init_ray(address: Optional[str] = None, num_gpus: Optional[int] = None) -> N
                  num_gpus=num_gpus, object_store_memory=256 * 1024**2, _node_ip_address="127.0.0.1")
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m cluster.distributed.driver",
-                                 description="Run an sglbench experiment on the current Ray cluster.")
-    ap.add_argument("experiment", help="experiment YAML")
-    ap.add_argument("--address", default=None, help="Ray address (default: RAY_ADDRESS or a local cluster)")
-    ap.add_argument("--output", default=None, help="dataset root (overrides the spec's output)")
-    args = ap.parse_args(argv)
-    try:
-        spec = load_spec(args.experiment)
-        init_ray(args.address, logical_gpus_for(spec))
-        result = run_experiment(spec, base_dir=Path.cwd(), output_root=args.output)
-    except Exception as e:  # noqa: BLE001 - the error tree maps to exit codes; anything else is reported as a bug
-        return report_error(e, sys.stderr)
-    counts = result.counts()
-    # a Ray job's log (what `sglbench submit` follows) ends with the same tables `sglbench run` prints, then one
-    # machine-readable line
-    from cluster.commands.results import print_run_summary
-
-    print(f"dataset: {result.dataset_root}/{spec.name}  runs: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())),
-          flush=True)
-    try:
-        print_run_summary(result.dataset_root, spec, counts)  # False: no run recorded (said on stderr)
-    except SglbenchError as e:  # the tables could not be read: said, and the job's JSON line still follows
-        report_error(e, sys.stderr)
-    print(json.dumps({"dataset_root": result.dataset_root, "counts": counts, "skipped": result.skipped}), flush=True)
-    return 0 if counts.get("failed", 0) == 0 else 1
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    # job manifests run this module; the job's entry point lives with the commands because it ends with the tables
+    # `sglbench run` prints (rendered there, above this package), so hand over to it by name
+    import runpy
+
+    runpy.run_module("cluster.commands.job", run_name="__main__", alter_sys=True)

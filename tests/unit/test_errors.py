@@ -131,7 +131,7 @@ def test_a_missing_command_module_is_an_import_error(monkeypatch: pytest.MonkeyP
 
 
 def test_driver_main_maps_errors_like_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from cluster.distributed.driver import main
+    from cluster.commands.job import main
 
     bad = tmp_path / "bad.yaml"
     bad.write_text("version: 1\nname: x\nmodel: {path: /m, tp: zero}\n")

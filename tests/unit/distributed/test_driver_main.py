@@ -14,19 +14,20 @@ from tests.unit.analysis.test_comparison import build_dataset
 
 
 def _main(monkeypatch: pytest.MonkeyPatch, name: str, root: str, counts: dict[str, int]) -> int:
-    """driver.main on experiment `name` whose run 'recorded' `counts` under `root` (Ray and the run faked)."""
-    from cluster.distributed import driver
+    """The job entry point (commands/job.py main) on experiment `name` whose run 'recorded' `counts` under `root`
+    (Ray and the run faked)."""
+    from cluster.commands import job
 
     result = SimpleNamespace(dataset_root=root, counts=lambda: counts, skipped=0)
     spec = parse_spec_text(f"version: 1\nname: {name}\nmodel: {{path: sim://m, engine: sim}}\n"
                            "variants: [{name: base}]\n"
                            "workloads: [{name: chat, input_tokens: 8, output_tokens: 8, num_requests: 8}]\n"
                            "load: {concurrency: [1]}\n")
-    monkeypatch.setattr(driver, "load_spec", lambda path: spec)
-    monkeypatch.setattr(driver, "init_ray", lambda *a: None)
-    monkeypatch.setattr(driver, "logical_gpus_for", lambda spec: None)
-    monkeypatch.setattr(driver, "run_experiment", lambda spec, **kw: result)
-    return driver.main(["exp.yaml"])
+    monkeypatch.setattr(job, "load_spec", lambda path: spec)
+    monkeypatch.setattr(job, "init_ray", lambda *a: None)
+    monkeypatch.setattr(job, "logical_gpus_for", lambda spec: None)
+    monkeypatch.setattr(job, "run_experiment", lambda spec, **kw: result)
+    return job.main(["exp.yaml"])
 
 
 def test_driver_main_prints_the_comparison(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
