@@ -11,7 +11,6 @@ from typing import Any, Callable, Optional
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from cluster.plan.inputs import resolve_output_root as resolve_output_root  # the driver's import
 from cluster.config.experiment import ExperimentSpec
 
 

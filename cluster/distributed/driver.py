@@ -21,7 +21,7 @@ from cluster.config.secrets import masked_spec_json
 from cluster.dataset.run_facts import SegmentFacts
 from cluster.dataset.store import DatasetStore
 from cluster.distributed.capacity_search import CapacitySearches
-from cluster.distributed.cluster_state import gpu_nodes, resolve_output_root
+from cluster.distributed.cluster_state import gpu_nodes
 from cluster.distributed.gate_stage import GateStage
 from cluster.distributed.handles import LOAD_ACTOR_CPUS
 from cluster.distributed.progress import ProgressEvent, ignore
@@ -29,6 +29,7 @@ from cluster.distributed.run_records import ExperimentResult, RunRecorder
 from cluster.distributed.segment import SegmentRunner
 from cluster.errors import EnvironmentFault, UserError
 from cluster.kernel.runs import ResolvedVariant, RunPlan
+from cluster.plan.inputs import resolve_output_root
 from cluster.plan.runs import expand_variants, make_plan, server_segments
 from cluster.plan.schedule import Reservation, reservation, unplaceable
 from cluster.version import __version__
