@@ -124,17 +124,19 @@ def count_field(doc: Mapping[str, Any], key: str, where: str) -> Optional[int]:
 
 
 # free-form JSON stored as given: a decoded server answer, read field by field here
-def counts_field(doc: Mapping[str, Any], key: str, where: str) -> Optional[list[int]]:
-    """A list of counts, each as count_field takes it (SGLang's spec_correct_drafts_histogram: verify steps by the
-    drafts they accepted); None when absent, null or empty (SGLang's OpenAI details send [] for none)."""
-    v = list_field(doc, key, where)
-    if not v:
+def count_list(value: Any, where: str) -> Optional[list[int]]:
+    """A field's value (`where` names it) as a list of counts, each as count_field takes it (SGLang's
+    spec_correct_drafts_histogram: verify steps by the drafts they accepted); None when null or empty (SGLang's
+    OpenAI details send [] for none)."""
+    if value is None:
         return None
-    for i, x in enumerate(v):
+    if not isinstance(value, list):
+        raise _bad(where, "a list", value)
+    for i, x in enumerate(value):
         if type(x) is not int or not 0 <= x <= MAX_COUNT:
-            raise _bad(f"{where}.{key}[{i}]", "a non-negative integer" if type(x) is not int or x < 0 else
+            raise _bad(f"{where}[{i}]", "a non-negative integer" if type(x) is not int or x < 0 else
                        f"a count of at most {MAX_COUNT}", x)
-    return list(v)
+    return list(value) or None
 
 
 # free-form JSON stored as given: a decoded server answer, read field by field here
@@ -188,5 +190,5 @@ def finish_field(doc: Mapping[str, Any], key: str, where: str) -> tuple[Optional
     return kind, (why or "aborted") if kind == "abort" else None
 
 
-__all__ = ["MAX_COUNT", "MalformedAnswerError", "as_object", "count_field", "counts_field", "decode_json",
+__all__ = ["MAX_COUNT", "MalformedAnswerError", "as_object", "count_field", "count_list", "decode_json",
            "finish_field", "ids_field", "list_field", "number_field", "object_field", "shown", "str_field"]

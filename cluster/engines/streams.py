@@ -6,7 +6,7 @@ import json
 from abc import abstractmethod
 from typing import Any, Mapping, Optional
 
-from cluster.engines.answer_fields import (MalformedAnswerError, as_object, count_field, counts_field, finish_field,
+from cluster.engines.answer_fields import (MalformedAnswerError, as_object, count_field, count_list, finish_field,
                                            ids_field, list_field, number_field, object_field, shown, str_field)
 from cluster.engines.base import RequestMeta, StreamParser
 
@@ -124,7 +124,7 @@ class SGLangNativeParser(_TypedChunks):
         rid = str_field(mi, "id", w)
         if fr is not None:
             verify, accept = count_field(mi, "spec_verify_ct", w), number_field(mi, "spec_accept_length", w)
-            hist = counts_field(mi, "spec_correct_drafts_histogram", w)
+            hist = count_list(mi.get("spec_correct_drafts_histogram"), f"{w}.spec_correct_drafts_histogram")
             e2e = number_field(mi, "e2e_latency", w)
         delta = max(0, ct - self._ct)
         self._ct = max(ct, self._ct)
@@ -238,7 +238,8 @@ class OpenAIStreamParser(_TypedChunks):
         details = object_field(object_field(obj, "sglext", "chunk"), "spec_tokens_details", "chunk.sglext")
         verify = count_field(details, "spec_verify_ct", "chunk.sglext.spec_tokens_details")
         accept = number_field(details, "spec_accept_length", "chunk.sglext.spec_tokens_details")
-        hist = counts_field(details, "spec_correct_drafts_histogram", "chunk.sglext.spec_tokens_details")
+        hist = count_list(details.get("spec_correct_drafts_histogram"),
+                          "chunk.sglext.spec_tokens_details.spec_correct_drafts_histogram")
         m = self._meta
         m.request_id = m.request_id if rid is None else rid
         if finish is not None:
