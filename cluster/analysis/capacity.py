@@ -22,7 +22,7 @@ from cluster.analysis import stats
 from cluster.analysis.comparison import CI_LEVEL, format_estimate, format_speedup
 from cluster.analysis.query import resolve_baseline
 from cluster.analysis.results import Results
-from cluster.dataset.run_rows import reported_cap
+from cluster.analysis.run_row import reported_cap
 from cluster.plan.capacity import CapacityAnswer, CapacitySearch, Probe, answer, clamped, from_spec
 from cluster.config.load import SearchSpec
 

@@ -1,4 +1,8 @@
-"""Build the `runs` table row of one run: metrics, validity checks and provenance (pure)."""
+"""Build the `runs` table row of one run (a kernel RunRow): metrics, validity checks and provenance (pure).
+
+Assembled here, above the dataset: the row needs the metrics' definitions (analysis), the engine's caps and
+acceptance (engines) and the output sample's verdict (loadgen); the dataset stores the typed row as it is handed
+over and imports none of them."""
 
 from __future__ import annotations
 

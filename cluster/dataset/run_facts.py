@@ -1,8 +1,8 @@
 """Typed facts a `runs` row is built from (server start, segment, gate verdict, measured window); owned by dataset/.
 
-Why here: `dataset/run_rows.py` is what every fact ends up in, and both producers (the Ray actors and driver in
-`distributed/`) already import `dataset/`; a Ray-free, HTTP-free module both sides import keeps the boundary typed
-without a cycle (`server/` stays the process mechanics, `loadgen/` the HTTP client).
+Why here: the runs row built from them (analysis/run_row.py) is what every fact ends up in, and both producers (the
+Ray actors and driver in `distributed/`) already import `dataset/`; a Ray-free, HTTP-free module both sides import
+keeps the boundary typed without a cycle (`server/` stays the process mechanics, `loadgen/` the HTTP client).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from typing import Callable, Iterator, Optional
 from cluster.config.experiment import ExperimentSpec
 from cluster.config.workload import WorkloadSpec
 from cluster.dataset.run_facts import ServerFacts
-from cluster.dataset.run_rows import reported_cap
+from cluster.analysis.run_row import reported_cap
 from cluster.dataset.store import DatasetStore
 from cluster.distributed.run_records import Death, ExperimentResult
 from cluster.kernel.runs import ResolvedVariant, RunPlan

@@ -10,7 +10,7 @@ from ray.exceptions import RayTaskError
 
 from cluster.config.experiment import ExperimentSpec
 from cluster.dataset.run_facts import SegmentFacts, ServerFacts, ServerRecord
-from cluster.dataset.run_rows import failed_run_row
+from cluster.analysis.run_row import failed_run_row
 from cluster.dataset.store import DatasetStore
 from cluster.distributed.progress import PointFinished, ProgressEvent
 from cluster.errors import EngineFault

@@ -10,7 +10,7 @@ import pytest
 
 from cluster.kernel.records import CHUNK_BATCH_SCHEMA, REQUEST_BATCH_SCHEMA
 from cluster.dataset.run_facts import GateVerdict, SegmentFacts, ServerFacts, ServerRecord, WindowSummary
-from cluster.dataset.run_rows import build_run_row, failed_run_row
+from cluster.analysis.run_row import build_run_row, failed_run_row
 from cluster.dataset.store import DatasetStore
 from cluster.plan.runs import make_plan
 from cluster.kernel.runs import RunPlan

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from cluster.dataset.run_rows import build_run_row
+from cluster.analysis.run_row import build_run_row
 from cluster.dataset.store import DatasetStore
 from cluster.telemetry.readings import REASON_HW_THERMAL, GpuReading
 from cluster.telemetry.recorder import TelemetryCapture, readings_table, unavailable
-from test_run_rows import SEGMENT, SERVER, _plan, _window, parse_spec_text, SPEC
+from test_run_row import SEGMENT, SERVER, _plan, _window, parse_spec_text, SPEC
 
 
 def test_gpu_figures_and_provenance(tmp_path: Path) -> None:

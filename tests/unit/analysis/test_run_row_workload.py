@@ -14,7 +14,7 @@ from cluster.analysis.comparison import compare_with_ci
 from cluster.cli import app
 from cluster.kernel.records import RequestRecord
 from cluster.dataset.run_facts import WindowSummary
-from cluster.dataset.run_rows import build_run_row
+from cluster.analysis.run_row import build_run_row
 from cluster.dataset.store import DatasetStore
 from cluster.loadgen.selection import workload_selection
 from cluster.loadgen.sink import request_batches
@@ -23,7 +23,7 @@ from cluster.kernel.runs import RunPlan
 from cluster.config.loader import parse_spec_text
 from cluster.config.experiment import ExperimentSpec
 from cluster.analysis.results import Results
-from tests.unit.dataset.test_run_rows import SEGMENT, SERVER
+from tests.unit.analysis.test_run_row import SEGMENT, SERVER
 
 SPEC = """
 version: 1
