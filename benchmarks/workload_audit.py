@@ -18,7 +18,8 @@ from typing import Any, Callable, Optional
 import numpy as np
 import pyarrow as pa
 
-from cluster.analysis.workload_audit import AUDIT_ALPHA, audit_workload, category_shares, length_quantiles
+from cluster.analysis.workload_audit import AUDIT_ALPHA, audit_workload
+from cluster.kernel.planned_workload import category_shares, length_quantiles
 from cluster.kernel.planned_workload import PlannedWorkload
 from cluster.kernel.records import REQUEST_BATCH_SCHEMA
 from cluster.loadgen.lengths import draw_lengths

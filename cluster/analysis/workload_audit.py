@@ -41,11 +41,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cluster.kernel.planned_workload import CategoryShare, LengthQuantile, PlannedWorkload
+from cluster.kernel.planned_workload import CategoryShare, PlannedWorkload
 
 AUDIT_ALPHA = 0.001
 """Family-wise false-alarm rate of one run's audit (split evenly over its tests)."""
-QUANTILES = (0.1, 0.5, 0.9)
 NO_CATEGORY = "-"
 """How a request without a category is named in the shares (cluster/analysis/categories.py's label)."""
 
@@ -65,27 +64,6 @@ class WorkloadAudit:
 
     def share_json(self, sent: bool) -> str:
         return json.dumps(self.shares_sent if sent else self.shares_selection, sort_keys=True)
-
-
-def length_quantiles(lengths: np.ndarray) -> tuple[LengthQuantile, ...]:
-    """The QUANTILES of a population of integer lengths (the lower empirical quantile) with F(q−) and F(q)."""
-    x = np.sort(np.asarray(lengths, dtype=np.int64))
-    n = len(x)
-    out = []
-    for p in QUANTILES:
-        q = int(x[min(n - 1, max(0, math.ceil(p * n) - 1))])
-        out.append(LengthQuantile(p, q, float(np.searchsorted(x, q, "left")) / n,
-                                  float(np.searchsorted(x, q, "right")) / n))
-    return tuple(out)
-
-
-def category_shares(categories: list[Optional[str]]) -> tuple[CategoryShare, ...]:
-    counts: dict[Optional[str], int] = {}
-    for c in categories:
-        counts[c] = counts.get(c, 0) + 1
-    n = len(categories)
-    return tuple(CategoryShare(c, k / n) for c, k in sorted(counts.items(), key=lambda kv: (kv[0] is None,
-                                                                                          kv[0] or "")))
 
 
 def expected_distinct(m: float, n: int, multiplicities: tuple[tuple[int, int], ...] = ()) -> float:

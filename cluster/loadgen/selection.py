@@ -17,7 +17,7 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
-from cluster.analysis.workload_audit import category_shares, length_quantiles
+from cluster.kernel.planned_workload import category_shares, length_quantiles
 from cluster.kernel.planned_workload import PlannedWorkload
 from cluster.engines.base import Prompt
 from cluster.loadgen.datasets import PromptArray, load_jsonl_prompts, random_id_low, resolve_path

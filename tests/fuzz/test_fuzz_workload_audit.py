@@ -13,8 +13,8 @@ import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cluster.analysis.workload_audit import (AUDIT_ALPHA, audit_workload, binomial_interval, category_shares,
-                                             length_quantiles, planned_distinct)
+from cluster.analysis.workload_audit import AUDIT_ALPHA, audit_workload, binomial_interval, planned_distinct
+from cluster.kernel.planned_workload import category_shares, length_quantiles
 from cluster.kernel.planned_workload import PlannedWorkload
 from cluster.kernel.records import REQUEST_BATCH_SCHEMA
 from cluster.engines.base import Prompt

@@ -8,8 +8,9 @@ from typing import Optional, Sequence
 import numpy as np
 import pyarrow as pa
 
-from cluster.analysis.workload_audit import (AUDIT_ALPHA, audit_workload, binomial_interval, category_shares,
-                                             expected_distinct, length_quantiles, poisson_upper)
+from cluster.analysis.workload_audit import (AUDIT_ALPHA, audit_workload, binomial_interval, expected_distinct,
+                                             poisson_upper)
+from cluster.kernel.planned_workload import category_shares, length_quantiles
 from cluster.kernel.planned_workload import PlannedWorkload
 from cluster.kernel.records import RequestRecord
 from cluster.loadgen.sink import request_batches
