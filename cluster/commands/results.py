@@ -491,29 +491,9 @@ def recommend_cmd(
     """Per workload and load point, the variant to serve with its evidence (speedup over the baseline with a 95%
     interval, the gate, whether the runs are vouched for), the NEXTN depth schedule over the load points, and why
     nothing is chosen where the data cannot tell (docs/recommend.md)."""
-    from cluster.analysis.recommend import recommend_results
-    from cluster.analysis.recommend_view import note_lines, recommend_json, recommend_view, schedule_lines
+    from cluster.commands.recommend_output import print_recommendations
 
-    results = open_results(root, experiment)
-    with clear_errors():
-        rec = recommend_results(results, n_boot=n_boot, seed=seed)
-    if not rec.points:
-        err_console.print(f"no runs recorded for experiment {experiment!r} under {root!r}")
-        raise typer.Exit(2)
-    if fmt is RecommendFormat.json:
-        typer.echo(recommend_json(rec))
-        return
-    view = recommend_view(rec)
-    if view["workload"].nunique() == 1:
-        view = view.drop(columns="workload")
-    sim = " (simulated engine)" if "sim" in set(_engines(results)) else ""
-    emit(view, Format.table, title=f"{experiment}{sim}: what to serve per load point; baseline "
-          f"{rec.baseline}; speedup = variant / baseline output tok/s [95% CI]")
-    for line in schedule_lines(rec.schedule):
-        console.print(f"depth schedule {line}", highlight=False, soft_wrap=True, markup=False)
-    for line in note_lines(rec):
-        console.print(f"note {line}", highlight=False, soft_wrap=True, markup=False)
-    console.print(rec.ci_method, highlight=False, soft_wrap=True, markup=False)
+    print_recommendations(open_results(root, experiment), fmt is RecommendFormat.json, n_boot=n_boot, seed=seed)
 
 
 def register(app: typer.Typer) -> None:
