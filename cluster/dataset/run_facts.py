@@ -16,7 +16,7 @@ from cluster.kernel.planned_workload import PlannedWorkload
 from cluster.kernel.output_sample import OutputSample
 
 if TYPE_CHECKING:
-    from cluster.telemetry.recorder import TelemetryCapture
+    from cluster.kernel.telemetry_capture import TelemetryCapture
 
 
 @dataclass(frozen=True)

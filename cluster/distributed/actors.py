@@ -29,7 +29,8 @@ from cluster.server.process import (PortNotOwnedError, ServerProcess, ServerStar
 from cluster.config.workload import WorkloadSpec
 from cluster.config.server import EngineLauncher
 from cluster.telemetry.profile import ProfileCapture
-from cluster.telemetry.recorder import TelemetryCapture, TelemetryRecorder
+from cluster.telemetry.recorder import TelemetryRecorder
+from cluster.kernel.telemetry_capture import TelemetryCapture
 
 MAX_PORT_TRIES = 3
 WATCHDOG_NOTE_S = 2.0

@@ -19,7 +19,7 @@ from cluster.engines.base import api_key_of
 from cluster.kernel.runs import LoadPoint, ResolvedVariant
 from cluster.loadgen.gate import GateAnswers
 from cluster.telemetry.profile import ProfileCapture
-from cluster.telemetry.recorder import TelemetryCapture
+from cluster.kernel.telemetry_capture import TelemetryCapture
 
 if TYPE_CHECKING:
     from ray import ObjectRefGenerator

@@ -26,7 +26,7 @@ from cluster.distributed.run_records import DEATH_SETTLE_S, Death, DiedBeforeWin
 from cluster.distributed.teardown import kill_actors
 from cluster.kernel.runs import ResolvedVariant, RunPlan
 from cluster.server.process import with_decisive_line
-from cluster.telemetry.recorder import TelemetryCapture
+from cluster.kernel.telemetry_capture import TelemetryCapture
 
 LIVE_UPDATES_PER_WINDOW = 20
 """With a live watcher, a load actor hands out its finished requests about this often per window (batches of at

@@ -16,6 +16,7 @@ from typing import Callable, Optional, Protocol, Sequence
 import pyarrow as pa
 
 from cluster.kernel.records import GPU_METRICS_BATCH_SCHEMA
+from cluster.kernel.telemetry_capture import TelemetryCapture
 from cluster.telemetry.readings import GpuReading, is_power, is_thermal
 
 DEFAULT_RATE_HZ = 10.0
@@ -32,32 +33,6 @@ class DeviceSampler(Protocol):
     def sample(self) -> Sequence[GpuReading]: ...
 
     def close(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class TelemetryCapture:
-    """What one sampling period gave: samples with absolute monotonic t_ns, and how sampling went."""
-
-    source: str
-    rate_hz: float
-    samples: pa.Table
-    errors: int = 0
-    error: Optional[str] = None
-    """The first sampling error (type: message), if any."""
-    unavailable: Optional[str] = None
-    """Why there was no sampler at all (no NVML, a CPU server), None when there was one."""
-
-    def aligned(self, window_start_monotonic_ns: int) -> pa.Table:
-        """The samples with t_ns relative to the measured window's start (negative just before it)."""
-        t = self.samples
-        if not t.num_rows:
-            return t
-        rel = pa.array([x - window_start_monotonic_ns for x in t.column("t_ns").to_pylist()], pa.int64())
-        return t.set_column(t.schema.get_field_index("t_ns"), GPU_METRICS_BATCH_SCHEMA.field("t_ns"), rel)
-
-    def provenance(self) -> dict[str, object]:
-        return {"source": self.source, "rate_hz": self.rate_hz, "samples": self.samples.num_rows,
-                "errors": self.errors, "error": self.error, "unavailable": self.unavailable}
 
 
 def readings_table(rows: Sequence[tuple[int, GpuReading]], source: str) -> pa.Table:

@@ -11,7 +11,8 @@ import pytest
 from cluster.analysis.run_row import build_run_row
 from cluster.dataset.store import DatasetStore
 from cluster.telemetry.readings import REASON_HW_THERMAL, GpuReading
-from cluster.telemetry.recorder import TelemetryCapture, readings_table, unavailable
+from cluster.telemetry.recorder import readings_table, unavailable
+from cluster.kernel.telemetry_capture import TelemetryCapture
 from test_run_row import SEGMENT, SERVER, _plan, _window, parse_spec_text, SPEC
 
 
