@@ -7,8 +7,8 @@ over and imports none of them."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
-from typing import Any, Iterable, Mapping, Optional
+from dataclasses import asdict, dataclass, replace
+from typing import Iterable, Mapping, Optional
 
 import pyarrow as pa
 
@@ -138,8 +138,22 @@ its gauges only when it logs prefill/decode stats (every decode_log_interval = 4
 while requests are admitted is normal and must not flag a run."""
 
 
+@dataclass(frozen=True)
+class ConcurrencyEvidence:
+    """What concurrency_check judged from, as provenance_json["concurrency"] holds it (reported_cap reads `cap`)."""
+
+    offered: Optional[int]
+    cap: Optional[int]
+    cap_source: Optional[str]
+    cap_declared: Optional[int]
+    cap_cause: Optional[str]
+    scraped_max_running: Optional[float]
+    scraped_max_queued: Optional[float]
+    scraped_queued_share: Optional[float]
+
+
 def concurrency_check(p: RunPlan, out: WindowSummary, server: ServerFacts, n_requests: int
-                      ) -> tuple[list[str], dict[str, Any]]:
+                      ) -> tuple[list[str], ConcurrencyEvidence]:
     """Did the server run the concurrency we offered? Invalid reasons and the evidence for provenance.
 
     Two independent rules: the resolved cap the server reported (engine.concurrency_cap, e.g. SGLang's 48 under
@@ -154,12 +168,10 @@ def concurrency_check(p: RunPlan, out: WindowSummary, server: ServerFacts, n_req
     queue = _series(out.server_metrics, engine.queue_gauge, out.duration_s)
     queued = max(queue.values()) if queue else None
     queued_share = sum(1 for x in queue.values() if x > 0) / len(queue) if queue else None
-    evidence: dict[str, Any] = {"offered": offered, "cap": cap.value if cap else None,
-                                "cap_source": cap.source if cap else None,
-                                "cap_declared": cap.declared if cap else None,
-                                "cap_cause": cap.cause if cap else None,
-                                "scraped_max_running": running, "scraped_max_queued": queued,
-                                "scraped_queued_share": queued_share}
+    evidence = ConcurrencyEvidence(offered=offered, cap=cap.value if cap else None,
+                                   cap_source=cap.source if cap else None, cap_declared=cap.declared if cap else None,
+                                   cap_cause=cap.cause if cap else None, scraped_max_running=running,
+                                   scraped_max_queued=queued, scraped_queued_share=queued_share)
     reasons: list[str] = []
     if offered is None:
         return reasons, evidence
@@ -255,7 +267,7 @@ def build_run_row(p: RunPlan, out: WindowSummary, server: ServerFacts, segment: 
     ss = steady_state(out.requests, p.load.kind, offered, out.duration_s)
     output_sample["judged"] = spec.correctness.check_output_samples
     provenance = _provenance(p, spec, server, segment, git_sha, out.load_actor_peak_buffered_rows)
-    provenance["concurrency"] = concurrency
+    provenance["concurrency"] = asdict(concurrency)
     telemetry: dict[str, object] = out.telemetry.provenance() if out.telemetry is not None else {"source": None, "unavailable":
                                                                              "telemetry disabled or not captured"}
     telemetry["throttle_reasons"] = throttle_summary(out.gpu_metrics, out.duration_s)
