@@ -7,6 +7,7 @@ from typing import Optional
 from pydantic import Field, model_validator
 
 from cluster.config import bounds as B
+from cluster.config.eval import EvalSpec
 from cluster.config.fields import FrozenModel
 
 
@@ -29,6 +30,9 @@ class CorrectnessSpec(FrozenModel):
     false`: an answer needs its prompt's whole budget, while the prefix, acceptance and degeneracy checks judge the
     first tokens (min_prefix_tokens ≤ the cap). For slow test engines (real SGLang on a CPU), where the 256-token
     reasoning prompt, asked twice, cost more than the measured window."""
+    eval: Optional[EvalSpec] = None
+    """An accuracy task with exact answers (docs/accuracy.md) every variant answers alone and inside its measured
+    load; a variant below the baseline's accuracy beyond the interval is invalid for speed claims."""
 
     @model_validator(mode="after")
     def _cap_needs_no_answers(self) -> "CorrectnessSpec":

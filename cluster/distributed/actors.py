@@ -18,6 +18,7 @@ from cluster.engines.base import api_key_of
 from cluster.engines.registry import get_engine
 from cluster.dataset.run_facts import ServerFacts
 from cluster.config.secrets import redact_argv, redact_env, scrub, scrub_file, scrub_text, secret_values
+from cluster.loadgen.eval import EvalAnswer, EvalItem, during_window
 from cluster.loadgen.gate import GateAnswers
 from cluster.kernel.runs import LoadPoint, ResolvedVariant
 from cluster.kernel.planned_workload import PlannedWorkload
@@ -71,6 +72,8 @@ class ShardSummary:
     samples: tuple[OutputSample, ...] = ()
     selection: Optional[PlannedWorkload] = None
     """What the workload's source offered (shard 0 only): the workload audit's plan."""
+    eval_answers: tuple[EvalAnswer, ...] = ()
+    """The accuracy task's answers sent beside this shard's load (shard 0 of the carrier run only)."""
 
 
 LoadMessage = Union[LoadBatch, ShardSummary]
@@ -280,6 +283,14 @@ class LoadActorImpl:
 
         return asyncio.run(collect_gate_answers(self.engine, base_url, model_name, timeout_s, filler, cap))
 
+    def run_eval_alone(self, base_url: str, model_name: str, items: tuple[EvalItem, ...], max_tokens: int,
+                       timeout_s: float) -> tuple[EvalAnswer, ...]:
+        import asyncio
+
+        from cluster.loadgen.eval import ask_alone
+
+        return asyncio.run(ask_alone(self.engine, base_url, model_name, items, max_tokens, timeout_s))
+
     def visible_gpus(self) -> str:
         return os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
 
@@ -306,9 +317,11 @@ class LoadActorImpl:
     def run_point_stream(self, base_url: str, workload: WorkloadSpec, load: LoadPoint, seed: int, model_name: str,
                          request_timeout_s: float, shard_index: int = 0, num_shards: int = 1,
                          start_unix_s: Optional[float] = None, scrape_interval_s: float = 1.0,
-                         batch_rows: int = 4096) -> Iterator[LoadMessage]:
+                         batch_rows: int = 4096, eval_items: tuple[EvalItem, ...] = (),
+                         eval_max_tokens: int = 16) -> Iterator[LoadMessage]:
         """A generator (call with num_returns="streaming"): a LoadBatch as records accumulate, so this process never
-        holds a whole long window; then one ShardSummary last."""
+        holds a whole long window; then one ShardSummary last. `eval_items` are sent beside the load (loadgen/eval.py
+        during_window), their answers in the summary."""
         import queue
         import threading
 
@@ -337,7 +350,9 @@ class LoadActorImpl:
                     workload.ignore_eos, workload.temperature, model_name, request_timeout_s,
                     scrape_metrics=shard_index == 0, on_batch=lambda r, c: q.put(LoadBatch(r, c)),
                     batch_rows=batch_rows, shard_index=shard_index, num_shards=num_shards,
-                    start_unix_s=start_unix_s, sessions=sessions)
+                    start_unix_s=start_unix_s, sessions=sessions,
+                    alongside=during_window(self.engine, base_url, model_name, eval_items, eval_max_tokens,
+                                            request_timeout_s) if eval_items else None)
             except BaseException as e:  # noqa: BLE001 - re-raised in the generator below
                 box["error"] = e
             finally:
@@ -369,6 +384,7 @@ class LoadActorImpl:
             window_start_monotonic_ns=res.window_start_monotonic_ns,
             samples=res.samples,
             selection=selection,
+            eval_answers=res.eval_answers,
         )
 
 

@@ -17,6 +17,7 @@ from cluster.distributed.actors import (EngineActor, EngineActorImpl, LoadActor,
                                         StopResult)
 from cluster.engines.base import api_key_of
 from cluster.kernel.runs import LoadPoint, ResolvedVariant
+from cluster.loadgen.eval import EvalAnswer, EvalItem
 from cluster.loadgen.gate import GateAnswers
 from cluster.telemetry.profile import ProfileCapture
 from cluster.kernel.telemetry_capture import TelemetryCapture
@@ -124,6 +125,12 @@ class LoadHandle:
         got: GateAnswers = ray.get(self._m.run_gate.remote(base_url, model_name, timeout_s, filler, cap))
         return got
 
+    def run_eval_alone(self, base_url: str, model_name: str, items: tuple[EvalItem, ...], max_tokens: int,
+                       timeout_s: float) -> tuple[EvalAnswer, ...]:
+        got: tuple[EvalAnswer, ...] = ray.get(self._m.run_eval_alone.remote(base_url, model_name, items, max_tokens,
+                                                                           timeout_s))
+        return got
+
     def visible_gpus(self) -> str:
         return str(ray.get(self._m.visible_gpus.remote()))
 
@@ -132,11 +139,11 @@ class LoadHandle:
 
     def stream(self, base_url: str, workload: "WorkloadSpec", load: LoadPoint, seed: int, model_name: str,
                request_timeout_s: float, shard_index: int, num_shards: int, start_unix_s: Optional[float],
-               batch_rows: int) -> LoadStream:
+               batch_rows: int, eval_items: tuple[EvalItem, ...] = (), eval_max_tokens: int = 16) -> LoadStream:
         """Start this shard's window now (streaming its record batches); read it by iterating the result."""
         gen: "ObjectRefGenerator[LoadMessage]" = self._m.run_point_stream.options(num_returns="streaming").remote(
             base_url, workload, load, seed, model_name, request_timeout_s, shard_index, num_shards, start_unix_s,
-            batch_rows=batch_rows)
+            batch_rows=batch_rows, eval_items=eval_items, eval_max_tokens=eval_max_tokens)
         return LoadStream(gen)
 
 

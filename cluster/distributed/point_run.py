@@ -20,6 +20,7 @@ from cluster.kernel.run_row import RunRow
 from cluster.dataset.store import DatasetStore
 from cluster.dataset.writer import RunWriter
 from cluster.distributed.actors import LoadBatch, ShardSummary
+from cluster.distributed.eval_stage import EvalStage
 from cluster.distributed.handles import EngineHandle, LoadHandle
 from cluster.distributed.progress import PointRecords, PointStarted, ProgressEvent
 from cluster.distributed.run_records import DEATH_SETTLE_S, Death, DiedBeforeWindow, RunRecorder, error_text
@@ -93,6 +94,8 @@ class PointRunner:
         self.live = live
         self.batch_rows = batch_rows
         self.new_load_actor = new_load_actor
+        self.evals: Optional[EvalStage] = None
+        """The accuracy task (correctness.eval): its items ride in the window of the runs it names."""
 
     def _stream_window(self, p: RunPlan, s: ServerStart, server: ServerFacts, engine: EngineHandle,
                        writer: RunWriter) -> WindowSummary:
@@ -113,8 +116,11 @@ class PointRunner:
                 self.log(f"[{p.variant.name}] no GPU telemetry: {why_not}")
         capture: Optional[TelemetryCapture] = None
         try:
+            items = self.evals.items_for(p) if self.evals is not None else ()
             streams = [a.stream(server.base_url, p.workload, p.load, p.seed, model_name, self.spec.request_timeout_s,
-                                i, n, start, batch_rows=batch_rows_for(p, self.batch_rows, self.live))
+                                i, n, start, batch_rows=batch_rows_for(p, self.batch_rows, self.live),
+                                eval_items=items if i == 0 else (),
+                                eval_max_tokens=self.evals.max_new_tokens if self.evals is not None else 0)
                        for i, a in enumerate(loads)]
             summaries: list[ShardSummary] = []
             for stream in streams:
@@ -129,6 +135,8 @@ class PointRunner:
             if telemetry.enabled:
                 capture = engine.telemetry_stop()
         first = summaries[0]
+        if items and self.evals is not None:
+            self.evals.under_load(p, first.eval_answers, s.seg.correctness)
         t0 = min(x.window_start_unix_s for x in summaries)
         t0_mono = min(summaries, key=lambda x: x.window_start_unix_s).window_start_monotonic_ns
         gpu = capture.aligned(t0_mono) if capture is not None and capture.samples.num_rows else None

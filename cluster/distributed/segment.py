@@ -15,6 +15,7 @@ from ray.util.placement_group import PlacementGroup, placement_group
 from cluster.config.experiment import ExperimentSpec
 from cluster.dataset.run_facts import GateVerdict, SegmentFacts, ServerRecord
 from cluster.distributed.capacity_search import CapacitySearches
+from cluster.distributed.eval_stage import EvalStage
 from cluster.distributed.gate_stage import GateStage
 from cluster.distributed.handles import LoadHandle, new_engine_actor, new_load_actor
 from cluster.distributed.point_run import PointRunner, ServerStart, SharedNodes
@@ -51,6 +52,7 @@ class SegmentRunner:
         self.shared = SharedNodes()
         self.points = PointRunner(spec, recorder.store, recorder, self.shared, log, on_event, live, batch_rows,
                                   self.new_load_actor)
+        self.evals = self.points.evals = EvalStage(spec, recorder.store, base_dir, log)
 
     def wait_pg(self, pg: PlacementGroup, variant: str, gpus: int) -> None:
         t0 = time.monotonic()
@@ -131,9 +133,12 @@ class SegmentRunner:
         self.result.servers[variant.name] = ServerRecord(server, s.seg)
         if self.spec.correctness.enabled:
             self.on_event(ServerState(variant.name, "gate"))
+        # the eval alone first: the gate's loaded pass leaves requests running, which would batch with it
+        alone = self.evals.ask_alone(s.loads[0], server)
         gate = self.gates.run(variant, s.loads[0], server) if self.spec.correctness.enabled \
             else GateVerdict(True, ("correctness gate disabled in the spec",), skipped=True)
         s.seg = replace(s.seg, correctness=gate)
+        self.evals.record_alone(variant, alone, gate)  # whatever the gate's verdict: its evidence
         self.result.servers[variant.name] = ServerRecord(server, s.seg)
         if not gate.passed:
             self.log(f"[{variant.name}] correctness gate FAILED: {'; '.join(gate.reasons)}")

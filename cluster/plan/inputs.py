@@ -69,6 +69,14 @@ def check_prompts(spec: ExperimentSpec, variants: Sequence[ResolvedVariant], rep
             note = _check_workload(spec.model.path, i, w, limits, base_dir, absent_ok, spec.load.arrival == "trace")
             if note is not None:
                 notes.setdefault(w.name, note)
+    task = spec.correctness.eval
+    if task is not None and not (absent_ok and Path(task.path).is_absolute() and not Path(task.path).exists()):
+        from cluster.loadgen.eval import EvalFileError, read_eval_items
+
+        try:
+            read_eval_items(task, base_dir)
+        except EvalFileError as e:
+            raise PreflightError(str(e), file=e.file, field=e.field, expected=e.expected) from None
     return [f"workload {name!r}: {note}" for name, note in notes.items()]
 
 
