@@ -13,7 +13,9 @@ from cluster.config.fields import FieldProblem, FrozenModel, check_name
 from cluster.config.gate import CorrectnessSpec
 from cluster.config.load import LoadSpec
 from cluster.config.output import DatasetRoot, TelemetrySpec
-from cluster.config.server import EngineLauncher, EngineName, ModelSpec, ServerSpec, arg_flag
+from cluster.config.server import ServerSpec, arg_flag
+from cluster.config.model import ModelSpec
+from cluster.config.engines import EngineLauncher, EngineName
 from cluster.config.sim_knobs import Knobs
 from cluster.config.statistics import SLOSpec
 from cluster.config.variants import VariantSpec, expanded_names

@@ -1,21 +1,17 @@
-"""The model, the engines and the server args and env every variant shares: the spec values that become a server's
-argv and environment, each refused at its line when it could not be used as given."""
+"""The server args and env every variant shares: the spec values that become a server's argv and environment, each
+refused at its line when it could not be used as given."""
 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal, Mapping, Optional, Union
+from typing import Any, Mapping, Optional, Union
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from cluster.engines.flag_domains import flag_domain_problem
 from cluster.config import bounds as B
-from cluster.config.fields import FieldProblem, FrozenModel, LocalPath
-from cluster.config.locations import MODEL_SCHEMES, check_local_path, check_location
+from cluster.config.fields import FieldProblem, FrozenModel
 
-
-ENGINES = ("sglang", "sim", "vllm")
-EngineName = Literal["sglang", "sim", "vllm"]
 ArgValue = Union[bool, int, float, str, list[Union[int, float, str]], None]
 """A server flag's value: the engine's own parser judges it (cluster/engines/flagcheck.py), except `port` and the
 flags with a numeric domain (cluster/engines/flag_domains.py), which are judged here at their line."""
@@ -111,41 +107,6 @@ def _check_env(env: Mapping[str, str]) -> Mapping[str, str]:
         if not _ENV_RE.match(key):
             raise FieldProblem((key,), f"environment variable name {key!r} is not valid (expected [A-Za-z_][A-Za-z0-9_]*)")
     return env
-
-
-class EngineLauncher(FrozenModel):
-    """How to start one engine on the node: its own interpreter or a full launcher command."""
-
-    python: Optional[LocalPath] = None
-    """Interpreter path for the engine (e.g. SGLang's venv); `python -m <engine module>` is run with it."""
-    launcher: Optional[list[str]] = None
-    """A full command that replaces `python -m <module>` (e.g. ["sglang", "serve"]); server args follow it."""
-    version: Optional[str] = None
-    """Engine version when it cannot be read from the installed package (a remote image)."""
-
-    @model_validator(mode="after")
-    def _one_way(self) -> "EngineLauncher":
-        if self.python and self.launcher:
-            raise FieldProblem(("launcher",), "give either 'python' or 'launcher', not both")
-        if self.launcher is not None and not self.launcher:
-            raise FieldProblem(("launcher",), "'launcher' must be a non-empty list of argv words")
-        if self.launcher:
-            try:
-                check_local_path(self.launcher[0], "launcher program")
-            except ValueError as e:
-                raise FieldProblem(("launcher", 0), str(e)) from None
-        return self
-
-
-class ModelSpec(FrozenModel):
-    path: Annotated[str, AfterValidator(lambda v: check_location(v, "model.path", MODEL_SCHEMES))] = Field(min_length=1)
-    """Checkpoint directory as seen on the GPU node (e.g. the model volume's mount point in k8s/), or sim://NAME."""
-    engine: EngineName = "sglang"
-    """Engine every variant uses unless it sets its own: sglang, vllm, or sim (the simulated SGLang server)."""
-    tp: int = Field(default=1, ge=1, le=B.MAX_GPUS_PER_NODE)
-    """Tensor-parallel size (GPUs per server) unless a variant sets its own."""
-    served_name: Optional[str] = None
-    """Model name the OpenAI endpoints expect (default: the engine's own, from the path)."""
 
 
 class ServerSpec(FrozenModel):

@@ -11,7 +11,8 @@ from pydantic import (Discriminator, Field, FieldSerializationInfo, Tag, field_s
 from cluster.config import bounds as B
 from cluster.config.expansion import Pair, step_names, sweep_name, sweep_pairs
 from cluster.config.fields import FieldProblem, FrozenModel, LocalPath, check_name
-from cluster.config.server import ArgValue, EngineName, _arg_shapes, _check_args, _check_env
+from cluster.config.server import ArgValue, _arg_shapes, _check_args, _check_env
+from cluster.config.engines import EngineName
 from cluster.config.sim_knobs import Knobs
 from cluster.config.tuning import BackendSweepTuning, TuningSpec
 

@@ -28,7 +28,7 @@ from cluster.server.engine_server import cap_log_lines, read_infos
 from cluster.server.process import (PortNotOwnedError, ServerProcess, ServerStartError, free_port, http_status,
                                     kill_group, pid_alive)
 from cluster.config.workload import WorkloadSpec
-from cluster.config.server import EngineLauncher
+from cluster.config.engines import EngineLauncher
 from cluster.telemetry.profile import ProfileCapture
 from cluster.telemetry.recorder import TelemetryRecorder
 from cluster.kernel.telemetry_capture import TelemetryCapture

@@ -25,7 +25,7 @@ from cluster.kernel.telemetry_capture import TelemetryCapture
 if TYPE_CHECKING:
     from ray import ObjectRefGenerator
 
-    from cluster.config.server import EngineLauncher
+    from cluster.config.engines import EngineLauncher
     from cluster.config.workload import WorkloadSpec
 
 LOAD_ACTOR_CPUS = 1.0

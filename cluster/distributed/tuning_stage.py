@@ -28,7 +28,7 @@ from cluster.engines.base import Prompt
 from cluster.errors import EnvironmentFault
 from cluster.kernel.runs import ResolvedVariant
 from cluster.config.experiment import ExperimentSpec
-from cluster.config.server import EngineName
+from cluster.config.engines import EngineName
 from cluster.tuning.jobs import AutotuneJob, MoeSearchJob, RefusedJob, decide_tuning
 from cluster.tuning.stage import merge_moe_configs
 from cluster.engines.sglang_tuning import GpuFacts, TuningError

@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Union
 
 from cluster.kernel.gate import GateOutput
 from cluster.kernel.runs import ResolvedVariant
-from cluster.config.server import ArgValue, EngineLauncher
+from cluster.config.server import ArgValue
+from cluster.config.engines import EngineLauncher
 from cluster.config.secrets import redact_argv, redact_env
 
 if TYPE_CHECKING:

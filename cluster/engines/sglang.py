@@ -21,7 +21,8 @@ from cluster.engines.streams import OpenAIStreamParser, SGLangNativeParser
 from cluster.errors import UserError
 from cluster.kernel.gate import GateOutput
 from cluster.kernel.runs import ResolvedVariant
-from cluster.config.server import ArgValue, EngineLauncher
+from cluster.config.server import ArgValue
+from cluster.config.engines import EngineLauncher
 from cluster.version import SGLANG_RELEASE
 
 DEFAULT_VERSION = SGLANG_RELEASE

@@ -13,7 +13,8 @@ from typing import Any, Literal, Optional
 from cluster.config.variants import ProfileSpec
 from cluster.config.workload import WorkloadSpec
 from cluster.config.tuning import ActiveTuning
-from cluster.config.server import ArgValue, EngineName
+from cluster.config.server import ArgValue
+from cluster.config.engines import EngineName
 from cluster.config.secrets import redact_args, redact_env
 from cluster.config.sim_knobs import Knobs
 

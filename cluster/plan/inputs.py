@@ -23,7 +23,7 @@ from cluster.probe.checkpoint import ProbeReport
 from cluster.probe.safetensors_header import describe_non_file
 from cluster.config.experiment import ExperimentSpec
 from cluster.config.workload import ConversationPrompts, RandomIdsPrompts, TextPrompts, TracePrompts, WorkloadSpec
-from cluster.config.server import EngineLauncher, EngineName
+from cluster.config.engines import EngineLauncher, EngineName
 
 RAY_PORTS: dict[int, str] = {6379: "Ray's GCS server", 8265: "Ray's dashboard", 10001: "Ray's client server",
                              8076: "Ray's object manager", 52365: "Ray's dashboard agent"}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Optional, Protocol, Sequence, runtime_checkable
 
-from cluster.config.server import EngineLauncher
+from cluster.config.engines import EngineLauncher
 from cluster.engines.base import HttpRequest, LaunchCommand
 from cluster.kernel.runs import ResolvedVariant
 from cluster.server.process import http_get_json

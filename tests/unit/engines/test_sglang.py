@@ -14,7 +14,7 @@ from cluster.engines.sglang import (DEFAULT_VERSION, SGLangEngine, canonical_key
                                     parse_version, VersionMismatchError, resolve_version, version_adjusted_args)
 from cluster.engines.sglang_server_info import server_info_summary
 from cluster.kernel.runs import ResolvedVariant, SpecDecode
-from cluster.config.server import EngineLauncher
+from cluster.config.engines import EngineLauncher
 
 MODEL = "/models/q"
 

@@ -13,7 +13,7 @@ from cluster.engines.base import Prompt
 from cluster.engines.streams import OpenAIStreamParser
 from cluster.engines.vllm import VLLMEngine, acceptance_from_counters, speculative_config
 from cluster.kernel.runs import ResolvedVariant, SpecDecode
-from cluster.config.server import EngineLauncher
+from cluster.config.engines import EngineLauncher
 
 
 def _variant(args: Optional[dict[str, Any]] = None, speculative: Optional[SpecDecode] = None, tp: int = 1) -> ResolvedVariant:

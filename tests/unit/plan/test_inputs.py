@@ -14,7 +14,7 @@ from cluster.plan.inputs import check_engine_import, check_output_root, check_po
 from cluster.errors import PreflightError
 from cluster.plan.runs import expand_variants
 from cluster.config.loader import parse_spec_text
-from cluster.config.server import EngineLauncher
+from cluster.config.engines import EngineLauncher
 
 SPEC = """\
 version: 1
