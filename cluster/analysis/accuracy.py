@@ -16,6 +16,7 @@ Defined once each:
 
 from __future__ import annotations
 
+import html
 import math
 import re
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from cluster.analysis.correctness import CORRECTNESS_SCHEMA, MAX_STORED_TEXT
 from cluster.analysis.results import Results
 from cluster.kernel.gate import PHASE_ALONE, PHASE_UNDER_LOAD
 from cluster.kernel.runs import RECORD_SCHEMA_VERSION
-from cluster.loadgen.eval import EvalAnswer, EvalItem
+from cluster.kernel.eval_task import EvalAnswer, EvalItem
 
 Z_95 = 1.959963984540054
 """The standard normal's 97.5 % quantile: two-sided 95 % intervals."""
@@ -232,3 +233,33 @@ def gates_with_accuracy(gates: Mapping[str, tuple[bool, str]], correctness: pa.T
             why = f"invalid for speed claims: {a.reason}"
             out[v] = (False, f"{reasons}; {why}" if reasons and not passed else why)
     return out
+
+
+def _points(d: Optional[Difference]) -> str:
+    return "-" if d is None else f"{100 * d.diff:+.1f} [{100 * d.low:+.1f}, {100 * d.high:+.1f}]"
+
+
+def accuracy_view(verdicts: Mapping[str, AccuracyVerdict]) -> pd.DataFrame:
+    """One row per variant: accuracy alone and under load with intervals, the differences to the baseline in
+    points, and whether its speed may be claimed."""
+    return pd.DataFrame([{
+        "variant": v.variant, "alone": describe(v.alone), "under load": describe(v.under_load),
+        "not counted under load": v.not_counted_under_load,
+        "alone − baseline (points)": _points(v.alone_vs_baseline),
+        "under load − baseline (points)": _points(v.under_load_vs_baseline),
+        "speed claims": "INVALID: less accurate than the baseline" if v.invalid else "valid"}
+        for v in verdicts.values()])
+
+
+def accuracy_html(results: Results, baseline: Optional[str]) -> str:
+    """The report's Accuracy section ('' without eval rows): accuracy_view and each invalid variant's reason."""
+    verdicts = accuracy_verdicts(results.table("correctness"), baseline)
+    if not verdicts:
+        return ""
+    view = accuracy_view(verdicts)
+    reasons = "".join(f"<li>{html.escape(v.variant)}: {html.escape(v.reason)}</li>" for v in verdicts.values()
+                      if v.reason)
+    table: str = view.to_html(index=False, escape=True, border=0)
+    return ("<h2>Accuracy under load</h2><p>The eval task (correctness.eval, docs/accuracy.md): correct / counted "
+            "with Wilson's 95% interval; the difference to the baseline with Newcombe's interval.</p>"
+            + table + (f"<ul>{reasons}</ul>" if reasons else ""))

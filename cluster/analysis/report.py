@@ -18,6 +18,7 @@ from cluster.analysis import report_plots as rp
 from cluster.analysis.acceptance_positions import INTERVAL_METHOD, READ_COLUMNS, acceptance_by_position, position_view
 from cluster.analysis.capacity import capacity_table, capacity_view
 from cluster.analysis.categories import categorised, category_view, compare_by_category
+from cluster.analysis.accuracy import accuracy_html
 from cluster.analysis.comparison import CI_METRICS, compare_view, compare_with_ci, point_label, request_arrays
 from cluster.analysis.metrics import METRIC_DEFINITIONS
 from cluster.analysis.recommend import Recommendations, decide
@@ -295,7 +296,7 @@ def build_report(results: Results, out_dir: Optional[str] = None, n_boot: int = 
     by_cat = categorised(compare_by_category(results, n_boot=n_boot, seed=seed))
     by_turn = categorised(compare_by_category(results, n_boot=n_boot, seed=seed, by="turn"), "turn")
     cap = capacity_table(results, n_boot=n_boot, seed=seed)
-    rec_html = recommendation_html(decide(results, ci))
+    rec_html = recommendation_html(decide(results, ci)) + accuracy_html(results, ci.attrs.get("baseline"))
     by_pos = position_view(acceptance_by_position(results.table("requests", READ_COLUMNS), runs))
     page = _html(experiment, root, ci, runs, figs, engines, bw, bpt, by_cat, by_turn, cap, by_pos, rec_html)
     path = out / "index.html"

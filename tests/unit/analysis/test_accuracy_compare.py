@@ -13,7 +13,7 @@ from cluster.analysis.recommend import recommend_results
 from cluster.analysis.results import Results
 from cluster.dataset.store import DatasetStore
 from cluster.kernel.gate import PHASE_ALONE, PHASE_UNDER_LOAD
-from cluster.loadgen.eval import EvalAnswer, EvalItem
+from cluster.kernel.eval_task import EvalAnswer, EvalItem
 from tests.unit.analysis.test_comparison import build_dataset
 
 ITEMS = [EvalItem(f"row{i}", i + 1, f"What is {i} + 0?", str(i)) for i in range(10)]
@@ -60,3 +60,14 @@ def test_no_eval_rows_no_mark(tmp_path: Path) -> None:
     build_dataset(str(tmp_path), "plain", other="tuned", steps=[], speed={"tuned": 1.5}, repeats=3, conc=(8,))
     df = compare_with_ci(Results.open(str(tmp_path), "plain"), n_boot=300).set_index("variant")
     assert df.loc["tuned", "speedup_tok_s_verdict"] == "faster" and df.loc["tuned", "accuracy_invalid"] == ""
+
+
+def test_the_report_has_the_accuracy_section(tmp_path: Path) -> None:
+    from cluster.analysis.report import build_report
+
+    _compare(tmp_path, 4)
+    page = build_report(Results.open(str(tmp_path), "acc"), str(tmp_path / "report"), n_boot=100).read_text()
+    section = page[page.index("<h2>Accuracy under load</h2>"):]
+    assert "4/10 = 40.0% [16.8%, 68.7%]" in section and "INVALID: less accurate than the baseline" in section
+    assert "-60.0 [-83.2, -20.1]" in section  # tuned under load minus the baseline, in points
+    assert VERDICT_LESS_ACCURATE in page  # the comparison table's speedup cell
