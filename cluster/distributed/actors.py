@@ -18,7 +18,8 @@ from cluster.engines.base import api_key_of
 from cluster.engines.registry import get_engine
 from cluster.dataset.run_facts import ServerFacts
 from cluster.config.secrets import redact_argv, redact_env, scrub, scrub_file, scrub_text, secret_values
-from cluster.loadgen.eval import EvalAnswer, EvalItem, during_window
+from cluster.loadgen.eval import during_window
+from cluster.kernel.eval_task import EvalAnswer, EvalItem
 from cluster.loadgen.gate import GateAnswers
 from cluster.kernel.runs import LoadPoint, ResolvedVariant
 from cluster.kernel.planned_workload import PlannedWorkload

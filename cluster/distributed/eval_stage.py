@@ -18,7 +18,8 @@ from cluster.distributed.handles import LoadHandle
 from cluster.distributed.run_records import error_text
 from cluster.kernel.gate import PHASE_ALONE
 from cluster.kernel.runs import ResolvedVariant, RunPlan
-from cluster.loadgen.eval import EvalAnswer, EvalItem, carries_eval, heaviest, read_eval_items
+from cluster.loadgen.eval import carries_eval, heaviest, read_eval_items
+from cluster.kernel.eval_task import EvalAnswer, EvalItem
 from cluster.plan.runs import load_points
 
 

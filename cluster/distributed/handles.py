@@ -17,7 +17,7 @@ from cluster.distributed.actors import (EngineActor, EngineActorImpl, LoadActor,
                                         StopResult)
 from cluster.engines.base import api_key_of
 from cluster.kernel.runs import LoadPoint, ResolvedVariant
-from cluster.loadgen.eval import EvalAnswer, EvalItem
+from cluster.kernel.eval_task import EvalAnswer, EvalItem
 from cluster.loadgen.gate import GateAnswers
 from cluster.telemetry.profile import ProfileCapture
 from cluster.kernel.telemetry_capture import TelemetryCapture

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Awaitable, Callable, Optional, Sequence
 
@@ -15,6 +14,7 @@ import aiohttp
 from cluster.config.eval import EvalSpec
 from cluster.engines.base import Engine
 from cluster.errors import PromptSourceError
+from cluster.kernel.eval_task import EvalAnswer, EvalItem
 from cluster.kernel.gate import PHASE_ALONE, PHASE_UNDER_LOAD
 from cluster.kernel.runs import LoadPoint, RunPlan
 from cluster.loadgen.gate import ask_greedy
@@ -29,36 +29,6 @@ FIELD = "correctness.eval"
 
 class EvalFileError(PromptSourceError):
     """The accuracy task's file cannot give its prompts and answers."""
-
-
-@dataclass(frozen=True)
-class EvalItem:
-    """One row of the task: the prompt and the exact answer expected."""
-
-    item_id: str
-    """'row<N>' (N the 0-based row): the prompt_id of its correctness rows."""
-    line: int
-    prompt: str
-    expected: str
-
-
-@dataclass(frozen=True)
-class EvalAnswer:
-    """One greedy answer to one item in one phase."""
-
-    item_id: str
-    phase: str
-    """PHASE_ALONE or PHASE_UNDER_LOAD."""
-    text: Optional[str]
-    """The answer's text; None when none came (error says why)."""
-    error: Optional[str] = None
-    output_tokens: Optional[int] = None
-    during_load: Optional[bool] = None
-    """Under load: sent and answered while the window's load requests were still running (only these count as
-    answered under load); None alone."""
-    sent_ns: Optional[int] = None
-    answered_ns: Optional[int] = None
-    """Under load: monotonic ns from the window's start."""
 
 
 def read_eval_items(spec: EvalSpec, base_dir: Path) -> tuple[EvalItem, ...]:

@@ -25,7 +25,8 @@ from cluster.kernel.output_sample import OutputSample
 from cluster.loadgen.arrivals import arrival_offsets_ns
 from cluster.loadgen.traces import trace_offsets_ns
 from cluster.loadgen.client import StreamPool, stream_request
-from cluster.loadgen.eval import EvalAnswer, WindowCompanion
+from cluster.loadgen.eval import WindowCompanion
+from cluster.kernel.eval_task import EvalAnswer
 from cluster.loadgen.pacing import closed_loop, pace, shard_concurrency
 from cluster.loadgen.selection import prompt_fingerprint, prompt_fingerprints
 from cluster.loadgen.sessions import Answer, SessionPlan, dispatch_sessions

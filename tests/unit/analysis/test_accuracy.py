@@ -9,7 +9,7 @@ import pytest
 from cluster.analysis.accuracy import (TASK_EVAL, accuracy_verdicts, answer_correct, describe, difference,
                                        eval_table, extract_answer, wilson)
 from cluster.kernel.gate import PHASE_ALONE, PHASE_UNDER_LOAD
-from cluster.loadgen.eval import EvalAnswer, EvalItem
+from cluster.kernel.eval_task import EvalAnswer, EvalItem
 
 
 def test_wilson_interval_of_8_of_10() -> None:

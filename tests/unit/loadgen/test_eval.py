@@ -17,7 +17,8 @@ from cluster.engines.base import Prompt
 from cluster.engines.registry import get_engine
 from cluster.kernel.gate import PHASE_ALONE, PHASE_UNDER_LOAD
 from cluster.kernel.runs import LoadPoint
-from cluster.loadgen.eval import EvalAnswer, EvalFileError, EvalItem, ask_alone, during_window, read_eval_items
+from cluster.loadgen.eval import EvalFileError, ask_alone, during_window, read_eval_items
+from cluster.kernel.eval_task import EvalAnswer, EvalItem
 from cluster.loadgen.runner import run_window
 from tests.unit.loadgen.inprocess_sim import served_sim
 
