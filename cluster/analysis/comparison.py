@@ -12,7 +12,7 @@ import pandas as pd
 from cluster.analysis import stats
 from cluster.analysis.point_marks import with_marks
 from cluster.analysis.query import POINT_KEYS, connect, resolve_baseline
-from cluster.analysis.results import Results
+from cluster.analysis.results import Results, ServerArgsRow
 
 if TYPE_CHECKING:
     from cluster.kernel.runs import ResolvedVariant
@@ -371,6 +371,7 @@ def compare_view(ci: pd.DataFrame) -> pd.DataFrame:
     })
 
 
+# free-form JSON stored as given: the resolved server args /server_info answered
 def resolved_args_of(text: Optional[str], results: Results) -> Optional[dict[str, Any]]:
     """A runs row's resolved_args_json as the object the writer stored (None: none stored); StoreError naming the
     column when the text is not a JSON object (a string column no file check reads inside)."""
@@ -391,7 +392,7 @@ def resolved_args_of(text: Optional[str], results: Results) -> Optional[dict[str
     return doc
 
 
-def _stored_args(results: Results, runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def _stored_args(results: Results, runs: list[ServerArgsRow]) -> dict[str, dict[str, Any]]:
     """variant → the resolved args of its first run that did not fail and stored some."""
     resolved: dict[str, dict[str, Any]] = {}
     for r in runs:
@@ -420,14 +421,14 @@ def resolved_cap_problems(results: Results) -> list[str]:
     variants = _stored_variants(results)
     if variants is None:
         return []
-    runs = results.run_rows(["variant", "status", "resolved_args_json"])
+    runs = results.server_args_rows(["variant", "status", "resolved_args_json"])
     return format_findings(resolved_cap_findings(variants, _stored_args(results, runs)))
 
 
 def served_devices(results: Results) -> set[str]:
     """The devices the servers said they ran on (`device` in their resolved args from /server_info), e.g. {"cpu"}."""
     out: set[str] = set()
-    for r in results.run_rows(["resolved_args_json"]):
+    for r in results.server_args_rows(["resolved_args_json"]):
         device = (resolved_args_of(r["resolved_args_json"], results) or {}).get("device")
         if isinstance(device, str):
             out.add(device)
@@ -439,7 +440,7 @@ def unintended_differences(results: Results) -> dict[str, dict[str, tuple[Any, A
     the speculative settings and every arg the spec itself declares differently for that variant."""
     from cluster.plan.fairness import resolved_differences
 
-    runs = results.run_rows(["variant", "status", "is_baseline", "resolved_args_json"])
+    runs = results.server_args_rows(["variant", "status", "is_baseline", "resolved_args_json"])
     resolved = _stored_args(results, runs)
     baseline = next((r["variant"] for r in runs if r["is_baseline"] and r["variant"] in resolved), None)
     if baseline is None:

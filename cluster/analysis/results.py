@@ -8,7 +8,7 @@ once.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional, TypeVar
+from typing import Any, Iterable, Optional, Sequence, TypedDict, TypeVar
 
 import pandas as pd
 import pyarrow as pa
@@ -19,6 +19,15 @@ from cluster.dataset.store import DatasetStore, ExperimentNotFound
 StoredModel = TypeVar("StoredModel", bound=BaseModel)
 
 _UNREAD = object()
+
+
+class ServerArgsRow(TypedDict, total=False):
+    """A runs row's columns the resolved-args readers take (comparison.py); each present when asked for."""
+
+    variant: str
+    status: str
+    is_baseline: Optional[bool]
+    resolved_args_json: Optional[str]
 
 
 class Results:
@@ -59,11 +68,12 @@ class Results:
         """The runs table as a fresh DataFrame (the caller may add columns to it)."""
         return self.runs_table().to_pandas()
 
-    def run_rows(self, columns: Iterable[str]) -> list[dict[str, Any]]:
-        """The runs table's rows as Python values, only `columns` (KeyError naming one the table lacks)."""
-        rows: list[dict[str, Any]] = self.runs_table().select(list(columns)).to_pylist()
+    def server_args_rows(self, columns: Sequence[str]) -> list[ServerArgsRow]:
+        """The runs rows' `columns` (of ServerArgsRow's) as Python values; KeyError naming one the table lacks."""
+        rows: list[ServerArgsRow] = self.runs_table().select(list(columns)).to_pylist()
         return rows
 
+    # free-form JSON stored as given: experiment.json (the spec, the probe reports)
     def meta(self) -> Optional[dict[str, Any]]:
         """experiment.json's object (None when there is none), read once; StoreError naming it when unreadable."""
         if self._meta is _UNREAD:
