@@ -83,6 +83,7 @@ def gpu_of_run(engine: str, provenance_json: Optional[str]) -> Optional[str]:
     return None
 
 
+# free-form JSON stored as given: experiment.json, read through Results.meta
 def decode_bytes_per_token(meta: Optional[dict[str, Any]]) -> Optional[float]:
     """decode_bytes_per_token from experiment.json's preflight probe report ({model path: probe JSON})."""
     pre = (meta or {}).get("preflight") or {}
