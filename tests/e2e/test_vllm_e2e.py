@@ -14,6 +14,7 @@ from typing import Any, Iterator
 import pytest
 
 from cluster.engines.vllm import acceptance_from_counters
+from tests.e2e.accuracy_checks import check_eval_rows
 from cluster.plan.runs import make_plan
 from cluster.server.process import group_members
 from cluster.config.experiment import ExperimentSpec
@@ -26,6 +27,8 @@ PROMPT_VOCAB = 900
 """Prompt ids stay below the tiny tokenizer's ~980 entries."""
 SERVER_ARGS: dict[str, Any] = {"enforce-eager": True, "max-model-len": 2048, "max-running-requests": 8}
 SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
+REPO = Path(__file__).resolve().parents[2]
+EVAL_ITEMS = 8
 
 
 # ---------------------------------------------------------------- the whole pipeline through the Ray driver
@@ -67,7 +70,11 @@ def _spec(model: Path, python: str, out: Path, n_requests: int) -> ExperimentSpe
         "max_client_lag_ms": 500.0,
         # random weights cannot answer the gate's questions (the gate rightly fails them): measure anyway
         # ... and its greedy output is one token repeated: keep the output sample, do not judge it
-        "correctness": {"enabled": False, "check_output_samples": False},
+        "correctness": {"enabled": False, "check_output_samples": False,
+                        # the accuracy task alone and inside each variant's window: its rows, intervals and verdict
+                        # (tests/e2e/accuracy_checks.py; random weights answer wrong, so no pass is asserted)
+                        "eval": {"path": str(REPO / "datasets" / "arithmetic-200.jsonl"), "num_prompts": EVAL_ITEMS,
+                                 "max_new_tokens": 8}},
     })
 
 
@@ -127,6 +134,8 @@ def test_experiment_through_driver(local_ray: None, vllm_python: str, tiny_model
         else:
             assert accept is None, metrics
             assert "drafts" not in counters.get("after", {})
+
+    check_eval_rows(store.read_table("correctness"), runs, EVAL_ITEMS, "baseline")
 
     assert set(result.servers) == {"baseline", "ngram"}
     for variant, info in result.servers.items():
