@@ -18,7 +18,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from cluster.analysis import stats
+from cluster.kernel import stats
 from cluster.analysis.comparison import CI_LEVEL, format_estimate, format_speedup
 from cluster.analysis.query import resolve_baseline
 from cluster.analysis.results import Results

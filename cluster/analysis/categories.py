@@ -17,7 +17,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from cluster.analysis import stats
+from cluster.kernel import stats
 from cluster.analysis.comparison import CI_LEVEL, format_estimate, format_speedup, point_label
 from cluster.analysis.query import POINT_KEYS, connect, resolve_baseline
 from cluster.analysis.request_metrics import ACCEPT_LENGTH_SQL

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 import pandas as pd
 
-from cluster.analysis import stats
+from cluster.kernel import stats
 from cluster.analysis.point_marks import with_marks
 from cluster.analysis.query import POINT_KEYS, connect, resolve_baseline
 from cluster.analysis.results import Results, ServerArgsRow

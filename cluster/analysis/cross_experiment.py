@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cluster.analysis import stats
+from cluster.kernel import stats
 from cluster.analysis.comparison import CI_LEVEL, CI_METRICS, metric_runs, request_arrays, short_point_label
 from cluster.analysis.results import Results
 from cluster.errors import UserError

@@ -35,7 +35,7 @@ from typing import Mapping, Optional, Sequence
 import pandas as pd
 import pyarrow as pa
 
-from cluster.analysis import stats
+from cluster.kernel import stats
 from cluster.analysis.results import Results
 
 MIN_REPEATS = 2

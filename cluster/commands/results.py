@@ -270,7 +270,7 @@ def _cross(base: Results, new: Results, n_boot: int, seed: int) -> pd.DataFrame:
 
 def print_cross(base: Results, new: Results, fmt_name: str, n_boot: int, seed: int) -> None:
     """Render compare_experiments: one table per workload and load point, a row per variant and metric."""
-    from cluster.analysis import stats
+    from cluster.kernel import stats
     from cluster.analysis.comparison import format_speedup, point_label
     from cluster.analysis.cross_experiment import CROSS_METRICS
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from cluster.analysis.recommend import (STEADY, WHOLE_WINDOW, Evidence, depth_schedule, evidence_from,
                                         gate_verdicts, recommend, recommend_point)
-from cluster.analysis.stats import VERDICT_FASTER, VERDICT_NO_DIFFERENCE, VERDICT_SLOWER
+from cluster.kernel.stats import VERDICT_FASTER, VERDICT_NO_DIFFERENCE, VERDICT_SLOWER
 
 NAN = math.nan
 

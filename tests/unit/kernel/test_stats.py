@@ -1,4 +1,4 @@
-"""Unit tests for cluster.analysis.stats: determinism, degenerate data, ratios, multiple comparisons, warnings."""
+"""Unit tests for cluster.kernel.stats: determinism, degenerate data, ratios, multiple comparisons, warnings."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from cluster.analysis import stats
-from cluster.analysis.stats import (
+from cluster.kernel import stats
+from cluster.kernel.stats import (
     VERDICT_FASTER,
     VERDICT_INSUFFICIENT,
     VERDICT_NO_DIFFERENCE,

@@ -1,6 +1,6 @@
 """Simulation: hierarchical intervals cover a known truth on restarted, correlated runs; request-level ones do not.
 
-Run as a script for the tables in docs/statistics.md:  python tests/unit/analysis/test_stats_coverage.py
+Run as a script for the tables in docs/statistics.md:  python tests/unit/kernel/test_stats_coverage.py
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
-from cluster.analysis.stats import DEFAULT_REPEATS, hierarchical_bootstrap, ratio_estimate
+from cluster.kernel.stats import DEFAULT_REPEATS, hierarchical_bootstrap, ratio_estimate
 
 TRIALS = 200
 N_BOOT = 1000
