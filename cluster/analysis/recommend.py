@@ -20,7 +20,7 @@ carries. The rules, in order, at one point:
    speculation there" for depths); if any is indistinguishable from the baseline, nothing is chosen (the intervals
    overlap 1.0: the data does not tell them apart).
 5. A variant significantly slower than the baseline is named with its ratio ("nextn-3 is 0.87× the baseline at
-   c64"), whatever is chosen.
+   c64"), whatever is chosen, and a variant compare marks over-saturated at the point is named with the reason.
 
 Throughput is the steady-state figure when compare carries a steady-state speedup for every variant at the point
 and no steady stretch there is too short; otherwise the whole-window figure, and each point says which it used.
@@ -70,6 +70,8 @@ class Evidence:
     """compare's flags that the cell's figures are not the variant's alone (invalid/failed repeats, throttling)."""
     metric: str
     """Which throughput the speedup is of: STEADY or WHOLE_WINDOW."""
+    saturated: str = ""
+    """Why the variant is over-saturated at this point (compare's mark, cluster/plan/saturation.py); "" when not."""
 
 
 @dataclass(frozen=True)
@@ -156,8 +158,10 @@ def recommend_point(rows: Sequence[Evidence]) -> Recommendation:
     if base.gate_passed is False:  # the reference answers are its own: a failed baseline gate voids every claim
         return _answer(base, None, f"the baseline failed the correctness gate: {base.gate_reasons}", [], metric)
     others = [r for r in rows if not r.is_baseline]
-    notes = [f"{r.variant} failed the correctness gate: {r.gate_reasons or 'no reason stored'}"
-             for r in others if r.gate_passed is False]
+    # saturation is evidence, not a veto: the point's figures stand, the reader learns the server queues there
+    notes = [f"{r.variant} is saturated at {where}: {r.saturated}" for r in rows if r.saturated]
+    notes += [f"{r.variant} failed the correctness gate: {r.gate_reasons or 'no reason stored'}"
+              for r in others if r.gate_passed is False]
     others = [r for r in others if r.gate_passed is not False]
     unjudged = [why for why in map(_unjudged, others) if why is not None]
     if unjudged:
@@ -265,7 +269,7 @@ def evidence_from(ci: pd.DataFrame, depths: Mapping[str, Optional[int]],
                 n_ok=int(r["n_runs"]), speedup=float(r[col]), speedup_lo=float(r[f"{col}_lo"]),
                 speedup_hi=float(r[f"{col}_hi"]), verdict=str(r[f"{col}_verdict"]),
                 gate_passed=None if gate is None else gate[0], gate_reasons="" if gate is None else gate[1],
-                unvouched=tuple(r.get("unvouched") or ()), metric=metric))
+                unvouched=tuple(r.get("unvouched") or ()), metric=metric, saturated=str(r.get("saturated") or "")))
     return out
 
 

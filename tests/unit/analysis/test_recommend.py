@@ -18,9 +18,9 @@ NAN = math.nan
 
 def ev(variant: str, speedup: float = 1.0, lo: float = NAN, hi: float = NAN, verdict: str = "baseline", *,
        depth: Optional[int] = None, load: float = 1.0, n_ok: int = 3, gate: Optional[bool] = True,
-       unvouched: tuple[str, ...] = (), metric: str = WHOLE_WINDOW) -> Evidence:
+       unvouched: tuple[str, ...] = (), metric: str = WHOLE_WINDOW, saturated: str = "") -> Evidence:
     return Evidence("chat", "concurrency", load, variant, variant == "baseline", depth, n_ok, speedup, lo, hi,
-                    verdict, gate, "" if gate is not False else "answer 17 != 42", unvouched, metric)
+                    verdict, gate, "" if gate is not False else "answer 17 != 42", unvouched, metric, saturated)
 
 
 def base(load: float = 1.0, **kw: object) -> Evidence:
@@ -181,3 +181,11 @@ def test_recommend_and_the_report_on_a_written_dataset(tmp_path: Path) -> None:
     assert "<h2>Recommendation</h2>" in page and "depth schedule chat (concurrency): c1 → " in page
     res = CliRunner().invoke(app, ["results", "recommend", "nope", "--root", str(tmp_path)])
     assert res.exit_code == 2 and "not found" in res.output
+
+
+def test_a_saturated_point_is_named_and_still_decided() -> None:
+    sat = "TTFT p50 x3.1 and in-flight x2.0 against c32 while output tok/s grew x1.01"
+    r = recommend_point([ev("baseline", 1.0, 0.97, 1.03, "baseline", load=64.0, saturated=sat),
+                         ev("nextn-1", 0.90, 0.86, 0.94, VERDICT_SLOWER, depth=1, load=64.0)])
+    assert r.serve == "baseline"
+    assert r.notes[0] == f"baseline is saturated at c64: {sat}"
