@@ -14,7 +14,7 @@ from typing import Optional
 import pandas as pd
 
 from cluster.analysis.steady_state import shortfall
-from cluster.plan.saturation import point_of, saturation
+from cluster.plan.saturation import point_of, sweep_saturation
 
 KEYS = ("workload", "load_kind", "load_value", "variant")
 
@@ -29,8 +29,9 @@ def _num(x: object) -> Optional[float]:
     return v if math.isfinite(v) else None
 
 
-def _label(kind: str, value: float) -> str:
-    return f"c{value:g}" if kind == "concurrency" else f"r{value:g}"
+def _prefix(kind: str) -> str:
+    """How a load of this kind is named in a reason (compare's short labels: c8, r2.5)."""
+    return "c" if kind == "concurrency" else "r"
 
 
 def steady_short(ok_runs: pd.DataFrame) -> list[str]:
@@ -63,10 +64,9 @@ def saturation_by_point(ok_runs: pd.DataFrame) -> dict[tuple[str, str, float, st
         for load in loads:
             at = sweep[sweep["load_value"] == load]
             points.append(point_of(load, *([_num(x) for x in at[c]] for c in _FIGURES)))
-        for lower, higher in zip(points, points[1:]):
-            why = saturation(lower, higher, _label(str(kind), lower.load))
+        for point, why in zip(points, sweep_saturation(points, _prefix(str(kind)))):
             if why is not None:
-                out[(str(workload), str(kind), higher.load, str(variant))] = why
+                out[(str(workload), str(kind), point.load, str(variant))] = why
     return out
 
 

@@ -72,6 +72,12 @@ class LoadSpec(FrozenModel):
     long. 0 (the default): each socket is read as soon as it is readable."""
     search: Optional[SearchSpec] = None
     """Capacity at an SLO: search the highest load meeting `slo:` (besides any fixed points above)."""
+    stop_when_saturated: bool = False
+    """Skip a variant's higher load points (of each workload and load kind) once a measured point is over-saturated
+    against the next lower one (cluster/plan/saturation.py: output tok/s grew by < 25 % of the load's growth while
+    TTFT p50 grew >= 50 % and the requests in flight >= 10 %): past it the server only queues. Each skipped point is
+    logged and recorded as a run not measured (status invalid, the reason in invalid_reasons), never silently dropped;
+    a resubmission does not retry it."""
 
     @field_validator("concurrency")
     @classmethod

@@ -22,6 +22,7 @@ from cluster.distributed.point_run import PointRunner, ServerStart, SharedNodes
 from cluster.distributed.profile_stage import profile_variant
 from cluster.distributed.progress import ProgressEvent, ServerState
 from cluster.distributed.run_records import Death, ExperimentResult, RunRecorder, error_text
+from cluster.distributed.saturation_stop import SaturationStop
 from cluster.distributed.teardown import teardown
 from cluster.kernel.runs import ResolvedVariant, RunPlan
 from cluster.plan.schedule import Reservation
@@ -52,6 +53,7 @@ class SegmentRunner:
         self.shared = SharedNodes()
         self.points = PointRunner(spec, recorder.store, recorder, self.shared, log, on_event, live, batch_rows,
                                   self.new_load_actor)
+        self.saturation = SaturationStop(recorder.store, log) if spec.load.stop_when_saturated else None
         self.evals = self.points.evals = EvalStage(spec, recorder.store, base_dir, log)
 
     def wait_pg(self, pg: PlacementGroup, variant: str, gpus: int) -> None:
@@ -152,6 +154,10 @@ class SegmentRunner:
             if death is not None:
                 self.recorder.failed(p, f"server died during an earlier run of this variant ({death.where})",
                                      death.tail, server, s.seg)
+                continue
+            why = self.saturation.skip(p) if self.saturation is not None else None
+            if why is not None:  # recorded as not measured, with the reason (a resubmission does not retry it)
+                self.recorder.invalid(p, why, server, s.seg)
                 continue
             death = self.points.run(p, s)
         if death is None and self.spec.load.search is not None:

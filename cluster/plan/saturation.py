@@ -82,17 +82,28 @@ def saturation(lower: SweepPoint, higher: SweepPoint, label: str = "") -> Option
             f"(>= {IN_FLIGHT_GROWTH:+.0%})")
 
 
-def sweep_saturation(points: Sequence[SweepPoint]) -> list[Optional[str]]:
-    """Per point of one sweep (any order), why it is over-saturated against the next lower measured point, or None.
-    A point above a saturated one is judged on its own step: a sweep can only be read point to point."""
+def sweep_saturation(points: Sequence[SweepPoint], prefix: str = "") -> list[Optional[str]]:
+    """Per point of one sweep (any order), why it is over-saturated against the next lower measured point, or None
+    (`prefix` + the lower load names it in the reason: 'c' gives 'saturated past c4'). A point above a saturated one
+    is judged on its own step: a sweep can only be read point to point."""
     order = sorted(range(len(points)), key=lambda i: points[i].load)
     out: list[Optional[str]] = [None] * len(points)
     for a, b in zip(order, order[1:]):
-        out[b] = saturation(points[a], points[b])
+        out[b] = saturation(points[a], points[b], f"{prefix}{points[a].load:g}")
     return out
 
 
-def first_saturated(points: Sequence[SweepPoint]) -> Optional[tuple[float, str]]:
+def first_saturated(points: Sequence[SweepPoint], prefix: str = "") -> Optional[tuple[float, str]]:
     """The lowest load of a sweep marked saturated, with its reason (None: none is)."""
-    marked = [(p.load, r) for p, r in zip(points, sweep_saturation(points)) if r is not None]
+    marked = [(p.load, r) for p, r in zip(points, sweep_saturation(points, prefix)) if r is not None]
     return min(marked) if marked else None
+
+
+def skip_reason(load: float, points: Sequence[SweepPoint], prefix: str = "") -> Optional[str]:
+    """Why `load.stop_when_saturated` skips a point at `load` given its sweep's measured points (one variant,
+    workload and load kind): a lower measured point is over-saturated against the one under it, so the server only
+    queues from there on. None: measure it."""
+    got = first_saturated(points, prefix)
+    if got is None or not load > got[0]:
+        return None
+    return f"not measured (load.stop_when_saturated): above {prefix}{got[0]:g}, {got[1]}"

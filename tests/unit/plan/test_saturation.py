@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
+from cluster.config.fields import SpecError
+from cluster.config.loader import parse_spec_text
 from cluster.plan.capacity import CapacitySearch, Outcome, Probe, answer, next_probe, replay
-from cluster.plan.saturation import SweepPoint, first_saturated, point_of, saturation, sweep_saturation
+from cluster.plan.saturation import (SweepPoint, first_saturated, point_of, saturation, skip_reason,
+                                     sweep_saturation)
 
 # a closed-loop sweep of a server that runs at most 4 requests at once
 SWEEP = [
@@ -97,3 +102,27 @@ def test_a_resumed_search_reads_the_figures_of_its_recorded_runs() -> None:
     rp = replay(s, lambda load: recorded.get(load))
     assert rp.next_load is None and [p.load for p in rp.probes] == [1, 2, 4, 8, 16]
     assert answer(s, rp.probes).status == "at_max"
+
+
+def test_stop_when_saturated_skips_only_the_points_above_the_first_saturated_one() -> None:
+    measured = SWEEP[:4]  # c1..c8 measured, c8 saturated against c4
+    assert skip_reason(4, measured, "c") is None and skip_reason(8, measured, "c") is None
+    why = skip_reason(16, measured, "c")
+    assert why == ("not measured (load.stop_when_saturated): above c8, saturated past c4: load +100%, output tok/s "
+                   "+4% (< 25% of the load's growth), TTFT p50 +380% (>= +50%), in flight +100% (>= +10%)")
+    assert skip_reason(16, SWEEP[:3], "c") is None  # nothing saturated yet: measure it
+
+
+def test_the_option_is_a_strict_boolean_of_load() -> None:
+    spec = """
+version: 1
+name: s
+model: {path: sim://x, engine: sim}
+variants: [{name: base, baseline: true}]
+workloads: [{name: w, input_tokens: 8, output_tokens: 4, num_requests: 4}]
+load: {concurrency: [1, 2], stop_when_saturated: %s}
+"""
+    assert parse_spec_text(spec % "true").load.stop_when_saturated is True
+    assert parse_spec_text(spec % "false").load.stop_when_saturated is False
+    with pytest.raises(SpecError, match="load.stop_when_saturated"):
+        parse_spec_text(spec % '"yes"')
