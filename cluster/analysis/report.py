@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 
 from cluster.analysis import report_plots as rp
-from cluster.analysis.acceptance_positions import INTERVAL_METHOD, READ_COLUMNS, acceptance_by_position, position_view
+from cluster.analysis.acceptance_positions import (INTERVAL_METHOD, POSITION_METRICS, READ_COLUMNS,
+                                                   acceptance_by_position, position_view)
 from cluster.analysis.capacity import capacity_table, capacity_view
 from cluster.analysis.categories import categorised, category_view, compare_by_category
 from cluster.analysis.accuracy import accuracy_html
@@ -388,6 +389,8 @@ def _html(experiment: str, root: str, ci: pd.DataFrame, runs: pd.DataFrame, figs
         "statistics of the requests pooled over ok repeats (the runs table's m_ columns are per run); both read "
         "the one per-request definition of cluster/analysis/request_metrics.py (the request_metrics view)")
     defs["ITL, tokens/chunk, accept length, goodput in the compare table"] = "mean over ok repeats of the per-run value"
+    if by_pos is not None and not by_pos.empty:
+        defs.update({name: f"{formula} [{unit}]" for name, (unit, formula) in POSITION_METRICS.items()})
     parts.append(_table_html(pd.DataFrame({"metric": list(defs), "definition": list(defs.values())})))
     parts.append(f"<p>CI columns computed: {', '.join(m.name for m in CI_METRICS)}.</p></body></html>")
     return "\n".join(parts)

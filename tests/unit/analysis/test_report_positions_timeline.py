@@ -45,3 +45,9 @@ def test_the_report_shows_the_table_and_the_timelines(root: str, tmp_path: Path)
     for name in timelines:
         img = mpimg.imread(str(page_path.parent / name))
         assert img.shape[0] > 500 and img.shape[1] > 800, (name, img.shape)  # two panels, one per variant
+
+
+def test_the_report_defines_the_position_figures(root: str, tmp_path: Path) -> None:
+    page = html.unescape(build_report(Results.open(root, "pos"), str(tmp_path / "o"), n_boot=200).read_text())
+    assert "<td>draft_accept_rate_k</td><td>P(draft k accepted | drafts 1..k-1 accepted)" in page
+    assert "<td>draft_accept_cum_k</td>" in page
