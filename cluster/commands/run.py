@@ -22,6 +22,8 @@ from cluster.plan.fairness import ModelFacts, check_fairness, format_findings
 from cluster.plan.model_rules import facts_from_json
 from cluster.plan.inputs import check_inputs, resolve_output_root
 from cluster.plan.load_cap import load_above_cap
+from cluster.plan.repeats import repeats_bound
+from cluster.config.repeats import RepeatsUntil
 from cluster.errors import PreflightError, UserError
 from cluster.plan.preflight import check_speculative_support
 from cluster.probe.checkpoint import ProbeReport, probe_here
@@ -164,6 +166,12 @@ def _plan(spec: ExperimentSpec, port: int) -> None:
     for r in runs:
         t.add_row(str(r.order_index), r.run_key, r.variant.name, r.workload.name, r.load.label, str(r.repeat))
     console.print(t)
+    if isinstance(spec.repeats, RepeatsUntil):
+        u, b = spec.repeats, repeats_bound(spec.repeats, len(runs))
+        console.print(f"repeats until the 95 % interval of {u.until.metric} is within ±{u.until.half_width_pct:g} %: "
+                      f"each of the {b.points} points runs {u.min} repeats (above), then more on the same server "
+                      f"start while wider, at most {u.max}: at most {b.most_runs} runs, up to {u.max / u.min:g}x the "
+                      "time of the runs above", highlight=False, soft_wrap=True)
     s = spec.load.search
     if s is not None:
         console.print(f"capacity search over {s.over}: each (variant, workload, repeat) starts at its planned probe "

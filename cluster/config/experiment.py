@@ -13,6 +13,7 @@ from cluster.config.fields import FieldProblem, FrozenModel, check_name
 from cluster.config.gate import CorrectnessSpec
 from cluster.config.load import LoadSpec
 from cluster.config.output import DatasetRoot, TelemetrySpec
+from cluster.config.repeats import Repeats, RepeatsUntil
 from cluster.config.server import ServerSpec, arg_flag
 from cluster.config.model import ModelSpec
 from cluster.config.engines import EngineLauncher, EngineName
@@ -52,8 +53,9 @@ class ExperimentSpec(FrozenModel):
     """Request shapes to drive at every variant."""
     load: LoadSpec
     """Load points: closed-loop concurrency and/or open-loop request rates."""
-    repeats: int = Field(default=1, ge=1, le=B.MAX_REPEATS)
-    """Repeats of every load point (3 or more give intervals and verdicts; 5 recommended)."""
+    repeats: Repeats = 1
+    """Repeats of every load point (3 or more give intervals and verdicts; 5 recommended), or {until, min, max}:
+    repeat each point until its interval is narrow enough (cluster/config/repeats.py)."""
     order: Literal["grouped", "interleaved"] = "grouped"
     """grouped: each server starts once and runs all its points; interleaved: ABAB across repeats (restarts)."""
     warmup_requests: int = Field(default=2, ge=0, le=B.MAX_WARMUP_REQUESTS)
@@ -101,6 +103,18 @@ class ExperimentSpec(FrozenModel):
         for i, v in enumerate(self.variants):
             if v.tp is not None and v.tp > node:
                 raise FieldProblem(("variants", i, "tp"), f"tp {v.tp} is larger than cluster.gpus_per_node {node}")
+        return self
+
+    @model_validator(mode="after")
+    def _repeats_until(self) -> "ExperimentSpec":
+        """Repeats until sure are added on the server start that ran the point, after its planned runs."""
+        if isinstance(self.repeats, RepeatsUntil):
+            if self.order != "grouped":
+                raise FieldProblem(("repeats", "until"), "repeats until an interval is narrow run on the server "
+                                   "start that measured the point: they need order: grouped")
+            if self.load.search is not None:
+                raise FieldProblem(("repeats", "until"), "repeats until an interval is narrow are not combined "
+                                   "with load.search (each search is one repeat): give repeats as a number")
         return self
 
     @model_validator(mode="after")

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 from cluster.errors import SglbenchError, UserError
 from cluster.input_files import read_input_bytes
 from cluster.config.experiment import ExperimentSpec
+from cluster.config.repeats import REPEATS_TAGS, REPEATS_UNTIL_TAG, RepeatsUntil
 from cluster.config.variants import STEP_TAGS
 from cluster.config.fields import FieldProblem, SpecError
 from cluster.config.workload import LENGTH_TAGS, PROMPT_TAGS, ConversationPrompts
@@ -195,7 +196,7 @@ def _model_at(loc: tuple[Any, ...]) -> Optional[type[BaseModel]]:
         if not members:
             return None
         tagged = {_tag_of(m): m for m in members}
-        if len(members) > 1 and i < len(parts) and parts[i] in tagged:
+        if (len(members) > 1 or parts[i:i + 1] == [_tag_of(members[0])]) and i < len(parts) and parts[i] in tagged:
             model = tagged[parts[i]]
             i += 1
             continue
@@ -223,6 +224,8 @@ def _models_in(ann: Any) -> list[type[BaseModel]]:
 def _tag_of(model: type[BaseModel]) -> Optional[str]:
     if model is ConversationPrompts:
         return "conversation"  # one model for two sources (sharegpt, messages): the union's tag names it
+    if model is RepeatsUntil:
+        return REPEATS_UNTIL_TAG  # `repeats: N | {until, ...}`: the form's tag, not a field
     kind = model.model_fields.get("kind") or model.model_fields.get("source")
     return kind.default if kind is not None and isinstance(kind.default, str) else None
 
@@ -234,7 +237,7 @@ def _without_tags(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     for i, p in enumerate(loc):
         if i and ((loc[i - 1] == "tuning" and p in TUNING_MODELS) or (loc[i - 1] == "prompts" and p in PROMPT_TAGS)
                   or (loc[i - 1] in ("input_tokens", "output_tokens") and p in LENGTH_TAGS)
-                  or (loc[i - 1] == "num_steps" and p in STEP_TAGS)):
+                  or (loc[i - 1] == "num_steps" and p in STEP_TAGS) or (loc[i - 1] == "repeats" and p in REPEATS_TAGS)):
             continue
         out.append(p)
     return tuple(out)

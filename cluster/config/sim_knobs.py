@@ -66,6 +66,10 @@ class Knobs(BaseModel):
     """Wall seconds per model second (0: no sleeping at all)."""
     tuned_speed_factor: _Positive = 1.0
     """Step-time multiplier of a tuned variant (< 1 is faster)."""
+    window_speed_spread: Annotated[float, Strict(), Field(ge=0.0, le=0.9)] = 0.0
+    """Run-to-run noise: at every /flush_cache (once per measured window) step times take a new multiplier
+    1 + spread·u, u uniform in [-1, 1] from `seed`, as throughput varies between repeats on a real node (0: windows
+    alike)."""
     decode_base_ms: _Ms = 13.85
     """Model ms of one decode step at batch 1."""
     decode_per_req_ms: _Ms = 0.05

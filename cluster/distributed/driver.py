@@ -10,6 +10,7 @@ import os
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -17,6 +18,7 @@ import ray
 
 from cluster.config.experiment import ExperimentSpec
 from cluster.config.locations import check_ray_address
+from cluster.config.repeats import RepeatsUntil
 from cluster.config.secrets import masked_spec_json
 from cluster.dataset.run_facts import SegmentFacts
 from cluster.dataset.store import DatasetStore
@@ -25,6 +27,7 @@ from cluster.distributed.cluster_state import gpu_nodes
 from cluster.distributed.gate_stage import GateStage
 from cluster.distributed.handles import LOAD_ACTOR_CPUS
 from cluster.distributed.progress import ProgressEvent, ignore
+from cluster.distributed.repeat_stage import RepeatsUntilSure
 from cluster.distributed.run_records import ExperimentResult, RunRecorder
 from cluster.distributed.segment import SegmentRunner
 from cluster.errors import EnvironmentFault, UserError
@@ -123,7 +126,10 @@ class Driver:
             raise PlacementError("; ".join(problems))
         todo = self.runs_to_do(plans)
         searches = CapacitySearches(self.spec, self.store, self.result, self.log, len(plans))
-        self.store.write_experiment_meta({
+        until = self.spec.repeats
+        repeats = RepeatsUntilSure(self.spec, until, self.store, self.result, self.log, len(plans)) \
+            if isinstance(until, RepeatsUntil) else None
+        meta: dict[str, Any] = {  # free-form JSON stored as given: experiment.json
             "spec": masked_spec_json(self.spec.model_dump(mode="json")),
             "sglbench_version": __version__,
             "git_sha": self.git_sha,
@@ -131,9 +137,11 @@ class Driver:
             "planned_runs": len(plans),
             "started_unix_s": time.time(),
             "preflight": self.preflight,
-        })
+        }
+        self.store.write_experiment_meta(meta)
         segments = [(v, runs) for v, runs in server_segments(plans)
-                    if any(r.run_key in todo for r in runs) or searches.pending(v, runs)]
+                    if any(r.run_key in todo for r in runs) or searches.pending(v, runs)
+                    or (repeats is not None and repeats.pending(v, runs))]
         # executed in the planned order (make_plan puts the baseline's first segment first: a plan rule)
         gates = GateStage(self.spec, self.store, self.log)
         gates.baseline_name = next((v.name for v in variants if v.is_baseline), None)
@@ -152,6 +160,7 @@ class Driver:
         recorder = RunRecorder(self.spec, self.store, self.result, self.git_sha, self.on_run, self.on_event)
         runner = SegmentRunner(self.spec, self.result, recorder, gates, searches, self.log, self.on_event, self.live,
                                self.batch_rows, self.base_dir, self.log_dir, artifacts, self.tuning_failures)
+        runner.repeats = repeats
         # node isolation: at most one server per node at a time; gpus: as many as fit (Ray queues the rest)
         workers = max(1, len(nodes)) if self.spec.isolation == "node" else max(1, len(segments))
         with ThreadPoolExecutor(max_workers=min(workers, 64), thread_name_prefix="segment") as pool:
@@ -159,6 +168,9 @@ class Driver:
                     for v, runs in segments]
             for f in futs:
                 f.result()
+        if repeats is not None:  # where every point's repeats stopped, and why (resumed counts included)
+            meta["repeats_until"] = [asdict(f) for f in repeats.facts(variants, plans)]
+            self.store.write_experiment_meta(meta)
         return self.result
 
 

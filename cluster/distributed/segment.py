@@ -21,6 +21,7 @@ from cluster.distributed.handles import LoadHandle, new_engine_actor, new_load_a
 from cluster.distributed.point_run import PointRunner, ServerStart, SharedNodes
 from cluster.distributed.profile_stage import profile_variant
 from cluster.distributed.progress import ProgressEvent, ServerState
+from cluster.distributed.repeat_stage import RepeatsUntilSure
 from cluster.distributed.run_records import Death, ExperimentResult, RunRecorder, error_text
 from cluster.distributed.saturation_stop import SaturationStop
 from cluster.distributed.teardown import teardown
@@ -51,6 +52,8 @@ class SegmentRunner:
         """variant → its tuning artifact (tuning/stage.py), from the tuning stage."""
         self.tuning_failures = tuning_failures
         self.shared = SharedNodes()
+        self.repeats: Optional[RepeatsUntilSure] = None
+        """Repeats until sure (repeats: {until}): more repeats of each point after the planned runs."""
         self.points = PointRunner(spec, recorder.store, recorder, self.shared, log, on_event, live, batch_rows,
                                   self.new_load_actor)
         self.saturation = SaturationStop(recorder.store, log) if spec.load.stop_when_saturated else None
@@ -160,6 +163,8 @@ class SegmentRunner:
                 self.recorder.invalid(p, why, server, s.seg)
                 continue
             death = self.points.run(p, s)
+        if death is None and self.repeats is not None:
+            death = self.repeats.run(variant, planned, lambda p: self.points.run(p, s))
         if death is None and self.spec.load.search is not None:
             death = self.searches.run(variant, planned, server, lambda p: self.points.run(p, s))
         if variant.profile is not None and death is None and runs:

@@ -16,6 +16,7 @@ from cluster.config.fields import check_name
 from cluster.config.workload import WorkloadSpec
 from cluster.config.tuning import BackendSweepOptions, BackendSweepTuning, NoTuning
 from cluster.config.load import LoadSpec
+from cluster.config.repeats import planned_repeats
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
@@ -137,10 +138,11 @@ def make_plan(spec: ExperimentSpec, keep: Optional[Callable[[ResolvedVariant], b
                       key=lambda v: not v.is_baseline)  # stable: baseline first
     points = load_points(spec)
     runs: list[RunPlan] = []
+    repeats = planned_repeats(spec.repeats)  # repeats until sure plan `min`; the driver adds the rest as it goes
     if spec.order == "grouped":
-        order = [(v, r) for v in variants for r in range(spec.repeats)]
+        order = [(v, r) for v in variants for r in range(repeats)]
     else:
-        order = [(v, r) for r in range(spec.repeats) for v in variants]
+        order = [(v, r) for r in range(repeats) for v in variants]
     search = spec.load.search
     for v, r in order:
         for w in spec.workloads:

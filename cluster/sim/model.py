@@ -241,6 +241,9 @@ class Scheduler:
         self._cache: dict[str, int] = {}
         self._blocks: set[int] = set()
         self._new: list[SimRequest] = []
+        self.window_factor = 1.0
+        """This window's step-time multiplier (window_speed_spread), drawn at each flush."""
+        self._window_rng = random.Random(_seed_from(knobs.seed, "window"))
 
     def new_request(
         self, rid: str, input_ids: Optional[Sequence[int]], text: Optional[str], max_new_tokens: int, ignore_eos: bool,
@@ -286,7 +289,7 @@ class Scheduler:
         if not self.running and not self._new:
             return None
         prefill = sum(r.prompt_tokens - r.cached_tokens for r in self._new)
-        return step_time_ms(self.knobs, len(self.running), prefill, self.spec)
+        return step_time_ms(self.knobs, len(self.running), prefill, self.spec) * self.window_factor
 
     def _cached_tokens(self, req: SimRequest) -> int:
         """A repeated prompt is all cached but its last token (which is computed again, as SGLang does); otherwise
@@ -372,6 +375,8 @@ class Scheduler:
         c.spec_accept_tokens = c.spec_forward_ct = 0
         c.interval_verify = c.interval_accept_tokens = 0
         c.last_interval_accept_length = None
+        if self.knobs.window_speed_spread:
+            self.window_factor = 1.0 + self.knobs.window_speed_spread * (2.0 * self._window_rng.random() - 1.0)
 
     def avg_spec_accept_length(self) -> Optional[float]:
         c = self.counters

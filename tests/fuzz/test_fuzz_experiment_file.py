@@ -27,6 +27,7 @@ from cluster.plan.inputs import fixed_port
 from cluster.plan.runs import expand_variants, make_plan
 from cluster.kernel.runs import ResolvedVariant
 from cluster.config.loader import load_spec
+from cluster.config.repeats import planned_repeats
 from cluster.config.locations import DATASET_SCHEMES, control_character
 from cluster.config.experiment import ExperimentSpec
 from cluster.config.fields import SpecError
@@ -77,8 +78,8 @@ def _check(path: pathlib.Path, data: bytes) -> None:
         assert isinstance(spec, ExperimentSpec)
         try:
             variants = expand_variants(spec)
-            runs = len(variants) * len(spec.workloads) * spec.repeats * (len(spec.load.concurrency) + len(
-                spec.load.request_rate) + 1)
+            runs = len(variants) * len(spec.workloads) * planned_repeats(spec.repeats) * (
+                len(spec.load.concurrency) + len(spec.load.request_rate) + 1)
             if runs <= MAX_PLANNED_RUNS:  # a legal 1000-repeat plan of 40,000 runs takes seconds to key
                 make_plan(spec)
         except UserError:
