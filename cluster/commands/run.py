@@ -170,7 +170,7 @@ def _plan(spec: ExperimentSpec, port: int) -> None:
         u, b = spec.repeats, repeats_bound(spec.repeats, len(runs))
         console.print(f"repeats until the 95 % interval of {u.until.metric} is within ±{u.until.half_width_pct:g} %: "
                       f"each of the {b.points} points runs {u.min} repeats (above), then more on the same server "
-                      f"start while wider, at most {u.max}: at most {b.most_runs} runs, up to {u.max / u.min:g}x the "
+                      f"start while wider, at most {u.max}: at most {b.most_runs} runs, up to {u.max / u.min:.3g}x the "
                       "time of the runs above", highlight=False, soft_wrap=True)
     s = spec.load.search
     if s is not None:

@@ -40,3 +40,20 @@ def test_each_mistake_is_named_at_its_field(text: str, where: str) -> None:
     with pytest.raises(SpecError) as e:
         parse_spec_text(BASE + text)
     assert where in str(e.value), str(e.value)
+
+
+def test_plan_shows_the_bound_on_runs_and_time(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from cluster.cli import app
+
+    spec = Path(str(tmp_path)) / "exp.yaml"
+    spec.write_text(BASE + "repeats: {until: {metric: output_tps, half_width_pct: 2}, min: 3, max: 10}\n")
+    out = CliRunner().invoke(app, ["plan", str(spec)])
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    # 2 variants x 2 points = 4 points at 3 repeats (12 rows), at most 10 each: 40 runs, 10/3 = 3.33x the time
+    assert "x: 12 runs" in text
+    assert "each of the 4 points runs 3 repeats" in text and "at most 40 runs, up to 3.33x the time" in text
