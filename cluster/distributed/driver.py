@@ -35,6 +35,7 @@ from cluster.kernel.runs import ResolvedVariant, RunPlan
 from cluster.plan.inputs import resolve_output_root
 from cluster.plan.runs import expand_variants, make_plan, server_segments
 from cluster.plan.schedule import Reservation, reservation, unplaceable
+from cluster.tuning.artifacts import TuningArtifact
 from cluster.version import __version__
 
 
@@ -146,7 +147,7 @@ class Driver:
         gates = GateStage(self.spec, self.store, self.log)
         gates.baseline_name = next((v.name for v in variants if v.is_baseline), None)
         segments = gates.baseline_answers(variants, segments)
-        artifacts: dict[str, Any] = {}
+        artifacts: dict[str, TuningArtifact] = {}
         if segments:
             from cluster.distributed.tuning_stage import run_tuning_stage
 

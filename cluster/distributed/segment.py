@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
@@ -27,6 +27,7 @@ from cluster.distributed.saturation_stop import SaturationStop
 from cluster.distributed.teardown import teardown
 from cluster.kernel.runs import ResolvedVariant, RunPlan
 from cluster.plan.schedule import Reservation
+from cluster.tuning.artifacts import TuningArtifact
 from cluster.tuning.stage import ARTIFACT_KINDS, with_artifact
 
 PLACEMENT_PROGRESS_S = 10.0
@@ -38,7 +39,7 @@ class SegmentRunner:
     def __init__(self, spec: ExperimentSpec, result: ExperimentResult, recorder: RunRecorder, gates: GateStage,
                  searches: CapacitySearches, log: Callable[[str], None],
                  on_event: Callable[[ProgressEvent], None], live: bool, batch_rows: int, base_dir: Path,
-                 log_dir: Path, artifacts: dict[str, Any], tuning_failures: dict[str, str]) -> None:
+                 log_dir: Path, artifacts: dict[str, TuningArtifact], tuning_failures: dict[str, str]) -> None:
         self.spec = spec
         self.result = result
         self.recorder = recorder
