@@ -31,7 +31,7 @@ from cluster.config.experiment import ExperimentSpec
 from cluster.config.engines import EngineName
 from cluster.tuning.jobs import AutotuneJob, MoeSearchJob, RefusedJob, decide_tuning
 from cluster.tuning.stage import merge_moe_configs
-from cluster.engines.sglang_tuning import GpuFacts, TuningError
+from cluster.engines.tuning_contract import GpuFacts, TuningError
 from cluster.tuning.artifacts import ArtifactStore, TuningArtifact
 from cluster.tuning.moe_search import tune_batch_sizes
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional, Union
 
 from cluster.config.sim_knobs import Knobs
-from cluster.engines.sglang_tuning import GpuFacts, MoeModelConfig
+from cluster.engines.tuning_contract import GpuFacts, MoeModelConfig
 from cluster.kernel.runs import ResolvedVariant
 from cluster.version import SGLANG_RELEASE
 

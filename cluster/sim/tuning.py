@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping, Union
 
 from cluster.engines import sglang_tuning as sgt
 from cluster.config.sim_knobs import Knobs
+from cluster.engines.tuning_contract import moe_shape
 from cluster.engines.tuning_surfaces import sim_moe_config
 
 TUNING_KNOBS = ("gpu_name", "compute_capability", "driver_version", "flashinfer_version", "triton_version",
@@ -92,7 +93,7 @@ def valid_autotune_cache(args: Mapping[str, Any], cache_root: str, k: SimTuningK
 
 
 def moe_config_path(config_root: str, k: SimTuningKnobs, tp: int) -> Path:
-    shape = sgt.moe_shape(sim_moe_config(k), tp, 1, k.moe_dtype)
+    shape = moe_shape(sim_moe_config(k), tp, 1, k.moe_dtype)
     return Path(config_root) / sgt.moe_config_relpath(k.triton_version, shape.file_name(k.gpu_name))
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, Sequence, Union
 
 from cluster.engines import sglang_tuning as sgt
-from cluster.engines.sglang_tuning import GpuFacts, MoeModelConfig, MoeShape, TuningError, load_moe_config, moe_shape
+from cluster.engines.tuning_contract import GpuFacts, MoeModelConfig, MoeShape, TuningError, load_moe_config, moe_shape
 from cluster.engines.tuning_surfaces import MoeSearchDevice
 from cluster.kernel.runs import ResolvedVariant
 from cluster.tuning.stage import (ARTIFACT_KINDS, artifact_key, autotune_extend, autotune_run_variant,

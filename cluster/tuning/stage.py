@@ -22,7 +22,7 @@ import json
 from typing import Any, Mapping, Optional
 
 from cluster.engines import sglang_tuning as sgt
-from cluster.engines.sglang_tuning import GpuFacts, TuningError
+from cluster.engines.tuning_contract import GpuFacts, TuningError, canonical_args
 from cluster.kernel.runs import ResolvedVariant
 from cluster.config.tuning import (TUNING_MODELS, BackendSweepTuning, FlashinferAutotuneTuning, TritonMoeOptions,
                                    TritonMoeTuning)
@@ -42,7 +42,7 @@ PENDING_ARTIFACT = "<tuning artifact: made at run time>"
 
 def backend_args(variant: ResolvedVariant) -> dict[str, ArgValue]:
     """The variant's kernel-choosing server args (back ends, quantization, dtypes, parallelism), normalised."""
-    args = sgt.canonical_args(variant.args)
+    args = canonical_args(variant.args)
     out: dict[str, ArgValue] = {k: args[k] for k in sgt.BACKEND_FLAGS if k in args and args[k] not in (None, False)}
     if variant.speculative is not None:
         out["speculative-algorithm"] = variant.speculative.algorithm

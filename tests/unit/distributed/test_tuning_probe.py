@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from cluster.distributed import tuning_stage
-from cluster.engines.sglang_tuning import GpuFacts
+from cluster.engines.tuning_contract import GpuFacts
 
 
 def test_facts_from_nvidia_smi_and_the_engine_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:

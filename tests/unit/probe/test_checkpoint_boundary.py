@@ -312,7 +312,7 @@ def test_an_empty_model_path_is_refused_not_the_working_directory(tmp_path: Path
 def test_the_tuning_stage_reads_config_json_through_the_boundary(tmp_path: Path) -> None:
     """cluster/tuning/stage.py's load_model_config (now engines/sglang_tuning.py load_moe_config) read config.json with read_text(): a FIFO hung it and deep
     nesting escaped as RecursionError. Both are now TuningErrors naming the file."""
-    from cluster.engines.sglang_tuning import TuningError, load_moe_config
+    from cluster.engines.tuning_contract import TuningError, load_moe_config
 
     d = _good(tmp_path)
     (d / "config.json").unlink()

@@ -35,3 +35,12 @@ def test_the_check_sees_a_branch(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
     probe.write_text('from cluster.sim.tuning import x\nif v.engine == "sim":\n    pass\n')
     assert _problems(probe) == ["line 1: imports cluster.sim.tuning", "line 2: compares with the engine name 'sim'"]
+
+
+def test_sglang_tuning_facts_stay_stdlib_only() -> None:
+    """engines/sglang_tuning.py (SGLang's tuning facts) imports no project module, so it loads wherever its facts
+    are needed (the MoE search's workers, the simulator); the contract built on it is engines/tuning_contract.py."""
+    tree = ast.parse((REPO / "cluster/engines/sglang_tuning.py").read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | \
+        {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not {m for m in imported if m and m.split(".")[0] == "cluster"}

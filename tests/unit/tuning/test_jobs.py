@@ -10,7 +10,7 @@ import pytest
 
 from cluster.config.loader import parse_spec_text
 from cluster.engines.registry import get_tuning_surface
-from cluster.engines.sglang_tuning import TuningError
+from cluster.engines.tuning_contract import TuningError
 from cluster.engines.tuning_surfaces import GpuTuningSurface, SimTuningSurface
 from cluster.errors import UserError
 from cluster.plan.runs import expand_variants

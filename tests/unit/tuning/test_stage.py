@@ -15,7 +15,7 @@ from cluster.config.tuning import BackendSweepTuning
 from cluster.config.loader import load_spec, parse_spec_text
 from cluster.tuning.stage import (artifact_key, merge_moe_configs, split_batch_sizes, tuning_env_and_args,
                                   tuning_options_check)
-from cluster.engines.sglang_tuning import GpuFacts, MoeModelConfig, TuningError, moe_shape
+from cluster.engines.tuning_contract import GpuFacts, MoeModelConfig, TuningError, moe_shape
 from cluster.tuning.artifacts import ArtifactStore, content_hash, key_id
 from cluster.tuning.moe_search import simulated_search
 
