@@ -78,8 +78,10 @@ class RepeatsUntilSure:
         return None
 
     def pending(self, v: ResolvedVariant, planned: list[RunPlan]) -> bool:
-        """Whether a point of this segment needs another repeat (beyond its planned runs still to do)."""
-        return any(not self.decision(v, w, lp).stop for w, lp in _points(planned))
+        """Whether a point of this segment needs another repeat (beyond its planned runs still to do). A point
+        without one ok repeat recorded is not: its variant could not be measured (a failed gate makes every run
+        invalid), and a resubmission would start its server again only to find that again."""
+        return any(not d.stop and d.ok_values > 0 for d in (self.decision(v, w, lp) for w, lp in _points(planned)))
 
     def run(self, variant: ResolvedVariant, planned: list[RunPlan],
             measure: Callable[[RunPlan], Optional[Death]]) -> Optional[Death]:
