@@ -24,7 +24,7 @@ import os
 import pathlib
 import re
 import stat
-from typing import Any, Optional, Union
+from typing import Any, Mapping, Optional, Sequence, TypeAlias, Union
 
 from cluster.errors import SglbenchError, UserError
 
@@ -35,6 +35,12 @@ MAX_JSON_DEPTH = 64
 """Nesting past this in a user's JSON is refused before the decoder recurses (the spec loader's own limit too)."""
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+JsonValue: TypeAlias = Union[None, bool, int, float, str, Sequence["JsonValue"], Mapping[str, "JsonValue"]]
+"""A decoded JSON value (what json.loads returns), typed so that a reader narrows it with isinstance before use.
+Sequence and Mapping (not list and dict) so that a list[str] or a dict[str, int] is one too."""
+JsonObject: TypeAlias = Mapping[str, JsonValue]
+"""A decoded JSON object: a document read field by field (a checkpoint's config.json, an answer body)."""
 
 
 def _fail(error: type[UserError], path: PathLike, message: str, field: Optional[str] = None,
@@ -203,7 +209,7 @@ class DuplicateJsonKey(SglbenchError, ValueError):
         self.key = key
 
 
-def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def unique_keys(pairs: list[tuple[str, JsonValue]]) -> dict[str, JsonValue]:
     """A json `object_pairs_hook` that refuses a repeated key (DuplicateJsonKey) instead of keeping its last value."""
     out = dict(pairs)
     if len(out) != len(pairs):
@@ -289,7 +295,7 @@ def parse_json(text: str, path: PathLike, error: type[UserError], what: str, *, 
                     expected) from None
 
 
-__all__ = ["DEFAULT_LIMIT_BYTES", "DuplicateJsonKey", "MAX_JSON_DEPTH", "MIB", "NotJsonConstant", "check_path_text",
+__all__ = ["DEFAULT_LIMIT_BYTES", "DuplicateJsonKey", "JsonObject", "JsonValue", "MAX_JSON_DEPTH", "MIB", "NotJsonConstant", "check_path_text",
            "decode_text", "first_text_problem", "has_lone_surrogate", "json_depth_exceeds", "json_depth_offset",
            "parse_json", "read_input_bytes", "read_input_text", "refuse_constant", "resolve_input", "text_problem",
            "unique_keys"]
