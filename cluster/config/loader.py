@@ -17,7 +17,8 @@ from cluster.config.experiment import ExperimentSpec
 from cluster.config.repeats import REPEATS_TAGS, REPEATS_UNTIL_TAG, RepeatsUntil
 from cluster.config.variants import STEP_TAGS
 from cluster.config.fields import FieldProblem, SpecError
-from cluster.config.workload import LENGTH_TAGS, PROMPT_TAGS, ConversationPrompts
+from cluster.config.workload import LENGTH_TAGS
+from cluster.config.prompts import PROMPT_TAGS, ConversationPrompts
 from cluster.config.tuning import TUNING_MODELS
 from cluster.config.secrets import is_secret_name, mask
 

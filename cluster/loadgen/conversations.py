@@ -28,7 +28,8 @@ from cluster.errors import PromptSourceError
 from cluster.loadgen.source_files import SourceRecord, json_records, read_source_text, row_error, shown
 from cluster.loadgen.lengths import OUTPUT_STREAM, draw_lengths, length_rng
 from cluster.loadgen.sessions import Render, session_count
-from cluster.config.workload import ConversationPrompts, LengthDist, WorkloadSpec
+from cluster.config.workload import LengthDist, WorkloadSpec
+from cluster.config.prompts import ConversationPrompts
 
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant", "bard": "assistant",
                   "bing": "assistant", "model": "assistant", "assistant": "assistant", "system": "system"}

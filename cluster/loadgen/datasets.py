@@ -22,8 +22,8 @@ from cluster.loadgen.source_files import SourceRecord, json_records, read_source
 from cluster.loadgen.sessions import SessionPlan, session_plan
 from cluster.loadgen.lengths import INPUT_STREAM, OUTPUT_STREAM, draw_lengths, length_rng
 from cluster.loadgen.traces import TraceRow, load_trace, replayed_rows
-from cluster.config.workload import (ConversationPrompts, LengthDist, RandomIdsPrompts, SharedPrefix, TracePrompts,
-                                     WorkloadSpec)
+from cluster.config.workload import LengthDist, WorkloadSpec
+from cluster.config.prompts import ConversationPrompts, RandomIdsPrompts, SharedPrefix, TracePrompts
 
 RANDOM_ID_LOW = 100
 """Lowest random token id: the first ids of common vocabularies are special tokens (BOS/EOS/pad, control)."""

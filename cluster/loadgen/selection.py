@@ -22,7 +22,8 @@ from cluster.kernel.planned_workload import PlannedWorkload
 from cluster.engines.base import Prompt
 from cluster.loadgen.datasets import PromptArray, load_jsonl_prompts, random_id_low, resolve_path
 from cluster.loadgen.lengths import draw_lengths
-from cluster.config.workload import ConversationPrompts, LengthDist, RandomIdsPrompts, TracePrompts, WorkloadSpec
+from cluster.config.workload import LengthDist, WorkloadSpec
+from cluster.config.prompts import ConversationPrompts, RandomIdsPrompts, TracePrompts
 
 POPULATION_DRAWS = 20_000
 """Draws that stand for a length distribution's population (its quantiles to about ±0.5 %)."""

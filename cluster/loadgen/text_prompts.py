@@ -21,7 +21,8 @@ from cluster.errors import PromptSourceError
 from cluster.input_files import check_path_text, read_input_text, resolve_input
 from cluster.loadgen.lengths import INPUT_STREAM, draw_lengths, length_rng
 from cluster.loadgen.source_files import json_records, read_source_text
-from cluster.config.workload import LengthDist, TextPrompts, WorkloadSpec
+from cluster.config.workload import LengthDist, WorkloadSpec
+from cluster.config.prompts import TextPrompts
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer

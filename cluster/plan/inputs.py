@@ -22,7 +22,8 @@ from cluster.kernel.runs import ResolvedVariant
 from cluster.probe.checkpoint import ProbeReport
 from cluster.probe.safetensors_header import describe_non_file
 from cluster.config.experiment import ExperimentSpec
-from cluster.config.workload import ConversationPrompts, RandomIdsPrompts, TextPrompts, TracePrompts, WorkloadSpec
+from cluster.config.workload import WorkloadSpec
+from cluster.config.prompts import ConversationPrompts, RandomIdsPrompts, TextPrompts, TracePrompts
 from cluster.config.engines import EngineLauncher, EngineName
 
 RAY_PORTS: dict[int, str] = {6379: "Ray's GCS server", 8265: "Ray's dashboard", 10001: "Ray's client server",

@@ -25,7 +25,8 @@ from cluster.loadgen.conversations import load_conversations
 from cluster.loadgen.datasets import build_prompts, load_jsonl_rows
 from cluster.loadgen.text_prompts import corpus_text
 from cluster.loadgen.traces import load_trace
-from cluster.config.workload import ConversationPrompts, WorkloadSpec
+from cluster.config.workload import WorkloadSpec
+from cluster.config.prompts import ConversationPrompts
 from tests.fuzz.fuzzing import FUZZ, budget
 
 DEADLINE_S = 5.0

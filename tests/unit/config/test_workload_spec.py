@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from cluster.config.loader import SpecError, load_spec
-from cluster.config.workload import ConversationPrompts, RandomIdsPrompts, WorkloadSpec
+from cluster.config.workload import WorkloadSpec
+from cluster.config.prompts import ConversationPrompts, RandomIdsPrompts
 
 HEAD = """version: 1
 name: e

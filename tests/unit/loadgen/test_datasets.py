@@ -8,7 +8,8 @@ import pathlib
 import pytest
 
 from cluster.loadgen.datasets import RANDOM_ID_LOW, DatasetError, build_prompt_sequence, build_prompts
-from cluster.config.workload import TextPrompts, WorkloadSpec
+from cluster.config.workload import WorkloadSpec
+from cluster.config.prompts import TextPrompts
 
 
 def _wl(**kw: object) -> WorkloadSpec:

@@ -19,7 +19,7 @@ from cluster.loadgen.conversations import ConversationError, load_conversations
 from cluster.loadgen.datasets import DatasetError, load_jsonl_rows
 from cluster.loadgen.text_prompts import TextPromptError, corpus_text, load_tokenizer
 from cluster.loadgen.traces import TraceError, load_trace
-from cluster.config.workload import ConversationPrompts
+from cluster.config.prompts import ConversationPrompts
 
 SEPARATORS = ["\u2028", "\u2029", "\x85", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e"]
 """Characters str.splitlines splits at that JSON allows unescaped inside a string."""

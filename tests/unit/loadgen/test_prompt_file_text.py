@@ -13,7 +13,7 @@ from cluster.loadgen.conversations import load_conversations
 from cluster.loadgen.datasets import load_jsonl_rows
 from cluster.loadgen.text_prompts import corpus_text
 from cluster.loadgen.traces import load_trace
-from cluster.config.workload import ConversationPrompts
+from cluster.config.prompts import ConversationPrompts
 
 
 def _write(tmp: pathlib.Path, name: str, body: str | bytes) -> pathlib.Path:
