@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
+from cluster.input_files import JsonValue
 from cluster.kernel.runs import uses_builtin_mtp_head
 from cluster.probe.coverage import coverage_warning, uncovered_plain_weights
 from cluster.probe.fingerprint import checkpoint_fingerprint, hub_revision
@@ -88,7 +89,7 @@ class ProbeReport:
     def speculative_needs_draft_model(self) -> list[str]:
         return [a for a in DRAFT_MODEL_ALGORITHMS if a not in self.speculative_supported]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, JsonValue]:
         quant = self.quant.to_json()
         quant["quantized_families"] = self.quantized_families
         quant["unquantized_families"] = self.unquantized_families

@@ -6,13 +6,15 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+from cluster.input_files import JsonObject, JsonValue
+
 from cluster.probe.files import CheckpointError, clip, present, read_json_object
 
 MAX_CONFIG_INT = 2**63 - 1
 """An integer setting past int64 is no model's (HF and SGLang hold them in int64 tensors and C longs)."""
 
 
-def load_json_object(path: str) -> dict[str, Any]:
+def load_json_object(path: str) -> JsonObject:
     """Read a checkpoint JSON file that must hold an object; every failure is a one-line CheckpointError."""
     return read_json_object(path, os.path.basename(path))
 
@@ -44,7 +46,7 @@ class ModelConfig:
     mtp: Optional[MtpDeclaration]
     mtp_use_dedicated_embeddings: Optional[bool]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, JsonValue]:
         d = asdict(self)
         d["mtp_declared_layers"] = self.mtp.layers if self.mtp else 0
         d["mtp_declared_in"] = self.mtp.key if self.mtp else None
@@ -52,7 +54,7 @@ class ModelConfig:
         return d
 
 
-def _int(file: str, cfg: dict[str, Any], where: str, *keys: str) -> Optional[int]:
+def _int(file: str, cfg: JsonObject, where: str, *keys: str) -> Optional[int]:
     for key in keys:
         if key in cfg and cfg[key] is not None:
             v = cfg[key]
@@ -64,7 +66,7 @@ def _int(file: str, cfg: dict[str, Any], where: str, *keys: str) -> Optional[int
     return None
 
 
-def _positive(file: str, cfg: dict[str, Any], where: str, *keys: str) -> Optional[int]:
+def _positive(file: str, cfg: JsonObject, where: str, *keys: str) -> Optional[int]:
     """A size that is never 0 in a model that loads (a hidden size, a layer count, a vocabulary, a context)."""
     v = _int(file, cfg, where, *keys)
     if v == 0:
@@ -74,7 +76,7 @@ def _positive(file: str, cfg: dict[str, Any], where: str, *keys: str) -> Optiona
     return v
 
 
-def _opt(file: str, cfg: dict[str, Any], where: str, key: str, kind: type, expected: str) -> Any:
+def _opt(file: str, cfg: JsonObject, where: str, key: str, kind: type, expected: str) -> Any:
     """A string or boolean setting, or None when absent; another type is an error (it was read as absent, silently)."""
     v = cfg.get(key)
     if v is not None and not isinstance(v, kind):
@@ -83,17 +85,17 @@ def _opt(file: str, cfg: dict[str, Any], where: str, key: str, kind: type, expec
     return v
 
 
-def _opt_str(file: str, cfg: dict[str, Any], where: str, key: str) -> Optional[str]:
+def _opt_str(file: str, cfg: JsonObject, where: str, key: str) -> Optional[str]:
     got: Optional[str] = _opt(file, cfg, where, key, str, "a string")
     return got
 
 
-def _opt_bool(file: str, cfg: dict[str, Any], where: str, key: str) -> Optional[bool]:
+def _opt_bool(file: str, cfg: JsonObject, where: str, key: str) -> Optional[bool]:
     got: Optional[bool] = _opt(file, cfg, where, key, bool, "true or false")
     return got
 
 
-def parse_model_config(file: str, raw: dict[str, Any]) -> ModelConfig:
+def parse_model_config(file: str, raw: JsonObject) -> ModelConfig:
     text = raw.get("text_config")
     if text is not None and not isinstance(text, dict):
         raise CheckpointError(file, f"text_config must be an object, got {type(text).__name__}", field="text_config",
@@ -171,11 +173,11 @@ class QuantInfo:
     """Where kv_cache_quant_algo was found: it can live only in hf_quant_config.json even when config.json has a
     quantization_config (SGLang reads both: PR #27906)."""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, JsonValue]:
         return asdict(self)
 
 
-def _str_list(file: str, key: str, v: Any) -> list[str]:
+def _str_list(file: str, key: str, v: JsonValue) -> list[str]:
     if v is None:
         return []
     if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
@@ -184,18 +186,18 @@ def _str_list(file: str, key: str, v: Any) -> list[str]:
     return list(v)
 
 
-def _producer(p: Any) -> Optional[str]:
+def _producer(p: JsonValue) -> Optional[str]:
     if isinstance(p, dict) and isinstance(p.get("name"), str):
         return f"{p['name']} {p.get('version', '')}".strip()
     return None
 
 
-def _size(v: Any) -> Optional[int]:
+def _size(v: JsonValue) -> Optional[int]:
     """A group size as given (a bool or a number past int64 is none)."""
     return v if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_CONFIG_INT else None
 
 
-def _checked_group_size(file: str, where: str, qc: dict[str, Any]) -> Optional[int]:
+def _checked_group_size(file: str, where: str, qc: JsonObject) -> Optional[int]:
     """The group size, refused when given but not a positive integer (a quoted "16" or a 0 read as none before)."""
     v = qc.get("group_size")
     if v is not None and _size(v) is None:
@@ -204,7 +206,7 @@ def _checked_group_size(file: str, where: str, qc: dict[str, Any]) -> Optional[i
     return _group_size(qc)
 
 
-def _group_size(qc: dict[str, Any]) -> Optional[int]:
+def _group_size(qc: JsonObject) -> Optional[int]:
     if _size(qc.get("group_size")) is not None:
         return _size(qc.get("group_size"))
     groups = qc.get("config_groups")
@@ -226,7 +228,7 @@ def _hf_kv_cache_algo(model_dir: str) -> Optional[str]:
     return kv if isinstance(kv, str) else None
 
 
-def parse_quant(model_dir: str, config: dict[str, Any]) -> QuantInfo:
+def parse_quant(model_dir: str, config: JsonObject) -> QuantInfo:
     """config.json quantization_config first (as SGLang reads it), else hf_quant_config.json; the KV-cache
     quantization from hf_quant_config.json also when config.json's block names none (SGLang reads both, #27906)."""
     cfg_file = os.path.join(model_dir, "config.json")
@@ -264,13 +266,15 @@ def parse_quant(model_dir: str, config: dict[str, Any]) -> QuantInfo:
         raise CheckpointError(hf_file, "missing the 'quantization' object", field="quantization",
                               expected="a JSON object")
     kv = _opt_str(hf_file, q, "quantization.", "kv_cache_quant_algo")
+    producer = hf.get("producer")
+    producer_name = producer.get("name") if isinstance(producer, dict) else None
     return QuantInfo(
         source="hf_quant_config.json",
         kv_cache_quant_source="hf_quant_config.json" if isinstance(kv, str) else None,
-        quant_method=_producer(hf.get("producer")) and str(hf["producer"]["name"]),
+        quant_method=_producer(producer) and str(producer_name),
         quant_algo=_opt_str(hf_file, q, "quantization.", "quant_algo"),
         group_size=_checked_group_size(hf_file, "quantization.", q),
         kv_cache_quant_algo=kv if isinstance(kv, str) else None,
         exclude_modules=_str_list(hf_file, "quantization.exclude_modules", q.get("exclude_modules")),
-        producer=_producer(hf.get("producer")),
+        producer=_producer(producer),
     )

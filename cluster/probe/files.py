@@ -19,7 +19,7 @@ from cluster.errors import UserError, one_line
 from cluster.input_files import DuplicateJsonKey as _DuplicateKey
 from cluster.input_files import unique_keys as _unique_keys
 from cluster.input_files import (DEFAULT_LIMIT_BYTES, MIB, decode_text, has_lone_surrogate,
-                                 json_depth_exceeds, parse_json, read_input_bytes)
+                                 JsonValue, json_depth_exceeds, parse_json, read_input_bytes)
 
 METADATA_LIMIT_BYTES = 16 * MIB
 """config.json, hf_quant_config.json, generation_config.json and hub metadata: real ones are a few KB."""
@@ -100,7 +100,7 @@ def read_text(path: str, what: str, *, limit_bytes: int = METADATA_LIMIT_BYTES) 
     return decode_text(read_bytes(path, what, limit_bytes=limit_bytes), path, CheckpointReadError, what)
 
 
-def parse_object(text: str, path: str, what: str) -> dict[str, Any]:
+def parse_object(text: str, path: str, what: str) -> dict[str, JsonValue]:
     """A JSON object from a checkpoint file, each key once (the decoder would keep the last value and drop the
     first silently); depth, digit-limit and syntax failures as input_files words them."""
     data: Any = None
@@ -122,7 +122,7 @@ def parse_object(text: str, path: str, what: str) -> dict[str, Any]:
     return data
 
 
-def read_json_object(path: str, what: str, *, limit_bytes: int = METADATA_LIMIT_BYTES) -> dict[str, Any]:
+def read_json_object(path: str, what: str, *, limit_bytes: int = METADATA_LIMIT_BYTES) -> dict[str, JsonValue]:
     """Read a checkpoint JSON file that must hold an object."""
     return parse_object(read_text(path, what, limit_bytes=limit_bytes), path, what)
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
+from cluster.input_files import JsonValue
 from cluster.probe.config import ModelConfig, QuantInfo
 from cluster.probe.safetensors_header import MAX_INDEX_DIGITS, TensorInfo
 
@@ -192,7 +193,7 @@ class MtpEvidence:
     def weights_present(self) -> bool:
         return self.header_tensors > 0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, JsonValue]:
         return asdict(self)
 
 
@@ -285,7 +286,7 @@ class ParamCounts:
     """Bytes of the MTP/NextN module (what one draft step reads besides the shared lm_head)."""
     bytes_by_dtype: dict[str, int]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, JsonValue]:
         return asdict(self)
 
 
