@@ -263,3 +263,9 @@ def accuracy_html(results: Results, baseline: Optional[str]) -> str:
     return ("<h2>Accuracy under load</h2><p>The eval task (correctness.eval, docs/accuracy.md): correct / counted "
             "with Wilson's 95% interval; the difference to the baseline with Newcombe's interval.</p>"
             + table + (f"<ul>{reasons}</ul>" if reasons else ""))
+
+
+def invalid_for_speed_claims(results: Results, baseline: Optional[str]) -> dict[str, str]:
+    """variant -> why its speed may not be claimed, for every variant the accuracy verdict makes invalid."""
+    return {v: a.reason for v, a in accuracy_verdicts(results.table("correctness"), baseline).items()
+            if a.reason is not None}

@@ -202,6 +202,10 @@ def print_compare(results: Results, baseline: Optional[str], fmt_name: str) -> N
         label = {"sim": "sim (simulated engine, not GPU numbers)"}
         cols = ("load", "variant", "ok/f/i", "steady", "tok/s", "TTFT99", "TPOT", "ITL/tok", "accept", "×base")
         on_cpu = "cpu" in served_devices(results)
+        from cluster.analysis.accuracy import invalid_for_speed_claims
+
+        less_accurate = invalid_for_speed_claims(results, next(
+            (str(v) for v, b in zip(df["variant"], df["is_baseline"]) if b), None))
         for wl, part in df.groupby("workload", sort=False):
             eng = f"; engine {label.get(engines[0], engines[0])}" if one_engine else ""
             if on_cpu and engines != ["sim"]:
@@ -217,7 +221,9 @@ def print_compare(results: Results, baseline: Optional[str], fmt_name: str) -> N
                                                                          part["steady_short"])],
                 [cell_text(v, 1) for v in part["output_tok_s"]], [cell_text(v, 1) for v in part["ttft_ms_p99"]],
                 [cell_text(v, 2) for v in part["tpot_ms_mean"]], [cell_text(v, 2) for v in part["itl_token_ms_p50"]],
-                [cell_text(v, 2) for v in part["accept_length"]], [cell_text(v, 2) for v in part["speedup_output_tok_s"]]))
+                [cell_text(v, 2) for v in part["accept_length"]],
+                [cell_text(v, 2) + ("✗" if var in less_accurate else "")
+                 for v, var in zip(part["speedup_output_tok_s"], part["variant"])]))
             print_table(console, cols, rows, right=[False, False] + [True] * 8, table=t)
             marks: dict[str, list[str]] = {}  # each distinct mark once, with the points it concerns
             for r in part.itertuples(index=False):
@@ -235,6 +241,8 @@ def print_compare(results: Results, baseline: Optional[str], fmt_name: str) -> N
                       "median chunk gap split over the tokens each chunk carried; accept = tokens per verify step. "
                       "--ci gives 95% intervals and verdicts (needs 2+ repeats), --format csv|markdown|json every "
                       "column.", highlight=False)
+        for variant, why in less_accurate.items():  # ✗: the speed is shown, never claimed (docs/accuracy.md)
+            console.print(f"[red]✗ not a speed claim[/] {variant}: {why}", highlight=False, soft_wrap=True)
         print_resolved_differences(results)
     else:
         emit(df, fmt)

@@ -71,3 +71,18 @@ def test_the_report_has_the_accuracy_section(tmp_path: Path) -> None:
     assert "4/10 = 40.0% [16.8%, 68.7%]" in section and "INVALID: less accurate than the baseline" in section
     assert "-60.0 [-83.2, -20.1]" in section  # tuned under load minus the baseline, in points
     assert VERDICT_LESS_ACCURATE in page  # the comparison table's speedup cell
+
+
+def test_the_run_summary_flags_the_speedup_it_cannot_claim(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from cluster.cli import app
+
+    _compare(tmp_path, 4)
+    out = CliRunner().invoke(app, ["results", "compare", "acc", "--root", str(tmp_path)], env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    tuned = next(line for line in out.output.splitlines() if " tuned " in f" {line} " and "c8" in line)
+    assert tuned.rstrip().endswith("✗"), tuned
+    assert "✗ not a speed claim tuned: accuracy under load 4/10 = 40.0%" in out.output
+    base = next(line for line in out.output.splitlines() if "baseline*" in line)
+    assert "✗" not in base
