@@ -25,7 +25,7 @@ class TritonMoeOptions(FrozenModel):
     model_config_path: Optional[LocalPath] = Field(default=None, alias="model_config")
     """Directory (or config.json) with the BF16 base config, when the served checkpoint's is not the one to tune."""
     dtype: str = "auto"
-    """A Triton MoE dtype (auto, fp8_w8a8, int8_w8a16, int8_w8a8); NVFP4 is refused (cluster/tuning/stage.py)."""
+    """A Triton MoE dtype (auto, fp8_w8a8, int8_w8a16, int8_w8a8); NVFP4 is refused (cluster/engines/tuning_contract.py)."""
     batch_sizes: Optional[list[Annotated[int, Field(ge=1, le=B.MAX_BATCH_SIZE)]]] = Field(default=None, min_length=1)
     """Batch sizes to tune (default: SGLang's list)."""
     ep: int = Field(default=1, ge=1, le=B.MAX_GPUS_PER_NODE)

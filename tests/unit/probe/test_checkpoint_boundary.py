@@ -310,7 +310,7 @@ def test_an_empty_model_path_is_refused_not_the_working_directory(tmp_path: Path
 
 @pytest.mark.timeout(20)
 def test_the_tuning_stage_reads_config_json_through_the_boundary(tmp_path: Path) -> None:
-    """cluster/tuning/stage.py's load_model_config (now engines/sglang_tuning.py load_moe_config) read config.json with read_text(): a FIFO hung it and deep
+    """cluster/tuning/stage.py's load_model_config (now engines/tuning_contract.py load_moe_config) read config.json with read_text(): a FIFO hung it and deep
     nesting escaped as RecursionError. Both are now TuningErrors naming the file."""
     from cluster.engines.tuning_contract import TuningError, load_moe_config
 
