@@ -11,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 from typing import Any, Mapping, Optional, Sequence
 
+from cluster.input_files import JsonObject
 from cluster.plan.findings import Finding, FindingCollector, Level, format_findings
 from cluster.plan.model_rules import ModelFacts, backend_rules, cross_variant_cache_rule, hybrid_cache_rules
 from cluster.kernel.runs import ResolvedVariant
@@ -44,7 +45,7 @@ ALWAYS_DIFFERENT = (
 random_seed: SGLang draws one per launch when unset, and greedy decoding does not use it."""
 
 
-def _norm_args(args: Mapping[str, Any]) -> dict[str, Any]:
+def _norm_args(args: JsonObject) -> dict[str, Any]:
     return {k.replace("_", "-"): v for k, v in args.items()}
 
 
@@ -52,7 +53,7 @@ def _is_set(value: Any) -> bool:
     return value is not None and value is not False and value != ""
 
 
-def _graph_max_bs(args: Mapping[str, Any]) -> Any:
+def _graph_max_bs(args: JsonObject) -> Any:
     for key in ("cuda-graph-max-bs-decode", "cuda-graph-max-bs"):
         if _is_set(args.get(key)):
             return args[key]
@@ -113,7 +114,7 @@ def check_fairness(
     return sorted(chk.findings, key=lambda f: (f.level != "error", order.get(f.variant, 0)))
 
 
-def _single_variant_rules(chk: FindingCollector, v: ResolvedVariant, args: Mapping[str, Any],
+def _single_variant_rules(chk: FindingCollector, v: ResolvedVariant, args: JsonObject,
                           kv_quant: Optional[str]) -> None:
     from cluster.engines.sglang import SPECULATIVE_ALGORITHMS, canonical_key
 
@@ -175,7 +176,7 @@ def _single_variant_rules(chk: FindingCollector, v: ResolvedVariant, args: Mappi
 
 
 def _cross_variant_rules(chk: FindingCollector, group: Sequence[ResolvedVariant],
-                         args_of: Mapping[str, Mapping[str, Any]]) -> None:
+                         args_of: Mapping[str, JsonObject]) -> None:
     ref = next((v for v in group if v.is_baseline), group[0])
     ref_args = args_of[ref.name]
     rules: tuple[tuple[str, Level, Any], ...] = (
@@ -199,7 +200,7 @@ def _cross_variant_rules(chk: FindingCollector, group: Sequence[ResolvedVariant]
 
 
 def resolved_differences(
-    a: Mapping[str, Any], b: Mapping[str, Any], intended: set[str]
+    a: JsonObject, b: JsonObject, intended: set[str]
 ) -> dict[str, tuple[Any, Any]]:
     """Resolved server args (/server_info top level) that differ between two variants, besides the intended ones.
 
@@ -219,7 +220,7 @@ def resolved_differences(
     return out
 
 
-def resolved_cap_findings(variants: Sequence[ResolvedVariant], resolved_args: Mapping[str, Mapping[str, Any]]
+def resolved_cap_findings(variants: Sequence[ResolvedVariant], resolved_args: Mapping[str, JsonObject]
                           ) -> list[Finding]:
     """Compare the running-request caps the servers resolved (SGLang's resolved_args key
     `effective_max_running_requests`, from /server_info internal_states), not only the declared flags: an unset

@@ -8,8 +8,9 @@ confirmed, `fixed_in` is the release this tool was checked against (0.5.23), so 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Optional
+from typing import Literal, Optional
 
+from cluster.input_files import JsonObject
 from cluster.plan.findings import FindingCollector
 from cluster.plan.model_rules import SM120, ModelFacts
 from cluster.kernel.runs import ResolvedVariant
@@ -53,7 +54,7 @@ LAUNCH_NOTES: tuple[LaunchNote, ...] = (
 )
 
 
-def _has(args: Mapping[str, Any], note: LaunchNote) -> bool:
+def _has(args: JsonObject, note: LaunchNote) -> bool:
     got = args.get(note.flag)
     if note.value is None:
         return got is True or (isinstance(got, str) and got.lower() in ("true", "1"))
@@ -70,7 +71,7 @@ def _applies(note: LaunchNote, v: ResolvedVariant, facts: ModelFacts, gpu_sm: Op
     return True
 
 
-def launch_note_rules(chk: FindingCollector, v: ResolvedVariant, args: Mapping[str, Any], facts: ModelFacts,
+def launch_note_rules(chk: FindingCollector, v: ResolvedVariant, args: JsonObject, facts: ModelFacts,
                       gpu_sm: Optional[int], version: Optional[str]) -> None:
     """A warning for each note the variant's release needs and its args lack (SGLang variants only)."""
     from cluster.engines.sglang import parse_version

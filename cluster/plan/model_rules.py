@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
+from cluster.input_files import JsonObject, JsonValue
 from cluster.plan.findings import FindingCollector, Level
 from cluster.kernel.runs import ResolvedVariant
 
@@ -47,17 +48,28 @@ class ModelFacts:
         return facts_from_json(report.to_json())
 
 
-def facts_from_json(report: Mapping[str, Any]) -> ModelFacts:
+def facts_from_json(report: JsonObject) -> ModelFacts:
     """ModelFacts from a stored probe report (ProbeReport.to_json(), e.g. the GPU node's preflight answer)."""
-    cfg = report.get("config") or {}
-    quant = report.get("quantization") or {}
-    types = " ".join(cfg.get("layer_types") or {}).lower()
+    cfg, quant = _object(report.get("config")), _object(report.get("quantization"))
+    types = " ".join(_names(cfg.get("layer_types"))).lower()
     algo = quant.get("quant_algo")
     nvfp4 = bool(isinstance(algo, str) and "FP4" in algo.upper())
-    quantized = list(quant.get("quantized_families") or {})
+    quantized = _names(quant.get("quantized_families"))
     return ModelFacts(hybrid="linear" in types or "mamba" in types, moe=bool(cfg.get("num_experts")), nvfp4=nvfp4,
                       dense_nvfp4_families=tuple(f for f in quantized if not _ROUTED.search(f)) if nvfp4 else (),
                       routed_nvfp4=nvfp4 and any(_ROUTED.search(f) for f in quantized))
+
+
+def _object(v: JsonValue) -> JsonObject:
+    """A report section (an object), or none when absent or not one."""
+    return v if isinstance(v, Mapping) else {}
+
+
+def _names(v: JsonValue) -> list[str]:
+    """The names a report lists: an object's keys (layer_types' counts) or a list's strings."""
+    if isinstance(v, Mapping):
+        return list(v)
+    return [x for x in v if isinstance(x, str)] if isinstance(v, list) else []
 
 
 def _set(v: Any) -> bool:
@@ -68,18 +80,18 @@ def _auto(v: Any) -> bool:
     return not _set(v) or str(v).strip().lower() == "auto"
 
 
-def _strategy(args: Mapping[str, Any]) -> Optional[str]:
+def _strategy(args: JsonObject) -> Optional[str]:
     for key in ("mamba-radix-cache-strategy", "mamba-scheduler-strategy"):
         if _set(args.get(key)):
             return str(args[key]).strip().lower()
     return None
 
 
-def _speculative(v: ResolvedVariant, args: Mapping[str, Any]) -> bool:
+def _speculative(v: ResolvedVariant, args: JsonObject) -> bool:
     return v.speculative is not None or _set(args.get("speculative-algorithm"))
 
 
-def hybrid_cache_rules(chk: FindingCollector, v: ResolvedVariant, args: Mapping[str, Any], facts: ModelFacts,
+def hybrid_cache_rules(chk: FindingCollector, v: ResolvedVariant, args: JsonObject, facts: ModelFacts,
                        version: Optional[str]) -> None:
     """Issue 15 item 1: on a hybrid model the radix-cache strategy must be explicit (and, across variants, equal).
 
@@ -111,7 +123,7 @@ def hybrid_cache_rules(chk: FindingCollector, v: ResolvedVariant, args: Mapping[
                 "is compared without the cache its baseline has; use extra_buffer")
 
 
-def backend_rules(chk: FindingCollector, v: ResolvedVariant, args: Mapping[str, Any], facts: ModelFacts,
+def backend_rules(chk: FindingCollector, v: ResolvedVariant, args: JsonObject, facts: ModelFacts,
                   gpu_sm: Optional[int]) -> None:
     """Issue 15 item 3: MoE runner (target and draft) and FP4 GEMM back ends explicit where `auto` is a trap.
 
@@ -143,7 +155,7 @@ def backend_rules(chk: FindingCollector, v: ResolvedVariant, args: Mapping[str, 
 
 
 def cross_variant_cache_rule(chk: FindingCollector, group: Sequence[ResolvedVariant],
-                             args_of: Mapping[str, Mapping[str, Any]], version: Optional[str]) -> None:
+                             args_of: Mapping[str, JsonObject], version: Optional[str]) -> None:
     """The radix-cache strategy and radix-cache switch equal across compared variants (unset reads as auto)."""
     from cluster.engines.sglang import mamba_strategy_flag
 
