@@ -16,7 +16,7 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
@@ -26,6 +26,7 @@ from cluster.engines.registry import get_engine, get_tuning_surface
 from cluster.engines import sglang_tuning as sgt
 from cluster.engines.base import Prompt
 from cluster.errors import EnvironmentFault
+from cluster.input_files import JsonValue
 from cluster.kernel.runs import ResolvedVariant
 from cluster.config.experiment import ExperimentSpec
 from cluster.config.engines import EngineName
@@ -33,7 +34,7 @@ from cluster.tuning.jobs import AutotuneJob, MoeSearchJob, RefusedJob, decide_tu
 from cluster.tuning.stage import merge_moe_configs
 from cluster.engines.tuning_contract import GpuFacts, TuningError
 from cluster.tuning.artifacts import ArtifactStore, TuningArtifact
-from cluster.tuning.moe_search import tune_batch_sizes
+from cluster.tuning.moe_search import MoeShapeFields, WorkerSearch, tune_batch_sizes
 
 STAGE_STATS: dict[str, int] = {"triton_tasks": 0, "autotune_launches": 0}
 """Counters of real tuning work done by this process (tests assert that a reuse launched nothing)."""
@@ -92,13 +93,20 @@ def facts_for(spec: ExperimentSpec, declared: Optional[GpuFacts], engine: Engine
 
 
 # ------------------------------------------------------------------------------------------- triton_moe
-def _tune_worker(shape: dict[str, Any], batch_sizes: list[int], mode: str, max_configs: Optional[int], seed: int,
-                 sim_device: str, sim_triton: str) -> dict[str, Any]:
+class _WorkerRun(WorkerSearch):
+    """One worker's search and where it ran."""
+
+    gpu_ids: list[str]
+    cuda_visible_devices: str
+    node_id: str
+
+
+def _tune_worker(shape: MoeShapeFields, batch_sizes: list[int], mode: str, max_configs: Optional[int], seed: int,
+                 sim_device: str, sim_triton: str) -> _WorkerRun:
     out = tune_batch_sizes(shape, batch_sizes, mode, max_configs, seed, sim_device, sim_triton)
-    out["gpu_ids"] = [str(g) for g in ray.get_gpu_ids()]
-    out["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES", "")
-    out["node_id"] = ray.get_runtime_context().get_node_id()
-    return out
+    return {**out, "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+            "node_id": ray.get_runtime_context().get_node_id()}
 
 
 _tune_task = ray.remote(num_cpus=0, max_retries=0)(_tune_worker)
@@ -136,11 +144,12 @@ def _triton_moe(spec: ExperimentSpec, job: MoeSearchJob, facts: GpuFacts, store:
     triton_ver = facts.triton_version or parts[0]["triton_version"]
     doc = merge_moe_configs([{bs: r["config"] for bs, r in p["results"].items()} for p in parts])
     rel = sgt.moe_config_relpath(triton_ver, shape.file_name(device))
-    details = {"shape": shape.__dict__, "device_name": device, "mode": parts[0]["mode"],
-               "worker_triton_version": parts[0]["triton_version"], "tuning_s": round(time.monotonic() - t0, 3),
-               "workers": [{"gpu_ids": p["gpu_ids"], "node_id": p["node_id"], "batch_sizes": sorted(map(int, p["results"]))}
-                           for p in parts],
-               "time_us": {bs: r["time_us"] for p in parts for bs, r in p["results"].items()}}
+    details: dict[str, JsonValue] = {
+        "shape": shape.__dict__, "device_name": device, "mode": parts[0]["mode"],
+        "worker_triton_version": parts[0]["triton_version"], "tuning_s": round(time.monotonic() - t0, 3),
+        "workers": [{"gpu_ids": p["gpu_ids"], "node_id": p["node_id"], "batch_sizes": sorted(map(int, p["results"]))}
+                    for p in parts],
+        "time_us": {bs: r["time_us"] for p in parts for bs, r in p["results"].items()}}
     art = store.put("triton_moe", key, {rel: (json.dumps(doc, indent=4) + "\n").encode()}, v.name, details)
     log(f"[{v.name}] triton_moe tuned {len(job.batch_sizes)} batch sizes on {len(parts)} GPU(s) in "
         f"{details['tuning_s']:.1f} s → {rel} (artifact {art.hash16})")

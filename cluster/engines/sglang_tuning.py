@@ -8,7 +8,11 @@ cache and fused_moe_triton config naming); what "tuned GEMMs" can mean for NVFP4
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, TypeVar
+
+ArgT = TypeVar("ArgT")
+"""A server arg's value, whatever its type (a launch's declared value or /server_info's resolved one): the readers
+below only compare it with None/False and spell it with str()."""
 
 ENV_CACHE_DIR = "SGLANG_CACHE_DIR"
 """Root of the FlashInfer autotune cache (and JIT caches); default ~/.cache/sglang."""
@@ -105,7 +109,7 @@ def sm_tag(compute_capability: str) -> str:
     return f"sm{int(major)}{int(minor or 0)}"
 
 
-def autotune_config_digest(args: Mapping[str, Any], model_path: str, tp: int, hf_config_class: str = "") -> str:
+def autotune_config_digest(args: Mapping[str, ArgT], model_path: str, tp: int, hf_config_class: str = "") -> str:
     """The 16-hex directory name SGLang derives from the key launch args (model|dtype|quant|moe|tp|pp|dp|ep|...).
 
     The exact field order inside SGLang's digest is an implementation detail; a consumer started with identical
@@ -130,7 +134,7 @@ def autotune_dir_relpath(flashinfer_version: str, sm: str, digest16: str) -> str
     return f"flashinfer/autotune/{flashinfer_version}/{sm}/{digest16}"
 
 
-def autotune_applies(args: Mapping[str, Any]) -> bool:
+def autotune_applies(args: Mapping[str, ArgT]) -> bool:
     """Whether SGLang 0.5.23 autotunes at startup for these resolved args (MoE runner or FP4 GEMM on FlashInfer)."""
     if args.get(FLAG_DISABLE_AUTOTUNE) or args.get("disable_flashinfer_autotune"):
         return False

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Mapping, Optional
 
 from cluster.config.server import ArgValue
 from cluster.engines import sglang_tuning as sgt
 from cluster.errors import UserError
+from cluster.input_files import JsonObject, JsonValue
 from cluster.probe.config import load_json_object
 from cluster.probe.files import CheckpointError
 
@@ -72,12 +73,12 @@ class MoeModelConfig:
     """The quantization_config that makes the MoE NVFP4, said as the refusal says it; None: not NVFP4."""
 
     @classmethod
-    def from_json(cls, cfg: Mapping[str, Any]) -> "MoeModelConfig":
+    def from_json(cls, cfg: JsonObject) -> "MoeModelConfig":
         """From a config.json as read (free-form JSON: the checkpoint's own, parsed here once)."""
         tc = _text_config(cfg)
         try:
-            experts, inter = int(tc["num_experts"]), int(tc["moe_intermediate_size"])
-            hidden, top_k = int(tc["hidden_size"]), int(tc.get("num_experts_per_tok", 1))
+            experts, inter = _int(tc["num_experts"]), _int(tc["moe_intermediate_size"])
+            hidden, top_k = _int(tc["hidden_size"]), _int(tc.get("num_experts_per_tok", 1))
         except (KeyError, TypeError, ValueError):
             return cls(None, None, None, None, _config_nvfp4(cfg))
         return cls(experts, inter, hidden, top_k, _config_nvfp4(cfg))
@@ -95,12 +96,19 @@ def load_moe_config(path: str) -> MoeModelConfig:
                           file=e.file, field=e.field, expected=e.expected) from None
 
 
-def _text_config(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
+def _int(v: JsonValue) -> int:
+    """int() of a config value as Python reads it (a JSON number, bool or numeric string); TypeError otherwise."""
+    if isinstance(v, (bool, int, float, str)):
+        return int(v)
+    raise TypeError(f"not a number: {type(v).__name__}")
+
+
+def _text_config(cfg: JsonObject) -> JsonObject:
     tc = cfg.get("text_config")
     return tc if isinstance(tc, Mapping) else cfg
 
 
-def _config_nvfp4(cfg: Mapping[str, Any]) -> Optional[str]:
+def _config_nvfp4(cfg: JsonObject) -> Optional[str]:
     for qc in (cfg.get("quantization_config"), _text_config(cfg).get("quantization_config")):
         if not isinstance(qc, Mapping):
             continue

@@ -21,6 +21,7 @@ from cluster.engines import sglang_tuning as sgt
 from cluster.config.sim_knobs import Knobs
 from cluster.engines.tuning_contract import moe_shape
 from cluster.engines.tuning_surfaces import sim_moe_config
+from cluster.input_files import JsonObject, JsonValue
 
 TUNING_KNOBS = ("gpu_name", "compute_capability", "driver_version", "flashinfer_version", "triton_version",
                 "autotune_speed_factor", "moe_config_speed_factor", "autotune_time_s", "garbage_backends",
@@ -32,7 +33,7 @@ SimTuningKnobs = Knobs
 """The tuning side of the simulator's knobs is the same model (cluster/config/sim_knobs.py)."""
 
 
-def split_knobs(raw: Union[Knobs, Mapping[str, Any], None]) -> tuple[Knobs, dict[str, Any]]:
+def split_knobs(raw: Union[Knobs, JsonObject, None]) -> tuple[Knobs, dict[str, JsonValue]]:
     """(knobs with the tuning knobs of `raw` validated, the remaining raw knobs); KnobError naming a bad knob.
     Given validated knobs (a variant's `sim`), returns them and nothing left over."""
     if isinstance(raw, Knobs):
@@ -42,19 +43,19 @@ def split_knobs(raw: Union[Knobs, Mapping[str, Any], None]) -> tuple[Knobs, dict
     return Knobs.from_mapping(mine), rest
 
 
-def _arg(args: Mapping[str, Any], name: str, default: Any) -> Any:
+def _arg(args: JsonObject, name: str, default: JsonValue) -> Any:
     for key in (name, name.replace("-", "_"), "fp4_gemm_runner_backend" if name == sgt.FLAG_FP4_BACKEND else ""):
         if key in args and args[key] is not None:
             return args[key]
     return default
 
 
-def autotune_cache_dir(args: Mapping[str, Any], cache_root: str, k: SimTuningKnobs) -> Path:
+def autotune_cache_dir(args: JsonObject, cache_root: str, k: SimTuningKnobs) -> Path:
     digest = sgt.autotune_config_digest(args, str(_arg(args, "model-path", "")), int(_arg(args, "tp-size", 1)))
     return Path(cache_root) / sgt.autotune_dir_relpath(k.flashinfer_version, sgt.sm_tag(k.compute_capability), digest)
 
 
-def autotune_file_doc(args: Mapping[str, Any], rank: int, k: SimTuningKnobs) -> dict[str, Any]:
+def autotune_file_doc(args: JsonObject, rank: int, k: SimTuningKnobs) -> dict[str, JsonValue]:
     """A per-rank cache document: FlashInfer-style `_metadata` plus deterministic tactics per num_tokens bucket."""
     buckets = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
     moe = str(_arg(args, sgt.FLAG_MOE_BACKEND, "auto"))
@@ -65,7 +66,7 @@ def autotune_file_doc(args: Mapping[str, Any], rank: int, k: SimTuningKnobs) -> 
                           "tp_rank": rank}, "tactics": tactics}
 
 
-def write_autotune_cache(args: Mapping[str, Any], cache_root: str, k: SimTuningKnobs) -> list[Path]:
+def write_autotune_cache(args: JsonObject, cache_root: str, k: SimTuningKnobs) -> list[Path]:
     """Tuning mode: write `rank_tp<r>_pp0_dp0.json` for every TP rank, in SGLang's layout under cache_root."""
     d = autotune_cache_dir(args, cache_root, k)
     d.mkdir(parents=True, exist_ok=True)
@@ -77,7 +78,7 @@ def write_autotune_cache(args: Mapping[str, Any], cache_root: str, k: SimTuningK
     return out
 
 
-def valid_autotune_cache(args: Mapping[str, Any], cache_root: str, k: SimTuningKnobs) -> bool:
+def valid_autotune_cache(args: JsonObject, cache_root: str, k: SimTuningKnobs) -> bool:
     """Every rank's file present, parseable, with metadata matching this GPU and FlashInfer (else SGLang re-tunes)."""
     d = autotune_cache_dir(args, cache_root, k)
     for r in range(int(_arg(args, "tp-size", 1))):
@@ -110,7 +111,7 @@ class TuningEffect:
     notes: list[str] = field(default_factory=list)
 
 
-def startup_effect(args: Mapping[str, Any], env: Mapping[str, str], k: SimTuningKnobs, time_scale: float = 1.0,
+def startup_effect(args: JsonObject, env: Mapping[str, str], k: SimTuningKnobs, time_scale: float = 1.0,
                    log: Callable[[str], None] = lambda s: None, sleep: Callable[[float], None] = time.sleep
                    ) -> TuningEffect:
     """Decide speed factor and garbage for a launch; in tuning mode (autotune on, no cache) write the cache."""

@@ -15,15 +15,19 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Mapping, Optional
 
 from cluster.dataset.atomic import WriteError, atomic_write, move_into_place, write_error, write_synced
 from cluster.errors import EnvironmentFault
+from cluster.input_files import JsonObject, JsonValue
 
 ARTIFACTS_DIR = "_artifacts"
 INDEX_FILE = "index.json"
 MANIFEST_FILE = "manifest.json"
 MANIFEST_VERSION = 1
+
+IndexEntries = dict[str, dict[str, str]]
+"""index.json: a reuse key's id -> {"kind", "hash", "path"} of the artifact stored under it."""
 
 
 class ArtifactError(EnvironmentFault):
@@ -49,7 +53,7 @@ def read_tree(root: Path, relpaths: Optional[list[str]] = None) -> dict[str, byt
     return {rel: (root / rel).read_bytes() for rel in relpaths if rel != MANIFEST_FILE}
 
 
-def key_id(key: Mapping[str, Any]) -> str:
+def key_id(key: JsonObject) -> str:
     """Stable id of a reuse key (sha256 of its canonical JSON)."""
     blob = json.dumps(dict(key), sort_keys=True, separators=(",", ":"), default=str).encode()
     return hashlib.sha256(blob).hexdigest()
@@ -62,19 +66,19 @@ class TuningArtifact:
     kind: str
     hash: str
     path: str
-    key: dict[str, Any]
+    key: dict[str, JsonValue]
     files: tuple[str, ...]
     created_unix_s: float
     producer_variant: str
     reused: bool = False
-    details: dict[str, Any] = field(default_factory=dict)
+    details: dict[str, JsonValue] = field(default_factory=dict)
     """Producer facts: tuning time, GPU ids used, per-batch timings, shapes."""
 
     @property
     def hash16(self) -> str:
         return self.hash[:16]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, JsonValue]:
         d = asdict(self)
         d["files"] = list(self.files)
         return d
@@ -109,16 +113,16 @@ class ArtifactStore:
     def _index_path(self) -> Path:
         return self.root / INDEX_FILE
 
-    def read_index(self) -> dict[str, dict[str, Any]]:
+    def read_index(self) -> IndexEntries:
         try:
             doc = json.loads(self._index_path().read_text())
         except (OSError, ValueError):
             return self.rebuild_index()
         return doc if isinstance(doc, dict) else {}
 
-    def rebuild_index(self) -> dict[str, dict[str, Any]]:
+    def rebuild_index(self) -> IndexEntries:
         """Index recovered from the manifests (when index.json is missing or unreadable)."""
-        out: dict[str, dict[str, Any]] = {}
+        out: IndexEntries = {}
         if not self.root.is_dir():
             return out
         for m in sorted(self.root.glob(f"*/*/{MANIFEST_FILE}")):
@@ -129,14 +133,14 @@ class ArtifactStore:
                 continue
         return out
 
-    def _add_to_index(self, key: Mapping[str, Any], art: TuningArtifact) -> None:
+    def _add_to_index(self, key: JsonObject, art: TuningArtifact) -> None:
         idx = self.read_index()
         idx[key_id(key)] = {"kind": art.kind, "hash": art.hash, "path": art.path}
         atomic_write(self._index_path(), json.dumps(idx, indent=1, sort_keys=True).encode())
 
     # ---------------------------------------------------------------- put / get
-    def put(self, kind: str, key: Mapping[str, Any], files: Mapping[str, bytes], producer_variant: str,
-            details: Optional[Mapping[str, Any]] = None) -> TuningArtifact:
+    def put(self, kind: str, key: JsonObject, files: Mapping[str, bytes], producer_variant: str,
+            details: Optional[JsonObject] = None) -> TuningArtifact:
         """Archive `files` (relative path → bytes) as a content-addressed artifact and index it under `key`."""
         if not files:
             raise ArtifactError(f"{kind} produced no files to archive (producer variant {producer_variant!r})")
@@ -189,7 +193,7 @@ class ArtifactStore:
             return False
         return content_hash(files) == art.hash
 
-    def find(self, key: Mapping[str, Any]) -> Optional[TuningArtifact]:
+    def find(self, key: JsonObject) -> Optional[TuningArtifact]:
         """The verified artifact stored under this exact key, or None (a corrupt one is ignored, not reused)."""
         entry = self.read_index().get(key_id(key))
         if not entry:

@@ -5,11 +5,12 @@ engine adapter answers (TuningSurface, implemented per engine in cluster/engines
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Protocol, Sequence, Union
+from typing import Callable, Optional, Protocol, Sequence, Union
 
 from cluster.engines import sglang_tuning as sgt
 from cluster.engines.tuning_contract import GpuFacts, MoeModelConfig, MoeShape, TuningError, load_moe_config, moe_shape
 from cluster.engines.tuning_surfaces import MoeSearchDevice
+from cluster.input_files import JsonValue
 from cluster.kernel.runs import ResolvedVariant
 from cluster.tuning.stage import (ARTIFACT_KINDS, artifact_key, autotune_extend, autotune_run_variant,
                                   autotune_warmup_requests, split_batch_sizes, triton_moe_options,
@@ -44,10 +45,11 @@ class MoeSearchJob:
     seed: int
     device: MoeSearchDevice
 
-    def key(self, facts: GpuFacts) -> dict[str, Any]:
+    def key(self, facts: GpuFacts) -> dict[str, JsonValue]:
         """The artifact's reuse key (JSON: stored as given in the artifact's manifest)."""
-        extra = {"E": self.shape.num_experts, "N": self.shape.shard_n, "dtype": self.shape.dtype,
-                 "batch_sizes": list(self.batch_sizes), "max_configs": self.max_configs, "seed": self.seed}
+        extra: dict[str, JsonValue] = {
+            "E": self.shape.num_experts, "N": self.shape.shard_n, "dtype": self.shape.dtype,
+            "batch_sizes": list(self.batch_sizes), "max_configs": self.max_configs, "seed": self.seed}
         return artifact_key("triton_moe", self.variant, facts, extra)
 
     def worker_batches(self, gpus_per_node: int, cluster_gpus: int) -> list[list[int]]:
@@ -64,7 +66,7 @@ class AutotuneJob:
     extend: bool
     warmup_requests: int
 
-    def key(self, facts: GpuFacts) -> dict[str, Any]:
+    def key(self, facts: GpuFacts) -> dict[str, JsonValue]:
         """The artifact's reuse key (JSON: stored as given in the artifact's manifest)."""
         return artifact_key("flashinfer_autotune", self.variant, facts, {"extend": self.extend})
 

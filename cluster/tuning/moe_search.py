@@ -11,11 +11,39 @@ import hashlib
 import itertools
 import math
 import random
-from typing import Any, Mapping, Optional
+from typing import Mapping, Optional, TypedDict, Union
 
 from cluster.engines.sglang_tuning import SEARCH_SPACE  # SGLang's CUDA search space (1,920 configs)
 
 SIM_DEVICE = "simulated"
+
+MoeShapeFields = Mapping[str, Union[int, str]]
+"""A fused-MoE GEMM problem by field name (engines/tuning_contract.py MoeShape's __dict__: num_experts, shard_n,
+hidden_size, top_k, dtype), as it crosses to a Ray worker and as scripts/gpu_check.py writes it by hand."""
+
+
+class _BatchSizeBestAlways(TypedDict):
+    config: dict[str, int]
+    time_us: float
+    tried: int
+
+
+class BatchSizeBest(_BatchSizeBestAlways, total=False):
+    """One batch size's search result (stored in the artifact's details, and read back by the tuning stage)."""
+
+    skipped: int
+    """CUDA only: configs that did not run on this GPU."""
+    max_abs_err: float
+    """CUDA only, when checked: the best config's largest error against the reference GEMM."""
+
+
+class WorkerSearch(TypedDict):
+    """One worker's share of the search: how it was timed and each of its batch sizes' best."""
+
+    mode: str
+    device_name: str
+    triton_version: str
+    results: dict[str, BatchSizeBest]
 
 
 def candidate_configs(max_configs: Optional[int] = None, seed: int = 0) -> list[dict[str, int]]:
@@ -30,7 +58,7 @@ def candidate_configs(max_configs: Optional[int] = None, seed: int = 0) -> list[
     return [safe] + random.Random(seed).sample(rest, max(0, max_configs - 1))
 
 
-def simulated_time_us(shape: Mapping[str, Any], batch_size: int, cfg: Mapping[str, int], device_name: str) -> float:
+def simulated_time_us(shape: MoeShapeFields, batch_size: int, cfg: Mapping[str, int], device_name: str) -> float:
     """A deterministic cost model (padding waste, tile count, pipelining) plus hashed jitter; not a GPU figure."""
     experts, n, k, top_k = int(shape["num_experts"]), 2 * int(shape["shard_n"]), int(shape["hidden_size"]), \
         int(shape["top_k"])
@@ -48,11 +76,11 @@ def simulated_time_us(shape: Mapping[str, Any], batch_size: int, cfg: Mapping[st
     return (max(weights, waves * per_tile) * occupancy * group + 3.0) * (1.0 + (jitter % 1000) / 20000.0)
 
 
-def simulated_search(shape: Mapping[str, Any], batch_sizes: list[int], device_name: str = SIM_DEVICE,
-                     max_configs: Optional[int] = None, seed: int = 0) -> dict[str, dict[str, Any]]:
+def simulated_search(shape: MoeShapeFields, batch_sizes: list[int], device_name: str = SIM_DEVICE,
+                     max_configs: Optional[int] = None, seed: int = 0) -> dict[str, BatchSizeBest]:
     """{bs: {"config": best, "time_us": t, "tried": n}} from the cost model: deterministic for the same inputs."""
     configs = candidate_configs(max_configs, seed)
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, BatchSizeBest] = {}
     for bs in batch_sizes:
         timed = [(simulated_time_us(shape, bs, c, device_name), i) for i, c in enumerate(configs)]
         t, i = min(timed)
@@ -60,8 +88,8 @@ def simulated_search(shape: Mapping[str, Any], batch_sizes: list[int], device_na
     return out
 
 
-def cuda_search(shape: Mapping[str, Any], batch_sizes: list[int], max_configs: Optional[int] = None, seed: int = 0,
-                check: bool = True) -> dict[str, dict[str, Any]]:
+def cuda_search(shape: MoeShapeFields, batch_sizes: list[int], max_configs: Optional[int] = None, seed: int = 0,
+                check: bool = True) -> dict[str, BatchSizeBest]:
     """Time every candidate config of the gate/up fused-MoE GEMM on the current CUDA device; keep the fastest."""
     import torch
     import triton.testing
@@ -74,7 +102,7 @@ def cuda_search(shape: Mapping[str, Any], batch_sizes: list[int], max_configs: O
         int(shape["top_k"])
     w = (torch.randn(experts, n2, k, generator=gen) * 0.02).to(dev, torch.bfloat16)
     configs = candidate_configs(max_configs, seed)
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, BatchSizeBest] = {}
     for bs in batch_sizes:
         x = torch.randn(bs, k, generator=gen).to(dev, torch.bfloat16)
         ids = routing(bs, experts, top_k, seed + bs).to(dev)
@@ -92,8 +120,8 @@ def cuda_search(shape: Mapping[str, Any], batch_sizes: list[int], max_configs: O
                 best = (t_ms, cfg)
         if best is None:
             raise RuntimeError(f"batch size {bs}: no candidate config ran on this GPU")
-        entry: dict[str, Any] = {"config": dict(best[1]), "time_us": round(best[0] * 1000, 3),
-                                 "tried": len(configs), "skipped": skipped}
+        entry: BatchSizeBest = {"config": dict(best[1]), "time_us": round(best[0] * 1000, 3),
+                                "tried": len(configs), "skipped": skipped}
         if check:
             got = moe_gemm(x, w, ids, best[1], return_output=True)()
             ref = reference_moe_gemm(x, w, ids)
@@ -111,9 +139,9 @@ def cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def tune_batch_sizes(shape: Mapping[str, Any], batch_sizes: list[int], mode: str = "auto",
+def tune_batch_sizes(shape: MoeShapeFields, batch_sizes: list[int], mode: str = "auto",
                      max_configs: Optional[int] = None, seed: int = 0, sim_device_name: str = SIM_DEVICE,
-                     sim_triton_version: str = "3.4.0") -> dict[str, Any]:
+                     sim_triton_version: str = "3.4.0") -> WorkerSearch:
     """One worker's share: {"mode", "device_name", "triton_version", "results": {bs: {...}}}.
 
     mode: "cuda" (time on the GPU), "sim" (deterministic cost model) or "auto" (cuda when torch sees a GPU).

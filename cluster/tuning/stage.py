@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 from cluster.engines import sglang_tuning as sgt
 from cluster.engines.tuning_contract import GpuFacts, TuningError, canonical_args
+from cluster.input_files import JsonObject, JsonValue
 from cluster.kernel.runs import ResolvedVariant
 from cluster.config.tuning import (TUNING_MODELS, BackendSweepTuning, FlashinferAutotuneTuning, TritonMoeOptions,
                                    TritonMoeTuning)
@@ -50,10 +51,10 @@ def backend_args(variant: ResolvedVariant) -> dict[str, ArgValue]:
     return out
 
 
-def artifact_key(kind: str, variant: ResolvedVariant, facts: GpuFacts, extra: Optional[Mapping[str, Any]] = None
-                 ) -> dict[str, Any]:
+def artifact_key(kind: str, variant: ResolvedVariant, facts: GpuFacts, extra: Optional[JsonObject] = None
+                 ) -> dict[str, JsonValue]:
     """The reuse key: an artifact is reused only when every field matches (JSON-normalised)."""
-    key: dict[str, Any] = {
+    key: dict[str, JsonValue] = {
         "kind": kind,
         "engine": variant.engine,
         "gpu_name": facts.gpu_name,
@@ -68,7 +69,7 @@ def artifact_key(kind: str, variant: ResolvedVariant, facts: GpuFacts, extra: Op
     }
     if kind == "triton_moe":
         key["triton_version"] = facts.triton_version
-    normalised: dict[str, Any] = json.loads(json.dumps(key, sort_keys=True, default=str))
+    normalised: dict[str, JsonValue] = json.loads(json.dumps(key, sort_keys=True, default=str))
     return normalised
 
 
@@ -79,7 +80,7 @@ def split_batch_sizes(batch_sizes: list[int], gpus: int) -> list[list[int]]:
     return [batch_sizes[i::n] for i in range(n) if batch_sizes[i::n]]
 
 
-def merge_moe_configs(parts: list[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+def merge_moe_configs(parts: Sequence[Mapping[str, Mapping[str, int]]]) -> dict[str, dict[str, int]]:
     """Per-worker {batch size: best config} → one SGLang config document sorted by batch size."""
     merged: dict[int, dict[str, int]] = {}
     for part in parts:
