@@ -29,7 +29,8 @@ import numpy as np
 
 from cluster.engines.base import Prompt
 from cluster.engines.sglang import SGLangEngine
-from cluster.loadgen.runner import WindowResult, run_load_point
+from cluster.loadgen.runner import run_load_point
+from cluster.kernel.window import MeasuredWindow
 from cluster.kernel.runs import LoadPoint
 from cluster.server.process import free_port
 
@@ -114,7 +115,7 @@ def _mono_minus_wall_ns() -> int:
     return best[1]
 
 
-def _window(sim: Sim, n: int, tokens: int, load: LoadPoint) -> WindowResult:
+def _window(sim: Sim, n: int, tokens: int, load: LoadPoint) -> MeasuredWindow:
     prompts = [Prompt(input_ids=_head(i)) for i in range(n)]
     sim.flush()
     return run_load_point(SGLangEngine(), sim.url, "native", prompts, tokens, load, 1, True, 0.0, "sim", 120.0,
@@ -159,7 +160,7 @@ def _line(name: str, e: np.ndarray, bound_ms: float = 0.5) -> None:
           f"{'within' if ok else 'NOT within'} {bound_ms:g} ms at p1/p99")
 
 
-def split(res: WindowResult, log: list[dict[str, Any]], t0_mono_ns: int, ttft_ms: float, itl_ms: float,
+def split(res: MeasuredWindow, log: list[dict[str, Any]], t0_mono_ns: int, ttft_ms: float, itl_ms: float,
           tokens: int, first_wave: int) -> None:
     """Measured − injected, and the same error split at the simulator's write times (one shared monotonic clock)."""
     r = res.requests

@@ -14,7 +14,8 @@ import pyarrow as pa
 
 from cluster.analysis.engine_facts import EngineFacts
 from cluster.version import __version__
-from cluster.dataset.run_facts import SegmentFacts, ServerFacts, WindowSummary
+from cluster.dataset.run_facts import SegmentFacts, ServerFacts
+from cluster.kernel.window import MeasuredWindow
 from cluster.kernel.run_row import RunRow, RunStatus
 from cluster.kernel.runs import RunPlan
 from cluster.config.experiment import ExperimentSpec
@@ -152,7 +153,7 @@ class ConcurrencyEvidence:
     scraped_queued_share: Optional[float]
 
 
-def concurrency_check(p: RunPlan, out: WindowSummary, server: ServerFacts, n_requests: int
+def concurrency_check(p: RunPlan, out: MeasuredWindow, server: ServerFacts, n_requests: int
                       ) -> tuple[list[str], ConcurrencyEvidence]:
     """Did the server run the concurrency we offered? Invalid reasons and the evidence for provenance.
 
@@ -202,7 +203,7 @@ def reported_cap(provenance: Iterable[Optional[str]]) -> Optional[float]:
     return min(caps) if caps else None
 
 
-def _with_audit(row: RunRow, out: WindowSummary) -> tuple[RunRow, list[str]]:
+def _with_audit(row: RunRow, out: MeasuredWindow) -> tuple[RunRow, list[str]]:
     """The row with the workload audit's columns, and the audit's invalid reasons; nothing audited without a
     selection."""
     if out.selection is None:
@@ -220,7 +221,7 @@ def _with_audit(row: RunRow, out: WindowSummary) -> tuple[RunRow, list[str]]:
     return row, [f"workload not the one planned: {r}" for r in a.reasons]
 
 
-def build_run_row(p: RunPlan, out: WindowSummary, server: ServerFacts, segment: SegmentFacts,
+def build_run_row(p: RunPlan, out: MeasuredWindow, server: ServerFacts, segment: SegmentFacts,
                   spec: ExperimentSpec, neighbours: list[str], git_sha: Optional[str]) -> RunRow:
     from cluster.analysis.metrics import summarize_run
 
@@ -266,7 +267,7 @@ def build_run_row(p: RunPlan, out: WindowSummary, server: ServerFacts, segment: 
     offered = offered_concurrency(p, n_req) if p.load.kind == "concurrency" else p.load.value
     ss = steady_state(out.requests, p.load.kind, offered, out.duration_s)
     output_sample["judged"] = spec.correctness.check_output_samples
-    provenance = _provenance(p, spec, server, segment, git_sha, out.load_actor_peak_buffered_rows)
+    provenance = _provenance(p, spec, server, segment, git_sha, out.peak_buffered_rows)
     provenance["concurrency"] = asdict(concurrency)
     telemetry: dict[str, object] = out.telemetry.provenance() if out.telemetry is not None else {"source": None, "unavailable":
                                                                              "telemetry disabled or not captured"}

@@ -1,4 +1,4 @@
-"""Typed facts a `runs` row is built from (server start, segment, gate verdict, measured window); owned by dataset/.
+"""Typed facts a `runs` row is built from: server start, segment, gate verdict (the window: kernel/window.py).
 
 Why here: the runs row built from them (analysis/run_row.py) is what every fact ends up in, and both producers (the
 Ray actors and driver in `distributed/`) already import `dataset/`; a Ray-free, HTTP-free module both sides import
@@ -8,15 +8,7 @@ keeps the boundary typed without a cycle (`server/` stays the process mechanics,
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Optional, TypedDict
-
-import pyarrow as pa
-
-from cluster.kernel.planned_workload import PlannedWorkload
-from cluster.kernel.output_sample import OutputSample
-
-if TYPE_CHECKING:
-    from cluster.kernel.telemetry_capture import TelemetryCapture
+from typing import Any, Optional, TypedDict
 
 
 @dataclass(frozen=True)
@@ -91,33 +83,6 @@ class SegmentFacts:
     load_actors: Optional[int] = None
     correctness: Optional[GateVerdict] = None
     stopped_unix_s: Optional[float] = None
-
-
-@dataclass(frozen=True)
-class WindowSummary:
-    """One measured window merged over its load-actor shards (requests/chunks are the committed rows)."""
-
-    requests: pa.Table
-    chunks: pa.Table
-    window_start_unix_s: float
-    duration_s: float
-    lag_p50_ns: int
-    lag_p99_ns: int
-    counters_before: dict[str, float]
-    counters_after: dict[str, float]
-    warmup_ok: int
-    flushed: bool
-    load_actor_peak_buffered_rows: int
-    server_metrics: Optional[pa.RecordBatch] = None
-    gpu_metrics: Optional[pa.Table] = None
-    """The window's GPU samples (records.GPU_METRIC_FIELDS), t_ns on the requests' zero; None without telemetry."""
-    telemetry: Optional["TelemetryCapture"] = None
-    """How sampling went (source, rate, errors, why unavailable), for provenance."""
-    samples: tuple[OutputSample, ...] = ()
-    """The run's output sample over every shard (loadgen/output_sample.py)."""
-    selection: Optional[PlannedWorkload] = None
-    """What the workload's prompt source offered (loadgen/selection.py), which the requests sent are audited
-    against (analysis/workload_audit.py); None: the window was not audited (hand-built summaries)."""
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import os
 import socket
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator, Optional, Union
 
@@ -22,8 +22,6 @@ from cluster.loadgen.eval import during_window
 from cluster.kernel.eval_task import EvalAnswer, EvalItem
 from cluster.loadgen.gate import GateAnswers
 from cluster.kernel.runs import LoadPoint, ResolvedVariant
-from cluster.kernel.planned_workload import PlannedWorkload
-from cluster.kernel.output_sample import OutputSample
 from cluster.loadgen.server_metrics import MetricsScraper
 from cluster.server.engine_server import cap_log_lines, read_infos
 from cluster.server.process import (PortNotOwnedError, ServerProcess, ServerStartError, free_port, http_status,
@@ -33,6 +31,7 @@ from cluster.config.engines import EngineLauncher
 from cluster.telemetry.profile import ProfileCapture
 from cluster.telemetry.recorder import TelemetryRecorder
 from cluster.kernel.telemetry_capture import TelemetryCapture
+from cluster.kernel.window import MeasuredWindow
 
 MAX_PORT_TRIES = 3
 WATCHDOG_NOTE_S = 2.0
@@ -55,29 +54,8 @@ class LoadBatch:
     chunks: pa.RecordBatch
 
 
-@dataclass(frozen=True)
-class ShardSummary:
-    """The last message of a load actor's window stream: its shard's timing, counters and scrape."""
-
-    window_start_unix_s: float
-    duration_s: float
-    lag_p50_ns: int
-    lag_p99_ns: int
-    counters_before: dict[str, float]
-    counters_after: dict[str, float]
-    n_requests: int
-    n_chunks: int
-    peak_buffered_rows: int
-    server_metrics: Optional[pa.RecordBatch]
-    window_start_monotonic_ns: int = 0
-    samples: tuple[OutputSample, ...] = ()
-    selection: Optional[PlannedWorkload] = None
-    """What the workload's source offered (shard 0 only): the workload audit's plan."""
-    eval_answers: tuple[EvalAnswer, ...] = ()
-    """The accuracy task's answers sent beside this shard's load (shard 0 of the carrier run only)."""
-
-
-LoadMessage = Union[LoadBatch, ShardSummary]
+LoadMessage = Union[LoadBatch, MeasuredWindow]
+"""What a load actor's window stream yields: record batches as they accumulate, then its shard's MeasuredWindow."""
 
 
 @dataclass(frozen=True)
@@ -321,7 +299,8 @@ class LoadActorImpl:
                          batch_rows: int = 4096, eval_items: tuple[EvalItem, ...] = (),
                          eval_max_tokens: int = 16) -> Iterator[LoadMessage]:
         """A generator (call with num_returns="streaming"): a LoadBatch as records accumulate, so this process never
-        holds a whole long window; then one ShardSummary last. `eval_items` are sent beside the load (loadgen/eval.py
+        holds a whole long window; then the shard's MeasuredWindow last (its
+        records already streamed out). `eval_items` are sent beside the load (loadgen/eval.py
         during_window), their answers in the summary."""
         import queue
         import threading
@@ -371,22 +350,8 @@ class LoadActorImpl:
         if "error" in box:
             raise box["error"]
         res = box["res"]
-        yield ShardSummary(
-            window_start_unix_s=res.window_start_unix_s,
-            duration_s=res.duration_s,
-            lag_p50_ns=res.lag_p50_ns,
-            lag_p99_ns=res.lag_p99_ns,
-            counters_before=res.counters_before,
-            counters_after=res.counters_after,
-            n_requests=res.n_requests,
-            n_chunks=res.n_chunks,
-            peak_buffered_rows=res.peak_buffered_rows,
-            server_metrics=scraper.batch(res.window_start_unix_s) if scraper is not None else None,
-            window_start_monotonic_ns=res.window_start_monotonic_ns,
-            samples=res.samples,
-            selection=selection,
-            eval_answers=res.eval_answers,
-        )
+        yield replace(res, server_metrics=scraper.batch(res.window_start_unix_s) if scraper is not None else None,
+                      selection=selection)
 
 
 def _env_of(pid: int) -> dict[str, str]:

@@ -14,12 +14,12 @@ from ray.util.placement_group import PlacementGroup
 
 from cluster.analysis.request_metrics import requests_lag
 from cluster.config.experiment import ExperimentSpec
-from cluster.dataset.run_facts import SegmentFacts, ServerFacts, WindowSummary
+from cluster.dataset.run_facts import SegmentFacts, ServerFacts
 from cluster.analysis.run_row import build_run_row, failed_run_row
 from cluster.kernel.run_row import RunRow
 from cluster.dataset.store import DatasetStore
 from cluster.dataset.writer import RunWriter
-from cluster.distributed.actors import LoadBatch, ShardSummary
+from cluster.distributed.actors import LoadBatch
 from cluster.distributed.eval_stage import EvalStage
 from cluster.distributed.handles import EngineHandle, LoadHandle
 from cluster.distributed.progress import PointRecords, PointStarted, ProgressEvent
@@ -28,6 +28,7 @@ from cluster.distributed.teardown import kill_actors
 from cluster.kernel.runs import ResolvedVariant, RunPlan
 from cluster.server.process import with_decisive_line
 from cluster.kernel.telemetry_capture import TelemetryCapture
+from cluster.kernel.window import MeasuredWindow
 
 LIVE_UPDATES_PER_WINDOW = 20
 """With a live watcher, a load actor hands out its finished requests about this often per window (batches of at
@@ -98,7 +99,7 @@ class PointRunner:
         """The accuracy task (correctness.eval): its items ride in the window of the runs it names."""
 
     def _stream_window(self, p: RunPlan, s: ServerStart, server: ServerFacts, engine: EngineHandle,
-                       writer: RunWriter) -> WindowSummary:
+                       writer: RunWriter) -> MeasuredWindow:
         """Warmup and flush (first load actor), then every load actor runs its shard of the window; record batches
         are written as they arrive, so neither the actors nor the driver hold a whole long window."""
         model_name = self.spec.model.served_name or self.spec.model.path
@@ -122,7 +123,7 @@ class PointRunner:
                                 eval_items=items if i == 0 else (),
                                 eval_max_tokens=self.evals.max_new_tokens if self.evals is not None else 0)
                        for i, a in enumerate(loads)]
-            summaries: list[ShardSummary] = []
+            summaries: list[MeasuredWindow] = []
             for stream in streams:
                 for item in stream:
                     if isinstance(item, LoadBatch):
@@ -143,7 +144,7 @@ class PointRunner:
         requests = writer.read("requests")
         lag = requests_lag(requests)  # over every shard's rows: the figure the runs row stores and is judged on
         lag_p50_ns, lag_p99_ns = (round(lag.p50_ns), round(lag.p99_ns)) if lag else (0, 0)
-        return WindowSummary(
+        return MeasuredWindow(
             requests=requests,
             chunks=writer.read("chunks"),
             window_start_unix_s=t0,
@@ -154,7 +155,7 @@ class PointRunner:
             counters_after=first.counters_after,
             warmup_ok=prep.warmup_ok,
             flushed=prep.flushed,
-            load_actor_peak_buffered_rows=max(x.peak_buffered_rows for x in summaries),
+            peak_buffered_rows=max(x.peak_buffered_rows for x in summaries),
             server_metrics=first.server_metrics,
             gpu_metrics=gpu,
             telemetry=capture,

@@ -10,23 +10,21 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Optional, Sequence
 
 import aiohttp
 import numpy as np
-import pyarrow as pa
 
 from cluster.kernel.window_figures import client_lag
 from cluster.engines.base import HttpRequest, Prompt
 from cluster.loadgen.load_target import LoadTarget
 from cluster.loadgen.output_sample import sample_indices
 from cluster.kernel.output_sample import OutputSample
+from cluster.kernel.window import MeasuredWindow
 from cluster.loadgen.arrivals import arrival_offsets_ns
 from cluster.loadgen.traces import trace_offsets_ns
 from cluster.loadgen.client import StreamPool, stream_request
 from cluster.loadgen.eval import WindowCompanion
-from cluster.kernel.eval_task import EvalAnswer
 from cluster.loadgen.pacing import closed_loop, pace, shard_concurrency
 from cluster.loadgen.selection import prompt_fingerprint, prompt_fingerprints
 from cluster.loadgen.sessions import Answer, SessionPlan, dispatch_sessions
@@ -39,38 +37,6 @@ FLUSH_REFUSED_GIVE_UP_S = 3.0
 FLUSH_RETRY_S = 0.25
 PREOPEN_TIMEOUT_S = 5.0
 """The most a closed loop's pre-window connection set-up may take; one not open by then is left to its request."""
-
-
-@dataclass
-class WindowResult:
-    requests: pa.RecordBatch
-    """cluster.kernel.records.REQUEST_BATCH_SCHEMA, one row per request sent, in request_index order.
-
-    Empty when the window streamed its rows out through `on_batch` (then `n_requests` says how many left)."""
-    chunks: pa.RecordBatch
-    """cluster.kernel.records.CHUNK_BATCH_SCHEMA: token-carrying chunks only (empty when streamed out)."""
-    window_start_unix_s: float
-    duration_s: float
-    """First intended send → end of the last response of the window (of this shard)."""
-    lag_p50_ns: int
-    lag_p99_ns: int
-    counters_before: dict[str, float]
-    counters_after: dict[str, float]
-    n_requests: int = 0
-    n_chunks: int = 0
-    batches: int = 0
-    """Arrow batch pairs the window produced (handed to on_batch, or concatenated into requests/chunks)."""
-    peak_buffered_rows: int = 0
-    """Most finished requests held in the sink's columnar buffers at once (≤ batch_rows)."""
-    lag_max_ns: int = 0
-    shard_index: int = 0
-    num_shards: int = 1
-    window_start_monotonic_ns: int = 0
-    """time.monotonic_ns() at the window's start: the zero of every _ns time (GPU samples are aligned to it)."""
-    samples: tuple[OutputSample, ...] = ()
-    """The output sample of this shard's requests (loadgen/output_sample.py), in request_index order."""
-    eval_answers: tuple[EvalAnswer, ...] = ()
-    """The accuracy task's answers sent beside the load (`alongside`); never among `requests`."""
 
 
 def _prompt_len(p: Prompt) -> int:
@@ -231,7 +197,7 @@ async def run_window(
     start_unix_s: Optional[float] = None,
     sessions: Optional[SessionPlan] = None,
     alongside: Optional[WindowCompanion] = None,
-) -> WindowResult:
+) -> MeasuredWindow:
     """One measured window: one request per prompt, raw records as Arrow batches, client lag and server counters.
 
     Records leave in batches of at most `batch_rows` finished requests: to `on_batch` when given (the result's
@@ -239,7 +205,7 @@ async def run_window(
     requests i with i % num_shards == shard_index at their place in the global schedule (open loop) or with its
     share of the concurrency (closed loop); `start_unix_s` lets several shards start their windows together.
     `alongside` (loadgen/eval.py) starts with the window and is told when its load has ended; its answers come back
-    apart from the window's records (WindowResult.eval_answers).
+    apart from the window's records (MeasuredWindow.eval_answers).
     """
     _check_shard(shard_index, num_shards)
     base_url = base_url.rstrip("/")
@@ -311,7 +277,7 @@ async def run_window(
         lag_p50, lag_p99, lag_max = round(lag.p50_ns), round(lag.p99_ns), round(lag.max_ns)
     else:
         duration_s, lag_p50, lag_p99, lag_max = 0.0, 0, 0, 0
-    return WindowResult(
+    return MeasuredWindow(
         requests=requests,
         chunks=chunks,
         window_start_unix_s=window_start_unix_s,
@@ -419,13 +385,13 @@ def run_load_point(
     request_timeout_s: float,
     scrape_metrics: bool = True,
     **window_kw: Any,
-) -> WindowResult:
+) -> MeasuredWindow:
     """Synchronous `run_window` on its own event loop (for a sync actor method or a script).
 
     `window_kw`: run_window's keyword-only options (on_batch, batch_rows, shard_index, num_shards, start_unix_s,
     sessions).
     """
-    result: WindowResult = _run(
+    result: MeasuredWindow = _run(
         lambda: run_window(
             engine, base_url, api, prompts, max_tokens, load, seed, ignore_eos, temperature, model_name,
             request_timeout_s, scrape_metrics, **window_kw,

@@ -18,14 +18,15 @@ from cluster.config.workload import WorkloadSpec
 from cluster.engines.sglang import SGLangEngine
 from cluster.kernel.runs import LoadPoint
 from cluster.loadgen.datasets import build_prompt_sequence
-from cluster.loadgen.runner import WindowResult, run_load_point
+from cluster.loadgen.runner import run_load_point
+from cluster.kernel.window import MeasuredWindow
 from cluster.plan.saturation import SweepPoint, sweep_saturation
 
 KNOBS = {"time_scale": 1.0, "decode_base_ms": 10.0, "decode_per_req_ms": 0.0, "prefill_per_token_ms": 0.0}
 OUT_TOKENS = 20
 
 
-def _window(sim: SimHandle, tmp_path: pathlib.Path, load: LoadPoint, n: int) -> WindowResult:
+def _window(sim: SimHandle, tmp_path: pathlib.Path, load: LoadPoint, n: int) -> MeasuredWindow:
     w = WorkloadSpec.model_validate({"name": "w", "input_tokens": 16, "output_tokens": OUT_TOKENS,
                                      "num_requests": n})
     prompts = build_prompt_sequence(w, n, seed=1, base_dir=tmp_path)

@@ -9,7 +9,8 @@ import pyarrow as pa
 import pytest
 
 from cluster.kernel.records import CHUNK_BATCH_SCHEMA, REQUEST_BATCH_SCHEMA
-from cluster.dataset.run_facts import GateVerdict, SegmentFacts, ServerFacts, ServerRecord, WindowSummary
+from cluster.dataset.run_facts import GateVerdict, SegmentFacts, ServerFacts, ServerRecord
+from cluster.kernel.window import MeasuredWindow
 from cluster.analysis.run_row import build_run_row, failed_run_row
 from cluster.dataset.store import DatasetStore
 from cluster.plan.runs import make_plan
@@ -47,7 +48,7 @@ SEGMENT = SegmentFacts(tuning_artifact="art-123", checkpoint_fingerprint="fp-9f2
                        correctness=GateVerdict(True, ("note: x",), 2.5))
 
 
-def _window(n_ok: int, n_err: int, lag_p99_ns: int = 0, reported_lag_p99_ns: int | None = None) -> WindowSummary:
+def _window(n_ok: int, n_err: int, lag_p99_ns: int = 0, reported_lag_p99_ns: int | None = None) -> MeasuredWindow:
     """Every request is sent `lag_p99_ns` (10 ns when 0) after its intended time; `reported_lag_p99_ns` is what a
     load actor's own summary claims (by default the same figure)."""
     rows = []
@@ -61,13 +62,13 @@ def _window(n_ok: int, n_err: int, lag_p99_ns: int = 0, reported_lag_p99_ns: int
                      "error": None if ok else "boom", "http_status": 200 if ok else 500})
     chunks = [{"request_index": i, "chunk_index": c, "arrival_ns": i * 1000 + 500 + 400 * c, "tokens": 2}
               for i in range(n_ok) for c in range(2)]
-    return WindowSummary(
+    return MeasuredWindow(
         requests=pa.Table.from_pylist(rows, schema=REQUEST_BATCH_SCHEMA),
         chunks=pa.Table.from_pylist(chunks, schema=CHUNK_BATCH_SCHEMA),
         window_start_unix_s=1_700_000_010.0, duration_s=2.0, lag_p50_ns=0,
         lag_p99_ns=lag_p99_ns if reported_lag_p99_ns is None else reported_lag_p99_ns,
         counters_before={"c": 1.0}, counters_after={"c": 4.0}, warmup_ok=0, flushed=True,
-        load_actor_peak_buffered_rows=7)
+        peak_buffered_rows=7)
 
 
 def test_provenance_fields_land_in_their_columns() -> None:

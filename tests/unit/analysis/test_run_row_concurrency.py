@@ -15,7 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_run_row import SEGMENT, SERVER, _window  # noqa: E402
 
 from cluster.analysis.run_row import build_run_row, offered_concurrency  # noqa: E402
-from cluster.dataset.run_facts import ServerFacts, WindowSummary  # noqa: E402
+from cluster.dataset.run_facts import ServerFacts
+from cluster.kernel.window import MeasuredWindow  # noqa: E402
 from cluster.loadgen.server_metrics import SERVER_METRICS_BATCH_SCHEMA  # noqa: E402
 from cluster.plan.runs import make_plan
 from cluster.kernel.runs import LoadPoint, RunPlan
@@ -46,7 +47,7 @@ def server(tag: Optional[str]) -> ServerFacts:
     return ServerFacts(**{**SERVER.__dict__, "infos": infos})
 
 
-def window(n: int, scraped: Optional[list[tuple[float, float, float]]] = None) -> WindowSummary:
+def window(n: int, scraped: Optional[list[tuple[float, float, float]]] = None) -> MeasuredWindow:
     """n ok requests; scraped = (t_s, running, queued) samples of SGLang's gauges."""
     w = _window(n, 0)
     sm = None
@@ -56,7 +57,7 @@ def window(n: int, scraped: Optional[list[tuple[float, float, float]]] = None) -
         sm = pa.RecordBatch.from_pydict({"t_ns": [r[0] for r in rows], "metric": [r[1] for r in rows],
                                          "labels": [r[2] for r in rows], "value": [r[3] for r in rows]},
                                         schema=SERVER_METRICS_BATCH_SCHEMA)
-    return WindowSummary(**{**w.__dict__, "server_metrics": sm})
+    return MeasuredWindow(**{**w.__dict__, "server_metrics": sm})
 
 
 def test_offered_concurrency_of_closed_and_open_loops() -> None:

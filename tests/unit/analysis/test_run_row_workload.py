@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from cluster.analysis.comparison import compare_with_ci
 from cluster.cli import app
 from cluster.kernel.records import RequestRecord
-from cluster.dataset.run_facts import WindowSummary
+from cluster.kernel.window import MeasuredWindow
 from cluster.analysis.run_row import build_run_row
 from cluster.dataset.store import DatasetStore
 from cluster.loadgen.selection import workload_selection
@@ -52,7 +52,7 @@ def _setup(tmp_path: Path) -> tuple[ExperimentSpec, list[RunPlan], list[str]]:
     return spec, make_plan(spec), texts
 
 
-def _window(spec: ExperimentSpec, p: RunPlan, texts: list[str], collapsed: bool, tmp_path: Path) -> WindowSummary:
+def _window(spec: ExperimentSpec, p: RunPlan, texts: list[str], collapsed: bool, tmp_path: Path) -> MeasuredWindow:
     from cluster.engines.base import Prompt
     from cluster.loadgen.selection import prompt_fingerprint
 
@@ -65,9 +65,9 @@ def _window(spec: ExperimentSpec, p: RunPlan, texts: list[str], collapsed: bool,
             completion_tokens=4, finish_reason="length", category="code" if row % 2 else "chat", source_row=row,
             prompt_fingerprint=prompt_fingerprint(Prompt(text=texts[row]))))
     reqs, chunks = request_batches(recs)
-    return WindowSummary(requests=pa.Table.from_batches([reqs]), chunks=pa.Table.from_batches([chunks]),
+    return MeasuredWindow(requests=pa.Table.from_batches([reqs]), chunks=pa.Table.from_batches([chunks]),
                          window_start_unix_s=1.0, duration_s=2.0, lag_p50_ns=10, lag_p99_ns=10, counters_before={},
-                         counters_after={}, warmup_ok=0, flushed=True, load_actor_peak_buffered_rows=1,
+                         counters_after={}, warmup_ok=0, flushed=True, peak_buffered_rows=1,
                          selection=workload_selection(p.workload, 40, p.seed, tmp_path))
 
 

@@ -16,7 +16,8 @@ from aiohttp import web
 from cluster.engines.base import CATEGORY_HEADER, Prompt
 from cluster.engines.sglang import SGLangEngine
 from cluster.loadgen.arrivals import poisson_offsets_ns
-from cluster.loadgen.runner import WindowResult, flush, run_load_point, run_window, warmup
+from cluster.loadgen.runner import flush, run_load_point, run_window, warmup
+from cluster.kernel.window import MeasuredWindow
 from cluster.kernel.runs import LoadPoint
 from cluster.kernel.records import CHUNK_BATCH_SCHEMA, REQUEST_BATCH_SCHEMA
 from tests.unit.loadgen.test_client import CHUNKED_HEAD, _chunked, _event, _read_request, _serve
@@ -152,7 +153,7 @@ def _window(url: str, prompts: list[Prompt], load: LoadPoint, max_tokens: int = 
     return run_window(ENGINE, url, "native", prompts, max_tokens, load, 42, True, 0.0, "m", timeout_s)
 
 
-def _check_ok_records(res: WindowResult, n: int, max_tokens: int) -> None:
+def _check_ok_records(res: MeasuredWindow, n: int, max_tokens: int) -> None:
     assert res.requests.schema.equals(REQUEST_BATCH_SCHEMA)
     assert res.chunks.schema.equals(CHUNK_BATCH_SCHEMA)
     req = res.requests.to_pydict()
@@ -177,7 +178,7 @@ def _check_ok_records(res: WindowResult, n: int, max_tokens: int) -> None:
 
 
 def test_closed_loop_records_and_concurrency_cap() -> None:
-    async def body(fake: FakeSGLang, url: str) -> tuple[WindowResult, int]:
+    async def body(fake: FakeSGLang, url: str) -> tuple[MeasuredWindow, int]:
         res = await _window(url, _prompts(24), LoadPoint("concurrency", 4))
         return res, fake.max_in_flight
 
@@ -196,7 +197,7 @@ def test_closed_loop_records_and_concurrency_cap() -> None:
 def test_open_loop_follows_schedule_with_small_lag() -> None:
     n, rate = 40, 200.0
 
-    async def body(fake: FakeSGLang, url: str) -> tuple[WindowResult, int]:
+    async def body(fake: FakeSGLang, url: str) -> tuple[MeasuredWindow, int]:
         res = await _window(url, _prompts(n), LoadPoint("rate", rate), max_tokens=5)
         return res, fake.max_in_flight
 
@@ -213,7 +214,7 @@ def test_open_loop_follows_schedule_with_small_lag() -> None:
 
 
 def test_open_loop_max_concurrency_cap() -> None:
-    async def body(fake: FakeSGLang, url: str) -> tuple[WindowResult, int]:
+    async def body(fake: FakeSGLang, url: str) -> tuple[MeasuredWindow, int]:
         res = await _window(url, _prompts(12), LoadPoint("rate", 5000.0, max_concurrency=2), max_tokens=5)
         return res, fake.max_in_flight
 
@@ -227,7 +228,7 @@ def test_open_loop_max_concurrency_cap() -> None:
 def test_failures_are_recorded_once_each() -> None:
     prompts = _prompts(6, {1: FAIL_HTTP, 4: FAIL_MIDSTREAM})
 
-    async def body(fake: FakeSGLang, url: str) -> WindowResult:
+    async def body(fake: FakeSGLang, url: str) -> MeasuredWindow:
         return await _window(url, prompts, LoadPoint("concurrency", 3))
 
     res = asyncio.run(_with_server(0.001, body))
@@ -241,14 +242,14 @@ def test_failures_are_recorded_once_each() -> None:
 
 
 def test_events_split_into_small_writes() -> None:
-    async def body(fake: FakeSGLang, url: str) -> WindowResult:
+    async def body(fake: FakeSGLang, url: str) -> MeasuredWindow:
         return await _window(url, _prompts(2, {0: BYTEWISE, 1: BYTEWISE}), LoadPoint("concurrency", 2))
 
     _check_ok_records(asyncio.run(_with_server(0.0, body)), 2, 11)
 
 
 def test_timeout_and_connection_refused() -> None:
-    async def body(fake: FakeSGLang, url: str) -> WindowResult:
+    async def body(fake: FakeSGLang, url: str) -> MeasuredWindow:
         return await _window(url, _prompts(2), LoadPoint("concurrency", 2), max_tokens=50, timeout_s=0.3)
 
     res = asyncio.run(_with_server(0.05, body))  # 50 steps × 50 ms ≫ 0.3 s
@@ -330,7 +331,7 @@ def test_each_request_carries_its_own_budget_and_category() -> None:
     prompts = [Prompt(input_ids=(100 + i, 200, 300), category=("code" if i % 2 else None),
                       max_tokens=(5 + i if i < 3 else None)) for i in range(6)]
 
-    async def body(fake: FakeSGLang, url: str) -> tuple[WindowResult, list[Optional[str]]]:
+    async def body(fake: FakeSGLang, url: str) -> tuple[MeasuredWindow, list[Optional[str]]]:
         return await _window(url, prompts, LoadPoint("concurrency", 1.0), max_tokens=11), fake.categories
 
     res, seen = asyncio.run(_with_server(0.0005, body))
@@ -347,7 +348,7 @@ def test_each_record_carries_the_fingerprint_of_what_the_server_received_and_its
 
     prompts = [Prompt(input_ids=(100 + i % 4, 200 + i, 300), source_row=i % 4) for i in range(8)]
 
-    async def body(fake: FakeSGLang, url: str) -> tuple[WindowResult, list[tuple[int, ...]]]:
+    async def body(fake: FakeSGLang, url: str) -> tuple[MeasuredWindow, list[tuple[int, ...]]]:
         return await _window(url, prompts, LoadPoint("concurrency", 1.0), max_tokens=3), fake.received_ids
 
     res, received = asyncio.run(_with_server(0.0005, body))
@@ -361,7 +362,7 @@ def test_open_loop_gamma_point_sends_on_the_gamma_schedule() -> None:
 
     n, rate, cv = 30, 300.0, 2.5
 
-    async def body(fake: FakeSGLang, url: str) -> WindowResult:
+    async def body(fake: FakeSGLang, url: str) -> MeasuredWindow:
         return await _window(url, _prompts(n), LoadPoint("rate", rate, None, cv), max_tokens=5)
 
     res = asyncio.run(_with_server(0.001, body))
@@ -378,7 +379,7 @@ def test_a_deterministic_output_sample_is_kept_and_judged() -> None:
     assert sample_indices(128) == {0, 32, 64, 96} and sample_indices(16) == {0, 4, 8, 12}
     assert sample_indices(3) == {0, 1, 2} and len(sample_indices(1000)) == 32
 
-    async def body(fake: FakeSGLang, url: str) -> WindowResult:
+    async def body(fake: FakeSGLang, url: str) -> MeasuredWindow:
         return await _window(url, _prompts(16, {8: GARBAGE}), LoadPoint("concurrency", 4))
 
     res = asyncio.run(_with_server(0.001, body))
@@ -400,7 +401,7 @@ def test_a_trace_point_sends_at_the_recorded_times_rescaled() -> None:
     arrivals = [0.0, 0.1, 0.1, 0.4]
     prompts = [dataclasses.replace(p, arrival_s=a) for p, a in zip(_prompts(4), arrivals)]
 
-    async def body(fake: FakeSGLang, url: str) -> WindowResult:
+    async def body(fake: FakeSGLang, url: str) -> MeasuredWindow:
         return await _window(url, prompts, LoadPoint("rate", 15.0, trace=True), max_tokens=3)
 
     res = asyncio.run(_with_server(0.001, body))
@@ -408,7 +409,7 @@ def test_a_trace_point_sends_at_the_recorded_times_rescaled() -> None:
     assert res.requests.column("intended_send_ns").to_pylist() == [0, 50_000_000, 50_000_000, 200_000_000]
     assert res.duration_s >= 0.2
 
-    async def untimed(fake: FakeSGLang, url: str) -> WindowResult:
+    async def untimed(fake: FakeSGLang, url: str) -> MeasuredWindow:
         return await _window(url, _prompts(2), LoadPoint("rate", 15.0, trace=True), max_tokens=3)
 
     with pytest.raises(ValueError, match="recorded arrival_s"):
@@ -426,7 +427,7 @@ def test_a_closed_loop_opens_its_first_wave_of_connections_before_the_window_sta
             await w.drain()
         w.close()
 
-    holder: list[WindowResult] = []
+    holder: list[MeasuredWindow] = []
 
     async def body(url: str) -> None:
         holder.append(await run_window(ENGINE, url, "native", _prompts(12), 2, LoadPoint("concurrency", 4),
