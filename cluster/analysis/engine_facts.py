@@ -4,9 +4,10 @@ builder; every adapter in cluster/engines/ satisfies it structurally."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Protocol, Sequence, runtime_checkable
+from typing import Mapping, Optional, Protocol, Sequence, runtime_checkable
 
 from cluster.engines.base import ConcurrencyCap
+from cluster.input_files import JsonValue
 
 
 @runtime_checkable
@@ -24,7 +25,7 @@ class EngineFacts(Protocol):
         """Prometheus gauge of requests waiting to be scheduled (None when the engine has none)."""
         ...
 
-    def concurrency_cap(self, infos: Mapping[str, Any],  # free-form JSON stored as given: the info documents
+    def concurrency_cap(self, infos: Mapping[str, JsonValue],
                         log_lines: Sequence[str] = ()) -> Optional[ConcurrencyCap]:
         """The resolved cap on running requests from the recorded info documents and the cap's log lines."""
         ...

@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import math
 import reprlib
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Optional
 
 from cluster.errors import EngineFault
-from cluster.input_files import MAX_JSON_DEPTH
+from cluster.input_files import MAX_JSON_DEPTH, JsonObject, JsonValue
 
 
 MAX_COUNT = 2**31 - 1
@@ -78,8 +78,7 @@ def _nests_deeper(doc: Any, limit: int) -> bool:
     return False
 
 
-# free-form JSON stored as given: a decoded server answer, read field by field here
-def as_object(value: Any, where: str, *, null_ok: bool = True) -> Mapping[str, Any]:
+def as_object(value: JsonValue, where: str, *, null_ok: bool = True) -> JsonObject:
     """`value` as a JSON object; null (or absent) is the empty object where `null_ok`."""
     if value is None and null_ok:
         return {}
@@ -88,8 +87,7 @@ def as_object(value: Any, where: str, *, null_ok: bool = True) -> Mapping[str, A
     return value
 
 
-# free-form JSON stored as given: a decoded server answer, read field by field here
-def object_field(doc: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+def object_field(doc: JsonObject, key: str, where: str) -> JsonObject:
     return as_object(doc.get(key), f"{where}.{key}")
 
 
@@ -105,7 +103,7 @@ def _is_number(v: Any) -> bool:
     return type(v) in (int, float) and math.isfinite(v) and v >= 0
 
 
-def _field(doc: Mapping[str, Any], key: str, where: str, ok: Callable[[Any], bool], expected: str) -> Any:
+def _field(doc: JsonObject, key: str, where: str, ok: Callable[[Any], bool], expected: str) -> Any:
     """doc[key] when `ok` says it has the right type; None when absent or null; else a MalformedAnswerError."""
     v = doc.get(key)
     if v is None or ok(v):
@@ -113,8 +111,7 @@ def _field(doc: Mapping[str, Any], key: str, where: str, ok: Callable[[Any], boo
     raise _bad(f"{where}.{key}", expected, v)
 
 
-# free-form JSON stored as given: a decoded server answer, read field by field here
-def count_field(doc: Mapping[str, Any], key: str, where: str) -> Optional[int]:
+def count_field(doc: JsonObject, key: str, where: str) -> Optional[int]:
     """A non-negative integer up to MAX_COUNT (a token count, a verify-step count); None when absent or null."""
     v = doc.get(key)
     if v is None or (type(v) is int and 0 <= v <= MAX_COUNT):  # without a call: this runs once per request
@@ -123,8 +120,7 @@ def count_field(doc: Mapping[str, Any], key: str, where: str) -> Optional[int]:
                f"a count of at most {MAX_COUNT}", v)
 
 
-# free-form JSON stored as given: a decoded server answer, read field by field here
-def count_list(value: Any, where: str) -> Optional[list[int]]:
+def count_list(value: JsonValue, where: str) -> Optional[list[int]]:
     """A field's value (`where` names it) as a list of counts, each as count_field takes it (SGLang's
     spec_correct_drafts_histogram: verify steps by the drafts they accepted); None when null or empty (SGLang's
     OpenAI details send [] for none)."""
@@ -139,27 +135,23 @@ def count_list(value: Any, where: str) -> Optional[list[int]]:
     return list(value) or None
 
 
-# free-form JSON stored as given: a decoded server answer, read field by field here
-def number_field(doc: Mapping[str, Any], key: str, where: str) -> Optional[float]:
+def number_field(doc: JsonObject, key: str, where: str) -> Optional[float]:
     """A finite non-negative number (a latency, an acceptance length); None when absent or null."""
     v = _field(doc, key, where, _is_number, "a finite non-negative number")
     return None if v is None else float(v)
 
 
-# free-form JSON stored as given: a decoded server answer, read field by field here
-def str_field(doc: Mapping[str, Any], key: str, where: str) -> Optional[str]:
+def str_field(doc: JsonObject, key: str, where: str) -> Optional[str]:
     v: Optional[str] = _field(doc, key, where, _is_str, "a string")
     return v
 
 
-# free-form JSON stored as given: a decoded server answer, read field by field here
-def list_field(doc: Mapping[str, Any], key: str, where: str) -> Optional[list[Any]]:
+def list_field(doc: JsonObject, key: str, where: str) -> Optional[list[Any]]:
     v: Optional[list[Any]] = _field(doc, key, where, _is_list, "a list")
     return v
 
 
-# free-form JSON stored as given: a decoded server answer, read field by field here
-def ids_field(doc: Mapping[str, Any], key: str, where: str, last: Optional[int] = None) -> Optional[list[int]]:
+def ids_field(doc: JsonObject, key: str, where: str, last: Optional[int] = None) -> Optional[list[int]]:
     """A list of non-negative integer token ids (only its `last` ones, when that is all the caller keeps: a
     cumulative list is as long as the output); None when absent or null."""
     ids = list_field(doc, key, where)
@@ -173,8 +165,7 @@ def ids_field(doc: Mapping[str, Any], key: str, where: str, last: Optional[int] 
     return kept
 
 
-# free-form JSON stored as given: a decoded server answer, read field by field here
-def finish_field(doc: Mapping[str, Any], key: str, where: str) -> tuple[Optional[str], Optional[str]]:
+def finish_field(doc: JsonObject, key: str, where: str) -> tuple[Optional[str], Optional[str]]:
     """(finish reason, abort message): null, a string, or an object whose `type` is a string (SGLang native)."""
     v = doc.get(key)
     if v is None:

@@ -39,6 +39,7 @@ from cluster.kernel.runs import ResolvedVariant
 from cluster.config.server import ArgValue
 from cluster.config.engines import EngineLauncher
 from cluster.config.secrets import redact_argv, redact_env
+from cluster.input_files import JsonValue
 
 if TYPE_CHECKING:
     from cluster.telemetry.recorder import DeviceSampler
@@ -303,13 +304,12 @@ class Engine:
         MalformedAnswerError where one has the wrong type, so no str reaches an int column later."""
         return doc
 
-    # free-form JSON stored as given: the info documents in, the server's resolved args out (provenance, runs.resolved_args)
-    def resolved_args(self, infos: Mapping[str, Any]) -> dict[str, Any]:
+    def resolved_args(self, infos: Mapping[str, JsonValue]) -> dict[str, JsonValue]:
         """Resolved server args from the recorded info documents (engine-specific)."""
         return {}
 
-    # free-form JSON stored as given: the info documents (/server_info, /model_info bodies) as polled
-    def concurrency_cap(self, infos: Mapping[str, Any], log_lines: Sequence[str] = ()) -> Optional[ConcurrencyCap]:
+    def concurrency_cap(self, infos: Mapping[str, JsonValue],
+                        log_lines: Sequence[str] = ()) -> Optional[ConcurrencyCap]:
         """The resolved cap on running requests from the recorded info documents and the server log lines that
         matched cap_log_marker (None when not reported)."""
         return None

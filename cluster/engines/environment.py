@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
+
+from cluster.input_files import JsonValue
 
 PACKAGES = ("sglang", "flashinfer-python", "sglang-kernel", "torch", "triton", "transformers", "vllm")
 
@@ -64,8 +66,7 @@ def cuda_driver_version(timeout_s: float = 20.0) -> Optional[str]:
     return None
 
 
-# free-form JSON stored as given: the engine interpreter's own package probe (provenance environment)
-def engine_packages(python: Optional[str], timeout_s: float = 60.0) -> dict[str, Any]:
+def engine_packages(python: Optional[str], timeout_s: float = 60.0) -> dict[str, JsonValue]:
     """Package versions and torch's CUDA/GPU view as seen by the engine's own interpreter ({} on any failure)."""
     if not python:
         return {}
@@ -79,10 +80,9 @@ def engine_packages(python: Optional[str], timeout_s: float = 60.0) -> dict[str,
     return doc if isinstance(doc, dict) else {}
 
 
-# free-form JSON stored as given: the run's environment (provenance environment)
-def capture_environment(python: Optional[str] = None, timeout_s: float = 60.0) -> dict[str, Any]:
+def capture_environment(python: Optional[str] = None, timeout_s: float = 60.0) -> dict[str, JsonValue]:
     """Everything known about where a run executes; never raises, missing parts are simply absent."""
-    env: dict[str, Any] = {"hostname": socket.gethostname()}
+    env: dict[str, JsonValue] = {"hostname": socket.gethostname()}
     probed = engine_packages(python, timeout_s)
     env["packages"] = probed.get("packages", {})
     if probed.get("torch_cuda"):

@@ -15,6 +15,8 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from cluster.input_files import JsonValue
+
 PCIE_FIELDS = ("index", "pci.bus_id", "pcie.link.gen.current", "pcie.link.gen.max", "pcie.link.width.current",
                "pcie.link.width.max", "compute_cap")
 """`nvidia-smi --query-gpu=` fields read per GPU (`--format=csv,noheader,nounits`)."""
@@ -69,8 +71,7 @@ class Interconnect:
     iommu_devices: Optional[int] = None
     """Entries of /sys/class/iommu (0: no IOMMU active; None: not readable)."""
 
-    # free-form JSON stored as given: the record as provenance's environment.interconnect holds it
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, JsonValue]:
         return asdict(self)
 
     def width_warnings(self) -> list[str]:

@@ -10,6 +10,7 @@ import re
 import subprocess
 from typing import Any, Mapping, Optional, Sequence
 
+from cluster.input_files import JsonObject, JsonValue
 from cluster.engines.base import (ConcurrencyCap, Engine, HttpRequest, LaunchCommand, Prompt, StreamParser,
                                   category_headers)
 from cluster.engines.answer_fields import (MalformedAnswerError, as_object, count_field, finish_field, ids_field,
@@ -289,8 +290,8 @@ class SGLangEngine(Engine):
         steps and writes `<output_dir>/<profile_id>-TP-<rank>.trace.json.gz` (profiler_manager.py); a later
         /stop_profile is then a bare 500 "Internal Server Error" (its RuntimeError "Profiling is not in
         progress", measured on the sglang_cpu tier)."""
-        body = {"output_dir": output_dir, "num_steps": steps, "profile_id": profile_id,
-                "activities": ["CPU"] if cpu else ["CPU", "GPU"]}
+        body: dict[str, JsonValue] = {"output_dir": output_dir, "num_steps": steps, "profile_id": profile_id,
+                                      "activities": ["CPU"] if cpu else ["CPU", "GPU"]}
         return encode_request("/start_profile", body)
 
     def info_paths(self, version: Optional[str]) -> dict[str, str]:
@@ -338,8 +339,7 @@ class SGLangEngine(Engine):
             return check_server_info(doc)
         return as_object(doc, f"/{name}", null_ok=False)
 
-    # free-form JSON stored as given: /server_info in, its resolved args out (provenance, runs.resolved_args)
-    def resolved_args(self, infos: Mapping[str, Any]) -> dict[str, Any]:
+    def resolved_args(self, infos: Mapping[str, JsonValue]) -> dict[str, JsonValue]:
         si = infos.get("server_info")
         if not isinstance(si, dict):
             return {}
@@ -350,8 +350,8 @@ class SGLangEngine(Engine):
             out[RESOLVED_CAP_KEY] = cap.value
         return out
 
-    # free-form JSON stored as given: the info documents (/server_info, /model_info bodies) as polled
-    def concurrency_cap(self, infos: Mapping[str, Any], log_lines: Sequence[str] = ()) -> Optional[ConcurrencyCap]:
+    def concurrency_cap(self, infos: Mapping[str, JsonValue],
+                        log_lines: Sequence[str] = ()) -> Optional[ConcurrencyCap]:
         """server_info's scheduler figure (which on 0.5.23 already includes the Mamba state-slot cap), lowered to and
         explained by the log's state-slot line where it is lower or the figure is missing (older releases)."""
         cap = concurrency_cap_from_server_info(infos.get("server_info"))
@@ -395,7 +395,6 @@ _SPEC_KEYS = {
 }
 
 
-# free-form JSON stored as given: the request body SGLang's endpoints take, sent as built
 def sglang_request_body(
     api: str,
     prompt: Prompt,
@@ -404,10 +403,10 @@ def sglang_request_body(
     temperature: float,
     model_name: str,
     rid: Optional[str] = None,
-) -> tuple[str, dict[str, Any]]:
+) -> tuple[str, dict[str, JsonValue]]:
     """Path and JSON body of a streaming request to SGLang's native /generate or its OpenAI endpoints."""
     if api == "native":
-        body: dict[str, Any] = {
+        body: dict[str, JsonValue] = {
             "sampling_params": {"max_new_tokens": max_tokens, "temperature": temperature, "ignore_eos": ignore_eos},
             "stream": True,
         }
@@ -418,7 +417,7 @@ def sglang_request_body(
         if rid:
             body["rid"] = rid
         return "/generate", body
-    common: dict[str, Any] = {
+    common: dict[str, JsonValue] = {
         "model": model_name,
         "max_tokens": max_tokens,
         "temperature": temperature,
@@ -440,8 +439,7 @@ def sglang_request_body(
     return "/v1/completions", common
 
 
-# free-form JSON stored as given: the request body SGLang's endpoints take, sent as built
-def encode_request(path: str, body: Mapping[str, Any], headers: Mapping[str, str] = {}) -> HttpRequest:
+def encode_request(path: str, body: JsonObject, headers: Mapping[str, str] = {}) -> HttpRequest:
     return HttpRequest(path, json.dumps(body, separators=(",", ":")).encode(), dict(headers))
 
 

@@ -7,14 +7,14 @@ import re
 from typing import Any, Mapping, Optional, Sequence
 
 from cluster.engines.answer_fields import as_object, count_field, list_field, str_field
+from cluster.input_files import JsonObject, JsonValue
 from cluster.engines.base import ConcurrencyCap
 
 SERVER_INFO_KEYS = ("version", "internal_states", "max_running_requests", "speculative_algorithm")
 """Top-level /server_info keys this tool reads (the resolved server args are the rest of the document)."""
 
 
-# free-form JSON stored as given: a /server_info body
-def server_info_summary(doc: Mapping[str, Any]) -> dict[str, Any]:
+def server_info_summary(doc: JsonObject) -> dict[str, JsonValue]:
     """The few resolved values a run records up front, from a /server_info document (missing → None)."""
     states = doc.get("internal_states")
     first = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
@@ -43,8 +43,7 @@ RESOLVED_CAP_KEY = "effective_max_running_requests"
 """Key under which resolved_args() records the scheduler's cap (summed over DP ranks) beside the server args."""
 
 
-# free-form JSON stored as given: a /server_info body
-def check_server_info(doc: Any) -> Mapping[str, Any]:
+def check_server_info(doc: JsonValue) -> JsonObject:
     """A /server_info document whose fields sglbench reads have SGLang 0.5.23's types (a MalformedAnswerError
     names the first that does not): version a string, the running-request caps and speculative step counts
     non-negative integers or null, internal_states a list of objects."""

@@ -7,6 +7,7 @@ import re
 from typing import Any, Mapping, Optional
 
 from cluster.engines.answer_fields import as_object, count_field, list_field, str_field
+from cluster.input_files import JsonValue
 from cluster.engines.base import Engine, HttpRequest, Prompt, StreamParser, category_headers
 from cluster.engines.prometheus import parse_prometheus, sum_metric
 from cluster.engines.sglang import encode_request, render_args, sglang_request_body
@@ -34,8 +35,7 @@ DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
 _POS_KEY = re.compile(r"^accepted_pos_(\d+)$")
 
 
-# free-form JSON stored as given: vLLM's --speculative-config value, sent as one JSON argv word
-def speculative_config(sp: SpecDecode) -> dict[str, Any]:
+def speculative_config(sp: SpecDecode) -> dict[str, JsonValue]:
     """vLLM's --speculative-config for one speculative variant (k = num_steps speculative tokens)."""
     k = sp.num_steps
     alg = sp.algorithm
@@ -140,9 +140,8 @@ class VLLMEngine(Engine):
             str_field(d, "version", w)
         return d
 
-    # free-form JSON stored as given: /v1/models and /version in, their figures out (provenance, runs.resolved_args)
-    def resolved_args(self, infos: Mapping[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def resolved_args(self, infos: Mapping[str, JsonValue]) -> dict[str, JsonValue]:
+        out: dict[str, JsonValue] = {}
         models = infos.get("models")
         if isinstance(models, dict) and isinstance(models.get("data"), list) and models["data"]:
             first = models["data"][0]

@@ -9,6 +9,7 @@ from typing import Any, Mapping, Optional, Protocol, Sequence, runtime_checkable
 
 from cluster.config.engines import EngineLauncher
 from cluster.engines.base import HttpRequest, LaunchCommand
+from cluster.input_files import JsonValue
 from cluster.kernel.runs import ResolvedVariant
 from cluster.server.process import http_get_json
 from cluster.telemetry.recorder import DeviceSampler
@@ -69,9 +70,8 @@ class ServerInfoSource(Protocol):
         """An info document as polled, the fields sglbench reads from it type-checked (MalformedAnswerError)."""
         ...
 
-    def resolved_args(self, infos: Mapping[str, Any]
-                      ) -> dict[str, Any]:  # free-form JSON stored as given: the server's resolved args
-        """The resolved server args read from the recorded info documents."""
+    def resolved_args(self, infos: Mapping[str, JsonValue]) -> dict[str, JsonValue]:
+        """The resolved server args read from the recorded info documents (stored as given: runs.resolved_args)."""
         ...
 
 
@@ -94,10 +94,10 @@ class ServerInstruments(Protocol):
 
 
 def read_infos(source: ServerInfoSource, base_url: str, version: Optional[str],
-               timeout_s: float = 10.0) -> dict[str, Any]:  # free-form JSON stored as given: /server_info and friends
+               timeout_s: float = 10.0) -> dict[str, JsonValue]:
     """Every info document the engine names, as parsed by it; one that cannot be read is recorded as
     {"error": why}, never fatal (an info endpoint missing is evidence, not a failed start)."""
-    infos: dict[str, Any] = {}
+    infos: dict[str, JsonValue] = {}
     for name, path in source.info_paths(version).items():
         try:
             infos[name] = source.parse_info(name, http_get_json(base_url + path, timeout_s=timeout_s,
