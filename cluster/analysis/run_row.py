@@ -269,8 +269,8 @@ def build_run_row(p: RunPlan, out: MeasuredWindow, server: ServerFacts, segment:
     output_sample["judged"] = spec.correctness.check_output_samples
     provenance = _provenance(p, spec, server, segment, git_sha, out.peak_buffered_rows)
     provenance["concurrency"] = asdict(concurrency)
-    telemetry: dict[str, object] = out.telemetry.provenance() if out.telemetry is not None else {"source": None, "unavailable":
-                                                                             "telemetry disabled or not captured"}
+    telemetry: dict[str, object] = dict(out.telemetry.provenance()) if out.telemetry is not None else {
+        "source": None, "unavailable": "telemetry disabled or not captured"}
     telemetry["throttle_reasons"] = throttle_summary(out.gpu_metrics, out.duration_s)
     provenance["telemetry"] = telemetry
     provenance["output_sample"] = output_sample

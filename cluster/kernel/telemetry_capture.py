@@ -4,11 +4,20 @@ samples with absolute monotonic t_ns, and how sampling went. Carried by the meas
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, TypedDict
 
 import pyarrow as pa
 
 from cluster.kernel.records import GPU_METRICS_BATCH_SCHEMA
+
+
+class TelemetryProvenance(TypedDict):
+    source: str
+    rate_hz: float
+    samples: int
+    errors: int
+    error: Optional[str]
+    unavailable: Optional[str]
 
 
 @dataclass(frozen=True)
@@ -32,6 +41,7 @@ class TelemetryCapture:
         rel = pa.array([x - window_start_monotonic_ns for x in t.column("t_ns").to_pylist()], pa.int64())
         return t.set_column(t.schema.get_field_index("t_ns"), GPU_METRICS_BATCH_SCHEMA.field("t_ns"), rel)
 
-    def provenance(self) -> dict[str, object]:
+    def provenance(self) -> TelemetryProvenance:
+        """How sampling went, as provenance_json["telemetry"] holds it."""
         return {"source": self.source, "rate_hz": self.rate_hz, "samples": self.samples.num_rows,
                 "errors": self.errors, "error": self.error, "unavailable": self.unavailable}
