@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import math
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import matplotlib
 
@@ -16,8 +16,11 @@ from matplotlib.figure import Figure  # noqa: E402
 
 DPI = 110
 
+Rgba = tuple[float, float, float, float]
+"""A matplotlib colour (red, green, blue, alpha in 0..1)."""
 
-def variant_colors(variants: Sequence[str]) -> dict[str, tuple[float, float, float, float]]:
+
+def variant_colors(variants: Sequence[str]) -> dict[str, Rgba]:
     """One stable colour per variant (plan order), shared by every figure."""
     cmap = plt.get_cmap("tab10")
     return {v: cmap(i % 10) for i, v in enumerate(variants)}
@@ -52,7 +55,7 @@ def _load_label(kind: str) -> str:
     return "concurrency (requests in flight)" if kind == "concurrency" else "request rate (req/s)"
 
 
-def throughput_plot(ci: pd.DataFrame, title: str, labels: dict[str, str], colors: dict[str, Any]) -> bytes:
+def throughput_plot(ci: pd.DataFrame, title: str, labels: dict[str, str], colors: Mapping[str, Rgba]) -> bytes:
     """Output tok/s vs load per variant, with its 95% CI as a band. ci: one workload and load kind."""
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
     for v, g in ci.groupby("variant", sort=False):
@@ -78,7 +81,7 @@ def throughput_plot(ci: pd.DataFrame, title: str, labels: dict[str, str], colors
 
 
 def cdf_plot(per_point: list[tuple[str, dict[str, np.ndarray]]], metric: str, unit: str, title: str,
-             labels: dict[str, str], colors: dict[str, Any]) -> bytes:
+             labels: dict[str, str], colors: Mapping[str, Rgba]) -> bytes:
     """Empirical CDFs (requests pooled over ok repeats) of one latency, one panel per load point."""
     n = len(per_point)
     cols = min(n, 3)
@@ -134,7 +137,7 @@ def accept_hist_plot(by_depth: list[tuple[int, str, np.ndarray, float]], title: 
 
 
 def speedup_plot(ci: pd.DataFrame, column: str, what: str, title: str, labels: dict[str, str],
-                 colors: dict[str, Any]) -> bytes:
+                 colors: Mapping[str, Rgba]) -> bytes:
     """Speedup over the baseline vs load with 95% CI error bars; hollow markers = not significant."""
     fig, ax = plt.subplots(figsize=(7.5, 4.4))
     others = ci[~ci["is_baseline"].astype(bool)]
@@ -178,7 +181,7 @@ def speedup_legend(verdicts: set[str]) -> str:
     return "; ".join(text for text, present in keys if present)
 
 
-def bandwidth_plot(rows: pd.DataFrame, title: str, colors: dict[str, Any], at: str = "batch 1") -> bytes:
+def bandwidth_plot(rows: pd.DataFrame, title: str, colors: Mapping[str, Rgba], at: str = "batch 1") -> bytes:
     """% of the memory-bandwidth bound per variant at the lowest concurrency measured (`at` says which), bars and
     the 100% line."""
     fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(rows) + 2), 4.0))
@@ -206,7 +209,7 @@ def pareto_front(x: Sequence[float], y: Sequence[float], x_higher: bool = True, 
     return sorted(front, key=lambda i: float(x[i]))
 
 
-def pareto_plot(points: pd.DataFrame, title: str, labels: dict[str, str], colors: dict[str, Any]) -> bytes:
+def pareto_plot(points: pd.DataFrame, title: str, labels: dict[str, str], colors: Mapping[str, Rgba]) -> bytes:
     """Output tok/s per GPU against per-user tok/s (left) and against TTFT p99 (right), every load point of every
     variant a dot (annotated with its load), each variant's Pareto frontier a line. points: variant, load_value,
     tok_s_per_gpu, per_user_tok_s, ttft_ms_p99."""
@@ -241,7 +244,7 @@ def pooled(arrays: Sequence[Optional[np.ndarray]]) -> np.ndarray:
 
 
 def telemetry_plot(per_point: list[tuple[str, dict[str, pd.DataFrame]]], title: str, labels: dict[str, str],
-                   colors: dict[str, Any]) -> bytes:
+                   colors: Mapping[str, Rgba]) -> bytes:
     """Power (all the server's GPUs) and mean SM clock over the window, per variant (its first ok repeat), one
     column per load point. Frames: t_s, power_w, sm_clock_mhz (summed / averaged over GPUs per sample time)."""
     n = len(per_point)
