@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from cluster.analysis.engine_facts import EngineFacts
 from cluster.version import __version__
-from cluster.dataset.run_facts import SegmentFacts, ServerFacts
+from cluster.kernel.run_facts import SegmentFacts, ServerFacts
 from cluster.kernel.window import MeasuredWindow
 from cluster.kernel.run_row import RunRow, RunStatus
 from cluster.kernel.runs import RunPlan

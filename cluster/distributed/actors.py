@@ -16,7 +16,7 @@ import ray
 from cluster.version import __version__
 from cluster.engines.base import api_key_of
 from cluster.engines.registry import get_engine
-from cluster.dataset.run_facts import ServerFacts
+from cluster.kernel.run_facts import ServerFacts
 from cluster.config.secrets import redact_argv, redact_env, scrub, scrub_file, scrub_text, secret_values
 from cluster.loadgen.eval import during_window
 from cluster.kernel.eval_task import EvalAnswer, EvalItem

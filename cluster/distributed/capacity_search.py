@@ -8,7 +8,7 @@ from typing import Callable, Iterator, Optional
 
 from cluster.config.experiment import ExperimentSpec
 from cluster.config.workload import WorkloadSpec
-from cluster.dataset.run_facts import ServerFacts
+from cluster.kernel.run_facts import ServerFacts
 from cluster.analysis.run_row import reported_cap
 from cluster.dataset.store import DatasetStore
 from cluster.distributed.run_records import Death, ExperimentResult

@@ -20,7 +20,7 @@ from cluster.config.experiment import ExperimentSpec
 from cluster.config.locations import check_ray_address
 from cluster.config.repeats import RepeatsUntil
 from cluster.config.secrets import masked_spec_json
-from cluster.dataset.run_facts import SegmentFacts
+from cluster.kernel.run_facts import SegmentFacts
 from cluster.dataset.store import DatasetStore
 from cluster.distributed.capacity_search import CapacitySearches
 from cluster.distributed.cluster_state import gpu_nodes
@@ -118,7 +118,7 @@ class Driver:
     def _run(self) -> ExperimentResult:
         plans = self._plans()
         nodes = gpu_nodes()
-        node_gpus = [n["gpus"] for n in nodes]
+        node_gpus = [n.gpus for n in nodes]
         gpn = max(node_gpus, default=0)
         variants = expand_variants(self.spec)
         res = [reservation(v.name, v.tp, self.spec.isolation, gpn, LOAD_ACTOR_CPUS) for v in variants]

@@ -11,7 +11,7 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from cluster.analysis.accuracy import describe, eval_table, wilson
 from cluster.config.experiment import ExperimentSpec
-from cluster.dataset.run_facts import GateVerdict, ServerFacts
+from cluster.kernel.run_facts import GateVerdict, ServerFacts
 from cluster.dataset.store import DatasetStore
 from cluster.distributed.gate_stage import gate_key
 from cluster.distributed.handles import LoadHandle

@@ -12,7 +12,7 @@ from typing import Callable, Optional
 from ray.exceptions import RayActorError, RayTaskError
 
 from cluster.config.experiment import ExperimentSpec
-from cluster.dataset.run_facts import GateVerdict, ServerFacts
+from cluster.kernel.run_facts import GateVerdict, ServerFacts
 from cluster.dataset.store import DatasetStore
 from cluster.distributed.handles import LoadHandle
 from cluster.distributed.run_records import error_text

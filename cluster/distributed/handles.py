@@ -12,7 +12,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.placement_group import PlacementGroup
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from cluster.dataset.run_facts import ServerFacts
+from cluster.kernel.run_facts import ServerFacts
 from cluster.distributed.actors import (EngineActor, EngineActorImpl, LoadActor, LoadActorImpl, LoadMessage, Prepared,
                                         StopResult)
 from cluster.engines.base import api_key_of

@@ -14,7 +14,7 @@ from ray.util.placement_group import PlacementGroup
 
 from cluster.analysis.request_metrics import requests_lag
 from cluster.config.experiment import ExperimentSpec
-from cluster.dataset.run_facts import SegmentFacts, ServerFacts
+from cluster.kernel.run_facts import SegmentFacts, ServerFacts
 from cluster.analysis.run_row import build_run_row, failed_run_row
 from cluster.kernel.run_row import RunRow
 from cluster.dataset.store import DatasetStore

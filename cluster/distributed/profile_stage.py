@@ -8,7 +8,7 @@ from typing import Callable
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from cluster.config.experiment import ExperimentSpec
-from cluster.dataset.run_facts import ServerFacts
+from cluster.kernel.run_facts import ServerFacts
 from cluster.dataset.store import DatasetStore
 from cluster.distributed.gate_stage import gate_key
 from cluster.distributed.handles import EngineHandle, LoadHandle

@@ -9,7 +9,7 @@ from typing import Callable, Optional
 from ray.exceptions import RayTaskError
 
 from cluster.config.experiment import ExperimentSpec
-from cluster.dataset.run_facts import SegmentFacts, ServerFacts, ServerRecord
+from cluster.kernel.run_facts import SegmentFacts, ServerFacts, ServerRecord
 from cluster.analysis.run_row import failed_run_row
 from cluster.dataset.store import DatasetStore
 from cluster.distributed.progress import PointFinished, ProgressEvent

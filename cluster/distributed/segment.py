@@ -13,7 +13,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.util.placement_group import PlacementGroup, placement_group
 
 from cluster.config.experiment import ExperimentSpec
-from cluster.dataset.run_facts import GateVerdict, SegmentFacts, ServerRecord
+from cluster.kernel.run_facts import GateVerdict, SegmentFacts, ServerRecord
 from cluster.distributed.capacity_search import CapacitySearches
 from cluster.distributed.eval_stage import EvalStage
 from cluster.distributed.gate_stage import GateStage

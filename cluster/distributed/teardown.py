@@ -10,7 +10,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.placement_group import PlacementGroup, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from cluster.dataset.run_facts import ServerFacts
+from cluster.kernel.run_facts import ServerFacts
 from cluster.distributed.actors import cleanup_task
 from cluster.distributed.handles import EngineHandle, LoadHandle
 

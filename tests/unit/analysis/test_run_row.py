@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from cluster.kernel.records import CHUNK_BATCH_SCHEMA, REQUEST_BATCH_SCHEMA
-from cluster.dataset.run_facts import GateVerdict, SegmentFacts, ServerFacts, ServerRecord
+from cluster.kernel.run_facts import GateVerdict, SegmentFacts, ServerFacts, ServerRecord
 from cluster.kernel.window import MeasuredWindow
 from cluster.analysis.run_row import build_run_row, failed_run_row
 from cluster.dataset.store import DatasetStore

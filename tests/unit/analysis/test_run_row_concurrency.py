@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_run_row import SEGMENT, SERVER, _window  # noqa: E402
 
 from cluster.analysis.run_row import build_run_row, offered_concurrency  # noqa: E402
-from cluster.dataset.run_facts import ServerFacts
+from cluster.kernel.run_facts import ServerFacts
 from cluster.kernel.window import MeasuredWindow  # noqa: E402
 from cluster.loadgen.server_metrics import SERVER_METRICS_BATCH_SCHEMA  # noqa: E402
 from cluster.plan.runs import make_plan

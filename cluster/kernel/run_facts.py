@@ -1,8 +1,10 @@
-"""Typed facts a `runs` row is built from: server start, segment, gate verdict (the window: kernel/window.py).
+"""Typed facts a `runs` row is built from: a server start, its segment, the gate's verdict (the measured window is
+kernel/window.py).
 
-Why here: the runs row built from them (analysis/run_row.py) is what every fact ends up in, and both producers (the
-Ray actors and driver in `distributed/`) already import `dataset/`; a Ray-free, HTTP-free module both sides import
-keeps the boundary typed without a cycle (`server/` stays the process mechanics, `loadgen/` the HTTP client).
+Why the kernel: the Ray actors and the driver (distributed/) produce them and the runs row's builder
+(analysis/run_row.py) reads them; a Ray-free, HTTP-free record both sides import keeps the boundary typed without a
+cycle (`server/` stays the process mechanics, `loadgen/` the HTTP client), and the dataset, which stores the row,
+needs none of them.
 """
 
 from __future__ import annotations
