@@ -12,6 +12,7 @@ from rich.markup import escape
 from cluster.errors import SglbenchError
 from rich.table import Table
 
+from cluster.commands.cross_output import cross_table, print_cross
 from cluster.commands.result_tables import (Format, cell_text, clear_errors, console, emit, err_console,
                                             table_or_exit)
 from cluster.commands.terminal import print_table
@@ -269,51 +270,6 @@ def print_resolved_differences(results: Results) -> None:
                       f"what the spec declares: {items}", highlight=False, soft_wrap=True)
 
 
-def _cross(base: Results, new: Results, n_boot: int, seed: int) -> pd.DataFrame:
-    from cluster.analysis.cross_experiment import compare_experiments
-
-    with clear_errors():
-        return compare_experiments(base, new, n_boot=n_boot, seed=seed)
-
-
-def print_cross(base: Results, new: Results, fmt_name: str, n_boot: int, seed: int) -> None:
-    """Render compare_experiments: one table per workload and load point, a row per variant and metric."""
-    from cluster.kernel import stats
-    from cluster.analysis.comparison import format_speedup, point_label
-    from cluster.analysis.cross_experiment import CROSS_METRICS
-
-    fmt = Format(fmt_name)
-    df = _cross(base, new, n_boot, seed)
-    if fmt is not Format.table:
-        emit(df, fmt)
-        return
-    from rich import box
-
-    labels = {"output_tok_s": "tok/s", "tpot_ms_mean": "TPOT ms", "ttft_ms_p99": "TTFT99 ms"}
-    same_root = base.root == new.root
-    a = base.experiment if same_root else f"{base.root}:{base.experiment}"
-    b = new.experiment if same_root else f"{new.root}:{new.experiment}"
-    console.print(f"BASE = {a} (commit {df.attrs['base_sha']}), NEW = {b} (commit {df.attrs['new_sha']}). "
-                  "NEW/BASE > 1 means NEW is better (for latencies it is BASE/NEW); 95% intervals; verdicts after "
-                  "Holm correction over the whole comparison (n.s. = no significant difference; 1 rep = a side "
-                  "has one repeat, so no interval); reps = ok repeats BASE/NEW.", highlight=False)
-    for (wl, kind, value), part in df.groupby(["workload", "load_kind", "load_value"], sort=True):
-        load = point_label(kind, value)
-        t = Table(title=f"{wl} ({part['input_tokens'].iloc[0]}→{part['output_tokens'].iloc[0]} tokens), {load}",
-                  box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
-        for col in ("variant", "metric", "reps", "BASE", "NEW", "NEW/BASE [95% CI]", "verdict"):
-            t.add_column(col, justify="left" if col in ("variant", "metric", "verdict") else "right")
-        short = {stats.VERDICT_NO_DIFFERENCE: "n.s.", stats.VERDICT_INSUFFICIENT: "1 rep"}
-        for r in part.to_dict("records"):
-            for name, _ in CROSS_METRICS:
-                ratio = format_speedup(r[f"{name}_ratio"], r[f"{name}_ratio_lo"], r[f"{name}_ratio_hi"], "")
-                t.add_row(r["variant"], labels[name], r[f"{name}_repeats"], cell_text(r[f"{name}_base"]),
-                          cell_text(r[f"{name}_new"]), ratio, short.get(r[f"{name}_verdict"], r[f"{name}_verdict"]))
-        console.print(t)
-    for line in df.attrs["unmatched"]:
-        console.print(f"[yellow]not compared[/] {line}", highlight=False, soft_wrap=True)
-
-
 @results_app.command("regress")
 def regress_cmd(
     base: str = typer.Argument(..., help="Baseline experiment (under --root)."),
@@ -331,7 +287,7 @@ def regress_cmd(
     from cluster.errors import UserError
 
     limit = parse_fraction(max_slowdown)
-    df = _cross(*_open_pair(root, base, new_root or root, new), n_boot, seed)
+    df = cross_table(*_open_pair(root, base, new_root or root, new), n_boot, seed)
     found = regressions(df, limit)
     open_cells = undecided(df)
     total = len(df) * 3
