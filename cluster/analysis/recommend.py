@@ -89,6 +89,7 @@ class Recommendation:
     speedup_hi: float
     gate: str
     vouched: bool
+    """Whether every run at the point is vouched for (no variant there carries an unvouched flag)."""
     metric: str
     notes: tuple[str, ...]
 
@@ -127,17 +128,20 @@ def _ties(r: Evidence, best: Evidence) -> bool:
     return best.speedup_lo <= r.speedup <= best.speedup_hi
 
 
-def _answer(base: Evidence, chosen: Optional[Evidence], because: str, notes: list[str],
-            metric: str) -> Recommendation:
-    pick = chosen if chosen is not None else None
-    nan = math.nan
-    serve_base = pick is not None and pick.is_baseline
-    return Recommendation(
-        base.workload, base.load_kind, base.load_value, pick.variant if pick else None,
-        pick.depth if pick else None, because,
-        1.0 if serve_base else (pick.speedup if pick else nan),
-        nan if serve_base or pick is None else pick.speedup_lo, nan if serve_base or pick is None else pick.speedup_hi,
-        gate_text(pick) if pick else "-", pick is not None, metric, tuple(notes))
+def _answer(rows: Sequence[Evidence], pick: Optional[Evidence], because: str, notes: list[str]) -> Recommendation:
+    """The Recommendation at the point of `rows`: serve `pick` (None: nothing chosen) because ..."""
+    first, nan = rows[0], math.nan
+    vouched = not any(r.unvouched for r in rows)
+    metric = next((r.metric for r in rows if r.is_baseline), first.metric)
+    if pick is None:
+        return Recommendation(first.workload, first.load_kind, first.load_value, None, None, because, nan, nan, nan,
+                              "-", vouched, metric, tuple(notes))
+    if pick.is_baseline:  # the baseline against itself: 1.0 by definition, no interval
+        ratio = (1.0, nan, nan)
+    else:
+        ratio = (pick.speedup, pick.speedup_lo, pick.speedup_hi)
+    return Recommendation(first.workload, first.load_kind, first.load_value, pick.variant, pick.depth, because,
+                          *ratio, gate_text(pick), vouched, metric, tuple(notes))
 
 
 def recommend_point(rows: Sequence[Evidence]) -> Recommendation:
@@ -146,17 +150,14 @@ def recommend_point(rows: Sequence[Evidence]) -> Recommendation:
     first = rows[0]
     where = load_text(first.load_kind, first.load_value)
     if base is None:
-        return Recommendation(first.workload, first.load_kind, first.load_value, None, None,
-                              f"no baseline ran at {where}: nothing to compare against", math.nan, math.nan,
-                              math.nan, "-", False, first.metric, ())
-    metric = base.metric
+        return _answer(rows, None, f"no baseline ran at {where}: nothing to compare against", [])
     if base.unvouched:
-        return _answer(base, None, f"the baseline is not vouched for here: {'; '.join(base.unvouched)}", [], metric)
+        return _answer(rows, None, f"the baseline is not vouched for here: {'; '.join(base.unvouched)}", [])
     if base.n_ok < MIN_REPEATS:
-        return _answer(base, None, f"the baseline has {base.n_ok} ok repeat(s): no interval (needs "
-                       f"{MIN_REPEATS}+ repeats)", [], metric)
+        return _answer(rows, None, f"the baseline has {base.n_ok} ok repeat(s): no interval (needs "
+                       f"{MIN_REPEATS}+ repeats)", [])
     if base.gate_passed is False:  # the reference answers are its own: a failed baseline gate voids every claim
-        return _answer(base, None, f"the baseline failed the correctness gate: {base.gate_reasons}", [], metric)
+        return _answer(rows, None, f"the baseline failed the correctness gate: {base.gate_reasons}", [])
     others = [r for r in rows if not r.is_baseline]
     # saturation is evidence, not a veto: the point's figures stand, the reader learns the server queues there
     notes = [f"{r.variant} is saturated at {where}: {r.saturated}" for r in rows if r.saturated]
@@ -165,7 +166,7 @@ def recommend_point(rows: Sequence[Evidence]) -> Recommendation:
     others = [r for r in others if r.gate_passed is not False]
     unjudged = [why for why in map(_unjudged, others) if why is not None]
     if unjudged:
-        return _answer(base, None, "; ".join(unjudged) + ": a choice here would ignore it", notes, metric)
+        return _answer(rows, None, "; ".join(unjudged) + ": a choice here would ignore it", notes)
     usable = others
     slower = [r for r in usable if r.verdict == stats.VERDICT_SLOWER]
     for r in slower:
@@ -174,29 +175,29 @@ def recommend_point(rows: Sequence[Evidence]) -> Recommendation:
     faster = [r for r in usable if r.verdict == stats.VERDICT_FASTER]
     if not faster:
         if not others:
-            return _answer(base, base, "no other variant passed the gate here" if notes else
-                           "the baseline is the only variant here", notes, metric)
+            return _answer(rows, base, "no other variant passed the gate here" if notes else
+                           "the baseline is the only variant here", notes)
         unclear = [r for r in usable if r.verdict != stats.VERDICT_SLOWER]
         if unclear:
             names = ", ".join(f"{r.variant} {ratio_text(r)}" for r in unclear)
-            return _answer(base, None, f"no variant differs from the baseline beyond its 95% interval ({names}): "
-                           "the intervals overlap 1.0, so the data does not tell them apart", notes, metric)
-        return _answer(base, base, "every variant is significantly slower than the baseline here", notes, metric)
+            return _answer(rows, None, f"no variant differs from the baseline beyond its 95% interval ({names}): "
+                           "the intervals overlap 1.0, so the data does not tell them apart", notes)
+        return _answer(rows, base, "every variant is significantly slower than the baseline here", notes)
     best = max(faster, key=lambda r: r.speedup)
     tied = [r for r in faster if r is best or _ties(r, best)]
     if len(tied) == 1:
-        return _answer(base, best, f"{best.variant} is {ratio_text(best)} the baseline, significantly faster",
-                       notes, metric)
+        return _answer(rows, best, f"{best.variant} is {ratio_text(best)} the baseline, significantly faster",
+                       notes)
     listed = ", ".join(f"{r.variant} {ratio_text(r)}" for r in tied)
     if all(r.depth is not None for r in tied):
         pick = min(tied, key=lambda r: (r.depth or 0, -r.speedup))
         notes.insert(0, f"tie within {best.variant}'s 95% interval ({listed}): the smaller depth, {pick.variant}, "
                         "is served (the same speed for fewer draft tokens)")
-        return _answer(base, pick, f"{pick.variant} is {ratio_text(pick)} the baseline, significantly faster; "
+        return _answer(rows, pick, f"{pick.variant} is {ratio_text(pick)} the baseline, significantly faster; "
                        f"tied with {', '.join(r.variant for r in tied if r is not pick)} (smaller depth chosen)",
-                       notes, metric)
-    return _answer(base, None, f"{listed} are all significantly faster than the baseline and tie within the best's "
-                   "95% interval: the data does not tell them apart", notes, metric)
+                       notes)
+    return _answer(rows, None, f"{listed} are all significantly faster than the baseline and tie within the best's "
+                   "95% interval: the data does not tell them apart", notes)
 
 
 def recommend(evidence: Sequence[Evidence]) -> list[Recommendation]:

@@ -29,7 +29,7 @@ def recommend_view(rec: Recommendations) -> pd.DataFrame:
         "serve": [r.serve if r.serve is not None else "nothing chosen" for r in rec.points],
         "vs baseline [95% CI]": [_speedup_text(r) for r in rec.points],
         "gate": [r.gate for r in rec.points],
-        "vouched": ["yes" if r.vouched else "-" for r in rec.points],
+        "vouched": ["yes" if r.vouched else "no" for r in rec.points],
         "throughput": [r.metric.replace(" output tok/s", "") for r in rec.points],
         "why": [r.because for r in rec.points],
     })

@@ -72,7 +72,7 @@ def test_one_clear_winner_is_served_without_a_tie_note() -> None:
 
 def test_one_repeat_chooses_nothing_and_says_why() -> None:
     r = recommend_point([base(n_ok=1), ev("nextn-1", 1.3, NAN, NAN, "insufficient repeats", depth=1, n_ok=1)])
-    assert r.serve is None and not r.vouched
+    assert r.serve is None and r.vouched  # its runs are fine, only too few
     assert r.because == "the baseline has 1 ok repeat(s): no interval (needs 2+ repeats)"
     r = recommend_point([base(), ev("nextn-1", 1.3, NAN, NAN, "insufficient repeats", depth=1, n_ok=1)])
     assert r.serve is None and "nextn-1 has 1 ok repeat(s): no interval (needs 2+)" in r.because
@@ -92,7 +92,7 @@ def test_an_unvouched_run_blocks_the_point_it_would_otherwise_decide() -> None:
     throttled = ("repeat 1: GPUs throttled (thermal or power clock-event reasons) on 40% of the window's samples",)
     r = recommend_point([base(), ev("nextn-1", 1.3, 1.2, 1.4, VERDICT_FASTER, depth=1),
                          ev("tuned", 1.6, 1.5, 1.7, VERDICT_FASTER, unvouched=throttled)])
-    assert r.serve is None
+    assert r.serve is None and not r.vouched
     assert r.because == f"tuned is not vouched for here: {throttled[0]}: a choice here would ignore it"
     r = recommend_point([base(unvouched=("repeat 0 invalid: client lag p99 85 ms exceeds 50 ms",)),
                          ev("nextn-1", 1.3, 1.2, 1.4, VERDICT_FASTER, depth=1)])
