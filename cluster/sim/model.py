@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from cluster.config.sim_knobs import Knobs
 from cluster.engines.sim_launch import SpecParams
+from cluster.input_files import JsonValue
 
 EOS_ID = 0
 OK_ID = 1
@@ -202,7 +203,7 @@ class SimRequest:
     def target(self) -> int:
         return len(self.out_ids)
 
-    def finish_reason(self) -> Optional[dict[str, Any]]:
+    def finish_reason(self) -> Optional[dict[str, JsonValue]]:
         if not self.finished:
             return None
         if self.stops_on_eos:

@@ -16,7 +16,9 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
+
+from cluster.input_files import JsonObject, JsonValue
 
 SIM_KERNELS: tuple[tuple[str, float], ...] = (
     ("fused_moe_kernel", 0.48),
@@ -40,7 +42,7 @@ class SimProfiler:
         self.steps: list[tuple[float, float, int]] = []
         """(start wall s, duration s, batch) of each recorded step."""
 
-    def start(self, body: dict[str, Any]) -> Optional[str]:
+    def start(self, body: JsonObject) -> Optional[str]:
         """Start recording; the error message SGLang would give, or None."""
         if self.active:
             return ALREADY
@@ -48,7 +50,12 @@ class SimProfiler:
         self.output_dir = Path(str(out)).expanduser()
         self.profile_id = str(body.get("profile_id") or time.time())
         n = body.get("num_steps")
-        self.num_steps = int(n) if n else None
+        if not n:
+            self.num_steps = None
+        elif isinstance(n, (int, float, str)):
+            self.num_steps = int(n)
+        else:
+            raise TypeError(f"int() argument must be a string or a number, not '{type(n).__name__}'")  # as int(n)
         self.steps = []
         self.active = True
         return None
@@ -67,7 +74,7 @@ class SimProfiler:
         self.active = False
         self.output_dir.mkdir(parents=True, exist_ok=True)
         for rank in range(self.tp_size):
-            events: list[dict[str, Any]] = []
+            events: list[dict[str, JsonValue]] = []
             for start_s, dur_s, batch in self.steps:
                 t_us = start_s * 1e6
                 for name, share in SIM_KERNELS:

@@ -25,6 +25,7 @@ from cluster.sim import tuning as sim_tuning
 from cluster.sim.device import SimDevice
 from cluster.sim.profiler import SimProfiler
 from cluster.engines.sglang_flags import unrecognized
+from cluster.input_files import JsonValue
 from cluster.config.secrets import redact_argv
 from cluster.sim.model import Scheduler, SimRequest, effective_max_running_requests
 from cluster.engines.sim_launch import LaunchError, SpecParams, build_parser, resolve_args
@@ -253,8 +254,8 @@ class SimServer:
             "model_type": "sim", "architectures": ["SimulatedForCausalLM"],
         })
 
-    def internal_state(self) -> dict[str, Any]:
-        st = dict(self.args)
+    def internal_state(self) -> dict[str, JsonValue]:
+        st: dict[str, JsonValue] = dict(self.args)
         st.update(world_size=self.args["tp_size"], effective_max_running_requests_per_dp=self.sched.max_running,
                   last_gen_throughput=self.last_gen_throughput,
                   memory_usage={"weight": 0.0, "kvcache": 0.0, "graph": 0.0, "token_capacity": self.knobs.max_total_num_tokens})

@@ -10,10 +10,11 @@ import sys
 import time
 from array import array
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
+from cluster.input_files import JsonObject, JsonValue
 from cluster.sim.model import Scheduler, SimRequest, piece
 from cluster.engines.sim_launch import SpecParams
 
@@ -69,13 +70,13 @@ class ChunkWriter:
             return self._ids[:self._ioff[b]]
         return self._ids[self._ioff[a] + 1:self._ioff[b]]
 
-    def spec_fields(self) -> dict[str, Any]:
+    def spec_fields(self) -> dict[str, JsonValue]:
         """SGLang 0.5.23's per-request speculative keys, in its order (tokenizer_manager
         `_calculate_spec_decoding_metrics`); none before the first verify step."""
         r = self.req
         if self.spec is None or r.spec_verify_ct == 0:
             return {}
-        out: dict[str, Any] = {
+        out: dict[str, JsonValue] = {
             "spec_accept_rate": r.spec_num_correct_drafts / max(1, r.spec_num_proposed_drafts),
             "spec_accept_length": r.generated / r.spec_verify_ct,
             "spec_num_correct_drafts": r.spec_num_correct_drafts,
@@ -107,12 +108,12 @@ class ChunkWriter:
             self._details_json = f'{{"device":{c},"host":0}}' if c else "null"
         return self._timing
 
-    def meta_info(self, n: int, final: bool, stream: bool = False) -> dict[str, Any]:
+    def meta_info(self, n: int, final: bool, stream: bool = False) -> dict[str, JsonValue]:
         """meta_info with SGLang 0.5.23's keys in its order: the scheduling times on every event; weight_versions,
         e2e_latency and the spec keys on the final one; the request timestamps there with --enable-metrics;
         response_sent_to_client_ts on the first streamed event (and on the final one after it was set)."""
         r = self.req
-        m: dict[str, Any] = {"id": r.rid, "finish_reason": r.finish_reason() if final else None,
+        m: dict[str, JsonValue] = {"id": r.rid, "finish_reason": r.finish_reason() if final else None,
                              "prompt_tokens": r.prompt_tokens, "weight_version": "default", "num_retractions": 0}
         m.update(self._timing_values())
         m.update(reasoning_tokens=0, completion_tokens=n, cached_tokens=r.cached_tokens)
@@ -144,7 +145,7 @@ class ChunkWriter:
             m["response_sent_to_client_ts"] = self._ts(now)
         return m
 
-    def usage(self, n: int) -> dict[str, Any]:
+    def usage(self, n: int) -> dict[str, JsonValue]:
         p = self.req.prompt_tokens
         return {"prompt_tokens": p, "total_tokens": p + n, "completion_tokens": n, "prompt_tokens_details": None,
                 "reasoning_tokens": 0}
@@ -158,7 +159,8 @@ class ChunkWriter:
         fr = self.req.finish_reason()
         if fr is None:
             return None, None
-        return fr["type"], fr.get("matched")
+        kind, matched = fr["type"], fr.get("matched")
+        return str(kind), (matched if isinstance(matched, int) else None)
 
     # -- streaming --
     def head(self) -> list[bytes]:
@@ -213,7 +215,7 @@ class ChunkWriter:
         return out
 
     # -- non-streaming --
-    def final_object(self) -> dict[str, Any]:
+    def final_object(self) -> dict[str, JsonValue]:
         r = self.req
         n = r.generated
         if self.api == "native":
@@ -221,14 +223,14 @@ class ChunkWriter:
         fr, ms = self._oa_finish()
         text = self._text[:self._off[n]]
         if self.api == "chat":
-            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text,
+            choice: dict[str, JsonValue] = {"index": 0, "message": {"role": "assistant", "content": text,
                                                               "reasoning_content": None, "tool_calls": None}}
             obj = "chat.completion"
         else:
             choice = {"index": 0, "text": text}
             obj = "text_completion"
         choice.update(logprobs=None, finish_reason=fr, matched_stop=ms)
-        out: dict[str, Any] = {"id": r.rid, "object": obj, "created": self._created, "model": json.loads(self._model),
+        out: dict[str, JsonValue] = {"id": r.rid, "object": obj, "created": self._created, "model": json.loads(self._model),
                                "choices": [choice], "usage": self.usage(n)}
         details = self.spec_fields()
         if self.spec_details and details:
@@ -236,7 +238,7 @@ class ChunkWriter:
         return out
 
 
-def _sse(obj: Mapping[str, Any]) -> bytes:
+def _sse(obj: JsonObject) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
 
@@ -370,7 +372,7 @@ class Pacer:
         self.late_ns = array("q")
         self.write_ns = array("q")
         self.log: list[dict[str, Any]] = []
-        """Finished streams: rid, first prompt ids, receipt ns, write start ns (an int64 array)."""
+        """Finished streams: rid, first prompt ids, receipt ns, write start ns (an int64 array, not JSON)."""
         self._heap: list[tuple[int, int, PacedStream]] = []
         self._seq = 0
         self._timer: Optional[asyncio.TimerHandle] = None
@@ -475,7 +477,7 @@ class Pacer:
         if not s.done.done():
             s.done.set_result(s.k)
 
-    def request_log(self) -> list[dict[str, Any]]:
+    def request_log(self) -> list[dict[str, JsonValue]]:
         """The per-request write log as JSON-ready dicts."""
         return [{**e, "writes_ns": e["writes_ns"].tolist()} for e in self.log]
 
@@ -484,7 +486,7 @@ class Pacer:
         self.write_ns = array("q")
         self.log = []
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> dict[str, JsonValue]:
         late = np.frombuffer(self.late_ns, dtype=np.int64)
         if not len(late):
             return {"writes": 0}
