@@ -1,5 +1,10 @@
-"""The `runs` table's vocabulary: its columns (RUN_FIELDS, after the KEY_FIELDS every table shares) and the run
-metrics it stores as `m_<name>` float64 columns (RUN_METRIC_NAMES), with the Arrow schema they make (RUNS_SCHEMA).
+"""The `runs` table's vocabulary: the typed row (RunRow, one field per column, after the KEY_FIELDS every table
+shares), the run metrics it stores as `m_<name>` float64 columns (RUN_METRIC_NAMES), and the Arrow schema they make
+(RUN_FIELDS and RUNS_SCHEMA, derived from RunRow's fields).
+
+Adding a runs column is a one-place change: a field of RunRow declared with column(pa.<type>()); the builder
+(cluster/analysis/run_row.py) sets it, the store writes it, readers see it (a runs file written before it reads it
+as null, so RECORD_SCHEMA_VERSION stays).
 
 The metrics are computed and defined in cluster/analysis/metrics.py and gpu_metrics.py (their *_DEFINITIONS, tested
 to cover exactly these names); their names live here, below the dataset, because the dataset stores and checks
