@@ -24,6 +24,7 @@ from cluster.analysis.query import resolve_baseline
 from cluster.analysis.results import Results
 from cluster.analysis.run_row import reported_cap
 from cluster.plan.capacity import CapacityAnswer, CapacitySearch, Probe, answer, clamped, from_spec
+from cluster.plan.saturation import point_of
 from cluster.config.load import SearchSpec
 
 CAPACITY_METHOD = (
@@ -44,7 +45,9 @@ def _repeat_answer(search: CapacitySearch, g: pd.DataFrame) -> tuple[CapacityAns
     """The answer of one repeat's runs and the loads inside the range whose runs were not ok."""
     inside = g[(g["load_value"] >= search.min_load) & (g["load_value"] <= search.max_load)]
     ok = inside[(inside["status"] == "ok") & inside["m_slo_attainment"].notna()]
-    probes = [Probe(float(x), float(a)) for x, a in zip(ok["load_value"], ok["m_slo_attainment"])]
+    probes = [Probe(float(x), float(a), point_of(float(x), [t], [f], [c])) for x, a, t, f, c in  # + figures: saturation
+              zip(ok["load_value"], ok["m_slo_attainment"], ok["m_output_tok_s"], ok["m_ttft_ms_p50"],
+                  ok["m_concurrency_mean"])]
     bad = [f"{float(x):g} {s}" for x, s in zip(inside["load_value"], inside["status"]) if s != "ok"]
     return answer(search, probes), bad
 
@@ -82,7 +85,11 @@ def capacity_table(results: Results, baseline: Optional[str] = None, n_boot: int
                                "per_repeat": json.dumps({str(r): (a.value, a.lowest_miss, s) for (r, (a, _)), s
                                                          in zip(by_repeat.items(), statuses)}),
                                "not_ok_probes": "; ".join(f"repeat {r}: {', '.join(b)}"
-                                                          for r, (_, b) in by_repeat.items() if b)}
+                                                          for r, (_, b) in by_repeat.items() if b),
+                               "saturated": "; ".join(dict.fromkeys(a.saturated for a, _ in by_repeat.values()
+                                                                    if a.saturated)),
+                               "saturated_at": min((a.value for a, _ in by_repeat.values()
+                                                    if a.saturated and a.value is not None), default=math.nan)}
         est = None
         if found and len(found) == len(by_repeat):
             est = stats.run_level_bootstrap(list(found.values()), "mean", n_boot,
@@ -132,6 +139,8 @@ def _answer_text(r: Any) -> str:
         return format_estimate(r.capacity, r.capacity_lo, r.capacity_hi, digits=digits) + unit
     st = r.statuses.split(",")
     n = len(st)
+    if all(s == "at_max" for s in st) and r.saturated:  # the search stopped at a saturated probe
+        return f">= {r.saturated_at:g}{unit} (met where the server saturated, in {n}/{n} repeats: {r.saturated})"
     if all(s == "at_max" for s in st):
         where = "the server's concurrency cap" if r.capped_at_server else "max"
         return f">= {r.max_probed:g}{unit} (met at {where} in {n}/{n} repeats)"

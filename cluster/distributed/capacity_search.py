@@ -12,6 +12,7 @@ from cluster.kernel.run_facts import ServerFacts
 from cluster.analysis.run_row import reported_cap
 from cluster.dataset.store import DatasetStore
 from cluster.distributed.run_records import Death, ExperimentResult
+from cluster.distributed.saturation_stop import recorded_points
 from cluster.kernel.runs import ResolvedVariant, RunPlan
 from cluster.plan.capacity import Outcome, answer, clamped, drive, from_spec, replay
 from cluster.plan.runs import plan_run, search_point
@@ -25,6 +26,7 @@ class CapacitySearches:
         self.spec = spec
         self.result = result
         self.log = log
+        self.store = store
         self.recorded_caps: dict[str, float] = {}
         """variant → the lowest concurrency cap its recorded runs' servers reported (a resumed search's end)."""
         self.recorded = self._recorded_outcomes(store)
@@ -43,7 +45,8 @@ class CapacitySearches:
             if cap is not None:
                 self.recorded_caps[str(v)] = cap
         att = t["m_slo_attainment"].astype(object).where(t["m_slo_attainment"].notna(), None)
-        return {k: Outcome(st, a) for k, st, a in zip(t["run_key"], t["status"], att)}
+        points = {r.run_key: r.point for r in recorded_points(store)}  # for the saturation rule
+        return {k: Outcome(st, a, points.get(k)) for k, st, a in zip(t["run_key"], t["status"], att)}
 
     @staticmethod
     def _cells(planned: list[RunPlan]) -> list[tuple[WorkloadSpec, int]]:
@@ -85,13 +88,15 @@ class CapacitySearches:
                 p = plan_run(self.spec, variant, w, search_point(self.spec.load, load), r, next(self._probe_index))
                 self.log(f"[{variant.name}] capacity search {w.name} repeat {r}: probe {p.load.label}")
                 death = measure(p)
+                point = next((r.point for r in recorded_points(self.store) if r.run_key == p.run_key), None)
                 self.recorded[p.run_key] = Outcome(self.result.statuses.get(p.run_key, "failed"),
-                                                   self.result.attainment.get(p.run_key))
+                                                   self.result.attainment.get(p.run_key), point)
 
             rp = drive(search, self._outcome_of(variant, w, r), probe)
             got = answer(search, rp.probes)
             self.log(f"[{variant.name}] capacity search {w.name} repeat {r}: {got.status}"
                      + (f" at {got.value:g}" if got.value is not None else "")
+                     + (f" ({got.saturated})" if got.saturated else "")
                      + (f" ({rp.stopped})" if rp.stopped else "")
                      + (f" (probe {rp.next_load:g} not measured)" if rp.next_load is not None else ""))
             if death is not None:

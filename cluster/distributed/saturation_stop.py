@@ -1,16 +1,44 @@
-"""`load.stop_when_saturated` as the driver carries it out: before each run, whether plan/saturation.py's rule skips
-it, judged on the variant's runs recorded so far (this submission's and an earlier one's)."""
+"""The saturation rule as the driver carries it out: `load.stop_when_saturated` asks plan/saturation.py before each
+run whether it is skipped, and the capacity search's probes carry their runs' figures, both read from the runs the
+store has recorded (this submission's and an earlier one's)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 from cluster.dataset.store import DatasetStore
 from cluster.kernel.runs import RunPlan
-from cluster.plan.saturation import point_of, skip_reason
+from cluster.plan.saturation import SweepPoint, point_of, skip_reason
 
 FIGURES = ("m_output_tok_s", "m_ttft_ms_p50", "m_concurrency_mean")
-COLUMNS = ("variant", "workload", "load_kind", "load_value", "status") + FIGURES
+COLUMNS = ("run_key", "variant", "workload", "load_kind", "load_value", "status") + FIGURES
+
+
+@dataclass(frozen=True)
+class RecordedPoint:
+    """One recorded ok run's figures, with what identifies its sweep."""
+
+    run_key: str
+    variant: str
+    workload: str
+    load_kind: str
+    point: SweepPoint
+
+
+def recorded_points(store: DatasetStore) -> list[RecordedPoint]:
+    """The figures of every ok run the store has committed."""
+    out = []
+    for r in store.read_table("runs", columns=COLUMNS).to_pylist():
+        if r["status"] == "ok":
+            point = point_of(float(r["load_value"]), *([r[c]] for c in FIGURES))
+            out.append(RecordedPoint(r["run_key"], r["variant"], r["workload"], r["load_kind"], point))
+    return out
+
+
+def prefix(load_kind: str) -> str:
+    """How a load of this kind is named in a reason (compare's short labels: c8, r2.5)."""
+    return "c" if load_kind == "concurrency" else "r"
 
 
 class SaturationStop:
@@ -22,13 +50,12 @@ class SaturationStop:
 
     def skip(self, p: RunPlan) -> Optional[str]:
         """Why `p` is not measured (a lower point of its variant, workload and load kind is saturated), or None."""
-        runs = self.store.read_table("runs", columns=COLUMNS).to_pylist()
-        mine = [r for r in runs if r["status"] == "ok" and r["variant"] == p.variant.name
-                and r["workload"] == p.workload.name and r["load_kind"] == p.load.kind]
-        loads = sorted({float(r["load_value"]) for r in mine})
-        points = [point_of(x, *([r[c] for r in mine if float(r["load_value"]) == x] for c in FIGURES))
-                  for x in loads]
-        why = skip_reason(float(p.load.value), points, "c" if p.load.kind == "concurrency" else "r")
+        mine = [r.point for r in recorded_points(self.store) if r.variant == p.variant.name
+                and r.workload == p.workload.name and r.load_kind == p.load.kind]
+        loads = sorted({x.load for x in mine})
+        points = [point_of(x, *([getattr(m, f) for m in mine if m.load == x]
+                                for f in ("output_tps", "ttft_ms_p50", "in_flight_mean"))) for x in loads]
+        why = skip_reason(float(p.load.value), points, prefix(p.load.kind))
         if why is not None:
             self.log(f"[{p.variant.name}] skip {p.workload.name} {p.load.label} repeat {p.repeat}: {why}")
         return why

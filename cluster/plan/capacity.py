@@ -123,13 +123,18 @@ class CapacityAnswer:
 
 
 def at_saturation(search: CapacitySearch, probes: Sequence[Probe]) -> tuple[CapacitySearch, Optional[str]]:
-    """The search below the lowest probe over-saturated against the probe under it (plan/saturation.py), with the
-    reason: past it throughput no longer grows and requests only queue, so a search still bracketing does not
-    double beyond it (like `clamped` at a server's reported cap); unchanged when no probe is saturated."""
-    got = first_saturated([p.point for p in probes if p.point is not None])
-    if got is None or not search.min_load < got[0] < search.max_load:
+    """The search ending one step past the lowest probe over-saturated against the probe under it
+    (plan/saturation.py), with the reason: past the knee throughput no longer grows and requests only queue, so a
+    search still bracketing does not double on (like `clamped` at a server's reported cap); the one step asks whether
+    the SLO still holds just past the knee, so an SLO bound there is still found exactly. Unchanged when no probe is
+    saturated."""
+    got = first_saturated([p.point for p in probes if p.point is not None], "c" if search.integer else "r")
+    if got is None:
         return search, None
-    return replace(search, max_load=got[0]), got[1]
+    top = got[0] + _step(search)
+    if not search.min_load < top < search.max_load:
+        return search, None
+    return replace(search, max_load=top), got[1]
 
 
 def _bracket(probes: Sequence[Probe], target: float) -> tuple[Optional[float], Optional[float]]:
@@ -163,7 +168,8 @@ def _step(search: CapacitySearch) -> float:
 
 def next_probe(search: CapacitySearch, probes: Sequence[Probe]) -> Optional[float]:
     """The load to measure next, or None when the answer is settled: min_load first; while every probe meets the
-    SLO, double the highest one (capped at max_load) to bracket; then bisect between the highest meeting load and
+    SLO, double the highest one (capped at max_load, or one step past a saturated probe: at_saturation) to bracket;
+    then bisect between the highest meeting load and
     the lowest missing one until they are within the resolution. Each probe is a normal recorded run."""
     if not probes:
         return search.min_load
@@ -172,6 +178,7 @@ def next_probe(search: CapacitySearch, probes: Sequence[Probe]) -> Optional[floa
     meet, miss = _bracket(probes, search.target)
     assert meet is not None  # a miss at min_load is 'below_min'; min_load is probed first
     if miss is None:
+        search = at_saturation(search, probes)[0]
         nxt = min(search.max_load, meet * 2)
     else:
         nxt = (meet + miss) / 2

@@ -47,8 +47,10 @@ def test_each_variant_searches_on_its_server_and_a_resubmission_measures_nothing
     assert set(result.statuses.values()) == {"ok"}, result.statuses
     runs = DatasetStore(str(out), "cap").read_table("runs").to_pandas()
     probed = {v: sorted(g["load_value"]) for v, g in runs.groupby("variant")}
-    # fast: 1, 2, 4 meet, and 4 is its server's cap; slow: 1, 2 meet, 4 and then 3 miss → 2
-    assert probed == {"fast": [1, 2, 4], "slow": [1, 2, 3, 4]}, probed
+    # fast: 1, 2, 4 meet, and 4 is its server's cap; slow: 1, 2 meet, but 2 is over-saturated against 1 (its steps
+    # of 10 + 40 ms per request make 20 then 22 tok/s, +11 % for +100 % load, while TTFT and the requests in flight
+    # grow): the search goes one step past it (plan/capacity.at_saturation), not on to 4; 3 misses → 2
+    assert probed == {"fast": [1, 2, 4], "slow": [1, 2, 3]}, probed
     assert any("capacity search w repeat 0: found at 2" in line for line in logs), logs
     df = capacity_table(Results.open(str(out), "cap"), n_boot=200).set_index("variant")
     assert df.loc["fast", "statuses"] == "at_max" and bool(df.loc["fast", "capped_at_server"])

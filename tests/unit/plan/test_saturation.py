@@ -77,14 +77,24 @@ def test_the_capacity_search_stops_doubling_at_a_saturated_probe() -> None:
     probes: list[Probe] = []
     while (load := next_probe(s, probes)) is not None:
         probes.append(_knee_server(load))
-    # 1, 2, 4, 8 grow with the load; 16: tok/s +0 % for +100 % load, TTFT 20 -> 40 ms (+100 %), in flight +100 %
-    assert [p.load for p in probes] == [1, 2, 4, 8, 16]
+    # 1, 2, 4, 8 grow with the load; 16: tok/s +0 % for +100 % load, TTFT 20 -> 40 ms (+100 %), in flight +100 %:
+    # saturated, so the search ends one step past it (17, still meeting the SLO), not at 256
+    assert [p.load for p in probes] == [1, 2, 4, 8, 16, 17]
     got = answer(s, probes)
-    assert (got.status, got.value) == ("at_max", 16)
-    assert got.saturated is not None and got.saturated.startswith("saturated past 8: load +100%, output tok/s +0%")
+    assert (got.status, got.value) == ("at_max", 17)
+    assert got.saturated is not None and got.saturated.startswith("saturated past c8: load +100%, output tok/s +0%")
     # the same probes without their figures: nothing is judged, the search doubles on to max_load
-    bare = [Probe(p.load, p.attainment) for p in probes]
+    bare = [Probe(p.load, p.attainment) for p in probes[:5]]
     assert next_probe(s, bare) == 32 and answer(s, bare).saturated is None
+
+
+def test_an_slo_bound_just_past_the_knee_is_still_found_exactly() -> None:
+    s = CapacitySearch(target=0.9, min_load=1, max_load=256, resolution=1)
+    probes = [_knee_server(x) for x in (1, 2, 4, 8, 16)]
+    assert next_probe(s, probes) == 17  # one step past the saturated 16
+    probes.append(Probe(17, 0.5))  # 17 misses the SLO: the capacity is 16, bracketed to the resolution
+    got = answer(s, probes)
+    assert (got.status, got.value, got.lowest_miss) == ("found", 16, 17)
 
 
 def test_a_missed_slo_bounds_the_search_before_saturation_does() -> None:
@@ -100,8 +110,10 @@ def test_a_resumed_search_reads_the_figures_of_its_recorded_runs() -> None:
     s = CapacitySearch(target=0.9, min_load=1, max_load=256, resolution=1)
     recorded = {x: Outcome("ok", 0.99, _knee_server(x).point) for x in (1, 2, 4, 8, 16)}
     rp = replay(s, lambda load: recorded.get(load))
-    assert rp.next_load is None and [p.load for p in rp.probes] == [1, 2, 4, 8, 16]
-    assert answer(s, rp.probes).status == "at_max"
+    assert rp.next_load == 17 and [p.load for p in rp.probes] == [1, 2, 4, 8, 16]
+    recorded[17] = Outcome("ok", 0.99, _knee_server(17).point)
+    rp = replay(s, lambda load: recorded.get(load))
+    assert rp.next_load is None and answer(s, rp.probes).status == "at_max"
 
 
 def test_stop_when_saturated_skips_only_the_points_above_the_first_saturated_one() -> None:
