@@ -33,14 +33,13 @@ import pyarrow.parquet as pq
 
 from cluster.errors import EnvironmentFault, UserError, first_line, one_line
 from cluster.config.locations import DATASET_SCHEMES, check_location, control_character
+from cluster.kernel.run_row import RUN_STATUSES
 
 ROOT_SCHEMES = DATASET_SCHEMES + ("mock",)
 """URI schemes a results root may use: the spec's (cluster/config/locations.py) and pyarrow's in-memory mock://
 (tests)."""
 ColumnValue = Union[str, int, float, bool, None]
 """One cell of a key column (a run's identity: run key, experiment, variant, load value, repeat, ...)."""
-RUN_STATUSES = ("ok", "invalid", "failed")
-"""The statuses a runs row may have (run_row.RUN_FIELDS' status)."""
 PARTITION_COLUMN = "variant"
 RUN_KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 _DISK_ERRNOS = frozenset({errno.EIO, errno.ENXIO, errno.ENODEV, errno.ESTALE, errno.ENOMEM})
@@ -307,7 +306,7 @@ def verify_pages(fs: pafs.FileSystem, path: str) -> None:
         raise parquet_error(path, e) from None
 
 
-__all__ = ["KIND_TEXT", "PARTITION_COLUMN", "ROOT_SCHEMES", "RUN_KEY_RE", "RUN_STATUSES", "ColumnValue", "DataFile",
+__all__ = ["KIND_TEXT", "PARTITION_COLUMN", "ROOT_SCHEMES", "RUN_KEY_RE", "ColumnValue", "DataFile",
            "Entry", "StoreError", "check_identity", "check_runs_file", "check_schema", "file_schema", "list_dir",
            "open_root", "parquet_error", "path_kind", "read_error", "read_parquet", "safe_name", "table_layout",
            "verify_pages"]

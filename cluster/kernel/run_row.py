@@ -13,7 +13,7 @@ those columns without importing analysis."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal, Mapping, Optional
+from typing import Any, Literal, Mapping, Optional, get_args
 
 import pyarrow as pa
 
@@ -72,6 +72,8 @@ GPU_METRIC_NAMES: tuple[str, ...] = (
 table stores each as `m_<name>`."""
 
 RunStatus = Literal["ok", "invalid", "failed"]
+RUN_STATUSES: tuple[str, ...] = get_args(RunStatus)
+"""The statuses a runs row may have."""
 
 
 def _arrow(arrow_type: pa.DataType, nullable: bool = True) -> dict[str, object]:
