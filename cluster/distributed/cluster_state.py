@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -12,9 +13,21 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from cluster.config.experiment import ExperimentSpec
+from cluster.input_files import JsonValue
 
 
-def gpu_nodes() -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class GpuNode:
+    """An alive Ray node with at least one GPU, as ray.nodes() lists it."""
+
+    node_id: str
+    address: Optional[str]
+    """NodeManagerAddress."""
+    gpus: int
+    cpus: float
+
+
+def gpu_nodes() -> list[GpuNode]:
     """Alive nodes with at least one GPU: node id, address, GPU and CPU counts."""
     out = []
     for n in ray.nodes():
@@ -24,8 +37,8 @@ def gpu_nodes() -> list[dict[str, Any]]:
         gpus = int(res.get("GPU", 0))
         if gpus <= 0:
             continue
-        out.append({"node_id": n["NodeID"], "address": n.get("NodeManagerAddress"), "gpus": gpus,
-                    "cpus": res.get("CPU", 0)})
+        out.append(GpuNode(node_id=n["NodeID"], address=n.get("NodeManagerAddress"), gpus=gpus,
+                           cpus=res.get("CPU", 0)))
     return out
 
 
@@ -78,7 +91,7 @@ def _ray_ports() -> dict[int, str]:
 
 def remote_preflight(spec: ExperimentSpec, base_dir: Path,
                      warn: Callable[[str], object] = lambda line: print(line, file=sys.stderr, flush=True),
-                     ) -> Optional[dict[str, Any]]:
+                     ) -> Optional[dict[str, dict[str, JsonValue]]]:
     """Probe every checkpoint on a GPU node (weights often live only there) before any GPU is reserved; `warn` gets
     what could not be checked there (flags behind a launcher). Raises the probe's PreflightError (a ValueError)
     unchanged."""
@@ -90,7 +103,7 @@ def remote_preflight(spec: ExperimentSpec, base_dir: Path,
     task = ray.remote(num_cpus=0, max_retries=0)(_probe_on_node)
     opts: dict[str, Any] = {"runtime_env": {"env_vars": {"CUDA_VISIBLE_DEVICES": ""}}}
     if nodes:
-        opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(nodes[0]["node_id"], soft=False)
+        opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(nodes[0].node_id, soft=False)
     try:
         reports, warnings = ray.get(task.options(**opts).remote(spec.model_dump(mode="json"), str(base_dir)))
     except ray.exceptions.RayTaskError as e:

@@ -4,7 +4,7 @@ process when the driver already runs there; `sglbench run` prints their failures
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -14,6 +14,9 @@ from cluster.node.collect import collect
 from cluster.node.facts import FactQuery, NodeFacts
 from cluster.config.experiment import ExperimentSpec
 
+if TYPE_CHECKING:
+    from cluster.distributed.cluster_state import GpuNode
+
 
 def _collect_json(query_json: str) -> str:
     """JSON text both ways: strict records read tuples back only from JSON (a dict's lists would be refused)."""
@@ -21,7 +24,7 @@ def _collect_json(query_json: str) -> str:
     return facts.model_copy(update={"ray_node_id": ray.get_runtime_context().get_node_id()}).model_dump_json()
 
 
-def _serving_node() -> Optional[dict[str, Any]]:
+def _serving_node() -> Optional[GpuNode]:
     from cluster.distributed.cluster_state import gpu_nodes
 
     nodes = gpu_nodes()
@@ -35,19 +38,19 @@ def facts_on_cluster(query: FactQuery, timeout_s: float = 120.0) -> NodeFacts:
 
     node = _serving_node()
     here = ray.get_runtime_context().get_node_id()
-    if node is None or node["node_id"] == here:
+    if node is None or node.node_id == here:
         facts = collect(query).model_copy(update={"ray_node_id": here})
         node_id = here
     else:
         task = ray.remote(num_cpus=0, max_retries=0)(_collect_json)
-        ref = task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["node_id"], soft=False)
+        ref = task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False)
                            ).remote(query.model_dump_json())
         try:
             facts = NodeFacts.model_validate_json(ray.get(ref, timeout=timeout_s))
         except (ray.exceptions.RayError, TimeoutError) as e:
-            raise EnvironmentFault(f"the node checks did not run on node {node['address']}: "
+            raise EnvironmentFault(f"the node checks did not run on node {node.address}: "
                                    f"{(str(e).strip().splitlines() or [type(e).__name__])[0]}") from None
-        node_id = facts.ray_node_id or node["node_id"]
+        node_id = facts.ray_node_id or node.node_id
     cpus = next((float(n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes()  # type: ignore[no-untyped-call]
                  if n.get("NodeID") == node_id), None)
     available = ray.available_resources().get("CPU")  # type: ignore[no-untyped-call]

@@ -118,7 +118,7 @@ class Driver:
     def _run(self) -> ExperimentResult:
         plans = self._plans()
         nodes = gpu_nodes()
-        node_gpus = [n["gpus"] for n in nodes]
+        node_gpus = [n.gpus for n in nodes]
         gpn = max(node_gpus, default=0)
         variants = expand_variants(self.spec)
         res = [reservation(v.name, v.tp, self.spec.isolation, gpn, LOAD_ACTOR_CPUS) for v in variants]

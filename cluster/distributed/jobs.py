@@ -11,13 +11,14 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Optional
+from typing import Callable, Iterator, Mapping, Optional
 
 from ray.exceptions import AuthenticationError
 from ray.job_submission import JobStatus, JobSubmissionClient
 
 from cluster.config.secrets import is_secret_name
 from cluster.errors import AuthError, EnvironmentFault, UserError, first_line
+from cluster.input_files import JsonValue
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 DEFAULT_TOKEN_ENV = "RAY_AUTH_TOKEN"
@@ -63,9 +64,9 @@ class JobRequest:
         # The job API takes a shell string; quote every word so paths with spaces stay one argument.
         return shlex.join(self.entrypoint_argv())
 
-    def runtime_env(self) -> dict[str, Any]:
+    def runtime_env(self) -> dict[str, JsonValue]:
         """Working dir and env vars only: no pip/conda/uv, dependencies are baked into the image or node."""
-        env: dict[str, Any] = {}
+        env: dict[str, JsonValue] = {}
         if self.working_dir is not None:
             env["working_dir"] = str(self.working_dir)
             env["excludes"] = list(WORKING_DIR_EXCLUDES)
