@@ -15,7 +15,7 @@ import pathlib
 from dataclasses import dataclass
 from functools import cached_property
 from datetime import datetime
-from typing import Any, Mapping, NoReturn, Sequence
+from typing import Any, Mapping, NoReturn, Sequence, Union
 
 from cluster.engines.base import ChatTurn
 from cluster.errors import PromptSourceError
@@ -66,7 +66,7 @@ class ChatTemplate:
             raise ChatTemplateError(f"{self.source}: the chat template does not compile: {e}",
                                     file=str(self.source), expected="a jinja2 chat template") from None
 
-    def render(self, turns: Sequence[ChatTurn], kwargs: Mapping[str, Any]) -> str:
+    def render(self, turns: Sequence[ChatTurn], kwargs: Mapping[str, Union[bool, int, float, str]]) -> str:
         """The prompt text: the turns as messages, with the generation prompt, and `kwargs` as template variables."""
         from jinja2 import TemplateError
 

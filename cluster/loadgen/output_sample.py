@@ -13,6 +13,7 @@ from typing import Optional, Sequence
 
 import pyarrow as pa
 
+from cluster.input_files import JsonValue
 from cluster.kernel.output_sample import OutputSample
 
 SAMPLE_EVERY = 32
@@ -44,10 +45,10 @@ def samples_table(samples: Sequence[OutputSample]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=OUTPUT_SAMPLES_SCHEMA)
 
 
-def sample_verdict(samples: Sequence[OutputSample]) -> tuple[Optional[str], dict[str, object]]:
+def sample_verdict(samples: Sequence[OutputSample]) -> tuple[Optional[str], dict[str, JsonValue]]:
     """The invalid reason when any sampled output degenerates (None otherwise) and the evidence for provenance."""
     bad = [(s, why) for s in samples if (why := s.degenerate()) is not None]
-    evidence: dict[str, object] = {
+    evidence: dict[str, JsonValue] = {
         "every": SAMPLE_EVERY, "at_least": SAMPLE_AT_LEAST, "indices": sorted(s.request_index for s in samples),
         "degenerate": [{"request_index": s.request_index, "reason": why,
                         "output_ids_head": list(s.output_ids[:32]) if s.output_ids else None,
