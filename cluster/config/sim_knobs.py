@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Mapping, Optional, Union
 
-from pydantic import (BaseModel, ConfigDict, Field, JsonValue, Strict, StrictBool, StrictStr, ValidationError,
+from pydantic import (BaseModel, ConfigDict, Field, Strict, StrictBool, StrictStr, ValidationError,
                       ValidationInfo, field_validator)
 
 from cluster.errors import UserError
+from cluster.input_files import JsonObject, JsonValue
 
 
 class KnobError(UserError):
@@ -178,7 +179,7 @@ class Knobs(BaseModel):
     _no_bools = field_validator("*", mode="before")(classmethod(lambda cls, v, info: _knob_value(v, info)))
 
     @classmethod
-    def from_mapping(cls, raw: Optional[Mapping[str, Any]]) -> "Knobs":
+    def from_mapping(cls, raw: Optional[JsonObject]) -> "Knobs":
         """Validate knobs from JSON (env SGLBENCH_SIM); KnobError names the first bad knob and what it expects."""
         try:
             return cls.model_validate(dict(raw or {}))
