@@ -13,6 +13,7 @@ SCHEMA_FILE = "schema/experiment.schema.json"
 (`# yaml-language-server: $schema=../schema/experiment.schema.json`); a test keeps it equal to the printed one."""
 
 
+# free-form JSON stored as given: pydantic's JSON Schema of ExperimentSpec, written to schema/experiment.schema.json
 def experiment_json_schema() -> dict[str, Any]:
     """The experiment file's JSON Schema (draft 2020-12) from ExperimentSpec, each field described by the docstring
     under it. Validators that are code (unique names, tp within the node, NEXTN consistency) are not in it:

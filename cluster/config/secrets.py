@@ -141,6 +141,7 @@ def scrub(doc: Doc, values: Iterable[str]) -> Doc:
     return doc
 
 
+# free-form JSON stored as given: the spec's model_dump, secrets masked, kept in experiment.json
 def masked_spec_json(spec_json: Mapping[str, object]) -> dict[str, object]:
     """An ExperimentSpec's `model_dump(mode="json")` with every declared secret masked (server and variant env and
     args, engine launchers): the form experiment.json stores and a remote task may be sent."""

@@ -192,6 +192,7 @@ class WorkloadSpec(FrozenModel):
     def output_tokens_nominal(self) -> Optional[int]:
         return _length_nominal(self.output_tokens)
 
+    # free-form JSON stored as given: the workload's dump, hashed into the run key
     def identity(self) -> dict[str, object]:
         """What the run key hashes: the full dump, in the form workloads had before distributions and prompt
         source kinds (random_ids and jsonl without their new defaults), so existing datasets keep their keys."""
