@@ -13,7 +13,7 @@ import pytest
 from sim_process import SimHandle
 
 from cluster.analysis.metrics import summarize_run
-from cluster.analysis.steady_state import shortfall, steady_state
+from cluster.analysis.steady_state import SteadyState, shortfall, steady_state
 from cluster.config.workload import WorkloadSpec
 from cluster.engines.sglang import SGLangEngine
 from cluster.kernel.runs import LoadPoint
@@ -34,20 +34,27 @@ def _window(sim: SimHandle, tmp_path: pathlib.Path, load: LoadPoint, n: int) -> 
                           0.0, "m", 60.0)
 
 
+def _stretch(sim: SimHandle, tmp_path: pathlib.Path, load: LoadPoint,
+             n: int) -> tuple[MeasuredWindow, pa.Table, SteadyState, int, int]:
+    """One window, its requests, its steady stretch (asserted to have bounds) and those bounds."""
+    res = _window(sim, tmp_path, load, n)
+    reqs = pa.Table.from_batches([res.requests])
+    ss = steady_state(reqs, load.kind, load.value, res.duration_s)
+    assert ss is not None and ss.start_ns is not None and ss.end_ns is not None, ss
+    return res, reqs, ss, ss.start_ns, ss.end_ns
+
+
 def test_a_closed_loop_stretch_ends_where_its_drain_begins(sim_factory: Callable[..., SimHandle],
                                                            tmp_path: pathlib.Path) -> None:
     # concurrency 4, 5 requests of 20 tokens: four decode together for ~200 ms (4 in flight: the stretch, at about
     # 4 x 100 = 400 tok/s), then the fifth alone for ~200 ms more (the drain, 100 tok/s): the whole window makes
     # 100 tokens in ~0.4 s, ~250 tok/s
-    sim = sim_factory(["--max-running-requests", "8"], KNOBS)
-    res = _window(sim, tmp_path, LoadPoint("concurrency", 4), 5)
-    reqs = pa.Table.from_batches([res.requests])
-    ss = steady_state(reqs, "concurrency", 4, res.duration_s)
-    assert ss is not None and ss.start_ns is not None and ss.end_ns is not None
+    res, reqs, ss, start, end = _stretch(sim_factory(["--max-running-requests", "8"], KNOBS), tmp_path,
+                                         LoadPoint("concurrency", 4), 5)
     first4 = np.sort(reqs.column("last_chunk_ns").to_numpy())[:4]
     fifth_send = int(np.max(reqs.column("actual_send_ns").to_numpy()))
     # the stretch starts at the window's start and ends when the first of the four finishes (the fifth's send)
-    assert ss.start_ns <= 5_000_000 and abs(ss.end_ns - int(first4[0])) <= 20_000_000, (ss, first4, fifth_send)
+    assert start <= 5_000_000 and abs(end - int(first4[0])) <= 20_000_000, (ss, first4, fifth_send)
     assert 0.35 <= ss.share <= 0.65 and ss.requests == 4
     whole = summarize_run(reqs, pa.Table.from_batches([res.chunks]), res.duration_s)["output_tok_s"]
     assert ss.output_tps is not None and whole is not None
@@ -61,14 +68,11 @@ def test_an_open_loop_stretch_excludes_the_drain(sim_factory: Callable[..., SimH
                                                  tmp_path: pathlib.Path) -> None:
     # 40 req/s (one send every 25 ms on average, Poisson), 60 requests of ~200 ms each: sends stop at ~1.5 s and
     # the last completes ~200 ms later; the stretch (windows of 16 / 40 = 0.4 s) ends before the last completion
-    sim = sim_factory(["--max-running-requests", "64"], KNOBS)
-    res = _window(sim, tmp_path, LoadPoint("rate", 40.0), 60)
-    reqs = pa.Table.from_batches([res.requests])
-    ss = steady_state(reqs, "rate", 40.0, res.duration_s)
-    assert ss is not None and ss.end_ns is not None and ss.start_ns is not None
+    _, reqs, ss, start, end = _stretch(sim_factory(["--max-running-requests", "64"], KNOBS), tmp_path,
+                                       LoadPoint("rate", 40.0), 60)
     last_send = int(np.max(reqs.column("actual_send_ns").to_numpy()))
     first_done = int(np.min(reqs.column("last_chunk_ns").to_numpy()))
-    assert ss.start_ns >= first_done - 200_000_000 and ss.end_ns <= last_send + 100_000_000, (ss, last_send)
+    assert start >= first_done - 200_000_000 and end <= last_send + 100_000_000, (ss, last_send)
     assert ss.share < 1.0 and ss.output_tps is not None and ss.output_tps > 0
 
 
@@ -76,11 +80,12 @@ def test_an_open_loop_stretch_excludes_the_drain(sim_factory: Callable[..., SimH
 def test_a_sweep_past_the_servers_running_cap_is_marked_saturated(sim_factory: Callable[..., SimHandle],
                                                                   tmp_path: pathlib.Path, cap: int) -> None:
     # the server runs at most 2 requests at once: ~100 tok/s at c1, ~200 at c2, still ~200 at c4 and c8, where the
-    # others wait their turn (TTFT grows by whole requests of ~200 ms) while the client keeps c in flight
+    # others wait their turn while the client keeps c in flight: with 16 requests a c4 request waits about one
+    # request (~200 ms) for a slot, a c8 one about three (~600 ms)
     sim = sim_factory(["--max-running-requests", str(cap)], KNOBS)
     points = []
     for c in (1, 2, 4, 8):
-        res = _window(sim, tmp_path, LoadPoint("concurrency", float(c)), 8)
+        res = _window(sim, tmp_path, LoadPoint("concurrency", float(c)), 16)
         m = summarize_run(pa.Table.from_batches([res.requests]), pa.Table.from_batches([res.chunks]), res.duration_s)
         points.append(SweepPoint(c, m["output_tok_s"], m["ttft_ms_p50"], m["concurrency_mean"]))
     marks = sweep_saturation(points)
