@@ -49,8 +49,9 @@ from typing import Optional
 
 import numpy as np
 
-from cluster.analysis.request_metrics import (ACCEPT, E2E, ITL_CHUNK, ITL_TOKEN, LAG, NS_PER_MS, TPOT, TTFT, Records,
-                                              chunk_gaps, int_column, request_columns)
+from cluster.analysis.request_metrics import (ACCEPT, E2E, ITL_CHUNK, ITL_TOKEN, LAG, NS_PER_MS, TPOT, TTFT, chunk_gaps,
+                                              int_column, request_columns)
+from cluster.kernel.records import Records
 from cluster.kernel.window_figures import acceptance, client_lag
 from cluster.config.statistics import SLOSpec
 from cluster.kernel.run_row import METRIC_NAMES

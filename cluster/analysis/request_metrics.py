@@ -13,15 +13,13 @@ token-bearing chunk (the client drops token-less chunks; the record sink keeps t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional, Union
+from typing import Callable, Optional
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 
+from cluster.kernel.records import Records
 from cluster.kernel.window_figures import ClientLag, client_lag
-
-Records = Union[pa.Table, pa.RecordBatch]
 
 NS_PER_MS = 1e6
 

@@ -36,7 +36,8 @@ from typing import Optional
 
 import numpy as np
 
-from cluster.analysis.request_metrics import TPOT, Records, int_column, request_columns
+from cluster.analysis.request_metrics import TPOT, int_column, request_columns
+from cluster.kernel.records import Records
 from cluster.kernel.window_figures import acceptance
 
 CLOSED_LOOP_SHARE = 0.8

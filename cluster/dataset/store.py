@@ -23,7 +23,7 @@ import shutil
 import tempfile
 import uuid
 from contextlib import contextmanager
-from typing import Any, Iterator, Mapping, Optional, Union
+from typing import Any, Iterator, Mapping, Optional
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -34,11 +34,10 @@ from cluster.dataset.atomic import atomic_write, move_into_place, remove_tree, w
 from cluster.dataset.lock import DatasetLock
 from cluster.dataset.reading import (FINISHED_STATUSES, TABLE_RE, TABLE_SCHEMAS, VARIANT_TABLES, ExperimentNotFound,
                                      StoreReader, list_experiments)
-from cluster.kernel.records import KEY_FIELDS
+from cluster.kernel.records import KEY_FIELDS, Records
 from cluster.kernel.run_row import RUN_FIELDS, RUN_METRIC_NAMES, RUNS_SCHEMA, RunRow
 from cluster.dataset.root import PARTITION_COLUMN, RUN_KEY_RE, StoreError, list_dir, open_root, safe_name
 
-Records = Union[pa.Table, pa.RecordBatch]
 
 _KEY_NAMES = [f.name for f in KEY_FIELDS]
 _METRIC_SET = set(RUN_METRIC_NAMES)
@@ -308,5 +307,5 @@ def _json_default(o: Any) -> Any:
 
 
 __all__ = ["FINISHED_STATUSES", "PARTITION_COLUMN", "STAGING_DIR", "TABLE_SCHEMAS",
-           "VARIANT_TABLES", "DatasetStore", "ExperimentNotFound", "Records", "StoreError", "list_experiments",
+           "VARIANT_TABLES", "DatasetStore", "ExperimentNotFound", "StoreError", "list_experiments",
            "open_root", "safe_name"]

@@ -18,7 +18,8 @@ from cluster.dataset.atomic import remove_tree, sync_file, write_error
 from cluster.kernel.runs import RunPlan
 from cluster.kernel.records import CHUNK_BATCH_SCHEMA, REQUEST_BATCH_SCHEMA
 from cluster.kernel.run_row import RunRow
-from cluster.dataset.store import DatasetStore, Records
+from cluster.dataset.store import DatasetStore
+from cluster.kernel.records import Records
 
 SPOOL_TABLES = ("requests", "chunks")
 

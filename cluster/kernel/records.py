@@ -7,13 +7,16 @@ Times are int64 nanoseconds on the load actor's monotonic clock, relative to the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Union
 
 import pyarrow as pa
 
 from cluster.kernel.runs import RECORD_SCHEMA_VERSION
 
 SCHEMA_VERSION = RECORD_SCHEMA_VERSION
+
+Records = Union[pa.Table, pa.RecordBatch]
+"""Rows of one table as Arrow: a whole table or one batch of it (both have num_rows, column, schema)."""
 
 # columns every table shares, filled by the store from the RunPlan
 KEY_FIELDS = [

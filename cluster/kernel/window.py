@@ -7,16 +7,15 @@ send); window_start_unix_s anchors that instant to wall-clock."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Optional
 
 import pyarrow as pa
 
 from cluster.kernel.eval_task import EvalAnswer
 from cluster.kernel.output_sample import OutputSample
 from cluster.kernel.planned_workload import PlannedWorkload
+from cluster.kernel.records import Records
 from cluster.kernel.telemetry_capture import TelemetryCapture
-
-Records = Union[pa.Table, pa.RecordBatch]
 
 
 @dataclass(frozen=True)
