@@ -15,7 +15,7 @@ from cluster.commands.results import print_run_summary
 from cluster.commands.shell_lines import shell_command
 from cluster.engines.flagcheck import check_launch_flags
 from cluster.engines.base import LaunchCommand
-from cluster.engines.registry import get_engine
+from cluster.engines.registry import get_engine, is_simulated
 from cluster.plan.runs import expand_variants, make_plan
 from cluster.kernel.runs import ResolvedVariant
 from cluster.plan.fairness import ModelFacts, check_fairness, format_findings
@@ -95,7 +95,7 @@ def _local_checks(spec: ExperimentSpec, quiet: bool = False, output: Optional[st
 
         for line in collect_interconnect().width_warnings():  # where this machine is a GPU node
             err_console.print(f"warning: interconnect: {line}", style="yellow", markup=False, soft_wrap=True)
-    if not Path(spec.model.path).exists() and spec.model.engine != "sim" and not quiet:
+    if not Path(spec.model.path).exists() and not is_simulated(spec.model.engine) and not quiet:
         err_console.print(f"[yellow]note[/] checkpoint {spec.model.path} is not readable here; "
                           "it is probed on a GPU node before any GPU is reserved", soft_wrap=True)
     # a PreflightError names the experiment, the variant and what is missing; the CLI's handler prints it

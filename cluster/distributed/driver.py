@@ -201,7 +201,7 @@ def logical_gpus_for(spec: ExperimentSpec) -> Optional[int]:
     from cluster.engines.registry import get_engine
 
     variants = expand_variants(spec)
-    if variants and all(v.engine == "sim" or get_engine(v.engine).runs_on_cpu(v) for v in variants):
+    if variants and all(get_engine(v.engine).runs_on_cpu(v) for v in variants):
         return max([8] + [v.tp for v in variants])
     return None
 

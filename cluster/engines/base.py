@@ -195,6 +195,9 @@ class Engine:
     """Prometheus gauge of requests waiting to be scheduled."""
     cap_log_marker: Optional[str] = None
     """A substring of the server log line that states a lowered concurrency cap (kept as evidence at startup)."""
+    simulated: bool = False
+    """True for sglbench's simulated server: it reads no checkpoint (the variant's knobs declare the model), needs no
+    GPU, and its figures are a step-time model's, not measurements (a fairness error on it is a warning only)."""
     headers: Mapping[str, str] = {}
     """Headers every call to the server sends (requests, info, flush; health and metrics too, where they are
     exempt): `Authorization: Bearer <api-key>` on an engine bound with `with_api_key`, else none. Never printed."""

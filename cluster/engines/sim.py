@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping, Optional, Sequence
 
+from cluster.engines.base import HttpRequest
 from cluster.engines.server_env import SIM_ENV
 from cluster.engines.sglang import SGLangEngine
 from cluster.kernel.runs import ResolvedVariant
@@ -18,6 +19,16 @@ _READING_FIELDS = frozenset(GpuReading.__dataclass_fields__)
 class SimEngine(SGLangEngine):
     name = "sim"
     module = "cluster.sim.server"
+    simulated = True
+
+    def runs_on_cpu(self, variant: ResolvedVariant) -> bool:
+        """Always: the simulator computes nothing on a GPU (it models one)."""
+        return True
+
+    def profile_request(self, output_dir: str, steps: int, profile_id: str, cpu: bool) -> Optional[HttpRequest]:
+        """Asked as SGLang on a GPU is (CPU and GPU activities): its trace is of the GPU it models, whatever
+        runs_on_cpu says about where it computes."""
+        return super().profile_request(output_dir, steps, profile_id, cpu=False)
 
     def server_env(self, variant: ResolvedVariant, version: Optional[str]) -> dict[str, str]:
         env = super().server_env(variant, version)

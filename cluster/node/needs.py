@@ -32,7 +32,7 @@ def needs_for(spec: ExperimentSpec) -> NodeNeeds:
     from cluster.plan.runs import expand_variants
 
     variants = expand_variants(spec)
-    on_gpu = [v for v in variants if v.engine != "sim" and not get_engine(v.engine).runs_on_cpu(v)]
+    on_gpu = [v for v in variants if not get_engine(v.engine).runs_on_cpu(v)]
     load = spec.load
     peaks = list(load.concurrency) + ([load.max_concurrency] if load.max_concurrency else [])
     if load.search is not None and load.search.over == "concurrency":
@@ -65,5 +65,7 @@ def query_for(spec: Optional[ExperimentSpec], output: Optional[str], base_dir: P
         python = launcher.python if launcher and launcher.python else (shutil.which("python") or "python")
         if not os.path.isabs(python) and os.sep in python:
             python = str((base_dir / python).absolute())
-    model = spec.model.path if spec.model.engine != "sim" else None
+    from cluster.engines.registry import is_simulated
+
+    model = spec.model.path if not is_simulated(spec.model.engine) else None
     return FactQuery(python=python, model_path=model, disk_paths=tuple(p for p in (root, logs) if "://" not in p))

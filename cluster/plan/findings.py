@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
+from cluster.engines.registry import is_simulated
 from cluster.kernel.runs import ResolvedVariant
 
 Level = Literal["error", "warning"]
@@ -25,7 +26,7 @@ class FindingCollector:
         self.findings: list[Finding] = []
 
     def add(self, v: ResolvedVariant, level: Level, rule: str, message: str) -> None:
-        if v.engine == "sim" and level == "error":
+        if is_simulated(v.engine) and level == "error":
             level = "warning"
             message += " (simulated engine: warning only)"
         self.findings.append(Finding(level, v.name, rule, message))

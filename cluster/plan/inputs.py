@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from cluster.loadgen.source_files import row_error
+from cluster.engines.registry import is_simulated
 from cluster.errors import PreflightError
 from cluster.kernel.runs import ResolvedVariant
 from cluster.probe.checkpoint import ProbeReport
@@ -44,7 +45,7 @@ class ModelLimits:
 
 def limits_for(v: ResolvedVariant, reports: Mapping[str, ProbeReport]) -> ModelLimits:
     """The limits of the model a variant serves: the simulator's declared ones, else the probed config.json."""
-    if v.engine == "sim":
+    if is_simulated(v.engine):
         return ModelLimits(v.sim.context_length, None, "the simulator's context_length knob")
     report = reports.get(v.model_path)
     if report is None:
