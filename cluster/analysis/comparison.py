@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 import pandas as pd
 
+from cluster.engines.registry import is_simulated
 from cluster.kernel import stats
 from cluster.analysis.point_marks import with_marks
 from cluster.analysis.query import POINT_KEYS, connect, resolve_baseline
@@ -333,7 +334,7 @@ def compare_view(ci: pd.DataFrame) -> pd.DataFrame:
         "workload": ci["workload"],
         "load": [point_label(k, v) for k, v in zip(ci["load_kind"], ci["load_value"])],
         "variant": [f"{v}{' (baseline)' if b else ''}" for v, b in zip(ci["variant"], ci["is_baseline"])],
-        "engine": ["sim (simulated)" if e == "sim" else e for e in ci["engine"]],
+        "engine": [f"{e} (simulated)" if is_simulated(e) else e for e in ci["engine"]],
         "ok/failed/invalid": [f"{a}/{b}/{c}" for a, b, c in zip(ci["n_runs"], ci["n_failed"], ci["n_invalid"])],
         "steady tok/s": [format_estimate(p, lo, hi) + (" (too short)" if short else "") for p, lo, hi, short in
                          zip(ci["steady_output_tps"], ci["steady_output_tps_lo"], ci["steady_output_tps_hi"],

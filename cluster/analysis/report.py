@@ -27,6 +27,7 @@ from cluster.analysis.recommend_view import note_lines, recommend_view, schedule
 from cluster.analysis.results import Results
 from cluster.analysis.timeline import report_timelines
 from cluster.dataset.atomic import atomic_write
+from cluster.engines.registry import is_simulated, is_simulated_source
 from cluster.errors import UserError
 
 GPU_BANDWIDTH_GBS: dict[str, float] = {
@@ -71,7 +72,7 @@ def _strings(obj: Any) -> list[str]:
 
 def gpu_of_run(engine: str, provenance_json: Optional[str]) -> Optional[str]:
     """The known GPU a run ran on: any known GPU name in its provenance; the reference GPU for the simulator."""
-    if engine == "sim":
+    if is_simulated(engine):
         return SIM_REFERENCE_GPU
     try:
         prov = json.loads(provenance_json) if provenance_json else {}
@@ -121,7 +122,7 @@ def bandwidth_table(ci: pd.DataFrame, runs: pd.DataFrame, bytes_per_token: float
         bound = n_gpus * GPU_BANDWIDTH_GBS[gpu] * 1e9 / bytes_per_token
         decode = 1000.0 / float(g["tpot_ms_mean"])
         rows.append({"workload": workload, "variant": v, "engine": g["engine"], "concurrency": g["load_value"],
-                     "gpu": gpu + (" (assumed: simulator reference node)" if g["engine"] == "sim" else ""),
+                     "gpu": gpu + (" (assumed: simulator reference node)" if is_simulated(g["engine"]) else ""),
                      "n_gpus": n_gpus, "bound_tok_s": bound, "decode_tok_s": decode,
                      "pct_of_bound": 100.0 * decode / bound})
     return pd.DataFrame(rows)
@@ -207,7 +208,8 @@ def _figures(ci: pd.DataFrame, runs: pd.DataFrame, arrays: dict[str, dict[str, n
                   f"concurrency {', '.join(f'{c:g}' for c in concs)} (the lowest measured; not batch 1)")
             title = (f"{workload}: % of the memory-bandwidth bound at {at}\n"
                      f"bound = {first['n_gpus']}× {gpu} BW / bytes per token = {first['bound_tok_s']:.0f} tok/s"
-                     + ("\n(GPU assumed for the simulator: the reference node)" if first["engine"] == "sim" else ""))
+                     + ("\n(GPU assumed for the simulator: the reference node)"
+                        if is_simulated(first["engine"]) else ""))
             save(f"bandwidth_{_slug(str(workload))}.png", rp.bandwidth_plot(g, title, colors, at),
                  f"{workload}: decode tok/s at {at} (1000 / TPOT mean) as % of N·BW / bytes per token.")
     return figs
@@ -219,7 +221,7 @@ def _telemetry_figures(results: Results, ok: pd.DataFrame, labels: dict[str, str
     both say when they come from the simulator."""
     gm = results.table("gpu_metrics", columns=["run_key", "t_ns", "power_w", "sm_clock_mhz", "source"]).to_pandas()
     if not gm.empty:
-        sim = "sim" in set(gm["source"])
+        sim = any(is_simulated_source(str(s)) for s in set(gm["source"]))
         first = ok.sort_values("repeat").drop_duplicates(["workload", "load_kind", "load_value", "variant"])
         for (workload, kind), g in first.groupby(["workload", "load_kind"], sort=False):
             per_point = []
@@ -285,7 +287,7 @@ def build_report(results: Results, out_dir: Optional[str] = None, n_boot: int = 
     arrays = request_arrays(results, runs.loc[runs["status"] == "ok", "run_key"].tolist())
     variants = list(dict.fromkeys(runs.sort_values("order_index")["variant"]))
     engines = runs.groupby("variant")["engine"].first().to_dict()
-    labels = {v: f"{v} [{'simulated' if engines[v] == 'sim' else engines[v]}]" for v in variants}
+    labels = {v: f"{v} [{'simulated' if is_simulated(engines[v]) else engines[v]}]" for v in variants}
     colors = rp.variant_colors(variants)
     meta = results.meta()
     bpt = bytes_per_token or decode_bytes_per_token(meta)
@@ -317,7 +319,7 @@ def _html(experiment: str, root: str, ci: pd.DataFrame, runs: pd.DataFrame, figs
              f"Runs: {len(runs)} ({int((runs['status'] == 'ok').sum())} ok).</p>"]
     eng = ", ".join(f"{e(v)}: {e(x)}" for v, x in engines.items())
     parts.append(f"<p>Engines: {eng}.</p>")
-    if "sim" in engines.values():
+    if any(is_simulated(x) for x in engines.values()):
         parts.append("<p class='sim'>Runs with engine <code>sim</code> are SIMULATED: numbers from sglbench's "
                      "simulated SGLang server (a step-time model), not measurements of a GPU.</p>")
     parts.append(f"<h2>Comparison</h2><p>{e(str(ci.attrs.get('ci_method', '')))}</p>")

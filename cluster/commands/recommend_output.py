@@ -7,7 +7,7 @@ import typer
 from cluster.analysis.recommend import recommend_results
 from cluster.analysis.recommend_view import note_lines, recommend_json, recommend_view, schedule_lines
 from cluster.analysis.results import Results
-from cluster.commands.result_tables import Format, clear_errors, console, emit, err_console
+from cluster.commands.result_tables import Format, clear_errors, console, emit, err_console, simulated_note
 
 
 def print_recommendations(results: Results, as_json: bool, n_boot: int = 2000, seed: int = 0) -> None:
@@ -24,7 +24,7 @@ def print_recommendations(results: Results, as_json: bool, n_boot: int = 2000, s
     view = recommend_view(rec)
     if view["workload"].nunique() == 1:
         view = view.drop(columns="workload")
-    sim = " (simulated engine)" if "sim" in set(results.runs_table().column("engine").to_pylist()) else ""
+    sim = simulated_note(results.runs_table().column("engine").to_pylist())
     emit(view, Format.table, title=f"{experiment}{sim}: what to serve per load point; baseline "
          f"{rec.baseline}; speedup = variant / baseline output tok/s [95% CI]")
     for line in schedule_lines(rec.schedule):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 import math
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 import pandas as pd
 import typer
@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from cluster.commands.terminal import print_table
+from cluster.engines.registry import is_simulated
 from cluster.errors import EnvironmentFault
 
 console = Console()
@@ -86,3 +87,8 @@ def emit(df: pd.DataFrame, fmt: Format, title: str = "") -> None:
         cols = [[escape(v) for v in column_texts(df[c])] for c in df.columns]  # text: "[no CI]" is not markup
         print_table(console, [str(c) for c in df.columns], list(zip(*cols)) if cols else [], title=title,
                     right=[pd.api.types.is_numeric_dtype(df[c]) for c in df.columns])
+
+
+def simulated_note(engines: Iterable[object]) -> str:
+    """' (simulated engine)' for a table title over runs (their `engine` column) of which any is simulated, else ''."""
+    return " (simulated engine)" if any(is_simulated(str(e)) for e in engines) else ""

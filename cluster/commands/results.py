@@ -14,10 +14,11 @@ from rich.table import Table
 
 from cluster.commands.cross_output import cross_table, print_cross
 from cluster.commands.result_tables import (Format, cell_text, clear_errors, console, emit, err_console,
-                                            table_or_exit)
+                                            simulated_note, table_or_exit)
 from cluster.commands.terminal import print_table
 from cluster.analysis.results import Results
 from cluster.config.experiment import ExperimentSpec
+from cluster.engines.registry import is_simulated
 
 results_app = typer.Typer(no_args_is_help=True, help="Compare, list, inspect and query result datasets.")
 
@@ -96,7 +97,7 @@ def print_compare_ci(results: Results, baseline: Optional[str], fmt_name: str, n
         emit(out, fmt)
         return
     view = compare_view(df)
-    view["variant"] = [f"{v}{'*' if b else ''}{' (sim)' if e == 'sim' else ''}"
+    view["variant"] = [f"{v}{'*' if b else ''}{f' ({e})' if is_simulated(e) else ''}"
                        for v, b, e in zip(df["variant"], df["is_baseline"], df["engine"])]
     keep = ["load", "variant", "ok/failed/invalid", "steady tok/s", "output tok/s", "TTFT p99 ms", "TPOT mean ms",
             "accept length", "speedup tok/s", "speedup TPOT"]
@@ -148,7 +149,7 @@ def print_compare_by_category(results: Results, baseline: Optional[str], fmt_nam
     view = category_view(df)
     if df["workload"].nunique() == 1:
         view = view.drop(columns="workload")
-    sim = " (simulated engine)" if "sim" in set(_engines(results)) else ""
+    sim = simulated_note(_engines(results))
     emit(view, fmt, title=f"{experiment} by {'session turn' if by == 'turn' else by}{sim}: estimate [95% CI]; "
           "* = baseline")
     console.print(df.attrs.get("ci_method", ""), highlight=False, soft_wrap=True)
@@ -172,7 +173,7 @@ def print_compare_by_position(results: Results, fmt_name: str) -> None:
     view = position_view(groups)
     if view["workload"].nunique() == 1:
         view = view.drop(columns="workload")
-    sim = " (simulated engine)" if "sim" in set(_engines(results)) else ""
+    sim = simulated_note(_engines(results))
     emit(view, fmt, title=f"{results.experiment} by draft position{sim}: estimate [95% CI]")
     console.print(INTERVAL_METHOD, highlight=False, soft_wrap=True)
 
@@ -200,7 +201,6 @@ def print_compare(results: Results, baseline: Optional[str], fmt_name: str) -> N
         one_engine = len(engines) == 1
         from cluster.analysis.comparison import served_devices
 
-        label = {"sim": "sim (simulated engine, not GPU numbers)"}
         cols = ("load", "variant", "ok/f/i", "steady", "tok/s", "TTFT99", "TPOT", "ITL/tok", "accept", "×base")
         on_cpu = "cpu" in served_devices(results)
         from cluster.analysis.accuracy import invalid_for_speed_claims
@@ -208,8 +208,9 @@ def print_compare(results: Results, baseline: Optional[str], fmt_name: str) -> N
         less_accurate = invalid_for_speed_claims(results, next(
             (str(v) for v, b in zip(df["variant"], df["is_baseline"]) if b), None))
         for wl, part in df.groupby("workload", sort=False):
-            eng = f"; engine {label.get(engines[0], engines[0])}" if one_engine else ""
-            if on_cpu and engines != ["sim"]:
+            sim = " (simulated engine, not GPU numbers)" if is_simulated(engines[0]) else ""
+            eng = f"; engine {engines[0]}{sim}" if one_engine else ""
+            if on_cpu and not all(is_simulated(x) for x in engines):
                 eng += "; served on CPU (CPU numbers, not GPU numbers)"
             t = Table(title=f"{experiment} / {wl}: means over ok repeats; ms; * = baseline{eng}", box=box.SIMPLE_HEAD,
                       pad_edge=False, collapse_padding=True, title_justify="left")
@@ -413,7 +414,7 @@ def print_capacity(results: Results, baseline: Optional[str], fmt_name: str, n_b
         emit(df, fmt)
         return
     r = df.iloc[0]
-    sim = " (simulated engine)" if "sim" in set(_engines(results)) else ""
+    sim = simulated_note(_engines(results))
     emit(capacity_view(df), fmt, title=f"{experiment}{sim}: capacity at SLO attainment >= {r['target']:g}, "
           f"resolution {r['resolution']:g}; * = baseline")
     console.print(df.attrs.get("ci_method", ""), highlight=False, soft_wrap=True)
