@@ -40,7 +40,7 @@ def category(kernel: str) -> str:
     return "other"
 
 
-def load_trace(path: Path) -> dict[str, Any]:
+def _load_trace(path: Path) -> dict[str, Any]:
     raw = path.read_bytes()
     if raw[:2] == b"\x1f\x8b":
         raw = gzip.decompress(raw)
@@ -58,7 +58,7 @@ def summarize_traces(paths: Iterable[Path], top_n: int = TOP_N) -> ProfileSummar
     per: dict[str, dict[str, list[float]]] = {"kernel": {}, "cpu_op": {}}
     files, simulated = [], False
     for p in paths:
-        doc = load_trace(p)
+        doc = _load_trace(p)
         files.append(p.name)
         simulated = simulated or bool((doc.get("otherData") or {}).get("sglbench_simulated"))
         for ev in doc.get("traceEvents") or []:
