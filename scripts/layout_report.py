@@ -163,7 +163,7 @@ def layer_of(module: str) -> int:
 
 
 def direct_imports(path: Path, known: dict[str, Path]) -> set[str]:
-    """The in-package modules `path` names in an import (no parent-package inits added)."""
+    """The in-package modules `path` names in an import or hands over to with runpy (no parent-package inits added)."""
     me = module_name(path)
     is_pkg = path.name == "__init__.py"
     out: set[str] = set()
@@ -178,6 +178,10 @@ def direct_imports(path: Path, known: dict[str, Path]) -> set[str]:
                 base = ".".join(anchor + ([base] if base else []))
             subs = {f"{base}.{a.name}" for a in node.names} & set(known)
             out.update(subs or ({base} & set(known)))
+        # a hand-over by module name (runpy.run_module("cluster.x.y")) is a dependency the import statements hide
+        if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("run_module") and node.args \
+                and isinstance(node.args[0], ast.Constant) and node.args[0].value in known:
+            out.add(str(node.args[0].value))
     out.discard(me)
     out.discard("cluster")
     return out
