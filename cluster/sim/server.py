@@ -30,7 +30,9 @@ from cluster.config.secrets import redact_argv
 from cluster.sim.model import Scheduler, SimRequest, effective_max_running_requests
 from cluster.engines.sim_launch import LaunchError, SpecParams, build_parser, resolve_args
 from cluster.config.sim_knobs import Knobs, KnobError
-from cluster.sim.wire import ChunkWriter, Pacer, StreamingCounts, fine_timer_slack, metrics_text
+from cluster.sim.wire import ChunkWriter
+from cluster.sim.prometheus import StreamingCounts, metrics_text
+from cluster.sim.pacer import Pacer, fine_timer_slack
 from cluster.version import SGLANG_RELEASE
 
 VERSION = SGLANG_RELEASE

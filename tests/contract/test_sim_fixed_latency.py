@@ -11,7 +11,7 @@ import pytest
 from cluster.engines.base import Prompt
 from cluster.engines.sglang import SGLangEngine
 from cluster.config.sim_knobs import Knobs, KnobError
-from cluster.sim.wire import Pacer
+from cluster.sim.pacer import Pacer
 from cluster.loadgen.runner import run_load_point
 from cluster.kernel.runs import LoadPoint
 
