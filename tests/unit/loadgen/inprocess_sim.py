@@ -10,7 +10,8 @@ from aiohttp import web
 
 from cluster.config.sim_knobs import Knobs
 from cluster.engines.sim_launch import build_parser, resolve_args
-from cluster.sim.server import SimServer, build_app
+from cluster.sim.server import build_app
+from cluster.sim.lifecycle import SimServer
 
 
 @asynccontextmanager

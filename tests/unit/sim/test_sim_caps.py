@@ -10,7 +10,8 @@ from cluster.engines.sglang_server_info import concurrency_cap_from_server_info
 from cluster.engines.sim_launch import build_parser, resolve_args
 from cluster.sim.model import effective_max_running_requests
 from cluster.config.sim_knobs import Knobs
-from cluster.sim.server import SimServer
+from cluster.sim.control import ControlEndpoints
+from cluster.sim.lifecycle import SimServer
 
 
 def server(argv: list[str], knobs: Knobs = Knobs()) -> SimServer:
@@ -21,7 +22,7 @@ def server(argv: list[str], knobs: Knobs = Knobs()) -> SimServer:
 
 def info(s: SimServer) -> dict[str, Any]:
     async def get() -> dict[str, Any]:
-        doc: dict[str, Any] = json.loads((await s.server_info(None)).body)  # type: ignore[arg-type]
+        doc: dict[str, Any] = json.loads((await ControlEndpoints(s).server_info(None)).body)  # type: ignore[arg-type]
         return doc
     return asyncio.run(get())
 
