@@ -333,8 +333,10 @@ def show_cmd(
     root: str = ROOT_OPT,
     fmt: Format = typer.Option(Format.table, "--format"),
 ) -> None:
-    """Every run of an experiment: status, and why a run failed or is invalid."""
+    """Every run of an experiment: status, and why a run failed or is invalid; with `repeats: {until}`, where each
+    point's repeats stopped (JSON: {"runs": [...], "repeats_until": [...]} then)."""
     from cluster.analysis.query import query
+    from cluster.commands.repeats_output import print_repeats, recorded_repeats, show_json
 
     sql = ("SELECT order_index, variant, engine, workload, load_kind, load_value, repeat, status, "
            "coalesce(failure_reason, invalid_reasons) AS reason, m_output_tok_s AS output_tok_s, run_key "
@@ -342,7 +344,13 @@ def show_cmd(
     results = open_results(root, experiment)
     with clear_errors():
         df = query(results, sql)
+        points = recorded_repeats(results)
+    if points and fmt is Format.json:
+        typer.echo(show_json(df, points))
+        return
     emit(df, fmt, title=f"{experiment}: runs")
+    if fmt is Format.table:
+        print_repeats(points)
 
 
 @results_app.command("query")
@@ -377,6 +385,10 @@ def print_run_summary(root: str, spec: ExperimentSpec, counts: Mapping[str, int]
         print_compare(results, None, "table")
     except typer.Exit:
         return False
+    from cluster.commands.repeats_output import print_repeats, recorded_repeats
+
+    with clear_errors():
+        print_repeats(recorded_repeats(results))
     if not counts.get("ok"):
         return True
     if any(w.prompts.source in ("sharegpt", "messages") for w in spec.workloads):
