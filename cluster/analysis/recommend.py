@@ -17,8 +17,9 @@ carries. The rules, in order, at one point:
    are NEXTN depths the SMALLER depth is served (the same speed for fewer draft tokens) and the note says so; a tie that involves a
    variant without a depth is not broken: nothing is chosen, and the answer names the tied estimates.
 4. With no contender: if every remaining variant is significantly slower the baseline is served ("serve without
-   speculation there" for depths); if any is indistinguishable from the baseline, nothing is chosen (the intervals
-   overlap 1.0: the data does not tell them apart).
+   speculation there" for depths); if any is indistinguishable from the baseline, nothing is chosen (not
+   significant after Holm's correction: the data does not tell them apart; an interval shown that excludes 1.0 but
+   does not survive the correction is named as such).
 5. A variant significantly slower than the baseline is named with its ratio ("nextn-3 is 0.87× the baseline at
    c64"), whatever is chosen, and a variant compare marks over-saturated at the point is named with the reason.
 
@@ -180,8 +181,14 @@ def recommend_point(rows: Sequence[Evidence]) -> Recommendation:
         unclear = [r for r in usable if r.verdict != stats.VERDICT_SLOWER]
         if unclear:
             names = ", ".join(f"{r.variant} {ratio_text(r)}" for r in unclear)
-            return _answer(rows, None, f"no variant differs from the baseline beyond its 95% interval ({names}): "
-                           "the intervals overlap 1.0, so the data does not tell them apart", notes)
+            # an interval that excludes 1.0 can still be no significant difference after Holm's correction across
+            # the table's comparisons: say so, or the answer contradicts the interval it prints
+            holm = [r.variant for r in unclear if r.speedup_hi < 1.0 or r.speedup_lo > 1.0]
+            why = ("the data does not tell them apart" if not holm else
+                   f"{', '.join(holm)}: the interval shown excludes 1.0, but the difference is not significant after "
+                   "Holm's correction across the table's comparisons")
+            return _answer(rows, None, f"no variant differs significantly from the baseline ({names}): {why}",
+                           notes)
         return _answer(rows, base, "every variant is significantly slower than the baseline here", notes)
     best = max(faster, key=lambda r: r.speedup)
     tied = [r for r in faster if r is best or _ties(r, best)]
