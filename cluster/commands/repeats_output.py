@@ -8,9 +8,10 @@ from dataclasses import asdict, fields
 from typing import Optional, Union
 
 import pandas as pd
+import typer
 
 from cluster.analysis.results import Results
-from cluster.commands.result_tables import console
+from cluster.commands.result_tables import Format, console, emit
 from cluster.config.repeats import REPEATS_UNTIL_TAG
 from cluster.dataset.root import StoreError
 from cluster.plan.repeats import GO_BELOW_MIN, STOP_MAX, STOP_NARROW, PointRepeats
@@ -76,10 +77,15 @@ def repeats_json(points: list[PointRepeats]) -> list[dict[str, FactValue]]:
     return [{**asdict(p), "sure": is_sure(p), "stop": stop_text(p)} for p in points]
 
 
-def show_json(runs: pd.DataFrame, points: list[PointRepeats]) -> str:
-    """`results show --format json` for an experiment with repeats until sure: its runs and the points' facts."""
-    return json.dumps({"runs": json.loads(runs.to_json(orient="records")), REPEATS_UNTIL_TAG: repeats_json(points)},
-                      indent=2, ensure_ascii=False)
+def emit_show(runs: pd.DataFrame, points: list[PointRepeats], fmt: Format, title: str) -> None:
+    """`results show`: the runs, then the points' lines (table); with points, JSON is {"runs", "repeats_until"}."""
+    if points and fmt is Format.json:
+        typer.echo(json.dumps({"runs": json.loads(runs.to_json(orient="records")),
+                               REPEATS_UNTIL_TAG: repeats_json(points)}, indent=2, ensure_ascii=False))
+        return
+    emit(runs, fmt, title=title)
+    if fmt is Format.table:
+        print_repeats(points)
 
 
 def print_repeats(points: list[PointRepeats]) -> None:

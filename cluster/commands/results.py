@@ -13,6 +13,7 @@ from cluster.errors import SglbenchError
 from rich.table import Table
 
 from cluster.commands.cross_output import cross_table, print_cross
+from cluster.commands.repeats_output import emit_show, print_repeats, recorded_repeats
 from cluster.commands.result_tables import (Format, cell_text, clear_errors, console, emit, err_console,
                                             simulated_note, table_or_exit)
 from cluster.commands.terminal import print_table
@@ -336,7 +337,6 @@ def show_cmd(
     """Every run of an experiment: status, and why a run failed or is invalid; with `repeats: {until}`, where each
     point's repeats stopped (JSON: {"runs": [...], "repeats_until": [...]} then)."""
     from cluster.analysis.query import query
-    from cluster.commands.repeats_output import print_repeats, recorded_repeats, show_json
 
     sql = ("SELECT order_index, variant, engine, workload, load_kind, load_value, repeat, status, "
            "coalesce(failure_reason, invalid_reasons) AS reason, m_output_tok_s AS output_tok_s, run_key "
@@ -345,12 +345,7 @@ def show_cmd(
     with clear_errors():
         df = query(results, sql)
         points = recorded_repeats(results)
-    if points and fmt is Format.json:
-        typer.echo(show_json(df, points))
-        return
-    emit(df, fmt, title=f"{experiment}: runs")
-    if fmt is Format.table:
-        print_repeats(points)
+    emit_show(df, points, fmt, title=f"{experiment}: runs")
 
 
 @results_app.command("query")
@@ -385,8 +380,6 @@ def print_run_summary(root: str, spec: ExperimentSpec, counts: Mapping[str, int]
         print_compare(results, None, "table")
     except typer.Exit:
         return False
-    from cluster.commands.repeats_output import print_repeats, recorded_repeats
-
     with clear_errors():
         print_repeats(recorded_repeats(results))
     if not counts.get("ok"):
