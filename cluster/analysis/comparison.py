@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 import numpy as np
 import pandas as pd
 
 from cluster.engines.registry import is_simulated
+from cluster.engines.sim_launch import SIM_KNOBS_KEY
+from cluster.input_files import JsonObject, JsonValue
 from cluster.kernel import stats
 from cluster.analysis.point_marks import with_marks
 from cluster.analysis.query import POINT_KEYS, connect, resolve_baseline
@@ -436,6 +438,22 @@ def served_devices(results: Results) -> set[str]:
     return out
 
 
+def _without_declared_knobs(base: JsonObject, other: JsonObject, base_knobs: Optional[JsonObject],
+                            other_knobs: Optional[JsonObject]) -> tuple[JsonObject, JsonObject]:
+    """Both servers' resolved args with the simulator's knobs that the spec declares differently left out of its
+    reported knobs (a variant's own `sim:` is as intended as its own `args:`); every other knob is still compared."""
+    a, b = base.get(SIM_KNOBS_KEY), other.get(SIM_KNOBS_KEY)
+    if not isinstance(a, Mapping) or not isinstance(b, Mapping):
+        return base, other
+    bk, ok = base_knobs or {}, other_knobs or {}
+    declared = {k for k in set(bk) | set(ok) if bk.get(k) != ok.get(k)}
+
+    def trim(knobs: JsonObject) -> dict[str, JsonValue]:
+        return {k: v for k, v in knobs.items() if k not in declared}
+
+    return {**base, SIM_KNOBS_KEY: trim(a)}, {**other, SIM_KNOBS_KEY: trim(b)}
+
+
 def unintended_differences(results: Results) -> dict[str, dict[str, tuple[Any, Any]]]:
     """variant → resolved server args (from /server_info, stored per run) that differ from the baseline's, minus
     the speculative settings and every arg the spec itself declares differently for that variant."""
@@ -447,15 +465,18 @@ def unintended_differences(results: Results) -> dict[str, dict[str, tuple[Any, A
     if baseline is None:
         return {}
     declared: dict[str, dict[str, Any]] = {}
+    knobs: dict[str, JsonObject] = {}
     for v in _stored_variants(results) or []:
         declared[v.name] = {k.replace("-", "_"): val for k, val in v.args.items()}
+        knobs[v.name] = v.sim.wire()
     out: dict[str, dict[str, tuple[Any, Any]]] = {}
     for name, args in resolved.items():
         if name == baseline:
             continue
         base_decl, own = declared.get(baseline, {}), declared.get(name, {})
         intended = {"speculative_*"} | {k for k in set(base_decl) | set(own) if base_decl.get(k) != own.get(k)}
-        d = resolved_differences(resolved[baseline], args, intended)
+        base_args, own_args = _without_declared_knobs(resolved[baseline], args, knobs.get(baseline), knobs.get(name))
+        d = resolved_differences(base_args, own_args, intended)
         if d:
             out[name] = d
     return out

@@ -17,6 +17,10 @@ from cluster.errors import UserError
 
 log = logging.getLogger("sglbench.sim")
 
+SIM_KNOBS_KEY = "sim_knobs"
+"""The /server_info key under which the simulator reports the knobs it runs with (a sim-only addition to SGLang's
+answer)."""
+
 
 @dataclass(frozen=True)
 class SpecParams:

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from cluster.input_files import JsonValue
 from cluster.config.sim_knobs import Knobs
+from cluster.engines.sim_launch import SIM_KNOBS_KEY
 from cluster.sim.lifecycle import SimServer, error_response
 from cluster.sim.prometheus import metrics_text
 from cluster.version import SGLANG_RELEASE
@@ -90,7 +91,7 @@ class ControlEndpoints:
         info.update(launch_command=s.launch_command, max_total_num_tokens=s.knobs.max_total_num_tokens,
                     max_req_input_len=s.knobs.context_length - 1, kv_events=None,
                     startup_time=s.startup_time_s, version=VERSION, frontend="python",
-                    unmodelled_args=s.unmodelled, sim=True, sim_knobs=knobs_json(s.knobs),
+                    unmodelled_args=s.unmodelled, sim=True, **{SIM_KNOBS_KEY: knobs_json(s.knobs)},
                     internal_states=[self.internal_state()])
         return web.json_response(info)
 
