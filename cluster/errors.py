@@ -28,6 +28,7 @@
     │   ├── WriteError                     a file cannot be written (disk full, read-only): names the path
     │   ├── DatasetLocked                  another driver writes that experiment dataset: names its holder
     │   ├── JobError                       the Ray job API cannot be reached or refused the request
+    │   ├── RuntimeEnvFault                Ray could not set up a task's runtime environment on a node
     │   └── ServerUnreachableError         a live server's name does not resolve, or no route to it
     └── EngineFault                    4   an engine server did not start or died (its decisive log line attached)
         ├── ServerStartError

@@ -13,7 +13,18 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from cluster.config.experiment import ExperimentSpec
+from cluster.errors import EnvironmentFault
 from cluster.input_files import JsonValue
+
+
+class RuntimeEnvFault(EnvironmentFault):
+    """Ray could not set up a task's runtime environment (the job's working_dir package, its env vars) on a node."""
+
+
+PREFLIGHT_RUNTIME_ENV_TRIES = 2
+"""A runtime-env setup failure of the probe task is tried once more: Ray 2.60 has a known, rare race in which a
+job's working_dir package is gone from the GCS and the node a few seconds after upload (ray-project/ray#36703,
+seen once in this project's CI under `sglbench submit`); a second failure is the cluster's, said as such."""
 
 
 @dataclass(frozen=True)
@@ -104,13 +115,23 @@ def remote_preflight(spec: ExperimentSpec, base_dir: Path,
     opts: dict[str, Any] = {"runtime_env": {"env_vars": {"CUDA_VISIBLE_DEVICES": ""}}}
     if nodes:
         opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(nodes[0].node_id, soft=False)
-    try:
-        reports, warnings = ray.get(task.options(**opts).remote(spec.model_dump(mode="json"), str(base_dir)))
-    except ray.exceptions.RayTaskError as e:
-        cause = getattr(e, "cause", None)
-        if isinstance(cause, ValueError):
-            raise cause from None
-        raise
+    for attempt in range(1, PREFLIGHT_RUNTIME_ENV_TRIES + 1):
+        try:
+            reports, warnings = ray.get(task.options(**opts).remote(spec.model_dump(mode="json"), str(base_dir)))
+            break
+        except ray.exceptions.RayTaskError as e:
+            cause = getattr(e, "cause", None)
+            if isinstance(cause, ValueError):
+                raise cause from None
+            raise
+        except ray.exceptions.RuntimeEnvSetupError as e:
+            if attempt == PREFLIGHT_RUNTIME_ENV_TRIES:
+                raise RuntimeEnvFault(
+                    f"Ray could not set up the runtime environment of the checkpoint probe ({attempt} tries), before "
+                    "any GPU was reserved; nothing was measured or written. Ray said: "
+                    + (e.error_message or "nothing more").strip().splitlines()[-1]
+                    + ". Resubmit; if it repeats, check the job's working_dir and the Ray cluster's health") from None
+            warn(f"the checkpoint probe's runtime environment could not be set up (try {attempt}); trying again")
     for line in warnings:
         warn(line)
     return reports
