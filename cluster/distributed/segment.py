@@ -114,6 +114,9 @@ class SegmentRunner:
         self.gates.placed(variant)
         s.engine = new_engine_actor(s.pg, self.spec.name, with_artifact(variant, art),
                                     self.spec.engines.get(variant.engine), str(self.log_dir))
+        # created now, not once the server is healthy: a load actor's worker process starts while the server does
+        # (1.5 s per server start on a 2-core machine; teardown kills them whether or not the server came up)
+        s.loads = [self.new_load_actor(s.pg, variant, i) for i in range(n_load)]
         try:
             port = variant.args.get("port")
             s.server = server = s.engine.start(self.spec.health_timeout_s,
@@ -133,7 +136,6 @@ class SegmentRunner:
                  f"{server.cuda_visible_devices or '-'} (pid {server.pid}, port {server.port}, log "
                  f"{server.hostname}:{server.log_path})")
         self.on_event(ServerState(variant.name, "healthy", f"in {server.startup_s:.1f} s"))
-        s.loads = [self.new_load_actor(s.pg, variant, i) for i in range(n_load)]
         s.seg = replace(s.seg, load_actor_cuda_visible_devices=s.loads[0].visible_gpus(),
                         load_actor_node_id=s.loads[0].node_id(), load_actors=n_load)
         self.result.servers[variant.name] = ServerRecord(server, s.seg)

@@ -1,5 +1,5 @@
 """The demo experiment on the simulator: NEXTN beats the baseline at concurrency 1 and acceptance lengths of NEXTN
-1, 2, 3 strictly increase, each within three standard errors of the step model's 1 + p1 + p1·p2 + …; on the demo's
+1, 2, 3 strictly increase, each within three standard errors of the step model's 1 + p1 + p1·p2 + … (its last step cut at max_tokens); on the demo's
 category workload (the bundled ShareGPT set) each category's acceptance is its own knob's, reported apart."""
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def test_demo_acceptance_and_speedup(ray_local: None, tmp_path: Path) -> None:
 
     root = Path(result.dataset_root) / spec.name
     all_runs = pd.read_parquet(root / "runs")
-    runs = all_runs[(all_runs["workload"] == "chat-128-32") & (all_runs["repeat"] == 0)].set_index("variant")
+    runs = all_runs[(all_runs["workload"] == spec.workloads[0].name) & (all_runs["repeat"] == 0)].set_index("variant")
     all_reqs = pd.read_parquet(root / "requests")
     reqs = all_reqs[all_reqs["run_key"].isin(runs["run_key"])]
     probs = list(spec.sim.accept_probs)
@@ -93,7 +93,10 @@ def test_demo_acceptance_and_speedup(ray_local: None, tmp_path: Path) -> None:
         al = runs.loc[name, "m_accept_length"]
         assert al == pytest.approx(x.sum() / v.sum())
         se = ratio_se(x, v)
-        exp = expected_for(probs, k)
+        # the last verify step of each 64-token answer is cut at max_tokens: about -0.04 at k=2 against the
+        # untruncated 1 + p1 + p1·p2, more than one standard error here (a workload rename reseeded the prompts
+        # and the untruncated figure failed by 3.5 SE)
+        exp = truncated_expectation(probs, k, data["workloads"][0]["output_tokens"])
         assert abs(al - exp) <= 3 * se, f"{name}: accept length {al:.3f} vs expected {exp:.3f} (SE {se:.3f})"
         assert al > prev
         prev = al

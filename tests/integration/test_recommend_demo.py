@@ -41,7 +41,7 @@ def test_recommend_on_the_demo(ray_local: None, tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     text = " ".join(res.output.split())
     assert f"{spec.name} (simulated engine): what to serve per load point" in text
-    assert "depth schedule chat-128-32 (concurrency): c1 → " in text and ", c8 → " in text
+    assert f"depth schedule {spec.workloads[0].name} (concurrency): c1 → " in text and ", c8 → " in text
     doc = json.loads(CliRunner().invoke(app, args + ["--format", "json"]).output)
     assert [(p["load_kind"], p["load_value"]) for p in doc["points"]] == [("concurrency", 1.0), ("concurrency", 8.0)]
     for p in doc["points"]:
