@@ -1,6 +1,7 @@
 """The demo experiment on the simulator: NEXTN beats the baseline at concurrency 1 and acceptance lengths of NEXTN
-1, 2, 3 strictly increase, each within three standard errors of the step model's 1 + p1 + p1·p2 + … (its last step cut at max_tokens); on the demo's
-category workload (the bundled ShareGPT set) each category's acceptance is its own knob's, reported apart."""
+1, 2, 3 strictly increase, each within three standard errors of the step model's 1 + p1 + p1·p2 + … (its last step
+cut at max_tokens); on the demo's category workload (the bundled ShareGPT set) each category's acceptance is its
+own knob's, reported apart."""
 
 from __future__ import annotations
 
