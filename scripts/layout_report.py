@@ -34,6 +34,16 @@ def all_modules() -> dict[str, Path]:
     return {module_name(p): p for p in sorted(PKG.rglob("*.py"))}
 
 
+def import_base(node: ast.ImportFrom, me: str, is_pkg: bool) -> str:
+    """The absolute module a `from ... import` names, its relative dots resolved against module `me`."""
+    base = node.module or ""
+    if node.level:
+        anchor = me.split(".") if is_pkg else me.split(".")[:-1]
+        anchor = anchor[: len(anchor) - (node.level - 1)]
+        base = ".".join(anchor + ([base] if base else []))
+    return base
+
+
 def imported_modules(path: Path, known: dict[str, Path]) -> set[str]:
     """Every in-package module `path` imports, anywhere in its body, plus the sub-package inits that run first."""
     me = module_name(path)
@@ -44,11 +54,7 @@ def imported_modules(path: Path, known: dict[str, Path]) -> set[str]:
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = me.split(".") if is_pkg else me.split(".")[:-1]
-                anchor = anchor[: len(anchor) - (node.level - 1)]
-                base = ".".join(anchor + ([base] if base else []))
+            base = import_base(node, me, is_pkg)
             targets = [base] + [f"{base}.{a.name}" for a in node.names]
         for t in targets:
             if t in known:
@@ -171,11 +177,7 @@ def direct_imports(path: Path, known: dict[str, Path]) -> set[str]:
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names if a.name in known)
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = me.split(".") if is_pkg else me.split(".")[:-1]
-                anchor = anchor[: len(anchor) - (node.level - 1)]
-                base = ".".join(anchor + ([base] if base else []))
+            base = import_base(node, me, is_pkg)
             subs = {f"{base}.{a.name}" for a in node.names} & set(known)
             out.update(subs or ({base} & set(known)))
         # a hand-over by module name (runpy.run_module("cluster.x.y")) is a dependency the import statements hide
