@@ -1,8 +1,13 @@
 """load.stop_when_saturated through the driver on local Ray, on a simulated server whose knee is known by
-construction: a decode step takes 5 ms + 20 ms per running request (no prefill cost), so one request makes
-1000 / 25 = 40 tok/s and two make 2000 / 45 = 44 tok/s (+11 % for +100 % load), while TTFT (one step) goes
-25 -> 45 ms (+80 %) and the requests in flight double: c2 is over-saturated against c1, and c4 is skipped, recorded
-with the reason. Every measured run records its steady-state stretch."""
+construction: a decode step takes 5 ms + 60 ms per running request (no prefill cost), so one request makes
+1000 / 65 = 15.4 tok/s and two make 2000 / 125 = 16.0 tok/s (+4 % for +100 % load), while TTFT (one step) goes
+65 -> 125 ms (+92 %) and the requests in flight double: c2 is over-saturated against c1, and c4 is skipped, recorded
+with the reason. Every measured run records its steady-state stretch.
+
+The figures are wall-clock: steps of 65 and 125 ms keep the rule's margins (throughput gain share 0.04 against
+0.25, TTFT growth 0.92 against 0.5) wide against a loaded machine's lateness. With 25 and 45 ms steps a
+fresh-clone CI run once measured c2 as not saturated and ran c4.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ version: 1
 name: knee
 model: {{path: sim://knee, engine: sim}}
 server: {{args: {{max-running-requests: 16, kv-cache-dtype: bf16, attention-backend: flashinfer}}}}
-sim: {{time_scale: 1.0, decode_base_ms: 5, decode_per_req_ms: 20, prefill_per_token_ms: 0}}
+sim: {{time_scale: 1.0, decode_base_ms: 5, decode_per_req_ms: 60, prefill_per_token_ms: 0}}
 variants: [{{name: base, baseline: true}}]
 workloads: [{{name: w, input_tokens: 16, output_tokens: 8, num_requests: 6}}]
 load: {{concurrency: [1, 2, 4], stop_when_saturated: true}}
