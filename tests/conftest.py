@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Iterator, Optional
+from contextlib import contextmanager
+from typing import Any, Iterator, Optional
 
 import pytest
 
@@ -129,3 +130,37 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         first_seen.setdefault(directory(it), i)
     items.sort(key=lambda it: (not _real_engine(it), first_seen[directory(it)],
                                0 if directory(it) + "|" + str(it.fspath) in uses_ray else 1))
+
+
+@contextmanager
+def token_auth_head(token: str) -> Iterator[Any]:
+    """A one-node Ray head (8 logical GPUs, the dashboard and job API on 127.0.0.1) with token auth on `token`, set
+    in RAY_AUTH_TOKEN for this process and so for every process the head starts; shut down by its handle, and the
+    environment and Ray's cached auth config restored after."""
+    import ray
+    from ray._private.authentication_test_utils import reset_auth_token_state
+    from ray.cluster_utils import Cluster
+
+    from cluster.server.process import free_port
+
+    if ray.is_initialized():
+        ray.shutdown()
+    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_USAGE_STATS_ENABLED")}
+    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token, RAY_USAGE_STATS_ENABLED="0")
+    reset_auth_token_state()  # this process reads Ray's auth config at import: refresh it (Ray's own tests do)
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 2, "num_gpus": 8, "include_dashboard": True, "dashboard_host": "127.0.0.1",
+        "dashboard_port": free_port(), "dashboard_agent_listen_port": free_port(),
+        "object_store_memory": 100 * 1024**2,
+    })
+    try:
+        assert cluster.head_node is not None and cluster.head_node.webui_url, "the head started without a dashboard"
+        yield cluster
+    finally:
+        cluster.shutdown()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        reset_auth_token_state()

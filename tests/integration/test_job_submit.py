@@ -10,7 +10,6 @@ from typing import Iterator
 
 import pytest
 
-from cluster.server.process import free_port
 
 EXPERIMENT = """\
 version: 1
@@ -38,33 +37,11 @@ def job_api() -> Iterator[str]:
     (which inherits the head's environment) hold the same token by construction. Left to Ray's default (token auth
     from ~/.ray/auth_token, the machine's shared file, or whatever mode an earlier test in this worker left), the
     job's driver was once refused by its own cluster in CI ("InvalidAuthToken ... requires token authentication")."""
-    import ray
-    from ray._private.authentication_test_utils import reset_auth_token_state
-    from ray.cluster_utils import Cluster
+    from tests.conftest import token_auth_head
 
-    if ray.is_initialized():
-        ray.shutdown()
-    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_USAGE_STATS_ENABLED")}
-    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=JOB_TOKEN, RAY_USAGE_STATS_ENABLED="0")
-    reset_auth_token_state()  # this process cached Ray's auth config at import: refresh it
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 2, "num_gpus": 8, "include_dashboard": True, "dashboard_host": "127.0.0.1",
-        "dashboard_port": free_port(), "dashboard_agent_listen_port": free_port(),
-        "object_store_memory": 100 * 1024**2,
-    })
-    try:
-        assert cluster.head_node is not None
+    with token_auth_head(JOB_TOKEN) as cluster:
         url = cluster.head_node.webui_url
-        assert url, "the head started without a dashboard"
         yield url if url.startswith("http") else f"http://{url}"
-    finally:
-        cluster.shutdown()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        reset_auth_token_state()
 
 
 def _submit(args: list[str], env: dict[str, str], cwd: Path, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:

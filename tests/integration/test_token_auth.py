@@ -14,7 +14,6 @@ from typing import Iterator
 import pytest
 
 from cluster.errors import EXIT_USER_ERROR
-from cluster.server.process import free_port
 
 pytestmark = pytest.mark.ray
 
@@ -40,33 +39,11 @@ output: {output}
 @pytest.fixture(scope="module")
 def token_head() -> Iterator[tuple[str, str]]:
     """(GCS address, job API URL) of a one-node token-auth cluster on 127.0.0.1; shut down by its handle."""
-    import ray
-    from ray._private.authentication_test_utils import reset_auth_token_state
-    from ray.cluster_utils import Cluster
+    from tests.conftest import token_auth_head
 
-    if ray.is_initialized():
-        ray.shutdown()
-    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_USAGE_STATS_ENABLED")}
-    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=TOKEN, RAY_USAGE_STATS_ENABLED="0")
-    reset_auth_token_state()  # this process reads Ray's auth config at import: refresh it (Ray's own tests do)
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 2, "num_gpus": 8, "include_dashboard": True, "dashboard_host": "127.0.0.1",
-        "dashboard_port": free_port(), "dashboard_agent_listen_port": free_port(),
-        "object_store_memory": 100 * 1024**2,
-    })
-    try:
-        assert cluster.head_node is not None
+    with token_auth_head(TOKEN) as cluster:
         url = cluster.head_node.webui_url
-        assert url, "the head started without a dashboard"
         yield cluster.address, url if url.startswith("http") else f"http://{url}"
-    finally:
-        cluster.shutdown()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        reset_auth_token_state()
 
 
 def _env(**extra: str) -> dict[str, str]:
