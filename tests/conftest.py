@@ -10,6 +10,12 @@ from typing import Any, Iterator, Optional
 import pytest
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# Tests talk to loopback only. Ray on Linux takes the machine's first interface as a node's address and rewrites a
+# 127.0.0.1 address given to ray.init to it (services.resolve_ip_for_localhost), so a head bound to 127.0.0.1 could not
+# be joined by a second driver (`sglbench doctor --address`, a job's driver). With this switch off, Ray's node address
+# is 127.0.0.1, as on a laptop (services.get_node_ip_address); it gates nothing else that the tests use (only
+# `ray start`'s worker nodes, which no test starts). Set before any test imports Ray; subprocesses inherit it.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -132,32 +138,59 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                                0 if directory(it) + "|" + str(it.fspath) in uses_ray else 1))
 
 
+LOOPBACK = "127.0.0.1"
+
+
+@contextmanager
+def loopback_cluster(**head_args: Any) -> Iterator[Any]:
+    """A Ray cluster of the test's own (ray.cluster_utils.Cluster): every node on 127.0.0.1 (tests talk to loopback
+    only; Ray's default is the machine's first interface) and one temp dir of its own, removed after. The temp dir
+    holds `ray_current_cluster`, where Ray's job supervisor resolves a job driver's RAY_ADDRESS ("auto"): in the
+    shared /tmp/ray a cluster another xdist worker started later overwrote it, and a CI run's job driver joined that
+    other cluster (refused for its token, then gone when it shut down). Add nodes with `cluster.add_node(**LOOPBACK_NODE)`.
+    Shut down by its handle."""
+    import shutil
+    import tempfile
+
+    import ray
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():
+        ray.shutdown()
+    # short: Ray puts Unix sockets under it (108 bytes at most for a socket path)
+    temp_dir = tempfile.mkdtemp(prefix="sgb-ray-", dir="/tmp")
+    cluster = Cluster(initialize_head=True, head_node_args={"node_ip_address": LOOPBACK, "temp_dir": temp_dir,
+                                                            **head_args})
+    try:
+        yield cluster
+    finally:
+        cluster.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+LOOPBACK_NODE: dict[str, Any] = {"node_ip_address": LOOPBACK}
+"""What every node a test adds to a `loopback_cluster` is given besides its resources."""
+
+
 @contextmanager
 def token_auth_head(token: str) -> Iterator[Any]:
     """A one-node Ray head (8 logical GPUs, the dashboard and job API on 127.0.0.1) with token auth on `token`, set
     in RAY_AUTH_TOKEN for this process and so for every process the head starts; shut down by its handle, and the
     environment and Ray's cached auth config restored after."""
-    import ray
     from ray._private.authentication_test_utils import reset_auth_token_state
-    from ray.cluster_utils import Cluster
 
     from cluster.server.process import free_port
 
-    if ray.is_initialized():
-        ray.shutdown()
     saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_USAGE_STATS_ENABLED")}
     os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token, RAY_USAGE_STATS_ENABLED="0")
     reset_auth_token_state()  # this process reads Ray's auth config at import: refresh it (Ray's own tests do)
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 2, "num_gpus": 8, "include_dashboard": True, "dashboard_host": "127.0.0.1",
-        "dashboard_port": free_port(), "dashboard_agent_listen_port": free_port(),
-        "object_store_memory": 100 * 1024**2,
-    })
     try:
-        assert cluster.head_node is not None and cluster.head_node.webui_url, "the head started without a dashboard"
-        yield cluster
+        with loopback_cluster(num_cpus=2, num_gpus=8, include_dashboard=True, dashboard_host=LOOPBACK,
+                              dashboard_port=free_port(), dashboard_agent_listen_port=free_port(),
+                              object_store_memory=100 * 1024**2) as cluster:
+            assert cluster.head_node is not None and cluster.head_node.webui_url, "the head started without a dashboard"
+            yield cluster
     finally:
-        cluster.shutdown()
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)

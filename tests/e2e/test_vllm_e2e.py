@@ -39,7 +39,8 @@ def local_ray() -> Iterator[None]:
     import ray
 
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    ray.init(num_gpus=8, num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2)
+    ray.init(address="local", num_gpus=8, num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024**2,
+             _node_ip_address="127.0.0.1")
     try:
         yield
     finally:

@@ -23,23 +23,21 @@ ADDRESS: list[str] = []
 @pytest.fixture(scope="module")
 def head_and_gpu_node() -> Iterator[str]:
     import ray
-    from ray.cluster_utils import Cluster
+
+    from tests.conftest import LOOPBACK_NODE, loopback_cluster
 
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    if ray.is_initialized():
-        ray.shutdown()
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0, "include_dashboard": False,
-                                                            "object_store_memory": 100 * 1024**2})
-    node = cluster.add_node(num_cpus=3, num_gpus=8, object_store_memory=100 * 1024**2)
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, log_to_driver=False)
-    ADDRESS[:] = [cluster.address]
-    try:
-        yield node.node_id
-    finally:
-        ray.shutdown()
-        cluster.remove_node(node)
-        cluster.shutdown()
+    with loopback_cluster(num_cpus=1, num_gpus=0, include_dashboard=False,
+                          object_store_memory=100 * 1024**2) as cluster:
+        node = cluster.add_node(num_cpus=3, num_gpus=8, object_store_memory=100 * 1024**2, **LOOPBACK_NODE)
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, log_to_driver=False)
+        ADDRESS[:] = [cluster.address]
+        try:
+            yield node.node_id
+        finally:
+            ray.shutdown()
+            cluster.remove_node(node)
 
 
 def test_the_facts_come_from_the_gpu_node_not_the_driver(head_and_gpu_node: str, tmp_path: Path) -> None:

@@ -27,6 +27,8 @@ health_timeout_s: 120
 output: {output}
 """
 JOB_TOKEN = "sglbench-job-submit-test-" + "0123456789abcdef" * 2
+HEAD: list[object] = []
+"""The module's head (ray._private.node.Node), for the test of what its job supervisor resolves."""
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +42,7 @@ def job_api() -> Iterator[str]:
     from tests.conftest import token_auth_head
 
     with token_auth_head(JOB_TOKEN) as cluster:
+        HEAD[:] = [cluster.head_node]
         url = cluster.head_node.webui_url
         yield url if url.startswith("http") else f"http://{url}"
 
@@ -80,6 +83,23 @@ def test_submit_runs_the_driver_and_writes_the_dataset(job_api: str, tmp_path: P
     assert set(requests.column("variant").to_pylist()) == {"base"}
     runs = ds.dataset(out / "submit-demo" / "runs", format="parquet", partitioning="hive").to_table()
     assert runs.num_rows == 1
+
+
+@pytest.mark.ray
+def test_the_job_supervisor_resolves_this_head_whatever_else_runs(job_api: str) -> None:
+    """Ray's job supervisor gives a job's driver RAY_ADDRESS from `ray_current_cluster` in its head's temp dir, which
+    the last cluster started on the machine with that temp dir writes. In the shared /tmp/ray a cluster another xdist
+    worker started later was what a CI run's job driver joined (InvalidAuthToken, then that cluster gone). This head's
+    own temp dir holds its own address, and it listens on loopback."""
+    from ray._common.utils import get_default_ray_temp_dir
+    from ray._private.services import canonicalize_bootstrap_address_or_die
+
+    node = HEAD[0]
+    temp_dir = node.get_temp_dir_path()  # type: ignore[attr-defined]
+    assert os.path.realpath(temp_dir) != os.path.realpath(get_default_ray_temp_dir())
+    resolved = canonicalize_bootstrap_address_or_die("auto", temp_dir)
+    assert resolved == node.address  # type: ignore[attr-defined]
+    assert node.node_ip_address == "127.0.0.1" and resolved.startswith("127.0.0.1:")  # type: ignore[attr-defined]
 
 
 @pytest.mark.ray

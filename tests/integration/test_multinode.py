@@ -17,24 +17,22 @@ pytestmark = pytest.mark.ray
 @pytest.fixture(scope="module")
 def two_nodes() -> Iterator[None]:
     import ray
-    from ray.cluster_utils import Cluster
+
+    from tests.conftest import LOOPBACK_NODE, loopback_cluster
 
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    if ray.is_initialized():
-        ray.shutdown()
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 0,
-                                                            "include_dashboard": False,
-                                                            "object_store_memory": 100 * 1024**2})
-    nodes = [cluster.add_node(num_cpus=4, num_gpus=8, object_store_memory=100 * 1024**2) for _ in range(2)]
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, log_to_driver=False)
-    try:
-        yield
-    finally:
-        ray.shutdown()
-        for n in nodes:
-            cluster.remove_node(n)
-        cluster.shutdown()
+    with loopback_cluster(num_cpus=2, num_gpus=0, include_dashboard=False,
+                          object_store_memory=100 * 1024**2) as cluster:
+        nodes = [cluster.add_node(num_cpus=4, num_gpus=8, object_store_memory=100 * 1024**2, **LOOPBACK_NODE)
+                 for _ in range(2)]
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, log_to_driver=False)
+        try:
+            yield
+        finally:
+            ray.shutdown()
+            for n in nodes:
+                cluster.remove_node(n)
 
 
 def _spec(tmp: Path, variants: str, name: str, extra: str = "") -> str:
