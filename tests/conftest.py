@@ -144,15 +144,16 @@ LOOPBACK = "127.0.0.1"
 @contextmanager
 def loopback_cluster(**head_args: Any) -> Iterator[Any]:
     """A Ray cluster of the test's own (ray.cluster_utils.Cluster): every node on 127.0.0.1 (tests talk to loopback
-    only; Ray's default is the machine's first interface) and one temp dir of its own, removed after. The temp dir
-    holds `ray_current_cluster`, where Ray's job supervisor resolves a job driver's RAY_ADDRESS ("auto"): in the
-    shared /tmp/ray a cluster another xdist worker started later overwrote it, and a CI run's job driver joined that
-    other cluster (refused for its token, then gone when it shut down). Add nodes with `cluster.add_node(**LOOPBACK_NODE)`.
-    Shut down by its handle."""
+    only; Ray's default is the machine's first interface) and one temp dir of its own, removed after, whose
+    `ray_current_cluster` names this head: Ray's job supervisor resolves a job driver's RAY_ADDRESS ("auto") from it.
+    In the shared /tmp/ray a cluster another xdist worker started later overwrote it, and a CI run's job driver joined
+    that other cluster (refused for its token, then gone when it shut down). Add nodes with
+    `cluster.add_node(**LOOPBACK_NODE)`. Shut down by its handle."""
     import shutil
     import tempfile
 
     import ray
+    from ray._private.utils import write_ray_address
     from ray.cluster_utils import Cluster
 
     if ray.is_initialized():
@@ -161,6 +162,10 @@ def loopback_cluster(**head_args: Any) -> Iterator[Any]:
     temp_dir = tempfile.mkdtemp(prefix="sgb-ray-", dir="/tmp")
     cluster = Cluster(initialize_head=True, head_node_args={"node_ip_address": LOOPBACK, "temp_dir": temp_dir,
                                                             **head_args})
+    # Cluster writes its address to the default temp dir's ray_current_cluster only; without one in its own, the
+    # supervisor's "auto" falls back to any raylet it finds running on the machine (services.py
+    # get_ray_address_from_environment), which with two xdist workers may be the other's cluster
+    write_ray_address(cluster.head_node.gcs_address, temp_dir)
     try:
         yield cluster
     finally:

@@ -87,19 +87,21 @@ def test_submit_runs_the_driver_and_writes_the_dataset(job_api: str, tmp_path: P
 
 @pytest.mark.ray
 def test_the_job_supervisor_resolves_this_head_whatever_else_runs(job_api: str) -> None:
-    """Ray's job supervisor gives a job's driver RAY_ADDRESS from `ray_current_cluster` in its head's temp dir, which
-    the last cluster started on the machine with that temp dir writes. In the shared /tmp/ray a cluster another xdist
-    worker started later was what a CI run's job driver joined (InvalidAuthToken, then that cluster gone). This head's
-    own temp dir holds its own address, and it listens on loopback."""
+    """Ray's job supervisor gives a job's driver RAY_ADDRESS by resolving "auto" against its head's temp dir: the
+    address in its `ray_current_cluster`, else any raylet running on the machine. In the shared /tmp/ray the last
+    Cluster started on the machine writes that file, and a CI run's job driver joined the cluster another xdist worker
+    had started (InvalidAuthToken, then gone when it shut down); with a temp dir of its own and no file in it, the
+    driver took whichever raylet came first. The head's own temp dir names the head, which listens on loopback."""
     from ray._common.utils import get_default_ray_temp_dir
     from ray._private.services import canonicalize_bootstrap_address_or_die
+    from ray._private.utils import read_ray_address
 
     node = HEAD[0]
     temp_dir = node.get_temp_dir_path()  # type: ignore[attr-defined]
     assert os.path.realpath(temp_dir) != os.path.realpath(get_default_ray_temp_dir())
-    resolved = canonicalize_bootstrap_address_or_die("auto", temp_dir)
-    assert resolved == node.address  # type: ignore[attr-defined]
-    assert node.node_ip_address == "127.0.0.1" and resolved.startswith("127.0.0.1:")  # type: ignore[attr-defined]
+    assert read_ray_address(temp_dir) == node.address  # type: ignore[attr-defined]
+    assert canonicalize_bootstrap_address_or_die("auto", temp_dir) == node.address  # type: ignore[attr-defined]
+    assert node.node_ip_address == "127.0.0.1" and node.address.startswith("127.0.0.1:")  # type: ignore[attr-defined]
 
 
 @pytest.mark.ray
