@@ -162,11 +162,11 @@ def loopback_cluster(**head_args: Any) -> Iterator[Any]:
     temp_dir = tempfile.mkdtemp(prefix="sgb-ray-", dir="/tmp")
     cluster = Cluster(initialize_head=True, head_node_args={"node_ip_address": LOOPBACK, "temp_dir": temp_dir,
                                                             **head_args})
-    # Cluster writes its address to the default temp dir's ray_current_cluster only; without one in its own, the
-    # supervisor's "auto" falls back to any raylet it finds running on the machine (services.py
-    # get_ray_address_from_environment), which with two xdist workers may be the other's cluster
-    write_ray_address(cluster.head_node.gcs_address, temp_dir)
     try:
+        # Cluster writes its address to the default temp dir's ray_current_cluster only; without one in its own, the
+        # supervisor's "auto" falls back to any raylet it finds running on the machine (services.py
+        # get_ray_address_from_environment), which with two xdist workers may be the other's cluster
+        write_ray_address(cluster.head_node.gcs_address, temp_dir)
         yield cluster
     finally:
         cluster.shutdown()
