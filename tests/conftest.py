@@ -178,6 +178,24 @@ LOOPBACK_NODE: dict[str, Any] = {"node_ip_address": LOOPBACK}
 
 
 @contextmanager
+def joined_loopback_cluster(head_args: dict[str, Any],
+                            nodes_args: list[dict[str, Any]]) -> Iterator[tuple[Any, list[Any]]]:
+    """A `loopback_cluster` with one node added per entry of `nodes_args`, every node up, and this process its driver
+    (ray.init joined to it); yields the cluster and the added nodes. The driver disconnects, then the cluster shuts
+    down (its nodes with it)."""
+    import ray
+
+    with loopback_cluster(**head_args) as cluster:
+        nodes = [cluster.add_node(**args, **LOOPBACK_NODE) for args in nodes_args]
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, log_to_driver=False)
+        try:
+            yield cluster, nodes
+        finally:
+            ray.shutdown()
+
+
+@contextmanager
 def token_auth_head(token: str) -> Iterator[Any]:
     """A one-node Ray head (8 logical GPUs, the dashboard and job API on 127.0.0.1) with token auth on `token`, set
     in RAY_AUTH_TOKEN for this process and so for every process the head starts; shut down by its handle, and the

@@ -22,22 +22,14 @@ ADDRESS: list[str] = []
 
 @pytest.fixture(scope="module")
 def head_and_gpu_node() -> Iterator[str]:
-    import ray
-
-    from tests.conftest import LOOPBACK_NODE, loopback_cluster
+    from tests.conftest import joined_loopback_cluster
 
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    with loopback_cluster(num_cpus=1, num_gpus=0, include_dashboard=False,
-                          object_store_memory=100 * 1024**2) as cluster:
-        node = cluster.add_node(num_cpus=3, num_gpus=8, object_store_memory=100 * 1024**2, **LOOPBACK_NODE)
-        cluster.wait_for_nodes()
-        ray.init(address=cluster.address, log_to_driver=False)
+    head = {"num_cpus": 1, "num_gpus": 0, "include_dashboard": False, "object_store_memory": 100 * 1024**2}
+    gpu_node = {"num_cpus": 3, "num_gpus": 8, "object_store_memory": 100 * 1024**2}
+    with joined_loopback_cluster(head, [gpu_node]) as (cluster, nodes):
         ADDRESS[:] = [cluster.address]
-        try:
-            yield node.node_id
-        finally:
-            ray.shutdown()
-            cluster.remove_node(node)
+        yield nodes[0].node_id
 
 
 def test_the_facts_come_from_the_gpu_node_not_the_driver(head_and_gpu_node: str, tmp_path: Path) -> None:

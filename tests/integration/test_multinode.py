@@ -16,23 +16,13 @@ pytestmark = pytest.mark.ray
 
 @pytest.fixture(scope="module")
 def two_nodes() -> Iterator[None]:
-    import ray
-
-    from tests.conftest import LOOPBACK_NODE, loopback_cluster
+    from tests.conftest import joined_loopback_cluster
 
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    with loopback_cluster(num_cpus=2, num_gpus=0, include_dashboard=False,
-                          object_store_memory=100 * 1024**2) as cluster:
-        nodes = [cluster.add_node(num_cpus=4, num_gpus=8, object_store_memory=100 * 1024**2, **LOOPBACK_NODE)
-                 for _ in range(2)]
-        cluster.wait_for_nodes()
-        ray.init(address=cluster.address, log_to_driver=False)
-        try:
-            yield
-        finally:
-            ray.shutdown()
-            for n in nodes:
-                cluster.remove_node(n)
+    head = {"num_cpus": 2, "num_gpus": 0, "include_dashboard": False, "object_store_memory": 100 * 1024**2}
+    gpu_node = {"num_cpus": 4, "num_gpus": 8, "object_store_memory": 100 * 1024**2}
+    with joined_loopback_cluster(head, [gpu_node, gpu_node]):
+        yield
 
 
 def _spec(tmp: Path, variants: str, name: str, extra: str = "") -> str:
