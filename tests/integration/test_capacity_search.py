@@ -14,8 +14,10 @@ from cluster.analysis.results import Results
 
 pytestmark = pytest.mark.ray
 
-# fast: the default sim model at time_scale 0.02 meets a 110 ms TPOT anywhere, so its search ends at the server's
-# cap of 4; slow: steps of 10 + 40 ms per running request (time_scale 1), ~90 ms at c = 2 and ~130 ms at c = 3
+# fast: the default sim model at time_scale 0.02 meets a 380 ms TPOT anywhere, so its search ends at the server's
+# cap of 4; slow: steps of 5 + 150 ms per running request (time_scale 1), ~305 ms at c = 2 and ~455 ms at c = 3, 75 ms
+# either side of the SLO. Wall-clock: with 10 + 40 ms steps (50 ms at c = 1, 90 at c = 2), lateness of 6 ms a step on
+# c = 1's window alone made c = 2 not saturated, and a fresh-clone CI run went on to probe 4; now it takes ~35 ms
 SPEC = """
 version: 1
 name: cap
@@ -24,10 +26,10 @@ server: {{args: {{max-running-requests: 4, kv-cache-dtype: bf16, attention-backe
 sim: {{time_scale: 0.02}}
 variants:
   - {{name: fast, baseline: true}}
-  - {{name: slow, sim: {{time_scale: 1.0, decode_base_ms: 10, decode_per_req_ms: 40, prefill_per_token_ms: 0}}}}
+  - {{name: slow, sim: {{time_scale: 1.0, decode_base_ms: 5, decode_per_req_ms: 150, prefill_per_token_ms: 0}}}}
 workloads: [{{name: w, input_tokens: 16, output_tokens: 6, num_requests: 8}}]
 load: {{search: {{slo_attainment: 0.5, over: concurrency, min: 1, max: 32}}}}
-slo: {{tpot_ms: 110}}
+slo: {{tpot_ms: 380}}
 warmup_requests: 0
 output: {out}
 """
@@ -48,7 +50,7 @@ def test_each_variant_searches_on_its_server_and_a_resubmission_measures_nothing
     runs = DatasetStore(str(out), "cap").read_table("runs").to_pandas()
     probed = {v: sorted(g["load_value"]) for v, g in runs.groupby("variant")}
     # fast: 1, 2, 4 meet, and 4 is its server's cap; slow: 1, 2 meet, but 2 is over-saturated against 1 (its steps
-    # of 10 + 40 ms per request make 20 then 22 tok/s, +11 % for +100 % load, while TTFT and the requests in flight
+    # of 5 + 150 ms per request make 6.45 then 6.56 tok/s, +2 % for +100 % load, while TTFT and the requests in flight
     # grow): the search goes one step past it (plan/capacity.at_saturation), not on to 4; 3 misses → 2
     assert probed == {"fast": [1, 2, 4], "slow": [1, 2, 3]}, probed
     assert any("capacity search w repeat 0: found at 2" in line for line in logs), logs
