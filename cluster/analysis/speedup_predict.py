@@ -126,7 +126,7 @@ def predict_depths(points: Sequence[RunPoint], baseline: str) -> SpeedupPredicti
 
 
 def _x(s: Speedup) -> str:
-    return f"{s.value:.2f}×" + (f" ± {s.se:.2f}" if math.isfinite(s.se) else " (no standard error)")
+    return f"{s.value:.2f}×" + (f" (s.e. {s.se:.2f})" if math.isfinite(s.se) else " (no standard error)")
 
 
 def prediction_lines(pred: SpeedupPrediction, multi: bool) -> list[str]:
