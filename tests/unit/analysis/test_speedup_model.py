@@ -5,6 +5,7 @@ speedup_predict.py)."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Optional
 
 import pytest
@@ -105,3 +106,35 @@ def test_predicted_depths_at_unmeasured_loads_and_the_next_to_measure() -> None:
 def test_predict_speedup_of_a_variant_against_itself_is_one() -> None:
     m, _ = fit_variant([point("baseline", None, b, 8 + 2 * b) for b in (1, 2, 4)])
     assert m is not None and predict_speedup(m, m, "chat", 32, 100, 11).value == pytest.approx(1.0)
+
+
+def test_recommend_prints_predictions_apart_and_never_in_a_verdict(tmp_path: Path) -> None:
+    """`results recommend` on three measured concurrencies: the measured answer is the one recommend_results
+    decides (points at c1, c4, c16 only), and the PREDICTED lines name unmeasured loads (c2, c8, c32) after it."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from cluster.analysis.recommend import recommend_results
+    from cluster.analysis.results import Results
+    from cluster.cli import app
+    from tests.unit.analysis.test_comparison import build_dataset
+
+    root = str(tmp_path)
+    build_dataset(root, "one", steps=[1, 2], repeats=2, conc=(1, 4, 16), n_requests=16, out_tokens=16)
+    res = CliRunner().invoke(app, ["results", "recommend", "one", "--root", root, "--n-boot", "200"])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("PREDICTED"))
+    assert "leave-one-out error over 6 measured (point, variant) pairs" in lines[first]
+    predicted = [line for line in lines if line.startswith("PREDICTED c")]
+    assert [line.split(" → ")[0] for line in predicted] == ["PREDICTED c2", "PREDICTED c8", "PREDICTED c32"]
+    assert "extrapolated" in predicted[-1] and lines[-1].startswith("measure next: c")
+    assert not any("PREDICTED" in line for line in lines[:first]), "nothing predicted above the block"
+    doc = json.loads(CliRunner().invoke(app, ["results", "recommend", "one", "--root", root, "--n-boot", "200",
+                                              "--format", "json"]).output)
+    rec = recommend_results(Results.open(root, "one"), n_boot=200)
+    assert [p["load_value"] for p in doc["points"]] == [1, 4, 16] == [r.load_value for r in rec.points]
+    assert [p["serve"] for p in doc["points"]] == [r.serve for r in rec.points]
+    assert [d["load_value"] for d in doc["predicted"]["depths"]] == [2, 8, 32]
+    assert doc["predicted"]["loo"]["n"] == 6
