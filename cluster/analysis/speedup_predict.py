@@ -12,6 +12,7 @@ from typing import Mapping, Optional, Sequence
 import pandas as pd
 
 from cluster.analysis.results import Results
+from cluster.input_files import JsonObject
 from cluster.analysis.speedup_model import (LooError, LooSummary, RunPoint, Speedup, VariantModel, fit_models,
                                             leave_one_out, loo_summary, predict_speedup, workload_lengths)
 
@@ -159,12 +160,12 @@ def prediction_lines(pred: SpeedupPrediction, multi: bool) -> list[str]:
     return out
 
 
-def prediction_json(pred: SpeedupPrediction) -> dict[str, object]:
+def prediction_json(pred: SpeedupPrediction) -> JsonObject:
     """The PREDICTED block as JSON-ready values (NaN as None)."""
     def num(v: float) -> Optional[float]:
         return float(v) if math.isfinite(v) else None
 
-    def depth(p: PredictedDepth) -> dict[str, object]:
+    def depth(p: PredictedDepth) -> JsonObject:
         return {"workload": p.workload, "load_kind": "concurrency", "load_value": p.load_value, "depth": p.depth,
                 "variant": p.variant, "speedup": num(p.speedup.value), "speedup_se": num(p.speedup.se),
                 "runner_up": p.runner_up, "runner_up_speedup": num(p.runner_up_speedup.value),

@@ -29,7 +29,8 @@ def server_info_summary(doc: JsonObject) -> dict[str, JsonValue]:
         "attention_backend": doc.get("attention_backend"),
         "kv_cache_dtype": doc.get("kv_cache_dtype"),
         # under attention DP each rank reports its own figure (SGLang issue #34743): rank 0's is not the server's
-        "avg_spec_accept_length": first.get("avg_spec_accept_length") if len(states or ()) == 1 else None,
+        "avg_spec_accept_length": (first.get("avg_spec_accept_length")
+                                   if isinstance(states, list) and len(states) == 1 else None),
     }
 
 
