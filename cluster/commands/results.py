@@ -371,9 +371,9 @@ def query_cmd(
 
 
 def print_run_summary(root: str, spec: ExperimentSpec, counts: Mapping[str, int], piped: bool = False) -> bool:
-    """What `sglbench run` and a Ray job's log end with: the comparison, then, where the spec has them and a run
-    was ok, the tables per prompt category, capacity at the SLO and per session turn (`piped`: the category and
-    turn tables as summary lines), then the answer `results recommend` gives per load point. False when no run is
+    """What `sglbench run` and a Ray job's log end with: the comparison, then, where a run was ok, the tables per
+    prompt category, per session turn and capacity at the SLO where the spec has them (`piped`: the category and
+    turn tables as summary lines) and the answer `results recommend` gives per load point. False when no run is
     recorded (said on stderr): the caller decides what that means for its exit status, and the Ray job still prints
     its JSON line (typer.Exit is a RuntimeError in typer >= 0.12, so it must not escape into the driver)."""
     from cluster.commands.run_answer import print_category_summary, print_run_answer
@@ -394,7 +394,7 @@ def print_run_summary(root: str, spec: ExperimentSpec, counts: Mapping[str, int]
                 print_compare_by_category(results, None, "table", n_boot=1000, by=by)
         if spec.load.search is not None:
             print_capacity(results, None, "table", n_boot=1000)
-    print_run_answer(results)
+        print_run_answer(results)
     return True
 
 
