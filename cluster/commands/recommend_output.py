@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import typer
 
 from cluster.analysis.recommend import recommend_results
@@ -18,10 +20,17 @@ def print_recommendations(results: Results, as_json: bool, n_boot: int = 2000, s
     if not rec.points:
         err_console.print(f"no runs recorded for experiment {experiment!r} under {results.root!r}")
         raise typer.Exit(2)
+    from cluster.analysis.speedup_predict import predict_for, prediction_json, prediction_lines
+
+    with clear_errors():
+        pred = predict_for(results, rec.baseline)  # printed apart, marked PREDICTED: never part of a verdict
     if as_json:
-        typer.echo(recommend_json(rec))
+        doc = json.loads(recommend_json(rec))
+        doc["predicted"] = None if pred is None else prediction_json(pred)
+        typer.echo(json.dumps(doc, indent=2))
         return
     view = recommend_view(rec)
+    view_multi = view["workload"].nunique() > 1
     if view["workload"].nunique() == 1:
         view = view.drop(columns="workload")
     sim = simulated_note(results.runs_table().column("engine").to_pylist())
@@ -32,3 +41,5 @@ def print_recommendations(results: Results, as_json: bool, n_boot: int = 2000, s
     for line in note_lines(rec):
         console.print(f"note {line}", highlight=False, soft_wrap=True, markup=False)
     console.print(rec.ci_method, highlight=False, soft_wrap=True, markup=False)
+    for line in prediction_lines(pred, view_multi) if pred is not None else []:
+        console.print(line, highlight=False, soft_wrap=True, markup=False)

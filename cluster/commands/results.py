@@ -370,11 +370,14 @@ def query_cmd(
     emit(df, fmt)
 
 
-def print_run_summary(root: str, spec: ExperimentSpec, counts: Mapping[str, int]) -> bool:
-    """What `sglbench run` and a Ray job's log end with: the comparison, then, where the spec has them and a run
-    was ok, the tables per prompt category, capacity at the SLO and per session turn. False when no run is recorded
-    (said on stderr): the caller decides what that means for its exit status, and the Ray job still prints its
-    JSON line (typer.Exit is a RuntimeError in typer >= 0.12, so it must not escape into the driver)."""
+def print_run_summary(root: str, spec: ExperimentSpec, counts: Mapping[str, int], piped: bool = False) -> bool:
+    """What `sglbench run` and a Ray job's log end with: the comparison, then, where a run was ok, the tables per
+    prompt category, per session turn and capacity at the SLO where the spec has them (`piped`: the category and
+    turn tables as summary lines) and the answer `results recommend` gives per load point. False when no run is
+    recorded (said on stderr): the caller decides what that means for its exit status, and the Ray job still prints
+    its JSON line (typer.Exit is a RuntimeError in typer >= 0.12, so it must not escape into the driver)."""
+    from cluster.commands.run_answer import print_category_summary, print_run_answer
+
     results = open_results(root, spec.name)
     try:
         print_compare(results, None, "table")
@@ -382,14 +385,16 @@ def print_run_summary(root: str, spec: ExperimentSpec, counts: Mapping[str, int]
         return False
     with clear_errors():
         print_repeats(recorded_repeats(results))
-    if not counts.get("ok"):
-        return True
-    if any(w.prompts.source in ("sharegpt", "messages") for w in spec.workloads):
-        print_compare_by_category(results, None, "table", n_boot=1000)
-    if spec.load.search is not None:
-        print_capacity(results, None, "table", n_boot=1000)
-    if any(w.sessions is not None for w in spec.workloads):
-        print_compare_by_category(results, None, "table", n_boot=1000, by="turn")
+    if counts.get("ok"):
+        for by, wanted in (("category", any(w.prompts.source in ("sharegpt", "messages") for w in spec.workloads)),
+                           ("turn", any(w.sessions is not None for w in spec.workloads))):
+            if wanted and piped:
+                print_category_summary(results, by)
+            elif wanted:
+                print_compare_by_category(results, None, "table", n_boot=1000, by=by)
+        if spec.load.search is not None:
+            print_capacity(results, None, "table", n_boot=1000)
+        print_run_answer(results)
     return True
 
 

@@ -211,7 +211,8 @@ def run(
     counts = result.counts()
     console.print(f"dataset: {result.dataset_root}/{spec.name}  runs: " +
                   ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
-    if not print_run_summary(result.dataset_root, spec, counts):
+    # piped or in CI the per-category tables are summary lines (the tables: results compare --by category)
+    if not print_run_summary(result.dataset_root, spec, counts, piped=not console.is_terminal):
         raise typer.Exit(2)
     if counts.get("failed"):
         raise typer.Exit(1)

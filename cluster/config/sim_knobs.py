@@ -90,6 +90,12 @@ class Knobs(BaseModel):
     X-Sglbench-Category header names it (the load client sends each prompt's category there). The simulator has
     no language model, so the way speculative acceptance depends on what is asked (code accepts more drafts
     than chat) is declared here by construction, never inferred; other categories use `accept_probs`."""
+    dp_accept_probs: tuple[Annotated[tuple[_Prob, ...], Field(min_length=1)], ...] = ()
+    """Attention data parallelism with ranks that accept differently: one entry per DP rank, its per-draft-position
+    acceptance probabilities in place of `accept_probs` (a category's own entry still wins). Requests are dealt to
+    the ranks in arrival order; /server_info then holds one internal_states entry per rank, each with its own
+    avg_spec_accept_length and a share of the running-request cap, and dp_size = the number of ranks (SGLang issue
+    #34743: a client that reads internal_states[0] reports rank 0's acceptance). Empty: one rank."""
     answers: StrictBool = True
     """Answer the correctness gate's questions correctly."""
     late_divergence_after: Optional[_Count] = None

@@ -28,7 +28,9 @@ def server_info_summary(doc: JsonObject) -> dict[str, JsonValue]:
         "speculative_num_draft_tokens": doc.get("speculative_num_draft_tokens"),
         "attention_backend": doc.get("attention_backend"),
         "kv_cache_dtype": doc.get("kv_cache_dtype"),
-        "avg_spec_accept_length": first.get("avg_spec_accept_length"),
+        # under attention DP each rank reports its own figure (SGLang issue #34743): rank 0's is not the server's
+        "avg_spec_accept_length": (first.get("avg_spec_accept_length")
+                                   if isinstance(states, list) and len(states) == 1 else None),
     }
 
 

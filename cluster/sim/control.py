@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 from dataclasses import asdict
+from typing import Optional
 from aiohttp import web
 
 from cluster.input_files import JsonValue
@@ -73,17 +74,27 @@ class ControlEndpoints:
             "model_type": "sim", "architectures": ["SimulatedForCausalLM"],
         })
 
-    def internal_state(self) -> dict[str, JsonValue]:
+    def internal_state(self, dp_rank: Optional[int] = None) -> dict[str, JsonValue]:
+        """One scheduler's internal state: the whole server's, or with attention DP (knob dp_accept_probs) one
+        rank's, whose cap share and acceptance are that rank's own."""
         s = self.server
         st: dict[str, JsonValue] = dict(s.args)
-        st.update(world_size=s.args["tp_size"], effective_max_running_requests_per_dp=s.sched.max_running,
+        cap = s.sched.max_running if dp_rank is None else max(1, s.sched.max_running // s.sched.dp_size)
+        st.update(world_size=s.args["tp_size"], effective_max_running_requests_per_dp=cap,
                   last_gen_throughput=s.last_gen_throughput,
                   memory_usage={"weight": 0.0, "kvcache": 0.0, "graph": 0.0,
                                 "token_capacity": s.knobs.max_total_num_tokens})
-        acc = s.sched.avg_spec_accept_length()
+        if dp_rank is not None:
+            st.update(dp_size=s.sched.dp_size, dp_rank=dp_rank)
+        acc = s.sched.avg_spec_accept_length(dp_rank)
         if acc is not None:
             st["avg_spec_accept_length"] = acc
         return st
+
+    def internal_states(self) -> list[JsonValue]:
+        """/server_info's internal_states: one entry, or one per attention-DP rank."""
+        n = self.server.sched.dp_size
+        return [self.internal_state()] if n == 1 else [self.internal_state(r) for r in range(n)]
 
     async def server_info(self, request: web.Request) -> web.Response:
         s = self.server
@@ -92,7 +103,9 @@ class ControlEndpoints:
                     max_req_input_len=s.knobs.context_length - 1, kv_events=None,
                     startup_time=s.startup_time_s, version=VERSION, frontend="python",
                     unmodelled_args=s.unmodelled, sim=True, **{SIM_KNOBS_KEY: knobs_json(s.knobs)},
-                    internal_states=[self.internal_state()])
+                    internal_states=self.internal_states())
+        if s.sched.dp_size > 1:
+            info["dp_size"] = s.sched.dp_size
         return web.json_response(info)
 
     async def models(self, request: web.Request) -> web.Response:

@@ -38,12 +38,14 @@ REASONING_THOUGHT_TOKENS = 48
 variant runs enough verify steps during the gate for its acceptance length to be judged."""
 
 
-def accept_probs_for(knobs: Knobs, num_steps: int, category: Optional[str] = None) -> tuple[float, ...]:
+def accept_probs_for(knobs: Knobs, num_steps: int, category: Optional[str] = None,
+                     dp_rank: int = 0) -> tuple[float, ...]:
     """Per-draft-position acceptance probabilities (the last one repeated), zeros when the MTP head is absent;
-    a category with its own entry in `category_accept_probs` uses that one."""
+    a category with its own entry in `category_accept_probs` uses that one, else the DP rank's `dp_accept_probs`."""
     if knobs.mtp_absent:
         return (0.0,) * num_steps
-    p = list(knobs.category_accept_probs.get(category, knobs.accept_probs) if category else knobs.accept_probs)
+    default = knobs.dp_accept_probs[dp_rank] if knobs.dp_accept_probs else knobs.accept_probs
+    p = list(knobs.category_accept_probs.get(category, default) if category else default)
     while len(p) < num_steps:
         p.append(p[-1])
     return tuple(p[:num_steps])
@@ -187,6 +189,8 @@ class SimRequest:
     request caches its prompt and its answer but the last token, as SGLang's radix cache does, so a session's next
     turn finds both."""
     cached_tokens: int = 0
+    dp_rank: int = 0
+    """The attention-DP rank serving it (knob dp_accept_probs; 0 with one rank)."""
     generated: int = 0
     spec_verify_ct: int = 0
     spec_num_correct_drafts: int = 0
@@ -226,6 +230,9 @@ class Counters:
     interval_accept_tokens: int = 0
     interval_steps: int = 0
     last_interval_accept_length: Optional[float] = None
+    rank_accept_tokens: dict[int, int] = field(default_factory=dict)
+    """Per DP rank, the spec_accept_tokens of its requests (reset by /flush_cache with the others)."""
+    rank_forward_ct: dict[int, int] = field(default_factory=dict)
 
 
 class Scheduler:
@@ -245,6 +252,8 @@ class Scheduler:
         self.window_factor = 1.0
         """This window's step-time multiplier (window_speed_spread), drawn at each flush."""
         self._window_rng = random.Random(_seed_from(knobs.seed, "window"))
+        self.dp_size = max(1, len(knobs.dp_accept_probs))
+        self._dealt = 0
 
     def new_request(
         self, rid: str, input_ids: Optional[Sequence[int]], text: Optional[str], max_new_tokens: int, ignore_eos: bool,
@@ -256,12 +265,13 @@ class Scheduler:
         ids, stops = output_ids(self.knobs, key, text, max_new_tokens, ignore_eos, self.spec is not None,
                                 self.busy or bool(self._new))
         rng = random.Random(_seed_from(self.knobs.seed, key, "accept"))
-        probs = accept_probs_for(self.knobs, self.spec.num_steps, category) if self.spec else ()
+        rank, self._dealt = self._dealt % self.dp_size, self._dealt + 1
+        probs = accept_probs_for(self.knobs, self.spec.num_steps, category, rank) if self.spec else ()
         cached = input_ids is not None and self.knobs.radix_cache
         blocks = prefix_blocks(input_ids) if cached and input_ids is not None else ()
         tail = tuple(input_ids[len(blocks) * PREFIX_BLOCK_TOKENS:]) if cached and input_ids is not None else None
         return SimRequest(rid=rid, prompt_tokens=n_prompt, key=key, out_ids=ids, stops_on_eos=stops, accept_rng=rng,
-                          probs=probs, blocks=blocks, tail_ids=tail)
+                          probs=probs, blocks=blocks, tail_ids=tail, dp_rank=rank)
 
     def submit(self, req: SimRequest) -> None:
         if req.target == 0:
@@ -323,6 +333,8 @@ class Scheduler:
                 req.spec_num_proposed_drafts += self.spec.num_draft_tokens - 1
                 c.spec_accept_tokens += n
                 c.spec_forward_ct += 1
+                c.rank_accept_tokens[req.dp_rank] = c.rank_accept_tokens.get(req.dp_rank, 0) + n
+                c.rank_forward_ct[req.dp_rank] = c.rank_forward_ct.get(req.dp_rank, 0) + 1
                 c.spec_verify_calls_total += 1
                 c.interval_verify += 1
                 c.interval_accept_tokens += n
@@ -374,16 +386,21 @@ class Scheduler:
         self._blocks.clear()
         c = self.counters
         c.spec_accept_tokens = c.spec_forward_ct = 0
+        c.rank_accept_tokens.clear()
+        c.rank_forward_ct.clear()
         c.interval_verify = c.interval_accept_tokens = 0
         c.last_interval_accept_length = None
         if self.knobs.window_speed_spread:
             self.window_factor = 1.0 + self.knobs.window_speed_spread * (2.0 * self._window_rng.random() - 1.0)
 
-    def avg_spec_accept_length(self) -> Optional[float]:
+    def avg_spec_accept_length(self, dp_rank: Optional[int] = None) -> Optional[float]:
+        """Accepted tokens per verify step since the last flush, over every rank or over one DP rank's requests."""
         c = self.counters
-        if self.spec is None or c.spec_forward_ct == 0:
+        tokens, steps = ((c.spec_accept_tokens, c.spec_forward_ct) if dp_rank is None else
+                         (c.rank_accept_tokens.get(dp_rank, 0), c.rank_forward_ct.get(dp_rank, 0)))
+        if self.spec is None or steps == 0:
             return None
-        return c.spec_accept_tokens / c.spec_forward_ct
+        return tokens / steps
 
     def tokens_in_use(self) -> int:
         return sum(r.prompt_tokens + r.generated for r in self.running)
