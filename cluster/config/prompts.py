@@ -110,7 +110,7 @@ class ConversationPrompts(FrozenModel):
 
     @field_validator("chat_template_kwargs")
     @classmethod
-    def _own_variables(cls, v: dict[str, Any]) -> dict[str, Any]:
+    def _own_variables(cls, v: dict[str, object]) -> dict[str, object]:
         for name in v:
             if name in TEMPLATE_OWN_VARIABLES:
                 raise FieldProblem((name,), f"{name!r} is a variable the chat template's renderer sets itself "

@@ -196,16 +196,15 @@ def join_cluster(address: str, note: Callable[[str], object] = lambda line: prin
     from cluster.distributed.jobs import auth_instruction, token_auth_env
     from cluster.errors import AuthError, EnvironmentFault
 
+    deadline_s = RAY_JOIN.seconds()
+    _check_answers(address, deadline_s)
     updates, line = token_auth_env(os.environ)
     if line:
         os.environ.update(updates)
-        reload_ray_auth_config()
         note(line)
-    deadline_s = RAY_JOIN.seconds()
-    _check_answers(address, deadline_s)
     saved = {k: os.environ.get(k) for k in _JOIN_KNOBS}
     os.environ.update(ray_join_knobs(deadline_s))
-    reload_ray_auth_config()  # Ray reads its knobs from the environment when its config is initialised
+    reload_ray_auth_config()  # Ray reads its auth mode and these knobs from the environment when it initialises
     try:
         ray.init(address=address, log_to_driver=True)
     except (ray.exceptions.AuthenticationError, ConnectionError) as e:

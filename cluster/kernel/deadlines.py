@@ -42,5 +42,8 @@ TEMPLATE_RENDER = Deadline(5.0, "SGLBENCH_TEMPLATE_RENDER_TIMEOUT_S",
                            "one chat-template render (one prompt row): loops, macro calls and output are checked "
                            "against it")
 
-DEADLINES: tuple[Deadline, ...] = (RAY_JOIN, TEMPLATE_RENDER)
+JOB_API = Deadline(30.0, "SGLBENCH_JOB_API_TIMEOUT_S",
+                   "each HTTP request to Ray's job API (`submit`: submit, status, logs, stop): connect, and each read")
+
+DEADLINES: tuple[Deadline, ...] = (RAY_JOIN, TEMPLATE_RENDER, JOB_API)
 """Every declared deadline (docs/deadlines.md's first table)."""

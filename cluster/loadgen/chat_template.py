@@ -55,8 +55,8 @@ def _token(v: Any) -> str:
     return "" if v is None else str(v)
 
 
-class _RenderStopped(Exception):
-    """Raised inside a render that passed its deadline or output bound: `why` says which."""
+class _RenderStopped(ChatTemplateError):
+    """Raised inside a render that passed its deadline or output bound (`why` says which); render() names the file."""
 
     def __init__(self, why: str) -> None:
         super().__init__(why)
