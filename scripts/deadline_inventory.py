@@ -1,5 +1,5 @@
-"""Inventory every blocking wait in cluster/ (Ray, subprocesses, sockets and HTTP, chat-template renders, threads) and
-write docs/deadlines.md: each call site with what it waits on and its deadline.
+"""Inventory every blocking wait in cluster/ (Ray, subprocesses, sockets and HTTP, template renders, threads, polling
+loops) and write docs/deadlines.md: each call site with what it waits on and its deadline.
 
 A call's deadline is its own timeout argument, or an entry of DECLARED below (what bounds it, and why it takes no
 argument). tests/unit/test_deadline_inventory.py fails on a wait that has neither, on a DECLARED entry that no
@@ -113,6 +113,12 @@ DECLARED: dict[tuple[str, str, str], tuple[str, str]] = {
         "the simulator's own steps", "a simulated request waiting for its next step, not a wait on a peer"),
     ("cluster/sim/lifecycle.py", "SimServer.wait_finished", "ev.wait"): (
         "the simulator's own steps", "a simulated request waiting to finish, not a wait on a peer"),
+    ("cluster/loadgen/pacing.py", "pace", "while spin_ns and clock() < target_ns"): (
+        "the scheduled send time (target_ns) itself", "the arrival schedule's own wait: it ends at its target time"),
+    ("cluster/server/watchdog.py", "main", "while True"): (
+        "the server's exit, a stop signal or its owner's death", "the watchdog lives exactly as long as its server"),
+    ("cluster/sim/lifecycle.py", "SimServer.run_scheduler", "while True"): (
+        "the simulator's own stop", "the simulated server's scheduler loop, not a wait on a peer"),
     ("cluster/sim/server.py", "serve", "stop.wait"): (
         "until the server is stopped (SIGTERM), or start_delay_s", "the simulated server's main loop"),
 }
@@ -177,6 +183,12 @@ def _classify(call: ast.Call, callee: str, imports_jinja: bool, stack: list[ast.
     return None
 
 
+def _sleeps(loop: ast.While) -> bool:
+    """A loop that polls: it sleeps between its tries (time.sleep or asyncio.sleep)."""
+    return any(isinstance(n, ast.Call) and ast.unparse(n.func) in ("time.sleep", "asyncio.sleep")
+               for n in ast.walk(loop))
+
+
 def _imports_jinja(tree: ast.AST) -> bool:
     return any(isinstance(n, ast.ImportFrom) and (n.module or "").startswith("jinja2")
                or isinstance(n, ast.Import) and any(a.name.startswith("jinja2") for a in n.names)
@@ -190,6 +202,11 @@ def scan_source(source: str, path: str) -> list[Wait]:
     found: list[Wait] = []
 
     def visit(node: ast.AST, stack: list[ast.AST]) -> None:
+        if isinstance(node, ast.While) and _sleeps(node):
+            src = ast.unparse(node)
+            bound = next((w for w in ("deadline", "monotonic", "timeout") if w in src), None)
+            found.append(Wait(path, _qualname(stack) or "<module>", node.lineno, "polling loop",
+                              f"while {ast.unparse(node.test)}", None if bound is None else f"its {bound} check"))
         if isinstance(node, ast.Call):
             function = next((n for n in reversed(stack) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))),
                             None)
@@ -243,7 +260,7 @@ INVENTORY = """
 ## Blocking calls
 
 Every call in `cluster/` that waits on Ray, a subprocess, a socket or HTTP server, a chat-template render or a
-thread, with its deadline: its own timeout argument as written, or a declared bound (in
+thread, and every loop that polls (sleeps between tries), with its deadline: its own timeout argument as written, or a declared bound (in
 `scripts/deadline_inventory.py`, with the reason it takes no argument).
 
 | Call site | Waits on | Call | Deadline | Why |

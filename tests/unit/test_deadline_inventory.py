@@ -57,7 +57,7 @@ def test_the_committed_table_is_the_generated_one() -> None:
 
 
 NEW_CODE = '''
-import subprocess, socket, urllib.request, ray
+import subprocess, socket, time, urllib.request, ray
 def f(proc, ref, session, addr):
     subprocess.run(["x"])
     proc.wait()
@@ -69,9 +69,11 @@ def f(proc, ref, session, addr):
     socket.create_connection(addr)
     s = socket.socket()
     s.connect(addr)
+    while not proc.poll():
+        time.sleep(1)
 '''
 BOUNDED_CODE = '''
-import subprocess, socket, urllib.request, ray
+import subprocess, socket, time, urllib.request, ray
 def f(proc, ref, session, addr):
     subprocess.run(["x"], timeout=1)
     proc.wait(timeout=1)
@@ -84,6 +86,9 @@ def f(proc, ref, session, addr):
     s = socket.socket()
     s.settimeout(1)
     s.connect(addr)
+    deadline = time.monotonic() + 1
+    while not proc.poll() and time.monotonic() < deadline:
+        time.sleep(1)
 '''
 
 
@@ -92,7 +97,7 @@ def test_a_new_unbounded_call_of_each_kind_is_caught() -> None:
     found = inv.unbounded(inv.scan_source(NEW_CODE, "cluster/new_module.py"))
     assert [w.call for w in found] == ["subprocess.run", "proc.wait", "proc.communicate", "ray.get", "ray.wait",
                                        "urllib.request.urlopen", "session.post", "socket.create_connection",
-                                       "s.connect"]
+                                       "s.connect", "while not proc.poll()"]
     assert inv.unbounded(inv.scan_source(BOUNDED_CODE, "cluster/new_module.py")) == []
     jinja = "from jinja2 import Template\ndef g(t):\n    return Template(t).render()\n"
     assert [w.kind for w in inv.unbounded(inv.scan_source(jinja, "cluster/other.py"))] == ["template"]
