@@ -46,8 +46,10 @@ class Wait:
 # (file, function, call) -> (deadline, why it takes no timeout argument). `call` is the callee as written.
 DECLARED: dict[tuple[str, str, str], tuple[str, str]] = {
     ("cluster/distributed/cluster_state.py", "join_cluster", "ray.init"): (
-        "SGLBENCH_RAY_JOIN_TIMEOUT_S (30 s)",
-        "ray.init takes no timeout: a TCP check first, then Ray's own GCS connect tries cut to fit by its knobs"),
+        "SGLBENCH_RAY_JOIN_TIMEOUT_S (30 s); a ray:// address: the TCP check, then the Ray client's own 3 tries "
+        "(5 + 10 + 15 s)",
+        "ray.init takes no timeout: a TCP check first, then Ray's own GCS connect tries cut to fit by its knobs "
+        "(the Ray client reads its knobs once, at import)"),
     ("cluster/distributed/cluster_state.py", "remote_preflight", "ray.get"): (
         "the probe's own subprocess waits (engine argv parser, version, imports: each with its timeout)",
         "the probe task runs checks that are each bounded in this table; Ray reports a dead node as an error"),
