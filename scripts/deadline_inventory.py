@@ -27,6 +27,9 @@ HTTP_VERBS = {"get", "post", "put", "delete", "head", "request", "patch"}
 SOCKET_BLOCKING = {"connect", "recv", "recv_into", "accept", "sendall"}
 JOB_API_CALLS = {"submit_job", "get_job_status", "get_job_logs", "stop_job", "tail_job_logs", "JobSubmissionClient",
                  "_BoundedJobSubmissionClient"}
+BOUNDED_HTTP = {("cluster.engines.http_call", "call"): "30 s", ("cluster.server.process", "http_get_json"): "5 s",
+                ("cluster.server.process", "http_post"): "30 s", ("cluster.server.process", "http_status"): "5 s"}
+"""The project's own HTTP calls (engines/http_call.py): a whole-call deadline each, `timeout_s` or its default."""
 ASYNC_SOCKET = {"sock_connect", "sock_recv", "sock_recv_into", "sock_sendall", "getaddrinfo", "open_connection"}
 
 
@@ -150,10 +153,13 @@ def _sets_timeout(function: Optional[ast.AST]) -> bool:
 
 
 def _classify(call: ast.Call, callee: str, imports_jinja: bool, stack: list[ast.AST],
-              function: Optional[ast.AST]) -> Optional[tuple[str, Optional[str]]]:
-    """(kind, timeout) of a blocking call; None for a call that does not block on a peer."""
+              function: Optional[ast.AST], http: dict[str, str]) -> Optional[tuple[str, Optional[str]]]:
+    """(kind, timeout) of a blocking call; None for a call that does not block on a peer. `http`: the module's
+    local names of the project's own HTTP calls, with their default deadline."""
     attr = callee.rsplit(".", 1)[-1]
     no_args = not call.args and not call.keywords
+    if callee in http:
+        return "http", _timeout(call) or f"timeout_s's default ({http[callee]})"
     if callee in SUBPROCESS_RUNS:
         return "subprocess", _timeout(call)
     if callee in ("ray.get", "ray.wait"):
@@ -201,6 +207,8 @@ def scan_source(source: str, path: str) -> list[Wait]:
     """The blocking calls of one module's source."""
     tree = ast.parse(source, filename=path)
     jinja = _imports_jinja(tree)
+    http = {a.asname or a.name: BOUNDED_HTTP[(n.module or "", a.name)] for n in ast.walk(tree)
+            if isinstance(n, ast.ImportFrom) for a in n.names if (n.module or "", a.name) in BOUNDED_HTTP}
     found: list[Wait] = []
 
     def visit(node: ast.AST, stack: list[ast.AST]) -> None:
@@ -213,7 +221,7 @@ def scan_source(source: str, path: str) -> list[Wait]:
             function = next((n for n in reversed(stack) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))),
                             None)
             callee = ast.unparse(node.func)
-            got = _classify(node, callee, jinja, stack, function)
+            got = _classify(node, callee, jinja, stack, function, http)
             if got is not None:
                 found.append(Wait(path, _qualname(stack) or "<module>", node.lineno, got[0], callee, got[1]))
         for child in ast.iter_child_nodes(node):

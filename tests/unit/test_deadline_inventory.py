@@ -162,6 +162,22 @@ def test_the_load_generators_calls_end_at_their_deadline(silent: str) -> None:
 
 
 @pytest.mark.timeout(60)
+def test_a_streamed_request_to_a_silent_server_ends_at_its_deadline(silent: str) -> None:
+    from cluster.engines.streams import SGLangNativeParser
+    from cluster.kernel.records import RequestRecord
+    from cluster.loadgen.client import StreamPool, stream_request
+
+    rec = RequestRecord(request_index=0, intended_send_ns=0, actual_send_ns=0, prompt_tokens_sent=3, max_tokens=2)
+
+    async def send() -> None:
+        async with StreamPool(f"http://{silent}", 1) as pool:
+            await stream_request(pool, "/generate", b"{}", SGLangNativeParser(), time.monotonic_ns(), SHORT_S, rec)
+
+    got, took = _timed(lambda: asyncio.run(send()))
+    assert got is None and took < SHORT_S + SLACK_S and rec.error == "timeout after 0.5 s", (got, took, rec.error)
+
+
+@pytest.mark.timeout(60)
 def test_the_device_sampler_ends_at_its_deadline(silent: str) -> None:
     from cluster.engines.sim import SimDeviceSampler
 
