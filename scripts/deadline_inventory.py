@@ -242,8 +242,9 @@ def scan(root: Path = PACKAGE) -> list[Wait]:
 def deadline_of(w: Wait) -> Optional[tuple[str, str]]:
     """(deadline, why) of a wait: its timeout argument, or its DECLARED entry; None when it has neither."""
     if w.timeout is not None:
-        return w.timeout, ("the socket's timeout" if w.timeout.startswith("settimeout")
-                           else "an enclosing wait_for" if w.timeout.startswith("inside") else "its own argument")
+        why = {"settimeout": "the socket's timeout", "inside": "an enclosing wait_for", "its ": "the loop checks it",
+               "timeout_s's default": "the call's default deadline"}
+        return w.timeout, next((v for k, v in why.items() if w.timeout.startswith(k)), "its own argument")
     declared = DECLARED.get((w.path, w.function, w.call))
     return declared
 
