@@ -28,10 +28,11 @@ def _closed_port() -> int:
 
 @pytest.fixture
 def silent_listener() -> Iterator[int]:
-    """A port that accepts TCP connections and never says a word. Ray dials the machine's own address for a loopback
-    one (services.canonicalize_bootstrap_address), so it listens on all of this machine's addresses."""
+    """A loopback port that accepts TCP connections and never says a word. Tests talk to loopback only: with
+    RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 (tests/conftest.py) Ray keeps a loopback address as it is
+    (services.get_node_ip_address), so nothing needs to listen on the machine's other addresses."""
     with socket.socket() as s:
-        s.bind(("0.0.0.0", 0))
+        s.bind(("127.0.0.1", 0))
         s.listen(64)
         yield int(s.getsockname()[1])
 
