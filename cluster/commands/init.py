@@ -197,7 +197,8 @@ def render_starter(report: ProbeReport, python: Interpreter, version: str, gpu_s
                      "and weights agree, rerun `sglbench init`. The variant it would add:")
         lines += ["#" + ln for ln in variant]
     else:
-        lines.append(f"# no NEXTN variants: {refused}; NEXTN needs them (`sglbench probe {model_dir}` shows the layouts)")
+        lines.append(f"# no NEXTN variants: {refused}; NEXTN needs them (`sglbench probe {model_dir}` shows the "
+                     "layouts)")
     if dataset is not None and dataset.is_file():
         lines += ["workloads:", "  - name: categories   # 144 bundled prompts in six categories (datasets/README.md)",
                   "    input_tokens: dataset", "    output_tokens: 256", "    num_requests: 144",

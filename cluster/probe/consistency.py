@@ -42,11 +42,14 @@ def consistency_warnings(cfg: ModelConfig, mtp: MtpEvidence, cls: Classifier,
         said = ", ".join(f"{k.key.removeprefix('config.json ')} = {k.layers}" for k in cfg.mtp_keys)
         out.append(ProbeWarning("mtp-keys-disagree", f"config.json's MTP layer counts disagree ({said}): which one "
                                 "a loader reads decides how many draft layers it builds", about_mtp=True))
-    if mtp.weights_present and not mtp.declared and not MTP_COUNT_SET_BY_SGLANG.intersection(cfg.architectures):
-        out.append(ProbeWarning(
-            "mtp-undeclared", f"the weights hold {mtp.header_tensors} MTP/NextN tensor(s) under {mtp.layout} but "
-            "config.json declares no MTP layers (mtp_num_hidden_layers / num_nextn_predict_layers), and SGLang sizes "
-            f"the draft of {', '.join(cfg.architectures) or 'this model'} from that key", about_mtp=True))
+    zero = [k.key.removeprefix("config.json ") for k in cfg.mtp_keys if k.layers == 0]
+    sized_by_sglang = bool(MTP_COUNT_SET_BY_SGLANG.intersection(cfg.architectures))
+    if mtp.weights_present and not mtp.declared and (zero or not sized_by_sglang):
+        archs = ", ".join(cfg.architectures) or "this model"
+        said = f"says {' = '.join(zero)} = 0" if zero else "declares no MTP layers (mtp_num_hidden_layers / " \
+            f"num_nextn_predict_layers), and SGLang sizes the draft of {archs} from that key"
+        out.append(ProbeWarning("mtp-undeclared", f"the weights hold {mtp.header_tensors} MTP/NextN tensor(s) under "
+                                f"{mtp.layout} but config.json {said}", about_mtp=True))
     if mtp.declared and mtp.weights_present and mtp.layers_found and len(mtp.layers_found) != mtp.declared_layers:
         out.append(ProbeWarning(
             "mtp-layer-count", f"config declares {mtp.declared_layers} MTP layer(s); weights hold "

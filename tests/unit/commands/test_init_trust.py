@@ -119,7 +119,8 @@ def test_a_python_without_sglang_is_a_warning_and_a_todo(tmp_path: Path) -> None
     model = ck.qwen35_nvfp4(tmp_path / "model")
     py = tmp_path / "bin" / "python"
     py.parent.mkdir()
-    py.write_text("#!/bin/sh\necho '{\"sglang\": null, \"flashinfer\": null, \"torch\": null, \"sglang_found\": false}'\n")
+    answer = '{"sglang": null, "flashinfer": null, "torch": null, "sglang_found": false}'
+    py.write_text(f"#!/bin/sh\necho '{answer}'\n")
     py.chmod(0o755)
     code, printed = _init(str(model), "-o", "-", "--python", str(py))
     assert code == 0, printed

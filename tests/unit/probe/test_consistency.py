@@ -52,3 +52,14 @@ def test_a_num_hidden_layers_the_decoder_weights_contradict(tmp_path: Path, laye
     assert f"declares {layers} hidden layer(s)" in w.message and "decoder layers 0..3" in w.message
     assert said in w.message
     assert not w.about_mtp  # Qwen3.5's head is under mtp.*, found by name, not by index
+
+
+def test_an_explicit_zero_beside_mtp_weights_is_warned_even_where_sglang_sizes_the_draft(tmp_path: Path) -> None:
+    """Fuzz finding (tests/fuzz/test_fuzz_init_starter.py): Qwen3-Next with num_nextn_predict_layers 0 and an mtp.*
+    head got an active NEXTN variant and no word: the config says no MTP, the weights say one."""
+    d = ck.qwen3_next_flat(tmp_path / "m")
+    cfg = json.loads((d / "config.json").read_text()) | {"num_nextn_predict_layers": 0}
+    (d / "config.json").write_text(json.dumps(cfg))
+    r = probe_checkpoint(str(d))
+    assert [w.code for w in r.warnings] == ["mtp-undeclared"]
+    assert "config.json says num_nextn_predict_layers = 0" in r.warnings[0].message and r.nextn_refused
