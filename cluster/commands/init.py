@@ -159,7 +159,8 @@ def render_starter(report: ProbeReport, python: Interpreter, version: str, gpu_s
               "  tp: 1   # GPUs per server (tensor parallel): raise it to what the model needs on your node",
               "engines:", "  sglang:"]
     if python.path:
-        lines.append(f"    python: {_q(python.path)}   # detected: {python.note}; the GPU node's own path if it differs")
+        why = "not SGLang's interpreter here: see the TODO above" if python.warning else f"detected: {python.note}"
+        lines.append(f"    python: {_q(python.path)}   # {why}; the GPU node's own path if it differs")
     else:
         lines.append(f"    # TODO python: /path/to/sglang-venv/bin/python   ({python.note}; SGLang runs from its "
                      "own environment)")
