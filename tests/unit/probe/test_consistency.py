@@ -63,3 +63,26 @@ def test_an_explicit_zero_beside_mtp_weights_is_warned_even_where_sglang_sizes_t
     r = probe_checkpoint(str(d))
     assert [w.code for w in r.warnings] == ["mtp-undeclared"]
     assert "config.json says num_nextn_predict_layers = 0" in r.warnings[0].message and r.nextn_refused
+
+
+def _sglang_model_config() -> Path | None:
+    import os
+
+    venv = Path(os.environ.get("SGLBENCH_SGLANG_VENV", Path(__file__).resolve().parents[3] / ".ci/venvs/sglang"))
+    found = sorted(venv.glob("lib/python3*/site-packages/sglang/srt/configs/model_config.py"))
+    return found[0] if found else None
+
+
+@pytest.mark.skipif(_sglang_model_config() is None, reason="no SGLang venv (SGLBENCH_SGLANG_VENV or .ci/venvs/sglang)")
+def test_the_architectures_exempt_from_a_config_key_are_those_sglang_gives_one_draft_layer() -> None:
+    """Each architecture in MTP_COUNT_SET_BY_SGLANG is one whose draft rewrite in the installed SGLang sets
+    num_nextn_predict_layers = 1 (the rewrite block that names it, up to the next `if is_draft_model`)."""
+    from cluster.probe.consistency import MTP_COUNT_SET_BY_SGLANG
+
+    path = _sglang_model_config()
+    assert path is not None
+    text = path.read_text()
+    blocks = text.split("if is_draft_model")[1:]
+    for arch in sorted(MTP_COUNT_SET_BY_SGLANG):
+        named = [b for b in blocks if f'"{arch}"' in b or "MIMO_V2_MODEL_ARCHS" in b and arch.startswith("MiMoV2")]
+        assert any("num_nextn_predict_layers = 1" in b for b in named), arch
