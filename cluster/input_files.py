@@ -133,9 +133,31 @@ def read_input_bytes(path: PathLike, error: type[UserError], what: str, *,
         os.close(fd)
 
 
+MID_FILE_BOM = "byte-order mark U+FEFF in the middle of the file"
+"""The one wording for a BOM past the file's start, whichever parser meets it."""
+_LINE_START_BOM = re.compile(rb"(?:^|[\r\n])\xef\xbb\xbf")
+
+
+def mid_file_bom(data: bytes) -> Optional[tuple[int, int]]:
+    """(line, byte offset in the file) of the first byte-order mark that starts a line, the file's own leading one
+    not counted: what joining files that each begin with a BOM leaves, and what every parser would blame on
+    something else (invalid JSON, a missing YAML key, a number that is not one). One inside a line is data."""
+    skip = 3 if data.startswith(b"\xef\xbb\xbf") else 0
+    m = _LINE_START_BOM.search(data, skip)
+    if m is None:
+        return None
+    at = m.end() - 3
+    return data.count(b"\n", 0, at) + 1, at
+
+
 def decode_text(data: bytes, path: PathLike, error: type[UserError], what: str,
                 field: Optional[str] = None) -> str:
-    """UTF-8 text of a file's bytes, a leading BOM dropped; `error` naming the byte offset when not UTF-8."""
+    """UTF-8 text of a file's bytes, a leading BOM dropped; `error` naming the byte offset when not UTF-8 or when a
+    byte-order mark starts a later line."""
+    bom = mid_file_bom(data)
+    if bom is not None:
+        raise _fail(error, path, f"line {bom[0]}: {MID_FILE_BOM} (byte offset {bom[1]}: files joined with their "
+                    "BOMs?)", field, "UTF-8 text with a byte-order mark, if any, only at the start")
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
     try:
@@ -290,12 +312,20 @@ def parse_json(text: str, path: PathLike, error: type[UserError], what: str, *, 
         return json.loads(text) if allow_nan else json.loads(text, parse_constant=refuse_constant)
     except RecursionError:
         raise _fail(error, path, f"{where}JSON nests too deeply", field, expected) from None
-    except ValueError as e:  # JSONDecodeError, and int() past sys.get_int_max_str_digits()
+    except json.JSONDecodeError as e:
+        if text.startswith("\ufeff", e.pos):
+            at = (line or 1) + e.lineno - 1
+            raise _fail(error, path, f"line {at}: {MID_FILE_BOM} (column {e.colno}), outside any JSON string", field,
+                        expected) from None
+        raise _fail(error, path, f"{where}invalid JSON ({e.args[0] if e.args else e}); expected {expected}", field,
+                    expected) from None
+    except ValueError as e:  # int() past sys.get_int_max_str_digits()
         raise _fail(error, path, f"{where}invalid JSON ({e.args[0] if e.args else e}); expected {expected}", field,
                     expected) from None
 
 
-__all__ = ["DEFAULT_LIMIT_BYTES", "DuplicateJsonKey", "JsonObject", "JsonValue", "MAX_JSON_DEPTH", "MIB", "NotJsonConstant", "check_path_text",
+__all__ = ["DEFAULT_LIMIT_BYTES", "DuplicateJsonKey", "JsonObject", "JsonValue", "MAX_JSON_DEPTH", "MIB", "MID_FILE_BOM",
+           "NotJsonConstant", "check_path_text", "mid_file_bom",
            "decode_text", "first_text_problem", "has_lone_surrogate", "json_depth_exceeds", "json_depth_offset",
            "parse_json", "read_input_bytes", "read_input_text", "refuse_constant", "resolve_input", "text_problem",
            "unique_keys"]

@@ -224,6 +224,37 @@ def deepseek_nextn(model_dir: Path, *, layers: int = 3, experts: int = 4, hidden
     return model_dir
 
 
+MTP_CONTRADICTIONS = {"undeclared": "mtp-undeclared", "layer-count": "mtp-layer-count",
+                      "keys-disagree": "mtp-keys-disagree", "hidden-layers": "mtp-layer-count"}
+"""The cases `mtp_contradiction` builds → the probe warning code each must raise."""
+
+
+def mtp_contradiction(model_dir: Path, case: str) -> Path:
+    """A checkpoint whose config.json and weights disagree about the MTP head: `undeclared` (DeepSeek NextN weights,
+    no num_nextn_predict_layers), `layer-count` (MiMo declaring 1 MTP layer, 2 in the weights), `keys-disagree`
+    (Qwen3.5: text_config.mtp_num_hidden_layers 1 beside a top-level num_nextn_predict_layers 2), `hidden-layers`
+    (DeepSeek whose num_hidden_layers is one short, so its last decoder layer reads as a second NextN layer)."""
+    if case == "layer-count":
+        mimo_mtp(model_dir, mtp_layers=2)
+    elif case == "keys-disagree":
+        qwen35_nvfp4(model_dir)
+    else:
+        deepseek_nextn(model_dir)
+    config = json.loads((model_dir / "config.json").read_text())
+    if case == "undeclared":
+        del config["num_nextn_predict_layers"]
+    elif case == "layer-count":
+        config["num_nextn_predict_layers"] = 1
+    elif case == "keys-disagree":
+        config["num_nextn_predict_layers"] = 2
+    elif case == "hidden-layers":
+        config["num_hidden_layers"] -= 1
+    else:
+        raise ValueError(f"no such case {case!r}: one of {sorted(MTP_CONTRADICTIONS)}")
+    write_json(model_dir / "config.json", config)
+    return model_dir
+
+
 def qwen3_next_flat(model_dir: Path, *, layers: int = 4, experts: int = 4, hidden: int = 64, vocab: int = 256,
                     mtp_weights: bool = True) -> Path:
     """Qwen3-Next-style flat config (no mtp_* key); the MTP head ships only as mtp.* tensors."""

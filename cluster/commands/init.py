@@ -41,6 +41,8 @@ class Interpreter:
     path: Optional[str]
     version: Optional[str]
     note: str
+    warning: Optional[str] = None
+    """Said when --python names what cannot be SGLang's interpreter here (printed, and a TODO in the starter)."""
 
 
 def find_interpreter(explicit: Optional[str] = None) -> Interpreter:
@@ -50,7 +52,18 @@ def find_interpreter(explicit: Optional[str] = None) -> Interpreter:
     from cluster.node.collect import interpreter_fact
 
     if explicit:
-        return Interpreter(explicit, interpreter_fact(explicit).sglang_version, "given with --python")
+        if not os.path.lexists(explicit):
+            return Interpreter(explicit, None, "given with --python", f"--python {explicit} does not exist on this "
+                               "machine: written as given; if it is the GPU node's path, `sglbench doctor` checks it "
+                               "there, else give the interpreter of SGLang's venv")
+        fact = interpreter_fact(explicit)
+        why: Optional[str] = None
+        if not fact.runs:
+            why = fact.reason or "it does not run"
+        elif not (fact.sglang_version and fact.sglang_importable):
+            why = "it runs but has no importable sglang"
+        return Interpreter(explicit, fact.sglang_version, "given with --python",
+                           f"--python {explicit}: {why}: written as given" if why else None)
     venv = os.environ.get("SGLBENCH_SGLANG_VENV")
     candidates = [(str(Path(venv) / "bin" / "python"), "$SGLBENCH_SGLANG_VENV")] if venv else []
     candidates += [(p, f"`{name}` on PATH") for name in ("python", "python3") if (p := shutil.which(name))]
@@ -127,7 +140,8 @@ def render_starter(report: ProbeReport, python: Interpreter, version: str, gpu_s
     facts = ModelFacts.from_report(report)
     m, kv = report.mtp, report.quant.kv_cache_quant_algo
     model_dir = Path(report.model_dir).absolute()
-    nextn = m.weights_present and "NEXTN" in report.speculative_supported
+    refused = report.nextn_refused
+    nextn = refused is None and "NEXTN" in report.speculative_supported
     arch = ", ".join(report.config.architectures) or report.config.model_type or "unknown architecture"
     lines = [f"# yaml-language-server: $schema={SCHEMA}"] if SCHEMA.is_file() else []
     lines += [
@@ -137,13 +151,16 @@ def render_starter(report: ProbeReport, python: Interpreter, version: str, gpu_s
         "# Next: `sglbench plan <this file>` (every server command, the fairness rules), `sglbench doctor <this file>`",
         "# on the GPU node, then `sglbench run <this file>`.",
     ]
+    lines += [f"# TODO: probe: {w.message}" for w in report.warnings]
+    lines += [f"# TODO: {python.warning}"] * bool(python.warning)
     lines += [f"# TODO: {t}" for t in todo]
     lines += ["version: 1", f"name: {_q(_slug(model_dir))}", "model:", f"  path: {_q(str(model_dir))}",
               "  engine: sglang",
               "  tp: 1   # GPUs per server (tensor parallel): raise it to what the model needs on your node",
               "engines:", "  sglang:"]
     if python.path:
-        lines.append(f"    python: {_q(python.path)}   # detected: {python.note}; the GPU node's own path if it differs")
+        why = "not SGLang's interpreter here: see the TODO above" if python.warning else f"detected: {python.note}"
+        lines.append(f"    python: {_q(python.path)}   # {why}; the GPU node's own path if it differs")
     else:
         lines.append(f"    # TODO python: /path/to/sglang-venv/bin/python   ({python.note}; SGLang runs from its "
                      "own environment)")
@@ -168,19 +185,21 @@ def render_starter(report: ProbeReport, python: Interpreter, version: str, gpu_s
     lines += [f"    {flag}: {value}   # {why}" for flag, (value, why) in notes.items() if flag != "attention-backend"]
     lines += ["    enable-metrics: true   # the scraped running/queued counts let each run vouch for its concurrency",
               "variants:", "  - name: baseline", "    baseline: true"]
+    variant = ["  - name: nextn"]
+    if facts.moe:
+        variant += ["    args:", "      speculative-moe-runner-backend: triton   # the MTP head is BF16: SGLang's own "
+                    "pick for a BF16 NextN MoE layer"]
+    variant.append(f"    speculative: {{algorithm: NEXTN, num_steps: [1, 2, 3], eagle_topk: 1}}   # the checkpoint's "
+                   f"own {m.kind or 'MTP'} head, {len(m.layers_found)} layer(s): 1, 2 and 3 draft tokens")
     if nextn:
-        if facts.moe:
-            lines += ["  - name: nextn", "    args:",
-                      "      speculative-moe-runner-backend: triton   # the MTP head is BF16: SGLang's own pick for "
-                      "a BF16 NextN MoE layer"]
-        else:
-            lines.append("  - name: nextn")
-        lines.append(f"    speculative: {{algorithm: NEXTN, num_steps: [1, 2, 3], eagle_topk: 1}}   # the checkpoint's "
-                     f"own {m.kind or 'MTP'} head, {len(m.layers_found)} layer(s): 1, 2 and 3 draft tokens")
+        lines += variant
+    elif m.weights_present or m.declared:
+        lines.append(f"# no NEXTN variants: {refused} (`sglbench probe {model_dir}` shows the layouts); once config "
+                     "and weights agree, rerun `sglbench init`. The variant it would add:")
+        lines += ["#" + ln for ln in variant]
     else:
-        why = ("config.json declares MTP layers but the shards hold no MTP weights (the quantizer dropped them)"
-               if m.declared else "the checkpoint has no MTP/NextN weights")
-        lines.append(f"# no NEXTN variants: {why}; NEXTN needs them (`sglbench probe {model_dir}` shows the layouts)")
+        lines.append(f"# no NEXTN variants: {refused}; NEXTN needs them (`sglbench probe {model_dir}` shows the "
+                     "layouts)")
     if dataset is not None and dataset.is_file():
         lines += ["workloads:", "  - name: categories   # 144 bundled prompts in six categories (datasets/README.md)",
                   "    input_tokens: dataset", "    output_tokens: 256", "    num_requests: 144",
@@ -216,6 +235,17 @@ def residual_findings(text: str, report: ProbeReport, file: str, gpu_sm: Optiona
         expand_variants(spec), {spec.model.path: report.quant.kv_cache_quant_algo},
         facts={spec.model.path: ModelFacts.from_report(report)}, gpu_sm=gpu_sm,
         version=launcher.version if launcher else None))
+
+
+def refuse_inside_checkpoint(path: Path, model_dir: str) -> None:
+    """The starter never goes into the checkpoint directory, --force or not: there it would sit among, or replace
+    (config.json), the files the probe just read and the fingerprint covers. Links are resolved on both sides."""
+    where = os.path.realpath(path.parent)
+    checkpoint = os.path.realpath(model_dir)
+    if os.path.commonpath([where, checkpoint]) == checkpoint:
+        raise UserError(f"{path} is inside the checkpoint directory {model_dir}: init never writes there (with "
+                        "--force it would replace the checkpoint's own files); give -o a path outside it",
+                        file=str(path), field="-o", expected="a file outside the checkpoint directory")
 
 
 def write_new(path: Path, text: str, force: bool) -> None:
@@ -269,10 +299,12 @@ def init_command(
         except ValueError as e:  # before the probe: a path no shell shows as written, or a line `next:` breaks
             raise UserError(str(e), field=option, expected="a path on one line without control characters") from None
     report = probe_checkpoint(model_dir)  # a CheckpointError: one line, exit 2
+    target = Path(output) if output and output != "-" else Path.cwd() / f"{_slug(Path(report.model_dir))}.yaml"
+    if output != "-":
+        refuse_inside_checkpoint(target, report.model_dir)
     interp = find_interpreter(python)
     version = interp.version or DEFAULT_VERSION
     gpu_sm = collect_interconnect().compute_sm()
-    target = Path(output) if output and output != "-" else Path.cwd() / f"{_slug(Path(report.model_dir))}.yaml"
     text = render_starter(report, interp, version, gpu_sm)
     try:
         left = residual_findings(text, report, str(target), gpu_sm)
@@ -281,6 +313,8 @@ def init_command(
                         file=model_dir, field="MODEL_DIR", expected=e.message) from None
     if left:
         text = render_starter(report, interp, version, gpu_sm, todo=tuple(left))
+    for said in [f"probe: {w.message}" for w in report.warnings] + [interp.warning] * bool(interp.warning):
+        print(f"warning: {said} (a TODO in the starter)", file=sys.stderr)
     for line in left:
         print(f"warning: the starter still has: {line}", file=sys.stderr)
     if output == "-":

@@ -80,7 +80,7 @@ def render(report: ProbeReport, console: Console) -> None:
     console.print(f"  spec      runs alone: {', '.join(report.speculative_supported)}; needs a draft model: "
                   f"{', '.join(report.speculative_needs_draft_model) or '-'}")
     for w in report.warnings:
-        console.print(f"  [yellow]warning[/yellow]  {_text(w)}")
+        console.print(f"  [yellow]warning[/yellow]  {_text(w.message)}")
 
 
 def probe_command(

@@ -12,7 +12,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from cluster.errors import SglbenchError, UserError
-from cluster.input_files import read_input_bytes
+from cluster.input_files import MID_FILE_BOM, mid_file_bom, read_input_bytes
 from cluster.config.experiment import ExperimentSpec
 from cluster.config.repeats import REPEATS_TAGS, REPEATS_UNTIL_TAG, RepeatsUntil
 from cluster.config.variants import STEP_TAGS
@@ -330,6 +330,9 @@ def load_spec(path: Union[str, Path]) -> ExperimentSpec:
         if "past the" in message:
             message = f"file is larger than {MAX_SPEC_BYTES} characters ({message})"
         raise SpecError(str(p), 1, "", f"cannot read file: {message}") from None
+    bom = mid_file_bom(raw)
+    if bom is not None:  # a YAML parser reads it as part of the next key, then blames a missing field
+        raise SpecError(str(p), bom[0], "", f"{MID_FILE_BOM} (byte offset {bom[1]}: files joined with their BOMs?)")
     if raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]  # an editor's byte-order mark is not part of the document
     try:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, TypeVar
 
 from cluster.errors import PromptSourceError, UserError
-from cluster.input_files import (MAX_JSON_DEPTH, DuplicateJsonKey, NotJsonConstant, first_text_problem,
+from cluster.input_files import (MAX_JSON_DEPTH, MID_FILE_BOM, DuplicateJsonKey, NotJsonConstant, first_text_problem,
                                  json_depth_offset, read_input_text, refuse_constant, unique_keys)
 
 E = TypeVar("E", bound=UserError)
@@ -93,6 +93,9 @@ def _decode(raw: str, i: int, path: pathlib.Path, line: int, error: type[PromptS
                     f"{expected}, each key once") from None
     except json.JSONDecodeError as e:
         at = line + raw.count("\n", i, e.pos)
+        if raw.startswith("\ufeff", e.pos):  # where JSON has no string: not part of any value
+            raise _fail(error, path, at, f"{MID_FILE_BOM} (column {e.colno}), outside any JSON string",
+                        expected) from None
         raise _fail(error, path, at, f"invalid JSON ({e.msg}); expected {expected}", expected) from None
     except (ValueError, RecursionError) as e:  # an integer past Python's digit limit
         raise _fail(error, path, line, f"invalid JSON ({e}); expected {expected}", expected) from None

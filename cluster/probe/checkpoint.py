@@ -7,7 +7,7 @@ probe/files.py (bounded, regular files only; what is refused: docs/checkpoint-fi
 JSON report (`ProbeReport.to_json()`, schema 1), stable keys:
   schema, model_dir, config{layout, architectures, model_type, text_model_type, hidden_size, num_hidden_layers,
   layer_types{type: count}, num_experts, num_experts_per_tok, moe_intermediate_size, shared_expert_intermediate_size,
-  vocab_size, mtp_use_dedicated_embeddings, mtp_declared_layers, mtp_declared_in},
+  vocab_size, mtp_use_dedicated_embeddings, mtp_declared_layers, mtp_declared_in, mtp_declared_keys{key: layers}},
   files{index, shards[], header_bytes, file_bytes}, tensors{count, by_dtype{dtype: count}}, modules{prefix: count},
   mtp{verdict, kind, declared, declared_layers, declared_in, index_tensors, header_tensors, layers_found, fc_tensor,
   fc_dtype, weight_format, dtypes, has_weight_scale, excluded_in_quant_config, looked_in[], layout, layout_source,
@@ -17,7 +17,8 @@ JSON report (`ProbeReport.to_json()`, schema 1), stable keys:
   uncovered_plain_weights{family: modules}},
   params{total, target, mtp, vision, routed_experts, embedding, active_per_token, active_per_token_excl_embedding,
   decode_bytes_per_token, decode_routed_expert_bytes_per_token, mtp_bytes, bytes_by_dtype},
-  speculative{supported[], needs_draft_model[]}, identity{fingerprint, hub_revision}, warnings[].
+  speculative{supported[], needs_draft_model[]}, identity{fingerprint, hub_revision}, warnings[] (messages),
+  warning_records[{code, message, about_mtp}] (probe/warning.py; codes: probe/consistency.py and below).
 Keys are only ever added within schema 1 (readers ignore keys they do not know).
 """
 
@@ -29,6 +30,7 @@ from typing import Optional
 
 from cluster.input_files import JsonValue
 from cluster.kernel.runs import uses_builtin_mtp_head
+from cluster.probe.consistency import consistency_warnings
 from cluster.probe.coverage import coverage_warning, uncovered_plain_weights
 from cluster.probe.fingerprint import checkpoint_fingerprint, hub_revision
 from cluster.probe.config import ModelConfig, QuantInfo, load_json_object, parse_model_config, parse_quant
@@ -43,6 +45,7 @@ from cluster.probe.tensors import (
     top_prefix,
 )
 from cluster.probe.safetensors_header import CheckpointError, ShardHeader, TensorInfo, describe_non_file, read_header
+from cluster.probe.warning import ProbeWarning
 
 PROBE_SCHEMA_VERSION = 1
 INDEX_FILE = "model.safetensors.index.json"
@@ -51,7 +54,7 @@ DRAFT_MODEL_ALGORITHMS = ("EAGLE", "EAGLE3", "STANDALONE")
 BUILTIN_DRAFT_ALGORITHMS = tuple(a for a in ("NEXTN", "MTP", *DRAFT_MODEL_ALGORITHMS) if uses_builtin_mtp_head(a, None))
 """Algorithms SGLang can run from the checkpoint's own MTP/NextN head, given no draft model (the planner's predicate)."""
 
-__all__ = ["CheckpointError", "ProbeReport", "probe_checkpoint", "probe_here", "PROBE_SCHEMA_VERSION"]
+__all__ = ["CheckpointError", "ProbeReport", "ProbeWarning", "probe_checkpoint", "probe_here", "PROBE_SCHEMA_VERSION"]
 
 
 @dataclass
@@ -70,7 +73,7 @@ class ProbeReport:
     modules: dict[str, int]
     quantized_families: dict[str, int]
     unquantized_families: dict[str, int]
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[ProbeWarning] = field(default_factory=list)
     fingerprint: str = ""
     """SHA-256 over config.json, hf_quant_config.json, the index and every shard header (probe/fingerprint.py)."""
     hub_revision: Optional[str] = None
@@ -84,6 +87,15 @@ class ProbeReport:
     def speculative_supported(self) -> list[str]:
         """Algorithms runnable with this checkpoint alone (NGRAM always; the built-in head when its weights exist)."""
         return (list(BUILTIN_DRAFT_ALGORITHMS) if self.mtp.weights_present else []) + ["NGRAM"]
+
+    @property
+    def nextn_refused(self) -> Optional[str]:
+        """Why NEXTN cannot run from the checkpoint's own head as probed (None: config and weights agree on it)."""
+        if not self.mtp.weights_present:
+            return ("config.json declares MTP layers but the shards hold no MTP weights (the quantizer dropped them)"
+                    if self.mtp.declared else "the checkpoint has no MTP/NextN weights")
+        doubts = [w.message for w in self.warnings if w.about_mtp]
+        return "; ".join(doubts) if doubts else None
 
     @property
     def speculative_needs_draft_model(self) -> list[str]:
@@ -114,7 +126,8 @@ class ProbeReport:
                 "needs_draft_model": self.speculative_needs_draft_model,
             },
             "identity": {"fingerprint": self.fingerprint, "hub_revision": self.hub_revision},
-            "warnings": list(self.warnings),
+            "warnings": [w.message for w in self.warnings],
+            "warning_records": [w.to_json() for w in self.warnings],
         }
 
 
@@ -197,9 +210,10 @@ def probe_checkpoint(model_dir: str) -> ProbeReport:
     quant = parse_quant(model_dir, raw_cfg)
     if not shards:
         raise CheckpointError(model_dir, f"no weights: neither {INDEX_FILE}, {SINGLE_FILE} nor any *.safetensors file")
-    warnings: list[str] = []
+    warnings: list[ProbeWarning] = []
     if index_file is None and shards != [SINGLE_FILE]:
-        warnings.append(f"no {INDEX_FILE}: read all {len(shards)} *.safetensors files in the directory")
+        warnings.append(ProbeWarning("no-index", f"no {INDEX_FILE}: read all {len(shards)} *.safetensors files in "
+                                     "the directory"))
 
     tensors: dict[str, TensorInfo] = {}
     header_bytes = file_bytes = 0
@@ -223,12 +237,12 @@ def probe_checkpoint(model_dir: str) -> ProbeReport:
     if weight_map is not None:
         absent = [n for n in weight_map if n not in tensors]
         if absent:
-            warnings.append(
-                f"{INDEX_FILE}: {len(absent)} tensor(s) of the weight_map are not in their shard's header "
-                f"(e.g. {absent[0]!r} in {weight_map[absent[0]]})"
-            )
+            warnings.append(ProbeWarning(
+                "index-tensor-absent", f"{INDEX_FILE}: {len(absent)} tensor(s) of the weight_map are not in their "
+                f"shard's header (e.g. {absent[0]!r} in {weight_map[absent[0]]})"))
         if missing_from_index:
-            warnings.append(f"{missing_from_index} tensor(s) in shard headers are not mapped to that shard by the index")
+            warnings.append(ProbeWarning("index-unmapped", f"{missing_from_index} tensor(s) in shard headers are not "
+                                         "mapped to that shard by the index"))
 
     cls = Classifier(cfg)
     looked_in = [f"config.json ({'text_config.' if cfg.layout == 'nested_text_config' else ''}mtp_num_hidden_layers, "
@@ -237,12 +251,11 @@ def probe_checkpoint(model_dir: str) -> ProbeReport:
         looked_in.append(f"{index_file} weight_map ({len(weight_map or {})} tensors)")
     looked_in.append(f"safetensors headers of {len(shards)} shard(s)")
     mtp = mtp_evidence(cfg, quant, cls, list(weight_map) if weight_map is not None else None, tensors, looked_in)
-    if mtp.declared and mtp.weights_present and mtp.layers_found and len(mtp.layers_found) != mtp.declared_layers:
-        warnings.append(f"config declares {mtp.declared_layers} MTP layer(s); weights hold {len(mtp.layers_found)}")
+    warnings += consistency_warnings(cfg, mtp, cls, tensors)
     if (mtp.weights_present and quant.quant_algo and "FP4" in quant.quant_algo.upper()
             and mtp.weight_format in ("BF16", "F16", "F32") and not mtp.excluded_in_quant_config):
-        warnings.append("MTP weights are unquantized but no exclude/ignore pattern covers mtp.*: "
-                        "some loaders will expect NVFP4 scales for them")
+        warnings.append(ProbeWarning("mtp-quant-uncovered", "MTP weights are unquantized but no exclude/ignore "
+                                     "pattern covers mtp.*: some loaders will expect NVFP4 scales for them"))
     params = count_params(cfg, cls, tensors, warnings)
     by_dtype: dict[str, int] = {}
     modules: dict[str, int] = {}
@@ -253,7 +266,7 @@ def probe_checkpoint(model_dir: str) -> ProbeReport:
     qf, uf = quantized_families(tensors)
     uncovered = uncovered_plain_weights(tensors, quant)
     if uncovered:
-        warnings.append(coverage_warning(uncovered, quant))
+        warnings.append(ProbeWarning("quant-uncovered", coverage_warning(uncovered, quant)))
     return ProbeReport(
         fingerprint=checkpoint_fingerprint(model_dir, index_file, header_digests),
         hub_revision=hub_revision(model_dir),

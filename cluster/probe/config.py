@@ -45,12 +45,15 @@ class ModelConfig:
     """The model's context length in tokens (a prompt plus its output must fit)."""
     mtp: Optional[MtpDeclaration]
     mtp_use_dedicated_embeddings: Optional[bool]
+    mtp_keys: tuple[MtpDeclaration, ...] = ()
+    """Every MTP layer-count key config.json sets, in the order read (`mtp` is the first; they may disagree)."""
 
     def to_json(self) -> dict[str, JsonValue]:
         d = asdict(self)
         d["mtp_declared_layers"] = self.mtp.layers if self.mtp else 0
         d["mtp_declared_in"] = self.mtp.key if self.mtp else None
-        del d["mtp"]
+        d["mtp_declared_keys"] = {k.key: k.layers for k in self.mtp_keys}
+        del d["mtp"], d["mtp_keys"]
         return d
 
 
@@ -123,14 +126,13 @@ def parse_model_config(file: str, raw: JsonObject) -> ModelConfig:
     elif layers is not None and interval:
         full = layers // interval
         layer_types = {"linear_attention": layers - full, "full_attention": full}
-    mtp: Optional[MtpDeclaration] = None
-    for scope, scope_name in ((cfg, where), (raw, "")):
+    mtp_keys: list[MtpDeclaration] = []
+    for scope, scope_name in ((cfg, where), (raw, "")) if text is not None else ((raw, ""),):
         for key in ("mtp_num_hidden_layers", "num_nextn_predict_layers"):
             n = _int(file, scope, scope_name, key)
-            if n is not None and mtp is None:
-                mtp = MtpDeclaration(layers=n, key=f"config.json {scope_name}{key}")
-    if mtp is not None and mtp.layers == 0:
-        mtp = None
+            if n is not None:
+                mtp_keys.append(MtpDeclaration(layers=n, key=f"config.json {scope_name}{key}"))
+    mtp = mtp_keys[0] if mtp_keys and mtp_keys[0].layers else None
     experts = _int(file, cfg, where, "num_experts", "n_routed_experts", "num_local_experts")
     per_token = _int(file, cfg, where, "num_experts_per_tok", "moe_topk")
     if experts and per_token is not None and per_token > experts:
@@ -156,6 +158,7 @@ def parse_model_config(file: str, raw: JsonObject) -> ModelConfig:
         max_position_embeddings=_positive(file, cfg, where, "max_position_embeddings", "n_positions", "max_seq_len"),
         mtp=mtp,
         mtp_use_dedicated_embeddings=dedicated,
+        mtp_keys=tuple(mtp_keys),
     )
 
 

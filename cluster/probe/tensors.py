@@ -9,6 +9,7 @@ from typing import Optional
 from cluster.input_files import JsonValue
 from cluster.probe.config import ModelConfig, QuantInfo
 from cluster.probe.safetensors_header import MAX_INDEX_DIGITS, TensorInfo
+from cluster.probe.warning import ProbeWarning
 
 SCALE_LEAVES = frozenset(
     {"weight_scale", "weight_scale_2", "input_scale", "weight_scale_inv", "k_scale", "v_scale", "output_scale"}
@@ -216,8 +217,10 @@ def mtp_evidence(
         lay, idx = hit
         if layout is None or (layout.kind == "nextn" and lay.kind != "nextn"):
             layout = lay
-        if idx is not None:
-            layers.add(idx)
+    for n in mtp_names:  # the found layout's layers only: past num_hidden_layers beside mtp.* is a decoder layer
+        hit = cls.mtp_match(n)
+        if hit is not None and hit[0] is layout and hit[1] is not None:
+            layers.add(hit[1])
     kind = layout.kind if layout else None
     expected = layouts_for(cfg.architectures)
     fc: Optional[str] = next((n for n in ("mtp.fc.weight", "model.mtp.fc.weight") if n in tensors), None)
@@ -290,7 +293,8 @@ class ParamCounts:
         return asdict(self)
 
 
-def count_params(cfg: ModelConfig, cls: Classifier, tensors: dict[str, TensorInfo], warnings: list[str]) -> ParamCounts:
+def count_params(cfg: ModelConfig, cls: Classifier, tensors: dict[str, TensorInfo],
+                 warnings: list[ProbeWarning]) -> ParamCounts:
     sums = {"mtp": 0, "vision": 0, "routed_expert": 0, "embedding": 0, "other": 0}
     bytes_ = dict(sums)
     embed_row_bytes = 0
@@ -307,8 +311,8 @@ def count_params(cfg: ModelConfig, cls: Classifier, tensors: dict[str, TensorInf
         if cfg.num_experts and cfg.num_experts_per_tok:
             frac_num, frac_den = cfg.num_experts_per_tok, cfg.num_experts
         else:
-            warnings.append("routed-expert tensors found but config.json lacks num_experts/num_experts_per_tok: "
-                            "counting all experts as active")
+            warnings.append(ProbeWarning("experts-unknown", "routed-expert tensors found but config.json lacks "
+                                         "num_experts/num_experts_per_tok: counting all experts as active"))
     active_experts = sums["routed_expert"] * frac_num // frac_den
     active_expert_bytes = bytes_["routed_expert"] * frac_num // frac_den
     target = sums["routed_expert"] + sums["embedding"] + sums["other"]

@@ -80,3 +80,68 @@ def test_any_model_directory_name_and_config_text_stay_data(name: str, arch: str
         assert spec.model.path == str(model.absolute())
         assert [v.name for v in spec.variants] == ["baseline"]
         assert residual_findings(text, report, "starter.yaml") == []
+
+
+MTP_KEYS = ("mtp_num_hidden_layers", "num_nextn_predict_layers")
+
+
+@st.composite
+def config_edits(draw: st.DrawFn) -> dict[tuple[str, str], Optional[int]]:
+    """(scope, key) → a new value or None to delete: the MTP keys at the top level or in text_config, and a shift
+    of num_hidden_layers (scope `shift`)."""
+    edits: dict[tuple[str, str], Optional[int]] = {}
+    for scope in ("top", "text"):
+        for key in MTP_KEYS:
+            if draw(st.booleans()):
+                edits[(scope, key)] = draw(st.one_of(st.none(), st.integers(0, 3)))
+    edits[("shift", "num_hidden_layers")] = draw(st.sampled_from([0, 0, -1, 1]))
+    return edits
+
+
+def _apply(model: Path, edits: dict[tuple[str, str], Optional[int]]) -> None:
+    import json
+
+    cfg = json.loads((model / "config.json").read_text())
+    body = cfg.get("text_config", cfg)
+    for (scope, key), value in edits.items():
+        if scope == "shift":
+            body[key] = max(1, body[key] + (value or 0))
+            if "layer_types" in body:
+                body["layer_types"] = ["linear_attention"] * body[key]
+            continue
+        where = body if scope == "text" else cfg
+        if value is None:
+            where.pop(key, None)
+        else:
+            where[key] = value
+    (model / "config.json").write_text(json.dumps(cfg))
+
+
+@FUZZ
+@given(checkpoints(), config_edits())
+def test_nextn_only_when_config_and_weights_agree(ckpt: tuple[str, dict[str, object]],
+                                                  edits: dict[tuple[str, str], Optional[int]]) -> None:
+    """Whatever config.json says about the MTP head and the layer count: every probe warning is a TODO line, the
+    starter still plans clean, and an active NEXTN variant means the config and the weights agree (restated here
+    from the facts, not from the probe's own predicate)."""
+    from cluster.probe.consistency import MTP_COUNT_SET_BY_SGLANG
+
+    family, kwargs = ckpt
+    with tempfile.TemporaryDirectory() as tmp:
+        model = BUILD[family](Path(tmp) / "m", **kwargs)  # type: ignore[operator]
+        _apply(model, edits)
+        report = probe_checkpoint(str(model))
+        text = render_starter(report, Interpreter(None, None, "none"), "0.5.23")
+        assert residual_findings(text, report, "starter.yaml") == [], text
+        todo = [ln.removeprefix("# TODO: probe: ") for ln in text.splitlines() if ln.startswith("# TODO: probe: ")]
+        assert todo == [w.message for w in report.warnings]
+        active = "\n  - name: nextn\n" in text
+        m, cfg = report.mtp, report.config
+        keys_agree = len({k.layers for k in cfg.mtp_keys}) <= 1
+        declared_ok = (m.declared and len(m.layers_found) == m.declared_layers) or (
+            not m.declared and not cfg.mtp_keys and bool(MTP_COUNT_SET_BY_SGLANG.intersection(cfg.architectures)))
+        if active:
+            assert m.weights_present and keys_agree and declared_ok, (report.warnings, m)
+        else:
+            assert "# no NEXTN variants: " in text
+            assert ("\n#  - name: nextn\n" in text) is (m.weights_present or m.declared)

@@ -99,7 +99,7 @@ def test_every_checkpoint_layout_gets_a_starter_with_no_fairness_finding(tmp_pat
     report = probe_checkpoint(str(BUILDERS[name](tmp_path / name)))
     text = render_starter(report, Interpreter(None, None, "none"), "0.5.23", gpu_sm)
     assert residual_findings(text, report, "starter.yaml", gpu_sm) == []
-    assert ("algorithm: NEXTN" in text) is report.mtp.weights_present
+    assert ("\n  - name: nextn" in text) is (report.nextn_refused is None)
 
 
 def test_the_residual_check_reports_a_rule_the_starter_missed(tmp_path: Path) -> None:

@@ -121,7 +121,7 @@ def test_json_report_is_stable_and_serialisable(tmp_path: Path) -> None:
     j = json.loads(json.dumps(r.to_json()))
     assert j["schema"] == 1
     assert set(j) == {"schema", "model_dir", "config", "files", "tensors", "modules", "mtp", "quantization",
-                      "params", "speculative", "identity", "warnings"}
+                      "params", "speculative", "identity", "warnings", "warning_records"}
     assert j["mtp"]["verdict"] == "present" and j["config"]["mtp_declared_layers"] == 1
     assert j["speculative"]["supported"] == ["NEXTN", "MTP", "EAGLE", "NGRAM"]
     # 3 Gated-DeltaNet layers with Qwen3.5's four input projections (in_proj_qkv/z/b/a) each
@@ -136,7 +136,7 @@ def test_mtp_unquantized_but_not_excluded_warns(tmp_path: Path) -> None:
     hq.write_text(json.dumps(obj))
     r = probe_checkpoint(str(d))
     assert not r.mtp.excluded_in_quant_config
-    assert any("no exclude/ignore pattern covers mtp" in w for w in r.warnings)
+    assert any("no exclude/ignore pattern covers mtp" in w.message for w in r.warnings)
 
 
 def test_probe_never_reads_tensor_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -342,7 +342,7 @@ def test_an_index_name_with_a_5000_digit_index_is_no_layer(tmp_path: Path) -> No
     idx["weight_map"]["mtp.layers." + "9" * 5000 + ".w.weight"] = SHARD1
     (d / "model.safetensors.index.json").write_text(json.dumps(idx))
     r = probe_checkpoint(str(d))
-    assert any("not in their shard's header" in w for w in r.warnings)
+    assert any("not in their shard's header" in w.message for w in r.warnings)
 
 
 def test_a_message_built_from_file_content_stays_one_line(tmp_path: Path) -> None:

@@ -54,7 +54,7 @@ def test_exclude_list_missing_the_router_and_mtp_fc_warns_with_module_names(tmp_
         "lm_head", "model.visual*", "*shared_expert*", "*self_attn*", "*linear_attn*", "mtp.layers*"]))
     r = probe_checkpoint(str(d))
     assert r.uncovered_plain_weights == {"model.language_model.layers.*.mlp.gate": 4, "mtp.fc": 1}
-    (w,) = [w for w in r.warnings if "not covered" in w]
+    (w,) = [w.message for w in r.warnings if "not covered" in w.message]
     assert "model.language_model.layers.*.mlp.gate" in w and "mtp.fc" in w and "35156" in w
 
 
