@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from abc import abstractmethod
 from typing import Any, Mapping, Optional
 
@@ -20,6 +21,26 @@ _SGLEXT = b'"sglext"'
 _USAGE = b'"usage"'
 _TEXT_OPEN = (b'"text":"', b'"content":"', b'"text": "', b'"content": "')
 _ERROR = b'"error"'
+
+EVENT_END = re.compile(rb"\r?\n\r?\n")
+"""Where an SSE event ends: a blank line, its line ends LF or CRLF (SGLang writes LF; CRLF is SSE too)."""
+
+
+def event_data(event: bytes) -> Optional[bytes]:
+    """The data of one SSE event (its `data:` lines joined by LF, one leading space cut), None when it has none."""
+    datas: list[bytes] = []
+    for line in event.split(b"\n"):
+        line = line.rstrip(b"\r")
+        if line.startswith(b"data:"):
+            d = line[5:]
+            datas.append(d[1:] if d[:1] == b" " else d)
+    return b"\n".join(datas) if datas else None
+
+
+def split_events(body: bytes) -> list[bytes]:
+    """A whole SSE body's events, each without its blank line (an unterminated last one is kept: a caller that
+    needs the [DONE] event sees what came instead)."""
+    return [e for e in EVENT_END.split(body) if e.strip()]
 
 
 def _int_at(buf: bytes, start: int) -> int:
@@ -48,7 +69,7 @@ def _decode_chunk(payload: bytes, meta: RequestMeta) -> Optional[dict[str, Any]]
     if "error" in obj:
         err = obj["error"]
         message = err.get("message", err) if isinstance(err, dict) else err
-        meta.error = message if isinstance(message, str) else shown(message)
+        meta.error = meta.error_event = message if isinstance(message, str) else shown(message)
         return None
     return obj
 
@@ -82,7 +103,7 @@ class SGLangNativeParser(_TypedChunks):
     (finish_reason not null) or an error chunk is JSON-decoded in full.
     """
 
-    __slots__ = ("_ct", "_meta", "_keep_text", "_text", "_ids")
+    __slots__ = ("_ct", "_meta", "_keep_text", "_text", "_ids", "_fin")
 
     def __init__(self, keep_text: bool = False) -> None:
         self._ct = 0
@@ -90,9 +111,10 @@ class SGLangNativeParser(_TypedChunks):
         self._keep_text = keep_text
         self._text = ""
         self._ids: Optional[list[int]] = None
+        self._fin = False
 
     def feed(self, payload: bytes) -> int:
-        if self._keep_text:
+        if self._keep_text or self._fin:  # after the finishing event: decoded whole, to be counted
             return self._feed_full(payload)
         # meta_info is the last object of the chunk, so searching from the end finds its keys after ~100 bytes
         # instead of scanning the cumulative text and output_ids before them
@@ -110,13 +132,16 @@ class SGLangNativeParser(_TypedChunks):
         if delta > 0:
             self._ct = ct
             return delta
+        if delta < 0 and self._meta.count_went_down is None:
+            self._meta.count_went_down = (self._ct, ct)
         return 0
 
     def _read(self, obj: Mapping[str, Any]) -> int:
         # every field is read and type-checked before any state changes: a malformed chunk changes nothing
         mi = object_field(obj, "meta_info", "chunk")
         w = "chunk.meta_info"
-        ct = count_field(mi, "completion_tokens", w) or 0
+        stated = count_field(mi, "completion_tokens", w)
+        ct = stated or 0
         fr, abort = finish_field(mi, "finish_reason", w)
         text = str_field(obj, "text", "chunk")
         ids = ids_field(obj, "output_ids", "chunk", None if self._keep_text else (8 if fr is not None else 0))
@@ -126,7 +151,14 @@ class SGLangNativeParser(_TypedChunks):
             verify, accept = count_field(mi, "spec_verify_ct", w), number_field(mi, "spec_accept_length", w)
             hist = count_list(mi.get("spec_correct_drafts_histogram"), f"{w}.spec_correct_drafts_histogram")
             e2e = number_field(mi, "e2e_latency", w)
+            retractions = count_field(mi, "num_retractions", w)
+            raw_ids = obj.get("output_ids")
         delta = max(0, ct - self._ct)
+        m = self._meta
+        if stated is not None and stated < self._ct and m.count_went_down is None:
+            m.count_went_down = (self._ct, stated)
+        if self._fin:
+            m.events_after_finish += 1
         self._ct = max(ct, self._ct)
         if self._keep_text and text is not None:
             # cumulative by default; incremental servers send deltas (detected by shrinking length)
@@ -134,11 +166,15 @@ class SGLangNativeParser(_TypedChunks):
         if self._keep_text and ids is not None:
             kept = self._ids or []
             self._ids = ids if ids[:len(kept)] == kept else kept + ids  # cumulative, or incremental deltas
-        m = self._meta
         m.completion_tokens = self._ct
         m.prompt_tokens = m.prompt_tokens if prompt is None else prompt
         m.cached_tokens = m.cached_tokens if cached is None else cached
         m.request_id = m.request_id if rid is None else rid
+        if fr is not None and not self._fin:
+            self._fin = True
+            m.final_event_tokens = delta
+            m.final_output_ids = len(raw_ids) if isinstance(raw_ids, list) else None
+            m.retractions = retractions
         if fr is not None:
             m.finish_reason = fr
             m.spec_verify_ct = m.spec_verify_ct if verify is None else verify
@@ -171,7 +207,7 @@ class OpenAIStreamParser(_TypedChunks):
     SGLang's `sglext.spec_tokens_details` (return_spec_tokens_details) supplies spec_verify_ct.
     """
 
-    __slots__ = ("_ct", "_meta", "_keep_text", "_parts", "_counted")
+    __slots__ = ("_ct", "_meta", "_keep_text", "_parts", "_counted", "_fin")
 
     def __init__(self, keep_text: bool = False) -> None:
         self._ct = 0
@@ -179,6 +215,7 @@ class OpenAIStreamParser(_TypedChunks):
         self._meta = RequestMeta()
         self._keep_text = keep_text
         self._parts: list[str] = []
+        self._fin = False
 
     def feed(self, payload: bytes) -> int:
         # Hot path: a mid-stream chunk (its last finish_reason null, no sglext, no error) needs no JSON decode. With
@@ -188,7 +225,7 @@ class OpenAIStreamParser(_TypedChunks):
         # chunks take the full JSON path. Each marker is searched once, with find: on bytes `x in payload` first
         # tries x as an integer and raises and clears a TypeError, and the seven `in` tests this path had cost
         # 3.3 us a chunk here, the largest share of a saturated client's time on the plain OpenAI stream.
-        if self._keep_text:
+        if self._keep_text or self._fin:  # after the finishing event: decoded whole, to be judged
             return self._feed_full(payload)
         f = payload.rfind(_FIN)
         if f < 0:
@@ -204,6 +241,8 @@ class OpenAIStreamParser(_TypedChunks):
             if ct < 0:
                 return self._feed_full(payload)
             delta = ct - self._ct if ct > self._ct else 0
+            if ct < self._ct and self._meta.count_went_down is None:
+                self._meta.count_went_down = (self._ct, ct)
             self._ct = ct if ct > self._ct else self._ct
             self._counted += delta
             return delta
@@ -213,6 +252,7 @@ class OpenAIStreamParser(_TypedChunks):
             pos = payload.find(key)
             if pos >= 0 and payload[pos + len(key) : pos + len(key) + 1] not in (b'"', b""):
                 self._counted += 1
+                self._meta.counts_stated = False
                 return 1
         return self._feed_full(payload)
 
@@ -242,6 +282,10 @@ class OpenAIStreamParser(_TypedChunks):
                           "chunk.sglext.spec_tokens_details.spec_correct_drafts_histogram")
         m = self._meta
         m.request_id = m.request_id if rid is None else rid
+        if self._fin and choices and (content or finish is not None):
+            m.events_after_finish += 1
+        if ct is not None and ct < self._ct and m.count_went_down is None:
+            m.count_went_down = (self._ct, ct)
         if finish is not None:
             m.finish_reason = finish
         if self._keep_text and content:
@@ -260,7 +304,11 @@ class OpenAIStreamParser(_TypedChunks):
             self._ct = max(self._ct, ct)
         elif content:
             delta = 1
+            m.counts_stated = False
         self._counted += delta
+        if finish is not None and not self._fin:
+            self._fin = True
+            m.final_event_tokens = delta
         return delta
 
     def meta(self) -> RequestMeta:
