@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
 
         from cluster.commands.terminal import print_table
 
-        from cluster.engines.smoke import SmokeFault, failed_calls, run_smoke
+        from cluster.engines.smoke import SmokeFault, failed_calls, mismatch, run_smoke
 
         # the range is checked here, not by typer's min/max: NaN compares false both ways, and typer then named a
         # bound it was not past ("should be less than or equal to 86400" for nan)
@@ -53,4 +53,4 @@ def register(app: typer.Typer) -> None:
             raise SmokeFault(f"smoke: {len(faults)} call(s) to {url} failed at the server's end; first: "
                              f"{faults[0].name}: {faults[0].found}")
         if failed:
-            raise typer.Exit(1)
+            raise mismatch(checks, url)

@@ -9,7 +9,8 @@ limit per answer. What the command exits with, and why:
   (then no table: there is nothing to check), or a later call failed the same way or answered with a body that
   is not what SGLang sends (a meta_info that is not an object, a count that is not an integer): that check's row
   says what happened and the command exits 4 after the table;
-- 1: every call was answered, but some assumption missed (a key missing, a count wrong);
+- 1: every call was answered, but some assumption missed (a key missing, a count wrong, an answer invariant of
+  engines/answer_invariants.py broken: each invariant is its own row and the error line names the broken ones);
 - 0: every check passed.
 """
 
@@ -23,7 +24,7 @@ from cluster.engines.answer_fields import MalformedAnswerError, as_object, decod
 from cluster.engines.answer_invariants import BY_NAME, INVARIANTS, stream_answer
 from cluster.engines.http_call import HttpReply, ServerURL, ServerURLError, call, parse_server_url
 from cluster.engines.streams import SGLangNativeParser, event_data, split_events
-from cluster.errors import EngineFault, EnvironmentFault
+from cluster.errors import EngineFault, EnvironmentFault, SglbenchError
 
 META_KEYS = ("id", "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens")
 """meta_info keys SGLang 0.5.23 always sends on /generate chunks (reference §3.2) that sglbench reads."""
@@ -34,6 +35,22 @@ SPEC_KEYS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagl
 
 class SmokeFault(EngineFault):
     """Some of smoke's calls failed at the server's end (refused, timed out, a malformed answer): exit 4."""
+
+
+class SmokeMismatch(SglbenchError):
+    """Every call was answered and some assumption missed (an answer invariant broken, a key missing): exit 1."""
+
+    exit_code = 1
+
+
+def mismatch(checks: list["Check"], url: str) -> SmokeMismatch:
+    """The error that ends a smoke whose checks missed: how many, and which answer invariants broke."""
+    failed = [c for c in checks if not c.ok]
+    broken = [c.name.removeprefix("invariant ") for c in failed if c.name.startswith("invariant ")]
+    others = [c.name for c in failed if not c.name.startswith("invariant ")]
+    parts = ([f"answer invariant(s) broken: {', '.join(broken)}"] if broken else []) + (
+        [f"other checks missed: {', '.join(others)}"] if others else [])
+    return SmokeMismatch(f"smoke: {len(failed)} check(s) of {url} missed; " + "; ".join(parts))
 
 
 @dataclass(frozen=True)

@@ -280,7 +280,7 @@ class Response:
         parts = self.parts
         if parts:
             # an event's end may straddle the reads: LF LF, or CRLF CRLF cut anywhere
-            straddle = EVENT_END.search(parts[-1][-3:] + data[:3]) is not None
+            straddle = EVENT_END.search(b"".join(parts[-3:])[-3:] + data[:3]) is not None
             parts.append(data)
             self.parts_bytes += len(data)
             if not straddle and EVENT_END.search(data) is None:

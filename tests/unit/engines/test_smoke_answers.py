@@ -126,3 +126,16 @@ def test_a_v1_suffix_is_refused_naming_the_openai_prefix_before_any_call() -> No
 def test_an_ipv6_url_with_an_unclosed_bracket_is_a_url_error(url: str) -> None:
     with pytest.raises(ServerURLError, match=r"'\[' is not closed"):
         run_smoke(url, 1.0)
+
+
+def test_the_cli_exits_1_and_its_error_line_names_the_broken_invariant() -> None:
+    from typer.testing import CliRunner
+
+    from cluster.cli import app
+
+    chunks = [*GOOD[:-1], _chunk(16, True, spec_verify_ct=16)]
+    with ReplayServer(server(sse(chunks))) as srv:
+        res = CliRunner().invoke(app, ["smoke", srv.url, "--timeout", "5"])
+    assert res.exit_code == 1, res.output
+    flat = " ".join(res.output.split())
+    assert "error: smoke: 1 check(s) of" in flat and "answer invariant(s) broken: verify_steps_at_most_tokens" in flat
