@@ -148,6 +148,10 @@ def _no_error_event(a: Answer) -> Optional[str]:
 INVARIANTS: tuple[Invariant, ...] = (
     Invariant("counts_in_range", "every token and verify-step count is an integer from 0 to 2^31-1",
               _counts_in_range),
+    Invariant("no_error_event", "an {\"error\": ...} object inside a stream is the request's error, named by its "
+              "message", _no_error_event),
+    Invariant("finish_reason_last", "no event after the one carrying the finish reason carries output or another "
+              "finish reason", _finish_last),
     Invariant("prompt_tokens_positive", "prompt_tokens > 0 (SGLang refuses a request without input)",
               _prompt_positive),
     Invariant("cached_within_prompt", "cached_tokens <= prompt_tokens (the cache hit is a prefix of the prompt)",
@@ -161,12 +165,9 @@ INVARIANTS: tuple[Invariant, ...] = (
               "token, each verify step at least one more)", _verify_at_most),
     Invariant("verify_steps_cover_events", "token-carrying events - 1 <= spec_verify_ct + num_retractions, where "
               "the stream states num_retractions", _verify_covers_events),
-    Invariant("finish_reason_last", "no event after the one carrying the finish reason carries output or another "
-              "finish reason", _finish_last),
-    Invariant("no_error_event", "an {\"error\": ...} object inside a stream is the request's error, named by its "
-              "message", _no_error_event),
 )
-"""Every invariant judged over an `Answer`, in the order smoke shows them."""
+"""Every invariant judged over an `Answer`, in the order smoke shows them and a record names the first broken: an
+error event or a finish reason mid-stream first, since either makes the counts after it meaningless."""
 
 CONTENT_ENCODING = ("content_encoding_known", "a body comes in the identity encoding sglbench asks for, or gzip/"
                     "deflate (decoded by the control calls); any other Content-Encoding is refused by name")
