@@ -26,7 +26,6 @@ from typing import Callable, Optional, Sequence
 
 from cluster.engines.answer_fields import MAX_COUNT, count_field
 from cluster.input_files import JsonObject
-from cluster.engines.base import RequestMeta
 from cluster.kernel.gate import GateOutput
 
 BROKEN_PREFIX = "answer invariant "
@@ -186,16 +185,6 @@ def broken(answer: Answer) -> list[Broken]:
     return out
 
 
-def stream_answer(meta: RequestMeta, event_tokens: Sequence[int]) -> Answer:
-    """The Answer of a parsed stream: its parser's meta and the tokens each token-carrying event brought."""
-    return Answer(prompt_tokens=meta.prompt_tokens, completion_tokens=meta.completion_tokens,
-                  cached_tokens=meta.cached_tokens, spec_verify_ct=meta.spec_verify_ct, retractions=meta.retractions,
-                  event_tokens=tuple(event_tokens), counts_stated=meta.counts_stated,
-                  count_went_down=meta.count_went_down, output_ids=meta.final_output_ids,
-                  last_event_tokens=meta.final_event_tokens, events_after_finish=meta.events_after_finish,
-                  error_event=meta.error_event)
-
-
 def counts_answer(counts: JsonObject, where: str, output_ids: Optional[int] = None) -> Answer:
     """The Answer of a whole (non-streamed) answer from the object that holds its counts (SGLang's meta_info, an
     OpenAI usage): each count read typed, a wrong type a MalformedAnswerError naming `where` and the field."""
@@ -235,4 +224,4 @@ def invariant_of(error: Optional[str]) -> Optional[str]:
 
 
 __all__ = ["Answer", "BROKEN_PREFIX", "BY_NAME", "Broken", "CONTENT_ENCODING", "INVARIANTS", "Invariant", "broken",
-           "checked_gate_output", "counts_answer", "invariant_of", "invariant_reasons", "stream_answer"]
+           "checked_gate_output", "counts_answer", "invariant_of", "invariant_reasons"]

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 from cluster.engines.answer_fields import MalformedAnswerError, as_object, decode_json, object_field, shown
-from cluster.engines.answer_invariants import BY_NAME, INVARIANTS, stream_answer
+from cluster.engines.answer_invariants import BY_NAME, INVARIANTS
 from cluster.engines.http_call import HttpReply, ServerURL, ServerURLError, call, parse_server_url
-from cluster.engines.streams import SGLangNativeParser, event_data, split_events
+from cluster.engines.streams import SGLangNativeParser, event_data, split_events, stream_answer
 from cluster.errors import EngineFault, EnvironmentFault, SglbenchError
 
 META_KEYS = ("id", "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens")
@@ -232,7 +232,7 @@ def _check_generate(s: _Smoke, speculative: bool) -> None:
         return
     metas = [object_field(as_object(decode_json(p, "a /generate chunk"), "a /generate chunk"), "meta_info",
                           "a /generate chunk") for p in chunks]  # decoded and typed by the parser already
-    cts = [m.get("completion_tokens") or 0 for m in metas]
+    cts = [c if isinstance(c, int) else 0 for c in (m.get("completion_tokens") for m in metas)]
     meta_last = metas[-1] if metas else {}
     missing = [k for k in META_KEYS if k not in meta_last]
     out.append(Check("meta_info keys", not missing, ", ".join(META_KEYS), f"missing {missing}" if missing else "all"))

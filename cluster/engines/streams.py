@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import re
 from abc import abstractmethod
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from cluster.engines.answer_fields import (MalformedAnswerError, as_object, count_field, count_list, finish_field,
                                            ids_field, list_field, number_field, object_field, shown, str_field)
+from cluster.engines.answer_invariants import Answer
 from cluster.engines.base import RequestMeta, StreamParser
 
 _CT = b'"completion_tokens":'
@@ -317,3 +318,13 @@ class OpenAIStreamParser(_TypedChunks):
 
     def text(self) -> str:
         return "".join(self._parts)
+
+
+def stream_answer(meta: RequestMeta, event_tokens: Sequence[int]) -> Answer:
+    """The Answer of a parsed stream: its parser's meta and the tokens each token-carrying event brought."""
+    return Answer(prompt_tokens=meta.prompt_tokens, completion_tokens=meta.completion_tokens,
+                  cached_tokens=meta.cached_tokens, spec_verify_ct=meta.spec_verify_ct, retractions=meta.retractions,
+                  event_tokens=tuple(event_tokens), counts_stated=meta.counts_stated,
+                  count_went_down=meta.count_went_down, output_ids=meta.final_output_ids,
+                  last_event_tokens=meta.final_event_tokens, events_after_finish=meta.events_after_finish,
+                  error_event=meta.error_event)

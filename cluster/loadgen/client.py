@@ -14,7 +14,8 @@ from typing import Mapping
 
 from cluster.kernel.records import RequestRecord
 from cluster.engines.answer_fields import MAX_COUNT
-from cluster.engines.answer_invariants import broken, stream_answer
+from cluster.engines.answer_invariants import broken
+from cluster.engines.streams import stream_answer
 from cluster.engines.base import StreamParser
 from cluster.loadgen.framing import Response
 from cluster.loadgen.pool import StreamPool
