@@ -139,3 +139,11 @@ def test_the_gate_turns_an_impossible_answer_into_that_prompt_s_error_naming_the
     result = evaluate_gate({p.prompt_id: out for p in GATE_PROMPTS}, None, None, is_nextn=False,
                            check_answers=False)
     assert not result.passed and all("answer invariant verify_steps_at_most_tokens" in r for r in result.reasons)
+
+
+def test_the_live_server_answers_doc_lists_every_invariant_with_its_statement() -> None:
+    from cluster.engines.answer_invariants import CONTENT_ENCODING
+
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "live-server-answers.md").read_text()
+    for name, statement in [(i.name, i.statement) for i in INVARIANTS] + [CONTENT_ENCODING]:
+        assert f"| `{name}` | {statement} |" in doc, name

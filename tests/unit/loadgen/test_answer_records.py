@@ -45,3 +45,18 @@ def test_crlf_event_ends_give_the_record_lf_ones_give(split: int) -> None:
     assert lf.error is None and lf.chunk_tokens == [1, 1, 1] and lf.completion_tokens == 3
     assert (crlf.error, crlf.chunk_tokens, crlf.completion_tokens, crlf.finish_reason) == \
         (lf.error, lf.chunk_tokens, lf.completion_tokens, lf.finish_reason)
+
+
+def test_a_gzip_stream_is_refused_by_name_not_read_as_broken_sse() -> None:
+    """The client asks for identity; a server that compresses the stream anyway gets its coding named (before: the
+    compressed bytes held no event end, and the record said the stream ended without a finish_reason)."""
+    import gzip
+
+    raw = _stream(b"\n\n")
+    head, _, chunked = raw.partition(b"\r\n\r\n")
+    body = gzip.compress(b"".join(chunked.split(b"\r\n")[1::2]))
+    answer = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Encoding: gzip\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    rec = _record(answer, 0)
+    assert rec.error == ("malformed answer: the answer is in Content-Encoding 'gzip'; the request asked for identity "
+                         "and a stream is not decoded")
