@@ -22,6 +22,8 @@ _SGLEXT = b'"sglext"'
 _USAGE = b'"usage"'
 _TEXT_OPEN = (b'"text":"', b'"content":"', b'"text": "', b'"content": "')
 _ERROR = b'"error"'
+_META_OPEN = b'"meta_info":'
+_META_OPEN_SP = b'"meta_info": '
 
 EVENT_END = re.compile(rb"\r?\n\r?\n")
 """Where an SSE event ends: a blank line, its line ends LF or CRLF (SGLang writes LF; CRLF is SSE too)."""
@@ -54,6 +56,18 @@ def _int_at(buf: bytes, start: int) -> int:
         return int(buf[start:end]) if end > start else -1
     except ValueError:
         return -1
+
+
+def _in_meta_info(payload: bytes, fpos: int, pos: int) -> bool:
+    """Whether the keys found at `fpos` and `pos` (by rfind, from the end) are meta_info's own, not an object's
+    after or inside it (the fuzz target's find: an extra top-level object holding look-alike counts was read as the
+    stream's count): the last `{` before them opens meta_info, and no `}` closes it before them. SGLang 0.5.23
+    writes both keys before its only nested object (cached_tokens_details); an answer that does not, or a brace
+    inside a string there, takes the full decode."""
+    hi = fpos if fpos > pos else pos
+    o = payload.rfind(b"{", 0, hi)
+    return 0 < o < fpos and o < pos and payload.find(b"}", o, hi) < 0 and (
+        payload.startswith(_META_OPEN, o - len(_META_OPEN)) or payload.startswith(_META_OPEN_SP, o - len(_META_OPEN_SP)))
 
 
 def _decode_chunk(payload: bytes, meta: RequestMeta) -> Optional[dict[str, Any]]:
@@ -127,7 +141,7 @@ class SGLangNativeParser(_TypedChunks):
             return self._feed_full(payload)  # the finishing chunk: decode it whole for the final meta
         pos = payload.rfind(_CT)
         ct = _int_at(payload, pos + len(_CT)) if pos >= 0 else -1
-        if ct < 0:
+        if ct < 0 or not _in_meta_info(payload, fpos, pos):
             return self._feed_full(payload)
         delta = ct - self._ct
         if delta > 0:
@@ -233,13 +247,18 @@ class OpenAIStreamParser(_TypedChunks):
             return self._feed_full(payload)
         f += len(_FIN)
         if not (payload.startswith(_NULL, f) or payload.startswith(_NULL_SP, f)) \
-                or payload.find(_SGLEXT) >= 0 or payload.find(_ERROR) >= 0:
+                or payload.find(_SGLEXT) >= 0 or payload.find(_ERROR) >= 0 \
+                or payload.find(_FIN) != f - len(_FIN):  # a second finish_reason: which is the choice's? decode
             return self._feed_full(payload)
         u = payload.find(_USAGE)
-        if u >= 0 and (payload.startswith(_OBJ, u + len(_USAGE)) or payload.startswith(_OBJ_SP, u + len(_USAGE))):
-            pos = payload.rfind(_CT)
+        o = u + len(_USAGE) + 1 if u >= 0 and payload.startswith(_OBJ, u + len(_USAGE)) else \
+            u + len(_USAGE) + 2 if u >= 0 and payload.startswith(_OBJ_SP, u + len(_USAGE)) else -1
+        if o >= 0:
+            pos = payload.find(_CT, o)
             ct = _int_at(payload, pos + len(_CT)) if pos >= 0 else -1
-            if ct < 0:
+            # usage's own count: no brace between usage's `{` and the key (SGLang writes it before its nested
+            # prompt_tokens_details); otherwise, or a look-alike after usage, the full decode reads it
+            if ct < 0 or payload.find(b"}", o, pos) >= 0 or payload.find(b"{", o + 1, pos) >= 0:
                 return self._feed_full(payload)
             delta = ct - self._ct if ct > self._ct else 0
             if ct < self._ct and self._meta.count_went_down is None:

@@ -177,7 +177,8 @@ def _counts_holder(d: Doc) -> Optional[Doc]:
 def _mutate(path: str, docs: list[Doc], draw: Callable[..., Any]) -> str:
     """One mutation of what the events say, in place; returns its kind (for the statistics)."""
     native = path == "/generate"
-    kind = draw(st.sampled_from(["count", "final-count", "finish", "drop-key", "swap", "duplicate", "drop-event"]))
+    kind = draw(st.sampled_from(["count", "final-count", "finish", "drop-key", "swap", "duplicate", "drop-event",
+                                 "reorder-keys", "extra-object", "text"]))
     i = draw(st.integers(0, len(docs) - 1))
     n = draw(st.integers(0, 20))
     if kind == "count":
@@ -212,6 +213,23 @@ def _mutate(path: str, docs: list[Doc], draw: Callable[..., Any]) -> str:
         docs[i], docs[j] = docs[j], docs[i]
     elif kind == "duplicate":
         docs.insert(i, copy.deepcopy(docs[i]))
+    elif kind == "reorder-keys":  # the same object, its keys (and meta_info's or usage's) in another order
+        keys = list(docs[i])
+        order = draw(st.permutations(keys))
+        docs[i] = {k: docs[i][k] for k in order}
+        holder = _counts_holder(docs[i])
+        if holder:
+            inner = draw(st.permutations(list(holder)))
+            docs[i]["meta_info" if "meta_info" in docs[i] else "usage"] = {k: holder[k] for k in inner}
+    elif kind == "extra-object":  # a key the parser does not read, after the others, holding look-alike counts
+        docs[i][draw(st.sampled_from(["extra", "stats", "sglext_future"]))] = {
+            "completion_tokens": n, "finish_reason": draw(st.sampled_from([None, "length"])), "prompt_tokens": n}
+    elif kind == "text":  # a content string emptied or filled (what a stream without usage counts)
+        for c in docs[i].get("choices") or []:
+            if "text" in c:
+                c["text"] = draw(st.sampled_from(["", "x"]))
+            elif isinstance(c.get("delta"), dict):
+                c["delta"]["content"] = draw(st.sampled_from(["", "x", None]))
     elif len(docs) > 1:
         del docs[i]
     return kind
