@@ -1,8 +1,9 @@
 """`sglbench smoke URL`: check a live SGLang server against every assumption sglbench makes.
 
 Exit 0 when every check passed, 1 when an assumption missed (one `error:` line names the answer invariants
-broken), 2 for a URL that cannot be used (checked before any connection, a /v1 suffix included), 3 when the host's name does not resolve, 4 when the server is at fault (refused, timed out, a
-malformed answer); cluster/engines/smoke.py says which failure is which."""
+broken), 2 for a URL that cannot be used (checked before any connection, a /v1 suffix included), 3 when the host's
+name does not resolve, 4 when the server is at fault (refused, timed out, a malformed answer);
+cluster/engines/smoke.py says which failure is which."""
 
 from __future__ import annotations
 
