@@ -67,7 +67,8 @@ def _in_meta_info(payload: bytes, fpos: int, pos: int) -> bool:
     hi = fpos if fpos > pos else pos
     o = payload.rfind(b"{", 0, hi)
     return 0 < o < fpos and o < pos and payload.find(b"}", o, hi) < 0 and (
-        payload.startswith(_META_OPEN, o - len(_META_OPEN)) or payload.startswith(_META_OPEN_SP, o - len(_META_OPEN_SP)))
+        payload.startswith(_META_OPEN, o - len(_META_OPEN))
+        or payload.startswith(_META_OPEN_SP, o - len(_META_OPEN_SP)))
 
 
 def _decode_chunk(payload: bytes, meta: RequestMeta) -> Optional[dict[str, Any]]:
