@@ -282,7 +282,3 @@ def test_a_mutated_recorded_answer_is_caught_by_a_named_invariant_or_harmless(
         event(f"other error: {error.split(':')[0]}")
         assert not error.startswith(BROKEN_PREFIX)
         assert figures is None or broken or "error" in error, (error, broken, figures)
-
-
-def _broken_in_figures(broken: set[str]) -> set[str]:
-    return {b for b in broken if not b.startswith(ELSEWHERE)}
