@@ -276,11 +276,18 @@ def build_run_row(p: RunPlan, out: MeasuredWindow, server: ServerFacts, segment:
     provenance["output_sample"] = output_sample
     row, audit_reasons = _with_audit(_common(p, spec, server, segment, git_sha, provenance, "ok"), out)
     invalid.extend(audit_reasons)
-    status: RunStatus = "failed" if n_ok == 0 else ("invalid" if invalid else "ok")
+    from cluster.engines.answer_invariants import invariant_reasons
+
+    impossible = invariant_reasons(out.requests.column("error").to_pylist(),
+                                   out.requests.column("request_index").to_pylist()) if n_req else []
+    invalid.extend(impossible)
+    # answers that break an invariant were measured and are not to be trusted: invalid even when none was left ok
+    # (a resubmission would get the same answers, so not `failed`)
+    status: RunStatus = "failed" if n_ok == 0 and not impossible else ("invalid" if invalid else "ok")
     return replace(
         row,
         status=status,
-        failure_reason="no request succeeded" if n_ok == 0 else None,
+        failure_reason="no request succeeded" if status == "failed" else None,
         invalid_reasons="; ".join(invalid) if invalid else None,
         window_start_unix_s=out.window_start_unix_s,
         duration_s=out.duration_s,

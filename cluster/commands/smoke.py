@@ -1,8 +1,9 @@
 """`sglbench smoke URL`: check a live SGLang server against every assumption sglbench makes.
 
-Exit 0 when every check passed, 1 when an assumption missed, 2 for a URL that cannot be used (checked before any
-connection), 3 when the host's name does not resolve, 4 when the server is at fault (refused, timed out, a
-malformed answer); cluster/engines/smoke.py says which failure is which."""
+Exit 0 when every check passed, 1 when an assumption missed (one `error:` line names the answer invariants
+broken), 2 for a URL that cannot be used (checked before any connection, a /v1 suffix included), 3 when the host's
+name does not resolve, 4 when the server is at fault (refused, timed out, a malformed answer);
+cluster/engines/smoke.py says which failure is which."""
 
 from __future__ import annotations
 
@@ -23,12 +24,13 @@ def register(app: typer.Typer) -> None:
         timeout: float = typer.Option(30.0, "--timeout", help=f"Seconds each HTTP call may take in all (a deadline, "
                                       f"not per read), {MIN_TIMEOUT_S:g} to {MAX_TIMEOUT_S:g}"),
     ) -> None:
-        """Endpoints, /server_info keys, stream framing, meta_info, spec_verify_ct, /flush_cache: expected vs found."""
+        """Endpoints, /server_info keys, stream framing, meta_info, the answer invariants, /flush_cache: expected vs
+        found."""
         from rich.console import Console
 
         from cluster.commands.terminal import print_table
 
-        from cluster.engines.smoke import SmokeFault, failed_calls, run_smoke
+        from cluster.engines.smoke import SmokeFault, failed_calls, mismatch, run_smoke
 
         # the range is checked here, not by typer's min/max: NaN compares false both ways, and typer then named a
         # bound it was not past ("should be less than or equal to 86400" for nan)
@@ -53,4 +55,4 @@ def register(app: typer.Typer) -> None:
             raise SmokeFault(f"smoke: {len(faults)} call(s) to {url} failed at the server's end; first: "
                              f"{faults[0].name}: {faults[0].found}")
         if failed:
-            raise typer.Exit(1)
+            raise mismatch(checks, url)

@@ -86,6 +86,21 @@ class RequestMeta:
     malformed: Optional[str] = None
     """Why the stream broke its protocol (an undecodable chunk, a meta_info field of the wrong type): the
     request's recorded error, so a malformed answer is never counted as a good request."""
+    error_event: Optional[str] = None
+    """The message of an {"error": ...} event inside the stream (also the request's `error`)."""
+    retractions: Optional[int] = None
+    """meta_info.num_retractions on the finishing event (SGLang native); None where not stated."""
+    count_went_down: Optional[tuple[int, int]] = None
+    """(before, after) the first time a stated cumulative completion_tokens decreased between events."""
+    counts_stated: bool = True
+    """Every token-carrying event stated its count (cumulative completion_tokens, continuous usage); False once one
+    was counted as one token for its text."""
+    final_output_ids: Optional[int] = None
+    """How many output_ids the finishing event held (None when it held none)."""
+    final_event_tokens: Optional[int] = None
+    """New tokens the finishing event brought."""
+    events_after_finish: int = 0
+    """Events after the finishing one that carried output or another finish reason (answer_invariants)."""
 
 
 @dataclass(frozen=True)
@@ -298,9 +313,12 @@ class Engine:
         d = as_object(doc, w, null_ok=False)
         choice = as_object((list_field(d, "choices", w) or [{}])[0], f"{w}.choices[0]", null_ok=False)
         usage = object_field(d, "usage", w)
-        return GateOutput(text=str_field(choice, "text", f"{w}.choices[0]") or "",
-                          completion_tokens=count_field(usage, "completion_tokens", f"{w}.usage"),
-                          finish_reason=str_field(choice, "finish_reason", f"{w}.choices[0]"))
+        out = GateOutput(text=str_field(choice, "text", f"{w}.choices[0]") or "",
+                         completion_tokens=count_field(usage, "completion_tokens", f"{w}.usage"),
+                         finish_reason=str_field(choice, "finish_reason", f"{w}.choices[0]"))
+        from cluster.engines.answer_invariants import checked_gate_output, counts_answer
+
+        return checked_gate_output(out, counts_answer(usage, f"{w}.usage"))
 
     def parse_info(self, name: str, doc: Any) -> Any:
         """An info document as polled (`info_paths()[name]`), the fields sglbench reads from it type-checked: a

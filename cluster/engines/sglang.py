@@ -13,6 +13,7 @@ from typing import Any, Mapping, Optional, Sequence
 from cluster.input_files import JsonObject, JsonValue
 from cluster.engines.base import (ConcurrencyCap, Engine, HttpRequest, LaunchCommand, Prompt, StreamParser,
                                   category_headers)
+from cluster.engines.answer_invariants import checked_gate_output, counts_answer
 from cluster.engines.answer_fields import (MalformedAnswerError, as_object, count_field, finish_field, ids_field,
                                            object_field, str_field)
 from cluster.engines.sglang_server_info import (RESOLVED_CAP_KEY, check_server_info, concurrency_cap_from_server_info,
@@ -327,9 +328,10 @@ class SGLangEngine(Engine):
         mi = object_field(d, "meta_info", w)
         fr, _ = finish_field(mi, "finish_reason", f"{w}.meta_info")
         ids = ids_field(d, "output_ids", w)
-        return GateOutput(text=str_field(d, "text", w) or "", token_ids=tuple(ids) if ids else None,
-                          completion_tokens=count_field(mi, "completion_tokens", f"{w}.meta_info"),
-                          finish_reason=fr, spec_verify_ct=count_field(mi, "spec_verify_ct", f"{w}.meta_info"))
+        out = GateOutput(text=str_field(d, "text", w) or "", token_ids=tuple(ids) if ids else None,
+                         completion_tokens=count_field(mi, "completion_tokens", f"{w}.meta_info"),
+                         finish_reason=fr, spec_verify_ct=count_field(mi, "spec_verify_ct", f"{w}.meta_info"))
+        return checked_gate_output(out, counts_answer(mi, f"{w}.meta_info", None if ids is None else len(ids)))
 
     def new_parser(self, api: str, keep_text: bool = False) -> StreamParser:
         return SGLangNativeParser(keep_text) if api == "native" else OpenAIStreamParser(keep_text)

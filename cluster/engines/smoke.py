@@ -9,7 +9,8 @@ limit per answer. What the command exits with, and why:
   (then no table: there is nothing to check), or a later call failed the same way or answered with a body that
   is not what SGLang sends (a meta_info that is not an object, a count that is not an integer): that check's row
   says what happened and the command exits 4 after the table;
-- 1: every call was answered, but some assumption missed (a key missing, a count wrong);
+- 1: every call was answered, but some assumption missed (a key missing, a count wrong, an answer invariant of
+  engines/answer_invariants.py broken: each invariant is its own row and the error line names the broken ones);
 - 0: every check passed.
 """
 
@@ -19,10 +20,11 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from cluster.engines.answer_fields import (MalformedAnswerError, as_object, count_field, decode_json,
-                                           finish_field, object_field, shown)
-from cluster.engines.http_call import HttpReply, ServerURL, call, parse_server_url
-from cluster.errors import EngineFault, EnvironmentFault
+from cluster.engines.answer_fields import MalformedAnswerError, as_object, decode_json, object_field, shown
+from cluster.engines.answer_invariants import BY_NAME, INVARIANTS
+from cluster.engines.http_call import HttpReply, ServerURL, ServerURLError, call, parse_server_url
+from cluster.engines.streams import SGLangNativeParser, event_data, split_events, stream_answer
+from cluster.errors import EngineFault, EnvironmentFault, SglbenchError
 
 META_KEYS = ("id", "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens")
 """meta_info keys SGLang 0.5.23 always sends on /generate chunks (reference §3.2) that sglbench reads."""
@@ -33,6 +35,22 @@ SPEC_KEYS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagl
 
 class SmokeFault(EngineFault):
     """Some of smoke's calls failed at the server's end (refused, timed out, a malformed answer): exit 4."""
+
+
+class SmokeMismatch(SglbenchError):
+    """Every call was answered and some assumption missed (an answer invariant broken, a key missing): exit 1."""
+
+    exit_code = 1
+
+
+def mismatch(checks: list["Check"], url: str) -> SmokeMismatch:
+    """The error that ends a smoke whose checks missed: how many, and which answer invariants broke."""
+    failed = [c for c in checks if not c.ok]
+    broken = [c.name.removeprefix("invariant ") for c in failed if c.name.startswith("invariant ")]
+    others = [c.name for c in failed if not c.name.startswith("invariant ")]
+    parts = ([f"answer invariant(s) broken: {', '.join(broken)}"] if broken else []) + (
+        [f"other checks missed: {', '.join(others)}"] if others else [])
+    return SmokeMismatch(f"smoke: {len(failed)} check(s) of {url} missed; " + "; ".join(parts))
 
 
 @dataclass(frozen=True)
@@ -88,7 +106,13 @@ def run_smoke(base_url: str, timeout_s: float = 30.0) -> list[Check]:
 
     Raises ServerURLError (exit 2) for an unusable URL and the /health call's own error (exit 3 or 4) when the
     server cannot be reached at all; a later call's failure is its check's row, marked `fault`."""
-    s = _Smoke(parse_server_url(base_url, base=True), timeout_s)
+    url = parse_server_url(base_url, base=True)
+    if url.prefix == "/v1" or url.prefix.endswith("/v1"):
+        root = ServerURL(url.scheme, url.host, url.port, url.prefix[:-3])
+        raise ServerURLError(f"URL: {base_url!r} ends in /v1, the prefix of the OpenAI-compatible API; smoke checks "
+                             f"SGLang's own endpoints (/health, /server_info, /generate) at the server's root: give "
+                             f"{root}", field="URL", expected="the server's base URL, without /v1")
+    s = _Smoke(url, timeout_s)
     health = call(s.url, "/health", timeout_s=timeout_s)  # nothing answers: there is nothing to check
     s.add("GET /health", health.status == 200, "200", health.status)
     reply = s.get("GET /model_info", "200 with model_path", "/model_info")
@@ -185,37 +209,46 @@ def _check_generate(s: _Smoke, speculative: bool) -> None:
     out.append(Check("POST /generate (stream)", reply.status == 200, "200", str(reply.status)))
     if reply.status != 200:
         return
-    events = [e for e in reply.text().split("\n\n") if e.strip()]
-    framed = all(e.startswith("data: ") for e in events)
+    events = split_events(reply.body)  # LF or CRLF line ends: both are SSE
+    payloads = [event_data(e) for e in events]
+    framed = all(p is not None for p in payloads)
     out.append(Check("SSE framing", framed and bool(events), "every event 'data: <json>'",
-                     _short(events[0] if events else "no events", 50)))
-    done = bool(events) and events[-1].strip() == "data: [DONE]"
-    out.append(Check("stream ends with [DONE]", done, "data: [DONE]", _short(events[-1] if events else "", 40)))
-    metas: list[Mapping[str, Any]] = []
-    try:
-        for e in events:
-            if e.startswith("data: ") and "[DONE]" not in e:
-                chunk = as_object(decode_json(e[len("data: "):].encode(), "a /generate chunk"), "a /generate chunk",
-                                  null_ok=False)
-                metas.append(object_field(chunk, "meta_info", "a /generate chunk"))
-        cts = [count_field(m, "completion_tokens", "meta_info") or 0 for m in metas]
-        fin, _ = finish_field(metas[-1], "finish_reason", "meta_info") if metas else (None, None)
-        verify = count_field(metas[-1], "spec_verify_ct", "meta_info") if metas else None
-    except MalformedAnswerError as e:
+                     _short(events[0].decode("utf-8", "replace") if events else "no events", 50)))
+    done = bool(payloads) and payloads[-1] == b"[DONE]"
+    out.append(Check("stream ends with [DONE]", done, "data: [DONE]",
+                     _short(events[-1].decode("utf-8", "replace") if events else "", 40)))
+    chunks = [p for p in payloads if p is not None and p != b"[DONE]"]
+    parser = SGLangNativeParser(keep_text=True)  # the load generator's parser, every chunk decoded and typed
+    tokens = [k for k in (parser.feed(p) for p in chunks) if k > 0]
+    meta = parser.meta()
+    if meta.malformed is not None:
         out.append(Check("meta_info types", False, "each chunk an object whose meta_info has SGLang's types",
-                         _short(str(e), 200), fault=True))
+                         _short(meta.malformed, 200), fault=True))
         return
-    meta = metas[-1] if metas else {}
-    missing = [k for k in META_KEYS if k not in meta]
+    answer = stream_answer(meta, tokens)
+    if meta.error_event is not None:  # the server answered with an error: its counts are not there to judge
+        inv = BY_NAME["no_error_event"]
+        out.append(Check(f"invariant {inv.name}", False, inv.statement, _short(inv.broken(answer), 200)))
+        return
+    metas = [object_field(as_object(decode_json(p, "a /generate chunk"), "a /generate chunk"), "meta_info",
+                          "a /generate chunk") for p in chunks]  # decoded and typed by the parser already
+    cts = [c if isinstance(c, int) else 0 for c in (m.get("completion_tokens") for m in metas)]
+    meta_last = metas[-1] if metas else {}
+    missing = [k for k in META_KEYS if k not in meta_last]
     out.append(Check("meta_info keys", not missing, ", ".join(META_KEYS), f"missing {missing}" if missing else "all"))
     out.append(Check("completion_tokens cumulative", cts == sorted(cts) and bool(cts) and cts[-1] == 16,
                      "non-decreasing, 16 at the end (ignore_eos)", _short(cts[-5:])))
-    raw_fin = meta.get("finish_reason")
-    out.append(Check("finish_reason on the last chunk", fin is not None and isinstance(raw_fin, dict),
+    raw_fin = meta_last.get("finish_reason")
+    out.append(Check("finish_reason on the last chunk", meta.finish_reason is not None and isinstance(raw_fin, dict),
                      "object with 'type'", _short(raw_fin)))
     if speculative:
+        verify = meta.spec_verify_ct
         out.append(Check("meta_info.spec_verify_ct", verify is not None and verify > 0,
                          "positive int on a speculative server", _short(verify)))
+    for inv in INVARIANTS:  # every answer invariant its own row, named, even where it holds
+        why = inv.broken(answer)
+        out.append(Check(f"invariant {inv.name}", why is None, inv.statement, "holds" if why is None else
+                         _short(why, 200)))
 
 
 def failed_calls(checks: list[Check]) -> list[Check]:

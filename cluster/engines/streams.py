@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from abc import abstractmethod
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from cluster.engines.answer_fields import (MalformedAnswerError, as_object, count_field, count_list, finish_field,
                                            ids_field, list_field, number_field, object_field, shown, str_field)
+from cluster.engines.answer_invariants import Answer
 from cluster.engines.base import RequestMeta, StreamParser
 
 _CT = b'"completion_tokens":'
@@ -20,6 +22,28 @@ _SGLEXT = b'"sglext"'
 _USAGE = b'"usage"'
 _TEXT_OPEN = (b'"text":"', b'"content":"', b'"text": "', b'"content": "')
 _ERROR = b'"error"'
+_META_OPEN = b'"meta_info":'
+_META_OPEN_SP = b'"meta_info": '
+
+EVENT_END = re.compile(rb"\r?\n\r?\n")
+"""Where an SSE event ends: a blank line, its line ends LF or CRLF (SGLang writes LF; CRLF is SSE too)."""
+
+
+def event_data(event: bytes) -> Optional[bytes]:
+    """The data of one SSE event (its `data:` lines joined by LF, one leading space cut), None when it has none."""
+    datas: list[bytes] = []
+    for line in event.split(b"\n"):
+        line = line.rstrip(b"\r")
+        if line.startswith(b"data:"):
+            d = line[5:]
+            datas.append(d[1:] if d[:1] == b" " else d)
+    return b"\n".join(datas) if datas else None
+
+
+def split_events(body: bytes) -> list[bytes]:
+    """A whole SSE body's events, each without its blank line (an unterminated last one is kept: a caller that
+    needs the [DONE] event sees what came instead)."""
+    return [e for e in EVENT_END.split(body) if e.strip()]
 
 
 def _int_at(buf: bytes, start: int) -> int:
@@ -32,6 +56,19 @@ def _int_at(buf: bytes, start: int) -> int:
         return int(buf[start:end]) if end > start else -1
     except ValueError:
         return -1
+
+
+def _in_meta_info(payload: bytes, fpos: int, pos: int) -> bool:
+    """Whether the keys found at `fpos` and `pos` (by rfind, from the end) are meta_info's own, not an object's
+    after or inside it (the fuzz target's find: an extra top-level object holding look-alike counts was read as the
+    stream's count): the last `{` before them opens meta_info, and no `}` closes it before them. SGLang 0.5.23
+    writes both keys before its only nested object (cached_tokens_details); an answer that does not, or a brace
+    inside a string there, takes the full decode."""
+    hi = fpos if fpos > pos else pos
+    o = payload.rfind(b"{", 0, hi)
+    return 0 < o < fpos and o < pos and payload.find(b"}", o, hi) < 0 and (
+        payload.startswith(_META_OPEN, o - len(_META_OPEN))
+        or payload.startswith(_META_OPEN_SP, o - len(_META_OPEN_SP)))
 
 
 def _decode_chunk(payload: bytes, meta: RequestMeta) -> Optional[dict[str, Any]]:
@@ -48,7 +85,7 @@ def _decode_chunk(payload: bytes, meta: RequestMeta) -> Optional[dict[str, Any]]
     if "error" in obj:
         err = obj["error"]
         message = err.get("message", err) if isinstance(err, dict) else err
-        meta.error = message if isinstance(message, str) else shown(message)
+        meta.error = meta.error_event = message if isinstance(message, str) else shown(message)
         return None
     return obj
 
@@ -82,7 +119,7 @@ class SGLangNativeParser(_TypedChunks):
     (finish_reason not null) or an error chunk is JSON-decoded in full.
     """
 
-    __slots__ = ("_ct", "_meta", "_keep_text", "_text", "_ids")
+    __slots__ = ("_ct", "_meta", "_keep_text", "_text", "_ids", "_fin")
 
     def __init__(self, keep_text: bool = False) -> None:
         self._ct = 0
@@ -90,9 +127,10 @@ class SGLangNativeParser(_TypedChunks):
         self._keep_text = keep_text
         self._text = ""
         self._ids: Optional[list[int]] = None
+        self._fin = False
 
     def feed(self, payload: bytes) -> int:
-        if self._keep_text:
+        if self._keep_text or self._fin:  # after the finishing event: decoded whole, to be counted
             return self._feed_full(payload)
         # meta_info is the last object of the chunk, so searching from the end finds its keys after ~100 bytes
         # instead of scanning the cumulative text and output_ids before them
@@ -104,19 +142,22 @@ class SGLangNativeParser(_TypedChunks):
             return self._feed_full(payload)  # the finishing chunk: decode it whole for the final meta
         pos = payload.rfind(_CT)
         ct = _int_at(payload, pos + len(_CT)) if pos >= 0 else -1
-        if ct < 0:
+        if ct < 0 or not _in_meta_info(payload, fpos, pos):
             return self._feed_full(payload)
         delta = ct - self._ct
         if delta > 0:
             self._ct = ct
             return delta
+        if delta < 0 and self._meta.count_went_down is None:
+            self._meta.count_went_down = (self._ct, ct)
         return 0
 
     def _read(self, obj: Mapping[str, Any]) -> int:
         # every field is read and type-checked before any state changes: a malformed chunk changes nothing
         mi = object_field(obj, "meta_info", "chunk")
         w = "chunk.meta_info"
-        ct = count_field(mi, "completion_tokens", w) or 0
+        stated = count_field(mi, "completion_tokens", w)
+        ct = stated or 0
         fr, abort = finish_field(mi, "finish_reason", w)
         text = str_field(obj, "text", "chunk")
         ids = ids_field(obj, "output_ids", "chunk", None if self._keep_text else (8 if fr is not None else 0))
@@ -126,7 +167,14 @@ class SGLangNativeParser(_TypedChunks):
             verify, accept = count_field(mi, "spec_verify_ct", w), number_field(mi, "spec_accept_length", w)
             hist = count_list(mi.get("spec_correct_drafts_histogram"), f"{w}.spec_correct_drafts_histogram")
             e2e = number_field(mi, "e2e_latency", w)
+            retractions = count_field(mi, "num_retractions", w)
+            raw_ids = obj.get("output_ids")
         delta = max(0, ct - self._ct)
+        m = self._meta
+        if stated is not None and stated < self._ct and m.count_went_down is None:
+            m.count_went_down = (self._ct, stated)
+        if self._fin:
+            m.events_after_finish += 1
         self._ct = max(ct, self._ct)
         if self._keep_text and text is not None:
             # cumulative by default; incremental servers send deltas (detected by shrinking length)
@@ -134,11 +182,15 @@ class SGLangNativeParser(_TypedChunks):
         if self._keep_text and ids is not None:
             kept = self._ids or []
             self._ids = ids if ids[:len(kept)] == kept else kept + ids  # cumulative, or incremental deltas
-        m = self._meta
         m.completion_tokens = self._ct
         m.prompt_tokens = m.prompt_tokens if prompt is None else prompt
         m.cached_tokens = m.cached_tokens if cached is None else cached
         m.request_id = m.request_id if rid is None else rid
+        if fr is not None and not self._fin:
+            self._fin = True
+            m.final_event_tokens = delta
+            m.final_output_ids = len(raw_ids) if isinstance(raw_ids, list) else None
+            m.retractions = retractions
         if fr is not None:
             m.finish_reason = fr
             m.spec_verify_ct = m.spec_verify_ct if verify is None else verify
@@ -171,7 +223,7 @@ class OpenAIStreamParser(_TypedChunks):
     SGLang's `sglext.spec_tokens_details` (return_spec_tokens_details) supplies spec_verify_ct.
     """
 
-    __slots__ = ("_ct", "_meta", "_keep_text", "_parts", "_counted")
+    __slots__ = ("_ct", "_meta", "_keep_text", "_parts", "_counted", "_fin")
 
     def __init__(self, keep_text: bool = False) -> None:
         self._ct = 0
@@ -179,6 +231,7 @@ class OpenAIStreamParser(_TypedChunks):
         self._meta = RequestMeta()
         self._keep_text = keep_text
         self._parts: list[str] = []
+        self._fin = False
 
     def feed(self, payload: bytes) -> int:
         # Hot path: a mid-stream chunk (its last finish_reason null, no sglext, no error) needs no JSON decode. With
@@ -188,22 +241,29 @@ class OpenAIStreamParser(_TypedChunks):
         # chunks take the full JSON path. Each marker is searched once, with find: on bytes `x in payload` first
         # tries x as an integer and raises and clears a TypeError, and the seven `in` tests this path had cost
         # 3.3 us a chunk here, the largest share of a saturated client's time on the plain OpenAI stream.
-        if self._keep_text:
+        if self._keep_text or self._fin:  # after the finishing event: decoded whole, to be judged
             return self._feed_full(payload)
         f = payload.rfind(_FIN)
         if f < 0:
             return self._feed_full(payload)
         f += len(_FIN)
         if not (payload.startswith(_NULL, f) or payload.startswith(_NULL_SP, f)) \
-                or payload.find(_SGLEXT) >= 0 or payload.find(_ERROR) >= 0:
+                or payload.find(_SGLEXT) >= 0 or payload.find(_ERROR) >= 0 \
+                or payload.find(_FIN) != f - len(_FIN):  # a second finish_reason: which is the choice's? decode
             return self._feed_full(payload)
         u = payload.find(_USAGE)
-        if u >= 0 and (payload.startswith(_OBJ, u + len(_USAGE)) or payload.startswith(_OBJ_SP, u + len(_USAGE))):
-            pos = payload.rfind(_CT)
+        o = u + len(_USAGE) + 1 if u >= 0 and payload.startswith(_OBJ, u + len(_USAGE)) else \
+            u + len(_USAGE) + 2 if u >= 0 and payload.startswith(_OBJ_SP, u + len(_USAGE)) else -1
+        if o >= 0:
+            pos = payload.find(_CT, o)
             ct = _int_at(payload, pos + len(_CT)) if pos >= 0 else -1
-            if ct < 0:
+            # usage's own count: no brace between usage's `{` and the key (SGLang writes it before its nested
+            # prompt_tokens_details); otherwise, or a look-alike after usage, the full decode reads it
+            if ct < 0 or payload.find(b"}", o, pos) >= 0 or payload.find(b"{", o + 1, pos) >= 0:
                 return self._feed_full(payload)
             delta = ct - self._ct if ct > self._ct else 0
+            if ct < self._ct and self._meta.count_went_down is None:
+                self._meta.count_went_down = (self._ct, ct)
             self._ct = ct if ct > self._ct else self._ct
             self._counted += delta
             return delta
@@ -213,6 +273,7 @@ class OpenAIStreamParser(_TypedChunks):
             pos = payload.find(key)
             if pos >= 0 and payload[pos + len(key) : pos + len(key) + 1] not in (b'"', b""):
                 self._counted += 1
+                self._meta.counts_stated = False
                 return 1
         return self._feed_full(payload)
 
@@ -242,6 +303,10 @@ class OpenAIStreamParser(_TypedChunks):
                           "chunk.sglext.spec_tokens_details.spec_correct_drafts_histogram")
         m = self._meta
         m.request_id = m.request_id if rid is None else rid
+        if self._fin and choices and (content or finish is not None):
+            m.events_after_finish += 1
+        if ct is not None and ct < self._ct and m.count_went_down is None:
+            m.count_went_down = (self._ct, ct)
         if finish is not None:
             m.finish_reason = finish
         if self._keep_text and content:
@@ -260,7 +325,11 @@ class OpenAIStreamParser(_TypedChunks):
             self._ct = max(self._ct, ct)
         elif content:
             delta = 1
+            m.counts_stated = False
         self._counted += delta
+        if finish is not None and not self._fin:
+            self._fin = True
+            m.final_event_tokens = delta
         return delta
 
     def meta(self) -> RequestMeta:
@@ -269,3 +338,13 @@ class OpenAIStreamParser(_TypedChunks):
 
     def text(self) -> str:
         return "".join(self._parts)
+
+
+def stream_answer(meta: RequestMeta, event_tokens: Sequence[int]) -> Answer:
+    """The Answer of a parsed stream: its parser's meta and the tokens each token-carrying event brought."""
+    return Answer(prompt_tokens=meta.prompt_tokens, completion_tokens=meta.completion_tokens,
+                  cached_tokens=meta.cached_tokens, spec_verify_ct=meta.spec_verify_ct, retractions=meta.retractions,
+                  event_tokens=tuple(event_tokens), counts_stated=meta.counts_stated,
+                  count_went_down=meta.count_went_down, output_ids=meta.final_output_ids,
+                  last_event_tokens=meta.final_event_tokens, events_after_finish=meta.events_after_finish,
+                  error_event=meta.error_event)

@@ -14,6 +14,8 @@ from typing import Mapping
 
 from cluster.kernel.records import RequestRecord
 from cluster.engines.answer_fields import MAX_COUNT
+from cluster.engines.answer_invariants import broken
+from cluster.engines.streams import stream_answer
 from cluster.engines.base import StreamParser
 from cluster.loadgen.framing import Response
 from cluster.loadgen.pool import StreamPool
@@ -100,3 +102,9 @@ def _apply_meta(parser: StreamParser, rec: RequestRecord) -> None:
         rec.error = f"malformed answer: {meta.malformed}"
     elif meta.finish_reason is None:
         rec.error = "stream ended without a finish_reason"
+    else:
+        # a well-typed answer that cannot be (engines/answer_invariants.py): the request's error names the
+        # invariant, and the run that holds it is invalid (analysis/run_row.py)
+        bad = broken(stream_answer(meta, rec.chunk_tokens))
+        if bad:
+            rec.error = str(bad[0])

@@ -20,6 +20,7 @@ from cluster.kernel.records import RequestRecord
 from cluster.engines.answer_fields import MalformedAnswerError
 from cluster.engines.http_call import may_start_status_line
 from cluster.engines.base import StreamParser
+from cluster.engines.streams import EVENT_END, event_data
 
 ERROR_BODY_CHARS = 300
 MAX_HEAD_BYTES = 65536
@@ -29,7 +30,6 @@ MAX_LINE_BYTES = 4096
 MAX_EVENT_BYTES = 16 * 1024 * 1024
 """One SSE event past this is malformed (a cumulative /generate chunk of 100k tokens is about 1 MiB)."""
 
-_SEP = b"\n\n"
 _NL = b"\n"
 _CRLF = b"\r\n"
 _DATA = b"data: "
@@ -37,17 +37,6 @@ _DONE = b"[DONE]"
 
 # response parse states
 _HEAD, _SIZE, _DATA_LEFT, _DATA_CRLF, _TRAILER, _LENGTH, _TO_CLOSE, _DONE_STATE = range(8)
-
-
-def _slow_payload(event: bytes) -> Optional[bytes]:
-    """The data of an event that is not one plain `data: ` line (multi-line data, comments, other fields)."""
-    datas: list[bytes] = []
-    for line in event.split(b"\n"):
-        line = line.rstrip(b"\r")
-        if line.startswith(b"data:"):
-            d = line[5:]
-            datas.append(d[1:] if d[:1] == b" " else d)
-    return b"\n".join(datas) if datas else None
 
 
 def header_lines(headers: Mapping[str, str]) -> bytes:
@@ -222,6 +211,10 @@ class Response:
                 if not v.isdigit() or len(v) > 18 or (length >= 0 and int(v) != length):
                     raise MalformedAnswerError(f"Content-Length: expected one count of decimal digits, got {v[:40]!r}")
                 length = int(v)
+            elif k == b"content-encoding" and v not in (b"", b"identity"):
+                # asked for identity (pool.py): a compressed stream is refused by name, never read as broken SSE
+                raise MalformedAnswerError(f"the answer is in Content-Encoding {v[:40].decode('latin-1')!r}; the "
+                                           "request asked for identity and a stream is not decoded")
             elif k == b"connection":
                 self.keep_alive = v == b"keep-alive" or (self.keep_alive and v != b"close")
         self.got_head = True
@@ -286,10 +279,11 @@ class Response:
     def _events(self, data: bytes, now: int) -> None:
         parts = self.parts
         if parts:
-            straddle = parts[-1][-1:] == b"\n" and data[:1] == b"\n"
+            # an event's end may straddle the reads: LF LF, or CRLF CRLF cut anywhere
+            straddle = EVENT_END.search(b"".join(parts[-3:])[-3:] + data[:3]) is not None
             parts.append(data)
             self.parts_bytes += len(data)
-            if _SEP not in data and not straddle:
+            if not straddle and EVENT_END.search(data) is None:
                 if self.parts_bytes > MAX_EVENT_BYTES:
                     raise MalformedAnswerError(f"an SSE event longer than {MAX_EVENT_BYTES} bytes (no blank line)")
                 return  # still inside one long event: join once its end arrives
@@ -310,11 +304,11 @@ class Response:
                 payload = data[start + 6 : nl]
                 start = nl + 2
             else:
-                end = data.find(_SEP, start)
-                if end < 0:
+                m = EVENT_END.search(data, start)
+                if m is None:
                     break
-                slow = _slow_payload(data[start:end])
-                start = end + 2
+                slow = event_data(data[start:m.start()])
+                start = m.end()
                 if slow is None:
                     continue
                 payload = slow

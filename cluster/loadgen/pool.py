@@ -185,6 +185,7 @@ class StreamPool:
         self.prefix = u.path.rstrip("/")
         host = u.netloc.rsplit("@", 1)[-1]
         self._fixed = (f"Host: {host}\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\n"
+                       "Accept-Encoding: identity\r\n"
                        ).encode("latin-1") + header_lines(headers)
         self.limit = limit
         self.read_view = memoryview(bytearray(256 * 1024))

@@ -120,10 +120,10 @@ def test_cli_prints_table_and_exits_1_on_failure(fake: tuple[str, type[FakeSGLan
     url, h = fake
     res = CliRunner().invoke(app, ["smoke", url, "--timeout", "5"])
     assert res.exit_code == 0, res.output
-    assert "18 passed, 0 failed" in res.output
+    assert "27 passed, 0 failed" in res.output  # 18 checks and the 9 answer invariants, one row each
     h.drop_done = True
     res = CliRunner().invoke(app, ["smoke", url])
-    assert res.exit_code == 1 and "FAIL" in res.output and "17 passed, 1 failed" in res.output
+    assert res.exit_code == 1 and "FAIL" in res.output and "26 passed, 1 failed" in res.output
 
 
 @pytest.mark.parametrize("spec", [False, True])
@@ -229,7 +229,7 @@ class MalformedMeta(FakeSGLang):
 
 
 @pytest.mark.parametrize("mode, says", [
-    ("meta-str", "a /generate chunk.meta_info: expected an object, got a string 'oops'"),
+    ("meta-str", "chunk.meta_info: expected an object, got a string 'oops'"),
     ("trickle", "POST /generate (stream)"),
 ])
 def test_cli_a_malformed_or_endless_generate_is_its_row_and_exit_4(mode: str, says: str) -> None:

@@ -175,13 +175,14 @@ def test_openai_without_usage_counts_content_chunks_without_decoding_them() -> N
     for chat in (True, False):
         seq = [_oai(None, chat=chat), _oai("a", chat=chat), _oai('say \\"text\\":\\"x', chat=chat),
                _oai("", chat=chat), _oai("b", chat=chat), _oai("c", chat=chat, finish="length"),
-               _oai(None, 4, choices=False, chat=chat)]
-        seq += [json.dumps(json.loads(c), separators=(",", ":")).encode() for c in seq[1:2]]
+               _oai(None, 5, choices=False, chat=chat)]
+        # the compact form of a content chunk, before the finishing one (an event after it is decoded, to be judged)
+        seq[5:5] = [json.dumps(json.loads(c), separators=(",", ":")).encode() for c in seq[1:2]]
         fast, full = OpenAIStreamParser(), OpenAIStreamParser(keep_text=True)
         decoded = _spy_full_decodes(fast)
         counts = [fast.feed(c) for c in seq]
-        assert counts == [full.feed(c) for c in seq] == [0, 1, 1, 0, 1, 1, 0, 1]
-        assert fast.meta() == full.meta() and fast.meta().completion_tokens == 4
+        assert counts == [full.feed(c) for c in seq] == [0, 1, 1, 0, 1, 1, 1, 0]
+        assert fast.meta() == full.meta() and fast.meta().completion_tokens == 5
         # only the role-only or empty chunk, the empty one, the finishing and the usage chunk decode
         assert len(decoded) == 4
 
