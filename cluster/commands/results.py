@@ -14,8 +14,8 @@ from rich.table import Table
 
 from cluster.commands.cross_output import cross_table, print_cross
 from cluster.commands.repeats_output import emit_show, print_repeats, recorded_repeats
-from cluster.commands.result_tables import (Format, cell_text, clear_errors, console, emit, err_console,
-                                            simulated_note, table_or_exit)
+from cluster.commands.result_tables import (Format, NothingToShow, cell_text, clear_errors, console, emit,
+                                            err_console, no_runs, nonempty_table, simulated_note)
 from cluster.commands.terminal import print_table
 from cluster.analysis.results import Results
 from cluster.config.experiment import ExperimentSpec
@@ -90,8 +90,8 @@ def print_compare_ci(results: Results, baseline: Optional[str], fmt_name: str, n
 
     fmt = Format(fmt_name)
     experiment = results.experiment
-    df = table_or_exit(lambda: compare_with_ci(results, baseline, n_boot=n_boot, seed=seed),
-                        f"no runs recorded for experiment {experiment!r} under {results.root!r}")
+    df = nonempty_table(lambda: compare_with_ci(results, baseline, n_boot=n_boot, seed=seed),
+                        no_runs(experiment, results.root))
     if fmt is not Format.table:
         out = df.copy()
         out["warnings"] = ["; ".join(w) for w in out["warnings"]]
@@ -139,8 +139,8 @@ def print_compare_by_category(results: Results, baseline: Optional[str], fmt_nam
 
     fmt = Format(fmt_name)
     experiment = results.experiment
-    df = table_or_exit(lambda: compare_by_category(results, baseline, n_boot=n_boot, seed=seed, by=by),
-                        f"no ok runs recorded for experiment {experiment!r} under {results.root!r}")
+    df = nonempty_table(lambda: compare_by_category(results, baseline, n_boot=n_boot, seed=seed, by=by),
+                        no_runs(experiment, results.root, "ok runs"))
     shown = categorised(df, by)
     if not shown.empty:  # without categories anywhere the table shows every workload's '-' rows
         df = shown
@@ -165,9 +165,10 @@ def print_compare_by_position(results: Results, fmt_name: str) -> None:
     with clear_errors():
         groups = acceptance_by_position(results.table("requests", READ_COLUMNS), results.runs())
     if not groups:
-        err_console.print(f"no acceptance per draft position for {results.experiment!r}: no ok speculative request "
-                          "of an ok run carries spec_correct_drafts_histogram (SGLang and the simulator send it)")
-        raise typer.Exit(2)
+        raise NothingToShow(f"no acceptance per draft position for {results.experiment!r} under {results.root!r}: "
+                            "no ok speculative request of an ok run carries spec_correct_drafts_histogram (SGLang "
+                            "and the simulator send it)", file=results.root, field="--by position",
+                            expected="ok speculative runs")
     if fmt is not Format.table:
         emit(position_table(groups), fmt)
         return
@@ -193,8 +194,7 @@ def print_compare(results: Results, baseline: Optional[str], fmt_name: str) -> N
     with clear_errors():
         df = compare_table(results, baseline)
     if df.empty:
-        err_console.print(f"no runs recorded for experiment {experiment!r} under {results.root!r}")
-        raise typer.Exit(2)
+        raise no_runs(experiment, results.root)
     if fmt is Format.table:
         from rich import box
 
@@ -323,8 +323,8 @@ def list_cmd(root: str = ROOT_OPT, fmt: Format = typer.Option(Format.table, "--f
             rows.append({"experiment": name, "runs": len(st), "ok": st.count("ok"),
                          "invalid": st.count("invalid"), "failed": st.count("failed")})
     if not rows:
-        err_console.print(f"no experiments under {root!r}")
-        raise typer.Exit(2)
+        raise NothingToShow(f"no experiments under {root!r}", file=root, field="--root",
+                            expected="a dataset root holding at least one experiment")
     emit(pd.DataFrame(rows), fmt, title=f"experiments under {root}")
 
 
@@ -370,27 +370,22 @@ def query_cmd(
     emit(df, fmt)
 
 
-def print_run_summary(root: str, spec: ExperimentSpec, counts: Mapping[str, int]) -> bool:
+def print_run_summary(root: str, spec: ExperimentSpec, counts: Mapping[str, int]) -> None:
     """What `sglbench run` and a Ray job's log end with: the comparison, then, where the spec has them and a run
-    was ok, the tables per prompt category, capacity at the SLO and per session turn. False when no run is recorded
-    (said on stderr): the caller decides what that means for its exit status, and the Ray job still prints its
-    JSON line (typer.Exit is a RuntimeError in typer >= 0.12, so it must not escape into the driver)."""
+    was ok, the tables per prompt category, capacity at the SLO and per session turn. NothingToShow when no run is
+    recorded: `run` ends with its one line (exit 2), the Ray job reports it and still prints its JSON line."""
     results = open_results(root, spec.name)
-    try:
-        print_compare(results, None, "table")
-    except typer.Exit:
-        return False
+    print_compare(results, None, "table")
     with clear_errors():
         print_repeats(recorded_repeats(results))
     if not counts.get("ok"):
-        return True
+        return
     if any(w.prompts.source in ("sharegpt", "messages") for w in spec.workloads):
         print_compare_by_category(results, None, "table", n_boot=1000)
     if spec.load.search is not None:
         print_capacity(results, None, "table", n_boot=1000)
     if any(w.sessions is not None for w in spec.workloads):
         print_compare_by_category(results, None, "table", n_boot=1000, by="turn")
-    return True
 
 
 @results_app.command("capacity")
@@ -413,8 +408,10 @@ def print_capacity(results: Results, baseline: Optional[str], fmt_name: str, n_b
 
     fmt = Format(fmt_name)
     experiment = results.experiment
-    df = table_or_exit(lambda: capacity_table(results, baseline, n_boot=n_boot, seed=seed),
-                        f"experiment {experiment!r} under {results.root!r} has no capacity search (load.search) runs")
+    df = nonempty_table(lambda: capacity_table(results, baseline, n_boot=n_boot, seed=seed),
+                        NothingToShow(f"experiment {experiment!r} under {results.root!r} has no capacity search "
+                                      "runs", file=results.root, field="load.search",
+                                      expected="an experiment run with load.search"))
     if fmt is not Format.table:
         emit(df, fmt)
         return

@@ -81,11 +81,12 @@ def _local_checks(spec: ExperimentSpec, quiet: bool = False, output: Optional[st
                               version=_sglang_version(spec))
     errors = [f for f in findings if f.level == "error"]
     if not quiet:
-        for f, line in zip(findings, format_findings(findings)):
-            # markup off: variant names and flag values must print literally
-            err_console.print(line, style="red" if f.level == "error" else "yellow", markup=False, soft_wrap=True)
-    if errors:
-        raise typer.Exit(2)
+        warnings = [f for f in findings if f.level != "error"]
+        for line in format_findings(warnings):  # markup off: variant names and flag values must print literally
+            err_console.print(line, style="yellow", markup=False, soft_wrap=True)
+    if errors:  # the CLI's one `error:` line, every refusing rule on it
+        raise PreflightError("fairness: " + "; ".join(f"{f.variant}: {f.rule}: {f.message}" for f in errors),
+                             expected="variants that differ only in what is compared")
     if not quiet and not findings:
         deferred = "" if reports else "; the checkpoint- and GPU-dependent rules run again on the GPU node"
         err_console.print(f"fairness: no findings over {len(variants)} variant(s){deferred}", markup=False,
@@ -211,8 +212,7 @@ def run(
     counts = result.counts()
     console.print(f"dataset: {result.dataset_root}/{spec.name}  runs: " +
                   ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
-    if not print_run_summary(result.dataset_root, spec, counts):
-        raise typer.Exit(2)
+    print_run_summary(result.dataset_root, spec, counts)  # NothingToShow (exit 2) when no run is recorded
     if counts.get("failed"):
         raise typer.Exit(1)
 

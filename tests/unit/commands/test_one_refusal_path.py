@@ -1,0 +1,151 @@
+"""One refusal path: every non-zero exit of a command goes through the error tree (cluster/errors.py), which prints
+one `error:` line naming file, field and cause. An AST scan of cluster/commands/ and cluster/cli.py finds the ad hoc
+ones (a line printed, then `typer.Exit(2)` / `sys.exit(n)`); the refusals it once found are checked to print one line."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Iterator, Optional
+
+import pytest
+from typer.testing import CliRunner
+
+from cluster.cli import app
+
+REPO = Path(__file__).resolve().parents[3]
+SCANNED = sorted((REPO / "cluster" / "commands").glob("*.py")) + [REPO / "cluster" / "cli.py"]
+
+EXIT_CALLS = {"Exit", "exit", "SystemExit", "_exit", "Abort"}
+"""typer.Exit(n), sys.exit(n), raise SystemExit(n), os._exit(n), ctx.exit(n), typer.Abort() (exit 1)."""
+
+ALLOWED: dict[tuple[str, str], str] = {
+    # the error tree's own rendering path: the code comes from report_error / exit_code_of
+    ("cli.py", "_Group.main"): "re-raises click's and rich's exits, a closed pipe as 141",
+    ("cli.py", "_Group.invoke"): "report_error(e) renders the one `error:` line and gives the tree's exit code",
+    ("cli.py", "main"): "the console script passes on the app's code",
+    ("job.py", "<module>"): "the Ray job's main() returns report_error's code (or 0/1 from the run counts)",
+    ("sim_server.py", "register.sim_server"): "the simulated server's own exit status, passed through",
+    # verdicts: the command ran and reports what it found line by line; exit 1 (or doctor's 3) says so
+    ("doctor.py", "doctor_command"): "exit_code(results): 0 / 1 warnings / 3 a run cannot work here, every check "
+                                     "printed as a row",
+    ("run.py", "run"): "exit 1: some runs failed (each is in the dataset and the summary)",
+    ("results.py", "regress_cmd"): "exit 1: a regression was found (each printed as a REGRESSION line)",
+    ("smoke.py", "register.smoke"): "exit 1: a smoke check missed (every check printed as a row)",
+    ("submit.py", "submit"): "exit 1: the followed job did not succeed (its status printed)",
+}
+"""(file, enclosing function) -> why a non-zero exit there is not a refusal. A verdict's exit is limited to 1."""
+
+VERDICT_CODES = {("run.py", "run"): {1}, ("results.py", "regress_cmd"): {1}, ("smoke.py", "register.smoke"): {1},
+                 ("submit.py", "submit"): {1}}
+
+
+def _code(call: ast.Call) -> Optional[ast.expr]:
+    """The exit status expression of an exit call (None: no argument, exit 0; Abort: the constant 1)."""
+    name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+    if name == "Abort":
+        return ast.Constant(1)
+    if call.args:
+        return call.args[0]
+    for kw in call.keywords:
+        if kw.arg in ("code", "status"):
+            return kw.value
+    return None
+
+
+def _exits(tree: ast.AST) -> Iterator[tuple[str, int, Optional[ast.expr]]]:
+    """(enclosing function's dotted name, line, status expression) of every exit call in a module."""
+
+    def walk(node: ast.AST, scope: list[str]) -> Iterator[tuple[str, int, Optional[ast.expr]]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                yield from walk(child, scope + [child.name])
+                continue
+            if isinstance(child, ast.Call):
+                f = child.func
+                name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+                if name in EXIT_CALLS:
+                    yield ".".join(scope) or "<module>", child.lineno, _code(child)
+            yield from walk(child, scope)
+
+    yield from walk(tree, [])
+
+
+def ad_hoc_refusals(path: Path, source: Optional[str] = None) -> list[str]:
+    """Each non-zero exit in `path` that is neither the error tree's rendering nor an allowed verdict."""
+    tree = ast.parse(source if source is not None else path.read_text())
+    found = []
+    for scope, line, code in _exits(tree):
+        if code is None or (isinstance(code, ast.Constant) and code.value == 0):
+            continue
+        key = (path.name, scope)
+        if key in ALLOWED:
+            codes = VERDICT_CODES.get(key)
+            if codes is None or (isinstance(code, ast.Constant) and code.value in codes):
+                continue
+        found.append(f"{path.name}:{line} in {scope}: exit {ast.unparse(code)} outside the error tree")
+    return found
+
+
+def test_no_command_exits_non_zero_outside_the_error_tree() -> None:
+    """Before: result_tables.py table_or_exit, results.py print_compare_by_position / print_compare / list_cmd,
+    recommend_output.py and run.py (fairness, no run recorded) each printed a line and raised typer.Exit(2)."""
+    found = [f for path in SCANNED for f in ad_hoc_refusals(path)]
+    assert found == [], "\n".join(found)
+
+
+def test_every_allowed_exit_still_exists() -> None:
+    """An allowance whose exit is gone is stale (and would hide a new one there)."""
+    seen = {(p.name, scope) for p in SCANNED for scope, _, code in _exits(ast.parse(p.read_text()))
+            if code is not None}
+    assert set(ALLOWED) - seen == set()
+
+
+@pytest.mark.parametrize("source, caught", [
+    ("import typer\ndef f():\n    print('no runs')\n    raise typer.Exit(2)\n", True),
+    ("import sys\ndef f():\n    sys.exit(3)\n", True),
+    ("def f(code):\n    raise SystemExit(code)\n", True),
+    ("import typer\ndef f():\n    raise typer.Exit(code=4)\n", True),
+    ("import typer\ndef f():\n    raise typer.Abort()\n", True),
+    ("def f(ctx):\n    ctx.exit(2)\n", True),
+    ("import typer\ndef f():\n    raise typer.Exit()\n", False),
+    ("import typer\ndef f():\n    raise typer.Exit(0)\n", False),
+    ("from cluster.errors import UserError\ndef f():\n    raise UserError('x', field='--y')\n", False),
+])
+def test_the_scan_catches_each_spelling(source: str, caught: bool) -> None:
+    assert bool(ad_hoc_refusals(Path("results.py"), source)) is caught
+
+
+def test_a_verdict_exit_other_than_one_is_caught() -> None:
+    source = "import typer\ndef regress_cmd():\n    raise typer.Exit(2)\n"
+    assert ad_hoc_refusals(Path("results.py"), source)
+
+
+@pytest.fixture(scope="module")
+def roots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    from tests.unit.analysis.test_comparison import build_dataset
+
+    full = str(tmp_path_factory.mktemp("full"))
+    build_dataset(full, "one", steps=[1], repeats=1, conc=(1,), n_requests=4, out_tokens=4)
+    empty = tmp_path_factory.mktemp("empty")
+    (empty / "bare" / "runs").mkdir(parents=True)  # an experiment whose runs all failed before writing
+    return {"full": full, "empty": str(empty)}
+
+
+@pytest.mark.parametrize("argv, root, says", [
+    (["list"], "nothing", "no experiments under"),
+    (["compare", "bare"], "empty", "no runs recorded for experiment 'bare'"),
+    (["compare", "bare", "--ci", "--n-boot", "100"], "empty", "no runs recorded for experiment 'bare'"),
+    (["compare", "bare", "--by", "category", "--n-boot", "100"], "empty", "no ok runs recorded"),
+    (["recommend", "bare"], "empty", "no runs recorded for experiment 'bare'"),
+    (["capacity", "one"], "full", "has no capacity search runs"),
+])
+def test_results_refusals_are_one_error_line(roots: dict[str, str], tmp_path: Path, argv: list[str], root: str,
+                                             says: str) -> None:
+    """Before: a bare line ("no experiments under 'x'") and exit 2, no `error:`, nothing naming the option."""
+    where = roots.get(root, str(tmp_path))
+    res = CliRunner().invoke(app, ["results", *argv, "--root", where], env={"COLUMNS": "200"})
+    assert res.exit_code == 2, res.output
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], res.stderr
+    assert where in lines[0]
