@@ -9,7 +9,7 @@ import pandas as pd
 import typer
 from rich.markup import escape
 
-from cluster.errors import SglbenchError
+from cluster.errors import SglbenchError, UserError
 from rich.table import Table
 
 from cluster.commands.cross_output import cross_table, print_cross
@@ -28,6 +28,14 @@ class By(str, enum.Enum):
     category = "category"
     turn = "turn"
     position = "position"
+
+
+def seed_value(seed: int) -> int:
+    """A --seed the bootstrap's generator takes (numpy seeds are non-negative): before, -1 was a traceback."""
+    if seed < 0:
+        raise UserError(f"--seed {seed}: expected a non-negative integer (the bootstrap's random generator takes "
+                        "seeds from 0 up)", field="--seed", expected="an integer >= 0")
+    return seed
 
 
 ROOT_OPT = typer.Option("results", "--root", help="Dataset root: a local path or a pyarrow filesystem URI.")
@@ -49,7 +57,7 @@ def compare_cmd(
     fmt: Format = typer.Option(Format.table, "--format", help="Output format."),
     ci: bool = typer.Option(False, "--ci", help="95% confidence intervals, speedup verdicts and quality warnings."),
     n_boot: int = typer.Option(2000, "--n-boot", min=100, help="Bootstrap resamples (with --ci)."),
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed (with --ci)."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed (with --ci).", callback=seed_value),
     by: Optional[By] = typer.Option(None, "--by", help="Break the table down: 'category' (prompt categories), "
                                     "'turn' (turns of multi-turn sessions), or 'position' (speculative acceptance "
                                     "per draft position), with 95% intervals."),
@@ -280,13 +288,12 @@ def regress_cmd(
     root: str = ROOT_OPT,
     new_root: Optional[str] = NEW_ROOT_OPT,
     n_boot: int = typer.Option(2000, "--n-boot", min=100, help="Bootstrap resamples."),
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed.", callback=seed_value),
 ) -> None:
     """CI gate: exit 1 when NEW is significantly slower than BASE by more than --max-slowdown on output tok/s,
     mean TPOT or TTFT p99 at any matched point (workload, load point, variant); 0 when not; 2 when nothing can be
     judged (no common point, or no point with two ok repeats on each side)."""
     from cluster.analysis.cross_experiment import parse_fraction, regressions, undecided
-    from cluster.errors import UserError
 
     limit = parse_fraction(max_slowdown)
     df = cross_table(*_open_pair(root, base, new_root or root, new), n_boot, seed)
@@ -395,7 +402,7 @@ def capacity_cmd(
     baseline: str = typer.Option(None, "--baseline", help="Variant to compare capacities against."),
     fmt: Format = typer.Option(Format.table, "--format", help="Output format."),
     n_boot: int = typer.Option(2000, "--n-boot", min=100, help="Bootstrap resamples."),
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed.", callback=seed_value),
 ) -> None:
     """Capacity at the SLO (load.search): per variant the highest load meeting the SLO attainment target, with a
     95% interval over repeats and a verdict against the baseline; bounds and incomplete searches say so."""
@@ -428,7 +435,7 @@ def report_cmd(
     root: str = ROOT_OPT,
     out: Optional[str] = typer.Option(None, "--out", help="Output directory (default <root>/reports/<experiment>)."),
     n_boot: int = typer.Option(1000, "--n-boot", min=100, help="Bootstrap resamples for the intervals."),
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed.", callback=seed_value),
     bytes_per_token: Optional[float] = typer.Option(
         None, "--bytes-per-token", min=1.0,
         help="Decode bytes per token for the bandwidth bound (default: experiment.json's probe report)."),
@@ -453,7 +460,7 @@ def recommend_cmd(
     root: str = ROOT_OPT,
     fmt: RecommendFormat = typer.Option(RecommendFormat.table, "--format", help="Output format."),
     n_boot: int = typer.Option(2000, "--n-boot", min=100, help="Bootstrap resamples for the intervals."),
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed.", callback=seed_value),
 ) -> None:
     """Per workload and load point, the variant to serve with its evidence (speedup over the baseline with a 95%
     interval, the gate, whether the runs are vouched for), the NEXTN depth schedule over the load points, and why

@@ -149,3 +149,57 @@ def test_results_refusals_are_one_error_line(roots: dict[str, str], tmp_path: Pa
     lines = res.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], res.stderr
     assert where in lines[0]
+
+
+@pytest.mark.parametrize("argv", [["compare", "one", "--ci"], ["compare", "one", "--by", "category"], ["capacity", "one"],
+                                  ["report", "one"], ["recommend", "one"], ["regress", "one", "one"]])
+def test_a_negative_seed_is_one_error_line_naming_the_option(roots: dict[str, str], argv: list[str]) -> None:
+    """Before: numpy's "expected non-negative integer" traceback and exit 70 (a bug in sglbench)."""
+    res = CliRunner().invoke(app, ["results", *argv, "--seed", "-1", "--root", roots["full"]])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.splitlines() == ["error: --seed -1: expected a non-negative integer (the bootstrap's random "
+                                       "generator takes seeds from 0 up)"]
+
+
+SPEC = """version: 1
+name: loop
+output: {output}
+model: {{path: sim://tiny, engine: sim, tp: 1}}
+variants:
+  - name: baseline
+workloads:
+  - {{name: w, input_tokens: 16, output_tokens: 16, num_requests: 4}}
+load: {{concurrency: [1]}}
+"""
+
+
+@pytest.fixture
+def loop(tmp_path: Path) -> Path:
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    return tmp_path / "a"
+
+
+@pytest.mark.parametrize("under", [False, True], ids=["the-loop", "a-path-under-it"])
+def test_an_output_root_in_a_symlink_loop_is_one_error_line_naming_it(loop: Path, under: bool,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: pathlib's "Symlink loop from ..." RuntimeError traceback, exit 70 (a relative root), or accepted as
+    creatable (an absolute one: exists() is False inside a loop, the walk up found a writable parent)."""
+    monkeypatch.chdir(loop.parent)
+    output = "a/results" if under else "a"
+    spec = loop.parent / "spec.yaml"
+    spec.write_text(SPEC.format(output=output))
+    for argv in (["validate", str(spec)], ["run", str(spec), "--output", str(loop.parent / output)]):
+        res = CliRunner().invoke(app, argv)
+        assert res.exit_code == 2, (argv, res.output)
+        errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+        said = "lies under " + str(loop) + ", a symlink loop" if under else "is a symlink loop"
+        assert len(errors) == 1 and said in errors[0] and "output" in errors[0], res.stderr
+
+
+def test_doctor_fails_the_disk_check_of_an_output_root_in_a_symlink_loop(loop: Path) -> None:
+    """Before: a traceback for a relative root; an absolute one measured its parent's free space and said ok."""
+    from cluster.node.collect import disk_fact
+
+    fact = disk_fact(str(loop / "results"))
+    assert fact.reason == f"{loop} is a symlink loop, so the directory can never be reached"
