@@ -23,6 +23,7 @@ from cluster.plan.model_rules import facts_from_json
 from cluster.plan.inputs import check_inputs, resolve_output_root
 from cluster.plan.load_cap import load_above_cap
 from cluster.plan.repeats import repeats_bound
+from cluster.config.bounds import PORT_MAX, PORT_MIN
 from cluster.config.repeats import RepeatsUntil
 from cluster.errors import PreflightError, UserError
 from cluster.plan.preflight import check_speculative_support
@@ -131,8 +132,16 @@ def _launch_command(spec: ExperimentSpec, v: ResolvedVariant, port: int) -> Laun
     return get_engine(v.engine).launch(with_artifact(v, None), "127.0.0.1", port, spec.engines.get(v.engine), "python")
 
 
+def port_value(port: int) -> int:
+    """A --port a server can listen on (before, `plan --port 99999` printed `--port 99999` in every command)."""
+    if not PORT_MIN <= port <= PORT_MAX:
+        raise UserError(f"--port {port}: expected a TCP port from {PORT_MIN} to {PORT_MAX}", field="--port",
+                        expected=f"{PORT_MIN}-{PORT_MAX}")
+    return port
+
+
 def plan(experiment: Path = typer.Argument(..., help="experiment YAML"),
-         port: int = typer.Option(30000, help="port shown in the printed commands")) -> None:
+         port: int = typer.Option(30000, help="port shown in the printed commands", callback=port_value)) -> None:
     """List every run and print each variant's exact server command line and environment."""
     spec = load_spec(experiment)
     with _naming(experiment):

@@ -203,3 +203,20 @@ def test_doctor_fails_the_disk_check_of_an_output_root_in_a_symlink_loop(loop: P
 
     fact = disk_fact(str(loop / "results"))
     assert fact.reason == f"{loop} is a symlink loop, so the directory can never be reached"
+
+
+@pytest.mark.parametrize("port", ["99999", "0", "-1"])
+def test_plan_refuses_a_port_no_server_can_listen_on(tmp_path: Path, port: str) -> None:
+    """Before: `plan --port 99999` printed `--port 99999` in each variant's command line, exit 0."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC.format(output=str(tmp_path / "results")))
+    res = CliRunner().invoke(app, ["plan", str(spec), "--port", port])
+    assert res.exit_code == 2 and res.stdout == "", res.output
+    assert res.stderr.splitlines() == [f"error: --port {port}: expected a TCP port from 1 to 65535"]
+
+
+def test_plan_prints_a_valid_port_as_given(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC.format(output=str(tmp_path / "results")))
+    res = CliRunner().invoke(app, ["plan", str(spec), "--port", "65535"])
+    assert res.exit_code == 0 and "--port 65535" in res.stdout, res.output
