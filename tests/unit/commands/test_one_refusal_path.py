@@ -220,3 +220,22 @@ def test_plan_prints_a_valid_port_as_given(tmp_path: Path) -> None:
     spec.write_text(SPEC.format(output=str(tmp_path / "results")))
     res = CliRunner().invoke(app, ["plan", str(spec), "--port", "65535"])
     assert res.exit_code == 0 and "--port 65535" in res.stdout, res.output
+
+
+def test_two_runs_claiming_one_repeat_are_refused_naming_both_keys() -> None:
+    """Before: compare averaged them as two repeats of one point (the corpus case two_runs_claim_one_repeat)."""
+    import pandas as pd
+
+    from cluster.analysis.results import one_run_per_repeat
+    from cluster.dataset.root import StoreError
+
+    row = {"variant": "base", "workload": "w", "load_kind": "concurrency", "load_value": 4.0, "repeat": 0}
+    runs = pd.DataFrame([{**row, "run_key": "a1", "status": "ok"}, {**row, "repeat": 1, "run_key": "b2", "status": "ok"},
+                         {**row, "load_value": 8.0, "run_key": "c3", "status": "ok"}])
+    one_run_per_repeat(runs, "root/exp/runs")  # distinct repeats and points: nothing to refuse
+    runs.loc[len(runs)] = {**row, "run_key": "d4", "status": "failed"}
+    with pytest.raises(StoreError) as e:
+        one_run_per_repeat(runs, "root/exp/runs")
+    assert str(e.value).startswith("root/exp/runs: runs a1 (ok) and d4 (failed) claim the same repeat 0 of variant "
+                                   "'base', workload 'w', concurrency 4: their run keys differ")
+    assert e.value.field == "repeat"
