@@ -239,3 +239,11 @@ def test_two_runs_claiming_one_repeat_are_refused_naming_both_keys() -> None:
     assert str(e.value).startswith("root/exp/runs: runs a1 (ok) and d4 (failed) claim the same repeat 0 of variant "
                                    "'base', workload 'w', concurrency 4: their run keys differ")
     assert e.value.field == "repeat"
+
+
+def test_sim_server_refuses_a_port_out_of_range(capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: `sglbench sim-server --port 99999` ended in bind()'s OverflowError traceback (exit 70)."""
+    from cluster.sim.server import main
+
+    assert main(["--model-path", "sim://m", "--port", "99999"]) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == "error: --port 99999: expected a TCP port from 1 to 65535"
