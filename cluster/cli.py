@@ -21,8 +21,10 @@ from typer.core import TyperGroup
 
 from cluster.commands.standard_output import (EXIT_PIPE_CLOSED, OutputWriteError, check_stdout, fd_identity,
                                               silence_stdout, stdout_closed)
-from cluster.errors import (EXIT_BUG, EXIT_ENGINE, EXIT_ENVIRONMENT, EXIT_USER_ERROR, SglbenchError, UserError,
-                            report_error)
+from cluster.commands.terminal import sane_terminal_size
+from cluster.errors import (EXIT_BUG, EXIT_ENGINE, EXIT_ENVIRONMENT, EXIT_USER_ERROR, SglbenchError, report_error)
+
+sane_terminal_size(os.environ)  # before the commands' module-level consoles read COLUMNS (rich does at creation)
 
 EPILOG = (f"Exit codes: 0 ok; 1 some runs failed (or a smoke check missed); {EXIT_USER_ERROR} bad input (the "
           f"message names file, field and what was expected); {EXIT_ENVIRONMENT} the machine or cluster cannot do "
@@ -137,24 +139,10 @@ def _register() -> None:
 _register()
 
 
-def _environment_problem() -> Optional[UserError]:
-    """An environment variable that typer itself would crash on (a help or usage text reads it, int() unguarded)."""
-    raw = os.environ.get("TERMINAL_WIDTH")
-    try:
-        int(raw) if raw else None
-    except ValueError:
-        return UserError(f"environment variable TERMINAL_WIDTH={raw!r}: expected a whole number of columns for help "
-                         "texts, or unset", field="TERMINAL_WIDTH", expected="an integer")
-    return None
-
-
 def main() -> NoReturn:
     """The console script: standard output checked (its failed writes name it), the app, then a flush of standard
     output here, where a failure can still end as its rule says (left to the interpreter's exit, the flush prints
     "Exception ignored ..." and exits 120)."""
-    problem = _environment_problem()
-    if problem is not None:
-        sys.exit(report_error(problem, sys.stderr))
     check_stdout()
     code: Any = 0
     try:

@@ -16,6 +16,7 @@
     │   ├── VersionMismatchError           a declared engine version that the installed engine contradicts
     │   ├── QueryError                     a results query (read-only SQL over the views) or its baseline
     │   ├── ExperimentNotFound             no dataset for that experiment under the root
+    │   ├── NothingToShow                  the dataset holds nothing a `results` command shows (no run, no search)
     │   ├── StoreError                     a name or row the dataset store refuses (unsafe path component, schema)
     │   ├── AuthError                      a cluster needs credentials the user has not given
     │   │   └── JobAuthError                   (also a JobError) the Ray job API's token is not in its env var

@@ -86,6 +86,18 @@ def resolve_input(path: PathLike, error: type[UserError], what: str, field: Opti
     return resolved
 
 
+def symlink_loop_above(path: PathLike) -> Optional[pathlib.Path]:
+    """The shallowest of `path` and its ancestors that is a symlink loop, or None. exists() is False inside a loop,
+    so a walk up to the nearest existing directory would otherwise call a path under one creatable."""
+    p = pathlib.Path(path)
+    for q in reversed((p, *p.parents)):
+        try:
+            os.stat(q)
+        except OSError as e:  # missing, or not a directory: nothing below it can loop
+            return q if e.errno == errno.ELOOP else None
+    return None
+
+
 def _kind(mode: int) -> str:
     if stat.S_ISDIR(mode):
         return "a directory"
@@ -325,7 +337,7 @@ def parse_json(text: str, path: PathLike, error: type[UserError], what: str, *, 
 
 
 __all__ = ["DEFAULT_LIMIT_BYTES", "DuplicateJsonKey", "JsonObject", "JsonValue", "MAX_JSON_DEPTH", "MIB", "MID_FILE_BOM",
-           "NotJsonConstant", "check_path_text", "mid_file_bom",
+           "NotJsonConstant", "check_path_text", "mid_file_bom", "symlink_loop_above",
            "decode_text", "first_text_problem", "has_lone_surrogate", "json_depth_exceeds", "json_depth_offset",
            "parse_json", "read_input_bytes", "read_input_text", "refuse_constant", "resolve_input", "text_problem",
            "unique_keys"]

@@ -14,11 +14,16 @@ import pandas as pd
 import pyarrow as pa
 from pydantic import BaseModel
 
+from cluster.dataset.root import StoreError
 from cluster.dataset.store import DatasetStore, ExperimentNotFound
 
 StoredModel = TypeVar("StoredModel", bound=BaseModel)
 
 _UNREAD = object()
+
+REPEAT_IDENTITY = ("variant", "workload", "load_kind", "load_value", "repeat")
+"""What names one repeat of a point. The run key hashes the declaration too (variant args, workload, seed), so two
+runs rows equal on these with different run keys were run under two declarations into one output."""
 
 
 class ServerArgsRow(TypedDict, total=False):
@@ -65,8 +70,11 @@ class Results:
         return self._runs
 
     def runs(self) -> pd.DataFrame:
-        """The runs table as a fresh DataFrame (the caller may add columns to it)."""
-        return self.runs_table().to_pandas()
+        """The runs table as a fresh DataFrame (the caller may add columns to it), for the commands that aggregate
+        repeats; StoreError when two runs claim one repeat of a point (one_run_per_repeat)."""
+        df = self.runs_table().to_pandas()
+        one_run_per_repeat(df, f"{self.store.base}/runs")
+        return df
 
     def server_args_rows(self, columns: Sequence[str]) -> list[ServerArgsRow]:
         """The runs rows' `columns` (of ServerArgsRow's) as Python values; KeyError naming one the table lacks."""
@@ -88,3 +96,25 @@ class Results:
     def table(self, name: str, columns: Optional[Iterable[str]] = None) -> pa.Table:
         """Another table of the experiment (gpu_metrics, kernel_profile, ...), its files checked by the store."""
         return self.store.read_table(name, columns)
+
+
+def one_run_per_repeat(runs: pd.DataFrame, where: str) -> None:
+    """Refuse runs rows where two runs claim one repeat: their mean (and every interval over repeats) would mix two
+    set-ups under one variant name while counting one measurement twice, and nothing in the rows says which one the
+    user meant. Refused rather than marked: a mark beside a mean still prints the mean. `results show` and `results
+    query` read the rows as they are (they do not aggregate), so the conflict can be looked at."""
+    if runs.empty:
+        return
+    keys = list(REPEAT_IDENTITY)
+    claimed = runs[runs.duplicated(keys, keep=False)]
+    if claimed.empty:
+        return
+    groups = list(claimed.groupby(keys, sort=False))
+    (variant, workload, kind, value, repeat), first = groups[0]
+    both = " and ".join(f"{k} ({s})" for k, s in zip(first["run_key"], first["status"]))
+    more = f" ({len(groups) - 1} more repeat(s) likewise)" if len(groups) > 1 else ""
+    raise StoreError(f"{where}: runs {both} claim the same repeat {repeat} of variant {variant!r}, workload "
+                     f"{workload!r}, {kind} {value:g}{more}: their run keys differ, so they ran under two "
+                     "declarations (the spec changed between runs into this output) and a mean would mix them; "
+                     "delete the stale run's files (<run key>.parquet under each table) or run into a fresh output",
+                     file=where, field="repeat", expected="one run per repeat of a point")

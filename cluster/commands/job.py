@@ -34,8 +34,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"dataset: {result.dataset_root}/{spec.name}  runs: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())),
           flush=True)
     try:
-        print_run_summary(result.dataset_root, spec, counts)  # False: no run recorded (said on stderr)
-    except SglbenchError as e:  # the tables could not be read: said, and the job's JSON line still follows
+        print_run_summary(result.dataset_root, spec, counts)
+    except SglbenchError as e:  # no run recorded, or the tables could not be read: said, and the JSON line follows
         report_error(e, sys.stderr)
     print(json.dumps({"dataset_root": result.dataset_root, "counts": counts, "skipped": result.skipped}), flush=True)
     return 0 if counts.get("failed", 0) == 0 else 1

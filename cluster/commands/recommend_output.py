@@ -9,17 +9,16 @@ import typer
 from cluster.analysis.recommend import recommend_results
 from cluster.analysis.recommend_view import note_lines, recommend_json, recommend_view, schedule_lines
 from cluster.analysis.results import Results
-from cluster.commands.result_tables import Format, clear_errors, console, emit, err_console, simulated_note
+from cluster.commands.result_tables import Format, clear_errors, console, emit, no_runs, simulated_note
 
 
 def print_recommendations(results: Results, as_json: bool, n_boot: int = 2000, seed: int = 0) -> None:
-    """Decide over `results` and print; exit 2 (said on stderr) when no run is recorded."""
+    """Decide over `results` and print; NothingToShow (exit 2, one line) when no run is recorded."""
     experiment = results.experiment
     with clear_errors():
         rec = recommend_results(results, n_boot=n_boot, seed=seed)
     if not rec.points:
-        err_console.print(f"no runs recorded for experiment {experiment!r} under {results.root!r}")
-        raise typer.Exit(2)
+        raise no_runs(experiment, results.root)
     from cluster.analysis.speedup_predict import predict_for, prediction_json, prediction_lines
 
     with clear_errors():

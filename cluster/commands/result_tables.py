@@ -15,7 +15,7 @@ from rich.markup import escape
 
 from cluster.commands.terminal import print_table
 from cluster.engines.registry import is_simulated
-from cluster.errors import EnvironmentFault
+from cluster.errors import EnvironmentFault, UserError
 
 console = Console()
 err_console = Console(stderr=True)
@@ -39,13 +39,23 @@ def clear_errors() -> Iterator[None]:
         raise EnvironmentFault(f"cannot read the dataset: {e}") from e
 
 
-def table_or_exit(build: Callable[[], pd.DataFrame], nothing: str) -> pd.DataFrame:
-    """The table `build` makes (a user error printed as one line), or exit 2 saying `nothing` when it is empty."""
+class NothingToShow(UserError):
+    """The dataset holds nothing the command shows (no run recorded, no capacity search, no per-position
+    acceptance): exit 2 with one `error:` line naming the experiment, its root and what is missing."""
+
+
+def no_runs(experiment: str, root: str, what: str = "runs") -> NothingToShow:
+    """The refusal of a command that found no (ok) run of `experiment` under `root`."""
+    return NothingToShow(f"no {what} recorded for experiment {experiment!r} under {root!r}", file=root,
+                         expected=f"an experiment with {what}")
+
+
+def nonempty_table(build: Callable[[], pd.DataFrame], nothing: NothingToShow) -> pd.DataFrame:
+    """The table `build` makes (a user error printed as one line); `nothing` raised when it is empty."""
     with clear_errors():
         df = build()
     if df.empty:
-        err_console.print(nothing)
-        raise typer.Exit(2)
+        raise nothing
     return df
 
 

@@ -9,13 +9,13 @@ import pandas as pd
 import typer
 from rich.markup import escape
 
-from cluster.errors import SglbenchError
+from cluster.errors import SglbenchError, UserError
 from rich.table import Table
 
 from cluster.commands.cross_output import cross_table, print_cross
 from cluster.commands.repeats_output import emit_show, print_repeats, recorded_repeats
-from cluster.commands.result_tables import (Format, cell_text, clear_errors, console, emit, err_console,
-                                            simulated_note, table_or_exit)
+from cluster.commands.result_tables import (Format, NothingToShow, cell_text, clear_errors, console, emit,
+                                            err_console, no_runs, nonempty_table, simulated_note)
 from cluster.commands.terminal import print_table
 from cluster.analysis.results import Results
 from cluster.config.experiment import ExperimentSpec
@@ -28,6 +28,14 @@ class By(str, enum.Enum):
     category = "category"
     turn = "turn"
     position = "position"
+
+
+def seed_value(seed: int) -> int:
+    """A --seed the bootstrap's generator takes (numpy seeds are non-negative): before, -1 was a traceback."""
+    if seed < 0:
+        raise UserError(f"--seed {seed}: expected a non-negative integer (the bootstrap's random generator takes "
+                        "seeds from 0 up)", field="--seed", expected="an integer >= 0")
+    return seed
 
 
 ROOT_OPT = typer.Option("results", "--root", help="Dataset root: a local path or a pyarrow filesystem URI.")
@@ -49,7 +57,7 @@ def compare_cmd(
     fmt: Format = typer.Option(Format.table, "--format", help="Output format."),
     ci: bool = typer.Option(False, "--ci", help="95% confidence intervals, speedup verdicts and quality warnings."),
     n_boot: int = typer.Option(2000, "--n-boot", min=100, help="Bootstrap resamples (with --ci)."),
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed (with --ci)."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed (with --ci).", callback=seed_value),
     by: Optional[By] = typer.Option(None, "--by", help="Break the table down: 'category' (prompt categories), "
                                     "'turn' (turns of multi-turn sessions), or 'position' (speculative acceptance "
                                     "per draft position), with 95% intervals."),
@@ -90,8 +98,8 @@ def print_compare_ci(results: Results, baseline: Optional[str], fmt_name: str, n
 
     fmt = Format(fmt_name)
     experiment = results.experiment
-    df = table_or_exit(lambda: compare_with_ci(results, baseline, n_boot=n_boot, seed=seed),
-                        f"no runs recorded for experiment {experiment!r} under {results.root!r}")
+    df = nonempty_table(lambda: compare_with_ci(results, baseline, n_boot=n_boot, seed=seed),
+                        no_runs(experiment, results.root))
     if fmt is not Format.table:
         out = df.copy()
         out["warnings"] = ["; ".join(w) for w in out["warnings"]]
@@ -139,8 +147,8 @@ def print_compare_by_category(results: Results, baseline: Optional[str], fmt_nam
 
     fmt = Format(fmt_name)
     experiment = results.experiment
-    df = table_or_exit(lambda: compare_by_category(results, baseline, n_boot=n_boot, seed=seed, by=by),
-                        f"no ok runs recorded for experiment {experiment!r} under {results.root!r}")
+    df = nonempty_table(lambda: compare_by_category(results, baseline, n_boot=n_boot, seed=seed, by=by),
+                        no_runs(experiment, results.root, "ok runs"))
     shown = categorised(df, by)
     if not shown.empty:  # without categories anywhere the table shows every workload's '-' rows
         df = shown
@@ -165,9 +173,10 @@ def print_compare_by_position(results: Results, fmt_name: str) -> None:
     with clear_errors():
         groups = acceptance_by_position(results.table("requests", READ_COLUMNS), results.runs())
     if not groups:
-        err_console.print(f"no acceptance per draft position for {results.experiment!r}: no ok speculative request "
-                          "of an ok run carries spec_correct_drafts_histogram (SGLang and the simulator send it)")
-        raise typer.Exit(2)
+        raise NothingToShow(f"no acceptance per draft position for {results.experiment!r} under {results.root!r}: "
+                            "no ok speculative request of an ok run carries spec_correct_drafts_histogram (SGLang "
+                            "and the simulator send it)", file=results.root, field="--by position",
+                            expected="ok speculative runs")
     if fmt is not Format.table:
         emit(position_table(groups), fmt)
         return
@@ -193,8 +202,7 @@ def print_compare(results: Results, baseline: Optional[str], fmt_name: str) -> N
     with clear_errors():
         df = compare_table(results, baseline)
     if df.empty:
-        err_console.print(f"no runs recorded for experiment {experiment!r} under {results.root!r}")
-        raise typer.Exit(2)
+        raise no_runs(experiment, results.root)
     if fmt is Format.table:
         from rich import box
 
@@ -280,13 +288,12 @@ def regress_cmd(
     root: str = ROOT_OPT,
     new_root: Optional[str] = NEW_ROOT_OPT,
     n_boot: int = typer.Option(2000, "--n-boot", min=100, help="Bootstrap resamples."),
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed.", callback=seed_value),
 ) -> None:
     """CI gate: exit 1 when NEW is significantly slower than BASE by more than --max-slowdown on output tok/s,
     mean TPOT or TTFT p99 at any matched point (workload, load point, variant); 0 when not; 2 when nothing can be
     judged (no common point, or no point with two ok repeats on each side)."""
     from cluster.analysis.cross_experiment import parse_fraction, regressions, undecided
-    from cluster.errors import UserError
 
     limit = parse_fraction(max_slowdown)
     df = cross_table(*_open_pair(root, base, new_root or root, new), n_boot, seed)
@@ -323,8 +330,8 @@ def list_cmd(root: str = ROOT_OPT, fmt: Format = typer.Option(Format.table, "--f
             rows.append({"experiment": name, "runs": len(st), "ok": st.count("ok"),
                          "invalid": st.count("invalid"), "failed": st.count("failed")})
     if not rows:
-        err_console.print(f"no experiments under {root!r}")
-        raise typer.Exit(2)
+        raise NothingToShow(f"no experiments under {root!r}", file=root, field="--root",
+                            expected="a dataset root holding at least one experiment")
     emit(pd.DataFrame(rows), fmt, title=f"experiments under {root}")
 
 
@@ -370,32 +377,28 @@ def query_cmd(
     emit(df, fmt)
 
 
-def print_run_summary(root: str, spec: ExperimentSpec, counts: Mapping[str, int], piped: bool = False) -> bool:
+def print_run_summary(root: str, spec: ExperimentSpec, counts: Mapping[str, int], piped: bool = False) -> None:
     """What `sglbench run` and a Ray job's log end with: the comparison, then, where a run was ok, the tables per
     prompt category, per session turn and capacity at the SLO where the spec has them (`piped`: the category and
-    turn tables as summary lines) and the answer `results recommend` gives per load point. False when no run is
-    recorded (said on stderr): the caller decides what that means for its exit status, and the Ray job still prints
-    its JSON line (typer.Exit is a RuntimeError in typer >= 0.12, so it must not escape into the driver)."""
+    turn tables as summary lines) and the answer `results recommend` gives per load point. NothingToShow when no run
+    is recorded: `run` ends with its one line (exit 2), the Ray job reports it and still prints its JSON line."""
     from cluster.commands.run_answer import print_category_summary, print_run_answer
 
     results = open_results(root, spec.name)
-    try:
-        print_compare(results, None, "table")
-    except typer.Exit:
-        return False
+    print_compare(results, None, "table")
     with clear_errors():
         print_repeats(recorded_repeats(results))
-    if counts.get("ok"):
-        for by, wanted in (("category", any(w.prompts.source in ("sharegpt", "messages") for w in spec.workloads)),
-                           ("turn", any(w.sessions is not None for w in spec.workloads))):
-            if wanted and piped:
-                print_category_summary(results, by)
-            elif wanted:
-                print_compare_by_category(results, None, "table", n_boot=1000, by=by)
-        if spec.load.search is not None:
-            print_capacity(results, None, "table", n_boot=1000)
-        print_run_answer(results)
-    return True
+    if not counts.get("ok"):
+        return
+    for by, wanted in (("category", any(w.prompts.source in ("sharegpt", "messages") for w in spec.workloads)),
+                       ("turn", any(w.sessions is not None for w in spec.workloads))):
+        if wanted and piped:
+            print_category_summary(results, by)
+        elif wanted:
+            print_compare_by_category(results, None, "table", n_boot=1000, by=by)
+    if spec.load.search is not None:
+        print_capacity(results, None, "table", n_boot=1000)
+    print_run_answer(results)
 
 
 @results_app.command("capacity")
@@ -405,7 +408,7 @@ def capacity_cmd(
     baseline: str = typer.Option(None, "--baseline", help="Variant to compare capacities against."),
     fmt: Format = typer.Option(Format.table, "--format", help="Output format."),
     n_boot: int = typer.Option(2000, "--n-boot", min=100, help="Bootstrap resamples."),
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed.", callback=seed_value),
 ) -> None:
     """Capacity at the SLO (load.search): per variant the highest load meeting the SLO attainment target, with a
     95% interval over repeats and a verdict against the baseline; bounds and incomplete searches say so."""
@@ -418,8 +421,10 @@ def print_capacity(results: Results, baseline: Optional[str], fmt_name: str, n_b
 
     fmt = Format(fmt_name)
     experiment = results.experiment
-    df = table_or_exit(lambda: capacity_table(results, baseline, n_boot=n_boot, seed=seed),
-                        f"experiment {experiment!r} under {results.root!r} has no capacity search (load.search) runs")
+    df = nonempty_table(lambda: capacity_table(results, baseline, n_boot=n_boot, seed=seed),
+                        NothingToShow(f"experiment {experiment!r} under {results.root!r} has no capacity search "
+                                      "runs", file=results.root, field="load.search",
+                                      expected="an experiment run with load.search"))
     if fmt is not Format.table:
         emit(df, fmt)
         return
@@ -436,7 +441,7 @@ def report_cmd(
     root: str = ROOT_OPT,
     out: Optional[str] = typer.Option(None, "--out", help="Output directory (default <root>/reports/<experiment>)."),
     n_boot: int = typer.Option(1000, "--n-boot", min=100, help="Bootstrap resamples for the intervals."),
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed.", callback=seed_value),
     bytes_per_token: Optional[float] = typer.Option(
         None, "--bytes-per-token", min=1.0,
         help="Decode bytes per token for the bandwidth bound (default: experiment.json's probe report)."),
@@ -461,7 +466,7 @@ def recommend_cmd(
     root: str = ROOT_OPT,
     fmt: RecommendFormat = typer.Option(RecommendFormat.table, "--format", help="Output format."),
     n_boot: int = typer.Option(2000, "--n-boot", min=100, help="Bootstrap resamples for the intervals."),
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed.", callback=seed_value),
 ) -> None:
     """Per workload and load point, the variant to serve with its evidence (speedup over the baseline with a 95%
     interval, the gate, whether the runs are vouched for), the NEXTN depth schedule over the load points, and why

@@ -23,6 +23,7 @@ from cluster.plan.model_rules import facts_from_json
 from cluster.plan.inputs import check_inputs, resolve_output_root
 from cluster.plan.load_cap import load_above_cap
 from cluster.plan.repeats import repeats_bound
+from cluster.config.bounds import PORT_MAX, PORT_MIN
 from cluster.config.repeats import RepeatsUntil
 from cluster.errors import PreflightError, UserError
 from cluster.plan.preflight import check_speculative_support
@@ -81,11 +82,12 @@ def _local_checks(spec: ExperimentSpec, quiet: bool = False, output: Optional[st
                               version=_sglang_version(spec))
     errors = [f for f in findings if f.level == "error"]
     if not quiet:
-        for f, line in zip(findings, format_findings(findings)):
-            # markup off: variant names and flag values must print literally
-            err_console.print(line, style="red" if f.level == "error" else "yellow", markup=False, soft_wrap=True)
-    if errors:
-        raise typer.Exit(2)
+        warnings = [f for f in findings if f.level != "error"]
+        for line in format_findings(warnings):  # markup off: variant names and flag values must print literally
+            err_console.print(line, style="yellow", markup=False, soft_wrap=True)
+    if errors:  # the CLI's one `error:` line, every refusing rule on it
+        raise PreflightError("fairness: " + "; ".join(f"{f.variant}: {f.rule}: {f.message}" for f in errors),
+                             expected="variants that differ only in what is compared")
     if not quiet and not findings:
         deferred = "" if reports else "; the checkpoint- and GPU-dependent rules run again on the GPU node"
         err_console.print(f"fairness: no findings over {len(variants)} variant(s){deferred}", markup=False,
@@ -130,8 +132,16 @@ def _launch_command(spec: ExperimentSpec, v: ResolvedVariant, port: int) -> Laun
     return get_engine(v.engine).launch(with_artifact(v, None), "127.0.0.1", port, spec.engines.get(v.engine), "python")
 
 
+def port_value(port: int) -> int:
+    """A --port a server can listen on (before, `plan --port 99999` printed `--port 99999` in every command)."""
+    if not PORT_MIN <= port <= PORT_MAX:
+        raise UserError(f"--port {port}: expected a TCP port from {PORT_MIN} to {PORT_MAX}", field="--port",
+                        expected=f"{PORT_MIN}-{PORT_MAX}")
+    return port
+
+
 def plan(experiment: Path = typer.Argument(..., help="experiment YAML"),
-         port: int = typer.Option(30000, help="port shown in the printed commands")) -> None:
+         port: int = typer.Option(30000, help="port shown in the printed commands", callback=port_value)) -> None:
     """List every run and print each variant's exact server command line and environment."""
     spec = load_spec(experiment)
     with _naming(experiment):
@@ -211,9 +221,9 @@ def run(
     counts = result.counts()
     console.print(f"dataset: {result.dataset_root}/{spec.name}  runs: " +
                   ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
-    # piped or in CI the per-category tables are summary lines (the tables: results compare --by category)
-    if not print_run_summary(result.dataset_root, spec, counts, piped=not console.is_terminal):
-        raise typer.Exit(2)
+    # piped or in CI the per-category tables are summary lines (the tables: results compare --by category);
+    # NothingToShow (exit 2) when no run is recorded
+    print_run_summary(result.dataset_root, spec, counts, piped=not console.is_terminal)
     if counts.get("failed"):
         raise typer.Exit(1)
 

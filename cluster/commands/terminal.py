@@ -1,9 +1,10 @@
 """Tables that stay readable at any terminal width (80 columns in a pipe or CI): long cells fold, and a table whose
-columns cannot fit side by side prints one block per row instead (as psql's `\\x auto`)."""
+columns cannot fit side by side prints one block per row instead (as psql's `\\x auto`); a width setting that
+makes no sense falls back to a sane one."""
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import MutableMapping, Optional, Sequence
 
 from rich.console import Console
 from rich.measure import Measurement
@@ -12,6 +13,34 @@ from rich.table import Table
 MAX_WRAPPED_COLUMNS = 5
 """A table wider than the terminal with more columns than this prints vertically: wrapping every one of many cells
 onto several lines is harder to read than one block per row."""
+
+
+MIN_COLUMNS = 20
+"""Narrower than this, rich prints tables and help one or two letters a line: nothing can be read."""
+MAX_COLUMNS = 1000
+"""Wider than any screen; rich pads every help line to the width (COLUMNS=10^7 wrote 340 MB of --help)."""
+WIDTH_SETTINGS = ("COLUMNS", "TERMINAL_WIDTH", "LINES")
+"""What rich (COLUMNS, LINES) and typer's help (TERMINAL_WIDTH) read for the terminal's size."""
+
+
+def sane_terminal_size(environ: MutableMapping[str, str]) -> None:
+    """Make the terminal size settings in `environ` usable before any console reads them: one that is not a whole
+    number above 0 is dropped (the terminal's own size is used, 80 columns in a pipe), as rich already drops a
+    non-number; a width outside MIN_COLUMNS..MAX_COLUMNS is held to the nearer bound. Before, COLUMNS=0 or
+    TERMINAL_WIDTH=-5 made `results list` and `--help` print nothing and exit 0, TERMINAL_WIDTH=abc was a
+    traceback inside typer. Presentation only, so no warning: a CI that exports COLUMNS=0 would get one per call."""
+    for name in WIDTH_SETTINGS:
+        raw = environ.get(name)
+        if raw is None:
+            continue
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            value = 0
+        if value <= 0:
+            del environ[name]
+        elif name != "LINES" and not MIN_COLUMNS <= value <= MAX_COLUMNS:
+            environ[name] = str(min(max(value, MIN_COLUMNS), MAX_COLUMNS))
 
 
 def print_table(console: Console, columns: Sequence[str], rows: Sequence[Sequence[str]], *, title: str = "",

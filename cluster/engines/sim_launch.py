@@ -12,6 +12,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from cluster.config.bounds import PORT_MAX, PORT_MIN
 from cluster.config.sim_knobs import Knobs
 from cluster.errors import UserError
 
@@ -88,6 +89,8 @@ class LaunchError(UserError):
 def resolve_args(ns: argparse.Namespace, knobs: Knobs) -> tuple[dict[str, Any], Optional[SpecParams]]:
     """Apply SGLang 0.5.23's launch rules (NEXTN→EAGLE, auto spec triple, topk=1 ⇒ draft=steps+1, cap 48)."""
     args = dict(vars(ns))
+    if not PORT_MIN <= args["port"] <= PORT_MAX:  # before, bind()'s OverflowError: a traceback, reported as a bug
+        raise LaunchError(f"--port {args['port']}: expected a TCP port from {PORT_MIN} to {PORT_MAX}")
     spec: Optional[SpecParams] = None
     algo = args.get("speculative_algorithm")
     if algo:

@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Callable, Optional
 
+from cluster.input_files import symlink_loop_above
 from cluster.node.facts import CheckpointFact, DiskFact, FactQuery, GpuFact, InterpreterFact, NodeFacts
 
 INTERPRETER_TIMEOUT_S = 30.0
@@ -95,6 +96,10 @@ def checkpoint_fact(path: str) -> CheckpointFact:
 def disk_fact(path: str) -> DiskFact:
     """Free space where `path` will be created: its nearest existing ancestor is what statvfs can measure."""
     p = Path(path).expanduser().absolute()
+    loop = symlink_loop_above(p)
+    if loop is not None:
+        return DiskFact(path=path, measured_at=str(loop), reason=f"{loop} is a symlink loop, so the directory can "
+                        "never be reached")
     probe = p
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent

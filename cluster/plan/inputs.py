@@ -19,6 +19,7 @@ from typing import Mapping, Optional, Sequence
 from cluster.loadgen.source_files import row_error
 from cluster.engines.registry import is_simulated
 from cluster.errors import PreflightError
+from cluster.input_files import symlink_loop_above
 from cluster.kernel.runs import ResolvedVariant
 from cluster.probe.checkpoint import ProbeReport
 from cluster.probe.safetensors_header import describe_non_file
@@ -258,7 +259,12 @@ def resolve_output_root(output: str, base_dir: Path) -> str:
     if "://" in output:
         return output
     p = Path(output)
-    return str(p if p.is_absolute() else (base_dir / p).resolve())
+    if p.is_absolute():
+        return str(p)
+    try:
+        return str((base_dir / p).resolve())
+    except (RuntimeError, OSError):  # a symlink loop (RuntimeError before Python 3.13): check_output_root names it
+        return str(base_dir / p)
 
 
 def check_output_root(root: str, field: str = "output") -> None:
@@ -266,6 +272,11 @@ def check_output_root(root: str, field: str = "output") -> None:
     if "://" in root:
         return
     p = Path(root)
+    loop = symlink_loop_above(p)
+    if loop is not None:
+        where = "is a symlink loop" if loop == p else f"lies under {loop}, a symlink loop"
+        raise PreflightError(f"{p}: {field}: {where}, so the dataset root can never be reached", file=str(p),
+                             field=field, expected="a directory or a path that can be created")
     if p.exists() and not p.is_dir():
         raise PreflightError(f"{p}: {field} is a file, not a directory (the dataset root holds one directory per "
                              "experiment)", file=str(p), field=field, expected="a directory or a path that can be created")

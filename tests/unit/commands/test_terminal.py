@@ -68,3 +68,40 @@ def test_repeated_warnings_are_said_once(one_repeat: str) -> None:
     text = " ".join(res.output.split())
     assert text.count("warning ") == 3, res.output  # short windows, one repeat, few requests for a p99
     assert text.count("(all 6 points)") == 3 and text.count("1 repeat: run-to-run variance") == 1
+
+
+@pytest.mark.parametrize("environ, after", [
+    ({"COLUMNS": "0"}, {}), ({"TERMINAL_WIDTH": "-5"}, {}), ({"TERMINAL_WIDTH": "abc"}, {}), ({"COLUMNS": ""}, {}),
+    ({"LINES": "0", "COLUMNS": "120"}, {"COLUMNS": "120"}), ({"COLUMNS": "5"}, {"COLUMNS": "20"}),
+    ({"COLUMNS": "10000000", "TERMINAL_WIDTH": "1000"}, {"COLUMNS": "1000", "TERMINAL_WIDTH": "1000"}),
+    ({"COLUMNS": "80", "LINES": "24", "OTHER": "0"}, {"COLUMNS": "80", "LINES": "24", "OTHER": "0"}),
+])
+def test_terminal_sizes_that_make_no_sense_fall_back(environ: dict[str, str], after: dict[str, str]) -> None:
+    from cluster.commands.terminal import sane_terminal_size
+
+    sane_terminal_size(environ)
+    assert environ == after
+
+
+def _sglbench(argv: list[str], **env: str) -> "subprocess.CompletedProcess[str]":
+    import os
+    import subprocess
+    import sys
+
+    clean = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "TERMINAL_WIDTH")}
+    return subprocess.run([sys.executable, "-m", "cluster.cli", *argv], capture_output=True, text=True,
+                          env={**clean, **env}, cwd=Path(__file__).resolve().parents[3], timeout=120)
+
+
+@pytest.mark.parametrize("env", [{"COLUMNS": "0"}, {"TERMINAL_WIDTH": "-5"}, {"TERMINAL_WIDTH": "0"},
+                                 {"COLUMNS": "10000000"}], ids=lambda e: "=".join(*e.items()))
+@pytest.mark.parametrize("command", ["help", "list"])
+def test_results_list_and_help_print_at_a_sane_width(one_repeat: str, env: dict[str, str], command: str) -> None:
+    """Before: COLUMNS=0 or TERMINAL_WIDTH<=0 printed nothing and exited 0 (rich drew at width 0); COLUMNS=10^7
+    padded every help line to ten million columns (340 MB of --help)."""
+    argv = ["--help"] if command == "help" else ["results", "list", "--root", one_repeat]
+    res = _sglbench(argv, **env)
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+    lines = res.stdout.splitlines()
+    assert ("Usage:" if command == "help" else "one") in res.stdout
+    assert 20 <= max(map(len, lines)) <= 1000, max(map(len, lines))

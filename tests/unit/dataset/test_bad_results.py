@@ -52,6 +52,12 @@ def _mutate(root: Path, op: str, args: list[Path]) -> None:
         t = pq.read_table(p)
         i = t.schema.get_field_index(args[1].name)
         pq.write_table(t.set_column(i, t.field(i), pa.array(["7"] * t.num_rows, t.field(i).type)), p)
+    elif op == "claim_again":  # a second run of the same repeat, run under another declaration (another run key)
+        t = pq.read_table(p)
+        i = t.schema.get_field_index("run_key")
+        key = "f" * 20
+        pq.write_table(t.set_column(i, t.field(i), pa.array([key] * t.num_rows, t.field(i).type)),
+                       p.with_name(f"{key}.parquet"))
     elif op == "write":
         p.write_text("a note\n")
     elif op == "mkdir":
