@@ -31,13 +31,11 @@ ALLOWED: dict[tuple[str, str], str] = {
                                      "printed as a row",
     ("run.py", "run"): "exit 1: some runs failed (each is in the dataset and the summary)",
     ("results.py", "regress_cmd"): "exit 1: a regression was found (each printed as a REGRESSION line)",
-    ("smoke.py", "register.smoke"): "exit 1: a smoke check missed (every check printed as a row)",
     ("submit.py", "submit"): "exit 1: the followed job did not succeed (its status printed)",
 }
 """(file, enclosing function) -> why a non-zero exit there is not a refusal. A verdict's exit is limited to 1."""
 
-VERDICT_CODES = {("run.py", "run"): {1}, ("results.py", "regress_cmd"): {1}, ("smoke.py", "register.smoke"): {1},
-                 ("submit.py", "submit"): {1}}
+VERDICT_CODES = {("run.py", "run"): {1}, ("results.py", "regress_cmd"): {1}, ("submit.py", "submit"): {1}}
 
 
 def _code(call: ast.Call) -> Optional[ast.expr]:
