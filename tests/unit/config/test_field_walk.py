@@ -92,3 +92,19 @@ def test_a_field_nothing_reads_is_reported(walk: Any, monkeypatch: pytest.Monkey
 def test_every_documented_no_op_is_met_by_the_walk(rows: list[Any]) -> None:
     noted = {r.detail for r in rows if r.outcome == "no-op"}
     assert {n.note for n in NO_OPS} <= noted
+
+
+def test_validate_prints_the_note_of_a_documented_no_op(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from cluster.cli import app
+
+    f = tmp_path / "e.yaml"
+    f.write_text("version: 1\nname: n\nmodel: {path: sim://m, engine: sim}\nvariants:\n  - {name: a, baseline: true, "
+                 "tuning: {kind: none}}\n  - {name: b, speculative: {num_steps: 1}}\nworkloads:\n  - {name: w, "
+                 "input_tokens: 8, output_tokens: 4, num_requests: 4}\nload: {concurrency: [1]}\n")
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(app, ["validate", str(f)])
+    assert res.exit_code == 0, res.output
+    assert "note: variants.0.tuning: kind none is the same as leaving tuning out" in res.output
+    assert "note: variants.0.baseline: marks the variant that is the baseline anyway" in res.output
