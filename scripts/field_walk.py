@@ -445,7 +445,7 @@ def _notes(spec: Any) -> Callable[[], list[tuple[str, str]]]:
         from cluster.config.relevance import no_op_notes
     except ImportError:  # the walk run against a tree without the registry (the count before it existed)
         return lambda: []
-    return lambda: no_op_notes(spec)
+    return lambda: no_op_notes(spec.variants)
 
 
 _REFS: dict[str, Any] = {}

@@ -65,7 +65,7 @@ def _input_checks(spec: ExperimentSpec, output: Optional[str] = None,
     root = None if output is None else resolve_output_root(output, Path.cwd())
     for note in check_inputs(spec, variants, reports, Path.cwd(), root):
         err_console.print(f"[cyan]dataset[/] {note}", soft_wrap=True, highlight=False)
-    for field, why in no_op_notes(spec):  # a documented no-op is accepted, never silently
+    for field, why in no_op_notes(spec.variants):  # a documented no-op is accepted, never silently
         err_console.print(f"note: {field}: {why}", style="yellow", markup=False, soft_wrap=True, highlight=False)
     # the simulator's flags here; SGLang's and vLLM's by their own parsers in the GPU node's preflight
     for line in check_launch_flags(spec, variants, sys.executable, on_node=False) + load_above_cap(spec, variants):
