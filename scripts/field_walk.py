@@ -348,7 +348,7 @@ def steps(model: type[BaseModel], base: Doc, path: tuple[Any, ...] = (), label: 
             except LookupError as e:
                 raise LookupError(f"{name}: {e}: give it a value in SAMPLES") from None
         if current is not None and value == current:
-            value = generic_sample(info) if sample_key in SAMPLES else _other(info, current)
+            value = _other(info, current)
         yield Step(flabel, fpath, parents, value)
 
 
