@@ -150,6 +150,13 @@ MEMBERS: dict[str, dict[str, Any]] = {
 }
 """Union fields: member name → the value that selects it."""
 
+MEMBER_WITH: dict[tuple[str, str], dict[str, Any]] = {
+    ("workloads[].prompts", "sharegpt"): {"input_tokens": "dataset"},
+    ("workloads[].prompts", "trace"): {"input_tokens": "dataset", "output_tokens": "dataset"},
+}
+"""Members that need siblings set beside them (by name): a conversation source sends its prompts as written, a
+trace replays its own lengths; set in the member's step and under every field walked inside it."""
+
 
 def _norm(path: tuple[Any, ...]) -> str:
     out = ""
@@ -240,6 +247,8 @@ class Step:
     parents: tuple[tuple[tuple[Any, ...], Any], ...]
     """Values set before it (its absent parents, a union member): the reference the field's change is measured from."""
     value: Any
+    beside: tuple[tuple[tuple[Any, ...], Any], ...] = ()
+    """Siblings set with it (MEMBER_WITH, WITH)."""
 
 
 def _get(doc: Doc, path: tuple[Any, ...]) -> Any:
@@ -301,10 +310,12 @@ def steps(model: type[BaseModel], base: Doc, path: tuple[Any, ...] = (), label: 
                 member_model = _member_model(name, value)
                 as_default = member_model is not None and isinstance(default, member_model) and \
                     member_model.model_validate(value) == default
+                beside = tuple((path + (k,), v) for k, v in MEMBER_WITH.get((name, member), {}).items())
                 if value != current and not as_default:  # the base's own member, or the default spelled out: its
-                    yield Step(f"{flabel}<{member}>", fpath, parents, value)  # fields are still walked
+                    yield Step(f"{flabel}<{member}>", fpath, parents, value, beside)  # fields are still walked
                 if member_model is not None:
-                    yield from steps(member_model, base, fpath, f"{flabel}<{member}>", parents + ((fpath, value),))
+                    yield from steps(member_model, base, fpath, f"{flabel}<{member}>",
+                                     parents + ((fpath, value),) + beside)
             continue
         origin = get_origin(_unwrap(info.annotation))
         if origin is list and _model_of(get_args(_unwrap(info.annotation))[0]) is not None \
@@ -479,6 +490,8 @@ def outcome(base: str, step: Step) -> Row:
     _set(doc, step.path, step.value)
     for sibling, v in WITH.get(_norm(step.path), {}).items():
         _set(doc, step.path[:-1] + (sibling,), v)
+    for p, v in step.beside:
+        _set(doc, p, v)
     try:
         spec = _load(doc)
         changed = fingerprint(spec) != ref_print
