@@ -1,7 +1,11 @@
 """No field is silently ignored: every field of the experiment schema, set to a non-default valid value on a base
 experiment of each load kind (with a plain, a speculative and a tuned variant), changes the plan, is refused naming
 itself, or is a documented no-op with a printed note (scripts/field_walk.py walks it; docs/field-walk.md is its
-table). Before these rules 13 fields were silently ignored in 73 (field, load kind) cells (issue 37)."""
+table). On d2321c6, before these rules, the same walk found 15 fields silently ignored in 85 (field, load kind)
+cells (issue 37): engines.sglang and engines.vllm (and their python, launcher, version) with no variant on that
+engine, engines.sim.version, load.arrival (gamma) and load.max_concurrency without an open-loop point,
+load.arrival_cv with arrival: trace, order: interleaved with one repeat, variants[].baseline on the default
+baseline, variants[].tuning kind none."""
 
 from __future__ import annotations
 
