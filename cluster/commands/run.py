@@ -24,6 +24,7 @@ from cluster.plan.inputs import check_inputs, resolve_output_root
 from cluster.plan.load_cap import load_above_cap
 from cluster.plan.repeats import repeats_bound
 from cluster.config.bounds import PORT_MAX, PORT_MIN
+from cluster.config.relevance import no_op_notes
 from cluster.config.repeats import RepeatsUntil
 from cluster.errors import PreflightError, UserError
 from cluster.plan.preflight import check_speculative_support
@@ -65,6 +66,8 @@ def _input_checks(spec: ExperimentSpec, output: Optional[str] = None,
     root = None if output is None else resolve_output_root(output, Path.cwd())
     for note in check_inputs(spec, variants, reports, Path.cwd(), root):
         err_console.print(f"[cyan]dataset[/] {note}", soft_wrap=True, highlight=False)
+    for field, why in no_op_notes(spec.variants):  # a documented no-op is accepted, never silently
+        err_console.print(f"note: {field}: {why}", style="yellow", markup=False, soft_wrap=True, highlight=False)
     # the simulator's flags here; SGLang's and vLLM's by their own parsers in the GPU node's preflight
     for line in check_launch_flags(spec, variants, sys.executable, on_node=False) + load_above_cap(spec, variants):
         err_console.print(line, style="yellow", markup=False, soft_wrap=True)

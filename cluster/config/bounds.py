@@ -44,6 +44,12 @@ MAX_TIMEOUT_S = 86_400.0
 """Timeouts and waits: one day. A server that is not healthy, or a request that has not ended, after a day has
 failed; a larger value only hides a hang."""
 
+MAX_WINDOW_S = MAX_TIMEOUT_S
+"""Seconds an open loop may take to send one window's requests (num_requests / request_rate): one day, the longest
+wait the spec admits anywhere. A rate slower than that (one request per 31 years is a valid positive float) leaves
+the server idle between requests, so the window measures single-request latency with a wall-clock cost no run can
+pay; the bound is on the window, not the rate, because 100 requests at 0.01 req/s (~3 h) is a slow but real soak."""
+
 MAX_LATENCY_MS = MAX_TIMEOUT_S * 1000
 """Latency limits (SLOs, client lag): a request cannot take longer than the longest request timeout."""
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from cluster.config.fields import FrozenModel, LocalPath
+from cluster.config.fields import FieldProblem, FrozenModel, LocalPath
 
 MAX_EVAL_PROMPTS = 100_000
 """Prompts of one accuracy task: more than any eval set a serving benchmark asks (GSM8K's test split is 1,319)."""
@@ -35,3 +35,10 @@ class EvalSpec(FrozenModel):
     workload, first repeat), tagged apart from the load's requests."""
     max_new_tokens: int = Field(default=16, ge=1, le=MAX_EVAL_ANSWER_TOKENS)
     """Token budget of each answer."""
+
+    @model_validator(mode="after")
+    def _two_fields(self) -> "EvalSpec":
+        if self.prompt_field == self.answer_field:
+            raise FieldProblem(("answer_field",), f"answer_field is prompt_field ({self.prompt_field!r}): every "
+                               "prompt would be its own answer; expected two different row fields")
+        return self

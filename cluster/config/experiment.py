@@ -13,6 +13,7 @@ from cluster.config.fields import FieldProblem, FrozenModel, check_name
 from cluster.config.gate import CorrectnessSpec
 from cluster.config.load import LoadSpec
 from cluster.config.output import DatasetRoot, TelemetrySpec
+from cluster.config import relevance as R
 from cluster.config.repeats import Repeats, RepeatsUntil
 from cluster.config.server import ServerSpec, arg_flag
 from cluster.config.model import ModelSpec
@@ -185,6 +186,17 @@ class ExperimentSpec(FrozenModel):
                     for_whom = f" for variant {v.name!r}" if where[0] == "server" and key not in \
                         set_by_sglbench(None) else ""
                     raise FieldProblem(where + (key,), f"{key} is set by {owned[key]}{for_whom}: remove it")
+        return self
+
+    @model_validator(mode="after")
+    def _meaningful(self) -> "ExperimentSpec":
+        """A field another section makes meaningless is refused (cluster/config/relevance.py)."""
+        R.check_repeats_metric(self.repeats, self.variants, self.workloads)
+        R.check_closed_loop_requests(self.load, self.workloads)
+        R.check_window_length(self.load, self.workloads)
+        R.check_tokenizer(self.model, self.workloads)
+        R.check_engines(self.engines, self.model, self.variants)
+        R.check_order(self.order, self.repeats)
         return self
 
     @model_validator(mode="after")

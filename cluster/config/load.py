@@ -97,6 +97,22 @@ class LoadSpec(FrozenModel):
             raise FieldProblem(("max_concurrency",), f"max_concurrency must be a multiple of actors_per_server={n}")
         return self
 
+    def open_loop(self) -> bool:
+        """Whether any point is open-loop: a request_rate, or a search over request rate."""
+        return bool(self.request_rate) or (self.search is not None and self.search.over == "request_rate")
+
+    @model_validator(mode="after")
+    def _open_loop_only(self) -> "LoadSpec":
+        """max_concurrency and gamma arrivals shape open-loop points: with none they would be ignored."""
+        if self.open_loop():
+            return self
+        for name, set_ in (("max_concurrency", self.max_concurrency is not None), ("arrival", self.arrival == "gamma")):
+            if set_:
+                raise FieldProblem((name,), f"{name} shapes open-loop points (request_rate, or search over "
+                                   "request_rate), but load has none: closed-loop concurrency keeps its own number "
+                                   f"in flight, so it would be ignored (remove {name} or add a request_rate)")
+        return self
+
     @model_validator(mode="after")
     def _arrival(self) -> "LoadSpec":
         if self.arrival == "gamma" and self.arrival_cv is None:
@@ -104,6 +120,9 @@ class LoadSpec(FrozenModel):
                                "variation, e.g. 2 for bursty traffic)")
         if self.arrival == "poisson" and self.arrival_cv is not None:
             raise FieldProblem(("arrival_cv",), "arrival_cv is for arrival: gamma (Poisson's is 1 by definition)")
+        if self.arrival == "trace" and self.arrival_cv is not None:
+            raise FieldProblem(("arrival_cv",), "arrival_cv is for arrival: gamma (arrival: trace sends at the "
+                               "trace's recorded gaps)")
         return self
 
     @model_validator(mode="after")

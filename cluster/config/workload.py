@@ -168,6 +168,18 @@ class WorkloadSpec(FrozenModel):
             raise FieldProblem(("num_requests",), f"num_requests {self.num_requests} must be a multiple of "
                                f"sessions.turns {s.turns} (every session sends all its turns)")
 
+    def tokenizer_field(self) -> Optional[tuple[str, ...]]:
+        """The field that makes a conversation workload count tokens (None: it needs no tokenizer):
+        output_tokens: dataset (the reference answer's length), prompts.max_input_tokens, prompts.chat_template."""
+        src = self.prompts
+        if not isinstance(src, ConversationPrompts):
+            return None
+        if self.output_tokens == "dataset":
+            return ("output_tokens",)
+        if src.max_input_tokens is not None:
+            return ("prompts", "max_input_tokens")
+        return ("prompts", "chat_template") if src.chat_template else None
+
     def prompt_tokens_max(self) -> Optional[int]:
         """The longest prompt a request can carry (None: the dataset's own): a session's last turn holds every
         earlier turn's prompt and answer."""

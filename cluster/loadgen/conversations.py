@@ -218,9 +218,7 @@ def select_rows(path: pathlib.Path, rows: list[ConversationRow], workload: Workl
 
 
 def needs_tokenizer(workload: WorkloadSpec) -> bool:
-    src = workload.prompts
-    return isinstance(src, ConversationPrompts) and (src.max_input_tokens is not None or src.chat_template
-                                                     or workload.output_tokens == "dataset")
+    return workload.tokenizer_field() is not None
 
 
 def conversation_prompts(sel: Selection, workload: WorkloadSpec, n: int, seed: int,

@@ -40,11 +40,15 @@ def read_eval_items(spec: EvalSpec, base_dir: Path) -> tuple[EvalItem, ...]:
            "an integer)"
     raw = read_source_text(path, EvalFileError, "the accuracy task's file", f"{FIELD}.path")
     records = jsonl_records(path, raw, EvalFileError, want)
+    if not records:
+        raise EvalFileError(f"{path}: the accuracy task's file holds no rows: every variant would be judged on no "
+                            "answers", file=str(path), field=f"{FIELD}.path", expected=want)
     if spec.num_prompts is not None and spec.num_prompts > len(records):
         raise EvalFileError(f"{path}: {FIELD}.num_prompts is {spec.num_prompts} but the file holds {len(records)} "
                             f"row{'' if len(records) == 1 else 's'}", file=str(path), field=f"{FIELD}.num_prompts",
                             expected=f"at most {len(records)}")
     items: list[EvalItem] = []
+    seen: dict[str, tuple[int, str]] = {}
     for rec in records[:spec.num_prompts]:
         v = rec.value
         if not isinstance(v, dict):
@@ -60,6 +64,11 @@ def read_eval_items(spec: EvalSpec, base_dir: Path) -> tuple[EvalItem, ...]:
             got = "no such field" if spec.answer_field not in v else shown(answer)
             raise row_error(EvalFileError, path, rec.line, rec.row, f"field {spec.answer_field!r}: expected a "
                             f"non-empty string or an integer, got {got}", f"{FIELD}.answer_field", want)
+        first = seen.setdefault(prompt, (rec.line, str(answer).strip()))
+        if first[1] != str(answer).strip():
+            raise row_error(EvalFileError, path, rec.line, rec.row, f"the same {spec.prompt_field!r} as line "
+                            f"{first[0]} with another {spec.answer_field!r} ({shown(answer)} vs {first[1]!r}): one "
+                            "question has one exact answer", f"{FIELD}.path", want)
         items.append(EvalItem(f"row{rec.row}", rec.line, prompt, str(answer).strip()))
     return tuple(items)
 

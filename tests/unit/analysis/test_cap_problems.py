@@ -22,7 +22,7 @@ variants:
   - {name: base, baseline: true}
   - {name: mtp, speculative: {algorithm: NEXTN, num_steps: 2}}
 workloads:
-  - {name: w, input_tokens: 16, output_tokens: 4, num_requests: 2}
+  - {name: w, input_tokens: 16, output_tokens: 4, num_requests: 32}
 load: {concurrency: [32]}
 """
 

@@ -167,6 +167,22 @@ EXPECTED: dict[str, tuple[int, str, str]] = {
     "arg_out_of_flag_domain.yaml": (24, "server.args.mem-fraction-static", "expected a number > 0 and <= 1"),
     "integer_field_given_float.yaml": (6, "model.tp", "expected an integer, got the number 2.0"),
     "env_set_by_sglbench.yaml": (24, "server.env.CUDA_VISIBLE_DEVICES", "is set by Ray"),
+    # issue 37: a field another field makes meaningless (cluster/config/relevance.py, docs/field-walk.md)
+    "max_concurrency_on_closed_loop.yaml": (20, "load.max_concurrency", "shapes open-loop points (request_rate"),
+    "gamma_arrivals_on_concurrency_points.yaml": (20, "load.arrival", "arrival shapes open-loop points (request_rate"),
+    "arrival_cv_with_trace_arrivals.yaml": (22, "load.arrival_cv", "arrival_cv is for arrival: gamma (arrival: trace"),
+    "repeats_until_accept_length_without_speculative.yaml": (17, "repeats.until.metric",
+                                                             "no variant sets variants[].speculative"),
+    "repeats_until_tpot_one_output_token.yaml": (21, "repeats.until.metric", "but workloads.0.output_tokens is 1"),
+    "concurrency_above_request_count.yaml": (19, "load.concurrency.1", "concurrency 16 is above workloads.0.num_requ"),
+    "request_rate_once_in_31_years.yaml": (19, "load.request_rate.0", "a window may take at most 86400 s (one day)"),
+    "eval_with_gate_disabled.yaml": (23, "correctness.eval", "correctness.enabled is false"),
+    "eval_prompt_field_is_answer_field.yaml": (22, "correctness.eval.answer_field", "answer_field is prompt_field"),
+    "dataset_output_on_sim_without_tokenizer.yaml": (16, "workloads.0.output_tokens",
+                                                     "model.path 'sim://qwen' is simulated and has none"),
+    "engine_launcher_for_unused_engine.yaml": (22, "engines.vllm", "no variant runs on vllm"),
+    "sim_engine_version.yaml": (22, "engines.sim.version", "engines.sim.version would be ignored"),
+    "interleaved_with_one_repeat.yaml": (21, "order", "but repeats is 1"),
 }
 
 VALID = """\

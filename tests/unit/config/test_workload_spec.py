@@ -72,7 +72,8 @@ def test_bad_workloads_name_line_and_field(tmp_path: Path, workload: str, line: 
 
 def test_conversation_source_parses(tmp_path: Path) -> None:
     spec = _load(tmp_path, "  - name: w\n    input_tokens: dataset\n    output_tokens: dataset\n    num_requests: 2\n"
-                           "    prompts: {source: sharegpt, path: d.json, category_field: topic, categories: [code]}\n")
+                           "    prompts: {source: sharegpt, path: d.json, category_field: topic, categories: [code], "
+                           "tokenizer: tok}\n")
     src = spec.workloads[0].prompts
     assert isinstance(src, ConversationPrompts) and src.category_field == "topic" and src.categories == ["code"]
     assert spec.workloads[0].input_tokens_max() is None and spec.workloads[0].output_tokens_nominal() is None

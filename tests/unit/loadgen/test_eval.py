@@ -128,8 +128,8 @@ version: 1
 name: e
 model: {path: sim://m, engine: sim}
 variants: [{name: a, baseline: true}, {name: b}]
-workloads: [{name: w1, input_tokens: 8, output_tokens: 8, num_requests: 2},
-            {name: w2, input_tokens: 8, output_tokens: 8, num_requests: 2}]
+workloads: [{name: w1, input_tokens: 8, output_tokens: 8, num_requests: 8},
+            {name: w2, input_tokens: 8, output_tokens: 8, num_requests: 8}]
 load: {concurrency: [8, 2], request_rate: [50]}
 repeats: 2
 """)
