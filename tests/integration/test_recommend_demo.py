@@ -1,5 +1,13 @@
 """`sglbench results recommend` on the demo experiment (the simulator, local Ray): the printed table names a
-variant or says why not at every load point, the depth schedule covers them, the JSON agrees with the table."""
+variant or says why not at every load point, the depth schedule covers them, the JSON agrees with the table.
+
+Machine load tolerated: at c1 one NEXTN depth must beat the baseline with its interval's low end above 1 over three
+repeats. At time_scale 0.05 NEXTN-3 makes 3.37 tokens a 0.88-ms step (17.5 model ms) against the baseline's 1 a
+0.70-ms step, so lateness that falls alike on both is tolerated at any size, and lateness on NEXTN-3's windows alone
+up to 1.47 ms a step ((3.37 x 13.9 - 17.5) x 0.05) plus 2.37x the baseline's own. The clock rule compares busy
+samples only (requests in flight for at least half a sample's 100 ms): a client that stalls between requests removes
+samples from it instead of lowering a variant's clock mean, which is how a fresh-clone CI run marked NEXTN-1 "not
+vouched" (2278 vs 2430 MHz over every sample). The client may lag its schedule by up to max_client_lag_ms (1 s)."""
 
 from __future__ import annotations
 
