@@ -157,9 +157,10 @@ def _unvouched(cell: pd.DataFrame) -> list[str]:
             if getattr(row, "m_gpu_throttled", None) == 1.0:
                 share = getattr(row, "m_gpu_throttled_share", math.nan)
                 low = getattr(row, "m_sm_clock_mhz_min", math.nan)
+                # the clock is over busy samples (gpu_metrics.busy_samples): none when every sample was idle
+                down = f", SM clock down to {low:.0f} MHz" if low is not None and math.isfinite(low) else ""
                 out.append(f"repeat {row.repeat}: GPUs throttled (thermal or power clock-event reasons) on "
-                           f"{share:.0%} of the window's samples, SM clock down to {low:.0f} MHz: this run did "
-                           "not measure the variant alone")
+                           f"{share:.0%} of the window's samples{down}: this run did not measure the variant alone")
     return out
 
 

@@ -162,3 +162,15 @@ def test_the_clock_rule_on_the_simulators_device_model(tmp_path: Path) -> None:
     # before: fast's mean (50 x 2430 + 51 x 600) / 101 = 1506 MHz against the baseline's 2412 MHz: fired
     assert _verdicts(_compare(tmp_path, figures)) == {"baseline": (False, False), "fast": (False, False),
                                                       "hot": (True, True), "low": (True, True)}
+
+
+def test_a_throttled_run_without_busy_samples_names_no_clock(tmp_path: Path) -> None:
+    # thermal reasons on the first half of each second, but the only request ran after the window (20-21 s): no
+    # sample inside is busy, so there is no clock figure to quote (before: "SM clock down to nan MHz")
+    idle_hot = summarize_gpu(hand_samples(THROTTLED, REASON_SW_THERMAL, first_half), WINDOW_S, 60.0,
+                             requests([(20.0, 21.0)]))
+    assert idle_hot["gpu_throttled"] == 1.0 and idle_hot["sm_clock_mhz_min"] is None
+    base = summarize_gpu(hand_samples(BOOST, 0, always_but_first), WINDOW_S, 70.0, requests(BACK_TO_BACK))
+    warnings = _compare(tmp_path, {"baseline": base, "fast": base, "hot": idle_hot, "low": base})
+    throttled = [w for w in warnings["hot"] if "GPUs throttled" in w]
+    assert throttled and not any("nan" in w or "MHz" in w for w in throttled), throttled
