@@ -26,8 +26,9 @@ MIN_DURATION_S = 10.0
 CI_LEVEL = 0.95
 
 CLOCK_MISMATCH_REL = 0.03
-"""Compare warns when a variant's SM clocks (mean or 10th percentile over its ok runs' samples) differ from the
-baseline's at the same load point by more than this share: the A/B then measured clocks as well as the variants.
+"""Compare warns when a variant's SM clocks (mean or 10th percentile over its ok runs' busy samples: idle ones are
+left out, cluster/analysis/gpu_metrics.py busy_samples) differ from the baseline's at the same load point by more than
+this share: the A/B then measured clocks as well as the variants.
 3% is above the run-to-run clock spread of an unthrottled datacenter GPU at a fixed load (boost bins are ~15 MHz
 of ~2 GHz) and below the drop of a power-capped or thermally throttled one (typically 10-40%)."""
 
