@@ -26,8 +26,9 @@ MIN_DURATION_S = 10.0
 CI_LEVEL = 0.95
 
 CLOCK_MISMATCH_REL = 0.03
-"""Compare warns when a variant's SM clocks (mean or 10th percentile over its ok runs' samples) differ from the
-baseline's at the same load point by more than this share: the A/B then measured clocks as well as the variants.
+"""Compare warns when a variant's SM clocks (mean or 10th percentile over its ok runs' busy samples: idle ones are
+left out, cluster/analysis/gpu_metrics.py busy_samples) differ from the baseline's at the same load point by more than
+this share: the A/B then measured clocks as well as the variants.
 3% is above the run-to-run clock spread of an unthrottled datacenter GPU at a fixed load (boost bins are ~15 MHz
 of ~2 GHz) and below the drop of a power-capped or thermally throttled one (typically 10-40%)."""
 
@@ -157,9 +158,10 @@ def _unvouched(cell: pd.DataFrame) -> list[str]:
             if getattr(row, "m_gpu_throttled", None) == 1.0:
                 share = getattr(row, "m_gpu_throttled_share", math.nan)
                 low = getattr(row, "m_sm_clock_mhz_min", math.nan)
+                # the clock is over busy samples (gpu_metrics.busy_samples): none when every sample was idle
+                down = f", SM clock down to {low:.0f} MHz" if low is not None and math.isfinite(low) else ""
                 out.append(f"repeat {row.repeat}: GPUs throttled (thermal or power clock-event reasons) on "
-                           f"{share:.0%} of the window's samples, SM clock down to {low:.0f} MHz: this run did "
-                           "not measure the variant alone")
+                           f"{share:.0%} of the window's samples{down}: this run did not measure the variant alone")
     return out
 
 

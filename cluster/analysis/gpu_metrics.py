@@ -9,12 +9,24 @@ requests' clock; samples just outside it bracket its ends. Definitions:
 - gpu_power_w_mean = gpu_energy_j / duration_s: the mean total power of the server's GPUs.
 - energy_j_per_output_token = gpu_energy_j / Σ output tokens of ok requests (output_tok_s × duration_s).
 - output_tok_s_per_w = output_tok_s / gpu_power_w_mean (= output tokens per joule).
-- sm_clock_mhz_mean / _min / _p10: over every GPU's samples inside the window.
+- sm_clock_mhz_mean / _min / _p10: over the BUSY samples inside the window (`busy_samples`, below): the clocks
+  the GPUs ran the work at. Idle samples are left out: a GPU drops to its idle clock between requests, and a
+  variant that finishes its requests sooner spends more of the window there, so a mean over every sample would mark
+  a faster variant as "ran at other clocks" although nothing throttled. None when no sample inside is busy.
 - gpu_temperature_c_max: the hottest sample inside the window.
 - gpu_throttled: 1.0 when any sample inside the window carries a thermal or power clock-event reason
   (telemetry/readings.py THERMAL_REASONS, POWER_REASONS), else 0.0; gpu_throttled_share: the share of such samples.
 - gpu_samples: sample rows (GPUs × instants) inside the window.
 None where there are no samples (no telemetry) or the inputs are missing.
+
+The busy predicate, one definition (`busy_samples`): a sample reports on the interval since its GPU's previous
+sample (NVML's utilisation and the mean power are over it, and a clock falls to idle within it); it is busy when
+1. the run's request records are given: requests were in flight (from a request's actual send to its last chunk)
+   for at least BUSY_IN_FLIGHT_SHARE of that interval, and
+2. its clock-event reasons do not say the GPU was idle (REASON_GPU_IDLE; a GPU waiting on the host is not running
+   the variant's kernels, whatever the client has in flight).
+Without request records, utilisation at or above BUSY_UTIL_PCT_FLOOR stands in for 1; without either, only 2.
+A GPU's first sample reports on the median spacing of its samples.
 """
 
 from __future__ import annotations
@@ -24,7 +36,16 @@ from typing import Optional
 import numpy as np
 import pyarrow as pa
 
+from cluster.kernel.records import Records
 from cluster.kernel.run_row import GPU_METRIC_NAMES
+from cluster.telemetry.readings import REASON_GPU_IDLE
+
+BUSY_IN_FLIGHT_SHARE = 0.5
+"""A sample is busy when requests were in flight for at least this share of the interval it reports on: a sample
+mostly inside a gap between requests reports the idle clock, one mostly inside a request the clock the work ran at."""
+BUSY_UTIL_PCT_FLOOR = 50
+"""Without request records, a sample is busy when its GPU utilisation (share of the interval a kernel ran) is at
+least this, percent."""
 
 GPU_METRIC_DEFINITIONS: dict[str, str] = {
     "gpu_energy_j": "energy of the server's GPUs over the window: Σ per GPU of the energy counter at the end minus at "
@@ -32,9 +53,12 @@ GPU_METRIC_DEFINITIONS: dict[str, str] = {
     "gpu_power_w_mean": "gpu_energy_j / duration_s: mean total power of the server's GPUs, W",
     "energy_j_per_output_token": "gpu_energy_j / output tokens of ok requests, J/token",
     "output_tok_s_per_w": "output_tok_s / gpu_power_w_mean (output tokens per joule)",
-    "sm_clock_mhz_mean": "mean SM clock over every GPU sample inside the window, MHz",
-    "sm_clock_mhz_min": "lowest SM clock sampled inside the window, MHz",
-    "sm_clock_mhz_p10": "10th percentile of the SM clock samples inside the window, MHz",
+    "sm_clock_mhz_mean": "mean SM clock over the busy GPU samples inside the window (requests in flight for at "
+                         f"least {BUSY_IN_FLIGHT_SHARE:.0%} of the sample's interval, or utilisation at least "
+                         f"{BUSY_UTIL_PCT_FLOOR}% without request records; never a sample with the gpu_idle "
+                         "clock-event reason), MHz",
+    "sm_clock_mhz_min": "lowest SM clock of the busy samples inside the window, MHz",
+    "sm_clock_mhz_p10": "10th percentile of the SM clock of the busy samples inside the window, MHz",
     "gpu_temperature_c_max": "hottest GPU temperature sampled inside the window, °C",
     "gpu_throttled": "1 when any sample inside the window had a thermal or power clock-event (throttle) reason, else 0",
     "gpu_throttled_share": "share of the samples inside the window with a thermal or power throttle reason",
@@ -68,14 +92,67 @@ def _counter_delta(t_s: np.ndarray, e_j: np.ndarray, end_s: float) -> Optional[f
     return float(rate * end_s)
 
 
-def summarize_gpu(samples: Optional[pa.Table], duration_s: float,
-                  output_tok_s: Optional[float]) -> dict[str, Optional[float]]:
-    """Every metric of GPU_METRIC_NAMES for one run (see the module docstring)."""
+def _in_flight_cumulative(requests: Records) -> tuple[np.ndarray, np.ndarray]:
+    """(x_s, y_s): seconds with a request in flight up to time x, as breakpoints of a piecewise-linear function
+    (np.interp), from the union of the requests' [actual send, last chunk] intervals (first chunk where there is no
+    last; a request that never answered counts no time)."""
+    send = requests.column("actual_send_ns").to_pylist()
+    first = requests.column("first_chunk_ns").to_pylist()
+    last = requests.column("last_chunk_ns").to_pylist()
+    spans = sorted((s / 1e9, (e if e is not None else f) / 1e9) for s, f, e in zip(send, first, last)
+                   if s is not None and (e if e is not None else f) is not None and (e if e is not None else f) > s)
+    merged: list[list[float]] = []
+    for a, b in spans:
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    xs: list[float] = []
+    ys: list[float] = []
+    total = 0.0
+    for a, b in merged:
+        xs += [a, b]
+        ys += [total, total + b - a]
+        total += b - a
+    return np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
+
+
+def busy_samples(t_s: np.ndarray, gpus: np.ndarray, reasons: np.ndarray, util_pct: np.ndarray,
+                 requests: Optional[Records]) -> np.ndarray:
+    """Which samples are busy: THE busy predicate (module docstring). `reasons` and `util_pct` hold -1 where a
+    sample did not record them."""
+    not_idle = (reasons < 0) | ((reasons & REASON_GPU_IDLE) == 0)
+    if requests is None or not requests.num_rows:
+        by_util: np.ndarray = not_idle & ((util_pct < 0) | (util_pct >= BUSY_UTIL_PCT_FLOOR))
+        return by_util
+    xs, ys = _in_flight_cumulative(requests)
+    start = np.empty_like(t_s)
+    for g in set(gpus.tolist()):
+        sel = np.flatnonzero(gpus == g)
+        order = sel[np.argsort(t_s[sel], kind="stable")]
+        t = t_s[order]
+        gaps = np.diff(t)
+        first_gap = float(np.median(gaps)) if gaps.size else 0.0
+        start[order] = np.concatenate(([t[0] - first_gap], t[:-1])) if t.size else t
+    if not xs.size:
+        return np.zeros(t_s.shape, dtype=bool)
+    covered = np.interp(t_s, xs, ys) - np.interp(start, xs, ys)
+    span = t_s - start
+    inside_now = np.interp(t_s + 1e-12, xs, ys) > np.interp(t_s, xs, ys)  # a zero-length interval: the instant
+    share = np.where(span > 0, covered / np.where(span > 0, span, 1.0), inside_now.astype(np.float64))
+    busy: np.ndarray = not_idle & (share >= BUSY_IN_FLIGHT_SHARE)
+    return busy
+
+
+def summarize_gpu(samples: Optional[pa.Table], duration_s: float, output_tok_s: Optional[float],
+                  requests: Optional[Records] = None) -> dict[str, Optional[float]]:
+    """Every metric of GPU_METRIC_NAMES for one run (see the module docstring); `requests`: the run's request
+    records, which say when the GPUs were busy (else their utilisation does)."""
     out: dict[str, Optional[float]] = {n: None for n in GPU_METRIC_NAMES}
     if samples is None or not samples.num_rows or duration_s <= 0:
         return out
     cols = samples.select(["t_ns", "gpu", "power_w", "energy_j", "sm_clock_mhz", "temperature_c",
-                           "throttle_thermal", "throttle_power"]).to_pydict()
+                           "throttle_thermal", "throttle_power", "clock_event_reasons", "gpu_util_pct"]).to_pydict()
     t_s = np.asarray(cols["t_ns"], dtype=np.float64) / 1e9
     gpus = np.asarray(cols["gpu"], dtype=object)
     inside = (t_s >= 0) & (t_s <= duration_s)
@@ -102,7 +179,10 @@ def summarize_gpu(samples: Optional[pa.Table], duration_s: float,
         tokens = output_tok_s * duration_s if output_tok_s else 0.0
         out["energy_j_per_output_token"] = total / tokens if tokens > 0 else None
         out["output_tok_s_per_w"] = output_tok_s / power_w if output_tok_s and power_w > 0 else None
-    sm = floats("sm_clock_mhz")[inside]
+    reasons = np.asarray([-1 if v is None else int(v) for v in cols["clock_event_reasons"]], dtype=np.int64)
+    util = np.asarray([-1 if v is None else int(v) for v in cols["gpu_util_pct"]], dtype=np.int64)
+    busy = busy_samples(t_s, gpus, reasons, util, requests)
+    sm = floats("sm_clock_mhz")[inside & busy]
     sm = sm[~np.isnan(sm)]
     if sm.size:
         out["sm_clock_mhz_mean"], out["sm_clock_mhz_min"] = float(sm.mean()), float(sm.min())

@@ -242,7 +242,7 @@ def build_run_row(p: RunPlan, out: MeasuredWindow, server: ServerFacts, segment:
             m[k] = v
     from cluster.analysis.gpu_metrics import summarize_gpu, throttle_summary
 
-    m.update(summarize_gpu(out.gpu_metrics, out.duration_s, m.get("output_tok_s")))
+    m.update(summarize_gpu(out.gpu_metrics, out.duration_s, m.get("output_tok_s"), out.requests))
     n_ok = int(m.get("n_ok") or 0)
     invalid: list[str] = []
     # the stored m_lag_ms_p99 (request_metrics.client_lag over the committed requests), never a shard's own figure

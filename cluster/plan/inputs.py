@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from cluster.loadgen.source_files import row_error
+from cluster.plan.source_parses import SourceParses
 from cluster.engines.registry import is_simulated
 from cluster.errors import PreflightError
 from cluster.input_files import symlink_loop_above
@@ -64,12 +65,15 @@ def check_prompts(spec: ExperimentSpec, variants: Sequence[ResolvedVariant], rep
                   base_dir: Path, *, absent_ok: bool = False) -> list[str]:
     """Every workload's prompts exist, parse, and fit every variant's model. `absent_ok`: an absolute prompt path
     missing here may exist on the GPU node (checked again there). Returns one note per conversation dataset: its
-    rows read, used (per category) and filtered by reason."""
+    rows read, used (per category) and filtered by reason. Each file is parsed once (SourceParses), however many
+    variants and workloads check it."""
     notes: dict[str, str] = {}
+    parses = SourceParses()
     for i, w in enumerate(spec.workloads):
         for v in variants:
             limits = limits_for(v, reports)
-            note = _check_workload(spec.model.path, i, w, limits, base_dir, absent_ok, spec.load.arrival == "trace")
+            note = _check_workload(spec.model.path, i, w, limits, base_dir, absent_ok, spec.load.arrival == "trace",
+                                   parses)
             if note is not None:
                 notes.setdefault(w.name, note)
     task = spec.correctness.eval
@@ -88,7 +92,9 @@ def check_prompts(spec: ExperimentSpec, variants: Sequence[ResolvedVariant], rep
 
 
 def _check_workload(model_path: str, i: int, w: WorkloadSpec, limits: ModelLimits, base_dir: Path,
-                    absent_ok: bool, replay_times: bool = False) -> Optional[str]:
+                    absent_ok: bool, replay_times: bool = False,
+                    parses: Optional[SourceParses] = None) -> Optional[str]:
+    parses = SourceParses() if parses is None else parses
     field = f"workloads.{i}"
     ctx = limits.context_tokens
     n_in, n_out = w.prompt_tokens_max(), w.output_tokens_max()
@@ -116,16 +122,16 @@ def _check_workload(model_path: str, i: int, w: WorkloadSpec, limits: ModelLimit
         raise PreflightError(f"{path}: {field}.prompts.path {what}", file=str(path), field=f"{field}.prompts.path",
                              expected=f"a readable {src.source} file")
     if isinstance(src, TextPrompts):
-        _check_text(model_path, field, src, path, limits, base_dir, absent_ok)
+        _check_text(model_path, field, src, path, limits, base_dir, absent_ok, parses)
         return None
     if isinstance(src, ConversationPrompts):
-        return _check_conversations(model_path, field, w, src, limits, base_dir, absent_ok)
+        return _check_conversations(model_path, field, w, src, limits, base_dir, absent_ok, parses)
     if isinstance(src, TracePrompts):
-        return _check_trace(field, w, src, path, limits, replay_times)
+        return _check_trace(field, w, src, path, limits, replay_times, parses)
     from cluster.loadgen.datasets import DatasetError, load_jsonl_rows
 
     try:
-        rows = load_jsonl_rows(path)
+        rows = parses.get("jsonl prompts", path, lambda: load_jsonl_rows(path))
     except DatasetError as e:
         raise PreflightError(f"{field}.prompts.path: {e}", file=e.file, field=f"{field}.prompts.path",
                              expected=e.expected) from None
@@ -146,23 +152,23 @@ def _check_workload(model_path: str, i: int, w: WorkloadSpec, limits: ModelLimit
 
 
 def _check_text(model_path: str, field: str, src: TextPrompts, path: Path, limits: ModelLimits, base_dir: Path,
-                absent_ok: bool) -> None:
+                absent_ok: bool, parses: SourceParses) -> None:
     """The corpus parses (a .jsonl corpus row by row) and the tokenizer loads and fits the model's vocabulary."""
     from cluster.errors import PromptSourceError
     from cluster.loadgen.text_prompts import corpus_text
 
     try:  # the corpus is here whatever the tokenizer: read it first, so it is checked even when that is not
-        corpus_text(path)
+        parses.get("corpus", path, lambda: corpus_text(path))
     except PromptSourceError as e:
         raise PreflightError(f"{field}.prompts.path: {e}", file=e.file, field=f"{field}.prompts.path",
                              expected=e.expected) from None
     if src.tokenizer is None and not Path(model_path).exists() and absent_ok:
         return  # the model directory (and its tokenizer) lives on the GPU node: checked there
-    _check_tokenizer(model_path, field, src.tokenizer, limits, base_dir)
+    _check_tokenizer(model_path, field, src.tokenizer, limits, base_dir, parses)
 
 
 def _check_tokenizer(model_path: str, field: str, tokenizer: Optional[str], limits: ModelLimits,
-                     base_dir: Path) -> None:
+                     base_dir: Path, parses: SourceParses) -> None:
     """The tokenizer a text or conversation workload encodes with loads, and every id it can emit is inside the
     model's vocabulary (a tokenizer of another model would send ids the server cannot embed)."""
     from cluster.errors import PromptSourceError
@@ -171,11 +177,10 @@ def _check_tokenizer(model_path: str, field: str, tokenizer: Optional[str], limi
     where = f"{field}.prompts.tokenizer" if tokenizer else "model.path"
     try:
         f = tokenizer_file(tokenizer, model_path, base_dir)
-        tok = load_tokenizer(f)
+        top = parses.get("tokenizer's top id", f,
+                         lambda: max(load_tokenizer(f).get_vocab(with_added_tokens=True).values(), default=-1))
     except PromptSourceError as e:
         raise PreflightError(f"{where}: {e}", file=e.file, field=where, expected=e.expected) from None
-    vocab = tok.get_vocab(with_added_tokens=True)
-    top = max(vocab.values(), default=-1)
     if limits.vocab_size is not None and top >= limits.vocab_size:
         raise PreflightError(f"{where}: {f}: the tokenizer has ids up to {top}, outside the model's vocabulary of "
                              f"{limits.vocab_size} ({limits.source}); it is not this model's tokenizer",
@@ -191,13 +196,13 @@ def _check_vocab(field: str, vocab_size: int, limits: ModelLimits) -> None:
 
 
 def _check_trace(field: str, w: WorkloadSpec, src: TracePrompts, path: Path, limits: ModelLimits,
-                 replay_times: bool) -> str:
+                 replay_times: bool, parses: SourceParses) -> str:
     """Every row parses and, of the rows a window replays, each fits the context and the vocabulary; returns the
     replayed stretch's note (rows, span, recorded mean rate)."""
     from cluster.loadgen.traces import TraceError, load_trace, recorded_rate_per_s, replayed_rows
 
     try:
-        rows = replayed_rows(load_trace(path), w.num_requests, path)
+        rows = replayed_rows(parses.get("trace", path, lambda: load_trace(path)), w.num_requests, path)
     except TraceError as e:
         raise PreflightError(f"{field}.prompts.path: {e}", file=e.file,
                              field=f"{field}.num_requests" if e.field == "num_requests"
@@ -223,7 +228,8 @@ def _check_trace(field: str, w: WorkloadSpec, src: TracePrompts, path: Path, lim
 
 
 def _check_conversations(model_path: str, field: str, w: WorkloadSpec, src: ConversationPrompts,
-                         limits: ModelLimits, base_dir: Path, absent_ok: bool) -> Optional[str]:
+                         limits: ModelLimits, base_dir: Path, absent_ok: bool,
+                         parses: SourceParses) -> Optional[str]:
     """Every row parses (file:line at the first that does not); with a tokenizer every used row fits the context
     with its output budget. Returns the rows read / used / filtered note."""
     from cluster.errors import PromptSourceError
@@ -232,9 +238,10 @@ def _check_conversations(model_path: str, field: str, w: WorkloadSpec, src: Conv
     if needs_tokenizer(w) and src.tokenizer is None and not Path(model_path).exists() and absent_ok:
         return None  # counted with the model's own tokenizer, which lives on the GPU node: checked there
     if needs_tokenizer(w):
-        _check_tokenizer(model_path, field, src.tokenizer, limits, base_dir)
-    try:
-        sel, _ = load_selection(w, base_dir, model_path)
+        _check_tokenizer(model_path, field, src.tokenizer, limits, base_dir, parses)
+    try:  # what the selection reads besides the file: the workload's fields and the model's tokenizer
+        sel = parses.get("conversations", _resolve(src.path or "", base_dir),
+                         lambda: load_selection(w, base_dir, model_path)[0], w.model_dump_json(), model_path)
     except PromptSourceError as e:
         raise PreflightError(f"{field}.prompts.path: {e}", file=e.file, field=f"{field}.prompts.path",
                              expected=e.expected) from None

@@ -1,6 +1,10 @@
 """Capacity at an SLO through the driver on local Ray: each variant's search runs on its one server start, every
 probe a recorded run; a concurrency search stops at the server's own cap; a resubmission measures nothing again;
-`results capacity` reports a found value apart from a bound."""
+`results capacity` reports a found value apart from a bound.
+
+Machine load tolerated: the slow variant's c1 window may run ~35 ms a step late alone before c2 reads as not
+saturated, and its c2 and c3 steps (~305, ~455 ms) sit 75 ms either side of the 380 ms TPOT SLO (see SPEC's comment);
+the fast variant (0.3-ms steps against 380 ms) tolerates any lateness short of a 380 ms step."""
 
 from __future__ import annotations
 

@@ -4,8 +4,8 @@ construction: a decode step takes 5 ms + 150 ms per running request (no prefill 
 155 -> 305 ms (+97 %) and the requests in flight double: c2 is over-saturated against c1, and c4 is skipped, recorded
 with the reason. Every measured run records its steady-state stretch.
 
-The figures are wall-clock, and a loaded machine's lateness can fall on one point's window and not the other's: c1
-must stay within about 35 ms a step of its model time for the throughput rule (+25 %), 48 ms for the TTFT rule
+Machine load tolerated: the figures are wall-clock, and a loaded machine's lateness can fall on one point's window
+and not the other's: c1 must stay within about 35 ms a step of its model time for the throughput rule (+25 %), 48 ms for the TTFT rule
 (+50 %). With 65 and 125 ms steps those bounds were 13 and 18 ms, and this session's fresh-clone CI measured c2 as
 not saturated and ran c4 (as 25 and 45 ms steps did once before).
 """

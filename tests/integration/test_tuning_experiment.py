@@ -1,5 +1,9 @@
 """Tuned GEMMs through the whole driver: tuning stage split across GPUs, artifact hash in provenance, reuse by a
-second experiment without re-tuning, and a garbage-producing back end marked invalid by the correctness gate."""
+second experiment without re-tuning, and a garbage-producing back end marked invalid by the correctness gate.
+
+Machine load tolerated: the autotuned variant must keep its TPOT under 0.7x the baseline's (~3.7 against ~15 ms
+steps, the line at ~10.5 ms): lateness on its windows alone up to ~6.8 ms a step, or up to ~22 ms a step falling
+alike on both (3.7 + L < 0.7 x (15 + L))."""
 
 from __future__ import annotations
 

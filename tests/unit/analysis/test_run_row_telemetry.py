@@ -6,6 +6,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from cluster.analysis.run_row import build_run_row
@@ -21,7 +22,12 @@ def test_gpu_figures_and_provenance(tmp_path: Path) -> None:
                            clock_event_reasons=REASON_HW_THERMAL if t == 1_000_000_000 else 0))
             for t in range(-100_000_000, 2_200_000_000, 100_000_000) for g in ("2", "3")]
     cap = TelemetryCapture("nvml", 10.0, readings_table(rows, "nvml"))
-    out = replace(_window(2, 0), gpu_metrics=cap.samples, telemetry=cap)
+    window = _window(2, 0)
+    # both requests in flight until the window's end (2 s), so every sample inside it is busy (the clock figures
+    # are over busy samples only, cluster/analysis/gpu_metrics.py busy_samples)
+    last = window.requests.schema.get_field_index("last_chunk_ns")
+    requests = window.requests.set_column(last, "last_chunk_ns", pa.array([2_000_000_000] * 2, pa.int64()))
+    out = replace(window, requests=requests, gpu_metrics=cap.samples, telemetry=cap)
     row = build_run_row(_plan("base"), out, SERVER, SEGMENT, parse_spec_text(SPEC), [], None)
     assert row.metrics["gpu_energy_j"] == pytest.approx(2 * 200.0 * 2.0)
     tokens = row.metrics["output_tok_s"] * 2.0
