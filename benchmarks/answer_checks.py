@@ -266,7 +266,8 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
     args = ap.parse_args(argv)
     for root in args.tree:
         if not (root / "cluster" / "__init__.py").is_file():
-            raise SystemExit(f"error: --tree {root}: expected a folder holding a cluster/ package (cluster/__init__.py)")
+            raise SystemExit(f"error: --tree {root}: expected a folder holding a cluster/ package "
+                             "(cluster/__init__.py)")
     trees = [load_tree(HERE), *(load_tree(r) for r in args.tree)]
     before = os.getloadavg()
     rows = measure(trees, args.events, args.repeats, args.rounds, args.number)
