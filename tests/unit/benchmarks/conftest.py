@@ -35,6 +35,12 @@ def pc() -> ModuleType:
 
 
 @pytest.fixture(scope="module")
+def ac() -> ModuleType:
+    """benchmarks/answer_checks.py."""
+    return _load("answer_checks")
+
+
+@pytest.fixture(scope="module")
 def binary(ps: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The paced stub built from benchmarks/paced_stub.c (skips where there is no gcc)."""
     if shutil.which("gcc") is None:
