@@ -12,6 +12,11 @@ from cluster.config import bounds as B
 from cluster.config.fields import FieldProblem, FrozenModel, LocalPath, check_name
 
 
+TEMPLATE_OWN_VARIABLES = ("messages", "tools", "documents", "add_generation_prompt")
+"""What Hugging Face's render_jinja_template passes the chat template itself, beside the request's
+chat_template_kwargs (cluster/loadgen/chat_template.py renders the same way)."""
+
+
 class SharedPrefix(FrozenModel):
     """`groups` seeded random prefixes (system prompts) of `tokens` ids each; every request starts with one of them
     (the groups take equal shares of the requests, in a seeded order) and goes on with ids of its own, so a prefix
@@ -102,6 +107,16 @@ class ConversationPrompts(FrozenModel):
     `chat_template_kwargs`, so both paths render the same prompt."""
 
     _c = field_validator("category")(classmethod(lambda cls, v: v if v is None else check_name(v, "category")))
+
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _own_variables(cls, v: dict[str, object]) -> dict[str, object]:
+        for name in v:
+            if name in TEMPLATE_OWN_VARIABLES:
+                raise FieldProblem((name,), f"{name!r} is a variable the chat template's renderer sets itself "
+                                   f"({', '.join(TEMPLATE_OWN_VARIABLES)}); a kwarg of that name collides with it "
+                                   "(Hugging Face's render, which SGLang's chat endpoint calls, fails on it)")
+        return v
 
     @field_validator("categories")
     @classmethod

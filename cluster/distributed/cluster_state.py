@@ -15,6 +15,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from cluster.config.experiment import ExperimentSpec
 from cluster.errors import EnvironmentFault
 from cluster.input_files import JsonValue
+from cluster.kernel.deadlines import RAY_JOIN
 
 
 class RuntimeEnvFault(EnvironmentFault):
@@ -152,6 +153,42 @@ def reload_ray_auth_config() -> None:
     loader.instance().reset_cache()
 
 
+_JOIN_KNOBS = ("RAY_gcs_rpc_server_connect_timeout_s", "RAY_py_gcs_connect_timeout_s", "RAY_gcs_server_port_wait_time_s")
+"""Ray 2.60's knobs of its GCS connect loop (ray/_private/node.py `_init_gcs_client`): each try waits
+gcs_rpc_server_connect_timeout_s for the GCS channel and as long again for its pubsub channel, then
+py_gcs_connect_timeout_s for the cluster id, then sleeps 1 s; gcs_server_port_wait_time_s is the number of tries.
+Left alone, that is 20 tries of 5 + 5 + 30 + 1 s: about 14 minutes on a port nothing answers."""
+
+
+def ray_join_knobs(deadline_s: float) -> dict[str, str]:
+    """The knob values that fit Ray's connect tries into `deadline_s` (they are whole seconds, so one try is at
+    least 4 s: a shorter deadline still gets that one try)."""
+    step_s = max(1, int(deadline_s // 8))
+    tries = max(1, int(deadline_s // (3 * step_s + 1)))
+    return dict(zip(_JOIN_KNOBS, (str(step_s), str(step_s), str(tries))))
+
+
+def _check_answers(address: str, deadline_s: float) -> None:
+    """A fast first check that something accepts TCP connections at `host:port` (`auto` is resolved by Ray): a
+    closed port is refused at once instead of after Ray's tries."""
+    import socket
+
+    from cluster.errors import EnvironmentFault
+
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=min(deadline_s, 10.0)):
+            return
+    except socket.timeout:
+        why = f"no answer to a TCP connection within {min(deadline_s, 10.0):g} s"
+    except OSError as e:
+        why = f"{e.strerror or type(e).__name__} (a TCP connection to {host}:{port})"
+    raise EnvironmentFault(f"cannot join the Ray cluster at {address}: {why}; is its head node up, and is this "
+                           "its GCS port (6379 by default) or, with ray://, its client server port (10001)?")
+
+
 def join_cluster(address: str, note: Callable[[str], object] = lambda line: print(line, file=sys.stderr, flush=True),
                  ) -> None:
     """`ray.init(address=...)` to a running cluster: token mode when only the token is given (said in one line), and
@@ -159,11 +196,15 @@ def join_cluster(address: str, note: Callable[[str], object] = lambda line: prin
     from cluster.distributed.jobs import auth_instruction, token_auth_env
     from cluster.errors import AuthError, EnvironmentFault
 
+    deadline_s = RAY_JOIN.seconds()
+    _check_answers(address, deadline_s)
     updates, line = token_auth_env(os.environ)
     if line:
         os.environ.update(updates)
-        reload_ray_auth_config()
         note(line)
+    saved = {k: os.environ.get(k) for k in _JOIN_KNOBS}
+    os.environ.update(ray_join_knobs(deadline_s))
+    reload_ray_auth_config()  # Ray reads its auth mode and these knobs from the environment when it initialises
     try:
         ray.init(address=address, log_to_driver=True)
     except (ray.exceptions.AuthenticationError, ConnectionError) as e:
@@ -176,7 +217,14 @@ def join_cluster(address: str, note: Callable[[str], object] = lambda line: prin
             link = link.__cause__ or link.__context__
         if not any(isinstance(x, ray.exceptions.AuthenticationError) or AUTH_FAILURE_TEXT in str(x) for x in chain):
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise EnvironmentFault(f"cannot join the Ray cluster at {address}: {first}") from None
+            raise EnvironmentFault(f"cannot join the Ray cluster at {address} within its {deadline_s:g} s deadline "
+                                   f"({RAY_JOIN.env}): {first}") from None
         refused = bool(os.environ.get("RAY_AUTH_TOKEN", "").strip() or os.environ.get("RAY_AUTH_TOKEN_PATH"))
         raise AuthError(auth_instruction(address, refused=refused), field="RAY_AUTH_TOKEN",
                         expected="the cluster's Ray auth token") from None
+    finally:  # the knobs were for the join: children of this driver get the environment it was given
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -19,6 +19,7 @@ from ray.job_submission import JobStatus, JobSubmissionClient
 from cluster.config.secrets import is_secret_name
 from cluster.errors import AuthError, EnvironmentFault, UserError, first_line
 from cluster.input_files import JsonValue
+from cluster.kernel.deadlines import JOB_API
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 DEFAULT_TOKEN_ENV = "RAY_AUTH_TOKEN"
@@ -150,6 +151,25 @@ def _auth_errors(address: str, token_env: str) -> Iterator[None]:
                            expected="the cluster's Ray auth token") from None
 
 
+class _BoundedJobSubmissionClient(JobSubmissionClient):
+    """Ray's job client with a deadline on each HTTP request: Ray 2.60 passes `requests` no timeout
+    (dashboard_sdk.py `_do_request`), so a job API that accepts and never answers held `submit` forever."""
+
+    def __init__(self, address: str, timeout_s: float, **kwargs: object) -> None:
+        self.timeout_s = timeout_s  # before Ray's __init__, whose version check is the first request
+        super().__init__(address, **kwargs)  # type: ignore[arg-type]
+
+    def _do_request(self, method: str, endpoint: str, **kwargs: object) -> object:
+        import requests
+
+        kwargs.setdefault("timeout", self.timeout_s)
+        try:
+            return super()._do_request(method, endpoint, **kwargs)  # type: ignore[arg-type]
+        except requests.exceptions.Timeout:
+            raise JobError(f"the Ray job API at {getattr(self, '_address', '?')} did not answer {method} {endpoint} "
+                           f"within {self.timeout_s:g} s ({JOB_API.env})") from None
+
+
 class JobClient:
     """JobSubmissionClient with sglbench's entrypoint, auth header, log following and one-line errors."""
 
@@ -159,7 +179,9 @@ class JobClient:
         self._auth = lambda: _auth_errors(address, token_env)
         with self._auth():  # outside the try: a JobAuthError is a RuntimeError too
             try:
-                self._client = JobSubmissionClient(address, headers=headers or None)
+                self._client = _BoundedJobSubmissionClient(address, JOB_API.seconds(), headers=headers or None)
+            except JobError:
+                raise
             except ConnectionError as e:
                 raise JobError(f"cannot reach the Ray job API at {address}: {first_line(e)}") from None
             except RuntimeError as e:

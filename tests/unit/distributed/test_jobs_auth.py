@@ -98,6 +98,7 @@ def _join_raising(monkeypatch: pytest.MonkeyPatch, error: BaseException, env: di
 
     monkeypatch.setattr(ray, "init", fake_init)
     monkeypatch.setattr(cluster_state, "reload_ray_auth_config", lambda: None)
+    monkeypatch.setattr(cluster_state, "_check_answers", lambda address, deadline_s: None)  # no TCP to 10.0.0.1
     notes: list[str] = []
     with pytest.raises(Exception) as info:
         cluster_state.join_cluster("10.0.0.1:6379", note=notes.append)
@@ -144,7 +145,8 @@ def test_join_an_unreachable_cluster_is_an_environment_fault(monkeypatch: pytest
 
     err = _join_raising(monkeypatch, ConnectionError("Failed to connect to Ray cluster at 10.0.0.1:6379\nmore"), {})
     assert exit_code_of(err) == EXIT_ENVIRONMENT
-    assert str(err) == "cannot join the Ray cluster at 10.0.0.1:6379: Failed to connect to Ray cluster at 10.0.0.1:6379"
+    assert str(err) == ("cannot join the Ray cluster at 10.0.0.1:6379 within its 30 s deadline "
+                        "(SGLBENCH_RAY_JOIN_TIMEOUT_S): Failed to connect to Ray cluster at 10.0.0.1:6379")
 
 
 def test_join_with_only_the_token_sets_the_mode_first(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -162,6 +164,7 @@ def test_join_with_only_the_token_sets_the_mode_first(monkeypatch: pytest.Monkey
     reloaded: list[bool] = []
     monkeypatch.setattr(ray, "init", lambda **kw: seen.append(os.environ.get("RAY_AUTH_MODE", "")))
     monkeypatch.setattr(cluster_state, "reload_ray_auth_config", lambda: reloaded.append(True))
+    monkeypatch.setattr(cluster_state, "_check_answers", lambda address, deadline_s: None)  # no TCP to 10.0.0.1
     notes: list[str] = []
     cluster_state.join_cluster("10.0.0.1:6379", note=notes.append)
     monkeypatch.setenv("RAY_AUTH_MODE", "")  # undone after the test like the rest
