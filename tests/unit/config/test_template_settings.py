@@ -106,18 +106,21 @@ def test_an_expanded_name_another_workload_has_is_refused() -> None:
     assert "expands into 'chat-thinking', a name workloads.1 ('chat-thinking') has" in str(e.value), str(e.value)
 
 
-def _tokenizer_dir(tmp: pathlib.Path) -> pathlib.Path:
-    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
+def _build_script(out: pathlib.Path) -> None:
+    """Run scripts/thinking_tokenizer.py's build into `out`."""
+    import importlib.util
 
-    words = "user assistant write code please hello".split()
-    tok = Tokenizer(models.WordLevel(vocab={"[UNK]": 0, **{w: i + 1 for i, w in enumerate(words)}},
-                                     unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.add_special_tokens([AddedToken(t, special=True) for t in ("<|im_start|>", "<|im_end|>", "<think>",
-                                                                   "</think>")])
+    spec = importlib.util.spec_from_file_location("thinking_tokenizer", REPO / "scripts" / "thinking_tokenizer.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.build(out)
+
+
+def _tokenizer_dir(tmp: pathlib.Path) -> pathlib.Path:
+    """scripts/thinking_tokenizer.py's word-level tokenizer (the shipped one's recipe), with the template above."""
     d = tmp / "tok"
-    d.mkdir()
-    tok.save(str(d / "tokenizer.json"))
+    _build_script(d)
     (d / "chat_template.jinja").write_text(THINKING)
     return d
 
@@ -177,3 +180,17 @@ def test_the_shipped_thinking_experiment_plans_both_settings_with_differing_prom
     assert all(a.text and a.text.endswith("<think>\n") for a in on)
     assert all(b.text and b.text.endswith("<think>\n\n</think>\n\n") for b in off)
     assert all(p.input_ids and 0 not in p.input_ids for p in on + off)  # the shipped vocabulary covers the rows
+    # the planned-workload audit's side is rendered per setting too: its length quantiles are the rendered prompts'
+    from cluster.loadgen.selection import workload_selection
+
+    planned = {n: workload_selection(r.workload, 16, r.seed, REPO) for n, r in by_name.items()}
+    q_on, q_off = planned["chat-thinking"].lengths, planned["chat-no-thinking"].lengths
+    assert q_on is not None and q_off is not None
+    assert [q.tokens + 1 for q in q_on] == [q.tokens for q in q_off]  # </think> is one more token in every prompt
+
+
+def test_the_shipped_tokenizer_is_what_the_script_builds(tmp_path: pathlib.Path) -> None:
+    _build_script(tmp_path)
+    shipped = REPO / "datasets" / "chatml-thinking"
+    for name in ("tokenizer.json", "chat_template.jinja"):
+        assert (tmp_path / name).read_bytes() == (shipped / name).read_bytes(), name
