@@ -172,8 +172,10 @@ def category_headers(prompt: Prompt) -> dict[str, str]:
     from cluster.config.template_settings import setting_key
 
     out = {CATEGORY_HEADER: prompt.category} if prompt.category else {}
-    if prompt.chat_template_kwargs:
-        out[TEMPLATE_SETTING_HEADER] = "; ".join(setting_key(k, v) for k, v in prompt.chat_template_kwargs)
+    # a header is ASCII: a variable named otherwise (no template could use it as a name) is left out of it
+    pairs = [setting_key(k, v) for k, v in prompt.chat_template_kwargs or () if k.isascii() and k.isidentifier()]
+    if pairs:
+        out[TEMPLATE_SETTING_HEADER] = "; ".join(pairs)
     return out
 
 

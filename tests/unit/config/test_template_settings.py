@@ -151,6 +151,8 @@ def test_each_setting_renders_its_own_prompts_from_the_same_rows(tmp_path: pathl
     # each request names its setting to the engine (the simulator's template_accept_probs reads it)
     assert category_headers(p_off[0])[TEMPLATE_SETTING_HEADER] == "enable_thinking=false"
     assert TEMPLATE_SETTING_HEADER not in category_headers(Prompt(input_ids=(1, 2)))
+    odd = Prompt(input_ids=(1,), chat_template_kwargs=(("é", True), ("lang", "fran\u00e7ais")))
+    assert category_headers(odd)[TEMPLATE_SETTING_HEADER] == 'lang="fran\\u00e7ais"'  # ASCII, as HTTP needs
 
 
 def test_the_simulator_accepts_per_setting_and_a_category_still_wins() -> None:
