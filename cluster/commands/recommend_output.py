@@ -27,6 +27,11 @@ def print_recommendations(results: Results, as_json: bool, n_boot: int = 2000, s
     if as_json:
         doc = json.loads(recommend_json(rec))
         doc["predicted"] = None if pred is None else prediction_json(pred)
+        from dataclasses import asdict
+
+        from cluster.analysis.template_contrast import setting_contrasts
+
+        doc["template_settings"] = [asdict(c) for c in setting_contrasts(results)]
         typer.echo(json.dumps(doc, indent=2))
         return
     view = recommend_view(rec)

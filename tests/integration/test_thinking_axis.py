@@ -5,6 +5,7 @@ simulator's template_accept_probs: about 2.5 tokens per step with thinking, 3.0 
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -59,3 +60,11 @@ def test_thinking_and_no_thinking_are_run_and_reported_apart(ray_local: None, tm
     assert "depth schedule chat-thinking (concurrency): c4 → " in text
     assert "depth schedule chat-no-thinking (concurrency): c4 → " in text
     assert "acceptance by chat template setting, chat / nextn: thinking" in text
+    doc = json.loads(CliRunner().invoke(app, ["results", "recommend", spec.name, "--root", result.dataset_root,
+                                              "--n-boot", "200", "--format", "json"]).output)
+    assert sorted(p["workload"] for p in doc["points"]) == ["chat-no-thinking", "chat-thinking"]
+    (c,) = doc["template_settings"]
+    assert (c["declared"], c["variant"]) == ("chat", "nextn")
+    assert [(s["setting"], s["workload"], s["runs"]) for s in c["settings"]] == [
+        ("thinking", "chat-thinking", 1), ("no-thinking", "chat-no-thinking", 1)]
+    assert [round(s["accept_length"], 2) for s in c["settings"]] == [on, off]
