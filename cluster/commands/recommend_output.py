@@ -26,6 +26,11 @@ def print_recommendations(results: Results, as_json: bool, n_boot: int = 2000, s
     if as_json:
         doc = json.loads(recommend_json(rec))
         doc["predicted"] = None if pred is None else prediction_json(pred)
+        from dataclasses import asdict
+
+        from cluster.analysis.template_contrast import setting_contrasts
+
+        doc["template_settings"] = [asdict(c) for c in setting_contrasts(results)]
         typer.echo(json.dumps(doc, indent=2))
         return
     view = recommend_view(rec)
@@ -40,5 +45,9 @@ def print_recommendations(results: Results, as_json: bool, n_boot: int = 2000, s
     for line in note_lines(rec):
         console.print(f"note {line}", highlight=False, soft_wrap=True, markup=False)
     console.print(rec.ci_method, highlight=False, soft_wrap=True, markup=False)
+    from cluster.analysis.template_contrast import contrast_lines
+
+    for line in contrast_lines(results):  # the schedule and PREDICTED block are per setting already (per workload)
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
     for line in prediction_lines(pred, view_multi) if pred is not None else []:
         console.print(line, highlight=False, soft_wrap=True, markup=False)

@@ -255,6 +255,10 @@ def print_compare(results: Results, baseline: Optional[str], fmt_name: str) -> N
         for variant, why in less_accurate.items():  # ✗: the speed is shown, never claimed (docs/accuracy.md)
             console.print(f"[red]✗ not a speed claim[/] {variant}: {why}", highlight=False, soft_wrap=True)
         print_resolved_differences(results)
+        from cluster.analysis.template_contrast import contrast_lines
+
+        for line in contrast_lines(results):  # per chat template setting (cluster/config/template_settings.py)
+            console.print(line, highlight=False, soft_wrap=True, markup=False)
     else:
         emit(df, fmt)
 

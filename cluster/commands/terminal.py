@@ -58,8 +58,9 @@ def print_table(console: Console, columns: Sequence[str], rows: Sequence[Sequenc
     if m.maximum <= width or len(columns) <= MAX_WRAPPED_COLUMNS:  # a few columns wrap (and fold long words)
         console.print(t)
         return
-    if title:
-        console.print(title, highlight=False)
+    heading = title or (str(t.title) if t.title else "")  # a passed table carries its own title
+    if heading:
+        console.print(heading, highlight=False)
     label = max((len(c) for c in columns[2:]), default=0)
     for row in rows:
         console.print(f"── {' · '.join(str(c) for c in row[:2])}", highlight=False, style="bold")

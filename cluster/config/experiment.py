@@ -175,6 +175,32 @@ class ExperimentSpec(FrozenModel):
         ports[port] = (i, v.name)
 
     @model_validator(mode="after")
+    def _template_settings(self) -> "ExperimentSpec":
+        """The workloads a chat template axis expands into (cluster/config/template_settings.py) are named here, with
+        their line: two settings that sanitise to one name, or a name another workload has (or produces)."""
+        from cluster.config.template_settings import duplicate_label, expanded_workload_names
+
+        produced: dict[str, int] = {w.name.casefold(): i for i, w in enumerate(self.workloads)}
+        for i, w in enumerate(self.workloads):
+            where = ("workloads", i, "prompts", "chat_template_kwargs")
+            same = duplicate_label(w)
+            if same is not None:
+                raise FieldProblem(where, f"two settings of workload {w.name!r} are both named {same!r} once "
+                                   "sanitised (letters, digits and '.' kept): make the values differ in those")
+            names = expanded_workload_names(w)
+            for n in names if names != [w.name] else []:
+                try:
+                    check_name(n, "expanded workload name")
+                except ValueError as e:
+                    raise FieldProblem(where, str(e)) from None
+                other = produced.get(n.casefold(), i)
+                if other != i:
+                    raise FieldProblem(where, f"workload {w.name!r} expands into {n!r}, a name workloads.{other} "
+                                       f"({self.workloads[other].name!r}) has or produces: rename one")
+                produced[n.casefold()] = i
+        return self
+
+    @model_validator(mode="after")
     def _env_set_by_sglbench(self) -> "ExperimentSpec":
         """An env key the tool sets itself (cluster/engines/server_env.py) is refused where it is written: given
         here it would be overwritten without a word (SGLBENCH_SIM) or override the tool (Ray's GPU pinning)."""

@@ -3,6 +3,7 @@ ShareGPT/messages conversations, a recorded trace) and the union that picks one 
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import (BaseModel, Discriminator, Field, StrictBool, StrictFloat, StrictInt, StrictStr, Tag,
@@ -75,6 +76,12 @@ class TextPrompts(FrozenModel):
         return self
 
 
+TemplateValue = Union[StrictBool, Annotated[StrictInt, Field(ge=-B.MAX_TEMPLATE_INT, le=B.MAX_TEMPLATE_INT)],
+                      Annotated[StrictFloat, Field(ge=-1e300, le=1e300)], StrictStr]
+"""One chat template variable's value."""
+TemplateScalar = Union[bool, int, float, str]
+
+
 class ConversationPrompts(FrozenModel):
     """`sharegpt` (JSON array or JSONL of `{conversations: [{from, value}]}`) or `messages` (JSONL of OpenAI-style
     `{messages: [{role, content}]}`): the turns before the first assistant turn are the prompt, that assistant turn
@@ -99,12 +106,12 @@ class ConversationPrompts(FrozenModel):
     """Render the turns with the model's own chat template (chat_template.jinja or tokenizer_config.json's
     `chat_template` beside the tokenizer), generation prompt included, and send those tokens: /generate then gets
     what /v1/chat/completions would have sent the model. Off: the turns' contents joined by a blank line."""
-    chat_template_kwargs: dict[str, Union[StrictBool,
-                                          Annotated[StrictInt, Field(ge=-B.MAX_TEMPLATE_INT, le=B.MAX_TEMPLATE_INT)],
-                                          Annotated[StrictFloat, Field(ge=-1e300, le=1e300)], StrictStr]] = Field(
-        default_factory=dict)
+    chat_template_kwargs: dict[str, Union[TemplateValue, Annotated[list[TemplateValue], Field(min_length=1)]]] = \
+        Field(default_factory=dict)
     """Template variables (e.g. `enable_thinking: false` for Qwen3.5), also sent as the chat API's
-    `chat_template_kwargs`, so both paths render the same prompt."""
+    `chat_template_kwargs`, so both paths render the same prompt. A list of values is an axis: the workload
+    expands into one per value (per combination, over several lists), named NAME-<setting> (`enable_thinking:
+    [true, false]` gives NAME-thinking and NAME-no-thinking; cluster/config/template_settings.py)."""
 
     _c = field_validator("category")(classmethod(lambda cls, v: v if v is None else check_name(v, "category")))
 
@@ -117,6 +124,42 @@ class ConversationPrompts(FrozenModel):
                                    f"({', '.join(TEMPLATE_OWN_VARIABLES)}); a kwarg of that name collides with it "
                                    "(Hugging Face's render, which SGLang's chat endpoint calls, fails on it)")
         return v
+
+    @field_validator("chat_template_kwargs", mode="before")
+    @classmethod
+    def _no_empty_axis(cls, v: Any) -> Any:
+        for name, values in (v.items() if isinstance(v, dict) else ()):
+            if isinstance(values, list) and not values:
+                raise FieldProblem((name,), "an empty list expands the workload into nothing: give one value, or "
+                                   "a list of the values to run")
+            nested = next((i for i, x in enumerate(values) if isinstance(x, (list, dict))), None) \
+                if isinstance(values, list) else None
+            if nested is not None:
+                raise FieldProblem((name, nested), "a list of values takes single values (a boolean, number or "
+                                   "string), one per expanded workload")
+        return v
+
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _axes(cls, v: dict[str, object]) -> dict[str, object]:
+        for name, values in v.items():
+            if isinstance(values, list):
+                seen = [json.dumps(x) for x in values]
+                dup = next((x for i, x in enumerate(seen) if x in seen[:i]), None)
+                if dup is not None:
+                    raise FieldProblem((name,), f"the values of {name!r} repeat {dup} (each value is one expanded "
+                                       "workload: list each once)")
+        return v
+
+    def template_kwargs(self) -> dict[str, TemplateScalar]:
+        """The variables one rendered prompt uses; an axis (a list) must have been expanded into workloads first
+        (cluster/config/template_settings.py)."""
+        out: dict[str, TemplateScalar] = {}
+        for name, value in self.chat_template_kwargs.items():
+            if isinstance(value, list):
+                raise AssertionError(f"chat_template_kwargs.{name} is an unexpanded axis {value!r}")
+            out[name] = value
+        return out
 
     @field_validator("categories")
     @classmethod

@@ -5,6 +5,7 @@ reads them (cluster/sim/model.py) as its configuration."""
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal, Mapping, Optional, Union
 
 from pydantic import (BaseModel, ConfigDict, Field, Strict, StrictBool, StrictStr, ValidationError,
@@ -90,6 +91,14 @@ class Knobs(BaseModel):
     X-Sglbench-Category header names it (the load client sends each prompt's category there). The simulator has
     no language model, so the way speculative acceptance depends on what is asked (code accepts more drafts
     than chat) is declared here by construction, never inferred; other categories use `accept_probs`."""
+    template_accept_probs: Mapping[StrictStr, Annotated[tuple[_Prob, ...], Field(min_length=1)]] = Field(
+        default_factory=dict)
+    """SIMULATED: per chat template setting, written `name=value` with the value as JSON (`enable_thinking=false`),
+    acceptance probabilities used instead of `accept_probs` for requests rendered with it (the load client names
+    each request's template variables in the X-Sglbench-Template-Setting header). Real engines accept drafts
+    differently with thinking on and off (InferenceX records 2.49 and 2.97 tokens per step for one MTP model); the
+    simulator has no language model, so that difference is declared here by construction, never inferred. A
+    category's own entry still wins; the first setting of the request found here is used."""
     dp_accept_probs: tuple[Annotated[tuple[_Prob, ...], Field(min_length=1)], ...] = ()
     """Attention data parallelism with ranks that accept differently: one entry per DP rank, its per-draft-position
     acceptance probabilities in place of `accept_probs` (a category's own entry still wins). Requests are dealt to
@@ -183,6 +192,20 @@ class Knobs(BaseModel):
     """The clock-event reason the injected throttle reports (sw_thermal, or sw_power_cap)."""
 
     _no_bools = field_validator("*", mode="before")(classmethod(lambda cls, v, info: _knob_value(v, info)))
+
+    @field_validator("template_accept_probs")
+    @classmethod
+    def _setting_keys(cls, v: Mapping[str, tuple[float, ...]]) -> Mapping[str, tuple[float, ...]]:
+        for key in v:
+            name, eq, value = key.partition("=")
+            try:
+                ok = bool(eq) and name.isidentifier() and json.dumps(json.loads(value)) == value
+            except ValueError:
+                ok = False
+            if not ok:
+                raise ValueError(f"template_accept_probs key {key!r}: expected name=value with the value as JSON, "
+                                 "e.g. 'enable_thinking=false' or 'reasoning_effort=\"low\"'")
+        return v
 
     @classmethod
     def from_mapping(cls, raw: Optional[JsonObject]) -> "Knobs":

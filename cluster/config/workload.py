@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import Discriminator, Field, PrivateAttr, Tag, field_validator, model_validator
 
 from cluster.config import bounds as B
 from cluster.config.fields import FieldProblem, FrozenModel, check_name, coercible
@@ -119,6 +119,10 @@ class WorkloadSpec(FrozenModel):
     sessions: Optional[SessionSpec] = None
     """Multi-turn sessions: each later turn appends the previous answer (prefix caching across turns measured)."""
 
+    _setting_of: Optional[tuple[str, str]] = PrivateAttr(default=None)
+    """(declared workload name, setting label) of a chat-template-settings expansion
+    (cluster/config/template_settings.py); None for a declared workload."""
+
     _n = field_validator("name")(classmethod(lambda cls, v: check_name(v, "workload name")))
     _l = field_validator("input_tokens", "output_tokens", mode="before")(classmethod(lambda cls, v: _check_length(v)))
 
@@ -179,6 +183,15 @@ class WorkloadSpec(FrozenModel):
         if src.max_input_tokens is not None:
             return ("prompts", "max_input_tokens")
         return ("prompts", "chat_template") if src.chat_template else None
+
+    def seed_name(self) -> str:
+        """The name its prompts are seeded by: the declared workload's, so every chat template setting it expands
+        into sends the same rows."""
+        return self._setting_of[0] if self._setting_of is not None else self.name
+
+    def template_setting(self) -> Optional[str]:
+        """The chat template setting this expansion renders with (`thinking`, `no-thinking`); None when declared."""
+        return self._setting_of[1] if self._setting_of is not None else None
 
     def prompt_tokens_max(self) -> Optional[int]:
         """The longest prompt a request can carry (None: the dataset's own): a session's last turn holds every

@@ -11,6 +11,7 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from cluster.analysis.accuracy import describe, eval_table, wilson
 from cluster.config.experiment import ExperimentSpec
+from cluster.config.template_settings import expand_workload
 from cluster.kernel.run_facts import GateVerdict, ServerFacts
 from cluster.dataset.store import DatasetStore
 from cluster.distributed.gate_stage import gate_key
@@ -59,7 +60,7 @@ class EvalStage:
 
     def items_for(self, run: RunPlan) -> tuple[EvalItem, ...]:
         """The items to send beside this run's load (none unless it is its variant's carrier)."""
-        first = self.spec.workloads[0].name
+        first = expand_workload(self.spec.workloads[0])[0].name  # a template axis's first setting
         return self.items if self.items and carries_eval(run, first, self.point) else ()
 
     def under_load(self, run: RunPlan, answers: Sequence[EvalAnswer], gate: Optional[GateVerdict]) -> None:

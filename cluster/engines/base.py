@@ -176,9 +176,22 @@ a per-category acceptance (its `category_accept_probs` knob), since it has no la
 depend on the content itself. Only ever sglbench's own category name, never prompt text."""
 
 
+TEMPLATE_SETTING_HEADER = "X-Sglbench-Template-Setting"
+"""Request header carrying the prompt's chat template variables as `name=value` pairs (value as JSON) joined by
+'; ' (cluster/config/template_settings.py's setting_key). Engines ignore it; the simulator reads it to apply its
+`template_accept_probs` knob. Only the workload's declared variables, never prompt text."""
+
+
 def category_headers(prompt: Prompt) -> dict[str, str]:
-    """The per-request headers of a prompt: its category, when it has one."""
-    return {CATEGORY_HEADER: prompt.category} if prompt.category else {}
+    """The per-request headers of a prompt: its category and its chat template setting, when it has them."""
+    from cluster.config.template_settings import setting_key
+
+    out = {CATEGORY_HEADER: prompt.category} if prompt.category else {}
+    # a header is ASCII: a variable named otherwise (no template could use it as a name) is left out of it
+    pairs = [setting_key(k, v) for k, v in prompt.chat_template_kwargs or () if k.isascii() and k.isidentifier()]
+    if pairs:
+        out[TEMPLATE_SETTING_HEADER] = "; ".join(pairs)
+    return out
 
 
 API_KEY_ARGS = ("api-key", "api_key")

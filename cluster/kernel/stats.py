@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from statistics import NormalDist
@@ -182,8 +183,14 @@ def _interval(point: float, reps: np.ndarray, n_runs: int, level: float, df: flo
     arm_lo, arm_hi = c * max(centre - float(q_lo), 0.0), c * max(float(q_hi) - centre, 0.0)
     if not log:
         return centre - arm_lo, centre + arm_hi
-    # zero arms return the point itself, so constant data gives an exactly zero-width interval
-    return (point * math.exp(-arm_lo) if arm_lo else point, point * math.exp(arm_hi) if arm_hi else point)
+    # zero arms return the point itself, so constant data gives an exactly zero-width interval; an arm past what a
+    # float holds (a level near 1 at one degree of freedom: _p_value's bisection asks for those) is unbounded
+    return (point * math.exp(-arm_lo) if arm_lo else point,
+            (point * math.exp(arm_hi) if arm_hi < _MAX_EXP else math.inf) if arm_hi else point)
+
+
+_MAX_EXP = math.log(sys.float_info.max)
+"""The largest x whose exp(x) is a finite float (about 709.8)."""
 
 
 def hierarchical_bootstrap(

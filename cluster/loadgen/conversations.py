@@ -247,7 +247,7 @@ def conversation_prompts(sel: Selection, workload: WorkloadSpec, n: int, seed: i
         budgets = [sel.output_tokens[r.row] for r in picked]
     src = workload.prompts
     assert isinstance(src, ConversationPrompts)
-    kwargs = tuple(sorted(src.chat_template_kwargs.items())) or None
+    kwargs = tuple(sorted(src.template_kwargs().items())) or None
     prompts: list[Prompt] = []
     cache: dict[int, Prompt] = {}  # row ordinal → its first-turn prompt, encoded once
     for i in range(n):
@@ -309,7 +309,7 @@ def _text_functions(workload: WorkloadSpec, base_dir: pathlib.Path,
         return count, encode, None
     from cluster.loadgen.chat_template import load_chat_template
 
-    template, kwargs = load_chat_template(tok.parent), src.chat_template_kwargs
+    template, kwargs = load_chat_template(tok.parent), src.template_kwargs()
     return count, encode, lambda turns: template.render(turns, kwargs)
 
 

@@ -26,6 +26,7 @@ from cluster.probe.checkpoint import ProbeReport
 from cluster.probe.safetensors_header import describe_non_file
 from cluster.config.experiment import ExperimentSpec
 from cluster.config.workload import WorkloadSpec
+from cluster.config.template_settings import expand_workload
 from cluster.config.prompts import ConversationPrompts, RandomIdsPrompts, TextPrompts, TracePrompts
 from cluster.config.engines import EngineLauncher, EngineName
 
@@ -70,12 +71,13 @@ def check_prompts(spec: ExperimentSpec, variants: Sequence[ResolvedVariant], rep
     notes: dict[str, str] = {}
     parses = SourceParses()
     for i, w in enumerate(spec.workloads):
-        for v in variants:
-            limits = limits_for(v, reports)
-            note = _check_workload(spec.model.path, i, w, limits, base_dir, absent_ok, spec.load.arrival == "trace",
-                                   parses)
-            if note is not None:
-                notes.setdefault(w.name, note)
+        for x in expand_workload(w):  # each chat template setting renders its own prompts
+            for v in variants:
+                limits = limits_for(v, reports)
+                note = _check_workload(spec.model.path, i, x, limits, base_dir, absent_ok,
+                                       spec.load.arrival == "trace", parses)
+                if note is not None:
+                    notes.setdefault(x.name, note)
     task = spec.correctness.eval
     if task is not None and not (absent_ok and Path(task.path).is_absolute() and not Path(task.path).exists()):
         from cluster.loadgen.eval import EvalFileError, read_eval_items

@@ -14,6 +14,7 @@ from cluster.config.experiment import ExperimentSpec
 from cluster.config.variants import SpeculativeSpec, VariantSpec
 from cluster.config.fields import check_name
 from cluster.config.workload import WorkloadSpec
+from cluster.config.template_settings import expand_workloads
 from cluster.config.tuning import BackendSweepOptions, BackendSweepTuning, NoTuning
 from cluster.config.load import LoadSpec
 from cluster.config.repeats import planned_repeats
@@ -119,8 +120,9 @@ def run_key(
 
 
 def workload_seed(spec_seed: int, workload: WorkloadSpec, repeat: int) -> int:
-    """Prompts and arrival schedules depend on (seed, workload, repeat) only — identical across variants."""
-    h = hashlib.sha256(f"{spec_seed}|{workload.name}|{repeat}".encode()).digest()
+    """Prompts and arrival schedules depend on (seed, workload, repeat) only — identical across variants, and
+    across the chat template settings a workload expands into (its declared name seeds them)."""
+    h = hashlib.sha256(f"{spec_seed}|{workload.seed_name()}|{repeat}".encode()).digest()
     return int.from_bytes(h[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
 
 
@@ -145,7 +147,7 @@ def make_plan(spec: ExperimentSpec, keep: Optional[Callable[[ResolvedVariant], b
         order = [(v, r) for r in range(repeats) for v in variants]
     search = spec.load.search
     for v, r in order:
-        for w in spec.workloads:
+        for w in expand_workloads(spec.workloads):
             first = [] if search is None else [search_point(spec.load, search.min)]
             # a search's first probe (its min) is planned; where it is a fixed point it is that point's run
             for lp in points + [x for x in first if x not in points]:

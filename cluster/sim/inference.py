@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from aiohttp import web
 
-from cluster.engines.base import CATEGORY_HEADER
+from cluster.engines.base import CATEGORY_HEADER, TEMPLATE_SETTING_HEADER
 from cluster.sim.lifecycle import SimServer, error_response
 
 NATIVE_MAX_NEW_TOKENS_DEFAULT = 128
@@ -51,7 +51,8 @@ class InferenceEndpoints:
             return await self.server.stream_fixed(request, body.get("rid"), list(ids) if ids is not None else None,
                                                   text, max_new, ignore_eos, t_recv_ns)
         req, ev = self.server.submit(list(ids) if ids is not None else None, text, max_new, ignore_eos,
-                                     body.get("rid"), request.headers.get(CATEGORY_HEADER))
+                                     body.get("rid"), request.headers.get(CATEGORY_HEADER),
+                                     request.headers.get(TEMPLATE_SETTING_HEADER))
         return await self.server.respond(request, req, ev, self.server.chunk_writer(req, "native"), stream)
 
     async def _request_error(self, request: web.Request, message: str, stream: bool) -> web.StreamResponse:
@@ -98,7 +99,8 @@ class InferenceEndpoints:
         except (ValueError, TypeError, AttributeError) as e:
             return error_response(400, str(e))
         req, ev = self.server.submit(ids, text, max_new, bool(body.get("ignore_eos", False)), body.get("rid"),
-                                     request.headers.get(CATEGORY_HEADER))
+                                     request.headers.get(CATEGORY_HEADER),
+                                     request.headers.get(TEMPLATE_SETTING_HEADER))
         opts = body.get("stream_options") or {}
         writer = self.server.chunk_writer(
             req, "chat" if chat else "completions",

@@ -110,8 +110,10 @@ class SimServer:
 
     # ---- a request's lifecycle -----------------------------------------------------------------------------------
     def submit(self, input_ids: Optional[list[int]], text: Optional[str], max_new: int, ignore_eos: bool,
-               rid: Optional[str], category: Optional[str] = None) -> tuple[SimRequest, asyncio.Event]:
-        req = self.sched.new_request(rid or uuid.uuid4().hex, input_ids, text, max_new, ignore_eos, category)
+               rid: Optional[str], category: Optional[str] = None,
+               setting: Optional[str] = None) -> tuple[SimRequest, asyncio.Event]:
+        req = self.sched.new_request(rid or uuid.uuid4().hex, input_ids, text, max_new, ignore_eos, category,
+                                     setting)
         ev = asyncio.Event()
         req.on_progress = ev.set
         self.sched.submit(req)

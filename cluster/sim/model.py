@@ -39,12 +39,18 @@ variant runs enough verify steps during the gate for its acceptance length to be
 
 
 def accept_probs_for(knobs: Knobs, num_steps: int, category: Optional[str] = None,
-                     dp_rank: int = 0) -> tuple[float, ...]:
+                     dp_rank: int = 0, setting: Optional[str] = None) -> tuple[float, ...]:
     """Per-draft-position acceptance probabilities (the last one repeated), zeros when the MTP head is absent;
-    a category with its own entry in `category_accept_probs` uses that one, else the DP rank's `dp_accept_probs`."""
+    a category with its own entry in `category_accept_probs` uses that one, else the request's chat template
+    `setting` (the header's `name=value` pairs) one in `template_accept_probs`, else the DP rank's
+    `dp_accept_probs`."""
     if knobs.mtp_absent:
         return (0.0,) * num_steps
     default = knobs.dp_accept_probs[dp_rank] if knobs.dp_accept_probs else knobs.accept_probs
+    for pair in (setting or "").split("; "):
+        if pair in knobs.template_accept_probs:
+            default = knobs.template_accept_probs[pair]
+            break
     p = list(knobs.category_accept_probs.get(category, default) if category else default)
     while len(p) < num_steps:
         p.append(p[-1])
@@ -257,7 +263,7 @@ class Scheduler:
 
     def new_request(
         self, rid: str, input_ids: Optional[Sequence[int]], text: Optional[str], max_new_tokens: int, ignore_eos: bool,
-        category: Optional[str] = None,
+        category: Optional[str] = None, setting: Optional[str] = None,
     ) -> SimRequest:
         key = prompt_key(input_ids, text)
         n_prompt = len(input_ids) if input_ids is not None else max(1, len((text or "").split()))
@@ -266,7 +272,8 @@ class Scheduler:
                                 self.busy or bool(self._new))
         rng = random.Random(_seed_from(self.knobs.seed, key, "accept"))
         rank, self._dealt = self._dealt % self.dp_size, self._dealt + 1
-        probs = accept_probs_for(self.knobs, self.spec.num_steps, category, rank) if self.spec else ()
+        probs = accept_probs_for(self.knobs, self.spec.num_steps, category, rank, setting) if self.spec \
+            else ()
         cached = input_ids is not None and self.knobs.radix_cache
         blocks = prefix_blocks(input_ids) if cached and input_ids is not None else ()
         tail = tuple(input_ids[len(blocks) * PREFIX_BLOCK_TOKENS:]) if cached and input_ids is not None else None

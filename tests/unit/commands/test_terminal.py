@@ -32,6 +32,18 @@ def test_a_wide_table_prints_one_block_per_row_and_cuts_nothing() -> None:
     assert "── row0-value-0-" in out  # the vertical layout's heading
 
 
+def test_a_wide_table_passed_with_its_title_keeps_the_title_when_printed_vertically() -> None:
+    """compare passes a Table titled per workload (`EXP / chat-thinking: ...`); printed vertically the title was
+    dropped, so the tables of two workloads (two chat template settings) could not be told apart."""
+    from rich.table import Table
+
+    con, buf = _console(80)
+    cols = [f"column number {i}" for i in range(10)]
+    print_table(con, cols, [[f"value-{i}-" + "x" * 12 for i in range(10)]], table=Table(title="exp / chat-thinking"))
+    out = buf.getvalue()
+    assert "── value-0-" in out and out.splitlines()[0] == "exp / chat-thinking"
+
+
 def test_a_table_that_fits_stays_a_table_and_long_words_fold() -> None:
     con, buf = _console(40)
     print_table(con, ["check", "found"], [["server_info.speculative_num_steps", "x" * 50]])

@@ -96,6 +96,7 @@ EXPECTED: dict[str, tuple[int, str, str]] = {
     "seed_too_large.yaml": (21, "seed", "less than or equal to 9223372036854775807"),
     "slo_zero.yaml": (22, "slo.ttft_ms", 'Input should be greater than 0'),
     "tab_indentation.yaml": (6, "model", "'\\t'"),
+    "template_axis_names_clash.yaml": (18, "workloads.0.prompts.chat_template_kwargs", "both named 'style-a-b' once sanitised"),
     "temperature_quoted.yaml": (18, "workloads.0.temperature", "expected a number or boolean, got the string '0."),
     "text_prompts_without_path.yaml": (18, "workloads.0.prompts.path", "prompt source 'text' needs 'path'"),
     "top_level_list.yaml": (1, ROOT, "got a list"),

@@ -221,3 +221,18 @@ def test_quality_warnings() -> None:
     assert not any("needs at least" in w for w in quality_warnings(_runs(8, n=50), "p90"))
     noisy = quality_warnings([np.full(20, 1.0), np.full(20, 1.5), np.full(20, 0.7)], "mean")
     assert any("run-to-run CV" in w for w in noisy)
+
+
+def test_a_log_interval_arm_past_a_float_is_unbounded_not_an_overflow() -> None:
+    """_p_value's bisection asks for levels near 1 at one degree of freedom; with a wide replicate spread the upper
+    arm passes exp's range. It raised OverflowError ('math range error'), which ended `sglbench run` of
+    experiments/thinking-sim.yaml in its per-category summary with exit 70."""
+    import math
+
+    import numpy as np
+
+    from cluster.kernel.stats import _interval, _p_value
+
+    lo, hi = _interval(1.5, np.array([0.5, 1.2, 1.5, 3.0, 50.0]), 2, 1 - 1e-6, 1.0, True)
+    assert 0 <= lo < 1.5 and hi == math.inf
+    assert 0 < _p_value(1.0001, np.array([1.0001] * 1999 + [1e9]), 2, 1.0, 2000) <= 1.0
