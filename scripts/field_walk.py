@@ -119,6 +119,8 @@ SAMPLES: dict[str, Any] = {
     "name": "walk2",
     "sim.accept_probs": [0.5],
     "sim.category_accept_probs": {"math": [0.5]},
+    "sim.template_accept_probs": {"enable_thinking=false": [0.5]},
+    "sim.dp_accept_probs": [[0.5], [0.9]],
     "sim.fail_start": "boom",
     "sim.garbage_backends": ["triton"],
     "sim.backend_speed_factors": {"triton": 0.9},

@@ -42,6 +42,7 @@ workloads:
     prompts:
       source: sharegpt
       path: d.jsonl
+      tokenizer: tok            # a sim:// model has no tokenizer to count the rendered template with
       chat_template: true
       chat_template_kwargs: KWARGS
 load: {concurrency: [1, 4]}
