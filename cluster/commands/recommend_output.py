@@ -7,6 +7,7 @@ import typer
 from cluster.analysis.recommend import recommend_results
 from cluster.analysis.recommend_view import note_lines, recommend_json, recommend_view, schedule_lines
 from cluster.analysis.results import Results
+from cluster.commands.acceptance_health_output import print_acceptance_health
 from cluster.commands.result_tables import Format, clear_errors, console, emit, err_console, simulated_note
 
 
@@ -32,3 +33,4 @@ def print_recommendations(results: Results, as_json: bool, n_boot: int = 2000, s
     for line in note_lines(rec):
         console.print(f"note {line}", highlight=False, soft_wrap=True, markup=False)
     console.print(rec.ci_method, highlight=False, soft_wrap=True, markup=False)
+    print_acceptance_health(results)
