@@ -17,7 +17,8 @@ from cluster.analysis.acceptance_positions import (ALL_CATEGORIES, READ_COLUMNS,
                                                    acceptance_by_position)
 from cluster.analysis.accuracy import Share
 from cluster.analysis.results import Results
-from cluster.config.acceptance import DEFAULT_MARGIN, FAMILIES, AcceptanceReferenceSpec, FamilyFigures, family_of
+from cluster.config.acceptance import (DEFAULT_MARGIN, FAMILIES, AcceptanceReferenceSpec, FamilyFigures,
+                                      ReferencePoint, family_of)
 from cluster.config.model import ModelSpec
 from cluster.dataset.store import ExperimentNotFound
 
@@ -29,16 +30,6 @@ ADVICE = ("keep the MTP layers in BF16: add the MTP module (e.g. 'mtp*' for Qwen
           "layer's name for DeepSeek-style heads) to the quantization's exclude/ignore list and re-export, or serve "
           "the unquantized checkpoint's head")
 """What to try when the head is there but its drafts are rejected (the MTP head damaged by quantization)."""
-
-
-@dataclass(frozen=True)
-class ReferencePoint:
-    """Draft position k of a reference curve: the conditional acceptance it is held to, and where it is from."""
-
-    position: int
-    accept_rate: float
-    """P(draft k accepted | drafts 1..k-1 accepted); for a measured curve its 95 % interval's lower bound."""
-    source: str
 
 
 @dataclass(frozen=True)
@@ -180,8 +171,7 @@ def probe_evidence(meta: Optional[dict[str, Any]], model_path: Optional[str]) ->
 
 
 def family_curve(family: FamilyFigures, margin: float) -> ReferenceCurve:
-    return ReferenceCurve(f"{family.family} published figures", tuple(
-        ReferencePoint(p.position, p.accept_rate, f"{p.source} {p.derivation}") for p in family.positions), margin)
+    return ReferenceCurve(f"{family.family} published figures", family.positions, margin)
 
 
 def _measured_curve(results: Results, spec: AcceptanceReferenceSpec, workload: str, variant: str,
@@ -263,7 +253,8 @@ def health_html(healths: Sequence[AcceptanceHealth]) -> str:
     e = html.escape
     items = "".join(f"<li class='{'bad' if h.verdict == COLLAPSED else 'ok'}'><b>{e(h.verdict)}</b> "
                     + "<br>".join(e(x.strip()) for x in h.lines()) + "</li>" for h in healths)
-    sources = {p.source for h in healths if h.reference is not None for p in h.reference.points}
+    sources = {f"{p.source} {p.derivation}".strip() for h in healths if h.reference is not None
+               for p in h.reference.points}
     src = "".join(f"<li>{e(s)}</li>" for s in sorted(sources))
     return (f"<h2>Acceptance health</h2><p>A draft position is <code>{COLLAPSED}</code> when the upper bound of its "
             "95 % interval of P(accept k | 1..k-1) is below the reference minus the margin "

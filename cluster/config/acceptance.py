@@ -20,26 +20,28 @@ DEFAULT_MARGIN = 0.1
 
 
 @dataclass(frozen=True)
-class PublishedFigure:
-    """One draft position's published acceptance, P(draft k accepted | drafts 1..k-1 accepted), and where it is from."""
+class ReferencePoint:
+    """Draft position k of a reference curve: the acceptance P(draft k accepted | drafts 1..k-1 accepted) it is held
+    to (a published figure, a declared one, or a measured curve's 95 % lower bound) and where it is from."""
 
     position: int
     accept_rate: float
     source: str
-    derivation: str
+    derivation: str = ""
+    """The arithmetic from the source's figure to this one (published figures)."""
 
 
 @dataclass(frozen=True)
 class FamilyFigures:
     family: str
     architectures: tuple[str, ...]
-    positions: tuple[PublishedFigure, ...]
+    positions: tuple[ReferencePoint, ...]
 
 
 def _read_families() -> dict[str, FamilyFigures]:
     doc = json.loads(FIGURES_FILE.read_text(encoding="utf-8"))
     return {name: FamilyFigures(name, tuple(f["architectures"]), tuple(
-        PublishedFigure(int(p["position"]), float(p["accept_rate"]), str(p["source"]), str(p["derivation"]))
+        ReferencePoint(int(p["position"]), float(p["accept_rate"]), str(p["source"]), str(p["derivation"]))
         for p in f["positions"])) for name, f in doc["families"].items()}
 
 

@@ -133,3 +133,22 @@ def test_acceptance_reference_accepted() -> None:
     spec = parse_spec_text(_SPEC.format(ref="{experiment: unquantized, variant: nextn, margin: 0.05}",
                                         spec_variant=_NEXTN), "exp.yaml")
     assert spec.acceptance_reference == AcceptanceReferenceSpec(experiment="unquantized", variant="nextn", margin=0.05)
+
+
+def test_the_reference_is_the_declared_one_else_the_probed_family_else_none(tmp_path: Path) -> None:
+    from cluster.analysis.acceptance_health import reference_for
+
+    meta = {"preflight": {"m": probe_checkpoint(str(qwen35_nvfp4(tmp_path / "m"))).to_json()}}
+    probe = probe_evidence(meta, "m")
+    assert probe is not None and probe.architectures == ("Qwen3_5MoeForConditionalGeneration",)
+    results = None  # read only for an `experiment:` reference
+    declared, _ = reference_for(results, AcceptanceReferenceSpec(positions=[0.9, 0.8], margin=0.05), probe, "w", "v")  # type: ignore[arg-type]
+    assert declared is not None and [(p.position, p.accept_rate) for p in declared.points] == [(1, 0.9), (2, 0.8)]
+    assert declared.margin == 0.05
+    named, _ = reference_for(results, AcceptanceReferenceSpec(family="deepseek-v3-mtp"), probe, "w", "v")  # type: ignore[arg-type]
+    assert named is not None and named.points == FAMILIES["deepseek-v3-mtp"].positions
+    # nothing declared: the family the probe's architectures belong to, at the default margin
+    probed, _ = reference_for(results, None, probe, "w", "v")  # type: ignore[arg-type]
+    assert probed is not None and probed.label == "qwen3.5-mtp published figures" and probed.margin == 0.1
+    none, why = reference_for(results, None, None, "w", "v")  # type: ignore[arg-type]
+    assert none is None and why.startswith("no reference: declare acceptance_reference")
