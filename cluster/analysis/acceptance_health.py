@@ -123,6 +123,11 @@ class AcceptanceHealth:
             out.append("  " + self.probe.line())
             if self.probe.quantized:
                 out.append("  the head is present but quantized: the quantization likely damaged it")
+            elif self.probe.header_tensors > 0:
+                out.append(f"  the head's weights are {self.probe.weight_format or '-'}, not quantized: quantization "
+                           "does not explain it; check that they are this model's trained head (compare with the "
+                           "original checkpoint's MTP tensors)")
+                return out
         out.append(f"  try: {ADVICE}")
         return out
 

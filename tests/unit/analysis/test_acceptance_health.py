@@ -74,6 +74,11 @@ def test_summary_lines_say_the_arithmetic_the_probe_and_what_to_try(tmp_path: Pa
     ok = probe_evidence(meta, "m2")
     assert ok is not None and ok.excluded and ok.exclude_pattern == "mtp*" and not ok.quantized
     assert "excluded from quantization by pattern 'mtp*'" in ok.line()
+    # collapsed with an excluded BF16 head: quantization is not blamed, and its advice is not given
+    unquantized = AcceptanceHealth("w", "nextn-1", COLLAPSED, curve, judge(positions([[85, 15]], 1), curve), "", ok)
+    assert unquantized.lines()[2].startswith("  the head's weights are BF16, not quantized: quantization does not "
+                                             "explain it")
+    assert len(unquantized.lines()) == 3
     healthy = AcceptanceHealth("w", "nextn-1", HEALTHY, curve, judge(positions([[10, 90]], 1), curve), "", ok)
     assert healthy.lines() == ["w nextn-1: acceptance-healthy against test (margin 0.1): k1 0.900 [0.826, 0.945]"]
     assert AcceptanceHealth("w", "v", NOT_JUDGED, None, (), "no reference", None).lines() == [
