@@ -121,8 +121,9 @@ def _norms(p: str, hidden: int) -> Tensors:
 
 
 def qwen35_tensors(*, layers: int = 4, experts: int = 4, hidden: int = 64, moe_inter: int = 32,
-                   shared_inter: int = 32, vocab: int = 256, mtp: bool = True) -> Tensors:
-    """Qwen3.5-MoE NVFP4 tensors: experts NVFP4, everything else BF16, MTP head BF16 under mtp.*."""
+                   shared_inter: int = 32, vocab: int = 256, mtp: bool = True, mtp_nvfp4: bool = False) -> Tensors:
+    """Qwen3.5-MoE NVFP4 tensors: experts NVFP4, everything else BF16, MTP head BF16 under mtp.* (its experts NVFP4
+    with `mtp_nvfp4`, as a quantizer that did not exclude the head writes them)."""
     lm = "model.language_model"
     t: Tensors = bf16(f"{lm}.embed_tokens.weight", vocab, hidden)
     for layer in range(layers):
@@ -149,14 +150,16 @@ def qwen35_tensors(*, layers: int = 4, experts: int = 4, hidden: int = 64, moe_i
         for n in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm"):
             t |= bf16(f"mtp.{n}.weight", hidden)
         t |= _norms("mtp.layers.0", hidden) | _attention("mtp.layers.0", hidden, gated_q=True)
-        t |= _moe_layer("mtp.layers.0", hidden, experts, moe_inter, shared_inter, nvfp4=False)
+        t |= _moe_layer("mtp.layers.0", hidden, experts, moe_inter, shared_inter, nvfp4=mtp_nvfp4)
     return t
 
 
 def qwen35_nvfp4(model_dir: Path, *, layers: int = 4, experts: int = 4, experts_per_tok: int = 2, hidden: int = 64,
                  moe_inter: int = 32, shared_inter: int = 32, vocab: int = 256, shards: int = 3,
-                 mtp_weights: bool = True, mtp_declared: bool = True, quant_in_config: bool = False) -> Path:
-    """A Qwen3.5-397B-A17B-NVFP4-shaped checkpoint (nested text_config, sharded, hf_quant_config.json)."""
+                 mtp_weights: bool = True, mtp_declared: bool = True, quant_in_config: bool = False,
+                 mtp_quantized: bool = False) -> Path:
+    """A Qwen3.5-397B-A17B-NVFP4-shaped checkpoint (nested text_config, sharded, hf_quant_config.json);
+    `mtp_quantized`: the exclude list lacks `mtp*` and the MTP head's experts are NVFP4 too."""
     model_dir.mkdir(parents=True, exist_ok=True)
     text: dict[str, Any] = {
         "model_type": "qwen3_5_moe_text", "hidden_size": hidden, "num_hidden_layers": layers,
@@ -168,6 +171,8 @@ def qwen35_nvfp4(model_dir: Path, *, layers: int = 4, experts: int = 4, experts_
     if mtp_declared:
         text |= {"mtp_num_hidden_layers": 1, "mtp_use_dedicated_embeddings": False}
     exclude = ["lm_head", "model.visual*", "*.mlp.gate", "*shared_expert*", "*self_attn*", "*linear_attn*", "mtp*"]
+    if mtp_quantized:
+        exclude.remove("mtp*")
     config: dict[str, Any] = {
         "architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe",
         "text_config": text, "vision_config": {"depth": 1, "hidden_size": hidden},
@@ -188,7 +193,7 @@ def qwen35_nvfp4(model_dir: Path, *, layers: int = 4, experts: int = 4, experts_
                          "exclude_modules": exclude},
     })
     tensors = qwen35_tensors(layers=layers, experts=experts, hidden=hidden, moe_inter=moe_inter,
-                             shared_inter=shared_inter, vocab=vocab, mtp=mtp_weights)
+                             shared_inter=shared_inter, vocab=vocab, mtp=mtp_weights, mtp_nvfp4=mtp_quantized)
     write_sharded(model_dir, tensors, shards)
     return model_dir
 

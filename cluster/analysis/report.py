@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from cluster.analysis import report_plots as rp
+from cluster.analysis.acceptance_health import acceptance_health, health_html
 from cluster.analysis.acceptance_positions import (INTERVAL_METHOD, POSITION_METRICS, READ_COLUMNS,
                                                    acceptance_by_position, position_view)
 from cluster.analysis.capacity import capacity_table, capacity_view
@@ -300,7 +301,7 @@ def build_report(results: Results, out_dir: Optional[str] = None, n_boot: int = 
     by_cat = categorised(compare_by_category(results, n_boot=n_boot, seed=seed))
     by_turn = categorised(compare_by_category(results, n_boot=n_boot, seed=seed, by="turn"), "turn")
     cap = capacity_table(results, n_boot=n_boot, seed=seed)
-    rec_html = recommendation_html(decide(results, ci)) + accuracy_html(results, ci.attrs.get("baseline"))
+    rec_html = recommendation_html(decide(results, ci)) + accuracy_html(results, ci.attrs.get("baseline")) + health_html(acceptance_health(results))
     by_pos = position_view(acceptance_by_position(results.table("requests", READ_COLUMNS), runs))
     page = _html(experiment, root, ci, runs, figs, engines, bw, bpt, by_cat, by_turn, cap, by_pos, rec_html)
     path = out / "index.html"

@@ -9,6 +9,7 @@ import typer
 from cluster.analysis.recommend import recommend_results
 from cluster.analysis.recommend_view import note_lines, recommend_json, recommend_view, schedule_lines
 from cluster.analysis.results import Results
+from cluster.commands.acceptance_health_output import print_acceptance_health
 from cluster.commands.result_tables import Format, clear_errors, console, emit, no_runs, simulated_note
 
 
@@ -51,3 +52,4 @@ def print_recommendations(results: Results, as_json: bool, n_boot: int = 2000, s
         console.print(line, highlight=False, soft_wrap=True, markup=False)
     for line in prediction_lines(pred, view_multi) if pred is not None else []:
         console.print(line, highlight=False, soft_wrap=True, markup=False)
+    print_acceptance_health(results)

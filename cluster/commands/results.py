@@ -12,6 +12,7 @@ from rich.markup import escape
 from cluster.errors import SglbenchError, UserError
 from rich.table import Table
 
+from cluster.commands.acceptance_health_output import print_acceptance_health
 from cluster.commands.cross_output import cross_table, print_cross
 from cluster.commands.repeats_output import emit_show, print_repeats, recorded_repeats
 from cluster.commands.result_tables import (Format, NothingToShow, cell_text, clear_errors, console, emit,
@@ -122,6 +123,7 @@ def print_compare_ci(results: Results, baseline: Optional[str], fmt_name: str, n
     console.print(df.attrs.get("ci_method", ""), highlight=False)
     for text, points in grouped_warnings(df):
         console.print(f"[yellow]warning[/] {text} ({points})", highlight=False)
+    print_acceptance_health(results)
 
 
 def grouped_warnings(df: pd.DataFrame) -> list[tuple[str, str]]:
@@ -259,6 +261,7 @@ def print_compare(results: Results, baseline: Optional[str], fmt_name: str) -> N
 
         for line in contrast_lines(results):  # per chat template setting (cluster/config/template_settings.py)
             console.print(line, highlight=False, soft_wrap=True, markup=False)
+        print_acceptance_health(results)
     else:
         emit(df, fmt)
 
@@ -357,6 +360,8 @@ def show_cmd(
         df = query(results, sql)
         points = recorded_repeats(results)
     emit_show(df, points, fmt, title=f"{experiment}: runs")
+    if fmt is Format.table:
+        print_acceptance_health(results)
 
 
 @results_app.command("query")

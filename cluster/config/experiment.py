@@ -9,6 +9,7 @@ from typing import Literal, Optional, Union
 from pydantic import Field, field_validator, model_validator
 
 from cluster.config import bounds as B
+from cluster.config.acceptance import AcceptanceReferenceSpec
 from cluster.config.fields import FieldProblem, FrozenModel, check_name
 from cluster.config.gate import CorrectnessSpec
 from cluster.config.load import LoadSpec
@@ -81,6 +82,9 @@ class ExperimentSpec(FrozenModel):
     """Seconds one request may take."""
     max_client_lag_ms: float = Field(default=10.0, gt=0, le=B.MAX_LATENCY_MS)
     """A run whose client send lag p99 exceeds this is flagged invalid: the client, not the server, set the pace."""
+    acceptance_reference: Optional[AcceptanceReferenceSpec] = None
+    """The curve each speculative variant's per-position acceptance is held against (`acceptance-collapsed` when a
+    position's interval lies wholly below it by more than the margin; docs/acceptance-health.md)."""
 
     _n = field_validator("name")(classmethod(lambda cls, v: check_name(v, "experiment name")))
 
@@ -104,6 +108,17 @@ class ExperimentSpec(FrozenModel):
         for i, v in enumerate(self.variants):
             if v.tp is not None and v.tp > node:
                 raise FieldProblem(("variants", i, "tp"), f"tp {v.tp} is larger than cluster.gpus_per_node {node}")
+        return self
+
+    @model_validator(mode="after")
+    def _acceptance_reference(self) -> "ExperimentSpec":
+        ref = self.acceptance_reference
+        if ref is not None and not any(v.speculative is not None for v in self.variants):
+            raise FieldProblem(("acceptance_reference",), "no variant is speculative, so there is no acceptance to "
+                               "hold against the reference: remove acceptance_reference or add a speculative variant")
+        if ref is not None and ref.experiment == self.name:
+            raise FieldProblem(("acceptance_reference", "experiment"), f"{self.name!r} is this experiment: name "
+                               "another experiment (e.g. the unquantized checkpoint's) in the same results root")
         return self
 
     @model_validator(mode="after")

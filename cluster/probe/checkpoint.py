@@ -11,7 +11,7 @@ JSON report (`ProbeReport.to_json()`, schema 1), stable keys:
   files{index, shards[], header_bytes, file_bytes}, tensors{count, by_dtype{dtype: count}}, modules{prefix: count},
   mtp{verdict, kind, declared, declared_layers, declared_in, index_tensors, header_tensors, layers_found, fc_tensor,
   fc_dtype, weight_format, dtypes, has_weight_scale, excluded_in_quant_config, looked_in[], layout, layout_source,
-  expected_layouts[], layout_matches_architecture} (layouts: probe/tensors.py MTP_LAYOUTS),
+  expected_layouts[], layout_matches_architecture, exclude_pattern} (layouts: probe/tensors.py MTP_LAYOUTS),
   quantization{source, quant_method, quant_algo, group_size, kv_cache_quant_algo, kv_cache_quant_source,
   exclude_modules[], producer, quantized_families{family: modules}, unquantized_families{family: modules},
   uncovered_plain_weights{family: modules}},

@@ -189,6 +189,8 @@ class MtpEvidence:
     has_weight_scale: bool
     excluded_in_quant_config: bool
     looked_in: list[str] = field(default_factory=list)
+    exclude_pattern: Optional[str] = None
+    """The quantization config's exclude/ignore pattern that covers the MTP head (None: none does)."""
 
     @property
     def weights_present(self) -> bool:
@@ -236,9 +238,9 @@ def mtp_evidence(
             weight_dtypes.add("NVFP4" if is_nvfp4_packed(n, tensors[n], tensors) else tensors[n].dtype)
     weight_dtypes = {"FP8" if d.startswith("F8_") else d for d in weight_dtypes}
     fmt = None if not weight_dtypes else (weight_dtypes.pop() if len(weight_dtypes) == 1 else "mixed")
-    patterns = [glob_to_regex(p) for p in quant.exclude_modules]
     probes = ["mtp", "mtp.fc", "mtp.layers.0.mlp.experts.0.gate_proj"]
-    excluded = any(p.fullmatch(m) for p in patterns for m in probes)
+    pattern = next((p for p in quant.exclude_modules if any(glob_to_regex(p).fullmatch(m) for m in probes)), None)
+    excluded = pattern is not None
     declared = cfg.mtp is not None
     present = bool(mtp_names)
     verdict = {
@@ -267,6 +269,7 @@ def mtp_evidence(
         has_weight_scale=any(leaf(n) == "weight_scale" for n in mtp_names),
         excluded_in_quant_config=excluded,
         looked_in=looked_in,
+        exclude_pattern=pattern,
     )
 
 

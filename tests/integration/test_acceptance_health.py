@@ -1,0 +1,81 @@
+"""Acceptance health on the simulator (local Ray): a checkpoint whose MTP head the quantizer did not exclude, served
+with a degraded head (sim accept_probs 0.3, 0.2), is `acceptance-collapsed` against the healthy checkpoint's measured
+curve, with the probe's evidence (NVFP4-quantized MTP tensors, no exclude pattern) in show, compare, recommend and
+the report; the healthy checkpoint (MTP in BF16, excluded by 'mtp*') is not, against Qwen3.5's shipped figures."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cluster.config.loader import parse_spec_text
+from tests.checkpoints import qwen35_nvfp4
+
+pytestmark = pytest.mark.ray
+
+
+def _spec(name: str, model: Path, out: Path, sim: str, extra: str = "") -> str:
+    return f"""
+version: 1
+name: {name}
+model: {{path: "{model}", engine: sim}}
+server: {{args: {{max-running-requests: 8, kv-cache-dtype: bf16, attention-backend: flashinfer}}}}
+sim: {{time_scale: 0.02, {sim}}}
+variants:
+  - {{name: baseline, baseline: true}}
+  - {{name: nextn, speculative: {{algorithm: NEXTN, num_steps: 2}}}}
+workloads:
+  - {{name: w, input_tokens: 16, output_tokens: 48, num_requests: 8}}
+load: {{concurrency: [2]}}
+warmup_requests: 0
+repeats: 2
+max_client_lag_ms: 1000
+output: {out}
+{extra}
+"""
+
+
+def test_degraded_head_is_flagged_with_the_probe_evidence(ray_local: None, tmp_path: Path) -> None:
+    from cluster.cli import app
+    from cluster.distributed.driver import run_experiment
+
+    out = tmp_path / "results"
+    healthy = qwen35_nvfp4(tmp_path / "bf16-mtp")
+    degraded = qwen35_nvfp4(tmp_path / "nvfp4-mtp", mtp_quantized=True)
+    for text in (_spec("healthy", healthy, out, "accept_probs: [0.93, 0.86]"),
+                 _spec("degraded", degraded, out, "accept_probs: [0.3, 0.2]",
+                       "acceptance_reference: {experiment: healthy, margin: 0.1}")):
+        result = run_experiment(parse_spec_text(text), base_dir=tmp_path)
+        assert set(result.counts()) == {"ok"}, result.statuses
+
+    runner = CliRunner()
+    outputs = {}
+    for cmd in (["show"], ["compare"], ["compare", "--ci", "--n-boot", "200"], ["recommend", "--n-boot", "200"]):
+        for exp in ("healthy", "degraded"):
+            res = runner.invoke(app, ["results", cmd[0], exp, "--root", str(out), *cmd[1:]])
+            assert res.exit_code == 0, res.output
+            outputs[(" ".join(cmd), exp)] = " ".join(res.output.split())
+            print(res.output)  # for the record (pytest -s)
+    for (cmd, exp), text in outputs.items():
+        if exp == "healthy":
+            # no declared reference: the probe names Qwen3_5MoeForConditionalGeneration, so Qwen3.5's shipped figure
+            assert "acceptance health w nextn: acceptance-healthy against qwen3.5-mtp published figures" in text, cmd
+            assert "acceptance-collapsed" not in text, cmd
+        else:
+            assert ("acceptance health w nextn: acceptance-collapsed against experiment healthy nextn (measured, "
+                    "95 % lower bound): position 1 accepts 0.") in text, cmd
+            # the simulated head accepts 0.3 then 0.2: both positions flagged, each near its knob
+            p1, p2 = (float(x) for x in re.findall(r"position \d accepts (0\.\d+) \[", text))
+            assert abs(p1 - 0.3) < 0.08 and abs(p2 - 0.2) < 0.1, text
+            # the probe's evidence: the head is there, its experts NVFP4 (U8 + F8_E4M3 scales), no pattern excludes it
+            assert "probe: MTP head present, 65 tensors, weight format mixed" in text, cmd
+            assert "U8 ×12" in text and "NOT excluded from NVFP4 quantization (no exclude pattern covers mtp.*" in text
+            assert "the head is present but quantized" in text and "try: keep the MTP layers in BF16" in text, cmd
+    res = runner.invoke(app, ["results", "report", "degraded", "--root", str(out), "--n-boot", "200",
+                              "--out", str(tmp_path / "report")])
+    assert res.exit_code == 0, res.output
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert "<h2>Acceptance health</h2>" in page and "acceptance-collapsed" in page and "mtp.*" in page
