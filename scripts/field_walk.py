@@ -121,6 +121,12 @@ SAMPLES: dict[str, Any] = {
     "sim.category_accept_probs": {"math": [0.5]},
     "sim.template_accept_probs": {"enable_thinking=false": [0.5]},
     "sim.dp_accept_probs": [[0.5], [0.9]],
+    "acceptance_reference": {"positions": [0.8]},
+    "acceptance_reference.positions": [0.7, 0.6],
+    "acceptance_reference.experiment": "other-study",
+    "acceptance_reference.variant": "nextn",
+    "acceptance_reference.family": "qwen3.5-mtp",
+    "acceptance_reference.margin": 0.2,
     "sim.fail_start": "boom",
     "sim.garbage_backends": ["triton"],
     "sim.backend_speed_factors": {"triton": 0.9},
@@ -411,6 +417,9 @@ def settings(spec: Any) -> dict[str, Any]:
         "search": spec.load.search.model_dump(mode="json") if spec.load.search is not None else None,
         "stop_when_saturated": spec.load.stop_when_saturated,
         "actors_per_server": spec.load.actors_per_server,
+        # read by the analysis, from the experiment.json the driver stores: the acceptance health verdict
+        "acceptance_reference": (spec.acceptance_reference.model_dump(mode="json")
+                                 if spec.acceptance_reference is not None else None),
     }
 
 
