@@ -132,7 +132,7 @@ def test_the_shipped_adaptive_experiment_loads_and_plans() -> None:
     spec = load_spec(REPO / "experiments" / "adaptive-sim.yaml")
     adaptive = [v for v in expand_variants(spec) if v.speculative and v.speculative.adaptive_config]
     assert [v.name for v in adaptive] == ["adaptive"]
-    assert adaptive[0].speculative.adaptive_config == "results/demo-sim/adaptive-config-chat-128-16.json"
+    assert adaptive[0].speculative.adaptive_config == "results/adaptive-sim-depths/adaptive-config.json"
     assert make_plan(spec)
 
 
