@@ -202,7 +202,8 @@ def check_launch_flags(spec: ExperimentSpec, variants: Sequence[ResolvedVariant]
                        on_node: bool) -> list[str]:
     """Refuse the first variant whose launch argv its engine's parser refuses (PreflightError); return warnings
     for the variants whose flags could not be checked here. `on_node`: the engine interpreters are reachable
-    (the GPU node's preflight task); elsewhere only the simulator's flags are checked."""
+    (the GPU node's preflight task); elsewhere the simulator's flags, and SGLang's adaptive variants where SGLang's
+    interpreter and the checkpoint are both here (engines/adaptive_check.py)."""
     warnings: list[str] = []
     for engine in sorted({v.engine for v in variants}):
         group = [v for v in variants if v.engine == engine]
@@ -215,8 +216,10 @@ def check_launch_flags(spec: ExperimentSpec, variants: Sequence[ResolvedVariant]
         python = launcher.python if launcher is not None and launcher.python else default_python
         if engine == "sglang" and not on_node:
             group = adaptive_here(group, python)  # SGLang's adaptive rules, where its interpreter and model are here
-        if not group or (engine != "sim" and not (engine in PARSED_ENGINES and on_node) and engine != "sglang"):
+        elif engine != "sim" and not (engine in PARSED_ENGINES and on_node):
             continue  # checked by the engine's own parser in the GPU node's preflight
+        if not group:
+            continue
         argvs = launch_argvs(spec, group, default_python)
         answer: Union[ParserAnswer, str]
         if engine == "sim":

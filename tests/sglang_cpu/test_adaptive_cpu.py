@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cpu_pipeline import load, run, spec_text, table
+from cpu_pipeline import HEALTH_TIMEOUT_S, load, run, spec_text, table
 
 from cluster.engines.sglang_adaptive import buckets_from_schedule, config_json
 
@@ -25,8 +25,10 @@ def test_the_adaptive_variant_runs_with_adaptive_on(ray_local: None, sglang_cpu_
     cfg = tmp_path / "adaptive.json"
     cfg.write_text(config_json(buckets_from_schedule(SCHEDULE)))
     variants = f"  - {{name: adaptive, speculative: {{algorithm: NEXTN, num_steps: 2, adaptive: {{file: {cfg}}}}}}}"
-    spec = load(spec_text("cpu-adaptive", mimo_models / "mix", sglang_cpu_python, tmp_path / "out", variants,
-                          concurrency="[1, 4]", num_requests=8, output_tokens=16))
+    text = spec_text("cpu-adaptive", mimo_models / "mix", sglang_cpu_python, tmp_path / "out", variants,
+                     concurrency="[1, 4]", num_requests=8, output_tokens=16)
+    # one server start: give it the time a loaded shared machine needs (it took over 240 s once here)
+    spec = load(text.replace(f"health_timeout_s: {HEALTH_TIMEOUT_S}", "health_timeout_s: 900"))
     log: list[str] = []
     result = run(spec, tmp_path, log=log)
     runs = table(result, spec, "runs").sort_values("load_value")
