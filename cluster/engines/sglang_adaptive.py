@@ -54,8 +54,9 @@ def buckets_from_schedule(points: Sequence[tuple[int, int]]) -> list[AdaptiveBuc
 
 def config_json(buckets: Sequence[AdaptiveBucket]) -> str:
     """The buckets as SGLang's adaptive config file text (keys ascending)."""
-    doc = {str(b.min_batch): {"candidate_steps": list(b.candidate_steps)} for b in buckets}
-    return json.dumps(doc, indent=2) + "\n"
+    lines = [f'  {json.dumps(str(b.min_batch))}: {json.dumps({"candidate_steps": list(b.candidate_steps)})}'
+             for b in buckets]
+    return "{\n" + ",\n".join(lines) + "\n}\n"
 
 
 def parse_config(doc: JsonValue) -> list[AdaptiveBucket]:
