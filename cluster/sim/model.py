@@ -303,11 +303,10 @@ class Scheduler:
         return step_time_ms(self.knobs, len(self.running), prefill, self.step_spec()) * self.window_factor
 
     def step_spec(self) -> Optional[SpecParams]:
-        """This step's speculative depth: fixed, or (adaptive) the running batch's bucket's; None at depth 0."""
-        if self.spec is None:
-            return None
-        spec = self.spec.at_batch(len(self.running))
-        return spec if spec.num_steps > 0 else None
+        """This step's speculative depth: fixed, or (adaptive) the running batch's bucket's. Depth 0 is SGLang's
+        trivial verify (eagle_worker_v2 `_build_trivial_verify_input`): a plain decode's cost, still one verify step
+        per request (spec_verify_ct counts it, nothing drafted)."""
+        return None if self.spec is None else self.spec.at_batch(len(self.running))
 
     def _cached_tokens(self, req: SimRequest) -> int:
         """A repeated prompt is all cached but its last token (which is computed again, as SGLang does); otherwise

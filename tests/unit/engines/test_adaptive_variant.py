@@ -98,6 +98,29 @@ def test_the_simulator_switches_depth_by_running_batch(tmp_path: Path) -> None:
     assert len(sched.probs) == 3  # drawn for the deepest candidate, cut to each step's depth
 
 
+def test_depth_zero_is_a_plain_decode_that_still_counts_a_verify(tmp_path: Path) -> None:
+    """SGLang's depth 0 runs a trivial one-token verify: spec_verify_ct counts it, so acceptance stays tokens per
+    verify step (the first try counted no verify there and reported 12.7 tokens per step at c32)."""
+    from cluster.sim.model import step_time_ms
+
+    cfg = tmp_path / "a.json"
+    cfg.write_text(config_json(buckets_from_schedule([(1, 1), (2, 0)])))
+    knobs = Knobs(accept_probs=[1.0])
+    _, spec = _sim(["--speculative-num-steps", "1", "--speculative-adaptive", "--speculative-adaptive-config",
+                    str(cfg)])
+    sched = Scheduler(knobs, 8, spec)
+    for i in range(2):
+        sched.submit(sched.new_request(f"r{i}", [1, 2, 3, i], None, 4, True))
+    sched.plan_step()
+    sched.commit_step()  # prefill: one token each
+    step = sched.step_spec()
+    assert step is not None and (step.num_steps, step.num_draft_tokens) == (0, 1)
+    assert sched.plan_step() == step_time_ms(knobs, 2, 0, None)  # no draft or verify cost beyond a decode
+    sched.commit_step()
+    reqs = sched.running
+    assert [(r.generated, r.spec_verify_ct, r.spec_num_correct_drafts) for r in reqs] == [(2, 1, 0), (2, 1, 0)]
+
+
 def test_the_simulator_turns_adaptive_off_as_sglang_does(tmp_path: Path) -> None:
     cfg = tmp_path / "a.json"
     cfg.write_text('{"1": {"candidate_steps": [1]}}')
