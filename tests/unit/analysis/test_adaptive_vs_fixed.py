@@ -70,3 +70,17 @@ def test_the_schedule_written_is_the_concurrency_points_with_a_decided_depth() -
     with pytest.raises(UserError, match="several workloads"):
         schedule_points(_rec(ScheduleStep("a", "concurrency", 1, 1, "n", ""),
                              ScheduleStep("b", "concurrency", 1, 1, "n", "")), None)
+
+
+def test_run_ends_with_the_adaptive_lines_too() -> None:
+    from cluster.analysis.recommend import recommend
+    from cluster.commands.run_answer import answer_lines
+
+    evidence = [ev("baseline", 1.0, 0.98, 1.02, None, 1), ev("nextn-2", 1.8, 1.75, 1.85, 2, 1),
+                ev("adaptive", 1.5, 1.45, 1.55, 2, 1)]
+    fixed = [e for e in evidence if e.variant != "adaptive"]
+    rec = Recommendations(tuple(recommend(fixed)), (), "baseline", "", ("adaptive",), tuple(evidence))
+    lines = answer_lines(rec, "exp", "results")
+    assert lines[1].startswith("answer c1: serve nextn-2")
+    assert lines[-1] == ("answer adaptive vs fixed c1: adaptive 1.50× [1.45, 1.55] vs best fixed nextn-2 (depth 2) "
+                         "1.80× [1.75, 1.85]: adaptive slower (intervals apart)")
