@@ -225,7 +225,8 @@ def check_launch_flags(spec: ExperimentSpec, variants: Sequence[ResolvedVariant]
         if engine == "sim":
             answer = sim_answer(group, argvs)
         else:
-            answer = probe_answer(python, engine, argvs, resolve=resolve_envs(group))
+            envs = resolve_envs(group)  # SGLang's pipeline resolves only the adaptive variants' argvs
+            answer = probe_answer(python, engine, argvs, resolve=envs) if envs else probe_answer(python, engine, argvs)
         if isinstance(answer, str):
             names = ", ".join(v.name for v in group)
             warnings.append(f"warning: flags not checked for {names} (engine {engine}): {answer}")
