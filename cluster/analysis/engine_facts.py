@@ -34,3 +34,7 @@ class EngineFacts(Protocol):
                           n_requests: int) -> dict[str, float]:
         """Run-scoped speculative figures from the counters diffed around a window ({} when the engine has none)."""
         ...
+
+    def resolved_args(self, infos: Mapping[str, JsonValue]) -> dict[str, JsonValue]:
+        """The server args the engine resolved, from the recorded info documents ({} when it reports none)."""
+        ...

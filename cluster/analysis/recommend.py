@@ -308,6 +308,11 @@ class Recommendations:
     schedule: tuple[ScheduleStep, ...]
     baseline: Optional[str]
     ci_method: str
+    adaptive: tuple[str, ...] = ()
+    """Variants that ran SGLang's adaptive speculation: not candidates above (analysis/adaptive_vs_fixed.py puts each
+    beside the best fixed depth, from `evidence`)."""
+    evidence: tuple[Evidence, ...] = ()
+    """Every variant's evidence per point, the adaptive ones included."""
 
 
 def recommend_results(results: Results, n_boot: int = 2000, seed: int = 0) -> Recommendations:
@@ -327,6 +332,10 @@ def decide(results: Results, ci: pd.DataFrame) -> Recommendations:
 
     correctness = results.table("correctness")
     gates = gates_with_accuracy(gate_verdicts(correctness), correctness, ci.attrs.get("baseline"))
-    recs = recommend(evidence_from(ci, depths, gates))
+    from cluster.analysis.adaptive_runs import adaptive_variants
+
+    adaptive = adaptive_variants(results.runs())
+    evidence = evidence_from(ci, depths, gates)
+    recs = recommend([e for e in evidence if e.variant not in adaptive])  # a schedule of fixed depths only
     return Recommendations(tuple(recs), tuple(depth_schedule(recs, depths)), ci.attrs.get("baseline"),
-                           str(ci.attrs.get("ci_method", "")))
+                           str(ci.attrs.get("ci_method", "")), tuple(sorted(adaptive)), tuple(evidence))

@@ -65,10 +65,14 @@ def _json_value(v: Any) -> Optional[Any]:
 
 
 def recommend_json(rec: Recommendations) -> str:
-    """The recommendations as JSON: {baseline, points: [...], schedule: [...], ci_method}; NaN as null."""
+    """The recommendations as JSON: {baseline, points: [...], schedule: [...], ci_method, adaptive_vs_fixed}; NaN as
+    null."""
+    from cluster.analysis.adaptive_vs_fixed import recommendation_lines
+
     def clean(d: dict[str, Any]) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else _json_value(v) for k, v in d.items()}
 
     doc = {"baseline": rec.baseline, "points": [clean(asdict(r)) for r in rec.points],
-           "schedule": [clean(asdict(s)) for s in rec.schedule], "ci_method": rec.ci_method}
+           "schedule": [clean(asdict(s)) for s in rec.schedule], "ci_method": rec.ci_method,
+           "adaptive_vs_fixed": [clean(asdict(a)) for a in recommendation_lines(rec)]}
     return json.dumps(doc, indent=2)

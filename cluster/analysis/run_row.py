@@ -260,6 +260,13 @@ def build_run_row(p: RunPlan, out: MeasuredWindow, server: ServerFacts, segment:
 
     garbage, output_sample = sample_verdict(out.samples)
     invalid.extend(cap_reasons)
+    sp = p.variant.speculative
+    if sp is not None and sp.adaptive_config is not None:
+        from cluster.engines.sglang_adaptive import adaptive_not_on
+
+        off = adaptive_not_on(facts.resolved_args(server.infos))
+        if off:
+            invalid.append(off)
     if garbage and spec.correctness.check_output_samples:
         invalid.append(garbage)
     from cluster.analysis.steady_state import steady_state

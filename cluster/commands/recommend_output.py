@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Optional
 
 import typer
 
@@ -10,16 +11,24 @@ from cluster.analysis.recommend import recommend_results
 from cluster.analysis.recommend_view import note_lines, recommend_json, recommend_view, schedule_lines
 from cluster.analysis.results import Results
 from cluster.commands.acceptance_health_output import print_acceptance_health
-from cluster.commands.result_tables import Format, clear_errors, console, emit, no_runs, simulated_note
+from cluster.commands.result_tables import Format, clear_errors, console, emit, err_console, no_runs, simulated_note
 
 
-def print_recommendations(results: Results, as_json: bool, n_boot: int = 2000, seed: int = 0) -> None:
-    """Decide over `results` and print; NothingToShow (exit 2, one line) when no run is recorded."""
+def print_recommendations(results: Results, as_json: bool, n_boot: int = 2000, seed: int = 0,
+                          write_adaptive: Optional[str] = None, workload: Optional[str] = None) -> None:
+    """Decide over `results` and print; NothingToShow (exit 2, one line) when no run is recorded. `write_adaptive`:
+    also write the depth schedule there as SGLang's adaptive config (of `workload`, needed when there are several)."""
     experiment = results.experiment
     with clear_errors():
         rec = recommend_results(results, n_boot=n_boot, seed=seed)
     if not rec.points:
         raise no_runs(experiment, results.root)
+    if write_adaptive is not None:
+        from cluster.analysis.adaptive_config import write_schedule_config
+
+        with clear_errors():
+            for line in write_schedule_config(rec, workload, write_adaptive):
+                err_console.print(line, highlight=False, soft_wrap=True, markup=False)
     from cluster.analysis.speedup_predict import predict_for, prediction_json, prediction_lines
 
     with clear_errors():
@@ -43,6 +52,11 @@ def print_recommendations(results: Results, as_json: bool, n_boot: int = 2000, s
          f"{rec.baseline}; speedup = variant / baseline output tok/s [95% CI]")
     for line in schedule_lines(rec.schedule):
         console.print(f"depth schedule {line}", highlight=False, soft_wrap=True, markup=False)
+    from cluster.analysis.adaptive_vs_fixed import adaptive_line_text, recommendation_lines
+
+    for a in recommendation_lines(rec):
+        console.print(f"adaptive vs fixed {adaptive_line_text(a, view_multi)}", highlight=False, soft_wrap=True,
+                      markup=False)
     for line in note_lines(rec):
         console.print(f"note {line}", highlight=False, soft_wrap=True, markup=False)
     console.print(rec.ci_method, highlight=False, soft_wrap=True, markup=False)

@@ -121,6 +121,10 @@ def print_compare_ci(results: Results, baseline: Optional[str], fmt_name: str, n
           title=f"{experiment}: estimate [95% CI]; latencies in ms; * = baseline; (sim) = simulated engine; "
                 f"ok/f/i = ok / failed / invalid repeats")
     console.print(df.attrs.get("ci_method", ""), highlight=False)
+    from cluster.analysis.adaptive_vs_fixed import adaptive_comparison_lines
+
+    for line in adaptive_comparison_lines(results, df):
+        console.print(f"adaptive vs fixed {line}", highlight=False, soft_wrap=True, markup=False)
     for text, points in grouped_warnings(df):
         console.print(f"[yellow]warning[/] {text} ({points})", highlight=False)
     print_acceptance_health(results)
@@ -476,13 +480,19 @@ def recommend_cmd(
     fmt: RecommendFormat = typer.Option(RecommendFormat.table, "--format", help="Output format."),
     n_boot: int = typer.Option(2000, "--n-boot", min=100, help="Bootstrap resamples for the intervals."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed.", callback=seed_value),
+    write_adaptive: Optional[str] = typer.Option(
+        None, "--write-adaptive", metavar="FILE", help="Also write the depth schedule (concurrency points) as an "
+        "SGLang adaptive config (--speculative-adaptive-config) to FILE (docs/recommend.md)."),
+    workload: Optional[str] = typer.Option(None, "--workload", help="Whose schedule --write-adaptive writes, when "
+                                           "the experiment has several workloads."),
 ) -> None:
     """Per workload and load point, the variant to serve with its evidence (speedup over the baseline with a 95%
     interval, the gate, whether the runs are vouched for), the NEXTN depth schedule over the load points, and why
     nothing is chosen where the data cannot tell (docs/recommend.md)."""
     from cluster.commands.recommend_output import print_recommendations
 
-    print_recommendations(open_results(root, experiment), fmt is RecommendFormat.json, n_boot=n_boot, seed=seed)
+    print_recommendations(open_results(root, experiment), fmt is RecommendFormat.json, n_boot=n_boot, seed=seed,
+                          write_adaptive=write_adaptive, workload=workload)
 
 
 def register(app: typer.Typer) -> None:

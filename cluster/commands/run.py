@@ -68,6 +68,10 @@ def _input_checks(spec: ExperimentSpec, output: Optional[str] = None,
         err_console.print(f"[cyan]dataset[/] {note}", soft_wrap=True, highlight=False)
     for field, why in no_op_notes(spec.variants):  # a documented no-op is accepted, never silently
         err_console.print(f"note: {field}: {why}", style="yellow", markup=False, soft_wrap=True, highlight=False)
+    from cluster.analysis.adaptive_config import prepare_adaptive_configs
+
+    for note in prepare_adaptive_configs(spec, Path.cwd()):  # written/read before the flag checks read them
+        err_console.print(f"adaptive speculation of {note}", markup=False, soft_wrap=True, highlight=False)
     # the simulator's flags here; SGLang's and vLLM's by their own parsers in the GPU node's preflight
     for line in check_launch_flags(spec, variants, sys.executable, on_node=False) + load_above_cap(spec, variants):
         err_console.print(line, style="yellow", markup=False, soft_wrap=True)

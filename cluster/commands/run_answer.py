@@ -24,7 +24,9 @@ def answer_lines(rec: Recommendations, experiment: str, root: str) -> list[str]:
                                                                                               r.load_value)
         serve = f"serve {r.serve}" if r.serve is not None else "nothing chosen"
         out.append(f"answer {where}: {serve}: {r.because}")
-    return out
+    from cluster.analysis.adaptive_vs_fixed import adaptive_line_text, recommendation_lines
+
+    return out + [f"answer adaptive vs fixed {adaptive_line_text(a, multi)}" for a in recommendation_lines(rec)]
 
 
 def print_run_answer(results: Results, n_boot: int = 1000) -> None:

@@ -23,6 +23,42 @@ DraftSteps = Annotated[Union[Annotated[_Steps, Tag("one")], Annotated[list[_Step
 STEP_TAGS = ("one", "list")
 
 
+class AdaptiveSpec(FrozenModel):
+    """SGLang's adaptive speculation (--speculative-adaptive): the server picks the draft depth by running batch size
+    from a config of batch-size buckets -> candidate steps. Exactly one source: an earlier experiment's measured
+    depth schedule (`results recommend` writes it as such a config), or a config file of your own."""
+
+    experiment: Optional[str] = None
+    """An earlier experiment's name: its `results recommend` depth schedule (concurrency points) is written as the
+    config `<root>/<experiment>/adaptive-config[-<workload>].json` at validate/plan/run and passed to SGLang."""
+    root: Optional[LocalPath] = None
+    """The results root that holds that experiment (default: this experiment's `output`)."""
+    workload: Optional[str] = None
+    """Whose schedule, when that experiment measured several workloads (default: its only one)."""
+    file: Optional[LocalPath] = None
+    """An SGLang adaptive config JSON of your own (`{"1": {"candidate_steps": [3]}, "8": {...}}`)."""
+
+    _n = field_validator("experiment", "workload")(
+        classmethod(lambda cls, v: v if v is None else check_name(v, "name")))
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "AdaptiveSpec":
+        if (self.experiment is None) == (self.file is None):
+            raise FieldProblem((), "give exactly one of experiment (an earlier experiment's depth schedule) or file "
+                                   "(an SGLang adaptive config JSON)")
+        if self.file is not None and (self.root is not None or self.workload is not None):
+            raise FieldProblem(("root" if self.root is not None else "workload",),
+                               "root and workload name an earlier experiment's schedule; they do not go with file")
+        return self
+
+    def config_path(self, output: str) -> str:
+        """The config file SGLang is given: the file, or where the experiment's schedule is written."""
+        if self.file is not None:
+            return self.file
+        suffix = f"-{self.workload}" if self.workload else ""
+        return f"{(self.root or output).rstrip('/')}/{self.experiment}/adaptive-config{suffix}.json"
+
+
 class SpeculativeSpec(FrozenModel):
     """Speculative decoding; `num_steps` may be a list, which expands the variant into one per value."""
 
@@ -36,6 +72,9 @@ class SpeculativeSpec(FrozenModel):
     """Tokens verified per step (default steps + 1 at topk 1; must equal it there)."""
     draft_model_path: Optional[LocalPath] = None
     """Draft checkpoint directory (EAGLE3 and STANDALONE need one)."""
+    adaptive: Optional[AdaptiveSpec] = None
+    """SGLang's adaptive speculation from a depth schedule or a config file; num_steps is then the starting depth
+    (one value, one of the config's candidate steps). `plan` asks SGLang's own code whether it would run it."""
 
     @field_validator("algorithm", mode="before")
     @classmethod
@@ -64,6 +103,9 @@ class SpeculativeSpec(FrozenModel):
                     f"num_draft_tokens {self.num_draft_tokens} is inconsistent with num_steps {steps[0]} at "
                     f"eagle_topk 1 (it must be num_steps + 1 = {steps[0] + 1}; SGLang would silently override it)"
                 )
+        if self.adaptive is not None and isinstance(self.num_steps, list):
+            raise FieldProblem(("num_steps",), "is the starting depth under adaptive speculation: one value, not a "
+                                               "list (the config's buckets give the depths)")
         if self.algorithm in ("EAGLE3", "STANDALONE") and not self.draft_model_path:
             raise FieldProblem(("draft_model_path",), f"{self.algorithm} needs draft_model_path (a draft checkpoint directory)")
         return self

@@ -3,8 +3,15 @@
 Standard library only (the engine's interpreter need not have sglbench installed): cluster/engines/flagcheck.py
 sends this file's source with `-c` from a temporary working directory, so no module of this package (such as
 engines/sglang.py) can shadow the engine's own. stdin: JSON {"engine": "sglang"|"vllm", "argvs": {name: [argv
-words after the program]}}. stdout, last line: JSON {"options": [every option string the parser knows],
-"errors": {name: the parser's error line or null}}, or {"unreachable": why} when the parser cannot be built.
+words after the program]}, "resolve": {name: {env}} (optional, SGLang only)}. stdout, last line: JSON {"options":
+[every option string the parser knows], "errors": {name: the parser's error line or null}, "adaptive": {name:
+verdict}}, or {"unreachable": why} when the parser cannot be built.
+
+`resolve` names the argvs that ask for --speculative-adaptive: each is resolved by SGLang's own launch pipeline
+(`ServerArgs.resolve_once`, under the variant's environment), and the verdict says what SGLang's adaptive code did
+with it: `_maybe_disable_adaptive` (arg_groups/speculative_hook.py) turned it off with
+`adaptive_unsupported_reason`'s reason (speculative/adaptive_spec_params.py), `_init_adaptive_speculative_params`
+refused the config, or adaptive stayed on; or the pipeline stopped before reaching them (not judged).
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import contextlib
 import importlib
 import io
 import json
+import os
 import sys
 from typing import Any, Optional
 
@@ -66,6 +74,51 @@ def parse_error(parser: argparse.ArgumentParser, argv: list[str]) -> Optional[st
     return None
 
 
+# free-form JSON stored as given: one verdict of the probe's answer, read back by flagcheck.probe_answer
+def adaptive_verdict(parser: argparse.ArgumentParser, argv: list[str], env: dict[str, str]) -> dict[str, Any]:
+    """{"reached": SGLang's adaptive checks ran, "on": adaptive survived resolution, "reason": adaptive_unsupported_reason
+    or the error _init_adaptive_speculative_params raised, "error": where resolution stopped otherwise}."""
+    from sglang.srt.arg_groups import speculative_hook as hook
+    from sglang.srt.arg_groups.overrides import resolution_result
+    from sglang.srt.server_args import ServerArgs
+    from sglang.srt.speculative.adaptive_spec_params import adaptive_unsupported_reason
+
+    seen: dict[str, Any] = {"reached": False, "reason": None}
+    disable, init = hook._maybe_disable_adaptive, hook._init_adaptive_speculative_params
+
+    def spy_disable(server_args: Any) -> None:
+        seen["reached"] = True
+        seen["reason"] = adaptive_unsupported_reason(server_args)  # what _maybe_disable_adaptive logs and acts on
+        disable(server_args)
+
+    def spy_init(server_args: Any) -> None:
+        try:
+            init(server_args)
+        except Exception as e:
+            seen["reason"] = f"{type(e).__name__}: {e}"
+            raise
+
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    hook._maybe_disable_adaptive, hook._init_adaptive_speculative_params = spy_disable, spy_init
+    out: dict[str, Any] = {"on": False, "error": None}
+    try:
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            record = ServerArgs.from_cli_args(parser.parse_args(argv))
+            record.resolve_once()
+        out["on"] = bool(resolution_result(record, "speculative_adaptive"))
+    except BaseException as e:  # the pipeline's own refusal (SystemExit, AssertionError, ValueError, ...)
+        out["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    finally:
+        hook._maybe_disable_adaptive, hook._init_adaptive_speculative_params = disable, init
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return {**out, **seen}
+
+
 def main() -> int:
     job = json.load(sys.stdin)
     try:
@@ -74,8 +127,10 @@ def main() -> int:
     except Exception as e:  # the parser is not reachable in this interpreter: the caller warns
         out: dict[str, Any] = {"unreachable": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
     else:
-        out = {"options": option_strings(parser),
-               "errors": {name: parse_error(parser, list(argv)) for name, argv in job["argvs"].items()}}
+        errors = {name: parse_error(parser, list(argv)) for name, argv in job["argvs"].items()}
+        out = {"options": option_strings(parser), "errors": errors,
+               "adaptive": {name: adaptive_verdict(parser, list(job["argvs"][name]), dict(env))
+                            for name, env in (job.get("resolve") or {}).items() if errors.get(name) is None}}
     sys.stdout.write("\n" + json.dumps(out) + "\n")
     return 0
 

@@ -21,10 +21,11 @@ import json
 import logging
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Mapping, Optional, Sequence, Union
 
+from cluster.engines.adaptive_check import AdaptiveVerdict, adaptive_here, check_adaptive, resolve_envs
 from cluster.engines.registry import get_engine
 from cluster.errors import PreflightError
 from cluster.kernel.runs import ResolvedVariant
@@ -66,6 +67,8 @@ class ParserAnswer:
 
     options: frozenset[str]
     errors: dict[str, Optional[str]]
+    adaptive: dict[str, AdaptiveVerdict] = field(default_factory=dict)
+    """What SGLang's own launch pipeline did with each argv asked to resolve (--speculative-adaptive)."""
 
 
 def closest_flag(flag: str, options: Sequence[str] | frozenset[str]) -> Optional[str]:
@@ -127,11 +130,12 @@ def launch_argvs(spec: ExperimentSpec, variants: Sequence[ResolvedVariant],
 def sim_answer(variants: Sequence[ResolvedVariant], argvs: Mapping[str, list[str]]) -> ParserAnswer:
     """The simulator's own parser, SGLang 0.5.23's flag list and resolve_args over each sim variant's argv."""
     from cluster.engines.sglang_flags import SGLANG_FLAGS, unrecognized
-    from cluster.engines.sim_launch import LaunchError, build_parser, resolve_args
+    from cluster.engines.sim_launch import LaunchError, adaptive_unsupported, build_parser, resolve_args
 
     parser = build_parser()
     options = frozenset(SGLANG_FLAGS | {s for a in parser._actions for s in a.option_strings})
     errors: dict[str, Optional[str]] = {}
+    adaptive: dict[str, AdaptiveVerdict] = {}
     sim_log = logging.getLogger("sglbench.sim")
     for v in variants:
         err = io.StringIO()
@@ -148,19 +152,25 @@ def sim_answer(variants: Sequence[ResolvedVariant], argvs: Mapping[str, list[str
             continue
         was, sim_log.disabled = sim_log.disabled, True  # its launch-time warnings belong to the server's log
         try:
-            resolve_args(ns, v.sim)
+            resolved, spec = resolve_args(ns, v.sim)
             errors[v.name] = None
+            if ns.speculative_adaptive:
+                reason = None if resolved.get("speculative_adaptive") else adaptive_unsupported(
+                    str(resolved["speculative_algorithm"]), int(resolved["speculative_eagle_topk"]))
+                adaptive[v.name] = AdaptiveVerdict(True, bool(resolved.get("speculative_adaptive")), reason, None)
         except LaunchError as e:
             errors[v.name] = str(e)
         finally:
             sim_log.disabled = was
-    return ParserAnswer(options, errors)
+    return ParserAnswer(options, errors, adaptive)
 
 
 def probe_answer(python: str, engine: str, argvs: Mapping[str, list[str]],
-                 timeout_s: float = PROBE_TIMEOUT_S) -> Union[ParserAnswer, str]:
-    """Ask the engine's interpreter's own parser about each argv; a string says why the parser was not reachable."""
-    job = json.dumps({"engine": engine, "argvs": dict(argvs)})
+                 timeout_s: float = PROBE_TIMEOUT_S, resolve: Mapping[str, Mapping[str, str]] = {}
+                 ) -> Union[ParserAnswer, str]:
+    """Ask the engine's interpreter's own parser about each argv (and SGLang's launch pipeline about those named in
+    `resolve`, with their environments); a string says why the parser was not reachable."""
+    job = json.dumps({"engine": engine, "argvs": dict(argvs), "resolve": {k: dict(v) for k, v in resolve.items()}})
     if "/" in python and not Path(python).is_absolute():
         # a relative path names the interpreter the import check and the server launch run, from this directory;
         # the probe itself runs in an empty one (no package there may shadow the engine's)
@@ -183,14 +193,17 @@ def probe_answer(python: str, engine: str, argvs: Mapping[str, list[str]],
         return f"the parser probe exited with code {done.returncode}: {err[-1] if err else 'no output'}"
     if "unreachable" in doc:
         return f"{engine}'s parser cannot be built in {python}: {doc['unreachable']}"
-    return ParserAnswer(frozenset(doc.get("options") or ()), dict(doc.get("errors") or {}))
+    verdicts = {name: AdaptiveVerdict(bool(v.get("reached")), bool(v.get("on")), v.get("reason"), v.get("error"))
+                for name, v in (doc.get("adaptive") or {}).items() if isinstance(v, dict)}
+    return ParserAnswer(frozenset(doc.get("options") or ()), dict(doc.get("errors") or {}), verdicts)
 
 
 def check_launch_flags(spec: ExperimentSpec, variants: Sequence[ResolvedVariant], default_python: str, *,
                        on_node: bool) -> list[str]:
     """Refuse the first variant whose launch argv its engine's parser refuses (PreflightError); return warnings
     for the variants whose flags could not be checked here. `on_node`: the engine interpreters are reachable
-    (the GPU node's preflight task); elsewhere only the simulator's flags are checked."""
+    (the GPU node's preflight task); elsewhere the simulator's flags, and SGLang's adaptive variants where SGLang's
+    interpreter and the checkpoint are both here (engines/adaptive_check.py)."""
     warnings: list[str] = []
     for engine in sorted({v.engine for v in variants}):
         group = [v for v in variants if v.engine == engine]
@@ -200,15 +213,20 @@ def check_launch_flags(spec: ExperimentSpec, variants: Sequence[ResolvedVariant]
             warnings.append(f"warning: flags not checked for {names} (engine {engine}): engines.{engine}.launcher is "
                             "a command of your own, so the engine's parser is not reachable")
             continue
-        if engine != "sim" and not (engine in PARSED_ENGINES and on_node):
+        python = launcher.python if launcher is not None and launcher.python else default_python
+        if engine == "sglang" and not on_node:
+            group = adaptive_here(group, python)  # SGLang's adaptive rules, where its interpreter and model are here
+        elif engine != "sim" and not (engine in PARSED_ENGINES and on_node):
             continue  # checked by the engine's own parser in the GPU node's preflight
+        if not group:
+            continue
         argvs = launch_argvs(spec, group, default_python)
         answer: Union[ParserAnswer, str]
         if engine == "sim":
             answer = sim_answer(group, argvs)
         else:
-            python = launcher.python if launcher is not None and launcher.python else default_python
-            answer = probe_answer(python, engine, argvs)
+            envs = resolve_envs(group)  # SGLang's pipeline resolves only the adaptive variants' argvs
+            answer = probe_answer(python, engine, argvs, resolve=envs) if envs else probe_answer(python, engine, argvs)
         if isinstance(answer, str):
             names = ", ".join(v.name for v in group)
             warnings.append(f"warning: flags not checked for {names} (engine {engine}): {answer}")
@@ -223,4 +241,5 @@ def check_launch_flags(spec: ExperimentSpec, variants: Sequence[ResolvedVariant]
                 detail = scrub_text(p.message(ENGINE_LABELS.get(engine, engine)),
                                     secret_values(env=v.env, args=v.args))
                 raise PreflightError(f"{where}: {detail}", field=where, expected=expected)
+        warnings += check_adaptive(spec, group, answer.adaptive, ENGINE_LABELS.get(engine, engine))
     return warnings

@@ -19,6 +19,7 @@ from cluster.engines.answer_fields import (MalformedAnswerError, as_object, coun
 from cluster.engines.sglang_server_info import (RESOLVED_CAP_KEY, check_server_info, concurrency_cap_from_server_info,
                                                 mamba_cap_from_log)
 from cluster.engines.server_env import SPEC_V2_ENV
+from cluster.engines.sglang_adaptive import ADAPTIVE_FLAG, CONFIG_FLAG
 from cluster.engines.streams import OpenAIStreamParser, SGLangNativeParser
 from cluster.errors import UserError
 from cluster.kernel.gate import GateOutput
@@ -236,6 +237,9 @@ class SGLangEngine(Engine):
             args["speculative-num-steps"] = sp.num_steps
             args["speculative-eagle-topk"] = sp.eagle_topk
             args["speculative-num-draft-tokens"] = sp.num_draft_tokens
+            if sp.adaptive_config is not None:
+                args[ADAPTIVE_FLAG] = True
+                args[CONFIG_FLAG] = sp.adaptive_config
             if sp.draft_model_path:
                 args["speculative-draft-model-path"] = sp.draft_model_path
             elif ver < MTP_DRAFT_PATH_BEFORE and sp.algorithm in ("NEXTN", "MTP"):
@@ -390,6 +394,8 @@ class SGLangEngine(Engine):
 
 
 _SPEC_KEYS = {
+    ADAPTIVE_FLAG,
+    CONFIG_FLAG,
     "speculative-algorithm",
     "speculative-num-steps",
     "speculative-eagle-topk",

@@ -14,6 +14,8 @@ from typing import Any, Optional
 
 from cluster.config.bounds import PORT_MAX, PORT_MIN
 from cluster.config.sim_knobs import Knobs
+from cluster.engines.sglang_adaptive import AdaptiveBucket, bucket_for, candidate_union, parse_config, start_steps
+from cluster.input_files import parse_json, read_input_text
 from cluster.errors import UserError
 
 log = logging.getLogger("sglbench.sim")
@@ -31,6 +33,19 @@ class SpecParams:
     num_steps: int
     eagle_topk: int
     num_draft_tokens: int
+    adaptive: tuple[AdaptiveBucket, ...] = ()
+    """--speculative-adaptive's buckets (empty: a fixed depth); each step drafts its running batch's bucket depth."""
+
+    def at_batch(self, batch_size: int) -> "SpecParams":
+        """The depth one step drafts at with `batch_size` running requests (adaptive: its bucket's start depth)."""
+        if not self.adaptive:
+            return self
+        steps = start_steps(bucket_for(self.adaptive, batch_size), self.num_steps)
+        return SpecParams(self.algorithm, steps, self.eagle_topk, steps + 1)
+
+    @property
+    def max_steps(self) -> int:
+        return max([self.num_steps, *candidate_union(self.adaptive)])
 
 
 SPEC_MAX_RUNNING_DEFAULT = 48
@@ -65,6 +80,10 @@ def build_parser(prog: str = "python -m cluster.sim.server") -> argparse.Argumen
     p.add_argument("--speculative-num-steps", type=int, default=None, help="draft steps per verify")
     p.add_argument("--speculative-eagle-topk", type=int, default=None, help="draft branches (1 is modelled)")
     p.add_argument("--speculative-num-draft-tokens", type=int, default=None, help="tokens verified per step")
+    p.add_argument("--speculative-adaptive", action="store_true",
+                   help="switch the draft depth by running batch size (per --speculative-adaptive-config)")
+    p.add_argument("--speculative-adaptive-config", default=None,
+                   help="SGLang's adaptive config JSON: batch-size buckets -> candidate_steps")
     p.add_argument("--served-model-name", default=None, help="name the OpenAI endpoints answer to")
     p.add_argument("--enable-metrics", action="store_true", help="serve Prometheus /metrics")
     p.add_argument("--incremental-streaming-output", action="store_true",
@@ -83,6 +102,38 @@ def build_parser(prog: str = "python -m cluster.sim.server") -> argparse.Argumen
 
 class LaunchError(UserError):
     """A launch argument SGLang itself would refuse; printed as one line, exit 1."""
+
+
+def adaptive_unsupported(algo: str, topk: int) -> Optional[str]:
+    """The two of SGLang's `adaptive_unsupported_reason` rules the simulator models (it has no attention DP, two-batch
+    overlap or PD-mux), in SGLang's words."""
+    if algo not in ("EAGLE", "EAGLE3"):
+        return f"speculative_algorithm={algo} (only EAGLE/EAGLE3 are supported)"
+    return f"speculative_eagle_topk={topk} (only topk=1 is supported)" if topk != 1 else None
+
+
+def _adaptive_buckets(args: dict[str, Any], algo: str, steps: int, topk: int) -> tuple[AdaptiveBucket, ...]:
+    """SGLang 0.5.23's adaptive rules as the simulator models them: off with SGLang's warning for another algorithm or
+    topk != 1 (`adaptive_unsupported_reason`), the config read as SGLang reads it, the start depth a candidate."""
+    if not args.get("speculative_adaptive"):
+        return ()
+    reason = adaptive_unsupported(algo, topk)
+    if reason is not None:
+        log.warning("speculative_adaptive disabled: %s. Falling back to static speculative params.", reason)
+        args["speculative_adaptive"] = False
+        return ()
+    path = args.get("speculative_adaptive_config")
+    if path is None:
+        raise LaunchError("--speculative-adaptive-config is required by the simulator (it models no default config)")
+    try:
+        buckets = parse_config(parse_json(read_input_text(path, LaunchError, "adaptive config"), path, LaunchError,
+                                          "adaptive config"))
+    except ValueError as e:
+        raise LaunchError(f"{path}: {e}") from None
+    if steps not in candidate_union(buckets):
+        raise LaunchError(f"--speculative-num-steps={steps} is not in the adaptive config candidate_steps "
+                          f"{candidate_union(buckets)}. Pass one of those values.")
+    return tuple(buckets)
 
 
 # free-form JSON stored as given: the simulator's resolved server args, served as /server_info
@@ -113,7 +164,8 @@ def resolve_args(ns: argparse.Namespace, knobs: Knobs) -> tuple[dict[str, Any], 
             raise LaunchError("--speculative-num-steps must be >= 1 and --speculative-num-draft-tokens >= 2")
         args.update(speculative_algorithm=algo, speculative_num_steps=steps, speculative_eagle_topk=topk,
                      speculative_num_draft_tokens=draft)
-        spec = SpecParams(algo, steps, topk, draft)
+        buckets = _adaptive_buckets(args, algo, steps, topk)
+        spec = SpecParams(algo, steps, topk, draft, buckets)
         if args["max_running_requests"] is None:
             log.warning("Max running requests is reset to %d for speculative decoding.", SPEC_MAX_RUNNING_DEFAULT)
             args["max_running_requests"] = SPEC_MAX_RUNNING_DEFAULT

@@ -44,6 +44,8 @@ class SpecDecode:
     eagle_topk: int
     num_draft_tokens: int
     draft_model_path: Optional[str] = None
+    adaptive_config: Optional[str] = None
+    """SGLang's adaptive speculation with this config file (--speculative-adaptive); num_steps is the start depth."""
 
     @property
     def uses_builtin_mtp_head(self) -> bool:
@@ -82,6 +84,8 @@ class ResolvedVariant:
         d["tuning"] = {"kind": self.tuning.kind, "options": self.tuning.options.model_dump(
             mode="json", exclude_unset=True, by_alias=True)} if self.tuning else None
         d["sim"] = self.sim.wire()
+        if d["speculative"] is not None and d["speculative"]["adaptive_config"] is None:
+            del d["speculative"]["adaptive_config"]  # a fixed depth keeps the run key it had before adaptive existed
         d.pop("profile")
         return d
 

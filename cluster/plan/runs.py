@@ -70,6 +70,7 @@ def _expand_one(spec: ExperimentSpec, v: VariantSpec) -> list[ResolvedVariant]:
             eagle_topk=sp.eagle_topk,
             num_draft_tokens=sp.draft_tokens_for(s),
             draft_model_path=sp.draft_model_path,
+            adaptive_config=sp.adaptive.config_path(spec.output) if sp.adaptive is not None else None,
         )
         out.append(ResolvedVariant(name=name, speculative=dec, **common))  # type: ignore[arg-type]
     return out

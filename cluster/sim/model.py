@@ -248,7 +248,7 @@ class Scheduler:
         self.knobs = knobs
         self.max_running = max(1, max_running)
         self.spec = spec
-        self.probs = accept_probs_for(knobs, spec.num_steps) if spec else ()
+        self.probs = accept_probs_for(knobs, spec.max_steps) if spec else ()
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
         self.counters = Counters()
@@ -272,8 +272,7 @@ class Scheduler:
                                 self.busy or bool(self._new))
         rng = random.Random(_seed_from(self.knobs.seed, key, "accept"))
         rank, self._dealt = self._dealt % self.dp_size, self._dealt + 1
-        probs = accept_probs_for(self.knobs, self.spec.num_steps, category, rank, setting) if self.spec \
-            else ()
+        probs = accept_probs_for(self.knobs, self.spec.max_steps, category, rank, setting) if self.spec else ()
         cached = input_ids is not None and self.knobs.radix_cache
         blocks = prefix_blocks(input_ids) if cached and input_ids is not None else ()
         tail = tuple(input_ids[len(blocks) * PREFIX_BLOCK_TOKENS:]) if cached and input_ids is not None else None
@@ -307,7 +306,13 @@ class Scheduler:
         if not self.running and not self._new:
             return None
         prefill = sum(r.prompt_tokens - r.cached_tokens for r in self._new)
-        return step_time_ms(self.knobs, len(self.running), prefill, self.spec) * self.window_factor
+        return step_time_ms(self.knobs, len(self.running), prefill, self.step_spec()) * self.window_factor
+
+    def step_spec(self) -> Optional[SpecParams]:
+        """This step's speculative depth: fixed, or (adaptive) the running batch's bucket's. Depth 0 is SGLang's
+        trivial verify (eagle_worker_v2 `_build_trivial_verify_input`): a plain decode's cost, still one verify step
+        per request (spec_verify_ct counts it, nothing drafted)."""
+        return None if self.spec is None else self.spec.at_batch(len(self.running))
 
     def _cached_tokens(self, req: SimRequest) -> int:
         """A repeated prompt is all cached but its last token (which is computed again, as SGLang does); otherwise
@@ -326,9 +331,10 @@ class Scheduler:
         touched: list[SimRequest] = []
         c = self.counters
         gen = 0
+        spec = self.step_spec()
         for req in self.running:
-            if self.spec is not None:
-                acc = draw_accepted(req.accept_rng, req.probs)
+            if spec is not None:
+                acc = draw_accepted(req.accept_rng, req.probs[:spec.num_steps])
                 n = min(1 + acc, req.target - req.generated)
                 req.spec_verify_ct += 1
                 # SGLang counts every accepted draft, also those cut off by max_new_tokens
@@ -337,7 +343,7 @@ class Scheduler:
                 if len(hist) <= acc:
                     hist.extend([0] * (acc + 1 - len(hist)))
                 hist[acc] += 1
-                req.spec_num_proposed_drafts += self.spec.num_draft_tokens - 1
+                req.spec_num_proposed_drafts += spec.num_draft_tokens - 1
                 c.spec_accept_tokens += n
                 c.spec_forward_ct += 1
                 c.rank_accept_tokens[req.dp_rank] = c.rank_accept_tokens.get(req.dp_rank, 0) + n

@@ -197,3 +197,22 @@ def test_an_unjudged_output_sample_is_kept_but_does_not_invalidate() -> None:
     assert row.status == "ok", row.invalid_reasons
     ev = json.loads(row.provenance_json)["output_sample"]
     assert ev["judged"] is False and ev["degenerate"][0]["request_index"] == 0
+
+
+def test_an_adaptive_run_is_invalid_unless_server_info_shows_adaptive_on() -> None:
+    """The variant asked for --speculative-adaptive: the run counts only when the resolved /server_info says it ran."""
+    from dataclasses import replace
+
+    p = _plan("mtp")
+    assert p.variant.speculative is not None
+    adaptive = replace(p, variant=replace(p.variant, speculative=replace(p.variant.speculative,
+                                                                         adaptive_config="a.json")))
+    spec = parse_spec_text(SPEC)
+    info = {"version": "0.5.23", "speculative_num_steps": 2}
+    off = replace(SERVER, infos={"server_info": {**info, "speculative_adaptive": False}})
+    row = build_run_row(adaptive, _window(2, 0), off, SEGMENT, spec, [], None)
+    assert row.status == "invalid" and "resolved speculative_adaptive=False" in (row.invalid_reasons or "")
+    on = replace(SERVER, infos={"server_info": {**info, "speculative_adaptive": True}})
+    assert build_run_row(adaptive, _window(2, 0), on, SEGMENT, spec, [], None).status == "ok"
+    # a fixed depth is not asked: the same /server_info answer does not touch it
+    assert build_run_row(p, _window(2, 0), off, SEGMENT, spec, [], None).status == "ok"
