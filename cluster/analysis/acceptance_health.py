@@ -246,9 +246,18 @@ def _health(results: Results, spec: Optional[AcceptanceReferenceSpec], probe: Op
 
 
 def health_lines(healths: Sequence[AcceptanceHealth]) -> list[str]:
-    """Every variant's lines, prefixed `acceptance health` (for show, compare and recommend)."""
-    return [f"acceptance health {line}" if not line.startswith("  ") else line
-            for h in healths for line in h.lines()]
+    """Every judged variant's lines, prefixed `acceptance health` (for show, compare and recommend); the variants not
+    judged for one reason share one line (every speculative variant of an experiment without a reference would
+    otherwise repeat the same sentence)."""
+    out: list[str] = []
+    unjudged: dict[str, list[str]] = {}
+    for h in healths:
+        if h.verdict == NOT_JUDGED or h.reference is None:
+            unjudged.setdefault(h.why_not_judged, []).append(f"{h.workload} {h.variant}")
+            continue
+        out += [f"acceptance health {line}" if not line.startswith("  ") else line for line in h.lines()]
+    out += [f"acceptance health {', '.join(names)}: {NOT_JUDGED} ({why})" for why, names in unjudged.items()]
+    return out
 
 
 def health_html(healths: Sequence[AcceptanceHealth]) -> str:

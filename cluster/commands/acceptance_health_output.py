@@ -16,4 +16,4 @@ def print_acceptance_health(results: Results) -> None:
     for line in health_lines(healths):
         if not line.startswith("  "):
             style = "red" if f": {COLLAPSED}" in line else ""
-        console.print(line, style=style, highlight=False, soft_wrap=True, markup=False)
+        console.print(line, style=style, highlight=False, markup=False)  # wrapped to the terminal

@@ -11,6 +11,8 @@ from cluster.config.locations import check_local_path
 
 ENGINES = ("sglang", "sim", "vllm")
 EngineName = Literal["sglang", "sim", "vllm"]
+VERSION_IS_SGLBENCHS: tuple[EngineName, ...] = ("sim",)
+"""Engines that are part of sglbench and report its version: an `engines.<name>.version` for them is never read."""
 
 
 class EngineLauncher(FrozenModel):

@@ -25,8 +25,8 @@ workloads:
   - name: chat
     input_tokens: dataset
     output_tokens: 4
-    num_requests: 2
-    prompts: {source: sharegpt, path: d.json, chat_template: true, chat_template_kwargs: KWARGS}
+    num_requests: 4
+    prompts: {source: sharegpt, path: d.json, tokenizer: tok, chat_template: true, chat_template_kwargs: KWARGS}
 load: {concurrency: [1, 4]}
 repeats: 2
 """
