@@ -315,7 +315,13 @@ class Recommendations:
     """Every variant's evidence per point, the adaptive ones included."""
 
 
-def recommend_results(results: Results, n_boot: int = 2000, seed: int = 0) -> Recommendations:
+RECOMMEND_N_BOOT = 2000
+"""Bootstrap resamples of the one decision: `results recommend` and the answer `sglbench run` closes with both decide
+with it (and RECOMMEND_SEED), or two near-tied depths can be named differently by the two."""
+RECOMMEND_SEED = 0
+
+
+def recommend_results(results: Results, n_boot: int = RECOMMEND_N_BOOT, seed: int = RECOMMEND_SEED) -> Recommendations:
     """Read compare (with intervals), the variants' depths and gate verdicts from `results` and decide."""
     from cluster.analysis.comparison import compare_with_ci
 

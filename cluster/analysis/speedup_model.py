@@ -22,8 +22,9 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-MIN_BATCH_VALUES = 2
-"""Distinct running-batch values a variant needs for a line in b (one value gives no slope)."""
+MIN_CONCURRENCIES = 2
+"""Distinct offered concurrencies a variant needs for a line in b: repeats at one concurrency differ in running batch
+by noise only, and a line through noise predicts nothing."""
 
 
 @dataclass(frozen=True)
@@ -110,8 +111,8 @@ def fit_variant(points: Sequence[RunPoint]) -> tuple[Optional[VariantModel], str
         return None, "no ok run"
     first = points[0]
     bs = [p.running_batch for p in points]
-    if len({round(b, 6) for b in bs}) < MIN_BATCH_VALUES:
-        return None, f"{first.variant} ran at one running batch only (needs {MIN_BATCH_VALUES}+ load points)"
+    if len({p.load_value for p in points}) < MIN_CONCURRENCIES:
+        return None, f"{first.variant} ran at one concurrency only (needs {MIN_CONCURRENCIES}+)"
     lengths = [p.input_tokens for p in points]
     names: tuple[str, ...] = ("1", "b")
     if len({round(n) for n in lengths}) > 1:
@@ -184,7 +185,7 @@ def workload_lengths(points: Sequence[RunPoint]) -> tuple[float, float]:
 def leave_one_out(points: Sequence[RunPoint], baseline: str) -> list[LooError]:
     """For each measured (workload, load point): refit every variant without that point's runs, predict each
     non-baseline variant's speedup there, and pair it with the measured one. A point no refit can predict (a
-    variant left with one running batch) is skipped."""
+    variant left with one concurrency) is skipped."""
     out: list[LooError] = []
     keys = list(dict.fromkeys((p.workload, p.load_value) for p in points))
     for wl, load in keys:

@@ -83,15 +83,38 @@ class SpeedupPrediction:
 
 
 def _pick(base: VariantModel, models: Sequence[VariantModel], baseline: str, workload: str, load: float,
-          lengths: tuple[float, float], extrapolated: bool) -> PredictedDepth:
-    options = [(baseline, 0, Speedup(1.0, 0.0))]
-    options += [(m.variant, m.depth or 0, predict_speedup(base, m, workload, load, *lengths)) for m in models]
-    options = [o for o in options if math.isfinite(o[2].value)]
-    options.sort(key=lambda o: -o[2].value)
-    (v, d, s), (v2, _, s2) = options[0], options[1] if len(options) > 1 else options[0]
+          lengths: tuple[float, float], extrapolated: bool) -> Optional[PredictedDepth]:
+    """The depth with the largest predicted speedup at `load` (the baseline where none beats 1.0), beside the
+    runner-up; None where no depth has a finite prediction (its fitted lines give no positive time there)."""
+    depths = [(m.variant, m.depth or 0, predict_speedup(base, m, workload, load, *lengths)) for m in models]
+    depths = [o for o in depths if math.isfinite(o[2].value)]
+    if not depths:
+        return None
+    options = sorted([(baseline, 0, Speedup(1.0, 0.0))] + depths, key=lambda o: -o[2].value)
+    (v, d, s), (v2, _, s2) = options[0], options[1]
     spread = math.sqrt(s.se ** 2 + s2.se ** 2)
     z = (s.value - s2.value) / spread if spread > 0 else math.nan
     return PredictedDepth(workload, load, d, v, s, v2, s2, z, extrapolated)
+
+
+def _measured_text(points: Sequence[RunPoint]) -> str:
+    """The concurrencies each variant ran at: 'c4' where all (two or more) ran at the same ones, else per variant."""
+    per = {v: ", ".join(f"c{c:g}" for c in sorted({p.load_value for p in points if p.variant == v}))
+           for v in dict.fromkeys(p.variant for p in points)}
+    if len(per) > 1 and len(set(per.values())) == 1:
+        return next(iter(per.values()))
+    return "; ".join(f"{v} {c}" for v, c in per.items())
+
+
+def _why_nothing(points: Sequence[RunPoint], baseline: str, models: Mapping[str, VariantModel]) -> str:
+    """Why no depth can be predicted ('' when one can)."""
+    if not any(p.variant == baseline for p in points) or not any(p.depth is not None for p in points):
+        return ("the model needs ok closed-loop (concurrency) runs of the baseline and of a NEXTN variant "
+                f"(measured: {_measured_text(points) or 'none'})")
+    if baseline not in models or not any(m.depth is not None for m in models.values()):
+        return ("the model needs runs at two or more concurrencies per variant, the baseline and a NEXTN depth "
+                f"(measured: {_measured_text(points)})")
+    return ""
 
 
 def predict_depths(points: Sequence[RunPoint], baseline: str) -> SpeedupPrediction:
@@ -101,11 +124,11 @@ def predict_depths(points: Sequence[RunPoint], baseline: str) -> SpeedupPredicti
     loo = loo_summary(errors)
     models = fit_models(points)
     spec = [m for v, m in models.items() if v != baseline and m.depth is not None]
-    if baseline not in models or not spec:
-        why = ("the baseline has no model (needs ok runs at 2+ concurrencies)" if baseline not in models else
-               "no NEXTN variant has a model (needs ok runs at 2+ concurrencies)")
+    why = _why_nothing(points, baseline, models)
+    if why:
         return SpeedupPrediction(loo, tuple(errors), (), None, why)
     out: list[PredictedDepth] = []
+    unpredictable = []
     for wl in dict.fromkeys(p.workload for p in points):
         mine = [p for p in points if p.workload == wl and p.variant == baseline]
         if not mine:
@@ -113,8 +136,11 @@ def predict_depths(points: Sequence[RunPoint], baseline: str) -> SpeedupPredicti
         measured = sorted({p.load_value for p in mine})
         lengths = workload_lengths(mine)
         for load in unmeasured_loads(measured):
-            out.append(_pick(models[baseline], spec, baseline, wl, load, lengths,
-                             not measured[0] <= load <= measured[-1]))
+            pick = _pick(models[baseline], spec, baseline, wl, load, lengths, not measured[0] <= load <= measured[-1])
+            if pick is None:
+                unpredictable.append(f"c{load:g}")
+            else:
+                out.append(pick)
     nxt = None
     if out:
         def doubt(p: PredictedDepth) -> tuple[float, float]:
@@ -122,8 +148,9 @@ def predict_depths(points: Sequence[RunPoint], baseline: str) -> SpeedupPredicti
             far = min(abs(math.log2(p.load_value) - math.log2(m)) for m in span)
             return (p.margin_z if math.isfinite(p.margin_z) else math.inf, -far)
         nxt = min(out, key=doubt)
-    return SpeedupPrediction(loo, tuple(errors), tuple(out), nxt, "" if out else "every load up to twice the "
-                             "largest measured concurrency was measured")
+    why = ("" if out else f"no depth's fitted lines give a positive time at {', '.join(unpredictable)}"
+           if unpredictable else "every load up to twice the largest measured concurrency was measured")
+    return SpeedupPrediction(loo, tuple(errors), tuple(out), nxt, why)
 
 
 def _x(s: Speedup) -> str:
@@ -134,6 +161,8 @@ def prediction_lines(pred: SpeedupPrediction, multi: bool) -> list[str]:
     """The PREDICTED block of `results recommend`: the model's leave-one-out error, one line per unmeasured load,
     the load to measure next."""
     loo = pred.loo
+    if not pred.predicted and not loo.n:
+        return [f"PREDICTED: nothing: {pred.why_none}"]
     if loo.n and loo.worst is not None:
         w = loo.worst
         head = (f"leave-one-out error over {loo.n} measured (point, variant) pairs: mean |predicted − measured| "
@@ -143,14 +172,17 @@ def prediction_lines(pred: SpeedupPrediction, multi: bool) -> list[str]:
         head = "leave-one-out error: no measured point could be predicted (needs 3+ concurrencies per variant)"
     out = [f"PREDICTED speedup model (docs/speedup-model.md; never a verdict): {head}"]
     if not pred.predicted:
-        out.append(f"PREDICTED nothing: {pred.why_none}")
+        out.append(f"PREDICTED: nothing: {pred.why_none}")
         return out
     for p in pred.predicted:
         at = f"{p.workload} c{p.load_value:g}" if multi else f"c{p.load_value:g}"
-        name = "no speculation" if p.depth == 0 else f"depth {p.depth} ({p.variant})"
         tail = ", extrapolated" if p.extrapolated else ""
-        out.append(f"PREDICTED {at} → {name}: {_x(p.speedup)} the baseline; next {p.runner_up} "
-                   f"{_x(p.runner_up_speedup)}{tail}")
+        if p.depth == 0:  # the baseline against itself is 1.00× by definition: name the fastest depth instead
+            out.append(f"PREDICTED {at} → no speculation: every depth predicted slower, the fastest {p.runner_up} "
+                       f"{_x(p.runner_up_speedup)} the baseline{tail}")
+        else:
+            out.append(f"PREDICTED {at} → depth {p.depth} ({p.variant}): {_x(p.speedup)} the baseline; next "
+                       f"{p.runner_up} {_x(p.runner_up_speedup)}{tail}")
     n = pred.measure_next
     if n is not None:
         at = f"{n.workload} c{n.load_value:g}" if multi else f"c{n.load_value:g}"

@@ -7,15 +7,16 @@ from typing import Optional
 
 import typer
 
-from cluster.analysis.recommend import recommend_results
+from cluster.analysis.recommend import RECOMMEND_N_BOOT, RECOMMEND_SEED, recommend_results
 from cluster.analysis.recommend_view import note_lines, recommend_json, recommend_view, schedule_lines
 from cluster.analysis.results import Results
 from cluster.commands.acceptance_health_output import print_acceptance_health
 from cluster.commands.result_tables import Format, clear_errors, console, emit, err_console, no_runs, simulated_note
 
 
-def print_recommendations(results: Results, as_json: bool, n_boot: int = 2000, seed: int = 0,
-                          write_adaptive: Optional[str] = None, workload: Optional[str] = None) -> None:
+def print_recommendations(results: Results, as_json: bool, n_boot: int = RECOMMEND_N_BOOT,
+                          seed: int = RECOMMEND_SEED, write_adaptive: Optional[str] = None,
+                          workload: Optional[str] = None) -> None:
     """Decide over `results` and print; NothingToShow (exit 2, one line) when no run is recorded. `write_adaptive`:
     also write the depth schedule there as SGLang's adaptive config (of `workload`, needed when there are several)."""
     experiment = results.experiment

@@ -18,6 +18,7 @@ from cluster.commands.repeats_output import emit_show, print_repeats, recorded_r
 from cluster.commands.result_tables import (Format, NothingToShow, cell_text, clear_errors, console, emit,
                                             err_console, no_runs, nonempty_table, simulated_note)
 from cluster.commands.terminal import print_table
+from cluster.analysis.recommend import RECOMMEND_N_BOOT, RECOMMEND_SEED
 from cluster.analysis.results import Results
 from cluster.config.experiment import ExperimentSpec
 from cluster.engines.registry import is_simulated
@@ -478,8 +479,8 @@ def recommend_cmd(
     experiment: str = typer.Argument(..., help="Experiment name (a directory under --root)."),
     root: str = ROOT_OPT,
     fmt: RecommendFormat = typer.Option(RecommendFormat.table, "--format", help="Output format."),
-    n_boot: int = typer.Option(2000, "--n-boot", min=100, help="Bootstrap resamples for the intervals."),
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed.", callback=seed_value),
+    n_boot: int = typer.Option(RECOMMEND_N_BOOT, "--n-boot", min=100, help="Bootstrap resamples for the intervals."),
+    seed: int = typer.Option(RECOMMEND_SEED, "--seed", help="Bootstrap seed.", callback=seed_value),
     write_adaptive: Optional[str] = typer.Option(
         None, "--write-adaptive", metavar="FILE", help="Also write the depth schedule (concurrency points) as an "
         "SGLang adaptive config (--speculative-adaptive-config) to FILE (docs/recommend.md)."),

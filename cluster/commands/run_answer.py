@@ -8,7 +8,7 @@ import math
 
 import pandas as pd
 
-from cluster.analysis.recommend import Recommendations, load_text, recommend_results
+from cluster.analysis.recommend import RECOMMEND_N_BOOT, RECOMMEND_SEED, Recommendations, load_text, recommend_results
 from cluster.analysis.results import Results
 from cluster.commands.result_tables import clear_errors, console
 
@@ -29,10 +29,11 @@ def answer_lines(rec: Recommendations, experiment: str, root: str) -> list[str]:
     return out + [f"answer adaptive vs fixed {adaptive_line_text(a, multi)}" for a in recommendation_lines(rec)]
 
 
-def print_run_answer(results: Results, n_boot: int = 1000) -> None:
-    """Decide over `results` as `results recommend` does and print the answer lines."""
+def print_run_answer(results: Results) -> None:
+    """Decide over `results` as `results recommend` does by default (the same resamples and seed, so a near tie
+    names the same variant in both) and print the answer lines."""
     with clear_errors():
-        rec = recommend_results(results, n_boot=n_boot)
+        rec = recommend_results(results, n_boot=RECOMMEND_N_BOOT, seed=RECOMMEND_SEED)
     for line in answer_lines(rec, results.experiment, results.root):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
 

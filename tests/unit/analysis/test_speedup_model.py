@@ -42,7 +42,7 @@ def test_one_input_length_leaves_L_out_and_one_batch_has_no_model() -> None:
     m, _ = fit_variant([point("baseline", None, b, 8 + 2 * b) for b in (1, 2, 4)])
     assert m is not None and m.step.names == ("1", "b") and m.step.coef == pytest.approx((8, 2))
     none, why = fit_variant([point("baseline", None, 4, 16), point("baseline", None, 4, 17)])
-    assert none is None and "one running batch" in why
+    assert none is None and "one concurrency" in why
 
 
 def three_points() -> list[RunPoint]:
@@ -129,7 +129,7 @@ def test_recommend_prints_predictions_apart_and_never_in_a_verdict(tmp_path: Pat
     assert "leave-one-out error over 6 measured (point, variant) pairs" in lines[first]
     predicted = [line for line in lines if line.startswith("PREDICTED c")]
     assert [line.split(" → ")[0] for line in predicted] == ["PREDICTED c2", "PREDICTED c8", "PREDICTED c32"]
-    assert "extrapolated" in predicted[-1] and lines[-1].startswith("measure next: c")
+    assert "extrapolated" in predicted[-1] and lines[lines.index(predicted[-1]) + 1].startswith("measure next: c")
     assert not any("PREDICTED" in line for line in lines[:first]), "nothing predicted above the block"
     doc = json.loads(CliRunner().invoke(app, ["results", "recommend", "one", "--root", root, "--n-boot", "200",
                                               "--format", "json"]).output)
@@ -138,3 +138,68 @@ def test_recommend_prints_predictions_apart_and_never_in_a_verdict(tmp_path: Pat
     assert [p["serve"] for p in doc["points"]] == [r.serve for r in rec.points]
     assert [d["load_value"] for d in doc["predicted"]["depths"]] == [2, 8, 32]
     assert doc["predicted"]["loo"]["n"] == 6
+
+
+def test_repeats_at_one_concurrency_give_no_model_whatever_their_running_batch() -> None:
+    """Before: two repeats at c4 whose running batches differ by noise (3.9, 4.1) were fitted as a line in b."""
+    from dataclasses import replace
+
+    pts = [replace(point("baseline", None, 4, s), running_batch=b) for s, b in ((16, 3.9), (17, 4.1))]
+    none, why = fit_variant(pts)
+    assert none is None and "one concurrency" in why
+
+
+@pytest.mark.parametrize("case", ["no depth", "depth at one load", "no positive time"])
+def test_degenerate_runs_predict_nothing_in_one_line_saying_why(case: str) -> None:
+    """Before: a depth with no finite prediction left the baseline alone, printed as 'no speculation: 1.00×'; a
+    depth measured at one load never reached this check (its noise line was fitted)."""
+    base = [point("baseline", None, c, 8 + 2 * c) for c in (1, 2, 4)]
+    spec = {"no depth": [],
+            "depth at one load": [point("nextn-1", 1, 4, 22, accept=2.0), point("nextn-1", 1, 4, 23, accept=2.0)],
+            # step 30 − 4b: negative at c8, the one unmeasured load
+            "no positive time": [point("nextn-1", 1, c, 30 - 4 * c, accept=2.0) for c in (1, 2, 4)]}[case]
+    pred = predict_depths(base + spec, "baseline")
+    assert pred.predicted == () and pred.measure_next is None
+    want = {"no depth": "NEXTN variant (measured: baseline c1, c2, c4)",
+            "depth at one load": "two or more concurrencies per variant, the baseline and a NEXTN depth (measured: "
+                                 "baseline c1, c2, c4; nextn-1 c4)",
+            "no positive time": "no depth's fitted lines give a positive time at c8"}[case]
+    assert want in pred.why_none
+    lines = prediction_lines(pred, multi=False)
+    assert not any("1.00×" in line or "no speculation" in line for line in lines)
+    assert lines[-1] == f"PREDICTED: nothing: {pred.why_none}"
+
+
+def test_no_speculation_names_the_fastest_depth_not_the_baseline_against_itself() -> None:
+    # nextn-1 accepts nothing (A = 1) and steps 10 + 3b against the baseline's 8 + 2b: slower at every load
+    pts = ([point("baseline", None, c, 8 + 2 * c) for c in (1, 2, 4)] +
+           [point("nextn-1", 1, c, 10 + 3 * c) for c in (1, 2, 4)])
+    (p,) = predict_depths(pts, "baseline").predicted
+    assert p.depth == 0 and p.runner_up == "nextn-1"
+    line = next(line for line in prediction_lines(predict_depths(pts, "baseline"), False) if "c8" in line)
+    # at c8: baseline E2E 5 + 10·24 = 245, nextn-1 5 + 10·34 = 345: 245/345 = 0.71×
+    assert line.startswith("PREDICTED c8 → no speculation: every depth predicted slower, the fastest nextn-1 0.71×")
+    assert "1.00×" not in line
+
+
+def test_recommend_on_one_concurrency_predicts_nothing_and_says_why(tmp_path: Path) -> None:
+    """The run seen in review: one measured load (c4, two repeats). Before: 'PREDICTED c8 → no speculation: 1.00×'
+    and depths at c1, c2 from lines fitted through the repeats' noise."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from cluster.cli import app
+    from tests.unit.analysis.test_comparison import build_dataset
+
+    root = str(tmp_path)
+    build_dataset(root, "one", steps=[1, 2], repeats=2, conc=(4,), n_requests=16, out_tokens=16)
+    res = CliRunner().invoke(app, ["results", "recommend", "one", "--root", root, "--n-boot", "200"])
+    assert res.exit_code == 0, res.output
+    predicted = [line for line in res.output.splitlines() if "PREDICTED" in line or "measure next" in line]
+    assert predicted == ["PREDICTED: nothing: the model needs runs at two or more concurrencies per variant, the "
+                         "baseline and a NEXTN depth (measured: c4)"]
+    doc = json.loads(CliRunner().invoke(app, ["results", "recommend", "one", "--root", root, "--n-boot", "200",
+                                              "--format", "json"]).output)
+    assert doc["predicted"]["depths"] == [] and doc["predicted"]["measure_next"] is None
+    assert doc["predicted"]["why_none"] == predicted[0].removeprefix("PREDICTED: nothing: ")

@@ -70,3 +70,38 @@ def test_run_summary_piped_summarises_categories_and_ends_with_the_answer(
         assert "by category nextn: accept length 2.00 (chat, c1) to 4.00 (code, c1)" in out
     else:
         assert "cats by category" in out and summary not in out
+
+
+def test_run_closes_with_the_variant_results_recommend_names_on_a_near_tie(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """At c8 nextn-1's speedup lies on the edge of nextn-2's bootstrap interval (nextn-2 1.0196× as fast as built):
+    1000 and 2000 resamples decide it differently. Before: the run decided with 1000, `results recommend` with 2000,
+    and the run's closing line named nextn-2 where `results recommend` names nextn-1."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from cluster.analysis.recommend import recommend_results
+    from cluster.analysis.results import Results
+    from cluster.cli import app
+    from cluster.commands.results import print_run_summary
+    from tests.unit.analysis.test_comparison import SPEC, build_dataset
+
+    root = str(tmp_path)
+    build_dataset(root, "tie", steps=[1, 2], repeats=8, conc=(1, 8), n_requests=8, out_tokens=16,
+                  speed={"nextn-2": 1.0196}, seed=0)
+    served = {nb: [r.serve for r in recommend_results(Results.open(root, "tie"), n_boot=nb).points]
+              for nb in (1000, 2000)}
+    assert served[1000] != served[2000], "the dataset is a near tie: the decision depends on the resamples"
+    res = CliRunner().invoke(app, ["results", "recommend", "tie", "--root", root, "--format", "json"])
+    assert res.exit_code == 0, res.output
+    recommended = {p["load_value"]: p["serve"] for p in json.loads(res.output)["points"]}
+    spec = parse_spec_text(SPEC.format(name="tie", other="nextn", steps=[1, 2], out=16, n=8, conc=[1, 8],
+                                       repeats=8))
+    capsys.readouterr()
+    print_run_summary(root, spec, {"ok": 32})
+    closing = [line for line in capsys.readouterr().out.splitlines() if line.startswith("answer c")]
+    answered = {float(line.split()[1].removeprefix("c").rstrip(":")): line.split(": ")[1].removeprefix("serve ")
+                for line in closing}
+    assert answered == recommended
+    assert recommended[8] == "nextn-1" and "tied with nextn-2" in next(x for x in closing if x.startswith("answer c8"))
