@@ -16,7 +16,7 @@ from cluster.commands.shell_lines import shell_command
 from cluster.engines.flagcheck import check_launch_flags
 from cluster.engines.base import LaunchCommand
 from cluster.engines.registry import get_engine, is_simulated
-from cluster.plan.runs import expand_variants, make_plan
+from cluster.plan.runs import expand_variants, launch_form, make_plan
 from cluster.kernel.runs import ResolvedVariant
 from cluster.plan.fairness import ModelFacts, check_fairness, format_findings
 from cluster.plan.model_rules import facts_from_json
@@ -58,9 +58,10 @@ def _probe_here(spec: ExperimentSpec) -> dict[str, ProbeReport]:
 
 
 def _input_checks(spec: ExperimentSpec, output: Optional[str] = None,
-                  reports: Optional[dict[str, ProbeReport]] = None) -> dict[str, Any]:
+                  reports: Optional[dict[str, ProbeReport]] = None, write_adaptive: bool = False) -> dict[str, Any]:
     """The checkpoint probe where this machine can read it, then the inputs a server would fail on later (prompt
-    files and their fit to the model, the output root, Ray's ports): PreflightError naming file and field."""
+    files and their fit to the model, the output root, Ray's ports, adaptive configs): PreflightError naming file
+    and field. `write_adaptive` (run only): write the derived adaptive configs."""
     variants = expand_variants(spec)
     reports = _probe_here(spec) if reports is None else reports
     root = None if output is None else resolve_output_root(output, Path.cwd())
@@ -68,17 +69,37 @@ def _input_checks(spec: ExperimentSpec, output: Optional[str] = None,
         err_console.print(f"[cyan]dataset[/] {note}", soft_wrap=True, highlight=False)
     for field, why in no_op_notes(spec.variants):  # a documented no-op is accepted, never silently
         err_console.print(f"note: {field}: {why}", style="yellow", markup=False, soft_wrap=True, highlight=False)
-    from cluster.analysis.adaptive_config import prepare_adaptive_configs
+    from cluster.analysis.adaptive_config import adaptive_configs, checkable, write_adaptive_configs
 
-    for note in prepare_adaptive_configs(spec, Path.cwd()):  # written/read before the flag checks read them
+    # derived and checked in memory; only `run` writes a derived config, before any server, where SGLang reads it
+    configs = adaptive_configs(spec, _run_root(spec, output), Path.cwd())
+    notes = [f"{c.variant}: {n}" for c in configs for n in c.notes]
+    if write_adaptive:
+        notes += write_adaptive_configs(configs)
+    else:
+        notes += [f"{c.variant}: `run` writes {c.path} (nothing is written now)" for c in configs if c.text is not None]
+    for note in notes:
         err_console.print(f"adaptive speculation of {note}", markup=False, soft_wrap=True, highlight=False)
     # the simulator's flags here; SGLang's and vLLM's by their own parsers in the GPU node's preflight
-    for line in check_launch_flags(spec, variants, sys.executable, on_node=False) + load_above_cap(spec, variants):
+    with checkable([_launched(spec, v, output) for v in variants], [] if write_adaptive else configs) as launched:
+        lines = check_launch_flags(spec, launched, sys.executable, on_node=False)
+    for line in lines + load_above_cap(spec, variants):
         err_console.print(line, style="yellow", markup=False, soft_wrap=True)
     return {k: v.to_json() for k, v in reports.items()}
 
 
-def _local_checks(spec: ExperimentSpec, quiet: bool = False, output: Optional[str] = None) -> dict[str, Any]:
+def _run_root(spec: ExperimentSpec, output: Optional[str]) -> str:
+    """The dataset root `run` uses (`--output`, else the spec's output), resolved as the driver resolves it."""
+    return resolve_output_root(output or spec.output, Path.cwd())
+
+
+def _launched(spec: ExperimentSpec, v: ResolvedVariant, output: Optional[str]) -> ResolvedVariant:
+    """The variant as `run` launches it from this directory (an adaptive config at its absolute path)."""
+    return launch_form(spec, v, _run_root(spec, output), Path.cwd())
+
+
+def _local_checks(spec: ExperimentSpec, quiet: bool = False, output: Optional[str] = None,
+                  write_adaptive: bool = False) -> dict[str, Any]:
     """Fairness rules and the checkpoint probe, where this machine can read the checkpoint."""
     variants = expand_variants(spec)
     for v in variants:
@@ -108,7 +129,7 @@ def _local_checks(spec: ExperimentSpec, quiet: bool = False, output: Optional[st
         err_console.print(f"[yellow]note[/] checkpoint {spec.model.path} is not readable here; "
                           "it is probed on a GPU node before any GPU is reserved", soft_wrap=True)
     # a PreflightError names the experiment, the variant and what is missing; the CLI's handler prints it
-    return _input_checks(spec, output, reports)
+    return _input_checks(spec, output, reports, write_adaptive)
 
 
 def _sglang_version(spec: ExperimentSpec) -> Optional[str]:
@@ -128,7 +149,7 @@ def validate(experiment: Path = typer.Argument(..., help="experiment YAML")) -> 
     with _naming(experiment):
         _input_checks(spec, spec.output)
         for v in variants:  # the argv plan prints and run launches: refusals made while building it (an SGLang
-            _launch_command(spec, v, 30000)  # alias next to its full flag name) come at validate too
+            _launch_command(spec, _launched(spec, v, None), 30000)  # alias next to its full flag name) come at validate too
     console.print(f"[green]ok[/] {experiment}: experiment {spec.name!r}, {len(variants)} variant(s), "
                   f"{len(make_plan(spec))} run(s)")
 
@@ -166,7 +187,7 @@ def _plan(spec: ExperimentSpec, port: int) -> None:
     for line in notes + [n for n in [undecided_note(variants, facts)] if n]:
         err_console.print(f"note: {line}", style="yellow", markup=False, soft_wrap=True)
     for v in variants:
-        cmd = _launch_command(spec, v, port)
+        cmd = _launch_command(spec, _launched(spec, v, None), port)
         base = " (baseline)" if v.is_baseline else ""
         fixed = v.args.get("port")
         where = f"port {fixed} (fixed by args.port)" if fixed is not None else "a free port chosen at start"
@@ -210,7 +231,7 @@ def run(
     """Run an experiment end to end and print the comparison table."""
     spec = load_spec(experiment)
     with _naming(experiment):
-        _local_checks(spec, quiet=False, output=output or spec.output)
+        _local_checks(spec, quiet=False, output=output or spec.output, write_adaptive=True)
     from cluster.commands.live_view import run_display
     from cluster.distributed.driver import init_ray, logical_gpus_for, run_experiment
 

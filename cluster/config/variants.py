@@ -3,6 +3,7 @@ profile), and the names the planner expands it into."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import (Discriminator, Field, FieldSerializationInfo, Tag, field_serializer, field_validator,
@@ -30,9 +31,11 @@ class AdaptiveSpec(FrozenModel):
 
     experiment: Optional[str] = None
     """An earlier experiment's name: its `results recommend` depth schedule (concurrency points) is written as the
-    config `<root>/<experiment>/adaptive-config[-<workload>].json` at validate/plan/run and passed to SGLang."""
+    config `<root>/<experiment>/adaptive-config[-<workload>].json` by `run` (validate and plan derive and check it
+    without writing) and passed to SGLang by its absolute path."""
     root: Optional[LocalPath] = None
-    """The results root that holds that experiment (default: this experiment's `output`)."""
+    """The results root that holds that experiment (default: the output root the run uses: `run --output`, else
+    this experiment's `output`)."""
     workload: Optional[str] = None
     """Whose schedule, when that experiment measured several workloads (default: its only one)."""
     file: Optional[LocalPath] = None
@@ -52,11 +55,18 @@ class AdaptiveSpec(FrozenModel):
         return self
 
     def config_path(self, output: str) -> str:
-        """The config file SGLang is given: the file, or where the experiment's schedule is written."""
+        """The config file as declared (the variant's identity): the file, or where the experiment's schedule is
+        written under `root`, else under the output root `output`."""
         if self.file is not None:
             return self.file
         suffix = f"-{self.workload}" if self.workload else ""
         return f"{(self.root or output).rstrip('/')}/{self.experiment}/adaptive-config{suffix}.json"
+
+    def launch_path(self, output_root: str, base_dir: Path) -> str:
+        """The config file SGLang is given: absolute (a relative path is taken from the experiment's base dir, not
+        from the server's working directory); `output_root` is the root the run uses."""
+        p = Path(self.config_path(output_root))
+        return str(p if p.is_absolute() else base_dir / p)
 
 
 class SpeculativeSpec(FrozenModel):

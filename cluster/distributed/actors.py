@@ -16,6 +16,7 @@ import ray
 from cluster.version import __version__
 from cluster.engines.base import api_key_of
 from cluster.engines.registry import get_engine
+from cluster.engines.sglang_adaptive import config_missing
 from cluster.kernel.run_facts import ServerFacts
 from cluster.config.secrets import redact_argv, redact_env, scrub, scrub_file, scrub_text, secret_values
 from cluster.loadgen.eval import during_window
@@ -114,6 +115,10 @@ class EngineActorImpl:
         return rec.stop()
 
     def start(self, health_timeout_s: float, port: Optional[int] = None) -> ServerFacts:
+        sp = self.variant.speculative
+        missing = config_missing(sp.adaptive_config if sp is not None else None, socket.gethostname())
+        if missing is not None:  # before launching: the server would exit with a less clear error
+            raise ServerStartError(f"variant {self.variant.name}: {missing}")
         gpu_ids = self.gpu_ids()
         last_err: Optional[ServerStartError] = None
         for attempt in range(MAX_PORT_TRIES):

@@ -54,11 +54,13 @@ def gpu_nodes() -> list[GpuNode]:
     return out
 
 
-def _probe_on_node(spec_json: dict[str, Any], base_dir: str) -> tuple[dict[str, Any], list[str]]:
+def _probe_on_node(spec_json: dict[str, Any], base_dir: str,
+                   output_root: Optional[str] = None) -> tuple[dict[str, Any], list[str]]:
     from cluster.engines.flagcheck import check_launch_flags
     from cluster.engines.registry import get_engine
     from cluster.plan.inputs import check_on_node
-    from cluster.plan.runs import expand_variants
+    from cluster.plan.inputs import resolve_output_root
+    from cluster.plan.runs import expand_variants, launch_form
     from cluster.plan.preflight import check_speculative_support
     from cluster.config.experiment import ExperimentSpec as _Spec
 
@@ -70,7 +72,9 @@ def _probe_on_node(spec_json: dict[str, Any], base_dir: str) -> tuple[dict[str, 
     modules = {v.engine: get_engine(v.engine).module for v in variants}
     check_on_node(spec, variants, reports, Path(base_dir), modules, sys.executable, _ray_ports())
     # each variant's launch argv through its engine's own parser, with the node's engine interpreter
-    warnings = check_launch_flags(spec, variants, sys.executable, on_node=True)
+    root = output_root or resolve_output_root(spec.output, Path(base_dir))  # adaptive configs as launched
+    warnings = check_launch_flags(spec, [launch_form(spec, v, root, Path(base_dir)) for v in variants],
+                                  sys.executable, on_node=True)
     # the fairness rules again, now with the probe's facts, the node's GPUs (SM120?) and the installed version
     from cluster.engines.interconnect import collect_interconnect
     from cluster.plan.fairness import ModelFacts, check_fairness, format_findings
@@ -103,7 +107,7 @@ def _ray_ports() -> dict[int, str]:
 
 def remote_preflight(spec: ExperimentSpec, base_dir: Path,
                      warn: Callable[[str], object] = lambda line: print(line, file=sys.stderr, flush=True),
-                     ) -> Optional[dict[str, dict[str, JsonValue]]]:
+                     output_root: Optional[str] = None) -> Optional[dict[str, dict[str, JsonValue]]]:
     """Probe every checkpoint on a GPU node (weights often live only there) before any GPU is reserved; `warn` gets
     what could not be checked there (flags behind a launcher). Raises the probe's PreflightError (a ValueError)
     unchanged."""
@@ -118,7 +122,8 @@ def remote_preflight(spec: ExperimentSpec, base_dir: Path,
         opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(nodes[0].node_id, soft=False)
     for attempt in range(1, PREFLIGHT_RUNTIME_ENV_TRIES + 1):
         try:
-            reports, warnings = ray.get(task.options(**opts).remote(spec.model_dump(mode="json"), str(base_dir)))
+            reports, warnings = ray.get(task.options(**opts).remote(spec.model_dump(mode="json"), str(base_dir),
+                                                                output_root))
             break
         except ray.exceptions.RayTaskError as e:
             cause = getattr(e, "cause", None)

@@ -190,7 +190,7 @@ def run_experiment(spec: ExperimentSpec, *, base_dir: Path, output_root: Optiona
     if preflight:
         from cluster.distributed.cluster_state import remote_preflight
 
-        drv.preflight = remote_preflight(spec, Path(base_dir))
+        drv.preflight = remote_preflight(spec, Path(base_dir), output_root=drv.root)
     return drv.run()
 
 

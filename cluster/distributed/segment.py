@@ -26,6 +26,7 @@ from cluster.distributed.run_records import Death, ExperimentResult, RunRecorder
 from cluster.distributed.saturation_stop import SaturationStop
 from cluster.distributed.teardown import teardown
 from cluster.kernel.runs import ResolvedVariant, RunPlan
+from cluster.plan.runs import launch_form
 from cluster.plan.schedule import Reservation
 from cluster.tuning.artifacts import TuningArtifact
 from cluster.tuning.stage import ARTIFACT_KINDS, with_artifact
@@ -112,7 +113,8 @@ class SegmentRunner:
         self.wait_pg(s.pg, variant.name, gpus)
         self.on_event(ServerState(variant.name, "starting"))
         self.gates.placed(variant)
-        s.engine = new_engine_actor(s.pg, self.spec.name, with_artifact(variant, art),
+        launched = launch_form(self.spec, variant, self.result.dataset_root, self.base_dir)  # absolute config path
+        s.engine = new_engine_actor(s.pg, self.spec.name, with_artifact(launched, art),
                                     self.spec.engines.get(variant.engine), str(self.log_dir))
         # created now, not once the server is healthy: a load actor's worker process starts while the server does
         # (1.5 s per server start on a 2-core machine; teardown kills them whether or not the server came up)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import json
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
@@ -107,3 +108,12 @@ def adaptive_not_on(resolved: Mapping[str, JsonValue]) -> Optional[str]:
     return (f"--speculative-adaptive was asked for but /server_info resolved {SERVER_INFO_KEY}={value!r}: SGLang "
             "turned it off (its log says why: 'speculative_adaptive disabled: ...'), so this ran static depth "
             f"{resolved.get('speculative_num_steps')!r}, not the adaptive schedule")
+
+
+def config_missing(config_path: Optional[str], node: str) -> Optional[str]:
+    """Why a server asked for --speculative-adaptive cannot read its config on `node` (None: the file is there)."""
+    if config_path is None or Path(config_path).is_file():
+        return None
+    return (f"{config_path}: the adaptive config (--{CONFIG_FLAG}) is not a file on node {node}, where the server "
+            "would read it: `run` writes it on the machine it runs on, so on a multi-node cluster the output root "
+            "(or the adaptive `root`/`file`) must be on storage every node shares")

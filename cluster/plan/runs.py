@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 from cluster.errors import UserError
@@ -74,6 +75,20 @@ def _expand_one(spec: ExperimentSpec, v: VariantSpec) -> list[ResolvedVariant]:
         )
         out.append(ResolvedVariant(name=name, speculative=dec, **common))  # type: ignore[arg-type]
     return out
+
+
+def launch_form(spec: ExperimentSpec, v: ResolvedVariant, output_root: str, base_dir: Path) -> ResolvedVariant:
+    """The variant as its server is launched: an adaptive config at its absolute path under the output root the run
+    uses (`output_root`, resolved), relative paths taken from `base_dir`; its declared identity (run key) is
+    `expand_variants`' and unchanged."""
+    sp = v.speculative
+    declared = next((sv for sv in spec.variants if sv.name == (v.family or v.name)), None)
+    if sp is None or sp.adaptive_config is None or declared is None or declared.speculative is None:
+        return v
+    adaptive = declared.speculative.adaptive
+    if adaptive is None:
+        return v
+    return replace(v, speculative=replace(sp, adaptive_config=adaptive.launch_path(output_root, base_dir)))
 
 
 def load_points(spec: ExperimentSpec) -> list[LoadPoint]:

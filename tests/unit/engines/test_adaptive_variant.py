@@ -160,24 +160,24 @@ def test_the_shipped_adaptive_experiment_loads_and_plans() -> None:
 
 
 def test_an_experiment_source_without_results_is_refused_before_any_server(tmp_path: Path) -> None:
-    from cluster.analysis.adaptive_config import prepare_adaptive_configs
+    from cluster.analysis.adaptive_config import adaptive_configs
 
     spec = _spec({"num_steps": 1, "adaptive": {"experiment": "never-ran"}}, tmp_path)
     with pytest.raises(UserError) as info:
-        prepare_adaptive_configs(spec, tmp_path)
+        adaptive_configs(spec, spec.output, tmp_path)
     assert info.value.field == "variants.2.speculative.adaptive.experiment" and "never-ran" in str(info.value)
 
 
 def test_a_config_file_sglang_could_not_read_is_refused_naming_file_and_field(tmp_path: Path) -> None:
-    from cluster.analysis.adaptive_config import prepare_adaptive_configs
+    from cluster.analysis.adaptive_config import adaptive_configs
 
     missing = _spec({"num_steps": 1, "adaptive": {"file": str(tmp_path / "nope.json")}}, tmp_path)
     with pytest.raises(UserError) as info:
-        prepare_adaptive_configs(missing, tmp_path)
+        adaptive_configs(missing, missing.output, tmp_path)
     assert info.value.field == "variants.2.speculative.adaptive.file" and "nope.json" in str(info.value)
     bad = tmp_path / "bad.json"
     bad.write_text('{"1": {"candidate_steps": [1.5]}}')
     spec = _spec({"num_steps": 1, "adaptive": {"file": str(bad)}}, tmp_path)
     with pytest.raises(PreflightError) as info2:
-        prepare_adaptive_configs(spec, tmp_path)
+        adaptive_configs(spec, spec.output, tmp_path)
     assert info2.value.file == str(bad) and "BS 1: candidate_steps must be a list of non-negative ints" in str(info2.value)
