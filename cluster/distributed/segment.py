@@ -12,6 +12,7 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 from ray.util.placement_group import PlacementGroup, placement_group
 
+from cluster.analysis.correctness import gate_failed_reason, only_acceptance_floor
 from cluster.config.experiment import ExperimentSpec
 from cluster.kernel.run_facts import GateVerdict, SegmentFacts, ServerRecord
 from cluster.distributed.capacity_search import CapacitySearches
@@ -150,10 +151,14 @@ class SegmentRunner:
         self.result.servers[variant.name] = ServerRecord(server, s.seg)
         if not gate.passed:
             self.log(f"[{variant.name}] correctness gate FAILED: {'; '.join(gate.reasons)}")
-            self.on_event(ServerState(variant.name, "failed", "correctness gate failed"))
-            for p in runs:
-                self.recorder.invalid(p, "correctness gate failed: " + "; ".join(gate.reasons), server, s.seg)
-            return
+            if not only_acceptance_floor(gate_failed_reason(gate.reasons)):
+                self.on_event(ServerState(variant.name, "failed", "correctness gate failed"))
+                for p in runs:
+                    self.recorder.invalid(p, gate_failed_reason(gate.reasons), server, s.seg)
+                return
+            # the floor alone (a head that drafts but is rejected): measured for its acceptance health, every run
+            # invalid by build_run_row (docs/acceptance-health.md)
+            self.log(f"[{variant.name}] measured anyway for its acceptance health; its runs are invalid")
         self.on_event(ServerState(variant.name, "measuring"))
         death: Optional[Death] = None
         for p in runs:
