@@ -171,9 +171,10 @@ class SegmentRunner:
                 self.recorder.invalid(p, why, server, s.seg)
                 continue
             death = self.points.run(p, s)
-        if death is None and self.repeats is not None:
+        # a variant measured only for its acceptance health (gate failed on the floor) gets its planned runs alone
+        if death is None and self.repeats is not None and gate.passed:
             death = self.repeats.run(variant, planned, lambda p: self.points.run(p, s))
-        if death is None and self.spec.load.search is not None:
+        if death is None and self.spec.load.search is not None and gate.passed:
             death = self.searches.run(variant, planned, server, lambda p: self.points.run(p, s))
-        if variant.profile is not None and death is None and runs:
+        if variant.profile is not None and death is None and runs and gate.passed:
             profile_variant(self.spec, self.recorder.store, self.log, variant, s.engine, s.loads[0], server, runs[0])

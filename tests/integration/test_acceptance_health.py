@@ -91,9 +91,11 @@ def test_a_head_below_the_gate_floor_is_invalid_and_still_judged_collapsed(ray_l
 
     out = tmp_path / "results"
     model = qwen35_nvfp4(tmp_path / "nvfp4-mtp", mtp_quantized=True)
-    spec = _spec("floor", model, out, "accept_probs: [0.02]").replace("repeats: 2", "repeats: 1")
+    # repeats until sure: the baseline repeats as its rule says, the invalid variant only its planned (min) repeats
+    spec = _spec("floor", model, out, "accept_probs: [0.02]").replace(
+        "repeats: 2", "repeats: {until: {metric: output_tps, half_width_pct: 0.001}, min: 2, max: 3}")
     result = run_experiment(parse_spec_text(spec), base_dir=tmp_path)
-    assert result.counts() == {"ok": 1, "invalid": 1}, result.statuses
+    assert result.counts() == {"ok": 3, "invalid": 2}, result.statuses
     runner = CliRunner()
     show = runner.invoke(app, ["results", "show", "floor", "--root", str(out)])
     assert show.exit_code == 0, show.output
@@ -103,7 +105,7 @@ def test_a_head_below_the_gate_floor_is_invalid_and_still_judged_collapsed(ray_l
     assert rec.exit_code == 0, rec.output
     print(rec.output)
     text = " ".join(rec.output.split())
-    assert ("acceptance health w nextn (1 run invalid: the gate's acceptance floor; judged, never compared): "
+    assert ("acceptance health w nextn (2 runs invalid: the gate's acceptance floor; judged, never compared): "
             "acceptance-collapsed against qwen3.5-mtp published figures: position 1 accepts 0.0") in text
     assert "NOT excluded from NVFP4 quantization" in text and "try: keep the MTP layers in BF16" in text
     # never compared: the invalid variant is no recommendation
@@ -115,7 +117,7 @@ def test_a_head_below_the_gate_floor_is_invalid_and_still_judged_collapsed(ray_l
         rows = rows["runs"] if isinstance(rows, dict) else rows
         health = {r["variant"]: r["acceptance_health"] for r in rows}
         assert health["baseline"] is None, cmd
-        assert health["nextn"]["verdict"] == "acceptance-collapsed" and health["nextn"]["floor_invalid_runs"] == 1
+        assert health["nextn"]["verdict"] == "acceptance-collapsed" and health["nextn"]["floor_invalid_runs"] == 2
         assert health["nextn"]["positions"][0]["collapsed"] and health["nextn"]["probe"]["quantized"], cmd
     rec_json = runner.invoke(app, ["results", "recommend", "floor", "--root", str(out), "--n-boot", "200",
                                    "--format", "json"])
