@@ -26,7 +26,7 @@ def print_acceptance_health(results: Results) -> None:
     for line in health_lines(healths_of(results)):
         if not line.startswith("  "):
             style = "red" if f": {COLLAPSED}" in line else ""
-        console.print(line, style=style, highlight=False, soft_wrap=True, markup=False)
+        console.print(line, style=style, highlight=False, markup=False)  # wrapped at the width (80 columns piped)
 
 
 def with_health_column(df: pd.DataFrame, results: Results) -> pd.DataFrame:
