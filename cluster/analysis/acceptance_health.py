@@ -10,17 +10,19 @@ none (the variant is `not judged`, and says why)."""
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Optional, Sequence
 
 from cluster.analysis.acceptance_positions import (ALL_CATEGORIES, READ_COLUMNS, GroupAcceptance, PositionAcceptance,
                                                    acceptance_by_position)
 from cluster.analysis.accuracy import Share
+from cluster.analysis.correctness import only_acceptance_floor
 from cluster.analysis.results import Results
 from cluster.config.acceptance import (DEFAULT_MARGIN, FAMILIES, AcceptanceReferenceSpec, FamilyFigures,
                                       ReferencePoint, family_of)
 from cluster.config.model import ModelSpec
 from cluster.dataset.store import ExperimentNotFound
+from cluster.input_files import JsonObject
 
 COLLAPSED = "acceptance-collapsed"
 HEALTHY = "acceptance-healthy"
@@ -96,10 +98,15 @@ class AcceptanceHealth:
     judged: tuple[PositionJudgement, ...]
     why_not_judged: str
     probe: Optional[ProbeEvidence]
+    floor_invalid_runs: int = 0
+    """Runs judged here that are invalid by the gate's acceptance floor alone (in no comparison)."""
 
     def summary(self) -> str:
         """One line: the verdict, and for a collapsed variant each collapsed position with its arithmetic."""
-        where = f"{self.workload} {self.variant}"
+        where = f"{self.workload} {self.variant}" + (
+            f" ({self.floor_invalid_runs} run{'s' if self.floor_invalid_runs > 1 else ''} invalid: the gate's "
+            "acceptance floor; judged, never compared)"
+            if self.floor_invalid_runs else "")
         if self.verdict == NOT_JUDGED or self.reference is None:
             return f"{where}: {NOT_JUDGED} ({self.why_not_judged})"
         ref = self.reference
@@ -222,14 +229,18 @@ def reference_for(results: Results, spec: Optional[AcceptanceReferenceSpec], pro
 
 def acceptance_health(results: Results) -> list[AcceptanceHealth]:
     """Per workload and speculative variant (all categories pooled), its verdict against the reference."""
-    groups = [g for g in acceptance_by_position(results.table("requests", READ_COLUMNS), results.runs())
+    runs = results.runs()
+    groups = [g for g in acceptance_by_position(results.table("requests", READ_COLUMNS), runs, with_floor_invalid=True)
               if g.category == ALL_CATEGORIES]
     if not groups:
         return []
     spec = results.stored_spec(AcceptanceReferenceSpec, "acceptance_reference")
     model = results.stored_spec(ModelSpec, "model")
     probe = probe_evidence(results.meta(), model.path if model is not None else None)
-    return [_health(results, spec, probe, g) for g in groups]
+    floor = runs.loc[(runs["status"] == "invalid") & runs["invalid_reasons"].map(only_acceptance_floor).astype(bool)]
+    counts = floor.groupby(["workload", "variant"]).size().to_dict() if len(floor) else {}
+    return [replace(_health(results, spec, probe, g), floor_invalid_runs=int(counts.get((g.workload, g.variant), 0)))
+            for g in groups]
 
 
 def _health(results: Results, spec: Optional[AcceptanceReferenceSpec], probe: Optional[ProbeEvidence],
@@ -260,6 +271,23 @@ def health_lines(healths: Sequence[AcceptanceHealth]) -> list[str]:
     return out
 
 
+def health_json(h: AcceptanceHealth) -> JsonObject:
+    """One variant's verdict as `--format json` carries it: the verdict, each judged position (measured rate and
+    interval, reference), the reference curve, why not judged, the probe's evidence, and (collapsed) the lines after
+    the summary: the evidence again in words and what to try."""
+    return {"workload": h.workload, "variant": h.variant, "verdict": h.verdict, "summary": h.summary(),
+            "floor_invalid_runs": h.floor_invalid_runs, "why_not_judged": h.why_not_judged or None,
+            "reference": None if h.reference is None else {
+                "label": h.reference.label, "margin": h.reference.margin,
+                "points": [asdict(p) for p in h.reference.points]},
+            "positions": [{"position": j.position, "accepted": j.measured.correct, "steps": j.measured.counted,
+                           "rate": j.measured.rate, "low": j.measured.low, "high": j.measured.high,
+                           "reference_rate": j.reference.accept_rate, "collapsed": j.collapsed} for j in h.judged],
+            "probe": None if h.probe is None else {**asdict(h.probe), "quantized": h.probe.quantized,
+                                                   "line": h.probe.line()},
+            "detail": [x.strip() for x in h.lines()[1:]]}
+
+
 def health_html(healths: Sequence[AcceptanceHealth]) -> str:
     """The report's section: each variant's lines, collapsed ones marked, with the reference's sources."""
     if not healths:
@@ -277,5 +305,5 @@ def health_html(healths: Sequence[AcceptanceHealth]) -> str:
 
 
 __all__ = ["ADVICE", "COLLAPSED", "HEALTHY", "NOT_JUDGED", "AcceptanceHealth", "PositionJudgement", "ProbeEvidence",
-           "ReferenceCurve", "ReferencePoint", "acceptance_health", "family_curve", "health_html", "health_lines",
+           "ReferenceCurve", "ReferencePoint", "acceptance_health", "family_curve", "health_html", "health_json", "health_lines",
            "judge", "position_collapsed", "probe_evidence", "reference_for"]

@@ -41,6 +41,7 @@ import pandas as pd
 import pyarrow as pa
 
 from cluster.analysis.accuracy import Share, wilson
+from cluster.analysis.correctness import only_acceptance_floor
 from cluster.analysis.request_metrics import request_columns
 
 ALL_CATEGORIES = "(all)"
@@ -140,14 +141,19 @@ READ_COLUMNS = _COLUMNS + ("category", "prompt_fingerprint", "request_index", "e
 """The `requests` columns acceptance_by_position reads (ok requests: no error, a first and a last chunk)."""
 
 
-def acceptance_by_position(requests: pa.Table, runs: pd.DataFrame) -> list[GroupAcceptance]:
+def acceptance_by_position(requests: pa.Table, runs: pd.DataFrame,
+                           with_floor_invalid: bool = False) -> list[GroupAcceptance]:
     """Per workload and variant (and per prompt category where requests carry one), the per-position acceptance of
     the ok requests of ok runs, pooled over load points and repeats. `requests` holds READ_COLUMNS (`category`
-    optional); `runs` the runs table's run_key, status and spec_num_steps.
+    optional); `runs` the runs table's run_key, status and spec_num_steps (and invalid_reasons for
+    `with_floor_invalid`: runs invalid by the gate's acceptance floor alone count too, for acceptance health).
     A group without a single histogram is left out (the server gives none)."""
     if requests.num_rows == 0 or "spec_correct_drafts_histogram" not in requests.schema.names:
         return []
-    ok_runs = runs.loc[runs["status"] == "ok"]
+    keep = runs["status"] == "ok"
+    if with_floor_invalid:
+        keep |= (runs["status"] == "invalid") & runs["invalid_reasons"].map(only_acceptance_floor).astype(bool)
+    ok_runs = runs.loc[keep]
     depth_of = {str(k): (None if pd.isna(d) else int(d)) for k, d in zip(ok_runs["run_key"], ok_runs["spec_num_steps"])}
     ok = request_columns(requests).ok
     df = pd.DataFrame({c: requests.column(c).to_pylist() for c in _COLUMNS})

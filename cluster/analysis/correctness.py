@@ -22,6 +22,34 @@ from cluster.kernel.runs import RECORD_SCHEMA_VERSION
 ACCEPT_LENGTH_FLOOR = 1.05
 """A NEXTN variant at or below this acceptance length is drafting nothing useful (MTP weights dropped)."""
 
+GATE_FAILED = "correctness gate failed: "
+"""How a run's invalid_reasons begin when its variant failed the gate (the gate's reasons follow, '; '-joined)."""
+
+def floor_reason(accept_length: float) -> str:
+    """The gate's reason for an acceptance length at or below ACCEPT_LENGTH_FLOOR (_FLOOR_REASON reads it back)."""
+    return (f"acceptance length {accept_length:.3f} <= {ACCEPT_LENGTH_FLOOR}: the MTP draft accepts nothing "
+            "(weights not loaded? SGLang #35797)")
+
+
+_FLOOR_REASON = re.compile(r"acceptance length -?[0-9.]+ <= " + re.escape(str(ACCEPT_LENGTH_FLOOR))
+                           + r": the MTP draft accepts nothing \(.*\)")
+
+
+def gate_failed_reason(reasons: Sequence[str]) -> str:
+    """A run's invalid reason when its variant failed the gate with `reasons`."""
+    return GATE_FAILED + "; ".join(reasons)
+
+
+def only_acceptance_floor(invalid_reasons: Optional[str]) -> bool:
+    """THE predicate: the run's (or the gate's, through gate_failed_reason) only invalid reason is the gate's
+    acceptance floor. Such a variant is measured and its acceptance health judged, while its runs stay invalid."""
+    if not isinstance(invalid_reasons, str) or not invalid_reasons.startswith(GATE_FAILED):
+        return False
+    # the gate's notes ("note: ...", gate_stage.py) are no reasons; anything else beside the floor is one
+    parts = [r for r in invalid_reasons[len(GATE_FAILED):].split("; ") if not r.startswith("note: ")]
+    return len(parts) == 1 and _FLOOR_REASON.fullmatch(parts[0]) is not None
+
+
 PREFIX_FAIL_SHARE = 0.5
 """The prefix rule fails a variant when more than this share of prompts diverge from the baseline too early."""
 
@@ -105,10 +133,7 @@ def evaluate_gate(
         if accept_length is None or (isinstance(accept_length, float) and math.isnan(accept_length)):
             reasons.append("NEXTN variant without a measured acceptance length")
         elif accept_length <= ACCEPT_LENGTH_FLOOR:
-            reasons.append(
-                f"acceptance length {accept_length:.3f} <= {ACCEPT_LENGTH_FLOOR}: the MTP draft accepts nothing "
-                "(weights not loaded? SGLang #35797)"
-            )
+            reasons.append(floor_reason(accept_length))
     return GateResult(not reasons, tuple(reasons), tuple(verdicts), accept_length)
 
 

@@ -245,6 +245,11 @@ def build_run_row(p: RunPlan, out: MeasuredWindow, server: ServerFacts, segment:
     m.update(summarize_gpu(out.gpu_metrics, out.duration_s, m.get("output_tok_s"), out.requests))
     n_ok = int(m.get("n_ok") or 0)
     invalid: list[str] = []
+    gate = segment.correctness
+    if gate is not None and not gate.passed:  # measured only for its acceptance health (segment.py): never ok
+        from cluster.analysis.correctness import gate_failed_reason
+
+        invalid.append(gate_failed_reason(gate.reasons))
     # the stored m_lag_ms_p99 (request_metrics.client_lag over the committed requests), never a shard's own figure
     lag_p99_ms = m.get("lag_ms_p99") or 0.0
     if lag_p99_ms > spec.max_client_lag_ms:

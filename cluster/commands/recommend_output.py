@@ -10,7 +10,8 @@ import typer
 from cluster.analysis.recommend import RECOMMEND_N_BOOT, RECOMMEND_SEED, recommend_results
 from cluster.analysis.recommend_view import note_lines, recommend_json, recommend_view, schedule_lines
 from cluster.analysis.results import Results
-from cluster.commands.acceptance_health_output import print_acceptance_health
+from cluster.analysis.acceptance_health import health_json
+from cluster.commands.acceptance_health_output import HEALTH_KEY, healths_of, print_acceptance_health
 from cluster.commands.result_tables import Format, clear_errors, console, emit, err_console, no_runs, simulated_note
 
 
@@ -42,6 +43,7 @@ def print_recommendations(results: Results, as_json: bool, n_boot: int = RECOMME
         from cluster.analysis.template_contrast import setting_contrasts
 
         doc["template_settings"] = [asdict(c) for c in setting_contrasts(results)]
+        doc[HEALTH_KEY] = [health_json(h) for h in healths_of(results)]
         typer.echo(json.dumps(doc, indent=2))
         return
     view = recommend_view(rec)

@@ -12,7 +12,7 @@ from rich.markup import escape
 from cluster.errors import SglbenchError, UserError
 from rich.table import Table
 
-from cluster.commands.acceptance_health_output import print_acceptance_health
+from cluster.commands.acceptance_health_output import print_acceptance_health, with_health_column
 from cluster.commands.cross_output import cross_table, print_cross
 from cluster.commands.repeats_output import emit_show, print_repeats, recorded_repeats
 from cluster.commands.result_tables import (Format, NothingToShow, cell_text, clear_errors, console, emit,
@@ -105,7 +105,7 @@ def print_compare_ci(results: Results, baseline: Optional[str], fmt_name: str, n
     if fmt is not Format.table:
         out = df.copy()
         out["warnings"] = ["; ".join(w) for w in out["warnings"]]
-        emit(out, fmt)
+        emit(with_health_column(out, results) if fmt is Format.json else out, fmt)
         return
     view = compare_view(df)
     view["variant"] = [f"{v}{'*' if b else ''}{f' ({e})' if is_simulated(e) else ''}"
@@ -268,7 +268,7 @@ def print_compare(results: Results, baseline: Optional[str], fmt_name: str) -> N
             console.print(line, highlight=False, soft_wrap=True, markup=False)
         print_acceptance_health(results)
     else:
-        emit(df, fmt)
+        emit(with_health_column(df, results) if fmt is Format.json else df, fmt)
 
 
 def print_resolved_differences(results: Results) -> None:
@@ -364,7 +364,7 @@ def show_cmd(
     with clear_errors():
         df = query(results, sql)
         points = recorded_repeats(results)
-    emit_show(df, points, fmt, title=f"{experiment}: runs")
+    emit_show(with_health_column(df, results) if fmt is Format.json else df, points, fmt, title=f"{experiment}: runs")
     if fmt is Format.table:
         print_acceptance_health(results)
 

@@ -12,6 +12,7 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 from ray.util.placement_group import PlacementGroup, placement_group
 
+from cluster.analysis.correctness import gate_failed_reason, only_acceptance_floor
 from cluster.config.experiment import ExperimentSpec
 from cluster.kernel.run_facts import GateVerdict, SegmentFacts, ServerRecord
 from cluster.distributed.capacity_search import CapacitySearches
@@ -152,10 +153,14 @@ class SegmentRunner:
         self.result.servers[variant.name] = ServerRecord(server, s.seg)
         if not gate.passed:
             self.log(f"[{variant.name}] correctness gate FAILED: {'; '.join(gate.reasons)}")
-            self.on_event(ServerState(variant.name, "failed", "correctness gate failed"))
-            for p in runs:
-                self.recorder.invalid(p, "correctness gate failed: " + "; ".join(gate.reasons), server, s.seg)
-            return
+            if not only_acceptance_floor(gate_failed_reason(gate.reasons)):
+                self.on_event(ServerState(variant.name, "failed", "correctness gate failed"))
+                for p in runs:
+                    self.recorder.invalid(p, gate_failed_reason(gate.reasons), server, s.seg)
+                return
+            # the floor alone (a head that drafts but is rejected): measured for its acceptance health, every run
+            # invalid by build_run_row (docs/acceptance-health.md)
+            self.log(f"[{variant.name}] measured anyway for its acceptance health; its runs are invalid")
         self.on_event(ServerState(variant.name, "measuring"))
         death: Optional[Death] = None
         for p in runs:
@@ -168,9 +173,10 @@ class SegmentRunner:
                 self.recorder.invalid(p, why, server, s.seg)
                 continue
             death = self.points.run(p, s)
-        if death is None and self.repeats is not None:
+        # a variant measured only for its acceptance health (gate failed on the floor) gets its planned runs alone
+        if death is None and self.repeats is not None and gate.passed:
             death = self.repeats.run(variant, planned, lambda p: self.points.run(p, s))
-        if death is None and self.spec.load.search is not None:
+        if death is None and self.spec.load.search is not None and gate.passed:
             death = self.searches.run(variant, planned, server, lambda p: self.points.run(p, s))
-        if variant.profile is not None and death is None and runs:
+        if variant.profile is not None and death is None and runs and gate.passed:
             profile_variant(self.spec, self.recorder.store, self.log, variant, s.engine, s.loads[0], server, runs[0])

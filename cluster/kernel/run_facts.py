@@ -56,7 +56,8 @@ class GateVerdictJson(TypedDict, total=False):
 
 @dataclass(frozen=True)
 class GateVerdict:
-    """The correctness gate's answer for one variant (a variant that fails it spends no time on load)."""
+    """The correctness gate's answer for one variant (a variant that fails it spends no time on load, except on the
+    acceptance floor alone: measured for its acceptance health, its runs invalid)."""
 
     passed: bool
     reasons: tuple[str, ...]

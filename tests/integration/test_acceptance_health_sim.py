@@ -79,3 +79,50 @@ def test_degraded_head_is_flagged_with_the_probe_evidence(ray_local: None, tmp_p
     assert res.exit_code == 0, res.output
     page = (tmp_path / "report" / "index.html").read_text()
     assert "<h2>Acceptance health</h2>" in page and "acceptance-collapsed" in page and "mtp.*" in page
+
+
+def test_a_head_below_the_gate_floor_is_invalid_and_still_judged_collapsed(ray_local: None, tmp_path: Path) -> None:
+    # vLLM #43455's case: an NVFP4-quantized head accepting ~2 % of drafts; acceptance length ~1.02 trips the gate's
+    # floor (1.05), so every run is invalid, yet the variant is measured and shown collapsed with the probe's evidence
+    import json
+
+    from cluster.cli import app
+    from cluster.distributed.driver import run_experiment
+
+    out = tmp_path / "results"
+    model = qwen35_nvfp4(tmp_path / "nvfp4-mtp", mtp_quantized=True)
+    # repeats until sure: the baseline repeats as its rule says, the invalid variant only its planned (min) repeats
+    spec = _spec("floor", model, out, "accept_probs: [0.02]").replace(
+        "repeats: 2", "repeats: {until: {metric: output_tps, half_width_pct: 0.001}, min: 2, max: 3}")
+    result = run_experiment(parse_spec_text(spec), base_dir=tmp_path)
+    assert result.counts() == {"ok": 3, "invalid": 2}, result.statuses
+    runner = CliRunner()
+    show = runner.invoke(app, ["results", "show", "floor", "--root", str(out)])
+    assert show.exit_code == 0, show.output
+    print(show.output)
+    assert "correctness gate failed: acceptance length 1.0" in " ".join(show.output.split())
+    rec = runner.invoke(app, ["results", "recommend", "floor", "--root", str(out), "--n-boot", "200"])
+    assert rec.exit_code == 0, rec.output
+    print(rec.output)
+    text = " ".join(rec.output.split())
+    assert ("acceptance health w nextn (2 runs invalid: the gate's acceptance floor; judged, never compared): "
+            "acceptance-collapsed against qwen3.5-mtp published figures: position 1 accepts 0.0") in text
+    assert "NOT excluded from NVFP4 quantization" in text and "try: keep the MTP layers in BF16" in text
+    # never compared: the invalid variant is no recommendation
+    assert "serve nextn" not in text
+    for cmd in (["show"], ["compare"], ["compare", "--ci", "--n-boot", "200"]):
+        res = runner.invoke(app, ["results", cmd[0], "floor", "--root", str(out), *cmd[1:], "--format", "json"])
+        assert res.exit_code == 0, res.output
+        rows = json.loads(res.output)
+        rows = rows["runs"] if isinstance(rows, dict) else rows
+        health = {r["variant"]: r["acceptance_health"] for r in rows}
+        assert health["baseline"] is None, cmd
+        assert health["nextn"]["verdict"] == "acceptance-collapsed" and health["nextn"]["floor_invalid_runs"] == 2
+        assert health["nextn"]["positions"][0]["collapsed"] and health["nextn"]["probe"]["quantized"], cmd
+    rec_json = runner.invoke(app, ["results", "recommend", "floor", "--root", str(out), "--n-boot", "200",
+                                   "--format", "json"])
+    assert rec_json.exit_code == 0, rec_json.output
+    (doc,) = json.loads(rec_json.output)["acceptance_health"]
+    assert doc["variant"] == "nextn" and doc["verdict"] == "acceptance-collapsed"
+    assert doc["reference"]["label"] == "qwen3.5-mtp published figures" and doc["positions"][0]["rate"] < 0.06
+    assert doc["probe"]["quant_algo"] == "NVFP4" and doc["probe"]["excluded"] is False

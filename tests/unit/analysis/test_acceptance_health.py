@@ -157,3 +157,63 @@ def test_the_reference_is_the_declared_one_else_the_probed_family_else_none(tmp_
     assert probed is not None and probed.label == "qwen3.5-mtp published figures" and probed.margin == 0.1
     none, why = reference_for(results, None, None, "w", "v")  # type: ignore[arg-type]
     assert none is None and why.startswith("no reference: declare acceptance_reference")
+
+
+def test_runs_invalid_by_the_gate_floor_alone_are_judged_others_are_not() -> None:
+    import pandas as pd
+
+    from cluster.analysis.acceptance_positions import acceptance_by_position
+    from cluster.analysis.correctness import evaluate_gate, gate_failed_reason, only_acceptance_floor
+    from tests.unit.analysis.test_acceptance_positions import _requests
+
+    # the gate's own reason for a head accepting ~2 % (acceptance length 1.02), as the run records it
+    floor = evaluate_gate({}, None, 1.02, True, prompts=()).reasons
+    assert floor == ("acceptance length 1.020 <= 1.05: the MTP draft accepts nothing (weights not loaded? SGLang "
+                     "#35797)",)
+    floor_run = gate_failed_reason(floor)
+    assert only_acceptance_floor(floor_run)
+    # the gate's notes are no reasons (gate_stage.py)
+    assert only_acceptance_floor(gate_failed_reason(floor + ("note: prefix compared with the baseline's gate answers "
+                                                             "stored in the dataset",)))
+    # the floor beside another gate reason, or beside a run's own reason, or another reason alone: not judged
+    assert not only_acceptance_floor(gate_failed_reason(("p1: no output",) + floor))
+    assert not only_acceptance_floor(floor_run + "; client fell behind its schedule: send lag p99 9.00 ms > 5 ms")
+    assert not only_acceptance_floor(gate_failed_reason(("NEXTN variant without a measured acceptance length",)))
+    assert not only_acceptance_floor(floor[0]) and not only_acceptance_floor(None)
+
+    runs = pd.DataFrame({"run_key": ["ok", "floor", "other"], "status": ["ok", "invalid", "invalid"],
+                         "spec_num_steps": [1, 1, 1], "invalid_reasons": [None, floor_run,
+                                                                          gate_failed_reason(("p1: no output",))]})
+    # nextn-a's runs are invalid by the floor alone (2 of 100 steps accepted at position 1), nextn-b's for another
+    # reason, nextn-c's ok
+    reqs = _requests([
+        {"run_key": "floor", "variant": "nextn-a", "spec_verify_ct": 100, "spec_correct_drafts_histogram": [98, 2]},
+        {"run_key": "other", "variant": "nextn-b", "spec_verify_ct": 100, "spec_correct_drafts_histogram": [98, 2]},
+        {"run_key": "ok", "variant": "nextn-c", "spec_verify_ct": 10, "spec_correct_drafts_histogram": [2, 8]},
+    ])
+    assert [g.variant for g in acceptance_by_position(reqs, runs)] == ["nextn-c"]  # per-position tables: ok only
+    judged = {g.variant: g for g in acceptance_by_position(reqs, runs, with_floor_invalid=True)}
+    assert set(judged) == {"nextn-a", "nextn-c"}
+    (j,) = judge(judged["nextn-a"].positions, _curve(QWEN))
+    assert j.collapsed and (j.measured.correct, j.measured.counted) == (2, 100)
+
+
+def test_the_verdict_in_json_carries_positions_reference_and_evidence(tmp_path: Path) -> None:
+    from cluster.analysis.acceptance_health import health_json
+
+    meta = {"preflight": {"m": probe_checkpoint(str(qwen35_nvfp4(tmp_path / "m", mtp_quantized=True))).to_json()}}
+    curve = _curve(QWEN)
+    h = AcceptanceHealth("w", "nextn-1", COLLAPSED, curve, judge(positions([[98, 2]], 1), curve), "",
+                         probe_evidence(meta, "m"), floor_invalid_runs=3)
+    doc = json.loads(json.dumps(health_json(h)))
+    assert doc["verdict"] == COLLAPSED and doc["floor_invalid_runs"] == 3
+    assert doc["summary"].startswith("w nextn-1 (3 runs invalid: the gate's acceptance floor; judged, never "
+                                     "compared): acceptance-collapsed against test: position 1 accepts 0.020")
+    (p,) = doc["positions"]
+    assert (p["position"], p["accepted"], p["steps"], p["rate"], p["collapsed"]) == (1, 2, 100, 0.02, True)
+    assert p["reference_rate"] == QWEN and doc["reference"]["margin"] == 0.1
+    assert doc["reference"]["points"][0] == {"position": 1, "accept_rate": QWEN, "source": "hand-built",
+                                             "derivation": ""}
+    assert doc["probe"]["quantized"] is True and doc["probe"]["quant_algo"] == "NVFP4"
+    assert doc["probe"]["excluded"] is False and doc["probe"]["dtypes"]["U8"] == 12
+    assert doc["detail"][-1].startswith("try: keep the MTP layers in BF16")
