@@ -8,7 +8,7 @@ from pydantic import Field, model_validator
 
 from cluster.config import bounds as B
 from cluster.config.eval import EvalSpec
-from cluster.config.fields import FieldProblem, FrozenModel
+from cluster.config.fields import FrozenModel
 
 
 class CorrectnessSpec(FrozenModel):
@@ -33,13 +33,6 @@ class CorrectnessSpec(FrozenModel):
     eval: Optional[EvalSpec] = None
     """An accuracy task with exact answers (docs/accuracy.md) every variant answers alone and inside its measured
     load; a variant below the baseline's accuracy beyond the interval is invalid for speed claims."""
-
-    @model_validator(mode="after")
-    def _eval_needs_the_gate(self) -> "CorrectnessSpec":
-        if self.eval is not None and not self.enabled:
-            raise FieldProblem(("eval",), "an accuracy task is part of the correctness gate, but correctness.enabled "
-                               "is false: its answers would judge nothing (remove eval or enable the gate)")
-        return self
 
     @model_validator(mode="after")
     def _cap_needs_no_answers(self) -> "CorrectnessSpec":

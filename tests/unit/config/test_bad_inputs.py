@@ -177,7 +177,6 @@ EXPECTED: dict[str, tuple[int, str, str]] = {
     "repeats_until_tpot_one_output_token.yaml": (21, "repeats.until.metric", "but workloads.0.output_tokens is 1"),
     "concurrency_above_request_count.yaml": (19, "load.concurrency.1", "concurrency 16 is above workloads.0.num_requ"),
     "request_rate_once_in_31_years.yaml": (19, "load.request_rate.0", "a window may take at most 86400 s (one day)"),
-    "eval_with_gate_disabled.yaml": (23, "correctness.eval", "correctness.enabled is false"),
     "eval_prompt_field_is_answer_field.yaml": (22, "correctness.eval.answer_field", "answer_field is prompt_field"),
     "dataset_output_on_sim_without_tokenizer.yaml": (16, "workloads.0.output_tokens",
                                                      "model.path 'sim://qwen' is simulated and has none"),
