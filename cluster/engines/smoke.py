@@ -17,6 +17,7 @@ limit per answer. What the command exits with, and why:
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
@@ -32,6 +33,11 @@ META_KEYS = ("id", "finish_reason", "prompt_tokens", "completion_tokens", "cache
 SERVER_INFO_TOP_KEYS = ("version", "max_running_requests", "internal_states")
 SPEC_KEYS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
 
+
+
+FLUSH_IDLE_WAIT_S = 10.0
+"""How long smoke's idle flush may wait for the server to release its last request (bounded by the --timeout)."""
+FLUSH_RETRY_S = 0.25
 
 class SmokeFault(EngineFault):
     """Some of smoke's calls failed at the server's end (refused, timed out, a malformed answer): exit 4."""
@@ -153,10 +159,18 @@ def run_smoke(base_url: str, timeout_s: float = 30.0) -> list[Check]:
         if mrr == 48:
             s.add("max_running_requests not silently capped", False, "explicit value (48 is SGLang's spec cap)", mrr)
     _check_generate(s, speculative)
-    reply = s.get("POST /flush_cache when idle", "200", "/flush_cache", method="POST", body=b"")
+    # SGLang refuses a flush (400) while a request is still being released, and the smoke's own streams may have
+    # ended a moment ago: ask again until it is idle, within FLUSH_IDLE_WAIT_S, as the load runner's flush does
+    deadline, tries = time.monotonic() + min(FLUSH_IDLE_WAIT_S, s.timeout_s), 0
+    while True:
+        tries += 1
+        reply = s.get("POST /flush_cache when idle", "200", "/flush_cache", method="POST", body=b"")
+        if reply is None or reply.status == 200 or time.monotonic() + FLUSH_RETRY_S > deadline:
+            break
+        time.sleep(FLUSH_RETRY_S)
     if reply is not None:
         s.add("POST /flush_cache when idle", reply.status == 200, "200",
-              f"{reply.status} {_short(reply.text(), 50)}")
+              f"{reply.status} {_short(reply.text(), 50)}" + (f" (after {tries} tries)" if tries > 1 else ""))
     return s.checks
 
 

@@ -140,3 +140,22 @@ def test_the_cli_exits_1_and_its_error_line_names_the_broken_invariant() -> None
     assert res.exit_code == 1, res.output
     flat = " ".join(res.output.split())
     assert "error: smoke: 1 check(s) of" in flat and "answer invariant(s) broken: verify_steps_at_most_tokens" in flat
+
+
+def test_the_idle_flush_waits_for_the_server_to_release_its_last_request() -> None:
+    """Real SGLang 0.5.23 answered '400 Flush cache failed.' right after smoke's own streams (a request still being
+    released: tests/sglang_cpu/test_pipeline.py failed once on it); the load runner's flush asks again, and so does
+    smoke's, within FLUSH_IDLE_WAIT_S. Before: one POST, the row failed."""
+    good = server(sse(GOOD))
+    refused = {"left": 2}
+
+    def answer(method: str, path: str) -> Any:
+        if path == "/flush_cache" and refused["left"] > 0:
+            refused["left"] -= 1
+            return whole(http(b"400 Bad Request", b"Flush cache failed.\n", ctype=b"text/plain"))
+        return good(method, path)
+
+    with ReplayServer(answer) as srv:
+        checks = run_smoke(srv.url, 5.0)
+    row = next(c for c in checks if c.name == "POST /flush_cache when idle")
+    assert row.ok and "(after 3 tries)" in row.found, row
