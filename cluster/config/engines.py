@@ -90,7 +90,7 @@ def _registered_name(value: Any) -> str:
     raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": _quoted(names)})
 
 
-class _RegisteredEngine:
+class RegisteredEngine:
     """Pydantic's view of EngineName: validated and listed from the registrations when used, not when imported."""
 
     @classmethod
@@ -103,7 +103,7 @@ class _RegisteredEngine:
         return {"enum": list(engine_names()), "type": "string"}
 
 
-EngineName = Annotated[str, _RegisteredEngine]
+EngineName = Annotated[str, RegisteredEngine]
 """A registered engine's name."""
 
 
