@@ -43,13 +43,13 @@ def _resolve(candidates: list[str]) -> Any:
     raise ImportError("; ".join(errors))
 
 
-def engine_parser(recipe: dict[str, Any]) -> argparse.ArgumentParser:
+def engine_parser(prog: str, fill: list[str], parser_class: list[str]) -> argparse.ArgumentParser:
     """The argparse parser the engine's server builds for its own command line, from its adapter's FlagParser
-    (cluster/engines/base.py): `fill` called with a new `parser_class` (argparse's by default) named `prog`."""
-    fill = _resolve(list(recipe["fill"]))
-    cls = _resolve(list(recipe["parser_class"])) if recipe.get("parser_class") else argparse.ArgumentParser
-    parser = cls(prog=recipe["prog"])
-    filled = fill(parser)
+    (cluster/engines/base.py): `fill` called with a new `parser_class` (argparse's when empty) named `prog`."""
+    filler = _resolve(fill)
+    cls = _resolve(parser_class) if parser_class else argparse.ArgumentParser
+    parser = cls(prog=prog)
+    filled = filler(parser)
     return filled if isinstance(filled, argparse.ArgumentParser) else parser
 
 
@@ -120,7 +120,8 @@ def main() -> int:
     job = json.load(sys.stdin)
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # engines log while importing; keep stdout to our JSON
-            parser = engine_parser(job["parser"])
+            recipe = job["parser"]
+            parser = engine_parser(str(recipe["prog"]), list(recipe["fill"]), list(recipe.get("parser_class") or ()))
     except Exception as e:  # the parser is not reachable in this interpreter: the caller warns
         out: dict[str, Any] = {"unreachable": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
     else:
