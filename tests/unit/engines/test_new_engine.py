@@ -13,12 +13,13 @@ import pytest
 from typer.testing import CliRunner
 
 from cluster.cli import app
-from cluster.config.engines import EngineEntry, engine_names, registered
+from cluster.config.engines import EngineEntry, engine_names, register_engine, registered
 from cluster.config.loader import parse_spec_text
 from cluster.engines.flagcheck import check_launch_flags
 from cluster.engines.registry import (get_engine, get_tuning_surface, reported_packages, scraped_metric_names,
                                       speaks_sglang_argv)
 from cluster.engines.tuning_surfaces import GpuTuningSurface
+from cluster.errors import UserError
 from cluster.loadgen.gate import GateTarget
 from cluster.loadgen.load_target import LoadTarget
 from cluster.plan.fairness import check_fairness
@@ -110,3 +111,20 @@ def test_its_other_facts_reach_their_consumers(toy: EngineEntry) -> None:
     assert check_launch_flags(spec, variants, "python", on_node=True) == []  # it declares no parser to ask
     engine = get_engine("toy")
     assert isinstance(engine, LoadTarget) and isinstance(engine, GateTarget)
+
+
+def test_a_registration_holds_only_inside_its_block_and_only_once() -> None:
+    entry = EngineEntry("toy", f"{ToyEngine.__module__}:ToyEngine")
+    with registered(entry):
+        with pytest.raises(ValueError, match="registered twice"):
+            register_engine(EngineEntry("toy", "elsewhere:Other"))
+        assert get_engine("toy").label == "Toy server"
+    assert "toy" not in engine_names()
+    with pytest.raises(UserError, match="expected sglang, sim or vllm"):
+        get_engine("toy")
+
+
+def test_an_entry_must_name_the_adapter_of_its_own_name() -> None:
+    with registered(EngineEntry("toy2", f"{ToyEngine.__module__}:ToyEngine")):
+        with pytest.raises(TypeError, match="whose name is 'toy'"):
+            get_engine("toy2")
