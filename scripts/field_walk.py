@@ -191,7 +191,13 @@ def _strip_optional(ann: Any) -> Any:
 
 
 def _unwrap(ann: Any) -> Any:
+    """The type under Optional and Annotated; a registered engine's name (config/engines.py) reads as the Literal of
+    the registered names, so a walk picks another engine as it picks another literal."""
+    from cluster.config.engines import RegisteredEngine, engine_names
+
     while True:
+        if get_origin(ann) is typing.Annotated and RegisteredEngine in ann.__metadata__:
+            return Literal[engine_names()]
         nxt = _strip_optional(get_args(ann)[0] if get_origin(ann) is typing.Annotated else ann)
         if nxt is ann:
             return ann
@@ -224,10 +230,15 @@ def _bounds(info: Any) -> tuple[Optional[float], Optional[float], bool]:
     return lo, hi, strict_lo
 
 
+def _declared(info: Any) -> Any:
+    """A field's annotation with the metadata pydantic moved off it (model.engine's EngineName marker) put back."""
+    return typing.Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+
+
 def generic_sample(info: Any) -> Any:
     """A valid value other than the default from the field's type: a flipped bool, a number stepped inside its
     bounds, another literal."""
-    ann = _unwrap(info.annotation)
+    ann = _unwrap(_declared(info))
     default = info.default
     if ann is bool:
         return not default
@@ -376,7 +387,7 @@ def steps(model: type[BaseModel], base: Doc, path: tuple[Any, ...] = (), label: 
 
 
 def _other(info: Any, current: Any) -> Any:
-    ann = _unwrap(info.annotation)
+    ann = _unwrap(_declared(info))
     if ann is bool:
         return not current
     if get_origin(ann) is Literal:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Iterator, Literal, Mapping, Sequence, Union
 
 from cluster.config import bounds as B
-from cluster.config.engines import VERSION_IS_SGLBENCHS, EngineLauncher, EngineName
+from cluster.config.engines import EngineLauncher, EngineName, engine_entry
 from cluster.config.fields import FieldProblem
 from cluster.config.load import LoadSpec
 from cluster.config.locations import MODEL_SCHEMES
@@ -90,7 +90,8 @@ def check_engines(engines: Mapping[EngineName, EngineLauncher], model: ModelSpec
         if name not in used:
             raise FieldProblem(("engines", name), f"no variant runs on {name} (model.engine is {model.engine!r}; "
                                f"the variants run on: {', '.join(sorted(used))}): remove it")
-        if name in VERSION_IS_SGLBENCHS and launcher.version is not None:
+        entry = engine_entry(name)
+        if entry is not None and entry.reports_sglbench_version and launcher.version is not None:
             raise FieldProblem(("engines", name, "version"), f"the {name} engine is part of sglbench and reports "
                                f"its own version: engines.{name}.version would be ignored (remove it)")
 

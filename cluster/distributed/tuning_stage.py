@@ -24,7 +24,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from cluster.engines.registry import get_engine, get_tuning_surface
 from cluster.engines import sglang_tuning as sgt
-from cluster.engines.base import Prompt
+from cluster.engines.base import Prompt, StreamRequest
 from cluster.errors import EnvironmentFault
 from cluster.input_files import JsonValue
 from cluster.kernel.runs import ResolvedVariant
@@ -165,8 +165,8 @@ def _warm(spec: ExperimentSpec, variant: ResolvedVariant, base_url: str, per_wor
     for w in spec.workloads:
         for i in range(per_workload):
             ids = tuple(100 + (j * 7 + i) % 1000 for j in range(w.input_tokens_nominal() or 128))
-            req = engine.build_request("native", Prompt(input_ids=ids), min(w.output_tokens_nominal() or WARMUP_OUTPUT_TOKENS, WARMUP_OUTPUT_TOKENS),
-                                       True, 0.0, model_name)
+            req = engine.build_request(StreamRequest("native", Prompt(input_ids=ids), min(w.output_tokens_nominal() or WARMUP_OUTPUT_TOKENS, WARMUP_OUTPUT_TOKENS),
+                                                     True, 0.0, model_name))
             http = urllib.request.Request(base_url + req.path, data=req.body, method="POST",
                                           headers={"Content-Type": "application/json"})
             try:

@@ -1,5 +1,8 @@
-"""The records an engine adapter speaks in (launch command, HTTP request, prompt, per-request meta, concurrency cap,
-stream parser) and `Engine`, the adapters' shared base: defaults that sglang, sim and vllm override.
+"""The records an engine adapter speaks in (launch command, streaming request, HTTP request, prompt, per-request meta,
+concurrency cap, stream parser, flag parser recipe) and `Engine`, the adapters' shared base: defaults that sglang,
+sim and vllm override. An adapter class is the whole of an engine: its behaviour and its facts (class attributes:
+label, cap flags, tuning surface, scraped metric names, packages, argv dialect, how its checkpoint and its flags are
+checked); cluster/config/engines.py registers it by name, cluster/engines/registry.py hands out its facts one by one.
 
 `Engine` is an implementation base, not the interface its users depend on: each consumer declares the narrow
 protocol it needs, where it is (guidellm's BackendInterface pattern), and every adapter satisfies them structurally
@@ -39,6 +42,7 @@ from cluster.kernel.runs import ResolvedVariant
 from cluster.config.server import ArgValue
 from cluster.config.engines import EngineLauncher
 from cluster.config.secrets import redact_argv, redact_env
+from cluster.engines.tuning_surfaces import AnyTuningSurface, GpuTuningSurface
 from cluster.input_files import JsonValue
 
 if TYPE_CHECKING:
@@ -56,6 +60,20 @@ class LaunchCommand:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(redact_env(self.env).items()))
         cmd = shlex.join(redact_argv(self.argv))
         return f"{env} {cmd}".strip()
+
+
+@dataclass(frozen=True)
+class FlagParser:
+    """How an engine's own interpreter builds its server's argparse parser (cluster/engines/flag_probe.py runs this
+    recipe there, standard library only). Each callable is named `module:attr[.attr]`; of several candidates (the
+    places different releases keep it) the first importable one is used."""
+
+    prog: str
+    """The parser's program name (its usage line)."""
+    fill: tuple[str, ...]
+    """Called with the new parser: adds the server's flags, returning the parser to use (or None: the same one)."""
+    parser_class: tuple[str, ...] = ()
+    """The parser's class (empty: argparse.ArgumentParser)."""
 
 
 @dataclass(frozen=True)
@@ -170,6 +188,23 @@ class Prompt:
             raise ValueError("a prompt needs input_ids or text")
 
 
+@dataclass(frozen=True)
+class StreamRequest:
+    """One streaming request as its caller asks for it; the adapter's build_request makes its engine's HTTP request."""
+
+    api: str
+    """The workload's API: native, completions or chat."""
+    prompt: Prompt
+    max_tokens: int
+    """The output budget of this request."""
+    ignore_eos: bool
+    temperature: float
+    model_name: str
+    """The name the OpenAI endpoints expect."""
+    rid: Optional[str] = None
+    """A request id the server echoes (native API only; None: the server draws one)."""
+
+
 CATEGORY_HEADER = "X-Sglbench-Category"
 """Request header carrying the prompt's category. Engines ignore unknown headers; the simulator reads it to apply
 a per-category acceptance (its `category_accept_probs` knob), since it has no language model to make acceptance
@@ -212,6 +247,28 @@ class Engine:
     overrides server_args, build_request and new_parser (no engine has a default for them)."""
 
     name: str = ""
+    """Its registered name (cluster/config/engines.py)."""
+    label: str = ""
+    """How messages name it (default: its name)."""
+    cap_flags: frozenset[str] = frozenset()
+    """Server flags (full names, dashes) that cap the requests the server runs at once (the rest wait in its queue)."""
+    tuning_surface: type[AnyTuningSurface] = GpuTuningSurface
+    """Its answers to the tuning stage (cluster/engines/tuning_surfaces.py)."""
+    scraped_metrics: tuple[str, ...] = ()
+    """Prometheus gauges and counters worth a time series in server_metrics (histograms are left to the engine's
+    own dashboards)."""
+    packages: tuple[str, ...] = ()
+    """Python distributions whose versions a run's environment records (read with the engine's interpreter)."""
+    sglang_argv: bool = False
+    """Its server takes SGLang's flags, so SGLang's fairness rules apply to its argv (cluster/plan/fairness.py)."""
+    checkpoint_probed: bool = True
+    """Preflight probes its model path even where it is not a directory here (it reads a real checkpoint)."""
+    flag_parser: Optional[FlagParser] = None
+    """How its own parser is built in its interpreter on the node (None: its flags are not checked there)."""
+    flags_parsed_here: bool = False
+    """Its flags are checked in this process by the simulator's parser (cluster/engines/flagcheck.py sim_answer)."""
+    adaptive_resolved: bool = False
+    """Its interpreter resolves --speculative-adaptive with SGLang's launch pipeline (engines/adaptive_check.py)."""
     module: str = ""
     """`python -m <module>` starts the server when no launcher is given."""
     health_path: str = "/health"
@@ -295,16 +352,7 @@ class Engine:
             raise TelemetryUnavailable("the server computes on the CPU (device: cpu): no GPU to sample")
         return NvmlSampler(gpu_ids)
 
-    def build_request(
-        self,
-        api: str,
-        prompt: Prompt,
-        max_tokens: int,
-        ignore_eos: bool,
-        temperature: float,
-        model_name: str,
-        rid: Optional[str] = None,
-    ) -> HttpRequest:
+    def build_request(self, request: StreamRequest) -> HttpRequest:
         """The path, body and headers of one streaming request for a prompt."""
         raise NotImplementedError(f"{type(self).__name__} builds no request")
 

@@ -7,9 +7,8 @@ import socket
 import subprocess
 from typing import Optional, Sequence
 
+from cluster.engines.registry import reported_packages
 from cluster.input_files import JsonValue
-
-PACKAGES = ("sglang", "flashinfer-python", "sglang-kernel", "torch", "triton", "transformers", "vllm")
 
 _PROBE = r"""
 import importlib.metadata as m, json
@@ -70,7 +69,7 @@ def engine_packages(python: Optional[str], timeout_s: float = 60.0) -> dict[str,
     """Package versions and torch's CUDA/GPU view as seen by the engine's own interpreter ({} on any failure)."""
     if not python:
         return {}
-    out = _run([python, "-c", _PROBE % (PACKAGES,)], timeout_s)
+    out = _run([python, "-c", _PROBE % (reported_packages(),)], timeout_s)
     if not out:
         return {}
     try:

@@ -49,13 +49,6 @@ FLAG_DOMAINS: dict[str, FlagDomain] = {
 (chunked-prefill-size -1 turns chunking off), and vLLM's max-model-len, which also takes words ("32k", "auto")."""
 
 
-CAP_FLAGS: dict[str, frozenset[str]] = {
-    "sglang": frozenset({"max-running-requests"}), "sim": frozenset({"max-running-requests"}),
-    "vllm": frozenset({"max-num-seqs"}),
-}
-"""Per engine, the flag that caps the requests its server runs at once (the rest wait in its queue)."""
-
-
 def flag_domain_problem(flag: str, value: FlagScalar) -> Optional[str]:
     """Why `value` is outside the domain of server flag `flag` (dashes or underscores), or None (also for a flag
     without a known domain, and for false/null, which leave the flag out)."""

@@ -2,8 +2,9 @@
 
 Standard library only (the engine's interpreter need not have sglbench installed): cluster/engines/flagcheck.py
 sends this file's source with `-c` from a temporary working directory, so no module of this package (such as
-engines/sglang.py) can shadow the engine's own. stdin: JSON {"engine": "sglang"|"vllm", "argvs": {name: [argv
-words after the program]}, "resolve": {name: {env}} (optional, SGLang only)}. stdout, last line: JSON {"options":
+engines/sglang.py) can shadow the engine's own. stdin: JSON {"engine": its name, "parser": its adapter's
+FlagParser as an object, "argvs": {name: [argv words after the program]}, "resolve": {name: {env}} (optional, SGLang
+only)}. stdout, last line: JSON {"options":
 [every option string the parser knows], "errors": {name: the parser's error line or null}, "adaptive": {name:
 verdict}}, or {"unreachable": why} when the parser cannot be built.
 
@@ -25,35 +26,31 @@ import os
 import sys
 from typing import Any, Optional
 
-VLLM_PARSER_MODULES = ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args")
-"""Where vLLM keeps `make_arg_parser` (0.32: launchers.cli_args; older releases: openai.cli_args)."""
-VLLM_FLEXIBLE_PARSER_MODULES = ("vllm.utils.argparse_utils", "vllm.utils")
-
-
-def _first_attr(modules: tuple[str, ...], name: str) -> Any:
+def _resolve(candidates: list[str]) -> Any:
+    """The first importable `module:attr[.attr]` of the candidates (one candidate: its own import error)."""
     errors = []
-    for mod in modules:
+    for name in candidates:
+        module, _, path = name.partition(":")
         try:
-            return getattr(importlib.import_module(mod), name)
+            found: Any = importlib.import_module(module)
+            for attr in path.split("."):
+                found = getattr(found, attr)
+            return found
         except (ImportError, AttributeError) as e:
-            errors.append(f"{mod}.{name}: {type(e).__name__}: {e}")
+            if len(candidates) == 1:
+                raise
+            errors.append(f"{module}.{path}: {type(e).__name__}: {e}")
     raise ImportError("; ".join(errors))
 
 
-def engine_parser(engine: str) -> argparse.ArgumentParser:
-    """The argparse parser the engine's server builds for its own command line."""
-    if engine == "sglang":
-        from sglang.srt.server_args import ServerArgs
-
-        parser = argparse.ArgumentParser(prog="sglang.launch_server")
-        ServerArgs.add_cli_args(parser)
-        return parser
-    if engine == "vllm":
-        make_arg_parser = _first_attr(VLLM_PARSER_MODULES, "make_arg_parser")
-        flexible = _first_attr(VLLM_FLEXIBLE_PARSER_MODULES, "FlexibleArgumentParser")
-        vllm_parser: argparse.ArgumentParser = make_arg_parser(flexible(prog="vllm.entrypoints.openai.api_server"))
-        return vllm_parser
-    raise ValueError(f"no parser for engine {engine!r}")
+def engine_parser(prog: str, fill: list[str], parser_class: list[str]) -> argparse.ArgumentParser:
+    """The argparse parser the engine's server builds for its own command line, from its adapter's FlagParser
+    (cluster/engines/base.py): `fill` called with a new `parser_class` (argparse's when empty) named `prog`."""
+    filler = _resolve(fill)
+    cls = _resolve(parser_class) if parser_class else argparse.ArgumentParser
+    parser = cls(prog=prog)
+    filled = filler(parser)
+    return filled if isinstance(filled, argparse.ArgumentParser) else parser
 
 
 def option_strings(parser: argparse.ArgumentParser) -> list[str]:
@@ -123,7 +120,8 @@ def main() -> int:
     job = json.load(sys.stdin)
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # engines log while importing; keep stdout to our JSON
-            parser = engine_parser(str(job["engine"]))
+            recipe = job["parser"]
+            parser = engine_parser(str(recipe["prog"]), list(recipe["fill"]), list(recipe.get("parser_class") or ()))
     except Exception as e:  # the parser is not reachable in this interpreter: the caller warns
         out: dict[str, Any] = {"unreachable": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
     else:

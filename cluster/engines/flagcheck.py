@@ -1,6 +1,7 @@
 """Every variant's launch argv checked by the engine's own parser: unknown, abbreviated or invalid flags are refused.
 
-What is checked is the argv `engine.launch(...)` builds (the words after the program, as `plan` prints them):
+What is checked is the argv `engine.launch(...)` builds (the words after the program, as `plan` prints them); how,
+the adapter says (cluster/engines/base.py: flags_parsed_here, flag_parser, adaptive_resolved):
 - `sim`: in this process, by the simulator's own parser, SGLang 0.5.23's flag list and `resolve_args`;
 - `sglang`, `vllm`: by the engine's interpreter (`[python, -c, <engines/flag_probe.py>]`, an argv list with a
   timeout, from a temporary working directory) feeding the argv to the engine's own argparse parser
@@ -15,6 +16,7 @@ closest real flag.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
 import io
 import json
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import Literal, Mapping, Optional, Sequence, Union
 
 from cluster.engines.adaptive_check import AdaptiveVerdict, adaptive_here, check_adaptive, resolve_envs
-from cluster.engines.registry import get_engine
+from cluster.engines.registry import engine_class, get_engine
 from cluster.errors import PreflightError
 from cluster.kernel.runs import ResolvedVariant
 from cluster.config.experiment import ExperimentSpec
@@ -35,8 +37,6 @@ from cluster.config.secrets import scrub_text, secret_values
 PROBE_SOURCE = Path(__file__).with_name("flag_probe.py")
 PROBE_TIMEOUT_S = 180.0
 """Importing SGLang's server args takes ~7 s on a CPU, vLLM's parser ~11 s; a cold node's disk is slower."""
-PARSED_ENGINES = ("sglang", "vllm")
-ENGINE_LABELS = {"sim": "SGLang 0.5.23 (simulated)", "sglang": "SGLang", "vllm": "vLLM"}
 
 ProblemKind = Literal["unknown", "abbreviated", "invalid"]
 
@@ -170,7 +170,11 @@ def probe_answer(python: str, engine: str, argvs: Mapping[str, list[str]],
                  ) -> Union[ParserAnswer, str]:
     """Ask the engine's interpreter's own parser about each argv (and SGLang's launch pipeline about those named in
     `resolve`, with their environments); a string says why the parser was not reachable."""
-    job = json.dumps({"engine": engine, "argvs": dict(argvs), "resolve": {k: dict(v) for k, v in resolve.items()}})
+    recipe = engine_class(engine).flag_parser
+    if recipe is None:
+        return f"{engine} declares no parser to ask"
+    job = json.dumps({"engine": engine, "parser": dataclasses.asdict(recipe), "argvs": dict(argvs),
+                      "resolve": {k: dict(v) for k, v in resolve.items()}})
     if "/" in python and not Path(python).is_absolute():
         # a relative path names the interpreter the import check and the server launch run, from this directory;
         # the probe itself runs in an empty one (no package there may shadow the engine's)
@@ -214,15 +218,16 @@ def check_launch_flags(spec: ExperimentSpec, variants: Sequence[ResolvedVariant]
                             "a command of your own, so the engine's parser is not reachable")
             continue
         python = launcher.python if launcher is not None and launcher.python else default_python
-        if engine == "sglang" and not on_node:
+        adapter = engine_class(engine)
+        if adapter.adaptive_resolved and not on_node:
             group = adaptive_here(group, python)  # SGLang's adaptive rules, where its interpreter and model are here
-        elif engine != "sim" and not (engine in PARSED_ENGINES and on_node):
+        elif not adapter.flags_parsed_here and not (adapter.flag_parser is not None and on_node):
             continue  # checked by the engine's own parser in the GPU node's preflight
         if not group:
             continue
         argvs = launch_argvs(spec, group, default_python)
         answer: Union[ParserAnswer, str]
-        if engine == "sim":
+        if adapter.flags_parsed_here:
             answer = sim_answer(group, argvs)
         else:
             envs = resolve_envs(group)  # SGLang's pipeline resolves only the adaptive variants' argvs
@@ -238,8 +243,8 @@ def check_launch_flags(spec: ExperimentSpec, variants: Sequence[ResolvedVariant]
                 where = _declared_field(spec, v, p.flag)
                 expected = p.suggestion.removeprefix("--") if p.suggestion else f"a flag {engine}'s parser knows"
                 # the parser's line may quote a value: never a secret's
-                detail = scrub_text(p.message(ENGINE_LABELS.get(engine, engine)),
+                detail = scrub_text(p.message(adapter.label or engine),
                                     secret_values(env=v.env, args=v.args))
                 raise PreflightError(f"{where}: {detail}", field=where, expected=expected)
-        warnings += check_adaptive(spec, group, answer.adaptive, ENGINE_LABELS.get(engine, engine))
+        warnings += check_adaptive(spec, group, answer.adaptive, adapter.label or engine)
     return warnings

@@ -10,15 +10,16 @@ import re
 import subprocess
 from typing import Any, Mapping, Optional, Sequence
 
-from cluster.input_files import JsonObject, JsonValue
-from cluster.engines.base import (ConcurrencyCap, Engine, HttpRequest, LaunchCommand, Prompt, StreamParser,
-                                  category_headers)
+from cluster.input_files import JsonValue
+from cluster.engines.base import (ConcurrencyCap, Engine, FlagParser, HttpRequest, LaunchCommand, StreamParser,
+                                  StreamRequest)
 from cluster.engines.answer_invariants import checked_gate_output, counts_answer
 from cluster.engines.answer_fields import (MalformedAnswerError, as_object, count_field, finish_field, ids_field,
                                            object_field, str_field)
 from cluster.engines.sglang_server_info import (RESOLVED_CAP_KEY, check_server_info, concurrency_cap_from_server_info,
                                                 mamba_cap_from_log)
 from cluster.engines.server_env import SPEC_V2_ENV
+from cluster.engines.sglang_dialect import build_sglang_request, encode_request, render_args
 from cluster.engines.sglang_adaptive import ADAPTIVE_FLAG, CONFIG_FLAG
 from cluster.engines.streams import OpenAIStreamParser, SGLangNativeParser
 from cluster.errors import UserError
@@ -149,10 +150,6 @@ def uses_decode_graph_flags(version: Optional[str]) -> bool:
     return parse_version(version) >= CUDA_GRAPH_REFACTOR
 
 
-def flag_name(key: str) -> str:
-    return "--" + key.replace("_", "-")
-
-
 def canonical_key(key: str) -> str:
     """A spec arg key → its full 0.5.23 flag name without dashes; ValueError for a prefix SGLang finds ambiguous."""
     k = key.replace("_", "-")
@@ -161,26 +158,6 @@ def canonical_key(key: str) -> str:
             f"server arg {key!r} is an abbreviation SGLang rejects as ambiguous; write {AMBIGUOUS_PREFIXES[k]!r}",
             field=f"args.{key}", expected=AMBIGUOUS_PREFIXES[k])
     return FLAG_ALIASES.get(k, k)
-
-
-def render_args(args: Mapping[str, ArgValue]) -> list[str]:
-    """Server args dict → argv words: True → bare flag, False/None → omitted, list → repeated values."""
-    out: list[str] = []
-    for key in sorted(args):
-        val = args[key]
-        if val is None or val is False:
-            continue
-        f = flag_name(key)
-        if val is True:
-            out.append(f)
-        elif isinstance(val, list):
-            out.append(f)
-            out.extend(str(x) for x in val)
-        elif isinstance(val, (dict,)):
-            out.extend([f, json.dumps(val, sort_keys=True)])
-        else:
-            out.extend([f, str(val)])
-    return out
 
 
 def version_adjusted_args(args: Mapping[str, ArgValue], version: tuple[int, ...]) -> dict[str, ArgValue]:
@@ -214,7 +191,19 @@ def mamba_strategy_flag(version: Optional[str]) -> str:
 
 class SGLangEngine(Engine):
     name = "sglang"
+    label = "SGLang"
     module = "sglang.launch_server"
+    cap_flags = frozenset({"max-running-requests"})
+    scraped_metrics = (
+        "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:gen_throughput", "sglang:token_usage",
+        "sglang:spec_accept_length", "sglang:spec_accept_rate", "sglang:cache_hit_rate", "sglang:utilization",
+        "sglang:num_used_tokens", "sglang:spec_verify_calls_total", "sglang:generation_tokens_total",
+    )
+    packages = ("sglang", "flashinfer-python", "sglang-kernel", "torch", "triton", "transformers")
+    sglang_argv = True
+    flag_parser: Optional[FlagParser] = FlagParser("sglang.launch_server",
+                                                   ("sglang.srt.server_args:ServerArgs.add_cli_args",))
+    adaptive_resolved = True
     health_path = "/health"
     flush_path = "/flush_cache"
     metrics_path = "/metrics"
@@ -305,17 +294,8 @@ class SGLangEngine(Engine):
             return {"server_info": "/server_info", "model_info": "/model_info"}
         return {"server_info": "/get_server_info", "model_info": "/get_model_info"}
 
-    def build_request(
-        self,
-        api: str,
-        prompt: Prompt,
-        max_tokens: int,
-        ignore_eos: bool,
-        temperature: float,
-        model_name: str,
-        rid: Optional[str] = None,
-    ) -> HttpRequest:
-        return build_sglang_request(api, prompt, max_tokens, ignore_eos, temperature, model_name, rid)
+    def build_request(self, request: StreamRequest) -> HttpRequest:
+        return build_sglang_request(request)
 
     def gate_request(self, text: str, max_tokens: int, model_name: str) -> HttpRequest:
         body = {"text": text, "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0.0}, "stream": False}
@@ -401,65 +381,3 @@ _SPEC_KEYS = {
     "speculative-eagle-topk",
     "speculative-num-draft-tokens",
 }
-
-
-def sglang_request_body(
-    api: str,
-    prompt: Prompt,
-    max_tokens: int,
-    ignore_eos: bool,
-    temperature: float,
-    model_name: str,
-    rid: Optional[str] = None,
-) -> tuple[str, dict[str, JsonValue]]:
-    """Path and JSON body of a streaming request to SGLang's native /generate or its OpenAI endpoints."""
-    if api == "native":
-        body: dict[str, JsonValue] = {
-            "sampling_params": {"max_new_tokens": max_tokens, "temperature": temperature, "ignore_eos": ignore_eos},
-            "stream": True,
-        }
-        if prompt.input_ids is not None:
-            body["input_ids"] = list(prompt.input_ids)
-        else:
-            body["text"] = prompt.text
-        if rid:
-            body["rid"] = rid
-        return "/generate", body
-    common: dict[str, JsonValue] = {
-        "model": model_name,
-        "max_tokens": max_tokens,
-        "temperature": temperature,
-        "stream": True,
-        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-        "ignore_eos": ignore_eos,
-        "return_spec_tokens_details": True,
-    }
-    if api == "chat":
-        if prompt.messages is not None:
-            common["messages"] = [{"role": t.role, "content": t.content} for t in prompt.messages]
-        else:
-            text = prompt.text if prompt.text is not None else " ".join(str(t) for t in prompt.input_ids or ())
-            common["messages"] = [{"role": "user", "content": text}]
-        if prompt.chat_template_kwargs:
-            common["chat_template_kwargs"] = dict(prompt.chat_template_kwargs)
-        return "/v1/chat/completions", common
-    common["prompt"] = list(prompt.input_ids) if prompt.input_ids is not None else prompt.text
-    return "/v1/completions", common
-
-
-def encode_request(path: str, body: JsonObject, headers: Mapping[str, str] = {}) -> HttpRequest:
-    return HttpRequest(path, json.dumps(body, separators=(",", ":")).encode(), dict(headers))
-
-
-def build_sglang_request(
-    api: str,
-    prompt: Prompt,
-    max_tokens: int,
-    ignore_eos: bool,
-    temperature: float,
-    model_name: str,
-    rid: Optional[str] = None,
-) -> HttpRequest:
-    """A streaming request to SGLang's native /generate or its OpenAI endpoints (the sim serves the same)."""
-    path, body = sglang_request_body(api, prompt, max_tokens, ignore_eos, temperature, model_name, rid)
-    return encode_request(path, body, category_headers(prompt))

@@ -8,8 +8,10 @@ from typing import Any, Mapping, Optional, Sequence
 from cluster.engines.base import HttpRequest
 from cluster.engines.server_env import SIM_ENV
 from cluster.engines.sglang import SGLangEngine
+from cluster.engines.tuning_surfaces import SimTuningSurface
 from cluster.kernel.runs import ResolvedVariant
 from cluster.telemetry.readings import GpuReading
+from cluster.version import SGLANG_RELEASE
 
 DEVICE_PATH = "/sim_device"
 """The simulator's device readings (not an SGLang endpoint): what NVML would report for each of its GPUs."""
@@ -18,8 +20,14 @@ _READING_FIELDS = frozenset(GpuReading.__dataclass_fields__)
 
 class SimEngine(SGLangEngine):
     name = "sim"
+    label = f"SGLang {SGLANG_RELEASE} (simulated)"
     module = "cluster.sim.server"
     simulated = True
+    tuning_surface = SimTuningSurface
+    checkpoint_probed = False
+    flag_parser = None
+    flags_parsed_here = True
+    adaptive_resolved = False
 
     def runs_on_cpu(self, variant: ResolvedVariant) -> bool:
         """Always: the simulator computes nothing on a GPU (it models one)."""

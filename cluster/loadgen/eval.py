@@ -12,12 +12,11 @@ from typing import Awaitable, Callable, Optional, Sequence
 import aiohttp
 
 from cluster.config.eval import EvalSpec
-from cluster.engines.base import Engine
 from cluster.errors import PromptSourceError
 from cluster.kernel.eval_task import EvalAnswer, EvalItem
 from cluster.kernel.gate import PHASE_ALONE, PHASE_UNDER_LOAD
 from cluster.kernel.runs import LoadPoint, RunPlan
-from cluster.loadgen.gate import ask_greedy
+from cluster.loadgen.gate import GateTarget, ask_greedy
 from cluster.loadgen.source_files import jsonl_records, read_source_text, row_error, shown
 
 EVAL_CONCURRENCY = 4
@@ -73,7 +72,7 @@ def read_eval_items(spec: EvalSpec, base_dir: Path) -> tuple[EvalItem, ...]:
     return tuple(items)
 
 
-async def _answer(session: aiohttp.ClientSession, engine: Engine, base_url: str, model_name: str, item: EvalItem,
+async def _answer(session: aiohttp.ClientSession, engine: GateTarget, base_url: str, model_name: str, item: EvalItem,
                   phase: str, max_tokens: int, timeout_s: float) -> EvalAnswer:
     out = await ask_greedy(session, engine, base_url, item.prompt, max_tokens, model_name, timeout_s)
     tokens = out.completion_tokens if out.completion_tokens is not None else (
@@ -81,7 +80,7 @@ async def _answer(session: aiohttp.ClientSession, engine: Engine, base_url: str,
     return EvalAnswer(item.item_id, phase, None if out.error else out.text, out.error, tokens)
 
 
-async def ask_alone(engine: Engine, base_url: str, model_name: str, items: Sequence[EvalItem], max_tokens: int,
+async def ask_alone(engine: GateTarget, base_url: str, model_name: str, items: Sequence[EvalItem], max_tokens: int,
                     timeout_s: float) -> tuple[EvalAnswer, ...]:
     """Every item asked by itself, one after the other (the server's batch holds it alone)."""
     out = []
@@ -97,7 +96,7 @@ WindowCompanion = Callable[[int, asyncio.Event], Awaitable[tuple[EvalAnswer, ...
 (monotonic ns) and an event set when the load's last request has finished, it returns its answers."""
 
 
-def during_window(engine: Engine, base_url: str, model_name: str, items: Sequence[EvalItem], max_tokens: int,
+def during_window(engine: GateTarget, base_url: str, model_name: str, items: Sequence[EvalItem], max_tokens: int,
                   timeout_s: float, concurrency: int = EVAL_CONCURRENCY) -> WindowCompanion:
     """The items sent during a window, `concurrency` at a time from its start; none is sent after the load has
     ended (those are answers with the error 'not sent'), and one answered after it is marked during_load=False."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Mapping, Optional, Protocol, runtime_checkable
 
-from cluster.engines.base import HttpRequest, Prompt, StreamParser
+from cluster.engines.base import HttpRequest, StreamParser, StreamRequest
 
 
 @runtime_checkable
@@ -28,8 +28,7 @@ class LoadTarget(Protocol):
         """POST path that resets caches and counters before a window (None: the engine has none)."""
         ...
 
-    def build_request(self, api: str, prompt: Prompt, max_tokens: int, ignore_eos: bool, temperature: float,
-                      model_name: str, rid: Optional[str] = None) -> HttpRequest:
+    def build_request(self, request: StreamRequest) -> HttpRequest:
         """The path, body and headers of one streaming request for a prompt."""
         ...
 

@@ -16,7 +16,7 @@ import aiohttp
 import numpy as np
 
 from cluster.kernel.window_figures import client_lag
-from cluster.engines.base import HttpRequest, Prompt
+from cluster.engines.base import HttpRequest, Prompt, StreamRequest
 from cluster.loadgen.load_target import LoadTarget
 from cluster.loadgen.output_sample import sample_indices
 from cluster.kernel.output_sample import OutputSample
@@ -218,7 +218,7 @@ async def run_window(
 
     def request_for(p: Prompt) -> HttpRequest:
         # built at send time: a long window never holds every request body at once
-        return engine.build_request(api, p, p.max_tokens or max_tokens, ignore_eos, temperature, model_name)
+        return engine.build_request(StreamRequest(api, p, p.max_tokens or max_tokens, ignore_eos, temperature, model_name))
 
     def prompt_for(i: int) -> Prompt:
         return prompts[i]

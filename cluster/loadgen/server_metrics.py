@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from cluster.engines.http_call import call
 from cluster.engines.prometheus import parse_prometheus
+from cluster.engines.registry import scraped_metric_names
 from cluster.errors import EngineFault, EnvironmentFault
 
 SCRAPE_TIMEOUT_S = 5.0
@@ -24,25 +25,16 @@ SERVER_METRICS_FIELDS = [
 """One row per (scrape time, sample); t_ns is wall-clock ns relative to the run's window start."""
 SERVER_METRICS_BATCH_SCHEMA = pa.schema(SERVER_METRICS_FIELDS)
 
-DEFAULT_PREFIXES = (
-    "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:gen_throughput", "sglang:token_usage",
-    "sglang:spec_accept_length", "sglang:spec_accept_rate", "sglang:cache_hit_rate", "sglang:utilization",
-    "sglang:num_used_tokens", "sglang:spec_verify_calls_total", "sglang:generation_tokens_total",
-    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-    "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_drafts_total",
-    "vllm:generation_tokens_total",
-)
-"""Gauges and counters worth a time series; histograms are left to the engine's own dashboards."""
-
-
 class MetricsScraper:
     """GET base_url + path every interval_s until stopped; keeps the samples whose names are listed."""
 
-    def __init__(self, url: str, interval_s: float = 1.0, names: tuple[str, ...] = DEFAULT_PREFIXES,
+    def __init__(self, url: str, interval_s: float = 1.0, names: Optional[tuple[str, ...]] = None,
                  max_rows: int = 2_000_000) -> None:
+        """`names`: the samples kept (default: every registered engine's scraped_metrics; gauges and counters worth
+        a time series, histograms left to the engine's own dashboards)."""
         self.url = url
         self.interval_s = interval_s
-        self.names = set(names)
+        self.names = set(names if names is not None else scraped_metric_names())
         self.max_rows = max_rows
         self.rows: list[tuple[int, str, str, float]] = []
         self.errors = 0

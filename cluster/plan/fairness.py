@@ -12,15 +12,13 @@ import fnmatch
 from typing import Any, Mapping, Optional, Sequence
 
 from cluster.input_files import JsonObject
+from cluster.engines.registry import sglang_argv_engines, speaks_sglang_argv
 from cluster.plan.findings import Finding, FindingCollector, Level, format_findings
 from cluster.plan.model_rules import ModelFacts, backend_rules, cross_variant_cache_rule, hybrid_cache_rules
 from cluster.kernel.runs import ResolvedVariant
 
 __all__ = ["Finding", "Level", "ModelFacts", "check_fairness", "format_findings", "resolved_cap_findings",
            "resolved_differences"]
-
-SGLANG_ARGV_ENGINES = ("sglang", "sim")
-"""Engines whose argv is SGLang's (the simulator takes SGLang's flags, so it gets the same rules, as warnings)."""
 
 SPEC_CAP_DEFAULT = 48
 """max_running_requests SGLang silently sets for EAGLE-family and NGRAM runs when the flag is unset."""
@@ -96,7 +94,8 @@ def check_fairness(
     from cluster.plan.launch_notes import launch_note_rules
 
     chk = FindingCollector()
-    checked = [v for v in variants if v.engine in SGLANG_ARGV_ENGINES]
+    # engines whose argv is SGLang's (the simulator takes SGLang's flags, so it gets the same rules, as warnings)
+    checked = [v for v in variants if speaks_sglang_argv(v.engine)]
     args_of = {v.name: _norm_args(v.args) for v in checked}
     for v in checked:
         _single_variant_rules(chk, v, args_of[v.name], _kv_quant_for(v, checkpoint_kv_quant))
@@ -105,7 +104,7 @@ def check_fairness(
         backend_rules(chk, v, args_of[v.name], mf, gpu_sm)
         if v.engine == "sglang":
             launch_note_rules(chk, v, args_of[v.name], mf, gpu_sm, version)
-    for engine in SGLANG_ARGV_ENGINES:
+    for engine in sglang_argv_engines():
         group = [v for v in checked if v.engine == engine]
         if len(group) > 1:
             _cross_variant_rules(chk, group, args_of)
@@ -229,7 +228,7 @@ def resolved_cap_findings(variants: Sequence[ResolvedVariant], resolved_args: Ma
     from cluster.engines.sglang_server_info import RESOLVED_CAP_KEY
 
     chk = FindingCollector()
-    group = [v for v in variants if v.engine in SGLANG_ARGV_ENGINES
+    group = [v for v in variants if speaks_sglang_argv(v.engine)
              and isinstance((resolved_args.get(v.name) or {}).get(RESOLVED_CAP_KEY), int)]
     if len(group) < 2:
         return []

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from cluster.engines.flag_domains import CAP_FLAGS
+from cluster.engines.registry import cap_flags
 from cluster.kernel.runs import ResolvedVariant
 from cluster.config.experiment import ExperimentSpec
 
@@ -21,7 +21,7 @@ def load_above_cap(spec: ExperimentSpec, variants: Sequence[ResolvedVariant]) ->
     top = max(spec.load.concurrency)
     out: list[str] = []
     for v in variants:
-        caps = [(k, val) for k, val in v.args.items() if k.replace("_", "-") in CAP_FLAGS[v.engine]
+        caps = [(k, val) for k, val in v.args.items() if k.replace("_", "-") in cap_flags(v.engine)
                 and isinstance(val, int) and not isinstance(val, bool)]
         for key, cap in caps:
             if cap < top:

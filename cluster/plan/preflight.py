@@ -5,17 +5,15 @@ from __future__ import annotations
 import os
 from typing import Callable, Optional
 
+from cluster.engines.registry import probes_checkpoint
 from cluster.errors import PreflightError
 from cluster.kernel.runs import ResolvedVariant
 from cluster.probe.safetensors_header import CheckpointError
 from cluster.probe.checkpoint import ProbeReport, probe_checkpoint
 from cluster.config.experiment import ExperimentSpec
 
-PROBED_ENGINES = ("sglang", "vllm")
-
-
 def _should_probe(v: ResolvedVariant, path: str) -> bool:
-    if v.engine in PROBED_ENGINES:
+    if probes_checkpoint(v.engine):
         return True
     return os.path.isdir(path)
 

@@ -21,9 +21,9 @@ from sglang_wire_contract import (
 )
 from sim_process import SimHandle
 
-from cluster.engines.base import Prompt
+from cluster.engines.base import Prompt, StreamRequest
 from cluster.engines.prometheus import parse_prometheus, sum_metric
-from cluster.engines.sglang import build_sglang_request
+from cluster.engines.sglang_dialect import build_sglang_request
 from cluster.engines.streams import OpenAIStreamParser, SGLangNativeParser
 
 IDS = list(range(1000, 1032))
@@ -72,7 +72,7 @@ def test_native_non_stream_and_batch(sim_spec: SimHandle) -> None:
 def test_request_builder_bodies_roundtrip(sim_spec: SimHandle) -> None:
     for api, parser in (("native", SGLangNativeParser()), ("completions", OpenAIStreamParser()),
                         ("chat", OpenAIStreamParser())):
-        req = build_sglang_request(api, Prompt(input_ids=tuple(IDS)), 30, True, 0.0, "sim-model")
+        req = build_sglang_request(StreamRequest(api, Prompt(input_ids=tuple(IDS)), 30, True, 0.0, "sim-model"))
         status, body = sim_spec.post(req.path, json.loads(req.body))
         assert status == 200
         payloads = split_sse(body)

@@ -32,8 +32,9 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
 from sglang_cpu_server import PROMPTS, SGLangCPUServer, baseline_args, nextn_args  # noqa: E402
 
-from cluster.engines.base import Prompt  # noqa: E402
-from cluster.engines.sglang import SGLangEngine, sglang_request_body  # noqa: E402
+from cluster.engines.base import Prompt, StreamRequest  # noqa: E402
+from cluster.engines.sglang import SGLangEngine  # noqa: E402
+from cluster.engines.sglang_dialect import sglang_request_body  # noqa: E402
 
 FIXTURE_DIR = REPO / "tests" / "contract" / "fixtures" / "sglang-0.5.23-cpu"
 SGLANG_VERSION = "0.5.23"
@@ -146,7 +147,7 @@ def _greedy(n: int, **extra: Any) -> dict[str, Any]:
 def exchanges(model_name: str) -> list[tuple[str, str, str, Optional[dict[str, Any]]]]:
     """(name, method, path, body) in recording order; metrics_before/after bracket the native /generate requests."""
     def adapter(api: str, prompt: Prompt) -> tuple[str, dict[str, Any]]:
-        return sglang_request_body(api, prompt, MAX_NEW_TOKENS, True, 0.0, model_name)
+        return sglang_request_body(StreamRequest(api, prompt, MAX_NEW_TOKENS, True, 0.0, model_name))
 
     gate = json.loads(SGLangEngine().gate_request(PROMPTS[1], 8, model_name).body)
     return [

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from cluster.engines.base import Prompt
-from cluster.engines.sglang import SGLangEngine, build_sglang_request
+from cluster.engines.base import Prompt, StreamRequest
+from cluster.engines.sglang import SGLangEngine
+from cluster.engines.sglang_dialect import build_sglang_request
 from cluster.plan.runs import expand_variants
 from cluster.kernel.runs import ResolvedVariant
 from cluster.config.experiment import ExperimentSpec
@@ -148,7 +149,7 @@ def request_bodies() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     for pname, prompt in prompts.items():
         for ignore_eos in (True, False):
             for api in ("native", "completions", "chat"):
-                req = build_sglang_request(api, prompt, 64, ignore_eos, 0.0, "qwen", rid=f"r-{pname}")
+                req = build_sglang_request(StreamRequest(api, prompt, 64, ignore_eos, 0.0, "qwen", rid=f"r-{pname}"))
                 body = json.loads(req.body)
                 rid = f"request:{api}:{pname}:{ignore_eos}"
                 if api == "native":
@@ -186,7 +187,7 @@ def sim_chunks() -> list[dict[str, Any]]:
                 assert proc.poll() is None and time.monotonic() < deadline, "simulator did not start"
                 time.sleep(0.1)
         for api, kind in (("completions", "completion"), ("chat", "chat")):
-            req = build_sglang_request(api, Prompt(text="Reply with exactly one word: OK"), 6, True, 0.0, "q")
+            req = build_sglang_request(StreamRequest(api, Prompt(text="Reply with exactly one word: OK"), 6, True, 0.0, "q"))
             http = urllib.request.Request(f"http://127.0.0.1:{port}{req.path}", data=req.body,
                                           headers={"Content-Type": "application/json"}, method="POST")
             with urllib.request.urlopen(http, timeout=30) as resp:

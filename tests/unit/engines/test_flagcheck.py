@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from cluster.engines import flag_probe
+from cluster.engines.sglang import SGLangEngine
 from cluster.engines.flagcheck import (PROBE_SOURCE, ParserAnswer, check_launch_flags, closest_flag, launch_argvs,
                                        probe_answer, problems_in)
 from cluster.errors import PreflightError
@@ -88,7 +90,8 @@ def test_closest_flag_ignores_far_words() -> None:
 def test_the_probe_script_runs_without_sglbench(tmp_path: Path) -> None:
     """The probe needs only the standard library: run with -I (no site-packages of the main venv's path setup
     matter, no sglbench import) it answers, and says the parser is unreachable when the engine is absent."""
-    job = json.dumps({"engine": "sglang", "argvs": {"b": ["--model-path", "m"]}})
+    job = json.dumps({"engine": "sglang", "parser": dataclasses.asdict(SGLangEngine.flag_parser),
+                      "argvs": {"b": ["--model-path", "m"]}})
     done = subprocess.run([sys.executable, "-I", "-c", PROBE_SOURCE.read_text()], input=job, capture_output=True,
                           text=True, timeout=60, cwd=tmp_path, check=False)
     doc = json.loads(done.stdout.strip().splitlines()[-1])

@@ -10,7 +10,8 @@ import pytest
 
 from cluster.analysis.engine_facts import EngineFacts
 from cluster.engines.base import Engine
-from cluster.engines.registry import ENGINES, get_engine
+from cluster.config.engines import engine_names
+from cluster.engines.registry import get_engine
 from cluster.loadgen.gate import GateTarget
 from cluster.loadgen.load_target import LoadTarget
 from cluster.server.engine_server import ServerInfoSource, ServerInstruments, ServerLauncher
@@ -29,7 +30,7 @@ def _params(fn: Any) -> list[tuple[str, Any]]:
 
 
 @pytest.mark.parametrize("bound", [False, True])
-@pytest.mark.parametrize("name", sorted(ENGINES))
+@pytest.mark.parametrize("name", sorted(engine_names()))
 @pytest.mark.parametrize("protocol", PROTOCOLS, ids=lambda p: p.__name__)
 def test_each_adapter_satisfies_each_consumer_protocol(protocol: Any, name: str, bound: bool) -> None:
     adapter: Engine = get_engine(name).with_api_key("k" if bound else None)

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from cluster.engines.sglang import (DEFAULT_VERSION, SGLangEngine, canonical_key, detect_version, flag_name,
-                                    parse_version, VersionMismatchError, resolve_version, version_adjusted_args)
+from cluster.engines.sglang import (DEFAULT_VERSION, SGLangEngine, canonical_key, detect_version, parse_version,
+                                    VersionMismatchError, resolve_version, version_adjusted_args)
+from cluster.engines.sglang_dialect import flag_name
 from cluster.engines.sglang_server_info import server_info_summary
 from cluster.kernel.runs import ResolvedVariant, SpecDecode
 from cluster.config.engines import EngineLauncher

@@ -9,7 +9,7 @@ from typing import Any, Optional
 import pytest
 
 from cluster.engines.registry import get_engine
-from cluster.engines.base import Prompt
+from cluster.engines.base import Prompt, StreamRequest
 from cluster.engines.streams import OpenAIStreamParser
 from cluster.engines.vllm import VLLMEngine, acceptance_from_counters, speculative_config
 from cluster.kernel.runs import ResolvedVariant, SpecDecode
@@ -134,7 +134,7 @@ def test_resolved_args_from_infos() -> None:
 
 @pytest.mark.parametrize("api", ["completions", "chat"])
 def test_request_bodies_are_openai_without_sglang_fields(api: str) -> None:
-    req = VLLMEngine().build_request(api, Prompt(input_ids=(5, 6, 7)), 32, True, 0.0, "tiny")
+    req = VLLMEngine().build_request(StreamRequest(api, Prompt(input_ids=(5, 6, 7)), 32, True, 0.0, "tiny"))
     body = json.loads(req.body)
     assert "return_spec_tokens_details" not in body
     assert body["stream"] is True
@@ -150,7 +150,7 @@ def test_request_bodies_are_openai_without_sglang_fields(api: str) -> None:
 
 def test_native_api_is_refused_with_the_workload_api_named() -> None:
     with pytest.raises(ValueError, match="'native'.*completions"):
-        VLLMEngine().build_request("native", Prompt(text="hi"), 8, True, 0.0, "tiny")
+        VLLMEngine().build_request(StreamRequest("native", Prompt(text="hi"), 8, True, 0.0, "tiny"))
 
 
 def test_parser_counts_continuous_usage() -> None:

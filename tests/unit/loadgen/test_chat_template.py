@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from cluster.engines.base import ChatTurn
-from cluster.engines.sglang import sglang_request_body
+from cluster.engines.base import ChatTurn, StreamRequest
+from cluster.engines.sglang_dialect import sglang_request_body
 from cluster.loadgen.chat_template import ChatTemplateError, load_chat_template
 from cluster.loadgen.datasets import build_prompts
 from cluster.config.workload import WorkloadSpec
@@ -63,13 +63,13 @@ def test_the_template_is_rendered_and_its_tokens_sent(tmp_path: pathlib.Path) ->
     # please im_end | im_start assistant think /think = 5 + 6 + 4 = 15 tokens, the markers as single special tokens
     assert p.input_ids is not None and len(p.input_ids) == 15
     # the chat API sends the turns and the same template variables, for the server to render the same prompt
-    path, body = sglang_request_body("chat", p, 8, True, 0.0, "m")
+    path, body = sglang_request_body(StreamRequest("chat", p, 8, True, 0.0, "m"))
     assert path == "/v1/chat/completions" and body["chat_template_kwargs"] == {"enable_thinking": False}
     assert body["messages"][0] == {"role": "system", "content": "be brief"}
     # without the template the turns' contents are joined: what the server would tokenize, no markers
     (plain,) = build_prompts(_workload(_data(tmp_path), model), 1, seed=0, base_dir=tmp_path)
     assert plain.text == "be brief\n\nwrite code please" and plain.input_ids is None
-    assert "chat_template_kwargs" not in sglang_request_body("chat", plain, 8, True, 0.0, "m")[1]
+    assert "chat_template_kwargs" not in sglang_request_body(StreamRequest("chat", plain, 8, True, 0.0, "m"))[1]
 
 
 def test_lengths_are_counted_on_the_rendered_prompt(tmp_path: pathlib.Path) -> None:

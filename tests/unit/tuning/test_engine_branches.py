@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.config.engines import ENGINES
+from cluster.config.engines import engine_names
 
 REPO = Path(__file__).resolve().parents[3]
 MODULES = sorted(REPO.glob("cluster/tuning/*.py")) + [REPO / "cluster/distributed/tuning_stage.py"]
@@ -20,7 +20,7 @@ def _problems(path: Path) -> list[str]:
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Compare):
             names = [c.value for c in [node.left, *node.comparators] if isinstance(c, ast.Constant)]
-            out += [f"line {node.lineno}: compares with the engine name {n!r}" for n in names if n in ENGINES]
+            out += [f"line {node.lineno}: compares with the engine name {n!r}" for n in names if n in engine_names()]
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("cluster.sim"):
             out.append(f"line {node.lineno}: imports {node.module}")
     return out
