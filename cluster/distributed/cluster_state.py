@@ -147,19 +147,36 @@ def ray_join_knobs(deadline_s: float) -> dict[str, str]:
 
 def _check_answers(address: str, deadline_s: float) -> None:
     """A fast first check that something accepts TCP connections at `host:port` (`auto` is resolved by Ray): a
-    closed port is refused at once instead of after Ray's tries."""
+    closed port is refused at once instead of after Ray's tries. The name lookup and the connection share one
+    limit (getaddrinfo takes no timeout of its own)."""
     import socket
+    import time
 
+    from cluster.engines.http_call import resolve_within
     from cluster.errors import EnvironmentFault
 
     if address == "auto":
         return
     host, _, port = address.removeprefix("ray://").rpartition(":")
+    limit_s = min(deadline_s, 10.0)
+    ends_s = time.monotonic() + limit_s
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=min(deadline_s, 10.0)):
-            return
+        infos = resolve_within(host.strip("[]"), int(port), ends_s)
+        if infos is None:
+            why = f"resolving {host!r} did not finish within {limit_s:g} s"
+        else:
+            last: OSError = OSError(f"no address for {host}")
+            for family, kind, proto, _, addr in infos:
+                with socket.socket(family, kind, proto) as sock:
+                    sock.settimeout(max(0.001, ends_s - time.monotonic()))
+                    try:
+                        sock.connect(addr)
+                        return
+                    except OSError as e:
+                        last = e
+            raise last
     except socket.timeout:
-        why = f"no answer to a TCP connection within {min(deadline_s, 10.0):g} s"
+        why = f"no answer to a TCP connection within {limit_s:g} s"
     except OSError as e:
         why = f"{e.strerror or type(e).__name__} (a TCP connection to {host}:{port})"
     raise EnvironmentFault(f"cannot join the Ray cluster at {address}: {why}; is its head node up, and is this "
