@@ -1,4 +1,5 @@
-"""Preflight: probe every checkpoint the experiment serves and refuse NEXTN/MTP on checkpoints without MTP weights."""
+"""Preflight's checkpoint rule: probe every checkpoint the experiment serves and refuse NEXTN/MTP on checkpoints
+without MTP weights. The preflight itself, here and on the GPU node, is cluster/node/preflight.py."""
 
 from __future__ import annotations
 
