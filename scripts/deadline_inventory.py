@@ -102,8 +102,9 @@ DECLARED: dict[tuple[str, str, str], tuple[str, str]] = {
         "a tuning search's length is what the experiment asks for; the placement itself waits PG_TIMEOUT_S"),
     ("cluster/distributed/tuning_stage.py", "_flashinfer_autotune", "ray.get"): (
         "health_timeout_s inside the actor", "the server's start is bounded where it runs"),
-    ("cluster/engines/http_call.py", "_resolve.lookup", "socket.getaddrinfo"): (
-        "the call's whole deadline (the lookup's thread is joined with it)",
+    ("cluster/engines/http_call.py", "resolve_within.lookup", "socket.getaddrinfo"): (
+        "its deadline_s: an HTTP call's whole deadline, or the Ray join's TCP check (SGLBENCH_RAY_JOIN_TIMEOUT_S, "
+        "at most 10 s); the lookup's thread is joined with it",
         "getaddrinfo takes no timeout: it runs on a daemon thread abandoned at the deadline"),
     ("cluster/loadgen/chat_template.py", "ChatTemplate.render", "template.generate"): (
         "SGLBENCH_TEMPLATE_RENDER_TIMEOUT_S (5 s) and 32 Mi characters",

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import sys
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Iterator, Optional
 
 import typer
 from rich.console import Console
@@ -13,25 +12,20 @@ from rich.table import Table
 
 from cluster.commands.results import print_run_summary
 from cluster.commands.shell_lines import shell_command
-from cluster.engines.flagcheck import check_launch_flags
 from cluster.engines.base import LaunchCommand
-from cluster.engines.registry import get_engine, is_simulated
-from cluster.plan.runs import expand_variants, launch_form, make_plan
+from cluster.engines.registry import get_engine
+from cluster.plan.runs import expand_variants, make_plan
 from cluster.kernel.runs import ResolvedVariant
-from cluster.plan.fairness import ModelFacts, check_fairness, format_findings
-from cluster.plan.model_rules import facts_from_json
-from cluster.plan.inputs import check_inputs, resolve_output_root
-from cluster.plan.load_cap import load_above_cap
+from cluster.plan.fairness import ModelFacts
 from cluster.plan.repeats import repeats_bound
 from cluster.config.bounds import PORT_MAX, PORT_MIN
-from cluster.config.relevance import no_op_notes
 from cluster.config.repeats import RepeatsUntil
 from cluster.errors import PreflightError, UserError
-from cluster.plan.preflight import check_speculative_support
-from cluster.probe.checkpoint import ProbeReport, probe_here
+from cluster.node.preflight import LineKind, PreflightLine, as_launched, check_tuning, input_checks, local_preflight
+from cluster.probe.checkpoint import ProbeReport
 from cluster.config.loader import load_spec, restate_at_field
 from cluster.config.experiment import ExperimentSpec
-from cluster.tuning.stage import tuning_options_check, with_artifact
+from cluster.tuning.stage import with_artifact
 
 console = Console()
 err_console = Console(stderr=True)
@@ -52,102 +46,41 @@ def _naming(experiment: Path) -> Iterator[None]:
         raise PreflightError(f"{where}: {e}", file=str(experiment), field=e.field, expected=e.expected) from None
 
 
-def _probe_here(spec: ExperimentSpec) -> dict[str, ProbeReport]:
-    """The checkpoint probe where this machine can read it ({} otherwise: the GPU node probes it)."""
-    return check_speculative_support(spec, expand_variants(spec)) if probe_here(spec.model.path) else {}
+_SHOWN: dict[LineKind, tuple[str, Optional[str], Optional[bool], Optional[bool]]] = {
+    # (form, style, markup, highlight); markup off where variant names, flag values or paths must print literally
+    "dataset": ("[cyan]dataset[/] {}", None, None, False),
+    "note": ("{}", "yellow", False, False),
+    "adaptive": ("{}", None, False, False),
+    "warning": ("{}", "yellow", False, None),
+    "summary": ("{}", None, False, None),
+    "checkpoint": ("[yellow]note[/] {}", None, None, None),
+}
+"""How each kind of preflight line is shown on stderr (None: rich's default)."""
 
 
-def _input_checks(spec: ExperimentSpec, output: Optional[str] = None,
-                  reports: Optional[dict[str, ProbeReport]] = None, write_adaptive: bool = False) -> dict[str, Any]:
-    """The checkpoint probe where this machine can read it, then the inputs a server would fail on later (prompt
-    files and their fit to the model, the output root, Ray's ports, adaptive configs): PreflightError naming file
-    and field. `write_adaptive` (run only): write the derived adaptive configs."""
-    variants = expand_variants(spec)
-    reports = _probe_here(spec) if reports is None else reports
-    root = None if output is None else resolve_output_root(output, Path.cwd())
-    for note in check_inputs(spec, variants, reports, Path.cwd(), root):
-        err_console.print(f"[cyan]dataset[/] {note}", soft_wrap=True, highlight=False)
-    for field, why in no_op_notes(spec.variants):  # a documented no-op is accepted, never silently
-        err_console.print(f"note: {field}: {why}", style="yellow", markup=False, soft_wrap=True, highlight=False)
-    from cluster.analysis.adaptive_config import adaptive_configs, checkable, write_adaptive_configs
-
-    # derived and checked in memory; only `run` writes a derived config, before any server, where SGLang reads it
-    configs = adaptive_configs(spec, _run_root(spec, output), Path.cwd())
-    notes = [f"{c.variant}: {n}" for c in configs for n in c.notes]
-    if write_adaptive:
-        notes += write_adaptive_configs(configs)
-    else:
-        notes += [f"{c.variant}: `run` writes {c.path} (nothing is written now)" for c in configs if c.text is not None]
-    for note in notes:
-        err_console.print(f"adaptive speculation of {note}", markup=False, soft_wrap=True, highlight=False)
-    # the simulator's flags here; SGLang's and vLLM's by their own parsers in the GPU node's preflight
-    with checkable([_launched(spec, v, output) for v in variants], [] if write_adaptive else configs) as launched:
-        lines = check_launch_flags(spec, launched, sys.executable, on_node=False)
-    for line in lines + load_above_cap(spec, variants):
-        err_console.print(line, style="yellow", markup=False, soft_wrap=True)
-    return {k: v.to_json() for k, v in reports.items()}
+def _say(line: PreflightLine) -> None:
+    form, style, markup, highlight = _SHOWN[line.kind]
+    err_console.print(form.format(line.text), style=style, markup=markup, highlight=highlight, soft_wrap=True)
 
 
-def _run_root(spec: ExperimentSpec, output: Optional[str]) -> str:
-    """The dataset root `run` uses (`--output`, else the spec's output), resolved as the driver resolves it."""
-    return resolve_output_root(output or spec.output, Path.cwd())
+def _local_checks(spec: ExperimentSpec, output: Optional[str] = None,
+                  write_adaptive: bool = False) -> dict[str, ProbeReport]:
+    """Preflight on this machine (cluster/node/preflight.py), its lines on stderr."""
+    return local_preflight(spec, Path.cwd(), _say, output, write_adaptive)
 
 
 def _launched(spec: ExperimentSpec, v: ResolvedVariant, output: Optional[str]) -> ResolvedVariant:
     """The variant as `run` launches it from this directory (an adaptive config at its absolute path)."""
-    return launch_form(spec, v, _run_root(spec, output), Path.cwd())
-
-
-def _local_checks(spec: ExperimentSpec, quiet: bool = False, output: Optional[str] = None,
-                  write_adaptive: bool = False) -> dict[str, Any]:
-    """Fairness rules and the checkpoint probe, where this machine can read the checkpoint."""
-    variants = expand_variants(spec)
-    for v in variants:
-        tuning_options_check(v)  # back ends SGLang 0.5.23 has (the spec itself refuses unknown option keys)
-    reports = _probe_here(spec)
-    findings = check_fairness(variants, {p: r.quant.kv_cache_quant_algo for p, r in reports.items()},
-                              facts={p: ModelFacts.from_report(r) for p, r in reports.items()},
-                              version=_sglang_version(spec))
-    errors = [f for f in findings if f.level == "error"]
-    if not quiet:
-        warnings = [f for f in findings if f.level != "error"]
-        for line in format_findings(warnings):  # markup off: variant names and flag values must print literally
-            err_console.print(line, style="yellow", markup=False, soft_wrap=True)
-    if errors:  # the CLI's one `error:` line, every refusing rule on it
-        raise PreflightError("fairness: " + "; ".join(f"{f.variant}: {f.rule}: {f.message}" for f in errors),
-                             expected="variants that differ only in what is compared")
-    if not quiet and not findings:
-        deferred = "" if reports else "; the checkpoint- and GPU-dependent rules run again on the GPU node"
-        err_console.print(f"fairness: no findings over {len(variants)} variant(s){deferred}", markup=False,
-                          soft_wrap=True)
-    if not quiet:
-        from cluster.engines.interconnect import collect_interconnect
-
-        for line in collect_interconnect().width_warnings():  # where this machine is a GPU node
-            err_console.print(f"warning: interconnect: {line}", style="yellow", markup=False, soft_wrap=True)
-    if not Path(spec.model.path).exists() and not is_simulated(spec.model.engine) and not quiet:
-        err_console.print(f"[yellow]note[/] checkpoint {spec.model.path} is not readable here; "
-                          "it is probed on a GPU node before any GPU is reserved", soft_wrap=True)
-    # a PreflightError names the experiment, the variant and what is missing; the CLI's handler prints it
-    return _input_checks(spec, output, reports, write_adaptive)
-
-
-def _sglang_version(spec: ExperimentSpec) -> Optional[str]:
-    """The SGLang release the argv is built for: installed for the engine's interpreter where it can be run here,
-    else the declared one (VersionMismatchError when the two disagree)."""
-    if not any(v.engine == "sglang" for v in expand_variants(spec)):
-        return None
-    return get_engine("sglang").version_for(spec.engines.get("sglang"), "python")
+    return as_launched(spec, v, output, Path.cwd())
 
 
 def validate(experiment: Path = typer.Argument(..., help="experiment YAML")) -> None:
     """Check an experiment file against the spec (no cluster, no GPU)."""
     spec = load_spec(experiment)
     variants = expand_variants(spec)
-    for v in variants:
-        tuning_options_check(v)
+    check_tuning(variants)
     with _naming(experiment):
-        _input_checks(spec, spec.output)
+        input_checks(spec, Path.cwd(), _say, spec.output)
         for v in variants:  # the argv plan prints and run launches: refusals made while building it (an SGLang
             _launch_command(spec, _launched(spec, v, None), 30000)  # alias next to its full flag name) come at validate too
     console.print(f"[green]ok[/] {experiment}: experiment {spec.name!r}, {len(variants)} variant(s), "
@@ -180,7 +113,7 @@ def _plan(spec: ExperimentSpec, port: int) -> None:
     from cluster.plan.sweep_collapse import collapse_fp4_duplicates, undecided_note
 
     reports = _local_checks(spec)
-    facts = {p: facts_from_json(r) for p, r in reports.items()}
+    facts = {p: ModelFacts.from_report(r) for p, r in reports.items()}
     variants, notes = collapse_fp4_duplicates(expand_variants(spec), facts)
     kept = {v.name for v in variants}
     runs = make_plan(spec, keep=lambda v: v.name in kept)
@@ -231,7 +164,7 @@ def run(
     """Run an experiment end to end and print the comparison table."""
     spec = load_spec(experiment)
     with _naming(experiment):
-        _local_checks(spec, quiet=False, output=output or spec.output, write_adaptive=True)
+        _local_checks(spec, output=output or spec.output, write_adaptive=True)
     from cluster.commands.live_view import run_display
     from cluster.distributed.driver import init_ray, logical_gpus_for, run_experiment
 

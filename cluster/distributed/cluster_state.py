@@ -7,15 +7,18 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from cluster.config.experiment import ExperimentSpec
 from cluster.errors import EnvironmentFault
-from cluster.input_files import JsonValue
 from cluster.kernel.deadlines import RAY_JOIN
+
+if TYPE_CHECKING:
+    from cluster.node.preflight import NodePreflight
+    from cluster.probe.checkpoint import ProbeReport
 
 
 class RuntimeEnvFault(EnvironmentFault):
@@ -54,44 +57,13 @@ def gpu_nodes() -> list[GpuNode]:
     return out
 
 
-def _probe_on_node(spec_json: dict[str, Any], base_dir: str,
-                   output_root: Optional[str] = None) -> tuple[dict[str, Any], list[str]]:
-    from cluster.engines.flagcheck import check_launch_flags
-    from cluster.engines.registry import get_engine
-    from cluster.plan.inputs import check_on_node
-    from cluster.plan.inputs import resolve_output_root
-    from cluster.plan.runs import expand_variants, launch_form
-    from cluster.plan.preflight import check_speculative_support
+def _probe_on_node(spec_json: dict[str, Any], base_dir: str, output_root: Optional[str] = None) -> NodePreflight:
+    """The Ray task: preflight on the GPU node (cluster/node/preflight.py), its record carried back as is."""
     from cluster.config.experiment import ExperimentSpec as _Spec
+    from cluster.node.preflight import node_preflight
 
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    spec = _Spec.model_validate(spec_json)
-    variants = expand_variants(spec)
-    reports = check_speculative_support(spec, variants)
-    # the node's prompt files, free ports and engine interpreters, before any placement group exists
-    modules = {v.engine: get_engine(v.engine).module for v in variants}
-    check_on_node(spec, variants, reports, Path(base_dir), modules, sys.executable, _ray_ports())
-    # each variant's launch argv through its engine's own parser, with the node's engine interpreter
-    root = output_root or resolve_output_root(spec.output, Path(base_dir))  # adaptive configs as launched
-    warnings = check_launch_flags(spec, [launch_form(spec, v, root, Path(base_dir)) for v in variants],
-                                  sys.executable, on_node=True)
-    # the fairness rules again, now with the probe's facts, the node's GPUs (SM120?) and the installed version
-    from cluster.engines.interconnect import collect_interconnect
-    from cluster.plan.fairness import ModelFacts, check_fairness, format_findings
-    from cluster.errors import PreflightError
-
-    wiring = collect_interconnect()
-    version = (get_engine("sglang").version_for(spec.engines.get("sglang"), sys.executable)
-               if any(v.engine == "sglang" for v in variants) else None)
-    findings = check_fairness(variants, {p: r.quant.kv_cache_quant_algo for p, r in reports.items()},
-                              facts={p: ModelFacts.from_report(r) for p, r in reports.items()},
-                              gpu_sm=wiring.compute_sm(), version=version)
-    errors = [line for f, line in zip(findings, format_findings(findings)) if f.level == "error"]
-    if errors:
-        raise PreflightError(f"experiment {spec.name!r} on the GPU node: " + "; ".join(errors))
-    warnings += [line for f, line in zip(findings, format_findings(findings)) if f.level == "warning"]
-    warnings += wiring.width_warnings()
-    return {path: r.to_json() for path, r in reports.items()}, warnings
+    return node_preflight(_Spec.model_validate(spec_json), Path(base_dir), output_root, _ray_ports())
 
 
 def _ray_ports() -> dict[int, str]:
@@ -107,12 +79,12 @@ def _ray_ports() -> dict[int, str]:
 
 def remote_preflight(spec: ExperimentSpec, base_dir: Path,
                      warn: Callable[[str], object] = lambda line: print(line, file=sys.stderr, flush=True),
-                     output_root: Optional[str] = None) -> Optional[dict[str, dict[str, JsonValue]]]:
+                     output_root: Optional[str] = None) -> Optional[dict[str, ProbeReport]]:
     """Probe every checkpoint on a GPU node (weights often live only there) before any GPU is reserved; `warn` gets
-    what could not be checked there (flags behind a launcher). Raises the probe's PreflightError (a ValueError)
-    unchanged."""
+    what could not be checked there (flags behind a launcher). Returns the probe report of each checkpoint path.
+    Raises the probe's PreflightError (a ValueError) unchanged."""
     try:
-        import cluster.plan.preflight  # noqa: F401
+        import cluster.node.preflight  # noqa: F401
     except ModuleNotFoundError:
         return None
     nodes = gpu_nodes()
@@ -122,8 +94,8 @@ def remote_preflight(spec: ExperimentSpec, base_dir: Path,
         opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(nodes[0].node_id, soft=False)
     for attempt in range(1, PREFLIGHT_RUNTIME_ENV_TRIES + 1):
         try:
-            reports, warnings = ray.get(task.options(**opts).remote(spec.model_dump(mode="json"), str(base_dir),
-                                                                output_root))
+            answer: NodePreflight = ray.get(task.options(**opts).remote(spec.model_dump(mode="json"),
+                                                                        str(base_dir), output_root))
             break
         except ray.exceptions.RayTaskError as e:
             cause = getattr(e, "cause", None)
@@ -138,9 +110,9 @@ def remote_preflight(spec: ExperimentSpec, base_dir: Path,
                     + (e.error_message or "nothing more").strip().splitlines()[-1]
                     + ". Resubmit; if it repeats, check the job's working_dir and the Ray cluster's health") from None
             warn(f"the checkpoint probe's runtime environment could not be set up (try {attempt}); trying again")
-    for line in warnings:
+    for line in answer.warnings:
         warn(line)
-    return reports
+    return answer.reports
 
 
 AUTH_FAILURE_TEXT = "InvalidAuthToken"
@@ -175,19 +147,36 @@ def ray_join_knobs(deadline_s: float) -> dict[str, str]:
 
 def _check_answers(address: str, deadline_s: float) -> None:
     """A fast first check that something accepts TCP connections at `host:port` (`auto` is resolved by Ray): a
-    closed port is refused at once instead of after Ray's tries."""
+    closed port is refused at once instead of after Ray's tries. The name lookup and the connection share one
+    limit (getaddrinfo takes no timeout of its own)."""
     import socket
+    import time
 
+    from cluster.engines.http_call import resolve_within
     from cluster.errors import EnvironmentFault
 
     if address == "auto":
         return
     host, _, port = address.removeprefix("ray://").rpartition(":")
+    limit_s = min(deadline_s, 10.0)
+    ends_s = time.monotonic() + limit_s
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=min(deadline_s, 10.0)):
-            return
+        infos = resolve_within(host.strip("[]"), int(port), ends_s)
+        if infos is None:
+            why = f"resolving {host!r} did not finish within {limit_s:g} s"
+        else:
+            last: OSError = OSError(f"no address for {host}")
+            for family, kind, proto, _, addr in infos:
+                with socket.socket(family, kind, proto) as sock:
+                    sock.settimeout(max(0.001, ends_s - time.monotonic()))
+                    try:
+                        sock.connect(addr)
+                        return
+                    except OSError as e:
+                        last = e
+            raise last
     except socket.timeout:
-        why = f"no answer to a TCP connection within {min(deadline_s, 10.0):g} s"
+        why = f"no answer to a TCP connection within {limit_s:g} s"
     except OSError as e:
         why = f"{e.strerror or type(e).__name__} (a TCP connection to {host}:{port})"
     raise EnvironmentFault(f"cannot join the Ray cluster at {address}: {why}; is its head node up, and is this "

@@ -35,6 +35,7 @@ from cluster.kernel.runs import ResolvedVariant, RunPlan
 from cluster.plan.inputs import resolve_output_root
 from cluster.plan.runs import expand_variants, make_plan, server_segments
 from cluster.plan.schedule import Reservation, reservation, unplaceable
+from cluster.probe.checkpoint import ProbeReport
 from cluster.tuning.artifacts import TuningArtifact
 from cluster.version import __version__
 
@@ -71,7 +72,7 @@ class Driver:
         self.tuning_failures: dict[str, str] = {}
         self.batch_rows = 4096
         """Finished requests per Arrow batch leaving a load actor."""
-        self.preflight: Optional[dict[str, Any]] = None
+        self.preflight: Optional[dict[str, ProbeReport]] = None
         """The GPU node's checkpoint probe (remote_preflight: model path → report), set before run() when taken."""
 
     # ------------------------------------------------------------------ planning
@@ -88,11 +89,10 @@ class Driver:
     def _plans(self) -> list[RunPlan]:
         """The plan without the back-end sweep duplicates the GPU node's probe proves identical (plan/sweep_collapse.py;
         nothing collapses without a probe)."""
-        from cluster.plan.model_rules import facts_from_json
+        from cluster.plan.model_rules import ModelFacts
         from cluster.plan.sweep_collapse import collapse_fp4_duplicates
 
-        reports = self.preflight or {}
-        facts = {p: facts_from_json(r) for p, r in reports.items() if isinstance(r, dict)}
+        facts = {p: ModelFacts.from_report(r) for p, r in (self.preflight or {}).items()}
         kept, notes = collapse_fp4_duplicates(expand_variants(self.spec), facts)
         for line in notes:
             self.log(f"note: {line}")
@@ -103,11 +103,9 @@ class Driver:
         """A segment's first facts: the node probe's fingerprint and hub revision of the variant's checkpoint (None
         without a probe)."""
         report = (self.preflight or {}).get(variant.model_path)
-        ident = report.get("identity") if isinstance(report, dict) else None
-        if not isinstance(ident, dict):
+        if report is None:
             return SegmentFacts()
-        return SegmentFacts(checkpoint_fingerprint=ident.get("fingerprint") or None,
-                            hub_revision=ident.get("hub_revision") or None)
+        return SegmentFacts(checkpoint_fingerprint=report.fingerprint or None, hub_revision=report.hub_revision or None)
 
     def run(self) -> ExperimentResult:
         """Run what is left of the experiment while holding its dataset's lock (DatasetLocked naming the holder
@@ -137,7 +135,7 @@ class Driver:
             "nodes": nodes,
             "planned_runs": len(plans),
             "started_unix_s": time.time(),
-            "preflight": self.preflight,
+            "preflight": None if self.preflight is None else {p: r.to_json() for p, r in self.preflight.items()},
         }
         self.store.write_experiment_meta(meta)
         segments = [(v, runs) for v, runs in server_segments(plans)

@@ -308,14 +308,15 @@ def _decoded(body: bytes, headers: list[tuple[str, str]], what: str, max_body_by
     return body
 
 
-def _resolve(url: ServerURL, deadline_s: float, timeout_s: float, what: str) -> list[tuple[Any, ...]]:
-    """The host's addresses, the lookup bounded by the call's deadline (getaddrinfo itself has no timeout: it runs
-    on a daemon thread, abandoned when the deadline passes)."""
+def resolve_within(host: str, port: int, deadline_s: float) -> Optional[list[tuple[Any, ...]]]:
+    """`host`'s TCP addresses, or None when the lookup did not finish by `deadline_s` (time.monotonic()); the lookup's
+    own OSError (gaierror) is raised. getaddrinfo takes no timeout: it runs on a daemon thread, abandoned at the
+    deadline."""
     got: list[Any] = []
 
     def lookup() -> None:
         try:
-            got.append(socket.getaddrinfo(url.host, url.port, type=socket.SOCK_STREAM))
+            got.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
         except OSError as e:  # gaierror, or the resolver's own failure
             got.append(e)
 
@@ -323,12 +324,22 @@ def _resolve(url: ServerURL, deadline_s: float, timeout_s: float, what: str) -> 
     worker.start()
     worker.join(max(0.0, deadline_s - time.monotonic()))
     if not got:
+        return None
+    if isinstance(got[0], OSError):
+        raise got[0]
+    infos: list[tuple[Any, ...]] = got[0]
+    return infos
+
+
+def _resolve(url: ServerURL, deadline_s: float, timeout_s: float, what: str) -> list[tuple[Any, ...]]:
+    """The host's addresses, the lookup bounded by the call's deadline."""
+    try:
+        infos = resolve_within(url.host, url.port, deadline_s)
+    except OSError as e:
+        raise ServerUnreachableError(f"{what}: name {url.host!r} not resolved ({e.strerror or e})") from None
+    if infos is None:
         raise ServerUnreachableError(f"{what}: resolving {url.host!r} did not finish within {timeout_s:g} s "
                                      "(the call's whole deadline)")
-    if isinstance(got[0], OSError):
-        e = got[0]
-        raise ServerUnreachableError(f"{what}: name {url.host!r} not resolved ({e.strerror or e})")
-    infos: list[tuple[Any, ...]] = got[0]
     return infos
 
 

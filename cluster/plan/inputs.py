@@ -1,9 +1,9 @@
 """What a run's inputs must hold before any server starts: prompt sources within the model's limits, the output
 path, fixed ports, and an engine interpreter that can import its engine.
 
-Each check is pure (files, sockets, one subprocess) and Ray-free: `validate`/`plan`/`run` call the ones this machine
-can answer (`check_inputs`), and the preflight task on a GPU node (cluster/distributed/cluster_state.py) calls them
-again with the node's files, ports and interpreters (`check_on_node`). Every refusal is a PreflightError naming the
+Each check is pure (files, sockets, one subprocess) and Ray-free; preflight (cluster/node/preflight.py) calls the ones
+this machine can answer (`check_inputs`) for `validate`/`plan`/`run`, and again with the node's files, ports and
+interpreters (`check_on_node`) in the driver's task on a GPU node. Every refusal is a PreflightError naming the
 file, the field and what was expected — minutes before a server would have loaded the model and then failed.
 """
 

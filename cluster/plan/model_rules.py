@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
-from cluster.input_files import JsonObject, JsonValue
+from cluster.input_files import JsonObject
 from cluster.plan.findings import FindingCollector, Level
 from cluster.kernel.runs import ResolvedVariant
 
@@ -45,31 +45,13 @@ class ModelFacts:
 
     @classmethod
     def from_report(cls, report: "ProbeReport") -> "ModelFacts":
-        return facts_from_json(report.to_json())
-
-
-def facts_from_json(report: JsonObject) -> ModelFacts:
-    """ModelFacts from a stored probe report (ProbeReport.to_json(), e.g. the GPU node's preflight answer)."""
-    cfg, quant = _object(report.get("config")), _object(report.get("quantization"))
-    types = " ".join(_names(cfg.get("layer_types"))).lower()
-    algo = quant.get("quant_algo")
-    nvfp4 = bool(isinstance(algo, str) and "FP4" in algo.upper())
-    quantized = _names(quant.get("quantized_families"))
-    return ModelFacts(hybrid="linear" in types or "mamba" in types, moe=bool(cfg.get("num_experts")), nvfp4=nvfp4,
-                      dense_nvfp4_families=tuple(f for f in quantized if not _ROUTED.search(f)) if nvfp4 else (),
-                      routed_nvfp4=nvfp4 and any(_ROUTED.search(f) for f in quantized))
-
-
-def _object(v: JsonValue) -> JsonObject:
-    """A report section (an object), or none when absent or not one."""
-    return v if isinstance(v, Mapping) else {}
-
-
-def _names(v: JsonValue) -> list[str]:
-    """The names a report lists: an object's keys (layer_types' counts) or a list's strings."""
-    if isinstance(v, Mapping):
-        return list(v)
-    return [x for x in v if isinstance(x, str)] if isinstance(v, list) else []
+        types = " ".join(report.config.layer_types).lower()
+        algo = report.quant.quant_algo
+        nvfp4 = bool(algo and "FP4" in algo.upper())
+        quantized = list(report.quantized_families)
+        return cls(hybrid="linear" in types or "mamba" in types, moe=bool(report.config.num_experts), nvfp4=nvfp4,
+                   dense_nvfp4_families=tuple(f for f in quantized if not _ROUTED.search(f)) if nvfp4 else (),
+                   routed_nvfp4=nvfp4 and any(_ROUTED.search(f) for f in quantized))
 
 
 def _set(v: Any) -> bool:

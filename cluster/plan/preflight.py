@@ -1,4 +1,7 @@
-"""Preflight: probe every checkpoint the experiment serves and refuse NEXTN/MTP on checkpoints without MTP weights."""
+"""Preflight's checkpoint rule: probe each checkpoint served and refuse NEXTN/MTP where it has no MTP weights.
+
+The preflight that runs it, here and on the GPU node, is cluster/node/preflight.py.
+"""
 
 from __future__ import annotations
 

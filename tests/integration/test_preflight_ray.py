@@ -68,3 +68,19 @@ def test_probe_result_stored_with_the_experiment(ray_local: None, tmp_path: Path
     for text in runs["provenance_json"]:
         prov = json.loads(text)
         assert prov["checkpoint_fingerprint"] == fingerprint and prov["hub_revision"] is None
+
+
+def test_the_node_answers_with_typed_probe_reports(ray_local: None, tmp_path: Path) -> None:
+    """The probe report crosses Ray as its record (failed before: the task sent `to_json()` dicts the driver parsed
+    back); the same JSON as probing here, the shard headers left on the node."""
+    from cluster.distributed.cluster_state import remote_preflight
+    from cluster.probe.checkpoint import ProbeReport, probe_checkpoint
+
+    model = qwen35_nvfp4(tmp_path / "good")
+    said: list[str] = []
+    reports = remote_preflight(parse_spec_text(_spec(model, tmp_path / "out")), tmp_path, warn=said.append)
+    assert reports is not None and list(reports) == [str(model)]
+    report = reports[str(model)]
+    assert isinstance(report, ProbeReport) and report.headers == []
+    assert report.to_json() == probe_checkpoint(str(model)).to_json()
+    assert said and all(line.startswith("warning: ") for line in said)

@@ -12,13 +12,23 @@ import pytest
 from typer.testing import CliRunner
 
 from cluster.cli import app
-from cluster.commands.run import _input_checks
+from cluster.config.experiment import ExperimentSpec
 from cluster.config.loader import load_spec
 from cluster.distributed.actors import EngineActorImpl
 from cluster.errors import PreflightError
+from cluster.node.preflight import PreflightLine, input_checks
 from cluster.plan.runs import expand_variants, launch_form
+from cluster.probe.checkpoint import ProbeReport
 from cluster.server.process import ServerStartError
 from tests.unit.analysis.test_comparison import build_dataset
+
+
+def _input_checks(spec: ExperimentSpec, output: str, reports: dict[str, ProbeReport],
+                  write_adaptive: bool = False) -> list[PreflightLine]:
+    """Preflight's input checks as `validate` and `run` call them from this directory; the lines it said."""
+    said: list[PreflightLine] = []
+    input_checks(spec, Path.cwd(), said.append, output, reports, write_adaptive)
+    return said
 
 SPEC = """
 name: adaptive-next

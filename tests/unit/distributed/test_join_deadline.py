@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 from collections.abc import Iterator
+from typing import NoReturn
 
 import pytest
 import ray
@@ -62,6 +64,31 @@ def test_a_peer_that_never_answers_is_refused_at_the_deadline(silent_listener: i
         in str(e.value)
     assert not ray.is_initialized()
     assert {k: os.environ.get(k) for k in before} == before  # the knobs were for the join only
+
+
+@pytest.mark.timeout(60)
+def test_a_name_that_never_resolves_is_refused_at_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Failed before: the TCP check's name lookup (getaddrinfo, which takes no timeout) held the join for as long as
+    the resolver took (here 20 s, then its failure), past SGLBENCH_RAY_JOIN_TIMEOUT_S."""
+    release = threading.Event()
+
+    def resolver_that_hangs(*args: object, **kwargs: object) -> NoReturn:
+        release.wait(20.0)
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolver_that_hangs)  # no lookup leaves the machine
+    monkeypatch.setenv(RAY_JOIN.env, "2")
+    start = time.monotonic()
+    try:
+        with pytest.raises(EnvironmentFault) as e:
+            join_cluster("ray-head.invalid:6379", note=lambda line: None)
+    finally:
+        release.set()
+    took = time.monotonic() - start
+    assert took < 2.0 + 1.0, took
+    assert "cannot join the Ray cluster at ray-head.invalid:6379: resolving 'ray-head.invalid' did not finish " \
+        "within 2 s" in str(e.value)
+    assert e.value.exit_code == EXIT_ENVIRONMENT and not ray.is_initialized()
 
 
 @pytest.mark.timeout(60)

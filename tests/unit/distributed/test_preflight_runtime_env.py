@@ -14,6 +14,7 @@ import ray
 from cluster.config.loader import parse_spec_text
 from cluster.distributed import cluster_state
 from cluster.errors import EXIT_ENVIRONMENT, report_error
+from cluster.node.preflight import NodePreflight
 
 SPEC = parse_spec_text("version: 1\nname: p\nmodel: {path: sim://m, engine: sim}\nvariants: [{name: base}]\n"
                        "workloads: [{name: w, input_tokens: 8, output_tokens: 8, num_requests: 8}]\n"
@@ -37,7 +38,7 @@ def _fake_ray(monkeypatch: pytest.MonkeyPatch, failures: int) -> list[int]:
     def get(ref: int) -> Any:
         if ref <= failures:
             raise ray.exceptions.RuntimeEnvSetupError(RAY_SAID)
-        return {}, ["a warning from the node"]
+        return NodePreflight({}, ["a warning from the node"])
 
     monkeypatch.setattr(cluster_state, "ray", SimpleNamespace(remote=lambda **kw: lambda fn: Task(), get=get,
                                                               exceptions=ray.exceptions))

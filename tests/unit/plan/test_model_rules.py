@@ -106,16 +106,19 @@ def test_study_yamls_are_fair_on_the_real_node(name: str) -> None:
     assert all(x.args.get("speculative-moe-runner-backend") == "triton" for x in variants if x.speculative)
 
 
-def test_facts_from_a_stored_report_and_from_a_malformed_one() -> None:
-    """facts_from_json reads ProbeReport.to_json()'s sections; a section that is not an object counts as not known
-    (before 3a9fe2d it raised AttributeError: str has no .get)."""
-    from cluster.plan.model_rules import facts_from_json
+def test_facts_from_the_probe_report_record(tmp_path: Path) -> None:
+    """ModelFacts read the probe's typed record (before, from_report wrote the report to JSON and parsed it back)."""
+    import dataclasses
 
-    stored = {"config": {"layer_types": {"linear_attention": 45, "full_attention": 15}, "num_experts": 512},
-              "quantization": {"quant_algo": "NVFP4", "quantized_families": {
-                  "model.layers.*.mlp.experts.*.gate_proj": 1, "model.layers.*.self_attn.q_proj": 1}}}
-    f = facts_from_json(stored)
+    from cluster.probe.checkpoint import probe_checkpoint
+    from tests.checkpoints import qwen35_nvfp4
+
+    report = probe_checkpoint(str(qwen35_nvfp4(tmp_path / "m")))
+    f = ModelFacts.from_report(dataclasses.replace(report, quantized_families={
+        "model.layers.*.mlp.experts.*.gate_proj": 1, "model.layers.*.self_attn.q_proj": 1}))
     assert (f.hybrid, f.moe, f.nvfp4, f.routed_nvfp4) == (True, True, True, True)
     assert f.dense_nvfp4_families == ("model.layers.*.self_attn.q_proj",)
-    assert facts_from_json({"config": "not an object", "quantization": ["NVFP4"]}) == \
+    plain = dataclasses.replace(report, quant=dataclasses.replace(report.quant, quant_algo=None),
+                                config=dataclasses.replace(report.config, layer_types={}, num_experts=None))
+    assert ModelFacts.from_report(plain) == \
         ModelFacts(hybrid=False, moe=False, nvfp4=False, dense_nvfp4_families=(), routed_nvfp4=False)
