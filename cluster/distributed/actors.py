@@ -288,7 +288,7 @@ class LoadActorImpl:
 
         from cluster.loadgen.runner import flush, warmup
 
-        conc = int(load.value) if load.kind == "concurrency" else (load.max_concurrency or 8)
+        conc = load.shape.warmup_concurrency(load)
         warm_ok = 0
         if warmup_requests > 0:
             warm_prompts = self._prompts(workload, warmup_requests, seed ^ 0x5EED)

@@ -201,7 +201,8 @@ def _check_trace(field: str, w: WorkloadSpec, src: TracePrompts, path: Path, lim
                  replay_times: bool, parses: SourceParses) -> str:
     """Every row parses and, of the rows a window replays, each fits the context and the vocabulary; returns the
     replayed stretch's note (rows, span, recorded mean rate)."""
-    from cluster.loadgen.traces import TraceError, load_trace, recorded_rate_per_s, replayed_rows
+    from cluster.kernel.arrivals import recorded_rate_per_s
+    from cluster.loadgen.traces import TraceError, load_trace, replayed_rows
 
     try:
         rows = replayed_rows(parses.get("trace", path, lambda: load_trace(path)), w.num_requests, path)

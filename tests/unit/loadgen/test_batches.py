@@ -21,7 +21,7 @@ import pytest
 
 from cluster.engines.base import Prompt
 from cluster.engines.sglang import SGLangEngine
-from cluster.loadgen.arrivals import poisson_offsets_ns
+from cluster.kernel.arrivals import poisson_offsets_ns
 from cluster.loadgen.runner import run_load_point, shard_concurrency
 from cluster.loadgen.sink import RecordSink
 from cluster.kernel.runs import LoadPoint
