@@ -157,6 +157,12 @@ def register_load_shape(cls: S) -> S:
     return cls
 
 
+def unregister_load_shape(kind: str) -> None:
+    """Forget a registered shape (a test's throwaway shape, so it does not outlive the test)."""
+    _SHAPES.pop(kind, None)
+    LOAD_SHAPE_OPTIONS.pop(kind, None)
+
+
 def load_shape(kind: str) -> LoadShape:
     """The registered shape of a point's (or a runs row's) kind."""
     try:
