@@ -16,11 +16,10 @@ from cluster.config.loader import parse_spec_text
 from cluster.config.sim_knobs import Knobs
 from cluster.errors import UserError
 from cluster.engines.registry import get_engine
-from cluster.loadgen.datasets import build_prompts
+from cluster.loadgen.prompt_sources import build_prompts
 from cluster.loadgen.runner import run_window
 from cluster.kernel.load_shapes import register_load_shape, unregister_load_shape
 from cluster.plan.runs import make_plan
-from tests.unit.kernel.burst_shape import Burst
 from tests.unit.loadgen.inprocess_sim import served_sim
 
 SPEC = """
@@ -35,9 +34,12 @@ load: {concurrency: [2], %s}
 
 @pytest.fixture(autouse=True)
 def burst() -> Iterator[None]:
-    register_load_shape(Burst)  # importing the module registered it; again here after an earlier test's teardown
+    # imported here, not at collection, so no other test sees the shape; registered again after an earlier teardown
+    from tests.unit.kernel.burst_shape import Burst
+
+    register_load_shape(Burst)
     yield
-    unregister_load_shape(Burst.kind)  # other tests see only the built-in shapes
+    unregister_load_shape(Burst.kind)
 
 
 def test_a_registered_shape_plans_its_points_with_their_own_label_and_run_key() -> None:
@@ -45,6 +47,8 @@ def test_a_registered_shape_plans_its_points_with_their_own_label_and_run_key() 
     assert [r.load.label for r in runs] == ["c2", "b40 size 4", "b80 size 4"]
     assert runs[1].load.identity() == {"kind": "burst", "value": 40.0, "max_concurrency": None,
                                        "params": (("size", 4.0),)}
+    spec = parse_spec_text(SPEC % "shapes: [{shape: burst, rates: [40, 80], size: 4}]")
+    assert type(spec).model_validate(spec.model_dump(mode="json")) == spec  # experiment.json keeps its options
     other = make_plan(parse_spec_text(SPEC % "shapes: [{shape: burst, rates: [40, 80], size: 2}]"))
     assert other[0].run_key == runs[0].run_key and other[1].run_key != runs[1].run_key
     with pytest.raises(UserError, match=r"load\.shapes\.0\.size"):
