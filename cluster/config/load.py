@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, NamedTuple, Optional
 
-from pydantic import (Field, ValidatorFunctionWrapHandler, WithJsonSchema, WrapValidator, field_validator,
-                      model_validator)
+from pydantic import (Field, SerializeAsAny, ValidatorFunctionWrapHandler, WithJsonSchema, WrapValidator,
+                      field_validator, model_validator)
 
 from cluster.config import bounds as B
 from cluster.config.fields import FieldProblem, FrozenModel
@@ -74,7 +74,7 @@ def _shape_options(v: Any, handler: ValidatorFunctionWrapHandler) -> Any:
     return LOAD_SHAPE_OPTIONS[name].options.model_validate(v)
 
 
-ShapeOptions = Annotated[FrozenModel, WrapValidator(_shape_options), WithJsonSchema({
+ShapeOptions = Annotated[SerializeAsAny[FrozenModel], WrapValidator(_shape_options), WithJsonSchema({
     "type": "object", "required": ["shape"], "additionalProperties": True,
     "description": "A registered load shape's options (its own model validates the rest).",
     "properties": {"shape": {"type": "string", "description": "The registered load shape's name."}}})]
