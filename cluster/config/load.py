@@ -50,11 +50,19 @@ class SearchSpec(FrozenModel):
         return 1.0 if self.over == "concurrency" else (self.max - self.min) / 32
 
 
+class LoadShapeOptions(FrozenModel):
+    """The base of a registered load shape's options model: a `load.shapes` entry names its shape (a Literal of the
+    shape's kind in the subclass)."""
+
+    shape: str
+    """The registered load shape's name."""
+
+
 class ShapeEntry(NamedTuple):
     """What the spec knows of a registered load shape with options: their model, and whether its points are open loop
     (so `max_concurrency` and the arrival process shape them)."""
 
-    options: type[FrozenModel]
+    options: type[LoadShapeOptions]
     open_loop: bool
 
 
@@ -65,7 +73,7 @@ cluster/kernel/load_shapes.register_load_shape when a shape declares options, so
 
 def _shape_options(v: Any, handler: ValidatorFunctionWrapHandler) -> Any:
     """A `load.shapes` entry validated by its shape's registered options model."""
-    if isinstance(v, FrozenModel):
+    if isinstance(v, LoadShapeOptions):
         return v
     name = v.get("shape") if isinstance(v, dict) else None
     if not isinstance(name, str) or name not in LOAD_SHAPE_OPTIONS:
@@ -74,7 +82,7 @@ def _shape_options(v: Any, handler: ValidatorFunctionWrapHandler) -> Any:
     return LOAD_SHAPE_OPTIONS[name].options.model_validate(v)
 
 
-ShapeOptions = Annotated[SerializeAsAny[FrozenModel], WrapValidator(_shape_options), WithJsonSchema({
+ShapeOptions = Annotated[SerializeAsAny[LoadShapeOptions], WrapValidator(_shape_options), WithJsonSchema({
     "type": "object", "required": ["shape"], "additionalProperties": True,
     "description": "A registered load shape's options (its own model validates the rest).",
     "properties": {"shape": {"type": "string", "description": "The registered load shape's name."}}})]
@@ -135,7 +143,7 @@ class LoadSpec(FrozenModel):
     def open_loop(self) -> bool:
         """Whether any point is open-loop: a request_rate, a search over request rate, or an open registered shape's."""
         return bool(self.request_rate) or (self.search is not None and self.search.over == "request_rate") \
-            or any(LOAD_SHAPE_OPTIONS[str(getattr(o, "shape"))].open_loop for o in self.shapes)
+            or any(LOAD_SHAPE_OPTIONS[o.shape].open_loop for o in self.shapes)
 
     @model_validator(mode="after")
     def _open_loop_only(self) -> "LoadSpec":

@@ -203,7 +203,14 @@ PROMPT_SOURCES: dict[str, type[BaseModel]] = {"random_ids": RandomIdsPrompts, "j
 """Prompt source name (the `source:` field) → its model."""
 
 
-REGISTERED_SOURCES: dict[str, type[FrozenModel]] = {}
+class SourceOptions(FrozenModel):
+    """The base of a registered prompt source's model: its `source:` name (a Literal of its names in the subclass)."""
+
+    source: str
+    """The registered prompt source's name."""
+
+
+REGISTERED_SOURCES: dict[str, type[SourceOptions]] = {}
 """A registered prompt source's model by its `source:` name, for sources beside the ones above. Filled by
 cluster/loadgen/prompt_sources.register_source, so this module imports no source; the union below validates
 such a `prompts:` by its registered model."""
@@ -211,7 +218,7 @@ REGISTERED_TAG = "registered"
 
 
 def _registered_source(v: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-    if isinstance(v, FrozenModel):
+    if isinstance(v, SourceOptions):
         return v
     return REGISTERED_SOURCES[v["source"]].model_validate(v)  # the discriminator admitted only registered names
 
@@ -225,7 +232,7 @@ def _prompt_source(v: Any) -> Optional[str]:
     return "conversation" if src in ("sharegpt", "messages") else src
 
 
-RegisteredPrompts = Annotated[SerializeAsAny[FrozenModel], WrapValidator(_registered_source), WithJsonSchema({
+RegisteredPrompts = Annotated[SerializeAsAny[SourceOptions], WrapValidator(_registered_source), WithJsonSchema({
     "type": "object", "required": ["source"], "additionalProperties": True,
     "description": "A registered prompt source's options (its own model validates them).",
     "properties": {"source": {"type": "string", "not": {"enum": list(PROMPT_SOURCES)},

@@ -17,8 +17,7 @@ from typing import Any, Callable, ClassVar, Optional, Sequence, TypeVar
 
 import numpy as np
 
-from cluster.config.fields import FrozenModel
-from cluster.config.load import LOAD_SHAPE_OPTIONS, LoadSpec, ShapeEntry
+from cluster.config.load import LOAD_SHAPE_OPTIONS, LoadShapeOptions, LoadSpec, ShapeEntry
 from cluster.kernel.arrivals import arrival_offsets_ns, trace_offsets_ns
 
 
@@ -78,7 +77,7 @@ class LoadShape:
 
     kind: ClassVar[str]
     closed: ClassVar[bool]
-    options: ClassVar[Optional[type[FrozenModel]]] = None
+    options: ClassVar[Optional[type[LoadShapeOptions]]] = None
     prefix: ClassVar[str] = ""
     """What its short labels start with: `c8`, `r2.5` (default: the kind)."""
     noun: ClassVar[str] = ""
@@ -90,9 +89,9 @@ class LoadShape:
     def points(self, load: LoadSpec) -> list[LoadPoint]:
         """The fixed points `load:` declares of this shape, in order."""
         kind = self.kind
-        return [p for o in load.shapes if getattr(o, "shape", None) == kind for p in self.points_of(o, load)]
+        return [p for o in load.shapes if o.shape == kind for p in self.points_of(o, load)]
 
-    def points_of(self, options: FrozenModel, load: LoadSpec) -> list[LoadPoint]:
+    def points_of(self, options: LoadShapeOptions, load: LoadSpec) -> list[LoadPoint]:
         """The points of one `load.shapes` entry of this shape."""
         raise NotImplementedError(f"load shape {self.kind!r} declares options but no points_of")
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from cluster.config.fields import FrozenModel
 from cluster.config.prompts import (PROMPT_SOURCES, REGISTERED_SOURCES, ConversationPrompts, JsonlPrompts,
-                                    RandomIdsPrompts, TextPrompts, TracePrompts)
+                                    RandomIdsPrompts, SourceOptions, TextPrompts, TracePrompts)
 from cluster.config.workload import WorkloadSpec
 from cluster.engines.base import Prompt
 from cluster.kernel.planned_workload import PlannedWorkload
@@ -31,6 +31,7 @@ class Source:
     when the model is not one of config/prompts.py's own (registered there under these names)."""
 
     config: ClassVar[type[FrozenModel]]
+    """Its model: one of config/prompts.py's own, or a SourceOptions registered under `names`."""
     names: ClassVar[tuple[str, ...]] = ()
 
     def prompts(self, workload: WorkloadSpec, n: int, seed: int, base_dir: pathlib.Path,
@@ -69,8 +70,9 @@ def register_source(cls: C) -> C:
         raise LookupError(f"prompt source {cls.config.__name__} is registered twice ({cls.__name__})")
     _SOURCES[cls.config] = cls()
     for name in cls.names:
-        if name in PROMPT_SOURCES:
-            raise LookupError(f"prompt source name {name!r} is config/prompts.py's own")
+        if name in PROMPT_SOURCES or not issubclass(cls.config, SourceOptions):
+            raise LookupError(f"prompt source {name!r}: a registered name needs a SourceOptions model, not one of "
+                              "config/prompts.py's own names")
         REGISTERED_SOURCES[name] = cls.config
     return cls
 

@@ -27,7 +27,7 @@ from cluster.probe.safetensors_header import describe_non_file
 from cluster.config.experiment import ExperimentSpec
 from cluster.config.workload import WorkloadSpec
 from cluster.config.template_settings import expand_workload
-from cluster.config.prompts import REGISTERED_SOURCES, ConversationPrompts, RandomIdsPrompts, TextPrompts, TracePrompts
+from cluster.config.prompts import ConversationPrompts, RandomIdsPrompts, SourceOptions, TextPrompts, TracePrompts
 from cluster.config.engines import EngineLauncher, EngineName
 
 RAY_PORTS: dict[int, str] = {6379: "Ray's GCS server", 8265: "Ray's dashboard", 10001: "Ray's client server",
@@ -115,7 +115,7 @@ def _check_workload(model_path: str, i: int, w: WorkloadSpec, limits: ModelLimit
     if isinstance(src, RandomIdsPrompts):
         _check_vocab(field, src.vocab_size, limits)
         return None
-    if type(src) in REGISTERED_SOURCES.values():  # a source registered beside config/prompts.py's own
+    if isinstance(src, SourceOptions):  # a source registered beside config/prompts.py's own
         from cluster.loadgen.prompt_sources import source_of
 
         return source_of(w).check(w, base_dir, model_path)

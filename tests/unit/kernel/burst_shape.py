@@ -8,12 +8,11 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from cluster.config.fields import FrozenModel
-from cluster.config.load import LoadSpec
+from cluster.config.load import LoadShapeOptions, LoadSpec
 from cluster.kernel.load_shapes import ArrivalTimes, LoadPoint, LoadShape, Schedule, register_load_shape
 
 
-class BurstOptions(FrozenModel):
+class BurstOptions(LoadShapeOptions):
     shape: Literal["burst"]
     rates: list[float] = Field(min_length=1)
     size: int = Field(ge=1)
@@ -26,7 +25,7 @@ class Burst(LoadShape):
     options = BurstOptions
     prefix, noun, unit = "b", "burst rate", "req/s"
 
-    def points_of(self, options: FrozenModel, load: LoadSpec) -> list[LoadPoint]:
+    def points_of(self, options: LoadShapeOptions, load: LoadSpec) -> list[LoadPoint]:
         assert isinstance(options, BurstOptions)
         return [LoadPoint(self.kind, float(r), load.max_concurrency, read_batch_s=load.read_batch_ms / 1000.0,
                           params=(("size", float(options.size)),)) for r in options.rates]

@@ -9,14 +9,14 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from cluster.config.fields import FrozenModel
+from cluster.config.prompts import SourceOptions
 from cluster.config.workload import WorkloadSpec
 from cluster.engines.base import Prompt
 from cluster.kernel.planned_workload import PlannedWorkload, category_shares, length_quantiles
 from cluster.loadgen.prompt_sources import Source, register_source
 
 
-class CountingPrompts(FrozenModel):
+class CountingPrompts(SourceOptions):
     source: Literal["counting"]
     start: int = Field(ge=100, le=10_000)
 
