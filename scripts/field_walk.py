@@ -113,6 +113,7 @@ SAMPLES: dict[str, Any] = {
     "load.search.max": 6,
     "load.search.resolution": 2,
     "load.read_batch_ms": 1.0,
+    "load.shapes": [{"shape": "registered-in-tests-only"}],
     "repeats": 2,
     "slo": {"tpot_ms": 50.0},
     "correctness.eval": {"path": str(REPO / "datasets" / "arithmetic-200.jsonl")},

@@ -11,6 +11,7 @@ import pandas as pd
 
 from cluster.engines.registry import is_simulated
 from cluster.engines.sim_launch import SIM_KNOBS_KEY
+from cluster.kernel.load_shapes import load_shape
 from cluster.input_files import JsonObject, JsonValue
 from cluster.kernel import stats
 from cluster.analysis.point_marks import with_marks
@@ -324,12 +325,12 @@ def format_speedup(point: float, lo: float, hi: float, verdict: str) -> str:
 
 def point_label(kind: str, value: float) -> str:
     """'concurrency 8' or 'rate 2.5 req/s': a load point in titles and tables."""
-    return f"concurrency {value:g}" if kind == "concurrency" else f"rate {value:g} req/s"
+    return load_shape(kind).long_label(value)
 
 
 def short_point_label(kind: str, value: float) -> str:
     """'c8' or 'r2.5': a load point where a table cell or a warning list is short of room."""
-    return f"c{value:g}" if kind == "concurrency" else f"r{value:g}"
+    return load_shape(kind).short_label(value)
 
 
 def compare_view(ci: pd.DataFrame) -> pd.DataFrame:

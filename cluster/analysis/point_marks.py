@@ -14,6 +14,7 @@ from typing import Optional
 import pandas as pd
 
 from cluster.analysis.steady_state import shortfall
+from cluster.kernel.load_shapes import load_shape
 from cluster.plan.saturation import point_of, sweep_saturation
 
 KEYS = ("workload", "load_kind", "load_value", "variant")
@@ -31,7 +32,7 @@ def _num(x: object) -> Optional[float]:
 
 def _prefix(kind: str) -> str:
     """How a load of this kind is named in a reason (compare's short labels: c8, r2.5)."""
-    return "c" if kind == "concurrency" else "r"
+    return load_shape(kind).short_prefix()
 
 
 def steady_short(ok_runs: pd.DataFrame) -> list[str]:

@@ -37,6 +37,7 @@ import pandas as pd
 import pyarrow as pa
 
 from cluster.kernel import stats
+from cluster.kernel.load_shapes import load_shape
 from cluster.analysis.results import Results
 
 MIN_REPEATS = 2
@@ -97,7 +98,7 @@ class Recommendation:
 
 def load_text(kind: str, value: float) -> str:
     """'c64' or 'r2.5': a load point as the schedule and the notes name it."""
-    return f"c{value:g}" if kind == "concurrency" else f"r{value:g}"
+    return load_shape(kind).short_label(value)
 
 
 def ratio_text(e: Evidence) -> str:

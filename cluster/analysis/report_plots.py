@@ -14,6 +14,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from cluster.kernel.load_shapes import load_shape  # noqa: E402
+
 DPI = 110
 
 Rgba = tuple[float, float, float, float]
@@ -52,7 +54,7 @@ def png(fig: Figure) -> bytes:
 
 
 def _load_label(kind: str) -> str:
-    return "concurrency (requests in flight)" if kind == "concurrency" else "request rate (req/s)"
+    return load_shape(kind).axis_label()
 
 
 def throughput_plot(ci: pd.DataFrame, title: str, labels: dict[str, str], colors: Mapping[str, Rgba]) -> bytes:

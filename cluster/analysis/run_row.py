@@ -109,8 +109,7 @@ def _common(p: RunPlan, spec: ExperimentSpec, server: Optional[ServerFacts], seg
 def offered_concurrency(p: RunPlan, n_requests: int) -> Optional[int]:
     """The most requests the load generator could have in flight at once: closed-loop concurrency, or open-loop
     max_concurrency (None when an open loop has no bound), never more than the window's requests."""
-    load = p.load
-    bound = int(load.value) if load.kind == "concurrency" else load.max_concurrency
+    bound = p.load.shape.in_flight_bound(p.load)
     return min(int(bound), n_requests) if bound else None
 
 
@@ -276,7 +275,7 @@ def build_run_row(p: RunPlan, out: MeasuredWindow, server: ServerFacts, segment:
         invalid.append(garbage)
     from cluster.analysis.steady_state import steady_state
 
-    offered = offered_concurrency(p, n_req) if p.load.kind == "concurrency" else p.load.value
+    offered = offered_concurrency(p, n_req) if p.load.shape.closed else p.load.value
     ss = steady_state(out.requests, p.load.kind, offered, out.duration_s)
     output_sample["judged"] = spec.correctness.check_output_samples
     provenance = _provenance(p, spec, server, segment, git_sha, out.peak_buffered_rows)

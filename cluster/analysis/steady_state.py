@@ -5,11 +5,12 @@ them); whole-window throughput divides by both. The steady stretch is the longes
 offered load holds, read from the `requests` table alone (send, first and last chunk times: ns on the window's clock,
 zero at its first intended send):
 
-- closed loop (load_kind "concurrency"): the in-flight count N(t), ok requests with actual_send_ns <= t <
-  last_chunk_ns, stays at or above ceil(CLOSED_LOOP_SHARE x offered concurrency). A dip below it no longer than
-  MAX_DIP_NS (a worker's turnaround between its last chunk and its next send) does not end the stretch.
-- open loop (load_kind "rate", r req/s): each instant t of the stretch is the centre of a window
-  [t - W/2, t + W/2], W = RATE_WINDOW_ARRIVALS / r seconds, inside the measured window, that holds at least
+- closed loop (load_kind "concurrency", or another closed load shape): the in-flight count N(t), ok requests with
+  actual_send_ns <= t < last_chunk_ns, stays at or above ceil(CLOSED_LOOP_SHARE x offered concurrency). A dip below
+  it no longer than MAX_DIP_NS (a worker's turnaround between its last chunk and its next send) does not end the
+  stretch.
+- open loop (load_kind "rate", or another open load shape; r req/s): each instant t of the stretch is the centre of
+  a window [t - W/2, t + W/2], W = RATE_WINDOW_ARRIVALS / r seconds, inside the measured window, that holds at least
   ceil(OPEN_LOOP_SHARE x RATE_WINDOW_ARRIVALS) sends (the arrivals keep the offered rate) AND as many ok completions
   (the server keeps up with them): the ramp (few completions yet), the drain (no more sends) and an over-saturated
   server (completions fall behind) are outside it. A count falls to half its expected value where a step of the
@@ -37,6 +38,7 @@ from typing import Optional
 import numpy as np
 
 from cluster.analysis.request_metrics import TPOT, int_column, request_columns
+from cluster.kernel.load_shapes import load_shape
 from cluster.kernel.records import Records
 from cluster.kernel.window_figures import acceptance
 
@@ -174,7 +176,7 @@ def steady_state(requests: Records, load_kind: str, offered: Optional[float],
         return None
     n_out = np.where(c.completion_tokens_ok, c.completion_tokens, c.client_tokens)
     send, first, last = c.actual_send_ns[ok], c.first_chunk_ns[ok], c.last_chunk_ns[ok]
-    if load_kind == "concurrency":
+    if load_shape(load_kind).closed:
         threshold = max(1, math.ceil(CLOSED_LOOP_SHARE * offered - 1e-9))
         got = closed_loop_stretch(send, last, threshold)
         rule = f"in flight >= {threshold} of offered concurrency {offered:g}"

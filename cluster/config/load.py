@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Any, Literal, NamedTuple, Optional
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import (Field, SerializeAsAny, ValidatorFunctionWrapHandler, WithJsonSchema, WrapValidator,
+                      field_validator, model_validator)
 
 from cluster.config import bounds as B
 from cluster.config.fields import FieldProblem, FrozenModel
@@ -49,6 +50,45 @@ class SearchSpec(FrozenModel):
         return 1.0 if self.over == "concurrency" else (self.max - self.min) / 32
 
 
+class LoadShapeOptions(FrozenModel):
+    """The base of a registered load shape's options model: a `load.shapes` entry names its shape (a Literal of the
+    shape's kind in the subclass)."""
+
+    shape: str
+    """The registered load shape's name."""
+
+
+class ShapeEntry(NamedTuple):
+    """What the spec knows of a registered load shape with options: their model, and whether its points are open loop
+    (so `max_concurrency` and the arrival process shape them)."""
+
+    options: type[LoadShapeOptions]
+    open_loop: bool
+
+
+LOAD_SHAPE_OPTIONS: dict[str, ShapeEntry] = {}
+"""A registered load shape's entry by its kind (the `shape:` of a `load.shapes` entry). Filled by
+cluster/kernel/load_shapes.register_load_shape when a shape declares options, so this module imports no shape."""
+
+
+def _shape_options(v: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """A `load.shapes` entry validated by its shape's registered options model."""
+    if isinstance(v, LoadShapeOptions):
+        return v
+    name = v.get("shape") if isinstance(v, dict) else None
+    if not isinstance(name, str) or name not in LOAD_SHAPE_OPTIONS:
+        raise FieldProblem(("shape",), f"unknown load shape {name!r}; expected one of: "
+                           + (", ".join(LOAD_SHAPE_OPTIONS) or "(no load shape with options is registered)"))
+    return LOAD_SHAPE_OPTIONS[name].options.model_validate(v)
+
+
+ShapeOptions = Annotated[SerializeAsAny[LoadShapeOptions], WrapValidator(_shape_options), WithJsonSchema({
+    "type": "object", "required": ["shape"], "additionalProperties": True,
+    "description": "A registered load shape's options (its own model validates the rest).",
+    "properties": {"shape": {"type": "string", "description": "The registered load shape's name."}}})]
+"""One `load.shapes` entry: `{shape: NAME, ...}` with that registered load shape's options."""
+
+
 class LoadSpec(FrozenModel):
     concurrency: list[Annotated[int, Field(ge=1, le=B.MAX_CONCURRENCY)]] = Field(default_factory=list)
     """Closed-loop load points: requests kept in flight."""
@@ -70,6 +110,9 @@ class LoadSpec(FrozenModel):
     streams, arrival times still the kernel's receive stamps. Keep it well under the servers' inter-token latency
     (two events of one stream inside one batch share the later stamp); a closed loop's next send waits up to as
     long. 0 (the default): each socket is read as soon as it is readable."""
+    shapes: list[ShapeOptions] = Field(default_factory=list, exclude_if=lambda v: not v)
+    """Load points of registered load shapes that have no field above: `{shape: NAME, ...}` each, with that shape's
+    own options (cluster/kernel/load_shapes.py)."""
     search: Optional[SearchSpec] = None
     """Capacity at an SLO: search the highest load meeting `slo:` (besides any fixed points above)."""
     stop_when_saturated: bool = False
@@ -98,8 +141,9 @@ class LoadSpec(FrozenModel):
         return self
 
     def open_loop(self) -> bool:
-        """Whether any point is open-loop: a request_rate, or a search over request rate."""
-        return bool(self.request_rate) or (self.search is not None and self.search.over == "request_rate")
+        """Whether any point is open-loop: a request_rate, a search over request rate, or an open registered shape's."""
+        return bool(self.request_rate) or (self.search is not None and self.search.over == "request_rate") \
+            or any(LOAD_SHAPE_OPTIONS[o.shape].open_loop for o in self.shapes)
 
     @model_validator(mode="after")
     def _open_loop_only(self) -> "LoadSpec":
@@ -127,7 +171,7 @@ class LoadSpec(FrozenModel):
 
     @model_validator(mode="after")
     def _some(self) -> "LoadSpec":
-        if not self.concurrency and not self.request_rate and self.search is None:
+        if not self.concurrency and not self.request_rate and self.search is None and not self.shapes:
             raise ValueError("give at least one concurrency or request_rate (or a search)")
         if self.search is not None and self.actors_per_server > 1:
             raise FieldProblem(("search",), "a capacity search probes any concurrency in its range: it needs "

@@ -7,7 +7,8 @@ import json
 from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import (BaseModel, Discriminator, Field, StrictBool, StrictFloat, StrictInt, StrictStr, Tag,
-                      field_validator, model_validator)
+                      SerializeAsAny, ValidatorFunctionWrapHandler, WithJsonSchema, WrapValidator, field_validator,
+                      model_validator)
 
 from cluster.config import bounds as B
 from cluster.config.fields import FieldProblem, FrozenModel, LocalPath, check_name
@@ -202,19 +203,48 @@ PROMPT_SOURCES: dict[str, type[BaseModel]] = {"random_ids": RandomIdsPrompts, "j
 """Prompt source name (the `source:` field) → its model."""
 
 
+class SourceOptions(FrozenModel):
+    """The base of a registered prompt source's model: its `source:` name (a Literal of its names in the subclass)."""
+
+    source: str
+    """The registered prompt source's name."""
+
+
+REGISTERED_SOURCES: dict[str, type[SourceOptions]] = {}
+"""A registered prompt source's model by its `source:` name, for sources beside the ones above. Filled by
+cluster/loadgen/prompt_sources.register_source, so this module imports no source; the union below validates
+such a `prompts:` by its registered model."""
+REGISTERED_TAG = "registered"
+
+
+def _registered_source(v: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    if isinstance(v, SourceOptions):
+        return v
+    return REGISTERED_SOURCES[v["source"]].model_validate(v)  # the discriminator admitted only registered names
+
+
 def _prompt_source(v: Any) -> Optional[str]:
     src = v.get("source", "random_ids") if isinstance(v, dict) else getattr(v, "source", None)
+    if isinstance(src, str) and src in REGISTERED_SOURCES and src not in PROMPT_SOURCES:
+        return REGISTERED_TAG
     if not isinstance(src, str) or src not in PROMPT_SOURCES:
         return None
     return "conversation" if src in ("sharegpt", "messages") else src
 
 
+RegisteredPrompts = Annotated[SerializeAsAny[SourceOptions], WrapValidator(_registered_source), WithJsonSchema({
+    "type": "object", "required": ["source"], "additionalProperties": True,
+    "description": "A registered prompt source's options (its own model validates them).",
+    "properties": {"source": {"type": "string", "not": {"enum": list(PROMPT_SOURCES)},
+                              "description": "The registered prompt source's name."}}})]
+"""A `prompts:` of a registered source (cluster/loadgen/prompt_sources.py)."""
+
 PromptSource = Annotated[
     Union[Annotated[RandomIdsPrompts, Tag("random_ids")], Annotated[JsonlPrompts, Tag("jsonl")],
           Annotated[TextPrompts, Tag("text")], Annotated[ConversationPrompts, Tag("conversation")],
-          Annotated[TracePrompts, Tag("trace")]],
+          Annotated[TracePrompts, Tag("trace")], Annotated[RegisteredPrompts, Tag(REGISTERED_TAG)]],
     Discriminator(_prompt_source, custom_error_type="prompt_source",
                   custom_error_message="unknown prompt source; expected one of: " + ", ".join(PROMPT_SOURCES))]
 """A workload's `prompts: {source, ...}`: one model per source, so an option of another source is refused."""
-PROMPT_TAGS = ("random_ids", "jsonl", "text", "conversation", "trace")
+PROMPT_TAGS = ("random_ids", "jsonl", "text", "conversation", "trace", REGISTERED_TAG)
 """The union's tags as they appear in pydantic error locations (dropped from the locations shown)."""

@@ -255,7 +255,7 @@ class LoadActorImpl:
         self.model_path = model_path
 
     def _prompts(self, workload: WorkloadSpec, n: int, seed: int) -> Any:
-        from cluster.loadgen.datasets import build_prompt_sequence
+        from cluster.loadgen.prompt_sources import build_prompt_sequence
 
         return build_prompt_sequence(workload, n, seed, self.base_dir, self.model_path)
 
@@ -288,7 +288,7 @@ class LoadActorImpl:
 
         from cluster.loadgen.runner import flush, warmup
 
-        conc = int(load.value) if load.kind == "concurrency" else (load.max_concurrency or 8)
+        conc = load.shape.warmup_concurrency(load)
         warm_ok = 0
         if warmup_requests > 0:
             warm_prompts = self._prompts(workload, warmup_requests, seed ^ 0x5EED)
@@ -312,13 +312,13 @@ class LoadActorImpl:
 
         from cluster.loadgen.runner import run_load_point
 
-        from cluster.loadgen.datasets import build_session_plan
+        from cluster.loadgen.prompt_sources import build_session_plan
 
         prompts = self._prompts(workload, workload.num_requests, seed)
         sessions = build_session_plan(workload, workload.num_requests, seed, self.base_dir, self.model_path)
         selection = None
         if shard_index == 0:  # read from the source apart from `prompts`: the audit compares the two
-            from cluster.loadgen.selection import workload_selection
+            from cluster.loadgen.prompt_sources import workload_selection
 
             selection = workload_selection(workload, workload.num_requests, seed, self.base_dir, self.model_path)
         q: "queue.Queue[Optional[LoadBatch]]" = queue.Queue()  # unbounded: blocking here would stall the event loop's timing

@@ -86,8 +86,7 @@ def gate_filler(spec: ExperimentSpec) -> int:
 
     peak = 0
     for lp in load_points(spec):
-        bound = lp.value if lp.kind == "concurrency" else (lp.max_concurrency or 0)
-        peak = max(peak, int(bound))
+        peak = max(peak, lp.shape.in_flight_bound(lp) or 0)
     return max(0, peak - len(GATE_PROMPTS))
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from cluster.dataset.store import DatasetStore
+from cluster.kernel.load_shapes import load_shape
 from cluster.kernel.runs import RunPlan
 from cluster.plan.saturation import SweepPoint, point_of, skip_reason
 
@@ -38,7 +39,7 @@ def recorded_points(store: DatasetStore) -> list[RecordedPoint]:
 
 def prefix(load_kind: str) -> str:
     """How a load of this kind is named in a reason (compare's short labels: c8, r2.5)."""
-    return "c" if load_kind == "concurrency" else "r"
+    return load_shape(load_kind).short_prefix()
 
 
 class SaturationStop:

@@ -8,7 +8,7 @@ Every package that carries a run imports these names from here, so nothing below
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
 from cluster.config.variants import ProfileSpec
 from cluster.config.workload import WorkloadSpec
@@ -17,6 +17,7 @@ from cluster.config.server import ArgValue
 from cluster.config.engines import EngineName
 from cluster.config.secrets import redact_args, redact_env
 from cluster.config.sim_knobs import Knobs
+from cluster.kernel.load_shapes import LoadPoint as LoadPoint  # a run's load point; defined with its shapes
 
 RECORD_SCHEMA_VERSION = 1
 """Version of the dataset's record schemas (runs, requests, chunks, ...); part of every run key."""
@@ -88,38 +89,6 @@ class ResolvedVariant:
             del d["speculative"]["adaptive_config"]  # a fixed depth keeps the run key it had before adaptive existed
         d.pop("profile")
         return d
-
-
-@dataclass(frozen=True)
-class LoadPoint:
-    kind: Literal["concurrency", "rate"]
-    value: float
-    max_concurrency: Optional[int] = None
-    arrival_cv: Optional[float] = None
-    """Open loop: gamma inter-arrival times with this coefficient of variation; None: Poisson (exponential gaps)."""
-    trace: bool = False
-    """Open loop: send at the prompts' recorded times (arrival_s) rescaled to this mean rate (arrival: trace)."""
-    read_batch_s: float = 0.0
-    """The load generator's read batching (load.read_batch_ms): part of the run's identity when set."""
-
-    @property
-    def label(self) -> str:
-        if self.kind == "concurrency":
-            return f"c{int(self.value)}"
-        return f"r{self.value:g}" + (f" gamma cv {self.arrival_cv:g}" if self.arrival_cv is not None else "") \
-            + (" trace" if self.trace else "")
-
-    # free-form JSON stored as given: the load point's fields, hashed into the run key
-    def identity(self) -> dict[str, Any]:
-        """What the run key hashes: Poisson points keep the form they had before gamma and trace arrivals existed."""
-        out = asdict(self)
-        if out["arrival_cv"] is None:
-            del out["arrival_cv"]
-        if not out["trace"]:
-            del out["trace"]
-        if not out["read_batch_s"]:
-            del out["read_batch_s"]
-        return out
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""Prompt sources: seeded random token ids, JSONL files, corpora, conversation datasets; the same (workload, n, seed)
-gives the same prompts.
+"""Prompts of the file and generated sources (seeded random token ids, JSONL files, traces); the same (workload, n,
+seed) gives the same prompts. cluster/loadgen/prompt_sources.py picks the source of a workload.
 
 Every prompt says which row of its source it is (`Prompt.source_row`): for a file source (jsonl, trace, sharegpt,
 messages) the row's 0-based ordinal in the file; for a generated source the seeded draw it is. random_ids (with or
@@ -19,11 +19,10 @@ import numpy as np
 from cluster.engines.base import Prompt
 from cluster.errors import PromptSourceError
 from cluster.loadgen.source_files import SourceRecord, json_records, read_source_text, row_error, shown
-from cluster.loadgen.sessions import SessionPlan, session_plan
 from cluster.loadgen.lengths import INPUT_STREAM, OUTPUT_STREAM, draw_lengths, length_rng
-from cluster.loadgen.traces import TraceRow, load_trace, replayed_rows
+from cluster.loadgen.traces import TraceRow
 from cluster.config.workload import LengthDist, WorkloadSpec
-from cluster.config.prompts import ConversationPrompts, RandomIdsPrompts, SharedPrefix, TracePrompts
+from cluster.config.prompts import RandomIdsPrompts, SharedPrefix
 
 RANDOM_ID_LOW = 100
 """Lowest random token id: the first ids of common vocabularies are special tokens (BOS/EOS/pad, control)."""
@@ -38,64 +37,28 @@ class DatasetError(PromptSourceError):
     """A prompt source that cannot be read; the message names the file, the line and what was expected."""
 
 
-def build_prompts(workload: WorkloadSpec, n: int, seed: int, base_dir: pathlib.Path,
-                  model_path: str = "") -> list[Prompt]:
-    """`n` prompts for `workload`, deterministic in (workload, n, seed); relative paths resolve against `base_dir`.
-
-    A length distribution draws each prompt's input length (random_ids) and each request's max_tokens from
-    their own seeded streams (cluster/loadgen/lengths.py); `model_path` is where a tokenizer defaults to."""
-    if n < 0:
-        raise ValueError(f"number of prompts must be >= 0, got {n}")
+def workload_random_ids(workload: WorkloadSpec, n: int, seed: int) -> list[Prompt]:
+    """A random_ids workload's `n` prompts: each one's own ids the i-th draw of the seeded stream (its length drawn
+    when input_tokens is a distribution), after its group's shared prefix when the workload has them."""
     src = workload.prompts
-    if isinstance(src, ConversationPrompts):
-        from cluster.loadgen.conversations import conversation_prompts, load_selection
-
-        sel, encode = load_selection(workload, base_dir, model_path)
-        return conversation_prompts(sel, workload, n, seed, encode)
-    if isinstance(src, RandomIdsPrompts):
-        rng = np.random.default_rng(seed)
-        own = 0 if src.shared_prefix is None else src.shared_prefix.tokens  # each prompt's own ids come after it
-        if isinstance(workload.input_tokens, LengthDist):
-            lengths = draw_lengths(workload.input_tokens, n, length_rng(seed, INPUT_STREAM))
-            out = [dataclasses.replace(random_id_prompts(1, int(k) - own, src.vocab_size, rng)[0], source_row=i)
-                   for i, k in enumerate(lengths)]
-        else:
-            assert isinstance(workload.input_tokens, int)  # the spec refuses 'dataset' for random_ids
-            out = random_id_prompts(n, workload.input_tokens - own, src.vocab_size, rng)
-        turns = workload.sessions.turns if workload.sessions is not None else 0
-        if src.shared_prefix is not None:
-            prefixes, groups = shared_prefixes(src.shared_prefix, n, src.vocab_size, seed)
-            # a later session turn is new ids only: its session's history (first turn included) holds the prefix
-            out = [p if turns and i % turns else Prompt(input_ids=tuple(prefixes[g].tolist()) + (p.input_ids or ()),
-                                                        source_row=p.source_row)
-                   for i, (p, g) in enumerate(zip(out, groups))]
-        return with_output_budgets(out, workload, seed)
-    if isinstance(src, TracePrompts):
-        path = resolve_path(src.path, base_dir)
-        rows = replayed_rows(load_trace(path), n, path)
-        return trace_prompts(rows, src.vocab_size, np.random.default_rng(seed))
-    if src.source == "jsonl":
-        return with_output_budgets(sample_jsonl(load_jsonl_prompts(resolve_path(src.path, base_dir)), n,
-                                                np.random.default_rng(seed)), workload, seed)
-    if src.source == "text":
-        from cluster.loadgen.text_prompts import build_text_prompts
-
-        return with_output_budgets(build_text_prompts(workload, n, seed, base_dir, model_path), workload, seed)
-    raise DatasetError(f"workload {workload.name!r}: unknown prompt source {src.source!r}")
-
-
-def build_session_plan(workload: WorkloadSpec, n: int, seed: int, base_dir: pathlib.Path,
-                       model_path: str = "") -> Optional[SessionPlan]:
-    """How a window of `n` requests of `workload` runs as sessions (None: not a session workload): the seeded think
-    times, and for conversations how a later turn's text becomes what is sent."""
-    if workload.sessions is None:
-        return None
-    render = None
-    if isinstance(workload.prompts, ConversationPrompts):
-        from cluster.loadgen.conversations import session_renderer
-
-        render = session_renderer(workload, base_dir, model_path)
-    return session_plan(workload.sessions, n, seed, render)
+    assert isinstance(src, RandomIdsPrompts)
+    rng = np.random.default_rng(seed)
+    own = 0 if src.shared_prefix is None else src.shared_prefix.tokens  # each prompt's own ids come after it
+    if isinstance(workload.input_tokens, LengthDist):
+        lengths = draw_lengths(workload.input_tokens, n, length_rng(seed, INPUT_STREAM))
+        out = [dataclasses.replace(random_id_prompts(1, int(k) - own, src.vocab_size, rng)[0], source_row=i)
+               for i, k in enumerate(lengths)]
+    else:
+        assert isinstance(workload.input_tokens, int)  # the spec refuses 'dataset' for random_ids
+        out = random_id_prompts(n, workload.input_tokens - own, src.vocab_size, rng)
+    turns = workload.sessions.turns if workload.sessions is not None else 0
+    if src.shared_prefix is not None:
+        prefixes, groups = shared_prefixes(src.shared_prefix, n, src.vocab_size, seed)
+        # a later session turn is new ids only: its session's history (first turn included) holds the prefix
+        out = [p if turns and i % turns else Prompt(input_ids=tuple(prefixes[g].tolist()) + (p.input_ids or ()),
+                                                    source_row=p.source_row)
+               for i, (p, g) in enumerate(zip(out, groups))]
+    return with_output_budgets(out, workload, seed)
 
 
 def resolve_path(path: Optional[str], base_dir: pathlib.Path) -> pathlib.Path:
@@ -112,25 +75,23 @@ def with_output_budgets(prompts: list[Prompt], workload: WorkloadSpec, seed: int
     return [dataclasses.replace(p, max_tokens=int(b)) for p, b in zip(prompts, budgets)]
 
 
-def build_prompt_sequence(workload: WorkloadSpec, n: int, seed: int, base_dir: pathlib.Path,
-                          model_path: str = "") -> Sequence[Prompt]:
-    """The prompts of `build_prompts`, identical, but fixed-length random-id prompts kept as one int32 array.
+def workload_random_ids_sequence(workload: WorkloadSpec, n: int, seed: int) -> Sequence[Prompt]:
+    """The prompts of `workload_random_ids`, identical, but fixed-length ones kept as one int32 array.
 
     A million 128-token prompts as tuples of Python ints take ~4.7 GB; as a `PromptArray` 0.5 GB, and each
     Prompt is built when its request is sent.
     """
     src = workload.prompts
-    if isinstance(src, RandomIdsPrompts) and isinstance(workload.input_tokens, int) \
-            and isinstance(workload.output_tokens, int) and workload.sessions is None:
-        if n < 0:
-            raise ValueError(f"number of prompts must be >= 0, got {n}")
-        if src.shared_prefix is None:
-            return random_id_prompt_array(n, workload.input_tokens, src.vocab_size, np.random.default_rng(seed))
-        own = random_id_prompt_array(n, workload.input_tokens - src.shared_prefix.tokens, src.vocab_size,
-                                     np.random.default_rng(seed))
-        prefixes, groups = shared_prefixes(src.shared_prefix, n, src.vocab_size, seed)
-        return PromptArray(np.concatenate([prefixes[groups].astype(own.ids.dtype), own.ids], axis=1))
-    return build_prompts(workload, n, seed, base_dir, model_path)
+    assert isinstance(src, RandomIdsPrompts)
+    if not (isinstance(workload.input_tokens, int) and isinstance(workload.output_tokens, int)
+            and workload.sessions is None):
+        return workload_random_ids(workload, n, seed)
+    if src.shared_prefix is None:
+        return random_id_prompt_array(n, workload.input_tokens, src.vocab_size, np.random.default_rng(seed))
+    own = random_id_prompt_array(n, workload.input_tokens - src.shared_prefix.tokens, src.vocab_size,
+                                 np.random.default_rng(seed))
+    prefixes, groups = shared_prefixes(src.shared_prefix, n, src.vocab_size, seed)
+    return PromptArray(np.concatenate([prefixes[groups].astype(own.ids.dtype), own.ids], axis=1))
 
 
 PREFIX_STREAM = 0x5AFE

@@ -123,7 +123,7 @@ def during_window(engine: GateTarget, base_url: str, model_name: str, items: Seq
 
 def heaviest(points: Sequence[LoadPoint]) -> Optional[LoadPoint]:
     """The load point the eval rides in: the highest closed-loop concurrency, else the highest rate (None: none)."""
-    closed = [p for p in points if p.kind == "concurrency"]
+    closed = [p for p in points if p.shape.closed]
     pool = closed or list(points)
     return max(pool, key=lambda p: p.value) if pool else None
 

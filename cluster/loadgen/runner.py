@@ -21,14 +21,12 @@ from cluster.loadgen.load_target import LoadTarget
 from cluster.loadgen.output_sample import sample_indices
 from cluster.kernel.output_sample import OutputSample
 from cluster.kernel.window import MeasuredWindow
-from cluster.loadgen.arrivals import arrival_offsets_ns
-from cluster.loadgen.traces import trace_offsets_ns
 from cluster.loadgen.client import StreamPool, stream_request
 from cluster.loadgen.eval import WindowCompanion
 from cluster.loadgen.pacing import closed_loop, pace, shard_concurrency
 from cluster.loadgen.selection import prompt_fingerprint, prompt_fingerprints
 from cluster.loadgen.sessions import Answer, SessionPlan, dispatch_sessions
-from cluster.kernel.runs import LoadPoint
+from cluster.kernel.load_shapes import ClosedLoop, LoadPoint
 from cluster.loadgen.sink import DEFAULT_BATCH_ROWS, BatchCallback, RecordSink
 from cluster.kernel.records import RequestRecord
 
@@ -135,20 +133,15 @@ async def _dispatch(
         await dispatch_sessions(one, prompt_for, sessions, n_total, max_tokens, load, seed, t0_ns, sink,
                                  num_shards, shard_index)
         return
-    if load.kind == "concurrency":
-        await closed_loop(indices, load.value, shard_index, num_shards, t0_ns, one)
-    elif load.kind == "rate":
+    sched = load.shape.schedule(load, n_total, seed, lambda: [prompt_for(i).arrival_s for i in range(n_total)])
+    if sched.concurrency is not None:
+        await closed_loop(indices, sched.concurrency, shard_index, num_shards, t0_ns, one)
+    else:
         # the global schedule of all n requests, of which this shard sends its own indices
-        if load.trace:
-            arrivals = [prompt_for(i).arrival_s for i in range(n_total)]
-            if any(a is None for a in arrivals):
-                raise ValueError("a trace load point needs prompts that carry their recorded arrival_s")
-            offsets = trace_offsets_ns([float(a or 0.0) for a in arrivals], load.value)[shard_index::num_shards]
-        else:
-            offsets = arrival_offsets_ns(n_total, load.value, load.arrival_cv,
-                                         np.random.default_rng(seed))[shard_index::num_shards]
-        cap = (asyncio.Semaphore(max(1, shard_concurrency(int(load.max_concurrency), shard_index, num_shards)))
-               if load.max_concurrency else None)
+        assert sched.offsets_ns is not None
+        offsets = sched.offsets_ns[shard_index::num_shards]
+        cap = (asyncio.Semaphore(max(1, shard_concurrency(int(sched.max_concurrency), shard_index, num_shards)))
+               if sched.max_concurrency else None)
         tasks: set[asyncio.Task[Any]] = set()
         late_ns = 0
 
@@ -172,8 +165,6 @@ async def _dispatch(
             task.add_done_callback(tasks.discard)
         while tasks:
             await asyncio.gather(*list(tasks))
-    else:
-        raise ValueError(f"unknown load kind {load.kind!r} (expected 'concurrency' or 'rate')")
 
 
 async def run_window(
@@ -223,17 +214,15 @@ async def run_window(
     def prompt_for(i: int) -> Prompt:
         return prompts[i]
 
-    if load.kind == "concurrency":
-        limit = shard_concurrency(int(load.value), shard_index, num_shards)
-    else:
-        limit = shard_concurrency(int(load.max_concurrency), shard_index, num_shards) if load.max_concurrency else 0
+    bound = load.shape.in_flight_bound(load)
+    limit = shard_concurrency(bound, shard_index, num_shards) if bound else 0
     sink = RecordSink(len(indices), batch_rows, on_batch)
     # what each request sends is hashed now, not in the window; a session's later turns are made in it
     fingerprints = prompt_fingerprints(prompts, indices) if sessions is None else None
     async with aiohttp.ClientSession(headers=engine.headers) as session, \
             StreamPool(base_url, max(limit, 1) if limit else 0, engine.headers, load.read_batch_s) as pool:
         before = await _scrape(session, engine, base_url) if scrape_metrics else {}
-        if load.kind == "concurrency":
+        if load.shape.closed:
             # the first wave's connections open before the window, so its TTFT holds no TCP set-up, like every
             # later request's on a kept-alive connection; an open loop's need is not known ahead and it connects
             # as it sends
@@ -315,7 +304,7 @@ async def warmup(
     if not prompts:
         return 0
     res = await run_window(
-        engine, base_url, api, prompts, max_tokens, LoadPoint("concurrency", float(max(1, concurrency))), 0,
+        engine, base_url, api, prompts, max_tokens, LoadPoint(ClosedLoop.kind, float(max(1, concurrency))), 0,
         ignore_eos, temperature, model_name, timeout_s, scrape_metrics=False,
     )
     errors = res.requests.column("error").to_pylist()

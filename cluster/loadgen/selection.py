@@ -23,7 +23,7 @@ from cluster.engines.base import Prompt
 from cluster.loadgen.datasets import PromptArray, load_jsonl_prompts, random_id_low, resolve_path
 from cluster.loadgen.lengths import draw_lengths
 from cluster.config.workload import LengthDist, WorkloadSpec
-from cluster.config.prompts import ConversationPrompts, RandomIdsPrompts, TracePrompts
+from cluster.config.prompts import ConversationPrompts, JsonlPrompts, RandomIdsPrompts, TextPrompts, TracePrompts
 
 POPULATION_DRAWS = 20_000
 """Draws that stand for a length distribution's population (its quantiles to about ±0.5 %)."""
@@ -77,43 +77,48 @@ def _population(length: object, fixed: Optional[int], seed: int) -> np.ndarray:
     return np.asarray([fixed], dtype=np.int64)
 
 
-def workload_selection(workload: WorkloadSpec, n: int, seed: int, base_dir: pathlib.Path,
-                       model_path: str = "") -> PlannedWorkload:
-    """What `workload`'s source offers a window of `n` requests (the same files and tokenizer its prompts use)."""
+def random_ids_selection(workload: WorkloadSpec, seed: int) -> PlannedWorkload:
+    """Seeded ids: the space of distinct prompts the draws can give, the input length distribution."""
     src = workload.prompts
-    none = category_shares([None])
-    if isinstance(src, RandomIdsPrompts):
-        span = src.vocab_size - random_id_low(src.vocab_size)
-        prefix = src.shared_prefix
-        low = workload.input_tokens.min if isinstance(workload.input_tokens, LengthDist) else workload.input_tokens
-        assert isinstance(low, int)
-        own = low - (prefix.tokens if prefix else 0)
-        name = "shared_prefix" if prefix else "random_ids"
-        fixed = workload.input_tokens if isinstance(workload.input_tokens, int) else None
-        return PlannedWorkload(name, _space(span, own, prefix.groups if prefix else 1), True,
-                               length_quantiles(_population(workload.input_tokens, fixed, seed)), none)
-    if isinstance(src, TracePrompts):
-        from cluster.loadgen.traces import load_trace, replayed_rows
-
-        path = resolve_path(src.path, base_dir)
-        rows = replayed_rows(load_trace(path), n, path)
-        row_tokens = np.asarray([r.input_tokens for r in rows], dtype=np.int64)
-        span = src.vocab_size - random_id_low(src.vocab_size)
-        return PlannedWorkload("trace", _space(span, int(row_tokens.min())) if len(row_tokens) else 0.0, True,
-                               length_quantiles(row_tokens) if len(row_tokens) else None, none)
-    if isinstance(src, ConversationPrompts):
-        return _conversation_selection(workload, base_dir, model_path)
-    if src.source == "jsonl":
-        prompts = load_jsonl_prompts(resolve_path(src.path, base_dir))
-        ids = [p.input_ids for p in prompts]
-        lengths = (length_quantiles(np.asarray([len(x) for x in ids if x is not None]))
-                   if all(x is not None for x in ids) else None)
-        offered, repeats = _rows_offered([prompt_fingerprint(p) for p in prompts])
-        return PlannedWorkload("jsonl", offered, False, lengths, none, repeats)
-    return _text_selection(workload, seed, base_dir, model_path)
+    assert isinstance(src, RandomIdsPrompts)
+    span = src.vocab_size - random_id_low(src.vocab_size)
+    prefix = src.shared_prefix
+    low = workload.input_tokens.min if isinstance(workload.input_tokens, LengthDist) else workload.input_tokens
+    assert isinstance(low, int)
+    own = low - (prefix.tokens if prefix else 0)
+    name = "shared_prefix" if prefix else "random_ids"
+    fixed = workload.input_tokens if isinstance(workload.input_tokens, int) else None
+    return PlannedWorkload(name, _space(span, own, prefix.groups if prefix else 1), True,
+                           length_quantiles(_population(workload.input_tokens, fixed, seed)), category_shares([None]))
 
 
-def _conversation_selection(workload: WorkloadSpec, base_dir: pathlib.Path, model_path: str) -> PlannedWorkload:
+def trace_selection(workload: WorkloadSpec, n: int, base_dir: pathlib.Path) -> PlannedWorkload:
+    """The replayed rows: seeded ids of each row's length."""
+    from cluster.loadgen.traces import load_trace, replayed_rows
+
+    src = workload.prompts
+    assert isinstance(src, TracePrompts)
+    path = resolve_path(src.path, base_dir)
+    rows = replayed_rows(load_trace(path), n, path)
+    row_tokens = np.asarray([r.input_tokens for r in rows], dtype=np.int64)
+    span = src.vocab_size - random_id_low(src.vocab_size)
+    return PlannedWorkload("trace", _space(span, int(row_tokens.min())) if len(row_tokens) else 0.0, True,
+                           length_quantiles(row_tokens) if len(row_tokens) else None, category_shares([None]))
+
+
+def jsonl_selection(workload: WorkloadSpec, base_dir: pathlib.Path) -> PlannedWorkload:
+    """A prompt file's rows: their distinct prompts, their lengths when every row is ids."""
+    src = workload.prompts
+    assert isinstance(src, JsonlPrompts)
+    prompts = load_jsonl_prompts(resolve_path(src.path, base_dir))
+    ids = [p.input_ids for p in prompts]
+    lengths = (length_quantiles(np.asarray([len(x) for x in ids if x is not None]))
+               if all(x is not None for x in ids) else None)
+    offered, repeats = _rows_offered([prompt_fingerprint(p) for p in prompts])
+    return PlannedWorkload("jsonl", offered, False, lengths, category_shares([None]), repeats)
+
+
+def conversation_selection(workload: WorkloadSpec, base_dir: pathlib.Path, model_path: str) -> PlannedWorkload:
     """The selected rows: their distinct prompts as sent (rendered and tokenized when the workload tokenizes), their
     lengths (known only then) and their categories."""
     from cluster.loadgen.conversations import load_selection, session_renderer
@@ -145,14 +150,14 @@ def _rows_offered(prints: list[int]) -> tuple[float, tuple[tuple[int, int], ...]
     return float(len(per)), repeats
 
 
-def _text_selection(workload: WorkloadSpec, seed: int, base_dir: pathlib.Path, model_path: str) -> PlannedWorkload:
+def text_selection(workload: WorkloadSpec, seed: int, base_dir: pathlib.Path, model_path: str) -> PlannedWorkload:
     """A corpus: every window start is one prompt of the space (windows drawn with replacement)."""
     from tokenizers import Tokenizer
 
     from cluster.loadgen.text_prompts import corpus_text, tokenizer_file  # the corpus as build_text_prompts reads it
 
     src = workload.prompts
-    assert src.source == "text" and src.path is not None
+    assert isinstance(src, TextPrompts) and src.path is not None
     tok = Tokenizer.from_file(str(tokenizer_file(src.tokenizer, model_path, base_dir)))
     corpus = np.asarray(tok.encode(corpus_text(resolve_path(src.path, base_dir)), add_special_tokens=False).ids,
                         dtype=np.uint64)

@@ -20,7 +20,6 @@ import numpy as np
 from cluster.kernel.records import RequestRecord
 from cluster.engines.base import ChatTurn, Prompt
 from cluster.errors import EngineFault
-from cluster.loadgen.arrivals import arrival_offsets_ns
 from cluster.loadgen.pacing import SPIN_NS, closed_loop, pace, shard_concurrency
 from cluster.loadgen.sink import RecordSink
 from cluster.kernel.runs import LoadPoint
@@ -166,16 +165,14 @@ async def dispatch_sessions(one: SendOne, prompt_for: Callable[[int], Prompt], p
                     unsent(later, s, j, f"not sent: turn {k + 1} of its session failed")
                 return
 
-    if load.kind == "concurrency":
-        await closed_loop(mine, load.value, shard_index, num_shards, t0_ns, run_session)
+    sched = load.shape.session_schedule(load, n_sessions, plan.turns, seed)
+    if sched.concurrency is not None:
+        await closed_loop(mine, sched.concurrency, shard_index, num_shards, t0_ns, run_session)
         return
-    if load.kind != "rate" or load.trace:
-        raise ValueError(f"sessions run at a concurrency or a Poisson/gamma request_rate, not {load.kind!r}"
-                         + (" with trace arrivals" if load.trace else ""))
-    offsets = arrival_offsets_ns(n_sessions, load.value / plan.turns, load.arrival_cv,
-                                 np.random.default_rng(seed))[shard_index::num_shards]
-    if load.max_concurrency:
-        cap = asyncio.Semaphore(max(1, shard_concurrency(int(load.max_concurrency), shard_index, num_shards)))
+    assert sched.offsets_ns is not None
+    offsets = sched.offsets_ns[shard_index::num_shards]
+    if sched.max_concurrency:
+        cap = asyncio.Semaphore(max(1, shard_concurrency(int(sched.max_concurrency), shard_index, num_shards)))
     tasks: set[asyncio.Task[None]] = set()
     late_ns = 0
     for s, off in zip(mine, offsets.tolist()):

@@ -164,24 +164,3 @@ def replayed_rows(rows: Sequence[TraceRow], n: int, path: pathlib.Path) -> Seque
         raise TraceError(f"{path}: num_requests {n} is more than the trace's {len(rows)} rows", file=str(path),
                          field="num_requests", expected=f"at most {len(rows)}")
     return rows[:n]
-
-
-def recorded_rate_per_s(arrival_s: Sequence[float]) -> float:
-    """The trace stretch's own mean rate: n - 1 gaps over its span."""
-    span = arrival_s[-1] - arrival_s[0] if arrival_s else 0.0
-    if len(arrival_s) < 2 or span <= 0:
-        raise ValueError("a trace stretch needs two or more rows at different times to have a rate")
-    return (len(arrival_s) - 1) / span
-
-
-def trace_offsets_ns(arrival_s: Sequence[float], rate_per_s: float) -> np.ndarray:
-    """Send offsets (ns from the first send) of the recorded arrivals rescaled to mean rate `rate_per_s`: every gap
-    is multiplied by recorded rate / rate_per_s, so (n - 1) / last offset = rate_per_s exactly."""
-    if not rate_per_s > 0:
-        raise ValueError(f"rate must be positive, got {rate_per_s}")
-    a = np.asarray(arrival_s, dtype=np.float64)
-    if a.size == 1:
-        return np.zeros(1, dtype=np.int64)
-    scale = recorded_rate_per_s(list(a)) / rate_per_s
-    out: np.ndarray = np.round((a - a[0]) * scale * 1e9).astype(np.int64)
-    return out

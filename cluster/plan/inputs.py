@@ -27,7 +27,7 @@ from cluster.probe.safetensors_header import describe_non_file
 from cluster.config.experiment import ExperimentSpec
 from cluster.config.workload import WorkloadSpec
 from cluster.config.template_settings import expand_workload
-from cluster.config.prompts import ConversationPrompts, RandomIdsPrompts, TextPrompts, TracePrompts
+from cluster.config.prompts import ConversationPrompts, RandomIdsPrompts, SourceOptions, TextPrompts, TracePrompts
 from cluster.config.engines import EngineLauncher, EngineName
 
 RAY_PORTS: dict[int, str] = {6379: "Ray's GCS server", 8265: "Ray's dashboard", 10001: "Ray's client server",
@@ -115,6 +115,10 @@ def _check_workload(model_path: str, i: int, w: WorkloadSpec, limits: ModelLimit
     if isinstance(src, RandomIdsPrompts):
         _check_vocab(field, src.vocab_size, limits)
         return None
+    if isinstance(src, SourceOptions):  # a source registered beside config/prompts.py's own
+        from cluster.loadgen.prompt_sources import source_of
+
+        return source_of(w).check(w, base_dir, model_path)
     assert src.path is not None  # the spec requires a path for file sources
     path = _resolve(src.path, base_dir)
     what = describe_non_file(str(path))
@@ -201,7 +205,8 @@ def _check_trace(field: str, w: WorkloadSpec, src: TracePrompts, path: Path, lim
                  replay_times: bool, parses: SourceParses) -> str:
     """Every row parses and, of the rows a window replays, each fits the context and the vocabulary; returns the
     replayed stretch's note (rows, span, recorded mean rate)."""
-    from cluster.loadgen.traces import TraceError, load_trace, recorded_rate_per_s, replayed_rows
+    from cluster.kernel.arrivals import recorded_rate_per_s
+    from cluster.loadgen.traces import TraceError, load_trace, replayed_rows
 
     try:
         rows = replayed_rows(parses.get("trace", path, lambda: load_trace(path)), w.num_requests, path)

@@ -18,6 +18,7 @@ from cluster.config.workload import WorkloadSpec
 from cluster.config.template_settings import expand_workloads
 from cluster.config.tuning import BackendSweepOptions, BackendSweepTuning, NoTuning
 from cluster.config.load import LoadSpec
+from cluster.kernel.load_shapes import ClosedLoop, OpenLoop, load_shapes
 from cluster.config.repeats import planned_repeats
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -92,12 +93,8 @@ def launch_form(spec: ExperimentSpec, v: ResolvedVariant, output_root: str, base
 
 
 def load_points(spec: ExperimentSpec) -> list[LoadPoint]:
-    rb = spec.load.read_batch_ms / 1000.0
-    pts = [LoadPoint("concurrency", float(c), read_batch_s=rb) for c in spec.load.concurrency]
-    cv = spec.load.arrival_cv if spec.load.arrival == "gamma" else None
-    pts += [LoadPoint("rate", float(r), spec.load.max_concurrency, cv, spec.load.arrival == "trace", rb)
-            for r in spec.load.request_rate]
-    return pts
+    """The experiment's fixed load points: each registered load shape's, in registration order."""
+    return [p for shape in load_shapes() for p in shape.points(spec.load)]
 
 
 def search_point(load: LoadSpec, value: float) -> LoadPoint:
@@ -106,8 +103,8 @@ def search_point(load: LoadSpec, value: float) -> LoadPoint:
     assert load.search is not None
     rb = load.read_batch_ms / 1000.0
     if load.search.over == "concurrency":
-        return LoadPoint("concurrency", float(value), read_batch_s=rb)
-    return LoadPoint("rate", float(value), load.max_concurrency,
+        return LoadPoint(ClosedLoop.kind, float(value), read_batch_s=rb)
+    return LoadPoint(OpenLoop.kind, float(value), load.max_concurrency,
                      load.arrival_cv if load.arrival == "gamma" else None, read_batch_s=rb)
 
 

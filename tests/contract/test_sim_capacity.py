@@ -17,7 +17,7 @@ from sim_process import SimHandle
 
 from cluster.analysis.metrics import summarize_run
 from cluster.engines.sglang import SGLangEngine
-from cluster.loadgen.datasets import build_prompt_sequence
+from cluster.loadgen.prompt_sources import build_prompt_sequence
 from cluster.loadgen.runner import run_load_point
 from cluster.plan.capacity import CapacitySearch, Outcome, answer, drive
 from cluster.kernel.runs import LoadPoint

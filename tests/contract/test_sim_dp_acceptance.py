@@ -17,7 +17,7 @@ from cluster.config.workload import WorkloadSpec
 from cluster.engines.sglang import SGLangEngine
 from cluster.engines.sglang_server_info import server_info_summary
 from cluster.kernel.runs import LoadPoint
-from cluster.loadgen.datasets import build_prompt_sequence
+from cluster.loadgen.prompt_sources import build_prompt_sequence
 from cluster.loadgen.runner import run_load_point
 
 OUT_TOKENS = 32

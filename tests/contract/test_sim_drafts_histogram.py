@@ -16,7 +16,7 @@ from cluster.analysis.acceptance_positions import ALL_CATEGORIES, acceptance_by_
 from cluster.config.workload import WorkloadSpec
 from cluster.engines.sglang import SGLangEngine
 from cluster.kernel.runs import LoadPoint
-from cluster.loadgen.datasets import build_prompt_sequence
+from cluster.loadgen.prompt_sources import build_prompt_sequence
 from cluster.loadgen.runner import run_load_point
 
 SPEC = ["--max-running-requests", "16", "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",

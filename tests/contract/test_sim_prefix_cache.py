@@ -13,7 +13,7 @@ from sim_process import SimHandle
 
 from cluster.analysis.metrics import summarize_run
 from cluster.engines.sglang import SGLangEngine
-from cluster.loadgen.datasets import build_prompt_sequence
+from cluster.loadgen.prompt_sources import build_prompt_sequence
 from cluster.loadgen.runner import flush, run_load_point
 from cluster.kernel.runs import LoadPoint
 from cluster.config.workload import WorkloadSpec

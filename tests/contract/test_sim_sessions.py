@@ -9,7 +9,7 @@ from typing import Callable
 from sim_process import SimHandle
 
 from cluster.engines.sglang import SGLangEngine
-from cluster.loadgen.datasets import build_prompt_sequence, build_session_plan
+from cluster.loadgen.prompt_sources import build_prompt_sequence, build_session_plan
 from cluster.loadgen.runner import run_load_point
 from cluster.kernel.runs import LoadPoint
 from cluster.config.workload import WorkloadSpec

@@ -23,7 +23,7 @@ from cluster.analysis.steady_state import SteadyState, shortfall, steady_state
 from cluster.config.workload import WorkloadSpec
 from cluster.engines.sglang import SGLangEngine
 from cluster.kernel.runs import LoadPoint
-from cluster.loadgen.datasets import build_prompt_sequence
+from cluster.loadgen.prompt_sources import build_prompt_sequence
 from cluster.loadgen.runner import run_load_point
 from cluster.kernel.window import MeasuredWindow
 from cluster.plan.saturation import SweepPoint, sweep_saturation

@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from cluster.errors import UserError
 from cluster.input_files import json_depth_offset
 from cluster.loadgen.conversations import load_conversations
-from cluster.loadgen.datasets import build_prompts, load_jsonl_rows
+from cluster.loadgen.datasets import load_jsonl_rows
+from cluster.loadgen.prompt_sources import build_prompts
 from cluster.loadgen.text_prompts import corpus_text
 from cluster.loadgen.traces import load_trace
 from cluster.config.workload import WorkloadSpec

@@ -44,7 +44,7 @@ SESSION_INPUT, SESSION_OUTPUT, SESSION_TURNS = 16, 8, 3
 def _session_window(base_url: str, tmp: Path) -> dict[str, list[Any]]:
     """Two 3-turn sessions sent straight to the running server by the window runner (the columns of `requests`)."""
     from cluster.engines.sglang import SGLangEngine
-    from cluster.loadgen.datasets import build_prompt_sequence, build_session_plan
+    from cluster.loadgen.prompt_sources import build_prompt_sequence, build_session_plan
     from cluster.loadgen.runner import run_load_point
     from cluster.kernel.runs import LoadPoint
     from cluster.config.workload import WorkloadSpec

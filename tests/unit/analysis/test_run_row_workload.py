@@ -16,7 +16,7 @@ from cluster.kernel.records import RequestRecord
 from cluster.kernel.window import MeasuredWindow
 from cluster.analysis.run_row import build_run_row
 from cluster.dataset.store import DatasetStore
-from cluster.loadgen.selection import workload_selection
+from cluster.loadgen.prompt_sources import workload_selection
 from cluster.loadgen.sink import request_batches
 from cluster.plan.runs import make_plan
 from cluster.kernel.runs import RunPlan

@@ -16,7 +16,7 @@ from cluster.config.loader import load_spec, parse_spec_text
 from cluster.config.template_settings import expand_workload, expanded_workload_names, setting_label
 from cluster.config.workload import WorkloadSpec
 from cluster.engines.base import TEMPLATE_SETTING_HEADER, Prompt, category_headers
-from cluster.loadgen.datasets import build_prompts
+from cluster.loadgen.prompt_sources import build_prompts
 from cluster.plan.runs import make_plan
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
@@ -184,7 +184,7 @@ def test_the_shipped_thinking_experiment_plans_both_settings_with_differing_prom
     assert all(b.text and b.text.endswith("<think>\n\n</think>\n\n") for b in off)
     assert all(p.input_ids and 0 not in p.input_ids for p in on + off)  # the shipped vocabulary covers the rows
     # the planned-workload audit's side is rendered per setting too: its length quantiles are the rendered prompts'
-    from cluster.loadgen.selection import workload_selection
+    from cluster.loadgen.prompt_sources import workload_selection
 
     planned = {n: workload_selection(r.workload, 16, r.seed, REPO) for n, r in by_name.items()}
     q_on, q_off = planned["chat-thinking"].lengths, planned["chat-no-thinking"].lengths

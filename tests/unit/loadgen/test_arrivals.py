@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cluster.loadgen.arrivals import mean_rate_per_s, poisson_offsets_ns
+from cluster.kernel.arrivals import mean_rate_per_s, poisson_offsets_ns
 
 
 @settings(max_examples=40, deadline=None)
@@ -52,7 +52,7 @@ def test_edge_cases() -> None:
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**63 - 1), rate=st.floats(0.05, 5000.0), cv=st.floats(0.1, 8.0), n=st.integers(2, 300))
 def test_gamma_same_seed_same_schedule(seed: int, rate: float, cv: float, n: int) -> None:
-    from cluster.loadgen.arrivals import gamma_offsets_ns
+    from cluster.kernel.arrivals import gamma_offsets_ns
 
     a = gamma_offsets_ns(n, rate, cv, np.random.default_rng(seed))
     assert a.dtype == np.int64 and len(a) == n and a[0] == 0
@@ -63,7 +63,7 @@ def test_gamma_same_seed_same_schedule(seed: int, rate: float, cv: float, n: int
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), rate=st.floats(0.1, 10000.0), cv=st.floats(0.2, 3.0))
 def test_gamma_mean_rate_and_burstiness_are_the_declared_ones(seed: int, rate: float, cv: float) -> None:
-    from cluster.loadgen.arrivals import gamma_offsets_ns
+    from cluster.kernel.arrivals import gamma_offsets_ns
 
     n = 40_001
     offsets = gamma_offsets_ns(n, rate, cv, np.random.default_rng(seed))

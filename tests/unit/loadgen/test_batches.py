@@ -21,7 +21,7 @@ import pytest
 
 from cluster.engines.base import Prompt
 from cluster.engines.sglang import SGLangEngine
-from cluster.loadgen.arrivals import poisson_offsets_ns
+from cluster.kernel.arrivals import poisson_offsets_ns
 from cluster.loadgen.runner import run_load_point, shard_concurrency
 from cluster.loadgen.sink import RecordSink
 from cluster.kernel.runs import LoadPoint
@@ -247,7 +247,8 @@ def test_lag_exposes_a_client_driven_past_its_capacity() -> None:
 
 
 def test_prompt_array_holds_the_same_prompts_compactly(tmp_path: Any) -> None:
-    from cluster.loadgen.datasets import PromptArray, build_prompt_sequence, build_prompts
+    from cluster.loadgen.datasets import PromptArray
+    from cluster.loadgen.prompt_sources import build_prompt_sequence, build_prompts
     from cluster.config.workload import WorkloadSpec
 
     wl = WorkloadSpec.model_validate({"name": "w", "input_tokens": 16, "output_tokens": 4, "num_requests": 50})

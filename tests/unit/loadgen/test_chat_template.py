@@ -13,7 +13,7 @@ import pytest
 from cluster.engines.base import ChatTurn, StreamRequest
 from cluster.engines.sglang_dialect import sglang_request_body
 from cluster.loadgen.chat_template import ChatTemplateError, load_chat_template
-from cluster.loadgen.datasets import build_prompts
+from cluster.loadgen.prompt_sources import build_prompts
 from cluster.config.workload import WorkloadSpec
 
 CHATML = (
@@ -124,7 +124,7 @@ def test_template_variables_without_a_template_are_refused(tmp_path: pathlib.Pat
 
 
 def test_a_session_turn_is_the_whole_conversation_rendered_again(tmp_path: pathlib.Path) -> None:
-    from cluster.loadgen.datasets import build_session_plan
+    from cluster.loadgen.prompt_sources import build_session_plan
     from cluster.loadgen.sessions import Answer, next_turn
 
     model = _model_dir(tmp_path, {"chat_template": CHATML})

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from cluster.loadgen.conversations import ConversationError, load_conversations, load_selection, select_rows
-from cluster.loadgen.datasets import build_prompts
+from cluster.loadgen.prompt_sources import build_prompts
 from cluster.config.workload import WorkloadSpec
 
 REPO = pathlib.Path(__file__).resolve().parents[3]

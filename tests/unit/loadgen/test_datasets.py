@@ -7,7 +7,8 @@ import pathlib
 
 import pytest
 
-from cluster.loadgen.datasets import RANDOM_ID_LOW, DatasetError, build_prompt_sequence, build_prompts
+from cluster.loadgen.datasets import RANDOM_ID_LOW, DatasetError
+from cluster.loadgen.prompt_sources import build_prompt_sequence, build_prompts
 from cluster.config.workload import WorkloadSpec
 from cluster.config.prompts import TextPrompts
 

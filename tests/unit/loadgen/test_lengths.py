@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from cluster.loadgen.datasets import build_prompt_sequence, build_prompts
+from cluster.loadgen.prompt_sources import build_prompt_sequence, build_prompts
 from cluster.loadgen.lengths import draw_lengths
 from cluster.config.workload import LengthDist, WorkloadSpec
 

@@ -19,7 +19,7 @@ from aiohttp import web
 
 from cluster.engines.base import CATEGORY_HEADER, Prompt
 from cluster.engines.sglang import SGLangEngine
-from cluster.loadgen.arrivals import poisson_offsets_ns
+from cluster.kernel.arrivals import poisson_offsets_ns
 from cluster.loadgen.runner import flush, run_load_point, run_window, warmup
 from cluster.kernel.window import MeasuredWindow
 from cluster.kernel.runs import LoadPoint
@@ -362,7 +362,7 @@ def test_each_record_carries_the_fingerprint_of_what_the_server_received_and_its
 
 
 def test_open_loop_gamma_point_sends_on_the_gamma_schedule() -> None:
-    from cluster.loadgen.arrivals import gamma_offsets_ns
+    from cluster.kernel.arrivals import gamma_offsets_ns
 
     n, rate, cv = 30, 300.0, 2.5
 

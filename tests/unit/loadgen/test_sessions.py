@@ -15,7 +15,7 @@ import pytest
 from cluster.kernel.records import RequestRecord
 from cluster.engines.base import ChatTurn, Prompt
 from cluster.loadgen.conversations import load_conversations, select_rows
-from cluster.loadgen.datasets import build_prompts, build_session_plan
+from cluster.loadgen.prompt_sources import build_prompts, build_session_plan
 from cluster.loadgen.sessions import (Answer, SessionPlan, SessionTurnError, dispatch_sessions, next_turn,
                                       session_plan, think_times_ns)
 from cluster.loadgen.sink import RecordSink

@@ -12,7 +12,8 @@ import pytest
 
 from cluster.engines.base import ChatTurn, Prompt
 from cluster.loadgen.conversations import load_conversations, load_selection
-from cluster.loadgen.datasets import PromptArray, build_prompt_sequence, build_prompts, load_jsonl_rows
+from cluster.loadgen.datasets import PromptArray, load_jsonl_rows
+from cluster.loadgen.prompt_sources import build_prompt_sequence, build_prompts
 from cluster.loadgen.sessions import Answer, next_turn
 from cluster.loadgen.traces import load_trace
 from cluster.config.workload import WorkloadSpec

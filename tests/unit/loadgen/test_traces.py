@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cluster.loadgen.datasets import build_prompts
-from cluster.loadgen.traces import TraceError, load_trace, recorded_rate_per_s, trace_offsets_ns
+from cluster.loadgen.prompt_sources import build_prompts
+from cluster.kernel.arrivals import recorded_rate_per_s, trace_offsets_ns
+from cluster.loadgen.traces import TraceError, load_trace
 from cluster.config.workload import WorkloadSpec
 
 ROWS = [(0.0, 12, 5), (0.5, 20, 3), (0.5, 7, 9), (2.0, 16, 4)]

@@ -18,9 +18,9 @@ import pytest
 from cluster.analysis.workload_audit import WorkloadAudit, audit_workload
 from cluster.engines.base import Prompt
 from cluster.engines.sglang import SGLangEngine
-from cluster.loadgen.datasets import build_prompt_sequence, build_session_plan
+from cluster.loadgen.prompt_sources import build_prompt_sequence, build_session_plan, workload_selection
 from cluster.loadgen.runner import run_window
-from cluster.loadgen.selection import prompt_fingerprint, workload_selection
+from cluster.loadgen.selection import prompt_fingerprint
 from cluster.kernel.runs import LoadPoint
 from cluster.config.sim_knobs import Knobs
 from tests.unit.loadgen.inprocess_sim import served_sim

@@ -1,8 +1,9 @@
-"""Seeded arrival schedules: open-loop Poisson or gamma send offsets; closed loop needs none (send when a slot frees)."""
+"""Seeded arrival schedules: open-loop Poisson or gamma send offsets, a recorded trace's times rescaled to a rate;
+closed loop needs none (send when a slot frees)."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -58,3 +59,24 @@ def mean_rate_per_s(offsets_ns: np.ndarray) -> float:
     if len(offsets_ns) < 2 or offsets_ns[-1] <= offsets_ns[0]:
         return 0.0
     return float((len(offsets_ns) - 1) * NS_PER_S / (offsets_ns[-1] - offsets_ns[0]))
+
+
+def recorded_rate_per_s(arrival_s: Sequence[float]) -> float:
+    """The trace stretch's own mean rate: n - 1 gaps over its span."""
+    span = arrival_s[-1] - arrival_s[0] if arrival_s else 0.0
+    if len(arrival_s) < 2 or span <= 0:
+        raise ValueError("a trace stretch needs two or more rows at different times to have a rate")
+    return (len(arrival_s) - 1) / span
+
+
+def trace_offsets_ns(arrival_s: Sequence[float], rate_per_s: float) -> np.ndarray:
+    """Send offsets (ns from the first send) of the recorded arrivals rescaled to mean rate `rate_per_s`: every gap
+    is multiplied by recorded rate / rate_per_s, so (n - 1) / last offset = rate_per_s exactly."""
+    if not rate_per_s > 0:
+        raise ValueError(f"rate must be positive, got {rate_per_s}")
+    a = np.asarray(arrival_s, dtype=np.float64)
+    if a.size == 1:
+        return np.zeros(1, dtype=np.int64)
+    scale = recorded_rate_per_s(list(a)) / rate_per_s
+    out: np.ndarray = np.round((a - a[0]) * scale * 1e9).astype(np.int64)
+    return out
