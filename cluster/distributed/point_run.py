@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional
 
 import pyarrow.compute as pc
@@ -29,6 +29,7 @@ from cluster.kernel.runs import ResolvedVariant, RunPlan
 from cluster.server.process import with_decisive_line
 from cluster.kernel.telemetry_capture import TelemetryCapture
 from cluster.kernel.window import MeasuredWindow
+from cluster.kernel.window_job import WindowJob
 
 LIVE_UPDATES_PER_WINDOW = 20
 """With a live watcher, a load actor hands out its finished requests about this often per window (batches of at
@@ -104,8 +105,8 @@ class PointRunner:
         are written as they arrive, so neither the actors nor the driver hold a whole long window."""
         model_name = self.spec.model.served_name or self.spec.model.path
         loads = s.loads
-        prep = loads[0].prepare(server.base_url, p.workload, p.load, p.seed, self.spec.warmup_requests, model_name,
-                                self.spec.request_timeout_s)
+        job = WindowJob.of_run(p, server.base_url, model_name, self.spec.request_timeout_s)
+        prep = loads[0].prepare(job, self.spec.warmup_requests)
         if not engine.alive():
             raise DiedBeforeWindow("server died before the measured window")
         n = len(loads)
@@ -118,10 +119,9 @@ class PointRunner:
         capture: Optional[TelemetryCapture] = None
         try:
             items = self.evals.items_for(p) if self.evals is not None else ()
-            streams = [a.stream(server.base_url, p.workload, p.load, p.seed, model_name, self.spec.request_timeout_s,
-                                i, n, start, batch_rows=batch_rows_for(p, self.batch_rows, self.live),
-                                eval_items=items if i == 0 else (),
-                                eval_max_tokens=self.evals.max_new_tokens if self.evals is not None else 0)
+            job = replace(job, batch_rows=batch_rows_for(p, self.batch_rows, self.live),
+                          eval_max_tokens=self.evals.max_new_tokens if self.evals is not None else 0)
+            streams = [a.stream(replace(job.shard(i, n, start), eval_items=items if i == 0 else ()))
                        for i, a in enumerate(loads)]
             summaries: list[MeasuredWindow] = []
             for stream in streams:
