@@ -22,7 +22,7 @@ from cluster.config.secrets import redact_argv, redact_env, scrub, scrub_file, s
 from cluster.loadgen.eval import during_window
 from cluster.kernel.eval_task import EvalAnswer, EvalItem
 from cluster.loadgen.gate import GateAnswers
-from cluster.kernel.runs import LoadPoint, ResolvedVariant
+from cluster.kernel.runs import ResolvedVariant
 from cluster.loadgen.server_metrics import MetricsScraper
 from cluster.server.engine_server import cap_log_lines, read_infos
 from cluster.server.process import (PortNotOwnedError, ServerProcess, ServerStartError, free_port, http_status,

@@ -30,7 +30,6 @@ from cluster.loadgen.eval import WindowCompanion
 from cluster.loadgen.pacing import closed_loop, pace, shard_concurrency
 from cluster.loadgen.selection import prompt_fingerprint, prompt_fingerprints
 from cluster.loadgen.sessions import Answer, SessionPlan, dispatch_sessions
-from cluster.kernel.runs import LoadPoint
 from cluster.loadgen.sink import BatchCallback, RecordSink
 from cluster.kernel.records import RequestRecord
 
