@@ -49,6 +49,9 @@ class MeasuredWindow:
     duration_s: float
     """First intended send → end of the last response of the window (of this shard)."""
     lag_p50_ns: int
+    """Client send lag (kernel/window_figures.client_lag) over the rows this record keeps: a load generator's window
+    returned whole; 0 when the rows streamed out, whose lag is computed once, by the runs row over every shard's rows
+    (m_lag_ms_*), and so in the merged window too."""
     lag_p99_ns: int
     counters_before: dict[str, float]
     counters_after: dict[str, float]
