@@ -45,6 +45,11 @@ class WindowJob:
     """The accuracy task's items sent beside the load (loadgen/eval.py during_window)."""
     eval_max_tokens: int = DEFAULT_EVAL_MAX_TOKENS
 
+    def __post_init__(self) -> None:
+        if self.num_shards < 1 or not 0 <= self.shard_index < self.num_shards:
+            raise ValueError(f"shard_index must be in [0, num_shards) and num_shards >= 1, got "
+                             f"{self.shard_index}/{self.num_shards}")
+
     @classmethod
     def of_run(cls, p: RunPlan, base_url: str, model_name: str, request_timeout_s: float) -> WindowJob:
         """The job of run `p`'s window, before it is split into shards."""
@@ -55,8 +60,6 @@ class WindowJob:
 
     def shard(self, index: int, num_shards: int, start_unix_s: Optional[float]) -> WindowJob:
         """This job's shard `index` of `num_shards` (the load actor's part of the window)."""
-        if num_shards < 1 or not 0 <= index < num_shards:
-            raise ValueError(f"shard_index must be in [0, num_shards) and num_shards >= 1, got {index}/{num_shards}")
         return replace(self, shard_index=index, num_shards=num_shards, start_unix_s=start_unix_s)
 
     def warmup(self, concurrency: int) -> WindowJob:
