@@ -95,6 +95,7 @@ def sglbench_worker(port: int, concurrency: int, n: int, shard_index: int, num_s
     from cluster.engines.sglang import SGLangEngine
     from cluster.loadgen.datasets import PromptArray
     from cluster.loadgen.runner import run_load_point
+    from cluster.kernel.window_job import WindowJob
     from cluster.kernel.runs import LoadPoint
 
     rng = np.random.default_rng(0)
@@ -111,10 +112,11 @@ def sglbench_worker(port: int, concurrency: int, n: int, shard_index: int, num_s
             kept.append((r, c))
 
     cpu0 = time.process_time()
-    res = run_load_point(SGLangEngine(), f"http://127.0.0.1:{port}", "native", prompts, CHUNKS_PER_REQUEST,
-                         LoadPoint("concurrency", float(concurrency)), 0, True, 0.0, "stub", 120.0,
-                         scrape_metrics=False, on_batch=on_batch, batch_rows=1024,
-                         shard_index=shard_index, num_shards=num_shards, start_unix_s=start_unix_s)
+    res = run_load_point(SGLangEngine(), WindowJob(f"http://127.0.0.1:{port}", "native", CHUNKS_PER_REQUEST,
+                                                   LoadPoint("concurrency", float(concurrency)), 0, True, 0.0, "stub",
+                                                   120.0, scrape_metrics=False, batch_rows=1024,
+                                                   shard_index=shard_index, num_shards=num_shards,
+                                                   start_unix_s=start_unix_s), prompts, on_batch=on_batch)
     cpu_s = time.process_time() - cpu0
     n_err = sum(r.num_rows - r.column("error").null_count for r, _ in kept)
     full = all(c.num_rows == r.column("num_chunks").to_numpy().sum() for r, c in kept)

@@ -23,6 +23,7 @@ from cluster.engines.base import Prompt
 from cluster.engines.sglang import SGLangEngine
 from cluster.loadgen import pacing
 from cluster.loadgen.runner import run_load_point
+from cluster.kernel.window_job import WindowJob
 from cluster.kernel.runs import LoadPoint
 from cluster.server.process import free_port
 
@@ -97,8 +98,8 @@ def stop_server(proc: subprocess.Popen[bytes]) -> None:
 def measure(url: str, load: LoadPoint, n: int, max_tokens: int) -> dict[str, float]:
     prompts = [Prompt(input_ids=(100 + i, 101, 102, 103)) for i in range(n)]
     cpu0 = time.process_time()
-    res = run_load_point(SGLangEngine(), url, "native", prompts, max_tokens, load, 0, True, 0.0, "m", 120.0,
-                         scrape_metrics=False)
+    res = run_load_point(SGLangEngine(), WindowJob(url, "native", max_tokens, load, 0, True, 0.0, "m", 120.0,
+                                                   scrape_metrics=False), prompts)
     cpu_s = time.process_time() - cpu0
     n_err = sum(1 for e in res.requests.column("error").to_pylist() if e is not None)
     chunks = res.chunks.num_rows

@@ -37,6 +37,7 @@ def worker(url: str, endpoint: str, streams: int, n: int, input_tokens: int, out
     from cluster.engines.sglang import SGLangEngine
     from cluster.loadgen.datasets import PromptArray
     from cluster.loadgen.runner import run_load_point
+    from cluster.kernel.window_job import WindowJob
     from cluster.kernel.runs import LoadPoint
 
     class NoContinuousUsage(SGLangEngine):
@@ -73,9 +74,10 @@ def worker(url: str, endpoint: str, streams: int, n: int, input_tokens: int, out
         gc.collect()
         gc.freeze()
         gc.disable()
-    res = run_load_point(engine, url, api, prompts, output_tokens, load, 0, True, 0.0, "stub", 300.0,
-                         scrape_metrics=False, on_batch=on_batch, batch_rows=4096,
-                         shard_index=shard_index, num_shards=num_shards, start_unix_s=start_unix_s)
+    res = run_load_point(engine, WindowJob(url, api, output_tokens, load, 0, True, 0.0, "stub", 300.0,
+                                           scrape_metrics=False, batch_rows=4096, shard_index=shard_index,
+                                           num_shards=num_shards, start_unix_s=start_unix_s), prompts,
+                                           on_batch=on_batch)
     gc.enable()
     ttft = itl = np.zeros(0)
     completed, tokens = dropped["ok"], dropped["tokens"]

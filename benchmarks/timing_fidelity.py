@@ -30,6 +30,7 @@ import numpy as np
 from cluster.engines.base import Prompt
 from cluster.engines.sglang import SGLangEngine
 from cluster.loadgen.runner import run_load_point
+from cluster.kernel.window_job import WindowJob
 from cluster.kernel.window import MeasuredWindow
 from cluster.kernel.runs import LoadPoint
 from cluster.server.process import free_port
@@ -118,8 +119,8 @@ def _mono_minus_wall_ns() -> int:
 def _window(sim: Sim, n: int, tokens: int, load: LoadPoint) -> MeasuredWindow:
     prompts = [Prompt(input_ids=_head(i)) for i in range(n)]
     sim.flush()
-    return run_load_point(SGLangEngine(), sim.url, "native", prompts, tokens, load, 1, True, 0.0, "sim", 120.0,
-                          scrape_metrics=False)
+    return run_load_point(SGLangEngine(), WindowJob(sim.url, "native", tokens, load, 1, True, 0.0, "sim", 120.0,
+                                                    scrape_metrics=False), prompts)
 
 
 def _pct(x: np.ndarray, qs: list[float]) -> list[float]:

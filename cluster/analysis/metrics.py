@@ -45,13 +45,14 @@ A statistic over an empty set is None.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 
 import numpy as np
 
 from cluster.analysis.request_metrics import (ACCEPT, E2E, ITL_CHUNK, ITL_TOKEN, LAG, NS_PER_MS, TPOT, TTFT, chunk_gaps,
                                               int_column, request_columns)
 from cluster.kernel.records import Records
+from cluster.kernel.window import TokenChunks
 from cluster.kernel.window_figures import acceptance, client_lag
 from cluster.config.statistics import SLOSpec
 from cluster.kernel.run_row import METRIC_NAMES
@@ -132,7 +133,7 @@ def token_chunks(requests: Records, chunks: Records, ok: np.ndarray) -> tuple[np
 
 
 def summarize_run(
-    requests: Records, chunks: Records, duration_s: float, slo: Optional[SLOSpec] = None
+    requests: Records, chunks: Union[Records, TokenChunks], duration_s: float, slo: Optional[SLOSpec] = None
 ) -> dict[str, Optional[float]]:
     """Every metric of METRIC_NAMES for one run (see the module docstring for the definitions)."""
     out: dict[str, Optional[float]] = {name: None for name in METRIC_NAMES}
@@ -150,7 +151,8 @@ def summarize_run(
     out["n_errors"] = float(n - n_ok)
     out["error_rate"] = _ratio(n - n_ok, n)
 
-    c_req, c_t, c_tok = token_chunks(requests, chunks, ok)
+    # a window summarised while it streamed hands its token chunks in (kernel/window.TokenChunks)
+    c_req, c_t, c_tok = chunks.arrays() if isinstance(chunks, TokenChunks) else token_chunks(requests, chunks, ok)
     itl_chunk_ms, _, itl_token_ms = chunk_gaps(c_req, c_t, c_tok)
 
     ttft_ms = TTFT.values(c)[ok]

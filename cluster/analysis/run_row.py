@@ -224,7 +224,8 @@ def build_run_row(p: RunPlan, out: MeasuredWindow, server: ServerFacts, segment:
                   spec: ExperimentSpec, neighbours: list[str], git_sha: Optional[str]) -> RunRow:
     from cluster.analysis.metrics import summarize_run
 
-    m = summarize_run(out.requests, out.chunks, out.duration_s, spec.slo)
+    m = summarize_run(out.requests, out.token_chunks if out.token_chunks is not None else out.chunks,
+                      out.duration_s, spec.slo)
     before, after = out.counters_before or {}, out.counters_after or {}
     deltas = counter_deltas(before, after)
     n_req = int(out.requests.num_rows)

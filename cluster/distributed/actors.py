@@ -22,7 +22,7 @@ from cluster.config.secrets import redact_argv, redact_env, scrub, scrub_file, s
 from cluster.loadgen.eval import during_window
 from cluster.kernel.eval_task import EvalAnswer, EvalItem
 from cluster.loadgen.gate import GateAnswers
-from cluster.kernel.runs import LoadPoint, ResolvedVariant
+from cluster.kernel.runs import ResolvedVariant
 from cluster.loadgen.server_metrics import MetricsScraper
 from cluster.server.engine_server import cap_log_lines, read_infos
 from cluster.server.process import (PortNotOwnedError, ServerProcess, ServerStartError, free_port, http_status,
@@ -33,6 +33,8 @@ from cluster.telemetry.profile import ProfileCapture
 from cluster.telemetry.recorder import TelemetryRecorder
 from cluster.kernel.telemetry_capture import TelemetryCapture
 from cluster.kernel.window import MeasuredWindow
+from cluster.kernel.window_job import WindowJob
+from cluster.distributed.built_prompts import BuiltPrompts, WindowInputs
 
 MAX_PORT_TRIES = 3
 WATCHDOG_NOTE_S = 2.0
@@ -253,11 +255,26 @@ class LoadActorImpl:
         self.engine = get_engine(engine_name).with_api_key(api_key)  # requests carry the variant's --api-key
         self.base_dir = Path(base_dir)
         self.model_path = model_path
+        self._built = BuiltPrompts()
 
     def _prompts(self, workload: WorkloadSpec, n: int, seed: int) -> Any:
         from cluster.loadgen.prompt_sources import build_prompt_sequence
 
         return build_prompt_sequence(workload, n, seed, self.base_dir, self.model_path)
+
+    def _window_inputs(self, workload: WorkloadSpec, seed: int, audited: bool) -> WindowInputs:
+        """The window's prompts, session plan and (when `audited`) the source's selection, built once per
+        (workload, seed) and reused by every load point of the workload this actor runs."""
+        from cluster.loadgen.prompt_sources import build_session_plan, workload_selection
+
+        n = workload.num_requests
+        return self._built.get(
+            workload, seed, audited,
+            lambda: WindowInputs(self._prompts(workload, n, seed),
+                                 build_session_plan(workload, n, seed, self.base_dir, self.model_path),
+                                 # read from the source apart from `prompts`: the audit compares the two
+                                 workload_selection(workload, n, seed, self.base_dir, self.model_path) if audited
+                                 else None))
 
     def run_gate(self, base_url: str, model_name: str, timeout_s: float = 300.0,
                  filler: Optional[int] = None, cap: Optional[int] = None) -> GateAnswers:
@@ -281,48 +298,38 @@ class LoadActorImpl:
     def node_id(self) -> str:
         return str(ray.get_runtime_context().get_node_id())
 
-    def prepare(self, base_url: str, workload: WorkloadSpec, load: LoadPoint, seed: int, warmup_requests: int,
-                model_name: str, request_timeout_s: float, flush_timeout_s: float = 60.0) -> Prepared:
+    def prepare(self, job: WindowJob, warmup_requests: int, flush_timeout_s: float = 60.0) -> Prepared:
         """Warmup at the point's concurrency, then flush caches and speculative counters before the window."""
         import asyncio
 
         from cluster.loadgen.runner import flush, warmup
 
+        load = job.load
         conc = load.shape.warmup_concurrency(load)
         warm_ok = 0
-        if warmup_requests > 0:
-            warm_prompts = self._prompts(workload, warmup_requests, seed ^ 0x5EED)
-            warm_ok = asyncio.run(warmup(self.engine, base_url, workload.api, warm_prompts, workload.output_tokens_nominal() or 1,
-                                         max(1, min(conc, warmup_requests)), workload.ignore_eos,
-                                         workload.temperature, model_name, request_timeout_s))
-        flushed = asyncio.run(flush(self.engine, base_url, flush_timeout_s))
+        if warmup_requests > 0 and job.workload is not None:
+            warm_prompts = self._prompts(job.workload, warmup_requests, job.seed ^ 0x5EED)
+            warm_ok = asyncio.run(warmup(self.engine, job.warmup(min(conc, warmup_requests)), warm_prompts))
+        flushed = asyncio.run(flush(self.engine, job.base_url, flush_timeout_s))
         return Prepared(warm_ok, flushed)
 
-    def run_point_stream(self, base_url: str, workload: WorkloadSpec, load: LoadPoint, seed: int, model_name: str,
-                         request_timeout_s: float, shard_index: int = 0, num_shards: int = 1,
-                         start_unix_s: Optional[float] = None, scrape_interval_s: float = 1.0,
-                         batch_rows: int = 4096, eval_items: tuple[EvalItem, ...] = (),
-                         eval_max_tokens: int = 16) -> Iterator[LoadMessage]:
+    def run_point_stream(self, job: WindowJob) -> Iterator[LoadMessage]:
         """A generator (call with num_returns="streaming"): a LoadBatch as records accumulate, so this process never
-        holds a whole long window; then the shard's MeasuredWindow last (its
-        records already streamed out). `eval_items` are sent beside the load (loadgen/eval.py
-        during_window), their answers in the summary."""
+        holds a whole long window; then the shard's MeasuredWindow last (its records already streamed out).
+        `job.eval_items` are sent beside the load (loadgen/eval.py during_window), their answers in the summary."""
         import queue
         import threading
 
         from cluster.loadgen.runner import run_load_point
 
-        from cluster.loadgen.prompt_sources import build_session_plan
-
-        prompts = self._prompts(workload, workload.num_requests, seed)
-        sessions = build_session_plan(workload, workload.num_requests, seed, self.base_dir, self.model_path)
-        selection = None
-        if shard_index == 0:  # read from the source apart from `prompts`: the audit compares the two
-            from cluster.loadgen.prompt_sources import workload_selection
-
-            selection = workload_selection(workload, workload.num_requests, seed, self.base_dir, self.model_path)
+        workload = job.workload
+        if workload is None:
+            raise ValueError("a load actor's window job names its workload (WindowJob.of_run)")
+        shard_index, base_url = job.shard_index, job.base_url
+        inputs = self._window_inputs(workload, job.seed, audited=shard_index == 0)
         q: "queue.Queue[Optional[LoadBatch]]" = queue.Queue()  # unbounded: blocking here would stall the event loop's timing
         scraper = None
+        scrape_interval_s = job.scrape_interval_s if job.scrape_metrics else 0.0
         if shard_index == 0 and scrape_interval_s and self.engine.metrics_path \
                 and http_status(base_url + self.engine.metrics_path) == 200:
             scraper = MetricsScraper(base_url + self.engine.metrics_path, scrape_interval_s).start()
@@ -331,13 +338,10 @@ class LoadActorImpl:
         def work() -> None:
             try:
                 box["res"] = run_load_point(
-                    self.engine, base_url, workload.api, prompts, workload.output_tokens_nominal() or 1, load, seed,
-                    workload.ignore_eos, workload.temperature, model_name, request_timeout_s,
-                    scrape_metrics=shard_index == 0, on_batch=lambda r, c: q.put(LoadBatch(r, c)),
-                    batch_rows=batch_rows, shard_index=shard_index, num_shards=num_shards,
-                    start_unix_s=start_unix_s, sessions=sessions,
-                    alongside=during_window(self.engine, base_url, model_name, eval_items, eval_max_tokens,
-                                            request_timeout_s) if eval_items else None)
+                    self.engine, replace(job, scrape_metrics=job.scrape_metrics and shard_index == 0),
+                    inputs.prompts, on_batch=lambda r, c: q.put(LoadBatch(r, c)), sessions=inputs.sessions,
+                    alongside=during_window(self.engine, base_url, job.model_name, job.eval_items, job.eval_max_tokens,
+                                            job.request_timeout_s) if job.eval_items else None)
             except BaseException as e:  # noqa: BLE001 - re-raised in the generator below
                 box["error"] = e
             finally:
@@ -356,7 +360,7 @@ class LoadActorImpl:
             raise box["error"]
         res = box["res"]
         yield replace(res, server_metrics=scraper.batch(res.window_start_unix_s) if scraper is not None else None,
-                      selection=selection)
+                      selection=inputs.selection)
 
 
 def _env_of(pid: int) -> dict[str, str]:

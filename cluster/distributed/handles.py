@@ -16,7 +16,8 @@ from cluster.kernel.run_facts import ServerFacts
 from cluster.distributed.actors import (EngineActor, EngineActorImpl, LoadActor, LoadActorImpl, LoadMessage, Prepared,
                                         StopResult)
 from cluster.engines.base import api_key_of
-from cluster.kernel.runs import LoadPoint, ResolvedVariant
+from cluster.kernel.runs import ResolvedVariant
+from cluster.kernel.window_job import WindowJob
 from cluster.kernel.eval_task import EvalAnswer, EvalItem
 from cluster.loadgen.gate import GateAnswers
 from cluster.telemetry.profile import ProfileCapture
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
     from ray import ObjectRefGenerator
 
     from cluster.config.engines import EngineLauncher
-    from cluster.config.workload import WorkloadSpec
 
 LOAD_ACTOR_CPUS = 1.0
 
@@ -114,10 +114,8 @@ class LoadHandle:
         self.actor = actor
         self._m: Any = actor  # as in EngineHandle
 
-    def prepare(self, base_url: str, workload: "WorkloadSpec", load: LoadPoint, seed: int, warmup_requests: int,
-                model_name: str, request_timeout_s: float, timeout_s: Optional[float] = None) -> Prepared:
-        got: Prepared = ray.get(self._m.prepare.remote(base_url, workload, load, seed, warmup_requests,
-                                                          model_name, request_timeout_s), timeout=timeout_s)
+    def prepare(self, job: WindowJob, warmup_requests: int, timeout_s: Optional[float] = None) -> Prepared:
+        got: Prepared = ray.get(self._m.prepare.remote(job, warmup_requests), timeout=timeout_s)
         return got
 
     def run_gate(self, base_url: str, model_name: str, timeout_s: float, filler: Optional[int],
@@ -137,13 +135,9 @@ class LoadHandle:
     def node_id(self) -> str:
         return str(ray.get(self._m.node_id.remote()))
 
-    def stream(self, base_url: str, workload: "WorkloadSpec", load: LoadPoint, seed: int, model_name: str,
-               request_timeout_s: float, shard_index: int, num_shards: int, start_unix_s: Optional[float],
-               batch_rows: int, eval_items: tuple[EvalItem, ...] = (), eval_max_tokens: int = 16) -> LoadStream:
+    def stream(self, job: WindowJob) -> LoadStream:
         """Start this shard's window now (streaming its record batches); read it by iterating the result."""
-        gen: "ObjectRefGenerator[LoadMessage]" = self._m.run_point_stream.options(num_returns="streaming").remote(
-            base_url, workload, load, seed, model_name, request_timeout_s, shard_index, num_shards, start_unix_s,
-            batch_rows=batch_rows, eval_items=eval_items, eval_max_tokens=eval_max_tokens)
+        gen: "ObjectRefGenerator[LoadMessage]" = self._m.run_point_stream.options(num_returns="streaming").remote(job)
         return LoadStream(gen)
 
 

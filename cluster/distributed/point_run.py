@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional
 
 import pyarrow.compute as pc
 from ray.exceptions import RayActorError, RayTaskError
 from ray.util.placement_group import PlacementGroup
 
-from cluster.analysis.request_metrics import requests_lag
 from cluster.config.experiment import ExperimentSpec
 from cluster.kernel.run_facts import SegmentFacts, ServerFacts
 from cluster.analysis.run_row import build_run_row, failed_run_row
@@ -25,10 +24,12 @@ from cluster.distributed.handles import EngineHandle, LoadHandle
 from cluster.distributed.progress import PointRecords, PointStarted, ProgressEvent
 from cluster.distributed.run_records import DEATH_SETTLE_S, Death, DiedBeforeWindow, RunRecorder, error_text
 from cluster.distributed.teardown import kill_actors
+from cluster.distributed.window_summary import WindowSummary
 from cluster.kernel.runs import ResolvedVariant, RunPlan
 from cluster.server.process import with_decisive_line
 from cluster.kernel.telemetry_capture import TelemetryCapture
 from cluster.kernel.window import MeasuredWindow
+from cluster.kernel.window_job import WindowJob
 
 LIVE_UPDATES_PER_WINDOW = 20
 """With a live watcher, a load actor hands out its finished requests about this often per window (batches of at
@@ -101,11 +102,12 @@ class PointRunner:
     def _stream_window(self, p: RunPlan, s: ServerStart, server: ServerFacts, engine: EngineHandle,
                        writer: RunWriter) -> MeasuredWindow:
         """Warmup and flush (first load actor), then every load actor runs its shard of the window; record batches
-        are written as they arrive, so neither the actors nor the driver hold a whole long window."""
+        are written as they arrive and summarised on their way (WindowSummary), so neither the actors nor the driver
+        hold a whole long window, and the driver reads none of it back."""
         model_name = self.spec.model.served_name or self.spec.model.path
         loads = s.loads
-        prep = loads[0].prepare(server.base_url, p.workload, p.load, p.seed, self.spec.warmup_requests, model_name,
-                                self.spec.request_timeout_s)
+        job = WindowJob.of_run(p, server.base_url, model_name, self.spec.request_timeout_s)
+        prep = loads[0].prepare(job, self.spec.warmup_requests)
         if not engine.alive():
             raise DiedBeforeWindow("server died before the measured window")
         n = len(loads)
@@ -118,56 +120,27 @@ class PointRunner:
         capture: Optional[TelemetryCapture] = None
         try:
             items = self.evals.items_for(p) if self.evals is not None else ()
-            streams = [a.stream(server.base_url, p.workload, p.load, p.seed, model_name, self.spec.request_timeout_s,
-                                i, n, start, batch_rows=batch_rows_for(p, self.batch_rows, self.live),
-                                eval_items=items if i == 0 else (),
-                                eval_max_tokens=self.evals.max_new_tokens if self.evals is not None else 0)
+            job = replace(job, batch_rows=batch_rows_for(p, self.batch_rows, self.live),
+                          eval_max_tokens=self.evals.max_new_tokens if self.evals is not None else 0)
+            streams = [a.stream(replace(job.shard(i, n, start), eval_items=items if i == 0 else ()))
                        for i, a in enumerate(loads)]
-            summaries: list[MeasuredWindow] = []
+            shards: list[MeasuredWindow] = []  # each shard's own record, its stream's last message
+            summary = WindowSummary()
             for stream in streams:
                 for item in stream:
                     if isinstance(item, LoadBatch):
                         writer.write("requests", item.requests)
                         writer.write("chunks", item.chunks)
+                        summary.add(item.requests, item.chunks)
                         self.on_event(PointRecords(p, item.requests))
                     else:
-                        summaries.append(item)
+                        shards.append(item)
         finally:
             if telemetry.enabled:
                 capture = engine.telemetry_stop()
-        first = summaries[0]
         if items and self.evals is not None:
-            self.evals.under_load(p, first.eval_answers, s.seg.correctness)
-        t0 = min(x.window_start_unix_s for x in summaries)
-        t0_mono = min(summaries, key=lambda x: x.window_start_unix_s).window_start_monotonic_ns
-        gpu = capture.aligned(t0_mono) if capture is not None and capture.samples.num_rows else None
-        requests = writer.read("requests")
-        lag = requests_lag(requests)  # over every shard's rows: the figure the runs row stores and is judged on
-        lag_p50_ns, lag_p99_ns = (round(lag.p50_ns), round(lag.p99_ns)) if lag else (0, 0)
-        return MeasuredWindow(
-            requests=requests,
-            chunks=writer.read("chunks"),
-            window_start_unix_s=t0,
-            duration_s=max(x.window_start_unix_s + x.duration_s for x in summaries) - t0,
-            lag_p50_ns=lag_p50_ns,
-            lag_p99_ns=lag_p99_ns,
-            counters_before=first.counters_before,
-            counters_after=first.counters_after,
-            warmup_ok=prep.warmup_ok,
-            flushed=prep.flushed,
-            n_requests=sum(x.n_requests for x in summaries),
-            n_chunks=sum(x.n_chunks for x in summaries),
-            batches=sum(x.batches for x in summaries),
-            peak_buffered_rows=max(x.peak_buffered_rows for x in summaries),
-            lag_max_ns=round(lag.max_ns) if lag else 0,
-            num_shards=n,
-            window_start_monotonic_ns=t0_mono,
-            server_metrics=first.server_metrics,
-            gpu_metrics=gpu,
-            telemetry=capture,
-            samples=tuple(sorted((x for sm in summaries for x in sm.samples), key=lambda x: x.request_index)),
-            selection=first.selection,
-        )
+            self.evals.under_load(p, shards[0].eval_answers, s.seg.correctness)
+        return summary.merged(shards, prep.warmup_ok, prep.flushed, capture)
 
     def run(self, p: RunPlan, s: ServerStart) -> Optional[Death]:
         """Measure one run; if the server died, where and its log tail. A server death is `failed` (retried on

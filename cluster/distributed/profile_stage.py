@@ -14,6 +14,7 @@ from cluster.distributed.gate_stage import gate_key
 from cluster.distributed.handles import EngineHandle, LoadHandle
 from cluster.distributed.run_records import error_text
 from cluster.kernel.runs import ResolvedVariant, RunPlan
+from cluster.kernel.window_job import WindowJob
 
 
 def profile_variant(spec: ExperimentSpec, store: DatasetStore, log: Callable[[str], None], variant: ResolvedVariant,
@@ -30,8 +31,8 @@ def profile_variant(spec: ExperimentSpec, store: DatasetStore, log: Callable[[st
         if why_not:
             log(f"[{variant.name}] no kernel profile: {why_not}")
             return
-        load.prepare(server.base_url, first.workload, first.load, first.seed, prof.requests, model_name,
-                     spec.request_timeout_s, timeout_s=spec.request_timeout_s)
+        load.prepare(WindowJob.of_run(first, server.base_url, model_name, spec.request_timeout_s), prof.requests,
+                     timeout_s=spec.request_timeout_s)
         cap = engine.profile_collect(120.0, prof.max_archive_bytes)
     except (RayActorError, RayTaskError, GetTimeoutError) as e:
         log(f"[{variant.name}] kernel profile failed: {error_text(e)[0]}")

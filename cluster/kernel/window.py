@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+import numpy as np
 import pyarrow as pa
 
 from cluster.kernel.eval_task import EvalAnswer
@@ -16,6 +17,21 @@ from cluster.kernel.output_sample import OutputSample
 from cluster.kernel.planned_workload import PlannedWorkload
 from cluster.kernel.records import Records
 from cluster.kernel.telemetry_capture import TelemetryCapture
+
+
+@dataclass(frozen=True)
+class TokenChunks:
+    """The token-bearing chunks of a window's ok requests in (request_index, chunk_index) order, as compact arrays:
+    what the window's per-chunk figures (ITL per chunk and per token, tokens per chunk) are computed from, kept by
+    the driver while the chunks stream past instead of the chunks table (analysis/metrics.token_chunks makes the
+    same arrays from a table)."""
+
+    request_index: np.ndarray
+    arrival_ns: np.ndarray
+    tokens: np.ndarray
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.request_index, self.arrival_ns, self.tokens
 
 
 @dataclass(frozen=True)
@@ -27,11 +43,15 @@ class MeasuredWindow:
     (empty when it streamed its rows out through on_batch; n_requests says how many left), or the merged window's
     committed rows."""
     chunks: Records
-    """kernel.records.CHUNK_BATCH_SCHEMA: token-carrying chunks only (empty when streamed out)."""
+    """kernel.records.CHUNK_BATCH_SCHEMA: token-carrying chunks only (empty when streamed out, and in the merged
+    window, whose per-chunk figures come from `token_chunks`)."""
     window_start_unix_s: float
     duration_s: float
     """First intended send → end of the last response of the window (of this shard)."""
     lag_p50_ns: int
+    """Client send lag (kernel/window_figures.client_lag) over the rows this record keeps: a load generator's window
+    returned whole; 0 when the rows streamed out, whose lag is computed once, by the runs row over every shard's rows
+    (m_lag_ms_*), and so in the merged window too."""
     lag_p99_ns: int
     counters_before: dict[str, float]
     counters_after: dict[str, float]
@@ -64,3 +84,6 @@ class MeasuredWindow:
     """The window's GPU samples (records.GPU_METRIC_FIELDS), t_ns on the requests' zero; None without telemetry."""
     telemetry: Optional[TelemetryCapture] = None
     """How sampling went (source, rate, errors, why unavailable), for provenance."""
+    token_chunks: Optional[TokenChunks] = None
+    """The merged window's token-bearing chunks of ok requests, summarised by the driver as they streamed (then
+    `chunks` is empty); None: the figures come from `chunks`."""

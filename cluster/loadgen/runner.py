@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Optional, Sequence
 
 import aiohttp
@@ -21,13 +22,13 @@ from cluster.loadgen.load_target import LoadTarget
 from cluster.loadgen.output_sample import sample_indices
 from cluster.kernel.output_sample import OutputSample
 from cluster.kernel.window import MeasuredWindow
+from cluster.kernel.window_job import WindowJob
 from cluster.loadgen.client import StreamPool, stream_request
 from cluster.loadgen.eval import WindowCompanion
 from cluster.loadgen.pacing import closed_loop, pace, shard_concurrency
 from cluster.loadgen.selection import prompt_fingerprint, prompt_fingerprints
 from cluster.loadgen.sessions import Answer, SessionPlan, dispatch_sessions
-from cluster.kernel.load_shapes import ClosedLoop, LoadPoint
-from cluster.loadgen.sink import DEFAULT_BATCH_ROWS, BatchCallback, RecordSink
+from cluster.loadgen.sink import BatchCallback, RecordSink
 from cluster.kernel.records import RequestRecord
 
 METRICS_TIMEOUT_S = 10.0
@@ -56,38 +57,33 @@ async def _scrape(session: aiohttp.ClientSession, engine: LoadTarget, base_url: 
     return dict(engine.spec_counters(text))
 
 
-def _check_shard(shard_index: int, num_shards: int) -> None:
-    if num_shards < 1 or not 0 <= shard_index < num_shards:
-        raise ValueError(f"shard_index must be in [0, num_shards) and num_shards >= 1, got {shard_index}/{num_shards}")
+@dataclass(frozen=True)
+class _Send:
+    """What the dispatcher of one shard sends and where its records go (built by run_window inside the window)."""
+
+    request_for: Callable[[Prompt], HttpRequest]
+    prompt_for: Callable[[int], Prompt]
+    indices: Sequence[int]
+    n_total: int
+    t0_ns: int
+    sink: RecordSink
+    sampled: frozenset[int] = frozenset()
+    samples: Optional[list[OutputSample]] = None
+    sessions: Optional[SessionPlan] = None
+    fingerprints: Optional[np.ndarray] = None
 
 
-async def _dispatch(
-    pool: StreamPool,
-    engine: LoadTarget,
-    base_url: str,
-    api: str,
-    request_for: Callable[[Prompt], HttpRequest],
-    prompt_for: Callable[[int], Prompt],
-    indices: Sequence[int],
-    n_total: int,
-    max_tokens: int,
-    load: LoadPoint,
-    seed: int,
-    request_timeout_s: float,
-    t0_ns: int,
-    sink: RecordSink,
-    num_shards: int,
-    shard_index: int,
-    sampled: frozenset[int] = frozenset(),
-    samples: Optional[list[OutputSample]] = None,
-    sessions: Optional[SessionPlan] = None,
-    fingerprints: Optional[np.ndarray] = None,
-) -> None:
-    """Send every request of this shard of the window; each finished record goes to `sink` exactly once. The
-    requests in `sampled` keep their output (a text-keeping parser) in `samples`; `sessions` sends the window as
-    multi-turn sessions (`indices` then holds this shard's sessions' requests). `fingerprints[i]` is request i's
-    prompt_fingerprint of prompt_for(i), hashed before the window; a prompt handed in (a session's turn) is hashed
-    after its response, off the send path."""
+async def _dispatch(pool: StreamPool, engine: LoadTarget, job: WindowJob, w: _Send) -> None:
+    """Send every request of this shard of the window; each finished record goes to `w.sink` exactly once. The
+    requests in `w.sampled` keep their output (a text-keeping parser) in `w.samples`; `w.sessions` sends the window
+    as multi-turn sessions (`w.indices` then holds this shard's sessions' requests). `w.fingerprints[i]` is request
+    i's prompt_fingerprint of prompt_for(i), hashed before the window; a prompt handed in (a session's turn) is
+    hashed after its response, off the send path."""
+    api, max_tokens, load, seed = job.api, job.max_tokens, job.load, job.seed
+    request_timeout_s, t0_ns, sink = job.request_timeout_s, w.t0_ns, w.sink
+    num_shards, shard_index, n_total = job.num_shards, job.shard_index, w.n_total
+    request_for, prompt_for, indices, sampled, samples = w.request_for, w.prompt_for, w.indices, w.sampled, w.samples
+    sessions, fingerprints = w.sessions, w.fingerprints
     new_parser = engine.new_parser
     clock = time.monotonic_ns
 
@@ -167,39 +163,22 @@ async def _dispatch(
             await asyncio.gather(*list(tasks))
 
 
-async def run_window(
-    engine: LoadTarget,
-    base_url: str,
-    api: str,
-    prompts: Sequence[Prompt],
-    max_tokens: int,
-    load: LoadPoint,
-    seed: int,
-    ignore_eos: bool,
-    temperature: float,
-    model_name: str,
-    request_timeout_s: float,
-    scrape_metrics: bool = True,
-    *,
-    on_batch: Optional[BatchCallback] = None,
-    batch_rows: int = DEFAULT_BATCH_ROWS,
-    shard_index: int = 0,
-    num_shards: int = 1,
-    start_unix_s: Optional[float] = None,
-    sessions: Optional[SessionPlan] = None,
-    alongside: Optional[WindowCompanion] = None,
-) -> MeasuredWindow:
-    """One measured window: one request per prompt, raw records as Arrow batches, client lag and server counters.
+async def run_window(engine: LoadTarget, job: WindowJob, prompts: Sequence[Prompt], *,
+                     on_batch: Optional[BatchCallback] = None, sessions: Optional[SessionPlan] = None,
+                     alongside: Optional[WindowCompanion] = None) -> MeasuredWindow:
+    """One measured window of `job`: one request per prompt, raw records as Arrow batches, client lag and server
+    counters.
 
-    Records leave in batches of at most `batch_rows` finished requests: to `on_batch` when given (the result's
+    Records leave in batches of at most `job.batch_rows` finished requests: to `on_batch` when given (the result's
     requests/chunks are then empty), else kept as Arrow and returned sorted by request_index. A shard sends the
     requests i with i % num_shards == shard_index at their place in the global schedule (open loop) or with its
-    share of the concurrency (closed loop); `start_unix_s` lets several shards start their windows together.
+    share of the concurrency (closed loop); `job.start_unix_s` lets several shards start their windows together.
     `alongside` (loadgen/eval.py) starts with the window and is told when its load has ended; its answers come back
     apart from the window's records (MeasuredWindow.eval_answers).
     """
-    _check_shard(shard_index, num_shards)
-    base_url = base_url.rstrip("/")
+    shard_index, num_shards, load = job.shard_index, job.num_shards, job.load
+    request_timeout_s, start_unix_s = job.request_timeout_s, job.start_unix_s
+    base_url = job.base_url.rstrip("/")
     n_total = len(prompts)
     indices: Sequence[int] = range(shard_index, n_total, num_shards)
     if sessions is not None:
@@ -209,19 +188,20 @@ async def run_window(
 
     def request_for(p: Prompt) -> HttpRequest:
         # built at send time: a long window never holds every request body at once
-        return engine.build_request(StreamRequest(api, p, p.max_tokens or max_tokens, ignore_eos, temperature, model_name))
+        return engine.build_request(StreamRequest(job.api, p, p.max_tokens or job.max_tokens, job.ignore_eos,
+                                                  job.temperature, job.model_name))
 
     def prompt_for(i: int) -> Prompt:
         return prompts[i]
 
     bound = load.shape.in_flight_bound(load)
     limit = shard_concurrency(bound, shard_index, num_shards) if bound else 0
-    sink = RecordSink(len(indices), batch_rows, on_batch)
+    sink = RecordSink(len(indices), job.batch_rows, on_batch)
     # what each request sends is hashed now, not in the window; a session's later turns are made in it
     fingerprints = prompt_fingerprints(prompts, indices) if sessions is None else None
     async with aiohttp.ClientSession(headers=engine.headers) as session, \
             StreamPool(base_url, max(limit, 1) if limit else 0, engine.headers, load.read_batch_s) as pool:
-        before = await _scrape(session, engine, base_url) if scrape_metrics else {}
+        before = await _scrape(session, engine, base_url) if job.scrape_metrics else {}
         if load.shape.closed:
             # the first wave's connections open before the window, so its TTFT holds no TCP set-up, like every
             # later request's on a kept-alive connection; an open loop's need is not known ahead and it connects
@@ -245,9 +225,8 @@ async def run_window(
         companion = asyncio.ensure_future(alongside(t0_ns, load_done)) if alongside is not None else None
         gc.freeze()
         try:
-            await _dispatch(pool, engine, base_url, api, request_for, prompt_for, indices, n_total, max_tokens,
-                            load, seed, request_timeout_s, t0_ns, sink, num_shards, shard_index,
-                            sample_indices(n_total), samples, sessions, fingerprints)
+            await _dispatch(pool, engine, job, _Send(request_for, prompt_for, indices, n_total, t0_ns, sink,
+                                                     sample_indices(n_total), samples, sessions, fingerprints))
         except BaseException:
             if companion is not None:
                 companion.cancel()
@@ -256,16 +235,14 @@ async def run_window(
             gc.unfreeze()
             load_done.set()
         sink.flush()
-        after = await _scrape(session, engine, base_url) if scrape_metrics else {}
+        after = await _scrape(session, engine, base_url) if job.scrape_metrics else {}
         eval_answers = await companion if companion is not None else ()
     assert sink.rows == len(indices), "every request must have exactly one record"
     requests, chunks = sink.kept_batches()
-    lag = client_lag(sink.lags())  # the runs row recomputes it from the committed requests the same way
-    if lag is not None:
-        duration_s = sink.last_end_ns / 1e9  # the window's first intended send is its start (offset 0)
-        lag_p50, lag_p99, lag_max = round(lag.p50_ns), round(lag.p99_ns), round(lag.max_ns)
-    else:
-        duration_s, lag_p50, lag_p99, lag_max = 0.0, 0, 0, 0
+    # rows streamed out leave their lag to whoever keeps them (the driver judges it over every shard's rows)
+    lag = client_lag(sink.lags()) if on_batch is None else None
+    lag_p50, lag_p99, lag_max = (round(lag.p50_ns), round(lag.p99_ns), round(lag.max_ns)) if lag else (0, 0, 0)
+    duration_s = sink.last_end_ns / 1e9 if sink.rows else 0.0  # the window's first intended send is its start
     return MeasuredWindow(
         requests=requests,
         chunks=chunks,
@@ -288,25 +265,11 @@ async def run_window(
     )
 
 
-async def warmup(
-    engine: LoadTarget,
-    base_url: str,
-    api: str,
-    prompts: list[Prompt],
-    max_tokens: int,
-    concurrency: int,
-    ignore_eos: bool,
-    temperature: float,
-    model_name: str,
-    timeout_s: float,
-) -> int:
-    """Send every prompt closed-loop at `concurrency` (timeout_s per request); return how many succeeded."""
+async def warmup(engine: LoadTarget, job: WindowJob, prompts: list[Prompt]) -> int:
+    """Send every prompt of the warmup's `job` (WindowJob.warmup); return how many succeeded."""
     if not prompts:
         return 0
-    res = await run_window(
-        engine, base_url, api, prompts, max_tokens, LoadPoint(ClosedLoop.kind, float(max(1, concurrency))), 0,
-        ignore_eos, temperature, model_name, timeout_s, scrape_metrics=False,
-    )
+    res = await run_window(engine, job, prompts)
     errors = res.requests.column("error").to_pylist()
     chunks = res.requests.column("num_chunks").to_pylist()
     return sum(1 for e, c in zip(errors, chunks) if e is None and c > 0)
@@ -360,30 +323,10 @@ def _run(coro_fn: Callable[[], Awaitable[Any]]) -> Any:
         loop.close()
 
 
-def run_load_point(
-    engine: LoadTarget,
-    base_url: str,
-    api: str,
-    prompts: Sequence[Prompt],
-    max_tokens: int,
-    load: LoadPoint,
-    seed: int,
-    ignore_eos: bool,
-    temperature: float,
-    model_name: str,
-    request_timeout_s: float,
-    scrape_metrics: bool = True,
-    **window_kw: Any,
-) -> MeasuredWindow:
-    """Synchronous `run_window` on its own event loop (for a sync actor method or a script).
-
-    `window_kw`: run_window's keyword-only options (on_batch, batch_rows, shard_index, num_shards, start_unix_s,
-    sessions).
-    """
+def run_load_point(engine: LoadTarget, job: WindowJob, prompts: Sequence[Prompt], *,
+                   on_batch: Optional[BatchCallback] = None, sessions: Optional[SessionPlan] = None,
+                   alongside: Optional[WindowCompanion] = None) -> MeasuredWindow:
+    """Synchronous `run_window` on its own event loop (for a sync actor method or a script)."""
     result: MeasuredWindow = _run(
-        lambda: run_window(
-            engine, base_url, api, prompts, max_tokens, load, seed, ignore_eos, temperature, model_name,
-            request_timeout_s, scrape_metrics, **window_kw,
-        )
-    )
+        lambda: run_window(engine, job, prompts, on_batch=on_batch, sessions=sessions, alongside=alongside))
     return result

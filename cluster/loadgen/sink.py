@@ -17,11 +17,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cluster.kernel.records import CHUNK_BATCH_SCHEMA, REQUEST_BATCH_SCHEMA, REQUEST_FIELDS, RequestRecord
+from cluster.kernel.window_job import DEFAULT_BATCH_ROWS
 
 BatchCallback = Callable[[pa.RecordBatch, pa.RecordBatch], None]
 """Called with (requests batch, chunks batch) in REQUEST_BATCH_SCHEMA / CHUNK_BATCH_SCHEMA."""
 
-DEFAULT_BATCH_ROWS = 4096
 
 _SCALARS = [f.name for f in REQUEST_FIELDS]
 

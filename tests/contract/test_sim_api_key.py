@@ -8,6 +8,7 @@ import asyncio
 import json
 import urllib.error
 import urllib.request
+from dataclasses import replace
 from typing import Callable
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from cluster.engines.base import Prompt, api_key_of
 from cluster.engines.sglang import SGLangEngine
 from cluster.loadgen.gate import collect_gate_answers
+from cluster.kernel.window_job import WindowJob
 from cluster.loadgen.runner import flush, run_load_point
 from cluster.kernel.runs import LoadPoint
 from cluster.server.process import http_get_json
@@ -53,10 +55,10 @@ def test_the_bound_engine_sends_the_key_everywhere(sim_factory: Callable[..., Si
     assert engine.headers == {"Authorization": f"Bearer {KEY}"} and plain.headers == {}
     assert KEY not in repr(engine)
     prompts = [Prompt(input_ids=(100 + i, 101, 102)) for i in range(4)]
-    args = ("native", prompts, 4, LoadPoint("concurrency", 2.0), 0, True, 0.0, "m", 30.0)
-    ok = run_load_point(engine, h.base, *args, scrape_metrics=True)
+    job = WindowJob(h.base, "native", 4, LoadPoint("concurrency", 2.0), 0, True, 0.0, "m", 30.0)
+    ok = run_load_point(engine, job, prompts)
     assert [r["error"] for r in ok.requests.to_pylist()] == [None] * 4
-    refused = run_load_point(plain, h.base, *args, scrape_metrics=False)
+    refused = run_load_point(plain, replace(job, scrape_metrics=False), prompts)
     assert all("401" in (r["error"] or "") for r in refused.requests.to_pylist())
     answers = asyncio.run(collect_gate_answers(engine, h.base, "m", 30.0))
     assert all(o.error is None for o in answers.outputs.values())

@@ -19,6 +19,7 @@ from cluster.analysis.metrics import summarize_run
 from cluster.engines.sglang import SGLangEngine
 from cluster.loadgen.prompt_sources import build_prompt_sequence
 from cluster.loadgen.runner import run_load_point
+from cluster.kernel.window_job import WindowJob
 from cluster.plan.capacity import CapacitySearch, Outcome, answer, drive
 from cluster.kernel.runs import LoadPoint
 from cluster.config.statistics import SLOSpec
@@ -36,8 +37,8 @@ def test_the_search_finds_the_known_capacity(sim_factory: Callable[..., SimHandl
 
     def measure(load: float) -> None:
         prompts = build_prompt_sequence(w, w.num_requests, seed=int(load), base_dir=tmp_path)
-        res = run_load_point(SGLangEngine(), sim.base, "native", prompts, 6, LoadPoint("concurrency", load),
-                             int(load), True, 0.0, "m", 60.0)
+        res = run_load_point(SGLangEngine(), WindowJob(sim.base, "native", 6, LoadPoint("concurrency", load), int(load),
+                                                       True, 0.0, "m", 60.0), prompts)
         m = summarize_run(pa.Table.from_batches([res.requests]), pa.Table.from_batches([res.chunks]),
                           res.duration_s, SLO)
         recorded[load] = Outcome("ok", m["slo_attainment"])

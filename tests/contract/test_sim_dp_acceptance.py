@@ -19,6 +19,7 @@ from cluster.engines.sglang_server_info import server_info_summary
 from cluster.kernel.runs import LoadPoint
 from cluster.loadgen.prompt_sources import build_prompt_sequence
 from cluster.loadgen.runner import run_load_point
+from cluster.kernel.window_job import WindowJob
 
 OUT_TOKENS = 32
 N_REQUESTS = 20
@@ -33,8 +34,8 @@ def test_run_acceptance_is_per_request_not_rank_zeros(sim_factory: Callable[...,
     w = WorkloadSpec.model_validate({"name": "w", "input_tokens": 16, "output_tokens": OUT_TOKENS,
                                      "num_requests": N_REQUESTS})
     prompts = build_prompt_sequence(w, N_REQUESTS, seed=1, base_dir=tmp_path)
-    res = run_load_point(SGLangEngine(), sim.base, "native", prompts, OUT_TOKENS,
-                         LoadPoint("concurrency", 4), 4, True, 0.0, "m", 60.0)
+    res = run_load_point(SGLangEngine(), WindowJob(sim.base, "native", OUT_TOKENS, LoadPoint("concurrency", 4), 4, True,
+                                                   0.0, "m", 60.0), prompts)
     run = summarize_run(res.requests, res.chunks, res.duration_s, None)
     assert run["n_ok"] == N_REQUESTS
 

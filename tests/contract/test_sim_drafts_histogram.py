@@ -18,6 +18,7 @@ from cluster.engines.sglang import SGLangEngine
 from cluster.kernel.runs import LoadPoint
 from cluster.loadgen.prompt_sources import build_prompt_sequence
 from cluster.loadgen.runner import run_load_point
+from cluster.kernel.window_job import WindowJob
 
 SPEC = ["--max-running-requests", "16", "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
         "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
@@ -36,8 +37,8 @@ def test_the_simulators_known_rates_land_in_the_measured_intervals(sim_factory: 
                                      "api": api, "ignore_eos": True,
                                      "prompts": {"source": "sharegpt", "path": str(rows)}})
     prompts = build_prompt_sequence(w, 80, seed=2, base_dir=tmp_path)
-    res = run_load_point(SGLangEngine(), sim.base, api, prompts, 96, LoadPoint("concurrency", 16), 2, True, 0.0,
-                         "m", 60.0, scrape_metrics=False)
+    res = run_load_point(SGLangEngine(), WindowJob(sim.base, api, 96, LoadPoint("concurrency", 16), 2, True, 0.0, "m",
+                                                   60.0, scrape_metrics=False), prompts)
     t = res.requests
     assert all(e is None for e in t.column("error").to_pylist())
     hists = t.column("spec_correct_drafts_histogram").to_pylist()

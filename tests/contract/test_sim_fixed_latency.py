@@ -16,6 +16,7 @@ from cluster.engines.sglang import SGLangEngine
 from cluster.config.sim_knobs import Knobs, KnobError
 from cluster.sim.pacer import Pacer
 from cluster.loadgen.runner import run_load_point
+from cluster.kernel.window_job import WindowJob
 from cluster.kernel.runs import LoadPoint
 
 from sim_process import SimHandle
@@ -25,8 +26,8 @@ def test_fixed_mode_streams_one_token_per_chunk_on_its_schedule(sim_factory: Cal
     h = sim_factory(knobs={"fixed_ttft_ms": 30.0, "fixed_itl_ms": 8.0})
     n_tokens, n_req = 12, 6
     prompts = [Prompt(input_ids=(100 + i, 101, 102)) for i in range(n_req)]
-    res = run_load_point(SGLangEngine(), h.base, "native", prompts, n_tokens, LoadPoint("concurrency", 3.0), 0,
-                         True, 0.0, "m", 30.0, scrape_metrics=False)
+    res = run_load_point(SGLangEngine(), WindowJob(h.base, "native", n_tokens, LoadPoint("concurrency", 3.0), 0, True,
+                                                   0.0, "m", 30.0, scrape_metrics=False), prompts)
     req = res.requests.to_pylist()
     assert all(r["error"] is None and r["num_chunks"] == n_tokens for r in req)
     assert all(r["completion_tokens"] == n_tokens and r["finish_reason"] == "length" for r in req)

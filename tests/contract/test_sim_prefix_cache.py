@@ -15,6 +15,7 @@ from cluster.analysis.metrics import summarize_run
 from cluster.engines.sglang import SGLangEngine
 from cluster.loadgen.prompt_sources import build_prompt_sequence
 from cluster.loadgen.runner import flush, run_load_point
+from cluster.kernel.window_job import WindowJob
 from cluster.kernel.runs import LoadPoint
 from cluster.config.workload import WorkloadSpec
 
@@ -26,8 +27,8 @@ def _window(sim: SimHandle, tmp: pathlib.Path) -> float:
         "name": "sp", "input_tokens": INPUT_TOKENS, "output_tokens": 4, "num_requests": N_REQUESTS,
         "prompts": {"source": "random_ids", "shared_prefix": {"groups": GROUPS, "tokens": PREFIX_TOKENS}}})
     prompts = build_prompt_sequence(w, N_REQUESTS, seed=3, base_dir=tmp)
-    res = run_load_point(SGLangEngine(), sim.base, "native", prompts, 4, LoadPoint("concurrency", 1), 3, True, 0.0,
-                         "m", 30.0)
+    res = run_load_point(SGLangEngine(), WindowJob(sim.base, "native", 4, LoadPoint("concurrency", 1), 3, True, 0.0,
+                                                   "m", 30.0), prompts)
     m = summarize_run(pa.Table.from_batches([res.requests]), pa.Table.from_batches([res.chunks]), res.duration_s)
     assert m["n_ok"] == N_REQUESTS
     rate = m["prefix_hit_rate"]

@@ -11,6 +11,7 @@ from sim_process import SimHandle
 from cluster.engines.sglang import SGLangEngine
 from cluster.loadgen.prompt_sources import build_prompt_sequence, build_session_plan
 from cluster.loadgen.runner import run_load_point
+from cluster.kernel.window_job import WindowJob
 from cluster.kernel.runs import LoadPoint
 from cluster.config.workload import WorkloadSpec
 
@@ -26,8 +27,8 @@ def test_later_turns_carry_the_answers_and_find_them_cached(sim_factory: Callabl
     n = w.num_requests
     prompts = build_prompt_sequence(w, n, seed=5, base_dir=tmp_path)
     plan = build_session_plan(w, n, 5, tmp_path)
-    res = run_load_point(SGLangEngine(), sim.base, "native", prompts, OUTPUT, LoadPoint("concurrency", 2), 5, True,
-                         0.0, "m", 30.0, sessions=plan)
+    res = run_load_point(SGLangEngine(), WindowJob(sim.base, "native", OUTPUT, LoadPoint("concurrency", 2), 5, True,
+                                                   0.0, "m", 30.0), prompts, sessions=plan)
     t = res.requests.to_pydict()
     assert all(e is None for e in t["error"]), t["error"]
     assert t["turn"] == [1, 2, 3] * SESSIONS and t["session_index"] == [s for s in range(SESSIONS) for _ in "abc"]
@@ -58,8 +59,8 @@ def test_chat_sessions_send_the_answers_as_assistant_turns(sim_factory: Callable
         "name": "c", "input_tokens": "dataset", "output_tokens": 4, "num_requests": 6, "api": "chat",
         "prompts": {"source": "sharegpt", "path": str(data)}, "sessions": {"turns": 3}})
     prompts = build_prompt_sequence(w, 6, seed=1, base_dir=tmp_path)
-    res = run_load_point(SGLangEngine(), sim.base, "chat", prompts, 4, LoadPoint("concurrency", 1), 1, True, 0.0,
-                         "m", 30.0, sessions=build_session_plan(w, 6, 1, tmp_path))
+    res = run_load_point(SGLangEngine(), WindowJob(sim.base, "chat", 4, LoadPoint("concurrency", 1), 1, True, 0.0, "m",
+                                                   30.0), prompts, sessions=build_session_plan(w, 6, 1, tmp_path))
     t = res.requests.to_pydict()
     assert all(e is None for e in t["error"]), t["error"]
     assert t["turn"] == [1, 2, 3, 1, 2, 3]

@@ -25,6 +25,7 @@ from cluster.engines.sglang import SGLangEngine
 from cluster.kernel.runs import LoadPoint
 from cluster.loadgen.prompt_sources import build_prompt_sequence
 from cluster.loadgen.runner import run_load_point
+from cluster.kernel.window_job import WindowJob
 from cluster.kernel.window import MeasuredWindow
 from cluster.plan.saturation import SweepPoint, sweep_saturation
 
@@ -36,8 +37,8 @@ def _window(sim: SimHandle, tmp_path: pathlib.Path, load: LoadPoint, n: int) -> 
     w = WorkloadSpec.model_validate({"name": "w", "input_tokens": 16, "output_tokens": OUT_TOKENS,
                                      "num_requests": n})
     prompts = build_prompt_sequence(w, n, seed=1, base_dir=tmp_path)
-    return run_load_point(SGLangEngine(), sim.base, "native", prompts, OUT_TOKENS, load, int(load.value), True,
-                          0.0, "m", 60.0)
+    return run_load_point(SGLangEngine(), WindowJob(sim.base, "native", OUT_TOKENS, load, int(load.value), True, 0.0,
+                                                    "m", 60.0), prompts)
 
 
 def _stretch(sim: SimHandle, tmp_path: pathlib.Path, load: LoadPoint,

@@ -46,6 +46,7 @@ def _session_window(base_url: str, tmp: Path) -> dict[str, list[Any]]:
     from cluster.engines.sglang import SGLangEngine
     from cluster.loadgen.prompt_sources import build_prompt_sequence, build_session_plan
     from cluster.loadgen.runner import run_load_point
+    from cluster.kernel.window_job import WindowJob
     from cluster.kernel.runs import LoadPoint
     from cluster.config.workload import WorkloadSpec
 
@@ -53,8 +54,9 @@ def _session_window(base_url: str, tmp: Path) -> dict[str, list[Any]]:
         "name": "s", "input_tokens": SESSION_INPUT, "output_tokens": SESSION_OUTPUT, "num_requests": 2 * SESSION_TURNS,
         "prompts": {"source": "random_ids", "vocab_size": 900}, "sessions": {"turns": SESSION_TURNS}})
     prompts = build_prompt_sequence(w, w.num_requests, 11, tmp)
-    res = run_load_point(SGLangEngine(), base_url, "native", prompts, SESSION_OUTPUT, LoadPoint("concurrency", 2.0),
-                         11, True, 0.0, "tiny", 300.0, sessions=build_session_plan(w, w.num_requests, 11, tmp))
+    res = run_load_point(SGLangEngine(), WindowJob(base_url, "native", SESSION_OUTPUT, LoadPoint("concurrency", 2.0),
+                                                   11, True, 0.0, "tiny", 300.0), prompts,
+                                                   sessions=build_session_plan(w, w.num_requests, 11, tmp))
     out: dict[str, list[Any]] = res.requests.to_pydict()
     return out
 

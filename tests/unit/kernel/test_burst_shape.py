@@ -17,6 +17,7 @@ from cluster.config.sim_knobs import Knobs
 from cluster.errors import UserError
 from cluster.engines.registry import get_engine
 from cluster.loadgen.prompt_sources import build_prompts
+from cluster.kernel.window_job import WindowJob
 from cluster.loadgen.runner import run_window
 from cluster.kernel.load_shapes import register_load_shape, unregister_load_shape
 from cluster.plan.runs import make_plan
@@ -64,8 +65,8 @@ def test_a_registered_shape_runs_its_schedule_against_the_simulator_and_is_label
 
     async def window() -> object:
         async with served_sim(Knobs(time_scale=0.01)) as url:
-            return await run_window(get_engine("sim"), url, "native", prompts, 3, run.load, run.seed, True, 0.0,
-                                    "m", 30.0)
+            job = WindowJob(url, "native", 3, run.load, run.seed, True, 0.0, "m", 30.0)
+            return await run_window(get_engine("sim"), job, prompts)
 
     res = asyncio.run(window())
     req = res.requests.to_pydict()  # type: ignore[attr-defined]

@@ -23,6 +23,7 @@ from cluster.engines.base import Prompt
 from cluster.engines.sglang import SGLangEngine
 from cluster.kernel.arrivals import poisson_offsets_ns
 from cluster.loadgen.runner import run_load_point, shard_concurrency
+from cluster.kernel.window_job import WindowJob
 from cluster.loadgen.sink import RecordSink
 from cluster.kernel.runs import LoadPoint
 from cluster.kernel.records import CHUNK_BATCH_SCHEMA, REQUEST_BATCH_SCHEMA, RequestRecord
@@ -107,9 +108,9 @@ def _prompts(n: int) -> list[Prompt]:
     return [Prompt(input_ids=(100, 101, 102))] * n
 
 
-def _run(url: str, n: int, load: LoadPoint, **kw: Any) -> Any:
-    return run_load_point(SGLangEngine(), url, "native", _prompts(n), CHUNKS, load, 7, True, 0.0, "m", 30.0,
-                          scrape_metrics=False, **kw)
+def _run(url: str, n: int, load: LoadPoint, on_batch: Any = None, **kw: Any) -> Any:
+    job = WindowJob(url, "native", CHUNKS, load, 7, True, 0.0, "m", 30.0, scrape_metrics=False, **kw)
+    return run_load_point(SGLangEngine(), job, _prompts(n), on_batch=on_batch)
 
 
 def test_twenty_thousand_requests_stream_out_in_bounded_batches_exactly_once() -> None:
@@ -195,8 +196,8 @@ def test_the_window_runs_with_what_was_alive_before_it_frozen_out_of_the_collect
 
     before = gc.get_freeze_count()
     with RawSSEServer() as srv:
-        res = run_load_point(Spy(), srv.url, "native", _prompts(20), CHUNKS, LoadPoint("concurrency", 4.0), 7,
-                             True, 0.0, "m", 30.0, scrape_metrics=False)
+        res = run_load_point(Spy(), WindowJob(srv.url, "native", CHUNKS, LoadPoint("concurrency", 4.0), 7, True, 0.0,
+                                              "m", 30.0, scrape_metrics=False), _prompts(20))
     assert res.n_requests == 20 and len(frozen) == 20
     assert min(frozen) > before
     assert gc.get_freeze_count() == before

@@ -18,6 +18,7 @@ from cluster.engines.registry import get_engine
 from cluster.errors import UserError
 from cluster.loadgen.prompt_sources import (build_prompt_sequence, build_session_plan, register_source,
                                             unregister_source, workload_selection)
+from cluster.kernel.window_job import WindowJob
 from cluster.loadgen.runner import run_window
 from cluster.plan.inputs import check_prompts
 from cluster.plan.runs import expand_variants, make_plan
@@ -69,8 +70,8 @@ def test_a_registered_source_runs_against_the_simulator_and_is_audited_as_itself
 
     async def window() -> pa.Table:
         async with served_sim(Knobs(time_scale=0.001)) as url:
-            res = await run_window(get_engine("sim"), url, w.api, prompts, 3, run.load, run.seed, True, 0.0, "m",
-                                   30.0, scrape_metrics=False)
+            job = WindowJob(url, w.api, 3, run.load, run.seed, True, 0.0, "m", 30.0, scrape_metrics=False)
+            res = await run_window(get_engine("sim"), job, prompts)
         return pa.Table.from_batches([res.requests])
 
     requests = asyncio.run(window())

@@ -20,6 +20,7 @@ from cluster.kernel.runs import LoadPoint
 from cluster.loadgen.eval import EvalFileError, ask_alone, during_window, read_eval_items
 from cluster.kernel.eval_task import EvalAnswer, EvalItem
 from cluster.loadgen.runner import run_window
+from cluster.kernel.window_job import WindowJob
 from tests.unit.loadgen.inprocess_sim import served_sim
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
@@ -80,8 +81,9 @@ def _run(knobs: Knobs) -> tuple[tuple[EvalAnswer, ...], tuple[EvalAnswer, ...], 
     async def body(url: str) -> tuple[tuple[EvalAnswer, ...], tuple[EvalAnswer, ...], pa.RecordBatch]:
         alone = await ask_alone(ENGINE, url, "m", ITEMS, 16, 10.0)
         prompts = [Prompt(input_ids=tuple(range(1, 17))) for _ in range(48)]
-        res = await run_window(ENGINE, url, "native", prompts, 64, LoadPoint("concurrency", 8), 7, True, 0.0, "m",
-                               10.0, scrape_metrics=False, alongside=during_window(ENGINE, url, "m", ITEMS, 16, 10.0))
+        res = await run_window(ENGINE, WindowJob(url, "native", 64, LoadPoint("concurrency", 8), 7, True, 0.0, "m",
+                                                 10.0, scrape_metrics=False), prompts, alongside=during_window(ENGINE,
+                                                 url, "m", ITEMS, 16, 10.0))
         return alone, res.eval_answers, res.requests
     out: tuple[tuple[EvalAnswer, ...], tuple[EvalAnswer, ...], pa.RecordBatch] = asyncio.run(_with_sim(knobs, body))
     return out

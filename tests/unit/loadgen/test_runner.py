@@ -21,6 +21,7 @@ from cluster.engines.base import CATEGORY_HEADER, Prompt
 from cluster.engines.sglang import SGLangEngine
 from cluster.kernel.arrivals import poisson_offsets_ns
 from cluster.loadgen.runner import flush, run_load_point, run_window, warmup
+from cluster.kernel.window_job import WindowJob
 from cluster.kernel.window import MeasuredWindow
 from cluster.kernel.runs import LoadPoint
 from cluster.kernel.records import CHUNK_BATCH_SCHEMA, REQUEST_BATCH_SCHEMA
@@ -154,7 +155,7 @@ async def _with_server(step_s: float, body: Any) -> Any:
 
 
 def _window(url: str, prompts: list[Prompt], load: LoadPoint, max_tokens: int = 11, timeout_s: float = 10.0) -> Any:
-    return run_window(ENGINE, url, "native", prompts, max_tokens, load, 42, True, 0.0, "m", timeout_s)
+    return run_window(ENGINE, WindowJob(url, "native", max_tokens, load, 42, True, 0.0, "m", timeout_s), prompts)
 
 
 def _check_ok_records(res: MeasuredWindow, n: int, max_tokens: int) -> None:
@@ -273,7 +274,8 @@ def test_timeout_and_connection_refused() -> None:
 
 def test_warmup_and_flush() -> None:
     async def body(fake: FakeSGLang, url: str) -> tuple[int, bool, bool]:
-        ok = await warmup(ENGINE, url, "native", _prompts(5, {2: FAIL_HTTP}), 4, 2, True, 0.0, "m", 5.0)
+        job = WindowJob(url, "native", 4, LoadPoint("rate", 1.0), 3, True, 0.0, "m", 5.0).warmup(2)
+        ok = await warmup(ENGINE, job, _prompts(5, {2: FAIL_HTTP}))
         fake.in_flight += 1  # pretend a request is pending: the flush must keep retrying, then give up
         refused = await flush(ENGINE, url, 0.6)
         fake.in_flight -= 1
@@ -298,8 +300,8 @@ def test_run_load_point_sync_with_server_thread() -> None:
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     try:
-        res = run_load_point(ENGINE, url, "native", _prompts(8), 6, LoadPoint("concurrency", 2), 1, True, 0.0, "m",
-                             10.0)
+        res = run_load_point(ENGINE, WindowJob(url, "native", 6, LoadPoint("concurrency", 2), 1, True, 0.0, "m", 10.0),
+                                               _prompts(8))
         _check_ok_records(res, 8, 6)
         assert fake.max_in_flight == 2
     finally:
@@ -434,8 +436,8 @@ def test_a_closed_loop_opens_its_first_wave_of_connections_before_the_window_sta
     holder: list[MeasuredWindow] = []
 
     async def body(url: str) -> None:
-        holder.append(await run_window(ENGINE, url, "native", _prompts(12), 2, LoadPoint("concurrency", 4),
-                                       42, True, 0.0, "m", 5.0, scrape_metrics=False))
+        holder.append(await run_window(ENGINE, WindowJob(url, "native", 2, LoadPoint("concurrency", 4), 42, True, 0.0,
+                                                         "m", 5.0, scrape_metrics=False), _prompts(12)))
 
     asyncio.run(_serve(handler, body))
     res = holder[0]

@@ -20,6 +20,7 @@ from cluster.engines.base import Prompt
 from cluster.engines.sglang import SGLangEngine
 from cluster.loadgen.prompt_sources import build_prompt_sequence, build_session_plan, workload_selection
 from cluster.loadgen.runner import run_window
+from cluster.kernel.window_job import WindowJob
 from cluster.loadgen.selection import prompt_fingerprint
 from cluster.kernel.runs import LoadPoint
 from cluster.config.sim_knobs import Knobs
@@ -102,9 +103,9 @@ def _workload(d: pathlib.Path, source: str) -> WorkloadSpec:
 
 async def _sim_window(prompts: Sequence[Prompt], wl: WorkloadSpec, d: pathlib.Path) -> pa.Table:
     async with served_sim(Knobs(time_scale=0.001)) as url:
-        res = await run_window(ENGINE, url, wl.api, prompts, 4, LoadPoint("concurrency", 4), 7, True, 0.0, "m",
-                               10.0, scrape_metrics=False,
-                               sessions=build_session_plan(wl, wl.num_requests, 7, d))
+        res = await run_window(ENGINE, WindowJob(url, wl.api, 4, LoadPoint("concurrency", 4), 7, True, 0.0, "m", 10.0,
+                                                 scrape_metrics=False), prompts, sessions=build_session_plan(wl,
+                                                 wl.num_requests, 7, d))
     return pa.Table.from_batches([res.requests])
 
 
