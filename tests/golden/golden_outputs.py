@@ -7,6 +7,7 @@ import io
 import json
 import math
 import os
+import re
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -161,9 +162,14 @@ def report() -> tuple[str, str]:
     return out + html, json.dumps({"png_files": pngs, "figures": figures}, indent=1, sort_keys=True) + "\n"
 
 
+ANSI_STYLE = re.compile(r"\x1b\[[0-9;]*m")
+"""Colour codes: rich adds them where the environment asks for a terminal (FORCE_COLOR, TTY_COMPATIBLE, read when
+its consoles are made at import); like the width, the terminal's business, not a figure."""
+
+
 def render_all() -> dict[str, str]:
     """Every output, by its expected file's name; call inside dataset_copy()."""
     outputs = {name: cli(args) for name, args in CLI_OUTPUTS.items()}
     outputs["run_summary.txt"] = run_summary()
     outputs["report.html"], outputs["report_figures.json"] = report()
-    return outputs
+    return {name: ANSI_STYLE.sub("", text) for name, text in outputs.items()}

@@ -3,8 +3,9 @@
 The dataset (tests/golden/data/golden-sim, Parquet as `sglbench run tests/golden/golden-sim.yaml` wrote it on the
 simulator) is fixed, so every figure derived from it is too: `results show`, `compare` (plain, --ci, --by category,
 --by position; table, JSON, CSV), `recommend` (table, JSON), the tables `sglbench run` ends with, and the report (its
-HTML and the numbers each figure is drawn from). Bootstrap intervals use the commands' default seeds. Nothing is
-normalised: the commands read a relative root at a fixed COLUMNS=80, so no path or terminal width reaches an output.
+HTML and the numbers each figure is drawn from). Bootstrap intervals use the commands' default seeds. The commands
+read a relative root at a fixed COLUMNS=80, so no path or terminal width reaches an output; colour codes (present
+only where the environment forces a terminal) are dropped; nothing else is normalised.
 A failure here means a change altered what a user sees; if that is intended, re-record with
 tests/golden/regenerate.py (read its docstring first) and say which outputs changed and why.
 """
