@@ -6,6 +6,8 @@ simulator) is fixed, so every figure derived from it is too: `results show`, `co
 HTML and the numbers each figure is drawn from). Bootstrap intervals use the commands' default seeds. The commands
 read a relative root at a fixed COLUMNS=80, so no path or terminal width reaches an output; colour codes (present
 only where the environment forces a terminal) are dropped; nothing else is normalised.
+Recorded with Python 3.11.7, numpy 2.4.6, pandas 3.1.1, matplotlib 3.11.2, rich 15.0.0, duckdb 2.0.1, pyarrow 26.0.1:
+a dependency upgrade that changes a rendering (a tick, a float's text) is a legitimate re-record, a refactor never.
 A failure here means a change altered what a user sees; if that is intended, re-record with
 tests/golden/regenerate.py (read its docstring first) and say which outputs changed and why.
 """
