@@ -138,8 +138,7 @@ def _artists(ax: Any) -> dict[str, Any]:
 
 
 def figure_numbers(fig: Figure) -> dict[str, Any]:
-    sup = fig._suptitle.get_text() if fig._suptitle is not None else ""  # noqa: SLF001 (matplotlib has no getter)
-    return {"suptitle": sup, "texts": [t.get_text() for t in fig.texts], "axes": [_artists(ax) for ax in fig.axes]}
+    return {"suptitle": fig.get_suptitle(), "texts": [t.get_text() for t in fig.texts], "axes": [_artists(ax) for ax in fig.axes]}
 
 
 def report() -> tuple[str, str]:
@@ -152,7 +151,7 @@ def report() -> tuple[str, str]:
     def record(fig: Figure, *args: Any, **kwargs: Any) -> None:
         figures.append(figure_numbers(fig))
 
-    Figure.savefig = record  # type: ignore[method-assign]
+    Figure.savefig = record  # type: ignore[method-assign, assignment]
     try:
         out = cli(["report", "--out", "report"])
     finally:

@@ -38,7 +38,8 @@ def test_output_is_unchanged(outputs: dict[str, str], name: str) -> None:
     expected = (EXPECTED / name).read_text()
     got = outputs.get(name, "")
     if got != expected:
-        diff = "".join(list(difflib.unified_diff(expected.splitlines(True), got.splitlines(True),
-                                                 f"expected/{name} (base a8528d0)", f"{name} now", n=1))[:80])
+        lines = difflib.unified_diff(expected.splitlines(True), got.splitlines(True),
+                                     f"expected/{name} (base a8528d0)", f"{name} now", n=1)
+        diff = "".join(line if len(line) <= 400 else line[:400] + " [...]\n" for line in list(lines)[:80])
         pytest.fail(f"{name} changed on the stored dataset (issue 36: no behaviour change):\n{diff}")
 
