@@ -1,8 +1,8 @@
 """No behaviour change on the write side: each stored run's figures, recomputed from its stored requests and chunks,
-equal the ones base a8528d0 wrote into its `runs` row (every `m_` metric, and the steady stretch).
+equal the ones base a8528d0 wrote into its `runs` row (every `m_` metric, GPU ones included, and the steady stretch).
 
 The results commands (test_golden.py) read the stored `m_` columns; this test holds the code that computes them
-(cluster/analysis/metrics.py summarize_run, steady_state.py), which issue 36's metric declarations and the sink's
+(cluster/analysis/metrics.py summarize_run, gpu_metrics.py summarize_gpu, steady_state.py), which issue 36's metric declarations and the sink's
 streaming summary replace. If summarize_run or steady_state is replaced, compute the figures here the new way
 (`_figures`, the one place that calls them) from the same records: they must still be equal. The comparison is
 exact; a failure says how far apart the two numbers are (a last-bit difference from another summation order reads
@@ -25,13 +25,16 @@ RUNS = sorted((DATA / EXPERIMENT / "runs").rglob("*.parquet"))
 STEADY = ("start_ns", "end_ns", "share", "output_tps", "tpot_ms", "accept_length", "requests", "rule")
 
 
-def _figures(requests: pa.Table, chunks: pa.Table, row: dict[str, Any]) -> dict[str, Any]:
+def _figures(requests: pa.Table, chunks: pa.Table, gpu: pa.Table, row: dict[str, Any]) -> dict[str, Any]:
     """A run row's `m_` and `steady_` figures computed from its records, as the driver computed them at a8528d0
     (cluster/analysis/run_row.py build_run_row: no SLO in this experiment, a closed loop's offered concurrency)."""
+    from cluster.analysis.gpu_metrics import summarize_gpu
     from cluster.analysis.metrics import summarize_run
     from cluster.analysis.steady_state import steady_state
 
     out: dict[str, Any] = {f"m_{k}": v for k, v in summarize_run(requests, chunks, row["duration_s"], None).items()}
+    out.update({f"m_{k}": v for k, v in summarize_gpu(gpu, row["duration_s"], out["m_output_tok_s"],
+                                                       requests).items()})
     assert row["load_kind"] == "concurrency"
     offered = min(int(row["load_value"]), requests.num_rows)
     ss = steady_state(requests, row["load_kind"], offered, row["duration_s"])
@@ -56,7 +59,8 @@ def test_a_runs_figures_are_the_stored_ones(path: Path) -> None:
     row = pq.read_table(path).to_pylist()[0]
     requests = pq.read_table(DATA / EXPERIMENT / "requests" / path.parent.name / path.name)
     chunks = pq.read_table(DATA / EXPERIMENT / "chunks" / path.parent.name / path.name)
-    got = _figures(requests, chunks, row)
+    gpu = pq.read_table(DATA / EXPERIMENT / "gpu_metrics" / path.parent.name / path.name)
+    got = _figures(requests, chunks, gpu, row)
     assert set(got) <= set(row), sorted(set(got) - set(row))
     changed = [f"{k}: stored {row[k]!r}, now {got[k]!r}{_gap(got[k], row[k])}"
                                     for k in sorted(got) if not _same(got[k], row[k])]
