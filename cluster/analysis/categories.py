@@ -31,15 +31,17 @@ BY_COLUMNS = ("category", "turn")
 _GROUP_SQL = "coalesce(CAST({by} AS VARCHAR), '-') AS category"
 _REQ_SQL = """
 SELECT run_key, {group}, tpot_ms, ttft_ms, output_tokens / (e2e_ms / 1000.0) AS user_tok_s
-FROM request_metrics WHERE run_key IN (SELECT unnest(?)) AND ok
+FROM request_metrics WHERE run_key IN (SELECT unnest(?)) AND ok ORDER BY run_key, request_index
 """
 _RUN_SQL = f"""
 SELECT run_key, {{group}}, count(*) AS n_ok, sum(output_tokens) AS out_tokens,
        {ACCEPT_LENGTH_SQL} AS accept_length,
        sum(cached_tokens) FILTER (WHERE prompt_tokens IS NOT NULL)
          / nullif(sum(prompt_tokens) FILTER (WHERE cached_tokens IS NOT NULL), 0) AS prefix_hit_rate
-FROM request_metrics WHERE run_key IN (SELECT unnest(?)) AND ok GROUP BY ALL
+FROM request_metrics WHERE run_key IN (SELECT unnest(?)) AND ok GROUP BY ALL ORDER BY run_key, category
 """
+# Both ordered: the bootstraps below draw by position, so an order DuckDB chose (hash order after GROUP BY) gave
+# other intervals from one call to the next on the same dataset.
 
 CATEGORY_METHOD = (
     "per category: acceptance length = Σ(tokens − 1)/Σ verify steps over the category's requests of each run, "
