@@ -101,3 +101,20 @@ def test_the_parser_reads_counts_lists_and_pending() -> None:
     assert cell(" pending ") is None
     with pytest.raises(ValueError):
         cell("3 files")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_throwaway_extension_is_its_listed_files_alone(kind: str) -> None:
+    """The `after` files exist, and no module of the package names the throwaway: it was added in those files alone
+    (a registry keyed by a name no package file mentions)."""
+    row = ROWS[kind]
+    if row.after is None:
+        pytest.skip(f"{kind}: 'after' is pending")
+    repo = DOC.parents[1]
+    for f in row.after.files:
+        assert (repo / f).is_file(), f"{kind}: {f} is listed but absent"
+    stems = {Path(f).stem for f in row.after.files if not Path(f).stem.startswith("test_")}
+    for path in sorted((repo / "cluster").rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        for stem in stems:
+            assert stem not in text, f"{kind}: {path.relative_to(repo)} names the throwaway {stem!r}"
