@@ -6,6 +6,8 @@ VENV_DIR="${1:-$(cd "$(dirname "$0")/.." && pwd)/.ci/venvs/sglang}"
 PYTHON="${PYTHON:-python3}"
 SGLANG_VERSION="0.5.23"
 TORCH_VERSION="2.13.0"
+# SGLang's model gateway (formerly sglang-router): 1.13.0 is the release current when SGLang 0.5.23 shipped.
+SMG_VERSION="1.13.0"
 REPO_DIR="$(cd "$(dirname "$0")/.." && pwd)"
 # "-server" in the stamp: a venv stamped by the parser-only script lacks the server's packages and is upgraded in place.
 STAMP="$VENV_DIR/.sglbench-sglang-$SGLANG_VERSION-server-ok"
@@ -30,7 +32,20 @@ install_standins() {
     standins_hash > "$STANDINS_STAMP"
 }
 
+# The gateway's launcher (`smg launch`) imports only setproctitle and PyYAML (installed below); --no-deps keeps out
+# grpcio/protobuf, which only `smg serve`'s gRPC workers use (protobuf would change what transformers imports).
+gateway_current() {
+    "$VENV_DIR/bin/python" -c 'import importlib.metadata as m, sys; sys.exit(m.version("smg") != sys.argv[1])' "$SMG_VERSION" 2>/dev/null
+}
+install_gateway() {
+    quiet "${PIP[@]}" --no-deps "smg==$SMG_VERSION"
+}
+
 if [[ -f "$STAMP" ]]; then
+    if ! gateway_current; then
+        install_gateway
+        echo "sglang venv: gateway smg $SMG_VERSION installed"
+    fi
     if [[ "$(cat "$STANDINS_STAMP" 2>/dev/null)" != "$(standins_hash)" ]]; then
         install_standins
         echo "sglang venv: CPU stand-ins reinstalled from $STANDINS_DIR"
@@ -58,6 +73,7 @@ quiet "${PIP[@]}" "openai==2.8.0" "transformers==5.19.0" "tokenizers==0.23.2" di
 # failing import on a CPU server start; docs/sglang-cpu-tier.md).
 quiet "${PIP[@]}" uvloop prometheus-client setproctitle einops jsonschema xgrammar soundfile python-multipart
 install_standins
+install_gateway
 
 "$VENV_DIR/bin/python" - <<'PY'
 import torch
@@ -65,7 +81,8 @@ assert torch.version.cuda is None, f"expected a CPU torch build, got CUDA {torch
 import importlib.metadata as m
 bad = [d.metadata["Name"] for d in m.distributions() if d.metadata["Name"].lower().startswith("nvidia")]
 assert not bad, f"CUDA packages pulled into the venv: {bad}"
-print("torch", torch.__version__, "sglang", m.version("sglang"), "stand-ins", m.version("sglbench-cpu-standins"))
+print("torch", torch.__version__, "sglang", m.version("sglang"), "stand-ins", m.version("sglbench-cpu-standins"),
+      "gateway smg", m.version("smg"))
 PY
 installed="$("$VENV_DIR/bin/python" -c 'import importlib.metadata as m; print(m.version("sglang"))')"
 if [[ "$installed" != "$SGLANG_VERSION" ]]; then
