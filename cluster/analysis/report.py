@@ -21,8 +21,8 @@ from cluster.analysis.acceptance_positions import (INTERVAL_METHOD, POSITION_MET
 from cluster.analysis.capacity import capacity_table, capacity_view
 from cluster.analysis.categories import categorised, category_view, compare_by_category
 from cluster.analysis.accuracy import accuracy_html
-from cluster.analysis.comparison import CI_METRICS, compare_view, compare_with_ci, point_label, request_arrays
-from cluster.analysis.metrics import METRIC_DEFINITIONS
+from cluster.analysis.comparison import ci_metrics, compare_view, compare_with_ci, point_label, request_arrays
+from cluster.analysis.metric_catalog import declared
 from cluster.analysis.recommend import Recommendations, decide
 from cluster.analysis.recommend_view import note_lines, recommend_view, schedule_lines
 from cluster.analysis.results import Results
@@ -47,11 +47,6 @@ _GPU_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 SIM_REFERENCE_GPU = "RTX PRO 6000 Blackwell"
 """The simulator is calibrated to the reference node (8× RTX PRO 6000 Blackwell); its bound uses that GPU."""
-
-_REPORT_METRICS = ("output_tok_s", "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_mean", "e2e_ms_p99", "itl_chunk_ms_p50",
-                   "itl_token_ms_p50", "tokens_per_chunk_mean", "per_user_tok_s_mean", "accept_length",
-                   "goodput_rps", "slo_attainment")
-
 
 def known_gpu(text: str) -> Optional[str]:
     """The GPU_BANDWIDTH_GBS key a GPU name (e.g. 'NVIDIA H200', 'NVIDIA H100 80GB HBM3') refers to."""
@@ -385,7 +380,8 @@ def _html(experiment: str, root: str, ci: pd.DataFrame, runs: pd.DataFrame, figs
             "run_key": bad["run_key"]})
         parts.append(_table_html(view))
     parts.append("<h2>Metric definitions</h2>")
-    defs = {m: METRIC_DEFINITIONS[m] for m in _REPORT_METRICS if m in METRIC_DEFINITIONS}
+    listed = sorted((m for m in declared() if m.report_at is not None), key=lambda m: m.report_at or 0)
+    defs = {m.name: m.definition for m in listed}
     defs["speedup"] = ("variant over baseline at the same workload and load point: output tok/s ratio, "
                        "or baseline TPOT / variant TPOT; > 1 means the variant is better")
     defs["TTFT/TPOT/E2E in the compare table"] = (
@@ -395,7 +391,7 @@ def _html(experiment: str, root: str, ci: pd.DataFrame, runs: pd.DataFrame, figs
     if by_pos is not None and not by_pos.empty:
         defs.update({name: f"{formula} [{unit}]" for name, (unit, formula) in POSITION_METRICS.items()})
     parts.append(_table_html(pd.DataFrame({"metric": list(defs), "definition": list(defs.values())})))
-    parts.append(f"<p>CI columns computed: {', '.join(m.name for m in CI_METRICS)}.</p></body></html>")
+    parts.append(f"<p>CI columns computed: {', '.join(m.name for m in ci_metrics())}.</p></body></html>")
     return "\n".join(parts)
 
 

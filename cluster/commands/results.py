@@ -96,7 +96,7 @@ def _open_pair(root: str, base: str, new_root: str, new: str) -> tuple[Results, 
 def print_compare_ci(results: Results, baseline: Optional[str], fmt_name: str, n_boot: int = 2000,
                      seed: int = 0) -> None:
     """Render compare_with_ci: 'estimate [lo, hi]' cells, speedup verdicts, then the warnings."""
-    from cluster.analysis.comparison import compare_view, compare_with_ci
+    from cluster.analysis.comparison import compare_columns, compare_view, compare_with_ci
 
     fmt = Format(fmt_name)
     experiment = results.experiment
@@ -110,14 +110,10 @@ def print_compare_ci(results: Results, baseline: Optional[str], fmt_name: str, n
     view = compare_view(df)
     view["variant"] = [f"{v}{'*' if b else ''}{f' ({e})' if is_simulated(e) else ''}"
                        for v, b, e in zip(df["variant"], df["is_baseline"], df["engine"])]
-    keep = ["load", "variant", "ok/failed/invalid", "steady tok/s", "output tok/s", "TTFT p99 ms", "TPOT mean ms",
-            "accept length", "speedup tok/s", "speedup TPOT"]
+    # the declared columns the terminal shows (metric_catalog Column.shown: e.g. prefix hit % once the cache served)
+    keep = ["load", "variant", "ok/failed/invalid"] + [label for label, _, shown in compare_columns(df) if shown]
     if df["workload"].nunique() > 1:
         keep.insert(0, "workload")
-    if df["goodput_rps"].notna().any():
-        keep.append("goodput req/s")
-    if (df["prefix_hit_rate"].fillna(0) > 0).any():  # prefix caching served something: say how much, per point
-        keep.append("prefix hit %")
     emit(view[keep].rename(columns={"ok/failed/invalid": "ok/f/i"}), fmt,
           title=f"{experiment}: estimate [95% CI]; latencies in ms; * = baseline; (sim) = simulated engine; "
                 f"ok/f/i = ok / failed / invalid repeats")
