@@ -6,10 +6,12 @@ table, CSV and JSON, and the report."""
 from __future__ import annotations
 
 import csv
+import importlib.util
 import io
 import json
 from dataclasses import replace
 from pathlib import Path
+from types import ModuleType
 from typing import Iterator
 
 import numpy as np
@@ -34,6 +36,7 @@ from cluster.plan.runs import make_plan
 from tests.unit.analysis.test_run_row import SEGMENT, SERVER
 
 MS = 1_000_000
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_the_catalog_declares_the_runs_schema_columns_in_order() -> None:
@@ -172,3 +175,23 @@ def test_the_throwaway_metric_is_in_the_report_definitions(throwaway: Metric, tm
     build_report(results, str(out), n_boot=200)
     page = (out / "index.html").read_text()
     assert "ttft_share_mean" in page and "the share of a request&#x27;s latency spent before its first token" in page
+
+
+def _reference() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("metric_reference", REPO / "scripts" / "metric_reference.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_definitions_page_is_the_generated_one() -> None:
+    assert (REPO / "docs" / "metrics.md").read_text(encoding="utf-8") == _reference().render(), \
+        "docs/metrics.md is stale: run python scripts/metric_reference.py"
+
+
+def test_the_throwaway_metric_is_on_the_definitions_page(throwaway: Metric) -> None:
+    page = _reference().render()
+    assert ("| `m_ttft_share_mean` | share | mean over ok requests of TTFT / E2E: the share of a request's latency "
+            "spent before its first token | `first_chunk_ns`, `last_chunk_ns`, `actual_send_ns` | lower | "
+            "mean over repeats | TTFT share |") in page
