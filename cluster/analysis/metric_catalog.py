@@ -113,6 +113,19 @@ class Speedup:
 
 
 @dataclass(frozen=True)
+class Mean:
+    """The metric's column in the plain compare table (its mean over a point's ok repeats): its place among the
+    exported columns, and its header, digits, place and mark in the terminal's table (short None: exports only)."""
+
+    at: int = 1_000
+    short: Optional[str] = None
+    digits: int = 1
+    short_at: int = 1_000
+    mark: Optional[tuple[str, str]] = None
+    """(compare column, suffix): the suffix follows a cell whose row has that column set"""
+
+
+@dataclass(frozen=True)
 class Metric:
     """One metric, declared once."""
 
@@ -128,6 +141,7 @@ class Metric:
     interval: Optional[Interval] = None
     column: Optional[Column] = None
     speedup: Optional[Speedup] = None
+    mean: Optional[Mean] = None
     report_at: Optional[int] = None
     """its place in the report's metric definitions (None: not listed)"""
     runs_column: str = ""
@@ -183,6 +197,17 @@ def with_speedups() -> tuple[Metric, ...]:
     return tuple(sorted(got, key=lambda m: m.speedup.draw if m.speedup else 0))
 
 
+def with_means() -> tuple[Metric, ...]:
+    """The metrics of the plain compare table, in their places."""
+    return tuple(sorted((m for m in declared() if m.mean is not None), key=lambda m: m.mean.at if m.mean else 0))
+
+
+def terminal_means() -> list[tuple[str, Mean]]:
+    """(metric, its Mean) of the plain compare table's terminal columns, in their places."""
+    got = [(m.name, m.mean) for m in declared() if m.mean is not None and m.mean.short is not None]
+    return sorted(got, key=lambda t: t[1].short_at)
+
+
 def ratio(num: float, den: float) -> Optional[float]:
     """num / den, None when den is not positive."""
     return float(num) / float(den) if den > 0 else None
@@ -215,12 +240,14 @@ def _stat(array: str, stat: str) -> Formula:
 
 
 def _latency(q: Quantity, stat: str, interval: Optional[Interval] = None, column: Optional[Column] = None,
-             speedup: Optional[Speedup] = None, report_at: Optional[int] = None) -> Metric:
+             speedup: Optional[Speedup] = None, mean: Optional[Mean] = None, report_at: Optional[int] = None) -> Metric:
     return declare(Metric(f"{q.name}_{stat}", q.unit, f"{q.describe()}; {stat}", q.depends, _stat(q.name, stat),
-                          better="lower", interval=interval, column=column, speedup=speedup, report_at=report_at))
+                          better="lower", interval=interval, column=column, speedup=speedup, mean=mean,
+                          report_at=report_at))
 
 
-def _count(name: str, definition: str, formula: Formula, sources: tuple[str, ...] = ("error", "first_chunk_ns")) -> None:
+def _count(name: str, definition: str, formula: Formula,
+           sources: tuple[str, ...] = ("error", "first_chunk_ns")) -> None:
     declare(Metric(name, "requests", definition, sources, formula))
 
 
@@ -270,25 +297,28 @@ _count("n_errors", "n_requests - n_ok", lambda r: float(r.n_requests - r.n_ok))
 declare(Metric("error_rate", "share", "n_errors / n_requests", ("error", "first_chunk_ns"),
                lambda r: ratio(r.n_requests - r.n_ok, r.n_requests), better="lower"))
 _latency(TTFT, "mean")
-_latency(TTFT, "p50", Interval("p50", "ttft_ms", draw=2), Column("TTFT p50 ms", 1, at=2), report_at=1)
+_latency(TTFT, "p50", Interval("p50", "ttft_ms", draw=2), Column("TTFT p50 ms", 1, at=2), mean=Mean(at=2),
+         report_at=1)
 _latency(TTFT, "p90")
 _latency(TTFT, "p99", Interval("p99", "ttft_ms", draw=3), Column("TTFT p99 ms", 1, at=3, shown="always"),
-         report_at=2)
+         mean=Mean(at=3, short="TTFT99", short_at=2), report_at=2)
 _latency(E2E, "mean")
 _latency(E2E, "p50")
 _latency(E2E, "p90")
 _latency(E2E, "p99", Interval("p99", "e2e_ms", draw=5), Column("E2E p99 ms", 0, at=5), report_at=4)
 _latency(TPOT, "mean", Interval("mean", "tpot_ms", draw=4), Column("TPOT mean ms", 2, at=4, shown="always"),
-         Speedup("speedup_tpot", draw=1, label="speedup TPOT", at=11, shown=True), report_at=3)
-_latency(TPOT, "p50")
+         Speedup("speedup_tpot", draw=1, label="speedup TPOT", at=11, shown=True),
+         Mean(at=4, short="TPOT", digits=2, short_at=3), report_at=3)
+_latency(TPOT, "p50", mean=Mean(at=5))
 _latency(TPOT, "p90")
 _latency(TPOT, "p99")
 _latency(ITL_CHUNK, "mean")
-_latency(ITL_CHUNK, "p50", Interval(draw=7), Column("ITL/chunk p50 ms", 2, at=6), report_at=5)
+_latency(ITL_CHUNK, "p50", Interval(draw=7), Column("ITL/chunk p50 ms", 2, at=6), mean=Mean(at=6), report_at=5)
 _latency(ITL_CHUNK, "p90")
 _latency(ITL_CHUNK, "p99")
 _latency(ITL_TOKEN, "mean")
-_latency(ITL_TOKEN, "p50", Interval(draw=8), Column("ITL/token p50 ms", 2, at=7), report_at=6)
+_latency(ITL_TOKEN, "p50", Interval(draw=8), Column("ITL/token p50 ms", 2, at=7),
+         mean=Mean(at=7, short="ITL/tok", digits=2, short_at=4), report_at=6)
 _latency(ITL_TOKEN, "p90")
 _latency(ITL_TOKEN, "p99")
 declare(Metric("tokens_per_chunk_mean", "tokens/chunk",
@@ -298,11 +328,12 @@ declare(Metric("tokens_per_chunk_mean", "tokens/chunk",
 declare(Metric("tokens_per_chunk_p50", "tokens/chunk", "median tokens per token-bearing chunk", _CHUNK_SOURCES,
                lambda r: r.percentile("chunk_tokens", 50.0, (50.0,)), better="higher"))
 declare(Metric("request_throughput_rps", "req/s", "n_ok / duration_s (SGLang/vLLM request_throughput)",
-               ("error", "first_chunk_ns"), lambda r: per_s(r.n_ok, r), better="higher"))
+               ("error", "first_chunk_ns"), lambda r: per_s(r.n_ok, r), better="higher", mean=Mean(at=0)))
 declare(Metric("output_tok_s", "tok/s", "sum of output tokens (server count, client count if missing) / duration_s "
                "(SGLang/vLLM output_throughput)", _OUT_SOURCES, _output_tok_s, better="higher",
                interval=Interval(draw=0), column=Column("output tok/s", 1, at=1, shown="always"),
-               speedup=Speedup("speedup_tok_s", draw=0, label="speedup tok/s", at=10, shown=True), report_at=0))
+               speedup=Speedup("speedup_tok_s", draw=0, label="speedup tok/s", at=10, shown=True),
+               mean=Mean(at=1, short="tok/s", short_at=1), report_at=0))
 declare(Metric("input_tok_s", "tok/s", "sum of input tokens (server prompt_tokens, else sent) / duration_s "
                "(SGLang/vLLM input_throughput)", _IN_SOURCES, _input_tok_s, better="higher"))
 declare(Metric("total_tok_s", "tok/s", "input_tok_s + output_tok_s (SGLang/vLLM total_throughput)",
@@ -315,7 +346,8 @@ declare(Metric("concurrency_mean", "requests", "sum of E2E_s / duration_s: mean 
 declare(Metric("accept_length", "tokens/verify step", "sum(output_tokens - 1) / sum(spec_verify_ct): tokens per "
                "verify step after the prefill token (sglbench, all engines)", _OUT_SOURCES + ("spec_verify_ct",),
                lambda r: r.acceptance.accept_length, better="higher", interval=Interval(draw=6),
-               column=Column("accept length", 2, at=9, shown="always"), report_at=9))
+               column=Column("accept length", 2, at=9, shown="always"),
+               mean=Mean(at=8, short="accept", digits=2, short_at=5), report_at=9))
 declare(Metric("sglang_accept_length", "tokens/verify step", "sum(completion_tokens) / sum(spec_verify_ct) "
                "(SGLang's meta_info definition)", _OUT_SOURCES + ("spec_verify_ct",),
                lambda r: r.acceptance.sglang_accept_length, better="higher"))
@@ -375,4 +407,9 @@ declare(Metric("steady_output_tps", "tok/s", "output tokens produced inside the 
                "(cluster/analysis/steady_state.py, docs/steady-state.md)", ("first_chunk_ns", "last_chunk_ns")
                + _OUT_SOURCES, producer="steady", better="higher", interval=Interval(draw=1),
                column=Column("steady tok/s", 1, at=0, shown="always", note=("steady_short", " (too short)")),
-               speedup=Speedup("speedup_steady_tps", draw=2), runs_column="steady_output_tps"))
+               speedup=Speedup("speedup_steady_tps", draw=2),
+               mean=Mean(at=9, short="steady", short_at=0, mark=("steady_short", "!")),
+               runs_column="steady_output_tps"))
+declare(Metric("steady_share", "share", "(steady_end_ns - steady_start_ns) / the window's duration: the share of the "
+               "window the steady stretch covers", ("actual_send_ns", "first_chunk_ns", "last_chunk_ns"),
+               producer="steady", mean=Mean(at=10), runs_column="steady_share"))

@@ -20,9 +20,10 @@ import pytest
 from typer.testing import CliRunner
 
 from cluster.analysis.comparison import ci_metrics, compare_columns, compare_view, compare_with_ci, speedups
-from cluster.analysis.metric_catalog import (Column, Interval, Metric, declare, declared, definitions, mean_of,
-                                             withdraw)
+from cluster.analysis.metric_catalog import (Column, Interval, Mean, Metric, declare, declared, definitions, mean_of,
+                                             terminal_means, withdraw)
 from cluster.analysis.metrics import summarize_run
+from cluster.analysis.query import compare_metrics
 from cluster.analysis.results import Results
 from cluster.analysis.run_row import build_run_row
 from cluster.cli import app
@@ -42,7 +43,7 @@ REPO = Path(__file__).resolve().parents[3]
 def test_the_catalog_declares_the_runs_schema_columns_in_order() -> None:
     assert tuple(m.name for m in declared("requests")) == METRIC_NAMES
     assert tuple(m.name for m in declared("gpu")) == GPU_METRIC_NAMES
-    assert [m.name for m in declared("steady")] == ["steady_output_tps"]
+    assert [m.name for m in declared("steady")] == ["steady_output_tps", "steady_share"]
     assert all(m.formula is not None for m in declared("requests"))
     assert all(m.formula is None for m in declared() if m.producer != "requests")
 
@@ -59,6 +60,12 @@ def test_intervals_speedups_columns_and_report_keep_their_order() -> None:
         ("energy_j_per_output_token", "mean", None), ("output_tok_s_per_w", "mean", None),
         ("gpu_power_w_mean", "mean", None), ("sm_clock_mhz_mean", "mean", None), ("sm_clock_mhz_p10", "mean", None)]
     assert [m.stored for m in ci_metrics()][:2] == ["m_output_tok_s", "steady_output_tps"]
+    assert [c for c, _ in compare_metrics()] == [
+        "request_throughput_rps", "output_tok_s", "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_mean", "tpot_ms_p50",
+        "itl_chunk_ms_p50", "itl_token_ms_p50", "accept_length", "steady_output_tps", "steady_share"]
+    assert [(name, c.short, c.digits) for name, c in terminal_means()] == [
+        ("steady_output_tps", "steady", 1), ("output_tok_s", "tok/s", 1), ("ttft_ms_p99", "TTFT99", 1),
+        ("tpot_ms_mean", "TPOT", 2), ("itl_token_ms_p50", "ITL/tok", 2), ("accept_length", "accept", 2)]
     assert speedups() == (("speedup_tok_s", "output_tok_s", True), ("speedup_tpot", "tpot_ms_mean", False),
                           ("speedup_steady_tps", "steady_output_tps", True))
     draws = [m.interval.draw for m in declared() if m.interval]
@@ -80,7 +87,8 @@ def throwaway() -> Iterator[Metric]:
     m = declare(Metric("ttft_share_mean", "share", "mean over ok requests of TTFT / E2E: the share of a request's "
                        "latency spent before its first token", ("first_chunk_ns", "last_chunk_ns", "actual_send_ns"),
                        _ttft_share_mean, better="lower", interval=Interval(),
-                       column=Column("TTFT share", 3, shown="always"), report_at=100))
+                       column=Column("TTFT share", 3, shown="always"), mean=Mean(short="TTFT/E2E", digits=3),
+                       report_at=100))
     try:
         yield m
     finally:
@@ -165,6 +173,13 @@ def test_the_throwaway_metric_reaches_the_run_row_compare_and_its_exports(throwa
     got_json = cli.invoke(app, base + ["--format", "json"])
     rows = json.loads(got_json.output)
     assert all("ttft_share_mean" in r and "ttft_share_mean_hi" in r for r in rows)
+
+    # the plain compare (means over ok repeats): its exports and the terminal's table
+    plain = ["results", "compare", "share", "--root", str(tmp_path)]
+    assert "ttft_share_mean" in next(csv.reader(io.StringIO(cli.invoke(app, plain + ["--format", "csv"]).output)))
+    got = cli.invoke(app, plain, env={"COLUMNS": "300"})
+    # base: (0.5 + 21/41) / 2 = 0.506
+    assert got.exit_code == 0 and "TTFT/E2E" in got.output and "0.506" in got.output, got.output
 
 
 def test_the_throwaway_metric_is_in_the_report_definitions(throwaway: Metric, tmp_path: Path) -> None:
