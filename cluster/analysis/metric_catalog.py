@@ -180,6 +180,19 @@ def metric(name: str) -> Metric:
     return _DECLARED[name]
 
 
+def stored(name: str) -> str:
+    """The runs column a declared metric is read from (m_<name>, or its own column)."""
+    return _DECLARED[name].stored
+
+
+def speedup_column(name: str) -> str:
+    """The compare column of a declared metric's speedup (ValueError naming it when it has none)."""
+    sp = _DECLARED[name].speedup
+    if sp is None:
+        raise ValueError(f"metric {name!r} is declared without a speedup")
+    return sp.column
+
+
 def definitions(producer: Optional[Producer] = None) -> dict[str, str]:
     """name → its definition, in declaration order."""
     return {m.name: m.definition for m in declared(producer)}

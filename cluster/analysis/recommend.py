@@ -37,6 +37,7 @@ import pandas as pd
 import pyarrow as pa
 
 from cluster.kernel import stats
+from cluster.analysis.metric_catalog import speedup_column
 from cluster.analysis.results import Results
 
 MIN_REPEATS = 2
@@ -244,7 +245,8 @@ def depth_schedule(recs: Sequence[Recommendation], depths: Mapping[str, Optional
     return out
 
 
-SPEEDUP_COLUMNS: tuple[tuple[str, str], ...] = (("speedup_steady_tps", STEADY), ("speedup_tok_s", WHOLE_WINDOW))
+SPEEDUP_COLUMNS: tuple[tuple[str, str], ...] = ((speedup_column("steady_output_tps"), STEADY),
+                                                (speedup_column("output_tok_s"), WHOLE_WINDOW))
 """compare's throughput speedup columns, preferred first (each with _lo, _hi and _verdict beside it)."""
 
 
