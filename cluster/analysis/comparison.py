@@ -269,7 +269,6 @@ def compare_with_ci(results: Results, baseline: Optional[str] = None, n_boot: in
     out = out.sort_values(list(POINT_KEYS) + ["_vorder"], kind="stable").drop(columns="_vorder")
     out = out.reset_index(drop=True)
     out.attrs["ci_method"] = CI_METHOD
-    out.attrs["baseline"] = baseline
     return out
 
 

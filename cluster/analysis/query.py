@@ -241,6 +241,14 @@ def resolve_baseline(runs: pd.DataFrame, baseline: Optional[str], experiment: st
     return baseline
 
 
+def baseline_of(table: pd.DataFrame) -> Optional[str]:
+    """The baseline variant of a compare table: its rows marked is_baseline (None when none is)."""
+    if table.empty or "is_baseline" not in table.columns:
+        return None
+    marked = table.loc[table["is_baseline"].fillna(False).astype(bool), "variant"]
+    return str(marked.iloc[0]) if len(marked) else None
+
+
 def _with_speedup(df: pd.DataFrame, baseline: Optional[str], variants: list[str]) -> pd.DataFrame:
     """Mark the baseline, add output tok/s speedup over it at the same load point, order rows by point then plan."""
     df["is_baseline"] = df["variant"] == baseline

@@ -38,6 +38,7 @@ import pyarrow as pa
 
 from cluster.kernel import stats
 from cluster.analysis.metric_catalog import speedup_column
+from cluster.analysis.query import baseline_of
 from cluster.analysis.results import Results
 
 MIN_REPEATS = 2
@@ -339,11 +340,11 @@ def decide(results: Results, ci: pd.DataFrame) -> Recommendations:
     from cluster.analysis.accuracy import gates_with_accuracy
 
     correctness = results.table("correctness")
-    gates = gates_with_accuracy(gate_verdicts(correctness), correctness, ci.attrs.get("baseline"))
+    gates = gates_with_accuracy(gate_verdicts(correctness), correctness, baseline_of(ci))
     from cluster.analysis.adaptive_runs import adaptive_variants
 
     adaptive = adaptive_variants(results.runs())
     evidence = evidence_from(ci, depths, gates)
     recs = recommend([e for e in evidence if e.variant not in adaptive])  # a schedule of fixed depths only
-    return Recommendations(tuple(recs), tuple(depth_schedule(recs, depths)), ci.attrs.get("baseline"),
+    return Recommendations(tuple(recs), tuple(depth_schedule(recs, depths)), baseline_of(ci),
                            str(ci.attrs.get("ci_method", "")), tuple(sorted(adaptive)), tuple(evidence))

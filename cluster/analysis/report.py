@@ -23,6 +23,7 @@ from cluster.analysis.categories import categorised, category_view, compare_by_c
 from cluster.analysis.accuracy import accuracy_html
 from cluster.analysis.comparison import ci_metrics, compare_view, compare_with_ci, point_label, request_arrays
 from cluster.analysis.metric_catalog import declared
+from cluster.analysis.query import baseline_of
 from cluster.analysis.recommend import Recommendations, decide
 from cluster.analysis.recommend_view import note_lines, recommend_view, schedule_lines
 from cluster.analysis.results import Results
@@ -296,7 +297,7 @@ def build_report(results: Results, out_dir: Optional[str] = None, n_boot: int = 
     by_cat = categorised(compare_by_category(results, n_boot=n_boot, seed=seed))
     by_turn = categorised(compare_by_category(results, n_boot=n_boot, seed=seed, by="turn"), "turn")
     cap = capacity_table(results, n_boot=n_boot, seed=seed)
-    rec_html = recommendation_html(decide(results, ci)) + accuracy_html(results, ci.attrs.get("baseline")) + health_html(acceptance_health(results))
+    rec_html = recommendation_html(decide(results, ci)) + accuracy_html(results, baseline_of(ci)) + health_html(acceptance_health(results))
     by_pos = position_view(acceptance_by_position(results.table("requests", READ_COLUMNS), runs))
     page = _html(experiment, root, ci, runs, figs, engines, bw, bpt, by_cat, by_turn, cap, by_pos, rec_html)
     path = out / "index.html"
