@@ -312,7 +312,7 @@ def _html(experiment: str, root: str, ci: pd.DataFrame, runs: pd.DataFrame, figs
     e = html.escape
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>sglbench: {e(experiment)}</title>"
              f"<style>{_CSS}</style></head><body><h1>sglbench report: {e(experiment)}</h1>",
-             f"<p>Dataset root: <code>{e(root)}</code>. Baseline: <b>{e(str(ci.attrs.get('baseline')))}</b>. "
+             f"<p>Dataset root: <code>{e(root)}</code>. Baseline: <b>{e(str(baseline_of(ci)))}</b>. "
              f"Runs: {len(runs)} ({int((runs['status'] == 'ok').sum())} ok).</p>"]
     eng = ", ".join(f"{e(v)}: {e(x)}" for v, x in engines.items())
     parts.append(f"<p>Engines: {eng}.</p>")
