@@ -210,3 +210,11 @@ def test_the_throwaway_metric_is_on_the_definitions_page(throwaway: Metric) -> N
     assert ("| `m_ttft_share_mean` | share | mean over ok requests of TTFT / E2E: the share of a request's latency "
             "spent before its first token | `first_chunk_ns`, `last_chunk_ns`, `actual_send_ns` | lower | "
             "mean over repeats | TTFT share |") in page
+
+
+def test_a_name_declared_twice_or_a_request_metric_without_formula_is_refused() -> None:
+    with pytest.raises(ValueError, match="'output_tok_s' is declared twice"):
+        declare(Metric("output_tok_s", "tok/s", "again", ()))
+    with pytest.raises(ValueError, match="'no_formula': a request metric needs its formula"):
+        declare(Metric("no_formula", "tokens", "nothing computes it", ()))
+    assert "no_formula" not in definitions()
