@@ -4,7 +4,8 @@ Inputs are the `requests` and `chunks` tables of one run (cluster.kernel.records
 measured window's start. Every latency is reported in ms as `<name>_mean`, `_p50`, `_p90`, `_p99`
 (percentiles: numpy's linear interpolation, as sglang.benchmark.serving). The per-request quantities (TTFT, E2E,
 TPOT, ITL, acceptance, lag) are declared once, with their SQL, in cluster/analysis/request_metrics.py; this module
-computes the run-level statistics of them. Definitions:
+builds the inputs (run_inputs) that each run metric's formula, declared once in cluster/analysis/metric_catalog.py
+(docs/metrics.md), reads. The conventions behind those declarations, with the peers they follow:
 
 - ok request: `error` is null and at least one chunk arrived (first/last_chunk_ns set). Latency, throughput and
   acceptance metrics use ok requests only; n_errors = n_requests - n_ok.
