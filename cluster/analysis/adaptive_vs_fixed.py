@@ -10,6 +10,7 @@ from typing import Optional, Sequence
 import pandas as pd
 
 from cluster.analysis.adaptive_runs import adaptive_variants
+from cluster.analysis.query import baseline_of
 from cluster.analysis.recommend import Evidence, Recommendations, load_text, ratio_text
 from cluster.analysis.results import Results
 from cluster.errors import UserError
@@ -113,7 +114,7 @@ def adaptive_comparison_lines(results: Results, ci: pd.DataFrame) -> list[str]:
     from cluster.analysis.recommend import evidence_from, gate_verdicts, run_depths
 
     correctness = results.table("correctness")
-    gates = gates_with_accuracy(gate_verdicts(correctness), correctness, ci.attrs.get("baseline"))
+    gates = gates_with_accuracy(gate_verdicts(correctness), correctness, baseline_of(ci))
     lines = adaptive_lines(evidence_from(ci, run_depths(results.runs()), gates), adaptive)
     multi = len({x.workload for x in lines}) > 1
     return [adaptive_line_text(x, multi) for x in lines]

@@ -20,6 +20,7 @@ import pandas as pd
 
 from cluster.kernel import stats
 from cluster.analysis.comparison import CI_LEVEL, format_estimate, format_speedup
+from cluster.analysis.metric_catalog import stored
 from cluster.analysis.query import resolve_baseline
 from cluster.analysis.results import Results
 from cluster.analysis.run_row import reported_cap
@@ -44,10 +45,11 @@ def search_of(results: Results) -> Optional[SearchSpec]:
 def _repeat_answer(search: CapacitySearch, g: pd.DataFrame) -> tuple[CapacityAnswer, list[str]]:
     """The answer of one repeat's runs and the loads inside the range whose runs were not ok."""
     inside = g[(g["load_value"] >= search.min_load) & (g["load_value"] <= search.max_load)]
-    ok = inside[(inside["status"] == "ok") & inside["m_slo_attainment"].notna()]
+    attained = stored("slo_attainment")
+    ok = inside[(inside["status"] == "ok") & inside[attained].notna()]
     probes = [Probe(float(x), float(a), point_of(float(x), [t], [f], [c])) for x, a, t, f, c in  # + figures: saturation
-              zip(ok["load_value"], ok["m_slo_attainment"], ok["m_output_tok_s"], ok["m_ttft_ms_p50"],
-                  ok["m_concurrency_mean"])]
+              zip(ok["load_value"], ok[attained], ok[stored("output_tok_s")], ok[stored("ttft_ms_p50")],
+                  ok[stored("concurrency_mean")])]
     bad = [f"{float(x):g} {s}" for x, s in zip(inside["load_value"], inside["status"]) if s != "ok"]
     return answer(search, probes), bad
 

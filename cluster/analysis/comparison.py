@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 import numpy as np
@@ -14,6 +13,7 @@ from cluster.engines.sim_launch import SIM_KNOBS_KEY
 from cluster.kernel.load_shapes import load_shape
 from cluster.input_files import JsonObject, JsonValue
 from cluster.kernel import stats
+from cluster.analysis.metric_catalog import Metric, declared, with_intervals, with_speedups
 from cluster.analysis.point_marks import with_marks
 from cluster.analysis.query import POINT_KEYS, connect, resolve_baseline
 from cluster.analysis.results import Results, ServerArgsRow
@@ -34,47 +34,18 @@ this share: the A/B then measured clocks as well as the variants.
 of ~2 GHz) and below the drop of a power-capped or thermally throttled one (typically 10-40%)."""
 
 
-@dataclass(frozen=True)
-class CiMetric:
-    """One compare column: where its per-run data comes from and which statistic is estimated."""
-
-    name: str
-    request_field: Optional[str]  # per-request array (hierarchical bootstrap), or None for run level only
-    run_column: str  # runs-table column used at run level
-    stat: str
+def ci_metrics() -> tuple[Metric, ...]:
+    """The metrics compare estimates an interval for (every declared metric with an Interval), in draw order.
+    Run-level ones are bootstrapped over one value per run; request-level ones over runs, then requests."""
+    return with_intervals()
 
 
-CI_METRICS: tuple[CiMetric, ...] = (
-    CiMetric("output_tok_s", None, "m_output_tok_s", "mean"),
-    CiMetric("steady_output_tps", None, "steady_output_tps", "mean"),
-    CiMetric("ttft_ms_p50", "ttft_ms", "m_ttft_ms_p50", "p50"),
-    CiMetric("ttft_ms_p99", "ttft_ms", "m_ttft_ms_p99", "p99"),
-    CiMetric("tpot_ms_mean", "tpot_ms", "m_tpot_ms_mean", "mean"),
-    CiMetric("e2e_ms_p99", "e2e_ms", "m_e2e_ms_p99", "p99"),
-    CiMetric("accept_length", None, "m_accept_length", "mean"),
-    CiMetric("itl_chunk_ms_p50", None, "m_itl_chunk_ms_p50", "mean"),
-    CiMetric("itl_token_ms_p50", None, "m_itl_token_ms_p50", "mean"),
-    CiMetric("tokens_per_chunk_mean", None, "m_tokens_per_chunk_mean", "mean"),
-    CiMetric("per_user_tok_s_mean", None, "m_per_user_tok_s_mean", "mean"),
-    CiMetric("goodput_rps", None, "m_goodput_rps", "mean"),
-    CiMetric("slo_attainment", None, "m_slo_attainment", "mean"),
-    CiMetric("prefix_hit_rate", None, "m_prefix_hit_rate", "mean"),
-    CiMetric("energy_j_per_output_token", None, "m_energy_j_per_output_token", "mean"),
-    CiMetric("output_tok_s_per_w", None, "m_output_tok_s_per_w", "mean"),
-    CiMetric("gpu_power_w_mean", None, "m_gpu_power_w_mean", "mean"),
-    CiMetric("sm_clock_mhz_mean", None, "m_sm_clock_mhz_mean", "mean"),
-    CiMetric("sm_clock_mhz_p10", None, "m_sm_clock_mhz_p10", "mean"),
-)
-"""Run-level metrics are bootstrapped over one value per run; request-level ones over runs, then requests."""
+def speedups() -> tuple[tuple[str, str, bool], ...]:
+    """(column, metric, higher is better) of every declared speedup, in draw order: a speedup > 1 always means the
+    variant is better than the baseline. Each column is its own Holm family; speedup_steady_tps is what `results
+    recommend` prefers (NaN for runs recorded without a steady stretch)."""
+    return tuple((m.speedup.column, m.name, m.better != "lower") for m in with_speedups() if m.speedup is not None)
 
-SPEEDUPS: tuple[tuple[str, str, bool], ...] = (
-    ("speedup_tok_s", "output_tok_s", True),
-    ("speedup_tpot", "tpot_ms_mean", False),
-    ("speedup_steady_tps", "steady_output_tps", True),
-)
-"""(column, metric, higher is better): a speedup > 1 always means the variant is better than the baseline. Each
-column is its own Holm family; speedup_steady_tps is what `results recommend` prefers (NaN for runs recorded
-without a steady stretch)."""
 
 CI_METHOD = (
     "95% intervals: hierarchical bootstrap (resample repeats, then requests within each drawn repeat) for "
@@ -137,12 +108,14 @@ def _run_values(runs: pd.DataFrame, column: str) -> list[np.ndarray]:
     return [np.array([v]) for v in vals if np.isfinite(v)]
 
 
-def metric_runs(m: CiMetric, runs: pd.DataFrame, arrays: dict[str, dict[str, np.ndarray]],
+def metric_runs(m: Metric, runs: pd.DataFrame, arrays: dict[str, dict[str, np.ndarray]],
                  request_level: bool) -> list[np.ndarray]:
-    if request_level and m.request_field is not None:
-        got = [arrays.get(k, {}).get(m.request_field) for k in runs["run_key"]]
+    """A cell's data for one metric: per ok run, its requests' values (request-level intervals) or its value."""
+    field = m.interval.request_field if m.interval is not None else None
+    if request_level and field is not None:
+        got = [arrays.get(k, {}).get(field) for k in runs["run_key"]]
         return [a for a in got if a is not None and a.size and np.all(np.isfinite(a))]
-    return _run_values(runs, m.run_column)
+    return _run_values(runs, m.stored)
 
 
 def _unvouched(cell: pd.DataFrame) -> list[str]:
@@ -241,20 +214,21 @@ def compare_with_ci(results: Results, baseline: Optional[str] = None, n_boot: in
     cells: dict[tuple[Any, ...], dict[str, list[np.ndarray]]] = {}
     repeats: dict[tuple[Any, ...], list[int]] = {}
     keys = list(POINT_KEYS) + ["variant"]
+    estimated = ci_metrics()
     for i, (key, cell) in enumerate(runs.groupby(keys, sort=False)):
         ok = cell[cell["status"] == "ok"]
         rng = np.random.default_rng([seed, i])
-        per_metric = {m.name: metric_runs(m, ok, arrays, request_level) for m in CI_METRICS}
+        per_metric = {m.name: metric_runs(m, ok, arrays, request_level) for m in estimated}
         row: dict[str, Any] = dict(zip(keys, key))
         row.update(engine=cell["engine"].iloc[0], is_baseline=key[-1] == baseline, n_runs=len(ok),
                    n_failed=int((cell["status"] == "failed").sum()),
                    n_invalid=int((cell["status"] == "invalid").sum()))
-        for m in CI_METRICS:
+        for m in estimated:
             data = per_metric[m.name]
             est: Optional[stats.Estimate] = None
-            if data:
-                est = (stats.hierarchical_bootstrap(data, m.stat, n_boot, rng=rng, level=CI_LEVEL)
-                       if request_level and m.request_field else
+            if data and m.interval is not None:
+                est = (stats.hierarchical_bootstrap(data, m.interval.stat, n_boot, rng=rng, level=CI_LEVEL)
+                       if request_level and m.interval.request_field else
                        stats.run_level_bootstrap(np.concatenate(data), "mean", n_boot, rng=rng, level=CI_LEVEL))
             row.update(_est_cols(m.name, est))
         # unvouched: the warnings that say the cell's figures are not the variant's alone (results recommend
@@ -266,7 +240,7 @@ def compare_with_ci(results: Results, baseline: Optional[str] = None, n_boot: in
         rows.append(row)
     out = with_marks(pd.DataFrame(rows), runs)
     _clock_warnings(out, keys, baseline)
-    for n_sp, (col, metric, higher) in enumerate(SPEEDUPS):
+    for n_sp, (col, metric, higher) in enumerate(speedups()):
         ests: list[tuple[int, stats.RatioEstimate]] = []
         for idx, row in out.iterrows():
             key = tuple(row[k] for k in keys)
@@ -296,7 +270,6 @@ def compare_with_ci(results: Results, baseline: Optional[str] = None, n_boot: in
     out = out.sort_values(list(POINT_KEYS) + ["_vorder"], kind="stable").drop(columns="_vorder")
     out = out.reset_index(drop=True)
     out.attrs["ci_method"] = CI_METHOD
-    out.attrs["baseline"] = baseline
     return out
 
 
@@ -333,47 +306,51 @@ def short_point_label(kind: str, value: float) -> str:
     return load_shape(kind).short_label(value)
 
 
+def _metric_cells(ci: pd.DataFrame, m: Metric) -> list[str]:
+    """A metric's compare column as display strings, by its declaration: digits, scale and note."""
+    col = m.column
+    assert col is not None
+    p, lo, hi = ci[m.name], ci[f"{m.name}_lo"], ci[f"{m.name}_hi"]
+    if col.scale != 1.0:
+        p, lo, hi = (col.scale * x.astype(float) for x in (p, lo, hi))
+    cells = [format_estimate(*t, digits=col.digits) for t in zip(p, lo, hi)]
+    if col.note is not None:
+        flag, suffix = col.note
+        cells = [c + (suffix if f else "") for c, f in zip(cells, ci[flag])]
+    return cells
+
+
+def _speedup_cells(ci: pd.DataFrame, column: str) -> list[str]:
+    return [format_speedup(*t) for t in zip(ci[column], ci[f"{column}_lo"], ci[f"{column}_hi"],
+                                            ci[f"{column}_verdict"])]
+
+
+def compare_columns(ci: pd.DataFrame) -> list[tuple[str, list[str], bool]]:
+    """The declared metric and speedup columns of the compare table, in their places: (label, cells, shown in the
+    terminal's table); a metric's shown rule (when_any, when_positive) is judged on `ci`."""
+    placed: list[tuple[int, str, list[str], bool]] = []
+    for m in declared():
+        if m.column is not None and m.name in ci.columns:
+            shown = m.column.shown
+            show = (shown == "always" or (shown == "when_any" and bool(ci[m.name].notna().any()))
+                    or (shown == "when_positive" and bool((ci[m.name].fillna(0) > 0).any())))
+            placed.append((m.column.at, m.column.label, _metric_cells(ci, m), show))
+        sp = m.speedup
+        if sp is not None and sp.label is not None and sp.column in ci.columns:
+            placed.append((sp.at, sp.label, _speedup_cells(ci, sp.column), sp.shown))
+    return [(label, cells, show) for _, label, cells, show in sorted(placed, key=lambda t: t[0])]
+
+
 def compare_view(ci: pd.DataFrame) -> pd.DataFrame:
-    """The CI compare table as display strings: 'estimate [lo, hi]' and speedup verdicts."""
+    """The CI compare table as display strings: 'estimate [lo, hi]' and speedup verdicts, a column per declared
+    metric column and speedup (metric_catalog)."""
     return pd.DataFrame({
         "workload": ci["workload"],
         "load": [point_label(k, v) for k, v in zip(ci["load_kind"], ci["load_value"])],
         "variant": [f"{v}{' (baseline)' if b else ''}" for v, b in zip(ci["variant"], ci["is_baseline"])],
         "engine": [f"{e} (simulated)" if is_simulated(e) else e for e in ci["engine"]],
         "ok/failed/invalid": [f"{a}/{b}/{c}" for a, b, c in zip(ci["n_runs"], ci["n_failed"], ci["n_invalid"])],
-        "steady tok/s": [format_estimate(p, lo, hi) + (" (too short)" if short else "") for p, lo, hi, short in
-                         zip(ci["steady_output_tps"], ci["steady_output_tps_lo"], ci["steady_output_tps_hi"],
-                             ci["steady_short"])],
-        "output tok/s": [format_estimate(p, lo, hi) for p, lo, hi in
-                         zip(ci["output_tok_s"], ci["output_tok_s_lo"], ci["output_tok_s_hi"])],
-        "TTFT p50 ms": [format_estimate(*t) for t in zip(ci["ttft_ms_p50"], ci["ttft_ms_p50_lo"], ci["ttft_ms_p50_hi"])],
-        "TTFT p99 ms": [format_estimate(*t) for t in zip(ci["ttft_ms_p99"], ci["ttft_ms_p99_lo"], ci["ttft_ms_p99_hi"])],
-        "TPOT mean ms": [format_estimate(*t, digits=2) for t in
-                         zip(ci["tpot_ms_mean"], ci["tpot_ms_mean_lo"], ci["tpot_ms_mean_hi"])],
-        "E2E p99 ms": [format_estimate(*t, digits=0) for t in zip(ci["e2e_ms_p99"], ci["e2e_ms_p99_lo"], ci["e2e_ms_p99_hi"])],
-        "ITL/chunk p50 ms": [format_estimate(*t, digits=2) for t in
-                             zip(ci["itl_chunk_ms_p50"], ci["itl_chunk_ms_p50_lo"], ci["itl_chunk_ms_p50_hi"])],
-        "ITL/token p50 ms": [format_estimate(*t, digits=2) for t in
-                             zip(ci["itl_token_ms_p50"], ci["itl_token_ms_p50_lo"], ci["itl_token_ms_p50_hi"])],
-        "tokens/chunk": [format_estimate(*t, digits=2) for t in zip(
-            ci["tokens_per_chunk_mean"], ci["tokens_per_chunk_mean_lo"], ci["tokens_per_chunk_mean_hi"])],
-        "accept length": [format_estimate(*t, digits=2) for t in
-                          zip(ci["accept_length"], ci["accept_length_lo"], ci["accept_length_hi"])],
-        "speedup tok/s": [format_speedup(*t) for t in zip(ci["speedup_tok_s"], ci["speedup_tok_s_lo"],
-                                                          ci["speedup_tok_s_hi"], ci["speedup_tok_s_verdict"])],
-        "speedup TPOT": [format_speedup(*t) for t in zip(ci["speedup_tpot"], ci["speedup_tpot_lo"],
-                                                         ci["speedup_tpot_hi"], ci["speedup_tpot_verdict"])],
-        "goodput req/s": [format_estimate(*t, digits=2) for t in
-                          zip(ci["goodput_rps"], ci["goodput_rps_lo"], ci["goodput_rps_hi"])],
-        "prefix hit %": [format_estimate(100 * p, 100 * lo, 100 * hi, digits=1) for p, lo, hi in zip(
-            ci["prefix_hit_rate"].astype(float), ci["prefix_hit_rate_lo"].astype(float),
-            ci["prefix_hit_rate_hi"].astype(float))],
-        "J/token": [format_estimate(*t, digits=2) for t in zip(
-            ci["energy_j_per_output_token"], ci["energy_j_per_output_token_lo"], ci["energy_j_per_output_token_hi"])],
-        "tok/s per W": [format_estimate(*t, digits=3) for t in
-                        zip(ci["output_tok_s_per_w"], ci["output_tok_s_per_w_lo"], ci["output_tok_s_per_w_hi"])],
-        "SM clock MHz": [format_estimate(*t, digits=0) for t in
-                         zip(ci["sm_clock_mhz_mean"], ci["sm_clock_mhz_mean_lo"], ci["sm_clock_mhz_mean_hi"])],
+        **{label: cells for label, cells, _ in compare_columns(ci)},
     })
 
 

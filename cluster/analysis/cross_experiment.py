@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 
 from cluster.kernel import stats
-from cluster.analysis.comparison import CI_LEVEL, CI_METRICS, metric_runs, request_arrays, short_point_label
+from cluster.analysis.metric_catalog import metric
+from cluster.analysis.comparison import CI_LEVEL, ci_metrics, metric_runs, request_arrays, short_point_label
 from cluster.analysis.results import Results
 from cluster.errors import UserError
 
@@ -18,16 +19,26 @@ MATCH_KEYS = ("workload", "input_tokens", "output_tokens", "load_kind", "load_va
 """A point of A and one of B are the same point when all of these agree: a workload of the same name whose shape
 changed is a different workload, and is listed as unmatched instead of compared."""
 
-CROSS_METRICS: tuple[tuple[str, bool], ...] = (("output_tok_s", True), ("tpot_ms_mean", False), ("ttft_ms_p99", False))
-"""(metric of comparison.CI_METRICS, higher is better): each ratio is written so that > 1 means NEW is better."""
+CROSS_METRICS: tuple[tuple[str, bool], ...] = tuple((name, metric(name).better != "lower")
+                                                    for name in ("output_tok_s", "tpot_ms_mean", "ttft_ms_p99"))
+"""(metric with an interval, higher is better by its declaration): each ratio is written so that > 1 means NEW is
+better."""
 
 
 def _per_metric(side: Results, runs: pd.DataFrame) -> dict[tuple[Any, ...], dict[str, list[np.ndarray]]]:
     ok = runs[runs["status"] == "ok"]
     arrays = request_arrays(side, ok["run_key"].tolist())
-    metrics = {m.name: m for m in CI_METRICS}
+    metrics = {m.name: m for m in ci_metrics()}
     return {tuple(key): {name: metric_runs(metrics[name], cell, arrays, True) for name, _ in CROSS_METRICS}
             for key, cell in ok.groupby(list(MATCH_KEYS), sort=False)}
+
+
+def _stat(name: str) -> str:
+    """The statistic a metric's interval estimates (metric_catalog.Interval.stat)."""
+    interval = metric(name).interval
+    if interval is None:
+        raise ValueError(f"metric {name!r} is declared without an interval")
+    return interval.stat
 
 
 def _sha(runs: pd.DataFrame) -> str:
@@ -52,7 +63,7 @@ def compare_experiments(base: Results, new: Results, n_boot: int = 2000, seed: i
     for i, key in enumerate(matched):
         row: dict[str, Any] = dict(zip(MATCH_KEYS, key))
         for j, (name, higher) in enumerate(CROSS_METRICS):
-            stat = next(m.stat for m in CI_METRICS if m.name == name)
+            stat = _stat(name)
             a, b = cells_a[key][name], cells_b[key][name]
             rng = np.random.default_rng([seed, i, j])
             for side, data in (("base", a), ("new", b)):

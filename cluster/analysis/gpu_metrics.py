@@ -1,7 +1,7 @@
 """Per-run GPU figures from a run's `gpu_metrics` samples: energy, J per output token, tok/s per watt, clocks, throttle.
 
-One definition each (GPU_METRIC_DEFINITIONS; stored as `m_<name>` in `runs`). The window is [0, duration_s] on the
-requests' clock; samples just outside it bracket its ends. Definitions:
+Each declared once in cluster/analysis/metric_catalog.py (stored as `m_<name>` in `runs`). The window is
+[0, duration_s] on the requests' clock; samples just outside it bracket its ends. Definitions:
 
 - gpu_energy_j: Σ over the server's GPUs of the energy counter interpolated linearly at the window's end minus at its
   start; where a GPU has no energy counter (pre-Volta, or a sampler without one), the trapezoid integral of its
@@ -46,24 +46,6 @@ mostly inside a gap between requests reports the idle clock, one mostly inside a
 BUSY_UTIL_PCT_FLOOR = 50
 """Without request records, a sample is busy when its GPU utilisation (share of the interval a kernel ran) is at
 least this, percent."""
-
-GPU_METRIC_DEFINITIONS: dict[str, str] = {
-    "gpu_energy_j": "energy of the server's GPUs over the window: Σ per GPU of the energy counter at the end minus at "
-                    "the start (linear interpolation; trapezoid of power where there is no counter), J",
-    "gpu_power_w_mean": "gpu_energy_j / duration_s: mean total power of the server's GPUs, W",
-    "energy_j_per_output_token": "gpu_energy_j / output tokens of ok requests, J/token",
-    "output_tok_s_per_w": "output_tok_s / gpu_power_w_mean (output tokens per joule)",
-    "sm_clock_mhz_mean": "mean SM clock over the busy GPU samples inside the window (requests in flight for at "
-                         f"least {BUSY_IN_FLIGHT_SHARE:.0%} of the sample's interval, or utilisation at least "
-                         f"{BUSY_UTIL_PCT_FLOOR}% without request records; never a sample with the gpu_idle "
-                         "clock-event reason), MHz",
-    "sm_clock_mhz_min": "lowest SM clock of the busy samples inside the window, MHz",
-    "sm_clock_mhz_p10": "10th percentile of the SM clock of the busy samples inside the window, MHz",
-    "gpu_temperature_c_max": "hottest GPU temperature sampled inside the window, °C",
-    "gpu_throttled": "1 when any sample inside the window had a thermal or power clock-event (throttle) reason, else 0",
-    "gpu_throttled_share": "share of the samples inside the window with a thermal or power throttle reason",
-    "gpu_samples": "GPU sample rows (GPUs × instants) inside the window",
-}
 
 
 def _trapezoid(y: np.ndarray, t: np.ndarray) -> float:

@@ -4,7 +4,8 @@ Inputs are the `requests` and `chunks` tables of one run (cluster.kernel.records
 measured window's start. Every latency is reported in ms as `<name>_mean`, `_p50`, `_p90`, `_p99`
 (percentiles: numpy's linear interpolation, as sglang.benchmark.serving). The per-request quantities (TTFT, E2E,
 TPOT, ITL, acceptance, lag) are declared once, with their SQL, in cluster/analysis/request_metrics.py; this module
-computes the run-level statistics of them. Definitions:
+builds the inputs (run_inputs) that each run metric's formula, declared once in cluster/analysis/metric_catalog.py
+(docs/metrics.md), reads. The conventions behind those declarations, with the peers they follow:
 
 - ok request: `error` is null and at least one chunk arrived (first/last_chunk_ns set). Latency, throughput and
   acceptance metrics use ok requests only; n_errors = n_requests - n_ok.
@@ -49,67 +50,15 @@ from typing import Optional, Union
 
 import numpy as np
 
-from cluster.analysis.request_metrics import (ACCEPT, E2E, ITL_CHUNK, ITL_TOKEN, LAG, NS_PER_MS, TPOT, TTFT, chunk_gaps,
-                                              int_column, request_columns)
+from cluster.analysis.metric_catalog import RunInputs, declared, definitions
+from cluster.analysis.request_metrics import ACCEPT, E2E, TPOT, TTFT, chunk_gaps, int_column, request_columns
 from cluster.kernel.records import Records
 from cluster.kernel.window import TokenChunks
 from cluster.kernel.window_figures import acceptance, client_lag
 from cluster.config.statistics import SLOSpec
-from cluster.kernel.run_row import METRIC_NAMES
 
-_STATS = ("mean", "p50", "p90", "p99")
-_LATENCY_QUANTITIES = (TTFT, E2E, TPOT, ITL_CHUNK, ITL_TOKEN)
-
-METRIC_DEFINITIONS: dict[str, str] = {
-    "n_requests": "requests sent in the measured window",
-    "n_ok": "requests without error that received at least one chunk",
-    "n_errors": "n_requests - n_ok",
-    "error_rate": "n_errors / n_requests",
-    **{f"{q.name}_{s}": f"{q.describe()}; {s}" for q in _LATENCY_QUANTITIES for s in _STATS},
-    "tokens_per_chunk_mean": "mean tokens per token-bearing chunk (>1 means multi-token, e.g. speculative, chunks)",
-    "tokens_per_chunk_p50": "median tokens per token-bearing chunk",
-    "request_throughput_rps": "n_ok / duration_s (SGLang/vLLM request_throughput)",
-    "output_tok_s": "sum of output tokens (server count, client count if missing) / duration_s (SGLang/vLLM output_throughput)",
-    "input_tok_s": "sum of input tokens (server prompt_tokens, else sent) / duration_s (SGLang/vLLM input_throughput)",
-    "total_tok_s": "input_tok_s + output_tok_s (SGLang/vLLM total_throughput)",
-    "per_user_tok_s_mean": "mean of output_tokens / E2E_s per request (GuideLLM output_tokens_per_second, llmperf style)",
-    "concurrency_mean": "sum of E2E_s / duration_s: mean requests in flight (SGLang concurrency)",
-    "accept_length": "sum(output_tokens - 1) / sum(spec_verify_ct): tokens per verify step after the prefill token (sglbench, all engines)",
-    "sglang_accept_length": "sum(completion_tokens) / sum(spec_verify_ct) (SGLang's meta_info definition)",
-    **{f"accept_length_p{k}": f"{pct} of {ACCEPT.describe()}"
-       for k, pct in (("10", "10th percentile"), ("50", "median"), ("90", "90th percentile"))},
-    "lag_ms_p50": f"median {LAG.describe()}",
-    "lag_ms_p99": "99th percentile client send lag (the run is invalid when it exceeds max_client_lag_ms)",
-    "lag_ms_max": "largest client send lag",
-    "slo_attainment": "fraction of all requests ok and meeting every set SLO (TTFT, TPOT, E2E) (SGLang/vLLM goodput criterion)",
-    "goodput_rps": "requests meeting every SLO / duration_s (SGLang/vLLM goodput)",
-    "prefix_hit_rate": "sum(cached_tokens) / sum(prompt_tokens) over ok requests reporting both: the share of prompt "
-                       "tokens served from the prefix cache (SGLang meta_info cached_tokens, vLLM usage "
-                       "prompt_tokens_details.cached_tokens)",
-    "n_finish_stop": "ok requests that finished on a stop condition (EOS or a stop string: finish_reason 'stop')",
-    "n_finish_length": "ok requests that finished at their max_tokens (finish_reason 'length')",
-    "eos_output_tokens_mean": "mean output tokens of the ok requests that finished on 'stop' (with ignore_eos: false, "
-                              "the lengths the model chose)",
-}
-"""One line per metric: what it is and which peer definition it follows (latencies from request_metrics)."""
-
-_NS_PER_S = 1e9
-
-
-def _stats(prefix: str, x: np.ndarray, out: dict[str, Optional[float]]) -> None:
-    if x.size == 0:
-        for s in _STATS:
-            out[f"{prefix}_{s}"] = None
-        return
-    p50, p90, p99 = np.percentile(x, [50, 90, 99])
-    out[f"{prefix}_mean"] = float(np.mean(x))
-    out[f"{prefix}_p50"] = float(p50)
-    out[f"{prefix}_p90"] = float(p90)
-    out[f"{prefix}_p99"] = float(p99)
-
-
-def _ratio(num: float, den: float) -> Optional[float]:
-    return float(num) / float(den) if den > 0 else None
+METRIC_DEFINITIONS: dict[str, str] = definitions("requests")
+"""One line per run metric: what it is and which peer definition it follows (metric_catalog's declarations)."""
 
 
 def token_chunks(requests: Records, chunks: Records, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -132,69 +81,28 @@ def token_chunks(requests: Records, chunks: Records, ok: np.ndarray) -> tuple[np
     return c_req[keep], c_t[keep], c_tok[keep]
 
 
-def summarize_run(
-    requests: Records, chunks: Union[Records, TokenChunks], duration_s: float, slo: Optional[SLOSpec] = None
-) -> dict[str, Optional[float]]:
-    """Every metric of METRIC_NAMES for one run (see the module docstring for the definitions)."""
-    out: dict[str, Optional[float]] = {name: None for name in METRIC_NAMES}
-    n = requests.num_rows
+def run_inputs(requests: Records, chunks: Union[Records, TokenChunks], duration_s: float,
+               slo: Optional[SLOSpec] = None) -> RunInputs:
+    """The arrays every run metric's formula reads, computed once from one run's records."""
     c = request_columns(requests)
     ok = c.ok
     ptok, ptok_ok = int_column(requests, "prompt_tokens", 0)
     psent, _ = int_column(requests, "prompt_tokens_sent", 0)
     out_tok = np.where(c.completion_tokens_ok, c.completion_tokens, c.client_tokens)
     in_tok = np.where(ptok_ok, ptok, psent)
-
     n_ok = int(ok.sum())
-    out["n_requests"] = float(n)
-    out["n_ok"] = float(n_ok)
-    out["n_errors"] = float(n - n_ok)
-    out["error_rate"] = _ratio(n - n_ok, n)
 
     # a window summarised while it streamed hands its token chunks in (kernel/window.TokenChunks)
     c_req, c_t, c_tok = chunks.arrays() if isinstance(chunks, TokenChunks) else token_chunks(requests, chunks, ok)
     itl_chunk_ms, _, itl_token_ms = chunk_gaps(c_req, c_t, c_tok)
-
     ttft_ms = TTFT.values(c)[ok]
     e2e_ms = E2E.values(c)[ok]
     tpot_all = TPOT.values(c)[ok]
     otok_ok = out_tok[ok]
     multi = otok_ok > 1
-    tpot_ms = tpot_all[multi]
-    _stats("ttft_ms", ttft_ms, out)
-    _stats("e2e_ms", e2e_ms, out)
-    _stats("tpot_ms", tpot_ms, out)
-    _stats("itl_chunk_ms", itl_chunk_ms, out)
-    _stats("itl_token_ms", itl_token_ms, out)
-    if c_tok.size:
-        out["tokens_per_chunk_mean"] = float(c_tok.mean())
-        out["tokens_per_chunk_p50"] = float(np.percentile(c_tok, 50))
 
-    e2e_s = e2e_ms / 1e3
-    if duration_s > 0:
-        out_tok_s, in_tok_s = float(otok_ok.sum()) / duration_s, float(in_tok[ok].sum()) / duration_s
-        out["request_throughput_rps"] = n_ok / duration_s
-        out["output_tok_s"], out["input_tok_s"], out["total_tok_s"] = out_tok_s, in_tok_s, out_tok_s + in_tok_s
-        out["concurrency_mean"] = float(e2e_s.sum()) / duration_s
-    pos_e2e = e2e_s > 0
-    if pos_e2e.any():
-        out["per_user_tok_s_mean"] = float(np.mean(otok_ok[pos_e2e] / e2e_s[pos_e2e]))
-
-    acc = acceptance(otok_ok, np.where(c.spec_verify_ct_ok, c.spec_verify_ct, 0)[ok])
-    out["accept_length"], out["sglang_accept_length"] = acc.accept_length, acc.sglang_accept_length
     per_request = ACCEPT.values(c)[ok]
-    per_request = per_request[~np.isnan(per_request)]
-    if per_request.size:
-        p10, p50, p90 = np.percentile(per_request, [10, 50, 90])
-        out["accept_length_p10"], out["accept_length_p50"], out["accept_length_p90"] = (
-            float(p10), float(p50), float(p90))
-
-    lag = client_lag(c.actual_send_ns - c.intended_send_ns)
-    if lag is not None:
-        out["lag_ms_p50"] = lag.p50_ns / NS_PER_MS
-        out["lag_ms_p99"] = lag.p99_ns / NS_PER_MS
-        out["lag_ms_max"] = lag.max_ns / NS_PER_MS
-
+    slo_good: Optional[int] = None
     if slo is not None and (slo.ttft_ms or slo.tpot_ms or slo.e2e_ms):
         good = np.ones(n_ok, dtype=bool)
         if slo.ttft_ms is not None:
@@ -203,18 +111,25 @@ def summarize_run(
             good &= e2e_ms <= slo.e2e_ms
         if slo.tpot_ms is not None:
             good &= np.where(multi, tpot_all, 0.0) <= slo.tpot_ms
-        n_good = int(good.sum())
-        out["slo_attainment"] = _ratio(n_good, n)
-        out["goodput_rps"] = n_good / duration_s if duration_s > 0 else None
-
+        slo_good = int(good.sum())
     cached, cached_ok = int_column(requests, "cached_tokens", 0)
     both = ok & cached_ok & ptok_ok
-    out["prefix_hit_rate"] = _ratio(float(cached[both].sum()), float(ptok[both].sum())) if both.any() else None
+    reasons: Optional[np.ndarray] = None
     if "finish_reason" in requests.schema.names:
-        reasons = np.asarray(requests.column("finish_reason").to_pylist(), dtype=object)
-        stop = ok & (reasons == "stop")
-        out["n_finish_stop"] = float(stop.sum())
-        out["n_finish_length"] = float((ok & (reasons == "length")).sum())
-        if stop.any():
-            out["eos_output_tokens_mean"] = float(out_tok[stop].mean())
-    return out
+        reasons = np.asarray(requests.column("finish_reason").to_pylist(), dtype=object)[ok]
+    return RunInputs(
+        n_requests=requests.num_rows, n_ok=n_ok, duration_s=duration_s, ttft_ms=ttft_ms, e2e_ms=e2e_ms,
+        tpot_ms=tpot_all[multi], itl_chunk_ms=itl_chunk_ms, itl_token_ms=itl_token_ms, chunk_tokens=c_tok,
+        output_tokens=otok_ok, input_tokens=in_tok[ok],
+        acceptance=acceptance(otok_ok, np.where(c.spec_verify_ct_ok, c.spec_verify_ct, 0)[ok]),
+        accept_per_request=per_request[~np.isnan(per_request)],
+        lag=client_lag(c.actual_send_ns - c.intended_send_ns), slo_good=slo_good,
+        cached_tokens=cached[both], prompt_tokens=ptok[both], finish_reasons=reasons)
+
+
+def summarize_run(
+    requests: Records, chunks: Union[Records, TokenChunks], duration_s: float, slo: Optional[SLOSpec] = None
+) -> dict[str, Optional[float]]:
+    """Every declared run metric for one run, in declaration order (see the module docstring for the definitions)."""
+    inputs = run_inputs(requests, chunks, duration_s, slo)
+    return {m.name: m.formula(inputs) for m in declared("requests") if m.formula is not None}

@@ -10,6 +10,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as pads
 
+from cluster.analysis.metric_catalog import with_means
 from cluster.analysis.point_marks import with_marks
 from cluster.analysis.request_metrics import chunk_gaps_view_sql, request_metrics_view_sql
 from cluster.analysis.results import Results
@@ -53,20 +54,11 @@ FROM runs GROUP BY variant
 """
 """One row per variant: engine, tp, family, speculative settings, baseline flag, run counts by status."""
 
-COMPARE_METRICS: tuple[tuple[str, str], ...] = (
-    ("request_throughput_rps", "m_request_throughput_rps"),
-    ("output_tok_s", "m_output_tok_s"),
-    ("ttft_ms_p50", "m_ttft_ms_p50"),
-    ("ttft_ms_p99", "m_ttft_ms_p99"),
-    ("tpot_ms_mean", "m_tpot_ms_mean"),
-    ("tpot_ms_p50", "m_tpot_ms_p50"),
-    ("itl_chunk_ms_p50", "m_itl_chunk_ms_p50"),
-    ("itl_token_ms_p50", "m_itl_token_ms_p50"),
-    ("accept_length", "m_accept_length"),
-    ("steady_output_tps", "steady_output_tps"),
-    ("steady_share", "steady_share"),
-)
-"""(compare-table column, runs-table column): each is the mean over a point's ok repeats."""
+def compare_metrics() -> tuple[tuple[str, str], ...]:
+    """(compare-table column, runs-table column) of every metric declared with a Mean (metric_catalog), in its
+    place: each is the mean over a point's ok repeats."""
+    return tuple((m.name, m.stored) for m in with_means())
+
 
 POINT_KEYS = ("workload", "load_kind", "load_value")
 
@@ -211,13 +203,14 @@ def compare_table(results: Results, baseline: Optional[str] = None) -> pd.DataFr
     """
     df = results.runs()
     cols = list(POINT_KEYS) + ["variant", "engine", "is_baseline", "n_runs", "n_failed", "n_invalid"]
-    cols += [c for c, _ in COMPARE_METRICS] + ["speedup_output_tok_s"]
+    metrics = compare_metrics()
+    cols += [c for c, _ in metrics] + ["speedup_output_tok_s"]
     if df.empty:
         return pd.DataFrame(columns=cols + ["steady_short", "saturated"])
     df = df.sort_values("order_index", kind="stable")
     variants = list(dict.fromkeys(df["variant"]))
     baseline = resolve_baseline(df, baseline, results.experiment)
-    for _, mcol in COMPARE_METRICS:
+    for _, mcol in metrics:
         if mcol not in df.columns:
             df[mcol] = float("nan")
     df["_ok"] = df["status"] == "ok"
@@ -229,8 +222,8 @@ def compare_table(results: Results, baseline: Optional[str] = None) -> pd.DataFr
         n_invalid=("status", lambda s: int((s == "invalid").sum())),
     )
     ok = df[df["_ok"]]
-    means = ok.groupby(keys, sort=False)[[m for _, m in COMPARE_METRICS]].mean()
-    means.columns = [c for c, _ in COMPARE_METRICS]
+    means = ok.groupby(keys, sort=False)[[m for _, m in metrics]].mean()
+    means.columns = [c for c, _ in metrics]
     out = counts.join(means, how="left").reset_index().rename(columns={"engine_name": "engine"})
     return with_marks(_with_speedup(out, baseline, variants)[cols], df)
 
@@ -246,6 +239,14 @@ def resolve_baseline(runs: pd.DataFrame, baseline: Optional[str], experiment: st
         raise QueryError(f"baseline {baseline!r} is not a variant of {experiment!r}; variants: {', '.join(variants)}",
                          field="--baseline", expected="one of " + ", ".join(variants))
     return baseline
+
+
+def baseline_of(table: pd.DataFrame) -> Optional[str]:
+    """The baseline variant of a compare table: its rows marked is_baseline (None when none is)."""
+    if table.empty or "is_baseline" not in table.columns:
+        return None
+    marked = table.loc[table["is_baseline"].fillna(False).astype(bool), "variant"]
+    return str(marked.iloc[0]) if len(marked) else None
 
 
 def _with_speedup(df: pd.DataFrame, baseline: Optional[str], variants: list[str]) -> pd.DataFrame:

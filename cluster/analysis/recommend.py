@@ -38,6 +38,8 @@ import pyarrow as pa
 
 from cluster.kernel import stats
 from cluster.kernel.load_shapes import load_shape
+from cluster.analysis.metric_catalog import speedup_column
+from cluster.analysis.query import baseline_of
 from cluster.analysis.results import Results
 
 MIN_REPEATS = 2
@@ -245,7 +247,8 @@ def depth_schedule(recs: Sequence[Recommendation], depths: Mapping[str, Optional
     return out
 
 
-SPEEDUP_COLUMNS: tuple[tuple[str, str], ...] = (("speedup_steady_tps", STEADY), ("speedup_tok_s", WHOLE_WINDOW))
+SPEEDUP_COLUMNS: tuple[tuple[str, str], ...] = ((speedup_column("steady_output_tps"), STEADY),
+                                                (speedup_column("output_tok_s"), WHOLE_WINDOW))
 """compare's throughput speedup columns, preferred first (each with _lo, _hi and _verdict beside it)."""
 
 
@@ -338,11 +341,11 @@ def decide(results: Results, ci: pd.DataFrame) -> Recommendations:
     from cluster.analysis.accuracy import gates_with_accuracy
 
     correctness = results.table("correctness")
-    gates = gates_with_accuracy(gate_verdicts(correctness), correctness, ci.attrs.get("baseline"))
+    gates = gates_with_accuracy(gate_verdicts(correctness), correctness, baseline_of(ci))
     from cluster.analysis.adaptive_runs import adaptive_variants
 
     adaptive = adaptive_variants(results.runs())
     evidence = evidence_from(ci, depths, gates)
     recs = recommend([e for e in evidence if e.variant not in adaptive])  # a schedule of fixed depths only
-    return Recommendations(tuple(recs), tuple(depth_schedule(recs, depths)), ci.attrs.get("baseline"),
+    return Recommendations(tuple(recs), tuple(depth_schedule(recs, depths)), baseline_of(ci),
                            str(ci.attrs.get("ci_method", "")), tuple(sorted(adaptive)), tuple(evidence))

@@ -21,8 +21,9 @@ from cluster.analysis.acceptance_positions import (INTERVAL_METHOD, POSITION_MET
 from cluster.analysis.capacity import capacity_table, capacity_view
 from cluster.analysis.categories import categorised, category_view, compare_by_category
 from cluster.analysis.accuracy import accuracy_html
-from cluster.analysis.comparison import CI_METRICS, compare_view, compare_with_ci, point_label, request_arrays
-from cluster.analysis.metrics import METRIC_DEFINITIONS
+from cluster.analysis.comparison import ci_metrics, compare_view, compare_with_ci, point_label, request_arrays
+from cluster.analysis.metric_catalog import declared
+from cluster.analysis.query import baseline_of
 from cluster.analysis.recommend import Recommendations, decide
 from cluster.analysis.recommend_view import note_lines, recommend_view, schedule_lines
 from cluster.analysis.results import Results
@@ -47,11 +48,6 @@ _GPU_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 SIM_REFERENCE_GPU = "RTX PRO 6000 Blackwell"
 """The simulator is calibrated to the reference node (8× RTX PRO 6000 Blackwell); its bound uses that GPU."""
-
-_REPORT_METRICS = ("output_tok_s", "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_mean", "e2e_ms_p99", "itl_chunk_ms_p50",
-                   "itl_token_ms_p50", "tokens_per_chunk_mean", "per_user_tok_s_mean", "accept_length",
-                   "goodput_rps", "slo_attainment")
-
 
 def known_gpu(text: str) -> Optional[str]:
     """The GPU_BANDWIDTH_GBS key a GPU name (e.g. 'NVIDIA H200', 'NVIDIA H100 80GB HBM3') refers to."""
@@ -301,7 +297,7 @@ def build_report(results: Results, out_dir: Optional[str] = None, n_boot: int = 
     by_cat = categorised(compare_by_category(results, n_boot=n_boot, seed=seed))
     by_turn = categorised(compare_by_category(results, n_boot=n_boot, seed=seed, by="turn"), "turn")
     cap = capacity_table(results, n_boot=n_boot, seed=seed)
-    rec_html = recommendation_html(decide(results, ci)) + accuracy_html(results, ci.attrs.get("baseline")) + health_html(acceptance_health(results))
+    rec_html = recommendation_html(decide(results, ci)) + accuracy_html(results, baseline_of(ci)) + health_html(acceptance_health(results))
     by_pos = position_view(acceptance_by_position(results.table("requests", READ_COLUMNS), runs))
     page = _html(experiment, root, ci, runs, figs, engines, bw, bpt, by_cat, by_turn, cap, by_pos, rec_html)
     path = out / "index.html"
@@ -316,7 +312,7 @@ def _html(experiment: str, root: str, ci: pd.DataFrame, runs: pd.DataFrame, figs
     e = html.escape
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>sglbench: {e(experiment)}</title>"
              f"<style>{_CSS}</style></head><body><h1>sglbench report: {e(experiment)}</h1>",
-             f"<p>Dataset root: <code>{e(root)}</code>. Baseline: <b>{e(str(ci.attrs.get('baseline')))}</b>. "
+             f"<p>Dataset root: <code>{e(root)}</code>. Baseline: <b>{e(str(baseline_of(ci)))}</b>. "
              f"Runs: {len(runs)} ({int((runs['status'] == 'ok').sum())} ok).</p>"]
     eng = ", ".join(f"{e(v)}: {e(x)}" for v, x in engines.items())
     parts.append(f"<p>Engines: {eng}.</p>")
@@ -385,7 +381,8 @@ def _html(experiment: str, root: str, ci: pd.DataFrame, runs: pd.DataFrame, figs
             "run_key": bad["run_key"]})
         parts.append(_table_html(view))
     parts.append("<h2>Metric definitions</h2>")
-    defs = {m: METRIC_DEFINITIONS[m] for m in _REPORT_METRICS if m in METRIC_DEFINITIONS}
+    listed = sorted((m for m in declared() if m.report_at is not None), key=lambda m: m.report_at or 0)
+    defs = {m.name: m.definition for m in listed}
     defs["speedup"] = ("variant over baseline at the same workload and load point: output tok/s ratio, "
                        "or baseline TPOT / variant TPOT; > 1 means the variant is better")
     defs["TTFT/TPOT/E2E in the compare table"] = (
@@ -395,7 +392,7 @@ def _html(experiment: str, root: str, ci: pd.DataFrame, runs: pd.DataFrame, figs
     if by_pos is not None and not by_pos.empty:
         defs.update({name: f"{formula} [{unit}]" for name, (unit, formula) in POSITION_METRICS.items()})
     parts.append(_table_html(pd.DataFrame({"metric": list(defs), "definition": list(defs.values())})))
-    parts.append(f"<p>CI columns computed: {', '.join(m.name for m in CI_METRICS)}.</p></body></html>")
+    parts.append(f"<p>CI columns computed: {', '.join(m.name for m in ci_metrics())}.</p></body></html>")
     return "\n".join(parts)
 
 

@@ -96,7 +96,7 @@ def _open_pair(root: str, base: str, new_root: str, new: str) -> tuple[Results, 
 def print_compare_ci(results: Results, baseline: Optional[str], fmt_name: str, n_boot: int = 2000,
                      seed: int = 0) -> None:
     """Render compare_with_ci: 'estimate [lo, hi]' cells, speedup verdicts, then the warnings."""
-    from cluster.analysis.comparison import compare_view, compare_with_ci
+    from cluster.analysis.comparison import compare_columns, compare_view, compare_with_ci
 
     fmt = Format(fmt_name)
     experiment = results.experiment
@@ -110,14 +110,10 @@ def print_compare_ci(results: Results, baseline: Optional[str], fmt_name: str, n
     view = compare_view(df)
     view["variant"] = [f"{v}{'*' if b else ''}{f' ({e})' if is_simulated(e) else ''}"
                        for v, b, e in zip(df["variant"], df["is_baseline"], df["engine"])]
-    keep = ["load", "variant", "ok/failed/invalid", "steady tok/s", "output tok/s", "TTFT p99 ms", "TPOT mean ms",
-            "accept length", "speedup tok/s", "speedup TPOT"]
+    # the declared columns the terminal shows (metric_catalog Column.shown: e.g. prefix hit % once the cache served)
+    keep = ["load", "variant", "ok/failed/invalid"] + [label for label, _, shown in compare_columns(df) if shown]
     if df["workload"].nunique() > 1:
         keep.insert(0, "workload")
-    if df["goodput_rps"].notna().any():
-        keep.append("goodput req/s")
-    if (df["prefix_hit_rate"].fillna(0) > 0).any():  # prefix caching served something: say how much, per point
-        keep.append("prefix hit %")
     emit(view[keep].rename(columns={"ok/failed/invalid": "ok/f/i"}), fmt,
           title=f"{experiment}: estimate [95% CI]; latencies in ms; * = baseline; (sim) = simulated engine; "
                 f"ok/f/i = ok / failed / invalid repeats")
@@ -217,7 +213,10 @@ def print_compare(results: Results, baseline: Optional[str], fmt_name: str) -> N
         one_engine = len(engines) == 1
         from cluster.analysis.comparison import served_devices
 
-        cols = ("load", "variant", "ok/f/i", "steady", "tok/s", "TTFT99", "TPOT", "ITL/tok", "accept", "×base")
+        from cluster.analysis.metric_catalog import terminal_means
+
+        shown = terminal_means()
+        cols = ("load", "variant", "ok/f/i", *(str(c.short) for _, c in shown), "×base")
         on_cpu = "cpu" in served_devices(results)
         from cluster.analysis.accuracy import invalid_for_speed_claims
 
@@ -235,14 +234,12 @@ def print_compare(results: Results, baseline: Optional[str], fmt_name: str) -> N
                 [f"{v}{'*' if b else ''}" + ("" if one_engine else f" ({e})")
                  for v, b, e in zip(part["variant"], part["is_baseline"], part["engine"])],
                 [f"{a}/{b}/{c}" for a, b, c in zip(part["n_runs"], part["n_failed"], part["n_invalid"])],
-                [cell_text(v, 1) + ("!" if short else "") for v, short in zip(part["steady_output_tps"],
-                                                                         part["steady_short"])],
-                [cell_text(v, 1) for v in part["output_tok_s"]], [cell_text(v, 1) for v in part["ttft_ms_p99"]],
-                [cell_text(v, 2) for v in part["tpot_ms_mean"]], [cell_text(v, 2) for v in part["itl_token_ms_p50"]],
-                [cell_text(v, 2) for v in part["accept_length"]],
+                *([cell_text(v, c.digits) + (c.mark[1] if c.mark is not None and flag else "")
+                   for v, flag in zip(part[name], part[c.mark[0]] if c.mark is not None else [None] * len(part))]
+                  for name, c in shown),
                 [cell_text(v, 2) + ("✗" if var in less_accurate else "")
                  for v, var in zip(part["speedup_output_tok_s"], part["variant"])]))
-            print_table(console, cols, rows, right=[False, False] + [True] * 8, table=t)
+            print_table(console, cols, rows, right=[False, False] + [True] * (len(shown) + 2), table=t)
             marks: dict[str, list[str]] = {}  # each distinct mark once, with the points it concerns
             for r in part.itertuples(index=False):
                 at = f"{short_point_label(r.load_kind, r.load_value)} {r.variant}"

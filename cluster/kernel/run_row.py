@@ -6,9 +6,10 @@ Adding a runs column is a one-place change: a field of RunRow declared with colu
 (cluster/analysis/run_row.py) sets it, the store writes it, readers see it (a runs file written before it reads it
 as null, so RECORD_SCHEMA_VERSION stays).
 
-The metrics are computed and defined in cluster/analysis/metrics.py and gpu_metrics.py (their *_DEFINITIONS, tested
-to cover exactly these names); their names live here, below the dataset, because the dataset stores and checks
-those columns without importing analysis."""
+Each metric is declared once, in cluster/analysis/metric_catalog.py. The names here are the runs schema's fixed m_
+columns, in their order (the dataset writes and reads them without importing analysis; the catalog is tested to
+declare exactly these first): a metric declared after them is stored as an extra m_ column, so adding one never
+edits this module."""
 
 from __future__ import annotations
 
@@ -52,8 +53,8 @@ METRIC_NAMES: tuple[str, ...] = (
     "n_finish_length",
     "eos_output_tokens_mean",
 )
-"""Every key cluster/analysis/metrics.py summarize_run returns (defined there, METRIC_DEFINITIONS), in a stable
-order: the runs table stores each as `m_<name>`."""
+"""The request metrics of the runs schema's fixed m_ columns, in order (declared in
+cluster/analysis/metric_catalog.py, computed by metrics.summarize_run): the runs table stores each as `m_<name>`."""
 
 GPU_METRIC_NAMES: tuple[str, ...] = (
     "gpu_energy_j",
@@ -68,8 +69,8 @@ GPU_METRIC_NAMES: tuple[str, ...] = (
     "gpu_throttled_share",
     "gpu_samples",
 )
-"""Every key cluster/analysis/gpu_metrics.py summarize_gpu returns (defined there, GPU_METRIC_DEFINITIONS): the runs
-table stores each as `m_<name>`."""
+"""The GPU figures of the runs schema's fixed m_ columns (declared in cluster/analysis/metric_catalog.py, computed
+by gpu_metrics.summarize_gpu): the runs table stores each as `m_<name>`."""
 
 RunStatus = Literal["ok", "invalid", "failed"]
 RUN_STATUSES: tuple[str, ...] = get_args(RunStatus)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.analysis.gpu_metrics import GPU_METRIC_DEFINITIONS, summarize_gpu, throttle_summary
+from cluster.analysis.gpu_metrics import summarize_gpu, throttle_summary
+from cluster.analysis.metric_catalog import definitions
 from cluster.kernel.run_row import GPU_METRIC_NAMES
 from cluster.telemetry.readings import REASON_SW_POWER_CAP, GpuReading
 from cluster.telemetry.recorder import readings_table
@@ -26,7 +27,7 @@ def samples(power_w: float = 300.0, energy: bool = True, throttle_at: int = -1, 
 
 def test_energy_per_token_and_tokens_per_watt() -> None:
     m = summarize_gpu(samples(300.0, gpus=("0", "1")), 10.0, output_tok_s=72.0)
-    assert tuple(m) == GPU_METRIC_NAMES and set(GPU_METRIC_DEFINITIONS) == set(GPU_METRIC_NAMES)
+    assert tuple(m) == GPU_METRIC_NAMES and tuple(definitions("gpu")) == GPU_METRIC_NAMES
     assert m["gpu_energy_j"] == pytest.approx(2 * 300.0 * 10.0)
     assert m["gpu_power_w_mean"] == pytest.approx(600.0)
     assert m["energy_j_per_output_token"] == pytest.approx(6000.0 / 720.0)

@@ -54,6 +54,7 @@ def test_report_html_and_pngs(demo_root: str, tmp_path: Path) -> None:
     # definitions, engine labels, CI method, invalid runs with their reasons
     assert METRIC_DEFINITIONS["tpot_ms_mean"] in html.unescape(page)
     assert "SIMULATED" in page and "sim (simulated)" in page
+    assert "Baseline: <b>baseline</b>" in page  # read from the compare table's rows
     assert "hierarchical bootstrap" in page
     assert "client lag p99 85 ms exceeds 50 ms" in page
     assert "RTX PRO 6000 Blackwell (assumed: simulator reference node)" in page
