@@ -53,6 +53,9 @@ def ray_local() -> Iterator[None]:
     import ray
 
     if not ray.is_initialized():
+        from cluster.distributed.driver import WORKER_NICENESS_ENV
+
+        os.environ.setdefault(WORKER_NICENESS_ENV, "0")  # as a cluster sglbench starts (driver.init_ray)
         ray.init(address="local", num_gpus=RAY_GPUS, num_cpus=8, include_dashboard=False,
                  object_store_memory=100 * 1024**2, log_to_driver=False, _node_ip_address="127.0.0.1")
     yield

@@ -157,6 +157,12 @@ class EngineActorImpl:
             leader = self.server.pid
             assert leader is not None
             server_pid = self.server_pid = self.server.server_pid()
+            try:
+                # the server inherits this actor's niceness: Ray starts workers at RAY_worker_niceness (15 unless
+                # the cluster says otherwise), and a niced server loses its CPU to every normal process on the node
+                environment["server_niceness"] = os.getpriority(os.PRIO_PROCESS, server_pid or leader)
+            except OSError as e:
+                environment["server_niceness_error"] = str(e)
             return ServerFacts(
                 environment=environment,
                 port=p,

@@ -39,6 +39,9 @@ from cluster.probe.checkpoint import ProbeReport
 from cluster.tuning.artifacts import TuningArtifact
 from cluster.version import __version__
 
+WORKER_NICENESS_ENV = "RAY_worker_niceness"
+"""The raylet reads the niceness of the workers it starts from this variable (Ray 2.60 RayConfig worker_niceness)."""
+
 
 class PlacementError(EnvironmentFault):
     """A variant can never be placed on this cluster."""
@@ -228,6 +231,10 @@ def init_ray(address: Optional[str] = None, num_gpus: Optional[int] = None) -> N
 
             os.environ["RAY_AUTH_MODE"] = "token"
             reload_ray_auth_config()
+        # Ray starts worker processes at niceness 15 by default, and the servers and load generators they start
+        # inherit it: beside any busy normal-priority process they got a few percent of a core (the demo's
+        # simulated steps ran 30x slow beside two CPU burners). A cluster sglbench starts runs them at 0.
+        os.environ.setdefault(WORKER_NICENESS_ENV, "0")
         ray.init(address="local", include_dashboard=False, dashboard_host="127.0.0.1", log_to_driver=False,
                  num_gpus=num_gpus, object_store_memory=256 * 1024**2, _node_ip_address="127.0.0.1")
 

@@ -139,6 +139,11 @@ class SegmentRunner:
                  f"{server.cuda_visible_devices or '-'} (pid {server.pid}, port {server.port}, log "
                  f"{server.hostname}:{server.log_path})")
         self.on_event(ServerState(variant.name, "healthy", f"in {server.startup_s:.1f} s"))
+        niceness = server.environment.get("server_niceness")
+        if isinstance(niceness, int) and niceness > 0:
+            self.log(f"[{variant.name}] warning: the server runs at niceness {niceness} (Ray's worker niceness on "
+                     f"{server.hostname}): any normal-priority process on that node takes the CPU first, so its "
+                     f"figures may not be the server's alone; start that cluster with RAY_worker_niceness=0")
         s.seg = replace(s.seg, load_actor_cuda_visible_devices=s.loads[0].visible_gpus(),
                         load_actor_node_id=s.loads[0].node_id(), load_actors=n_load)
         self.result.servers[variant.name] = ServerRecord(server, s.seg)
