@@ -126,8 +126,7 @@ async def _dispatch(pool: StreamPool, engine: LoadTarget, job: WindowJob, w: _Se
         return end_ns, got
 
     if sessions is not None:
-        await dispatch_sessions(one, prompt_for, sessions, n_total, max_tokens, load, seed, t0_ns, sink,
-                                 num_shards, shard_index)
+        await dispatch_sessions(one, job, prompt_for, sessions, n_total, t0_ns, sink)
         return
     sched = load.shape.schedule(load, n_total, seed, lambda: [prompt_for(i).arrival_s for i in range(n_total)])
     if sched.concurrency is not None:

@@ -22,7 +22,7 @@ from cluster.engines.base import ChatTurn, Prompt
 from cluster.errors import EngineFault
 from cluster.loadgen.pacing import SPIN_NS, closed_loop, pace, shard_concurrency
 from cluster.loadgen.sink import RecordSink
-from cluster.kernel.runs import LoadPoint
+from cluster.kernel.window_job import WindowJob
 from cluster.config.workload import SessionSpec
 
 THINK_STREAM = 0x7417
@@ -116,13 +116,14 @@ SendOne = Callable[[int, int, Optional[Prompt], bool, tuple[Optional[int], Optio
 """The runner's `one`: (request, intended send, prompt, keep its answer, (session, turn)) → (its end, its answer)."""
 
 
-async def dispatch_sessions(one: SendOne, prompt_for: Callable[[int], Prompt], plan: SessionPlan, n_total: int,
-                            max_tokens: int, load: LoadPoint, seed: int, t0_ns: int, sink: RecordSink,
-                            num_shards: int, shard_index: int) -> None:
-    """This shard's sessions (s % num_shards == shard_index): closed loop, `concurrency` sessions at a time, each
-    worker starting its next session when the last turn of its session ended; open loop, sessions starting on a
-    seeded schedule at request_rate / turns per second (max_concurrency caps the turns in flight). A session's
+async def dispatch_sessions(one: SendOne, job: WindowJob, prompt_for: Callable[[int], Prompt], plan: SessionPlan,
+                            n_total: int, t0_ns: int, sink: RecordSink) -> None:
+    """This shard of `job`'s sessions (s % num_shards == shard_index): closed loop, `concurrency` sessions at a time,
+    each worker starting its next session when the last turn of its session ended; open loop, sessions starting on
+    a seeded schedule at request_rate / turns per second (max_concurrency caps the turns in flight). A session's
     later turn is sent its think time after the turn before ended, which is its intended send."""
+    max_tokens, load, seed = job.max_tokens, job.load, job.seed
+    num_shards, shard_index = job.num_shards, job.shard_index
     clock = time.monotonic_ns
     n_sessions = plan.n_sessions(n_total)
     mine = range(shard_index, n_sessions, num_shards)

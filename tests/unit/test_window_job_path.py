@@ -23,6 +23,7 @@ PATH = [
     ("cluster/loadgen/runner.py", "run_window"),
     ("cluster/loadgen/runner.py", "_dispatch"),
     ("cluster/loadgen/runner.py", "_dispatch.one"),
+    ("cluster/loadgen/sessions.py", "dispatch_sessions"),
 ]
 
 

@@ -16,6 +16,7 @@ from cluster.kernel.records import RequestRecord
 from cluster.engines.base import ChatTurn, Prompt
 from cluster.loadgen.conversations import load_conversations, select_rows
 from cluster.loadgen.prompt_sources import build_prompts, build_session_plan
+from cluster.kernel.window_job import WindowJob
 from cluster.loadgen.sessions import (Answer, SessionPlan, SessionTurnError, dispatch_sessions, next_turn,
                                       session_plan, think_times_ns)
 from cluster.loadgen.sink import RecordSink
@@ -116,7 +117,9 @@ def _run(plan: SessionPlan, prompts: list[Prompt], load: LoadPoint, fail: frozen
     async def go() -> FakeSender:
         t0 = time.monotonic_ns()
         one = FakeSender(sink, t0, fail=fail)
-        await dispatch_sessions(one, prompts.__getitem__, plan, len(prompts), 4, load, 3, t0, sink, shard[1], shard[0])
+        job = WindowJob("http://unused", "native", 4, load, 3, True, 0.0, "m", 30.0, shard_index=shard[0],
+                        num_shards=shard[1])
+        await dispatch_sessions(one, job, prompts.__getitem__, plan, len(prompts), t0, sink)
         sink.flush()
         return one
 
