@@ -72,6 +72,11 @@ def _provenance(p: RunPlan, spec: ExperimentSpec, server: Optional[ServerFacts],
         "load_actors": g.load_actors if g else None,
         "load_actor_peak_buffered_rows": peak_buffered_rows,
         "isolation": spec.isolation,
+        "launched_by_sglbench": v.launched,
+        # what an endpoint said about itself (scrubbed of its key by the actor): the only record of its configuration
+        "endpoint": None if v.endpoint is None else {
+            "url": v.endpoint.url, "flush_cache": v.endpoint.flush_cache, "start_mark": s.start_mark if s else None,
+            "server_info": s.infos.get("server_info") if s else None, "models": s.infos.get("models") if s else None},
     }
 
 
@@ -103,6 +108,8 @@ def _common(p: RunPlan, spec: ExperimentSpec, server: Optional[ServerFacts], seg
         sglbench_version=__version__,
         git_sha=git_sha,
         tuning_artifact=g.tuning_artifact if g else None,
+        launched_by_sglbench=v.launched,
+        endpoint_url=v.endpoint.url if v.endpoint is not None else None,
     )
 
 
@@ -221,7 +228,9 @@ def _with_audit(row: RunRow, out: MeasuredWindow) -> tuple[RunRow, list[str]]:
 
 
 def build_run_row(p: RunPlan, out: MeasuredWindow, server: ServerFacts, segment: SegmentFacts,
-                  spec: ExperimentSpec, neighbours: list[str], git_sha: Optional[str]) -> RunRow:
+                  spec: ExperimentSpec, neighbours: list[str], git_sha: Optional[str],
+                  restart: Optional[str] = None) -> RunRow:
+    """The run's row; `restart`: why the endpoint measured is not the one checked at the start (it restarted)."""
     from cluster.analysis.metrics import summarize_run
 
     m = summarize_run(out.requests, out.token_chunks if out.token_chunks is not None else out.chunks,
@@ -258,8 +267,11 @@ def build_run_row(p: RunPlan, out: MeasuredWindow, server: ServerFacts, segment:
     err_rate = (n_req - n_ok) / n_req if n_req else 1.0
     if n_ok and err_rate > MAX_ERROR_RATE:
         invalid.append(f"{n_req - n_ok} of {n_req} requests failed ({err_rate:.1%})")
-    if not out.flushed:
+    ep = p.variant.endpoint
+    if not out.flushed and (ep is None or ep.flush_cache):  # an endpoint's cache is flushed only with leave
         invalid.append("cache flush before the measured window failed")
+    if restart:
+        invalid.append(restart)
     cap_reasons, concurrency = concurrency_check(p, out, server, n_req)
     from cluster.loadgen.output_sample import sample_verdict
 

@@ -119,7 +119,8 @@ class Driver:
         node_gpus = [n.gpus for n in nodes]
         gpn = max(node_gpus, default=0)
         variants = expand_variants(self.spec)
-        res = [reservation(v.name, v.tp, self.spec.isolation, gpn, LOAD_ACTOR_CPUS) for v in variants]
+        res = [reservation(v.name, v.tp if v.launched else 0, self.spec.isolation, gpn, LOAD_ACTOR_CPUS)
+               for v in variants]
         problems = unplaceable(res, node_gpus)
         if problems:
             raise PlacementError("; ".join(problems))
@@ -199,7 +200,7 @@ def logical_gpus_for(spec: ExperimentSpec) -> Optional[int]:
     from cluster.engines.registry import get_engine
 
     variants = expand_variants(spec)
-    if variants and all(get_engine(v.engine).runs_on_cpu(v) for v in variants):
+    if variants and all(not v.launched or get_engine(v.engine).runs_on_cpu(v) for v in variants):
         return max([8] + [v.tp for v in variants])
     return None
 
