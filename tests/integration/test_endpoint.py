@@ -158,13 +158,15 @@ def test_unreachable_endpoint_is_exit_3_naming_the_url_before_anything_runs(tmp_
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     path = tmp_path / "endpoint.yaml"
     path.write_text(yaml.safe_dump(_spec(tmp_path, url)))
+    import cluster.distributed.driver as driver
+
+    started: list[object] = []
+    monkeypatch.setattr(driver, "init_ray", lambda *a, **k: started.append(a))  # Ray is neither started nor joined
     res = CliRunner().invoke(app, ["run", str(path), "--no-progress"])
     assert res.exit_code == 3, res.output
     assert url in res.output and "unreachable" in res.output, res.output
     assert not (tmp_path / "results").exists()  # nothing ran, nothing was written
-    import ray
-
-    assert not ray.is_initialized()  # refused before Ray was started or joined
+    assert started == []  # refused before Ray (so before any actor or placement)
 
 
 def test_restart_under_the_run_makes_later_runs_invalid_naming_it(
