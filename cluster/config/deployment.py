@@ -45,8 +45,8 @@ class EndpointDeployment(FrozenModel):
             raise ValueError(f"url {v!r} has a query or fragment: expected the server's base URL")
         try:
             parts.port
-        except ValueError as e:
-            raise ValueError(f"url {v!r}: {e}") from None
+        except ValueError:
+            raise ValueError(f"url {v!r}: the port is not a TCP port (expected 1-65535)") from None
         return v.rstrip("/")
 
     @field_validator("api_key_env")

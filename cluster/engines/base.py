@@ -345,7 +345,7 @@ class Engine:
     """(info document, key) whose value a server measures anew at each start, so a changed value means the server
     restarted (None: the engine has none, and a restart under a run cannot be seen)."""
 
-    def start_mark(self, infos: Mapping[str, Any]) -> Optional[str]:
+    def start_mark(self, infos: Mapping[str, JsonValue]) -> Optional[str]:
         """This start's restart mark (canonical JSON of `restart_mark`'s value), or None when the server gave none."""
         if self.restart_mark is None:
             return None

@@ -4,11 +4,12 @@ launched, flushed without leave or killed."""
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import Optional
 
 from cluster.engines.base import Engine
 from cluster.engines.http_call import call
 from cluster.errors import EngineFault, EnvironmentFault
+from cluster.input_files import JsonValue
 from cluster.server.engine_server import read_infos
 
 REACH_TIMEOUT_S = 10.0
@@ -39,7 +40,7 @@ class EndpointServer:
         self.first_mark: Optional[str] = None
         """The restart mark when it was first checked (the gate and every run are measured against that start)."""
 
-    def attach(self, timeout_s: float) -> tuple[dict[str, Any], float]:
+    def attach(self, timeout_s: float) -> tuple[dict[str, JsonValue], float]:
         """Wait up to `timeout_s` for a 200 health answer (EnvironmentFault naming the URL otherwise), then read its
         info documents and /v1/models; (infos, seconds waited)."""
         t0 = time.monotonic()
@@ -54,7 +55,7 @@ class EndpointServer:
         self.first_mark = self.engine.start_mark(infos)
         return infos, time.monotonic() - t0
 
-    def infos(self) -> dict[str, Any]:
+    def infos(self) -> dict[str, JsonValue]:
         return read_infos(self.engine, self.url, None, paths=self.engine.endpoint_info_paths(None))
 
     def alive(self) -> bool:
