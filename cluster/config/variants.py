@@ -141,8 +141,9 @@ class ProfileSpec(FrozenModel):
     """The archived trace directory is refused above this size (the summary table is still written)."""
 
 
-ENDPOINT_REFUSES = ("tp", "args", "env", "speculative", "tuning", "sim", "profile")
-"""What configures a server sglbench launches: refused on an endpoint variant (it would be silently ignored)."""
+ENDPOINT_REFUSES = ("tp", "args", "env", "speculative", "tuning", "profile")
+"""What configures a server sglbench launches: refused on an endpoint variant (it would be silently ignored), and so
+is any simulator knob of its own."""
 
 
 class VariantSpec(FrozenModel):
@@ -180,7 +181,7 @@ class VariantSpec(FrozenModel):
         if not isinstance(self.deployment, EndpointDeployment):
             return self
         # a value other than the default (a dumped spec names every field, a default one included)
-        launch = [f for f in ENDPOINT_REFUSES if f != "sim" and getattr(self, f) not in (None, {})]
+        launch = [f for f in ENDPOINT_REFUSES if getattr(self, f) not in (None, {})]
         launch += ["sim"] if self.sim.model_fields_set else []
         if launch:
             raise FieldProblem((launch[0],), f"variant {self.name!r} is an endpoint that is already running "
