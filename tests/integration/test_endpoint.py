@@ -138,6 +138,10 @@ def test_endpoint_measured_through_run_nothing_launched_key_never_written(
     assert ep["server_info"]["startup_time"] is not None and ep["models"]["data"], ep
     # no flush without leave: the window was not flushed, and that alone does not make the run invalid
     assert row["invalid_reasons"] is None
+    # the gate, the workload audit and the client-lag rule judged it as any launched server's run
+    assert prov["correctness"]["passed"] is True and not prov["correctness"].get("skipped"), prov["correctness"]
+    assert row["distinct_prompts_sent"] == 4 and row["distinct_prompts_planned"] == 4
+    assert row["m_lag_ms_p99"] is not None and row["m_lag_ms_p99"] < 1000.0
     assert "not launched by sglbench" in printed[2] or "endpoint" in printed[2]
     assert "endpoint" in printed[3] and endpoint.url in printed[3], printed[3]
     assert "endpoint" in printed[4], printed[4]
