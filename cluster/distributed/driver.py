@@ -188,6 +188,9 @@ def run_experiment(spec: ExperimentSpec, *, base_dir: Path, output_root: Optiona
                  on_run or (lambda p, s: None), on_event)
     if preflight:
         from cluster.distributed.cluster_state import remote_preflight
+        from cluster.node.preflight import check_endpoints
+
+        check_endpoints(expand_variants(spec))  # where the keys are read: a job's driver as `sglbench run`'s
 
         drv.preflight = remote_preflight(spec, Path(base_dir), output_root=drv.root)
     return drv.run()

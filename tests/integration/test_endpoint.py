@@ -171,6 +171,19 @@ def test_unreachable_endpoint_is_exit_3_naming_the_url_before_anything_runs(tmp_
     assert url in res.output and "unreachable" in res.output, res.output
     assert not (tmp_path / "results").exists()  # nothing ran, nothing was written
     assert started == []  # refused before Ray (so before any actor or placement)
+    # a job's driver (ray job submit, no CLI preflight before it) refuses it too, before the node's preflight task
+    from cluster.config.loader import load_spec
+    from cluster.errors import EnvironmentFault
+
+    def no_task(*a: object, **k: object) -> None:
+        raise AssertionError("the node preflight task ran")
+
+    import cluster.distributed.cluster_state as cluster_state
+
+    monkeypatch.setattr(cluster_state, "remote_preflight", no_task)
+    with pytest.raises(EnvironmentFault, match=url):
+        driver.run_experiment(load_spec(path), base_dir=tmp_path, log=lambda s: None)
+    assert not (tmp_path / "results" / "endpoint" / "runs").exists()
 
 
 def test_restart_under_the_run_makes_later_runs_invalid_naming_it(
