@@ -17,7 +17,7 @@ from cluster.version import __version__
 from cluster.kernel.run_facts import SegmentFacts, ServerFacts
 from cluster.kernel.window import MeasuredWindow
 from cluster.kernel.run_row import RunRow, RunStatus
-from cluster.kernel.runs import RunPlan
+from cluster.kernel.runs import ResolvedVariant, RunPlan
 from cluster.config.experiment import ExperimentSpec
 
 MAX_ERROR_RATE = 0.01
@@ -73,11 +73,19 @@ def _provenance(p: RunPlan, spec: ExperimentSpec, server: Optional[ServerFacts],
         "load_actor_peak_buffered_rows": peak_buffered_rows,
         "isolation": spec.isolation,
         "launched_by_sglbench": v.launched,
-        # what an endpoint said about itself (scrubbed of its key by the actor): the only record of its configuration
-        "endpoint": None if v.endpoint is None else {
-            "url": v.endpoint.url, "flush_cache": v.endpoint.flush_cache, "start_mark": s.start_mark if s else None,
-            "server_info": s.infos.get("server_info") if s else None, "models": s.infos.get("models") if s else None},
+        "endpoint": _endpoint_facts(v, s, None),
     }
+
+
+def _endpoint_facts(v: ResolvedVariant, s: Optional[ServerFacts],
+                    flushed: Optional[bool]) -> Optional[dict[str, object]]:
+    """An endpoint's provenance: what it said about itself (scrubbed of its key by the actor: the only record of its
+    configuration), its restart mark, and whether its cache was flushed (only with the experiment's leave)."""
+    if v.endpoint is None:
+        return None
+    return {"url": v.endpoint.url, "flush_cache": v.endpoint.flush_cache, "cache_flushed": flushed,
+            "start_mark": s.start_mark if s else None, "server_info": s.infos.get("server_info") if s else None,
+            "models": s.infos.get("models") if s else None}
 
 
 def _common(p: RunPlan, spec: ExperimentSpec, server: Optional[ServerFacts], segment: Optional[SegmentFacts],
@@ -293,6 +301,7 @@ def build_run_row(p: RunPlan, out: MeasuredWindow, server: ServerFacts, segment:
     output_sample["judged"] = spec.correctness.check_output_samples
     provenance = _provenance(p, spec, server, segment, git_sha, out.peak_buffered_rows)
     provenance["concurrency"] = asdict(concurrency)
+    provenance["endpoint"] = _endpoint_facts(p.variant, server, out.flushed)
     telemetry: dict[str, object] = dict(out.telemetry.provenance()) if out.telemetry is not None else {
         "source": None, "unavailable": "telemetry disabled or not captured"}
     telemetry["throttle_reasons"] = throttle_summary(out.gpu_metrics, out.duration_s)

@@ -134,7 +134,7 @@ def test_endpoint_measured_through_run_nothing_launched_key_never_written(
     prov = json.loads(row["provenance_json"])
     assert prov["server_pid"] is None and prov["gpu_ids"] == []
     ep = prov["endpoint"]
-    assert ep["flush_cache"] is False and ep["start_mark"] is not None
+    assert ep["flush_cache"] is False and ep["cache_flushed"] is False and ep["start_mark"] is not None
     assert ep["server_info"]["startup_time"] is not None and ep["models"]["data"], ep
     # no flush without leave: the window was not flushed, and that alone does not make the run invalid
     assert row["invalid_reasons"] is None
@@ -196,8 +196,12 @@ def test_restart_under_the_run_makes_later_runs_invalid_naming_it(
     path.write_text(yaml.safe_dump(_spec(tmp_path, endpoint.url, repeats=2, flush=True)))
     spec = load_spec(path)
     restarted: list[str] = []
+    import ray
+
+    free_gpus: list[float] = []
 
     def on_run(plan: Any, status: str) -> None:
+        free_gpus.append(ray.available_resources().get("GPU", 0.0))  # the endpoint's segment holds none
         if not restarted:  # after the first run: the server is restarted on the same port, under the experiment
             endpoint.stop()
             endpoint.start()
@@ -210,4 +214,6 @@ def test_restart_under_the_run_makes_later_runs_invalid_naming_it(
     reason = rows[1]["invalid_reasons"]
     assert f"endpoint {endpoint.url} restarted under the run" in reason and "server_info.startup_time" in reason
     assert rows[0]["invalid_reasons"] is None  # measured on the server that was checked: whole
+    assert free_gpus == [ray.cluster_resources()["GPU"]] * 2, free_gpus
+    assert [json.loads(r["provenance_json"])["endpoint"]["cache_flushed"] for r in rows] == [True, True]  # leave given
     assert endpoint.alive()
