@@ -17,7 +17,7 @@ from cluster.version import __version__
 from cluster.kernel.run_facts import SegmentFacts, ServerFacts
 from cluster.kernel.window import MeasuredWindow
 from cluster.kernel.run_row import RunRow, RunStatus
-from cluster.kernel.runs import RunPlan
+from cluster.kernel.runs import ResolvedVariant, RunPlan
 from cluster.config.experiment import ExperimentSpec
 
 MAX_ERROR_RATE = 0.01
@@ -72,7 +72,20 @@ def _provenance(p: RunPlan, spec: ExperimentSpec, server: Optional[ServerFacts],
         "load_actors": g.load_actors if g else None,
         "load_actor_peak_buffered_rows": peak_buffered_rows,
         "isolation": spec.isolation,
+        "launched_by_sglbench": v.launched,
+        "endpoint": _endpoint_facts(v, s, None),
     }
+
+
+def _endpoint_facts(v: ResolvedVariant, s: Optional[ServerFacts],
+                    flushed: Optional[bool]) -> Optional[dict[str, object]]:
+    """An endpoint's provenance: what it said about itself (scrubbed of its key by the actor: the only record of its
+    configuration), its restart mark, and whether its cache was flushed (only with the experiment's leave)."""
+    if v.endpoint is None:
+        return None
+    return {"url": v.endpoint.url, "flush_cache": v.endpoint.flush_cache, "cache_flushed": flushed,
+            "start_mark": s.start_mark if s else None, "server_info": s.infos.get("server_info") if s else None,
+            "models": s.infos.get("models") if s else None}
 
 
 def _common(p: RunPlan, spec: ExperimentSpec, server: Optional[ServerFacts], segment: Optional[SegmentFacts],
@@ -103,6 +116,8 @@ def _common(p: RunPlan, spec: ExperimentSpec, server: Optional[ServerFacts], seg
         sglbench_version=__version__,
         git_sha=git_sha,
         tuning_artifact=g.tuning_artifact if g else None,
+        launched_by_sglbench=v.launched,
+        endpoint_url=v.endpoint.url if v.endpoint is not None else None,
     )
 
 
@@ -221,7 +236,9 @@ def _with_audit(row: RunRow, out: MeasuredWindow) -> tuple[RunRow, list[str]]:
 
 
 def build_run_row(p: RunPlan, out: MeasuredWindow, server: ServerFacts, segment: SegmentFacts,
-                  spec: ExperimentSpec, neighbours: list[str], git_sha: Optional[str]) -> RunRow:
+                  spec: ExperimentSpec, neighbours: list[str], git_sha: Optional[str],
+                  restart: Optional[str] = None) -> RunRow:
+    """The run's row; `restart`: why the endpoint measured is not the one checked at the start (it restarted)."""
     from cluster.analysis.metrics import summarize_run
 
     m = summarize_run(out.requests, out.token_chunks if out.token_chunks is not None else out.chunks,
@@ -258,8 +275,11 @@ def build_run_row(p: RunPlan, out: MeasuredWindow, server: ServerFacts, segment:
     err_rate = (n_req - n_ok) / n_req if n_req else 1.0
     if n_ok and err_rate > MAX_ERROR_RATE:
         invalid.append(f"{n_req - n_ok} of {n_req} requests failed ({err_rate:.1%})")
-    if not out.flushed:
+    ep = p.variant.endpoint
+    if not out.flushed and (ep is None or ep.flush_cache):  # an endpoint's cache is flushed only with leave
         invalid.append("cache flush before the measured window failed")
+    if restart:
+        invalid.append(restart)
     cap_reasons, concurrency = concurrency_check(p, out, server, n_req)
     from cluster.loadgen.output_sample import sample_verdict
 
@@ -281,6 +301,7 @@ def build_run_row(p: RunPlan, out: MeasuredWindow, server: ServerFacts, segment:
     output_sample["judged"] = spec.correctness.check_output_samples
     provenance = _provenance(p, spec, server, segment, git_sha, out.peak_buffered_rows)
     provenance["concurrency"] = asdict(concurrency)
+    provenance["endpoint"] = _endpoint_facts(p.variant, server, out.flushed)
     telemetry: dict[str, object] = dict(out.telemetry.provenance()) if out.telemetry is not None else {
         "source": None, "unavailable": "telemetry disabled or not captured"}
     telemetry["throttle_reasons"] = throttle_summary(out.gpu_metrics, out.duration_s)

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from cluster.commands.acceptance_health_output import print_acceptance_health, with_health_column
 from cluster.commands.cross_output import cross_table, print_cross
+from cluster.commands.endpoint_notes import print_endpoints
 from cluster.commands.repeats_output import emit_show, print_repeats, recorded_repeats
 from cluster.commands.result_tables import (Format, NothingToShow, cell_text, clear_errors, console, emit,
                                             err_console, no_runs, nonempty_table, simulated_note)
@@ -264,6 +265,7 @@ def print_compare(results: Results, baseline: Optional[str], fmt_name: str) -> N
         for line in contrast_lines(results):  # per chat template setting (cluster/config/template_settings.py)
             console.print(line, highlight=False, soft_wrap=True, markup=False)
         print_acceptance_health(results)
+        print_endpoints(results)
     else:
         emit(with_health_column(df, results) if fmt is Format.json else df, fmt)
 
@@ -345,11 +347,8 @@ def list_cmd(root: str = ROOT_OPT, fmt: Format = typer.Option(Format.table, "--f
 
 
 @results_app.command("show")
-def show_cmd(
-    experiment: str = typer.Argument(...),
-    root: str = ROOT_OPT,
-    fmt: Format = typer.Option(Format.table, "--format"),
-) -> None:
+def show_cmd(experiment: str = typer.Argument(...), root: str = ROOT_OPT,
+             fmt: Format = typer.Option(Format.table, "--format")) -> None:
     """Every run of an experiment: status, and why a run failed or is invalid; with `repeats: {until}`, where each
     point's repeats stopped (JSON: {"runs": [...], "repeats_until": [...]} then)."""
     from cluster.analysis.query import query
@@ -364,6 +363,7 @@ def show_cmd(
     emit_show(with_health_column(df, results) if fmt is Format.json else df, points, fmt, title=f"{experiment}: runs")
     if fmt is Format.table:
         print_acceptance_health(results)
+        print_endpoints(results)
 
 
 @results_app.command("query")

@@ -82,7 +82,8 @@ def validate(experiment: Path = typer.Argument(..., help="experiment YAML")) -> 
     with _naming(experiment):
         input_checks(spec, Path.cwd(), _say, spec.output)
         for v in variants:  # the argv plan prints and run launches: refusals made while building it (an SGLang
-            _launch_command(spec, _launched(spec, v, None), 30000)  # alias next to its full flag name) come at validate too
+            if v.launched:  # alias next to its full flag name) come at validate too; an endpoint has no argv
+                _launch_command(spec, _launched(spec, v, None), 30000)
     console.print(f"[green]ok[/] {experiment}: experiment {spec.name!r}, {len(variants)} variant(s), "
                   f"{len(make_plan(spec))} run(s)")
 
@@ -120,8 +121,16 @@ def _plan(spec: ExperimentSpec, port: int) -> None:
     for line in notes + [n for n in [undecided_note(variants, facts)] if n]:
         err_console.print(f"note: {line}", style="yellow", markup=False, soft_wrap=True)
     for v in variants:
-        cmd = _launch_command(spec, _launched(spec, v, None), port)
         base = " (baseline)" if v.is_baseline else ""
+        if v.endpoint is not None:  # nothing launched: its URL, never its key
+            ep = v.endpoint
+            console.print(f"# {v.name}{base} engine={v.engine} is an endpoint already running at {ep.url}: no argv, "
+                          f"nothing launched or killed, no GPU reserved; cache flush "
+                          f"{'allowed' if ep.flush_cache else 'not allowed'}"
+                          f"{'; key from $' + ep.api_key_env if ep.api_key_env else ''}", style="bold", markup=False,
+                          highlight=False, soft_wrap=True)
+            continue
+        cmd = _launch_command(spec, _launched(spec, v, None), port)
         fixed = v.args.get("port")
         where = f"port {fixed} (fixed by args.port)" if fixed is not None else "a free port chosen at start"
         # the headline is a shell comment, so a copied block runs only the command line under it

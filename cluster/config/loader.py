@@ -20,6 +20,7 @@ from cluster.config.fields import FieldProblem, SpecError
 from cluster.config.workload import LENGTH_TAGS
 from cluster.config.prompts import PROMPT_TAGS, ConversationPrompts
 from cluster.config.tuning import TUNING_MODELS
+from cluster.config.deployment import DEPLOYMENT_MODELS
 from cluster.config.secrets import is_secret_name, mask
 
 
@@ -238,7 +239,8 @@ def _without_tags(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     for i, p in enumerate(loc):
         if i and ((loc[i - 1] == "tuning" and p in TUNING_MODELS) or (loc[i - 1] == "prompts" and p in PROMPT_TAGS)
                   or (loc[i - 1] in ("input_tokens", "output_tokens") and p in LENGTH_TAGS)
-                  or (loc[i - 1] == "num_steps" and p in STEP_TAGS) or (loc[i - 1] == "repeats" and p in REPEATS_TAGS)):
+                  or (loc[i - 1] == "num_steps" and p in STEP_TAGS) or (loc[i - 1] == "repeats" and p in REPEATS_TAGS)
+                  or (loc[i - 1] == "deployment" and p in DEPLOYMENT_MODELS)):
             continue
         out.append(p)
     return tuple(out)

@@ -10,6 +10,7 @@ from pydantic import (Discriminator, Field, FieldSerializationInfo, Tag, field_s
                       model_validator)
 
 from cluster.config import bounds as B
+from cluster.config.deployment import Deployment, EndpointDeployment
 from cluster.config.expansion import Pair, step_names, sweep_name, sweep_pairs
 from cluster.config.fields import FieldProblem, FrozenModel, LocalPath, check_name
 from cluster.config.server import ArgValue, _arg_shapes, _check_args, _check_env
@@ -140,6 +141,11 @@ class ProfileSpec(FrozenModel):
     """The archived trace directory is refused above this size (the summary table is still written)."""
 
 
+ENDPOINT_REFUSES = ("tp", "args", "env", "speculative", "tuning", "profile")
+"""What configures a server sglbench launches: refused on an endpoint variant (it would be silently ignored), and so
+is any simulator knob of its own."""
+
+
 class VariantSpec(FrozenModel):
     name: str
     """Variant name (letters, digits, '.', '_', '-'); a NEXTN list appends -<steps>."""
@@ -161,11 +167,28 @@ class VariantSpec(FrozenModel):
     """Ask for a kernel profile after the variant's measured windows (not part of its run keys)."""
     baseline: bool = False
     """Compare every other variant against this one (default: the first variant)."""
+    deployment: Optional[Deployment] = None
+    """What serves this variant when it is not one server sglbench launches: {kind: endpoint, url, api_key_env,
+    flush_cache} measures a deployment that is already running (nothing launched, no GPU reserved)."""
 
     _n = field_validator("name")(classmethod(lambda cls, v: check_name(v, "variant name")))
     _s = field_validator("args", mode="before")(classmethod(lambda cls, v: _arg_shapes(v)))
     _a = field_validator("args")(classmethod(lambda cls, v: _check_args(v)))
     _e = field_validator("env")(classmethod(lambda cls, v: _check_env(v)))
+
+    @model_validator(mode="after")
+    def _endpoint_launches_nothing(self) -> "VariantSpec":
+        if not isinstance(self.deployment, EndpointDeployment):
+            return self
+        # a value other than the default (a dumped spec names every field, a default one included)
+        launch = [f for f in ENDPOINT_REFUSES if getattr(self, f) not in (None, {})]
+        launch += ["sim"] if self.sim.model_fields_set else []
+        if launch:
+            raise FieldProblem((launch[0],), f"variant {self.name!r} is an endpoint that is already running "
+                               f"(deployment.kind endpoint): sglbench launches nothing for it, so {launch[0]} would "
+                               "be ignored; leave it out (the endpoint's own configuration is recorded from its "
+                               "/server_info)")
+        return self
 
     @field_serializer("sim")
     def _sim_as_set(self, knobs: Knobs, info: FieldSerializationInfo) -> dict[str, object]:

@@ -8,6 +8,7 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from urllib.parse import urlsplit
 from typing import Any, Iterator, Optional, Union
 
 import pyarrow as pa
@@ -24,6 +25,7 @@ from cluster.kernel.eval_task import EvalAnswer, EvalItem
 from cluster.loadgen.gate import GateAnswers
 from cluster.kernel.runs import ResolvedVariant
 from cluster.loadgen.server_metrics import MetricsScraper
+from cluster.server.endpoint import EndpointServer
 from cluster.server.engine_server import cap_log_lines, read_infos
 from cluster.server.process import (PortNotOwnedError, ServerProcess, ServerStartError, free_port, http_status,
                                     kill_group, pid_alive)
@@ -73,13 +75,15 @@ class EngineActorImpl:
     """Launches the variant's server on the GPUs Ray gave this actor; kills its process group on stop or error."""
 
     def __init__(self, variant: ResolvedVariant, launcher: Optional[EngineLauncher], log_dir: str,
-                 host: str = "127.0.0.1", python: Optional[str] = None) -> None:
+                 host: str = "127.0.0.1", python: Optional[str] = None, api_key: Optional[str] = None) -> None:
         self.variant = variant
         self.launcher = launcher
         self.log_dir = Path(log_dir)
         self.host = host
         self.python = python or sys.executable
-        self.engine = get_engine(variant.engine).with_api_key(api_key_of(variant.args))
+        self.engine = get_engine(variant.engine).with_api_key(api_key or api_key_of(variant.args))
+        self.endpoint = EndpointServer(self.engine, variant.endpoint.url) if variant.endpoint is not None else None
+        """An endpoint already running (nothing launched, nothing killed), or None."""
         self.server: Optional[ServerProcess] = None
         self.base_url = ""
         self.server_pid: Optional[int] = None
@@ -88,6 +92,8 @@ class EngineActorImpl:
         self._no_telemetry: Optional[TelemetryCapture] = None
         self._profile_dir = self.log_dir / "profiles" / variant.name
         self.secrets = secret_values(variant.env, variant.args, launcher.launcher if launcher and launcher.launcher else ())
+        if api_key:
+            self.secrets |= {api_key}
         """Declared secret values: what the server echoes back (infos, log tails) is scrubbed of them."""
 
     def gpu_ids(self) -> list[str]:
@@ -100,6 +106,10 @@ class EngineActorImpl:
         from cluster.telemetry.recorder import unavailable
 
         self.telemetry_stop()
+        if self.endpoint is not None:
+            why = "an endpoint already running: sglbench holds none of its GPUs to sample"
+            self._no_telemetry = unavailable(why, rate_hz)
+            return why
         try:
             sampler = self.engine.device_sampler(self.variant, self.base_url, self.gpu_ids())
         except TelemetryUnavailable as e:
@@ -116,7 +126,27 @@ class EngineActorImpl:
             return capture
         return rec.stop()
 
+    def attach(self, health_timeout_s: float) -> ServerFacts:
+        """An endpoint's facts: what it answers about itself, nothing launched (pid and pgid 0, never killed)."""
+        assert self.endpoint is not None
+        infos, waited = self.endpoint.attach(health_timeout_s)
+        infos = scrub(infos, self.secrets)
+        port = urlsplit(self.endpoint.url).port
+        return ServerFacts(
+            pid=0, pgid=0, port=port or 0, port_attempts=0, base_url=self.endpoint.url, argv=[], env={},
+            cuda_visible_devices="", gpu_ids=[], node_id=str(ray.get_runtime_context().get_node_id()),
+            hostname=urlsplit(self.endpoint.url).hostname or "", startup_s=waited, started_unix_s=time.time(),
+            infos=infos, resolved_args=scrub(self.engine.resolved_args(infos), self.secrets), log_path="",
+            server_pid=None, server_saw_cuda_visible_devices=None, environment={}, launched=False,
+            start_mark=self.endpoint.first_mark)
+
+    def restart_reason(self) -> Optional[str]:
+        """An endpoint's restart since it was attached (its restart mark changed), or None."""
+        return None if self.endpoint is None else scrub_text(self.endpoint.restart_reason() or "", self.secrets) or None
+
     def start(self, health_timeout_s: float, port: Optional[int] = None) -> ServerFacts:
+        if self.endpoint is not None:
+            return self.attach(health_timeout_s)
         sp = self.variant.speculative
         missing = config_missing(sp.adaptive_config if sp is not None else None, socket.gethostname())
         if missing is not None:  # before launching: the server would exit with a less clear error
@@ -230,7 +260,9 @@ class EngineActorImpl:
 
     def alive(self) -> bool:
         """The process group leader runs and so does the server itself (a killed server whose watchdog has not yet
-        noticed is dead)."""
+        noticed is dead); an endpoint: it answers its health check."""
+        if self.endpoint is not None:
+            return self.endpoint.alive()
         if self.server is None or not self.server.alive():
             return False
         return self.server_pid is None or pid_alive(self.server_pid)
@@ -304,8 +336,10 @@ class LoadActorImpl:
     def node_id(self) -> str:
         return str(ray.get_runtime_context().get_node_id())
 
-    def prepare(self, job: WindowJob, warmup_requests: int, flush_timeout_s: float = 60.0) -> Prepared:
-        """Warmup at the point's concurrency, then flush caches and speculative counters before the window."""
+    def prepare(self, job: WindowJob, warmup_requests: int, flush_timeout_s: float = 60.0,
+                flush_cache: bool = True) -> Prepared:
+        """Warmup at the point's concurrency, then flush caches and speculative counters before the window (unless
+        `flush_cache` is False: an endpoint whose experiment does not allow it)."""
         import asyncio
 
         from cluster.loadgen.runner import flush, warmup
@@ -316,7 +350,7 @@ class LoadActorImpl:
         if warmup_requests > 0 and job.workload is not None:
             warm_prompts = self._prompts(job.workload, warmup_requests, job.seed ^ 0x5EED)
             warm_ok = asyncio.run(warmup(self.engine, job.warmup(min(conc, warmup_requests)), warm_prompts))
-        flushed = asyncio.run(flush(self.engine, job.base_url, flush_timeout_s))
+        flushed = asyncio.run(flush(self.engine, job.base_url, flush_timeout_s)) if flush_cache else False
         return Prepared(warm_ok, flushed)
 
     def run_point_stream(self, job: WindowJob) -> Iterator[LoadMessage]:
@@ -385,6 +419,8 @@ def _env_of(pid: int) -> dict[str, str]:
 
 def cleanup_group(pgid: int) -> bool:
     """Kill a server's process group on this node (after its actor died); True if nothing is left."""
+    if pgid <= 1:  # 0 is an endpoint's (nothing launched) and would name this worker's own group
+        return True
     kill_group(pgid, grace_s=5.0)
     return not pid_alive(pgid)
 

@@ -99,7 +99,7 @@ def remote_preflight(spec: ExperimentSpec, base_dir: Path,
             break
         except ray.exceptions.RayTaskError as e:
             cause = getattr(e, "cause", None)
-            if isinstance(cause, ValueError):
+            if isinstance(cause, (ValueError, EnvironmentFault)):  # an endpoint unreachable from the node: exit 3
                 raise cause from None
             raise
         except ray.exceptions.RuntimeEnvSetupError as e:

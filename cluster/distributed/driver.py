@@ -122,7 +122,8 @@ class Driver:
         node_gpus = [n.gpus for n in nodes]
         gpn = max(node_gpus, default=0)
         variants = expand_variants(self.spec)
-        res = [reservation(v.name, v.tp, self.spec.isolation, gpn, LOAD_ACTOR_CPUS) for v in variants]
+        res = [reservation(v.name, v.tp if v.launched else 0, self.spec.isolation, gpn, LOAD_ACTOR_CPUS)
+               for v in variants]
         problems = unplaceable(res, node_gpus)
         if problems:
             raise PlacementError("; ".join(problems))
@@ -190,6 +191,9 @@ def run_experiment(spec: ExperimentSpec, *, base_dir: Path, output_root: Optiona
                  on_run or (lambda p, s: None), on_event)
     if preflight:
         from cluster.distributed.cluster_state import remote_preflight
+        from cluster.node.preflight import check_endpoints
+
+        check_endpoints(expand_variants(spec))  # where the keys are read: a job's driver as `sglbench run`'s
 
         drv.preflight = remote_preflight(spec, Path(base_dir), output_root=drv.root)
     return drv.run()
@@ -202,7 +206,7 @@ def logical_gpus_for(spec: ExperimentSpec) -> Optional[int]:
     from cluster.engines.registry import get_engine
 
     variants = expand_variants(spec)
-    if variants and all(get_engine(v.engine).runs_on_cpu(v) for v in variants):
+    if variants and all(not v.launched or get_engine(v.engine).runs_on_cpu(v) for v in variants):
         return max([8] + [v.tp for v in variants])
     return None
 

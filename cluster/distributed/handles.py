@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from typing import TYPE_CHECKING, Any, Iterator, Optional, cast
@@ -69,6 +70,11 @@ class EngineHandle:
             return f"[sglbench driver] the EngineActor is unreachable ({type(e).__name__}); its watchdog stops the " \
                    "server's process group"
 
+    def restart_reason(self) -> Optional[str]:
+        """An endpoint's restart since it was first checked (None: none seen, or not an endpoint)."""
+        got: Optional[str] = ray.get(self._m.restart_reason.remote(), timeout=60)
+        return got
+
     def stop(self, timeout_s: float = 60) -> StopResult:
         got: StopResult = ray.get(self._m.stop.remote(), timeout=timeout_s)
         return got
@@ -114,8 +120,9 @@ class LoadHandle:
         self.actor = actor
         self._m: Any = actor  # as in EngineHandle
 
-    def prepare(self, job: WindowJob, warmup_requests: int, timeout_s: Optional[float] = None) -> Prepared:
-        got: Prepared = ray.get(self._m.prepare.remote(job, warmup_requests), timeout=timeout_s)
+    def prepare(self, job: WindowJob, warmup_requests: int, timeout_s: Optional[float] = None,
+                flush_cache: bool = True) -> Prepared:
+        got: Prepared = ray.get(self._m.prepare.remote(job, warmup_requests, 60.0, flush_cache), timeout=timeout_s)
         return got
 
     def run_gate(self, base_url: str, model_name: str, timeout_s: float, filler: Optional[int],
@@ -144,12 +151,34 @@ class LoadHandle:
 def new_engine_actor(pg: PlacementGroup, experiment: str, variant: ResolvedVariant,
                      launcher: "Optional[EngineLauncher]", log_dir: str) -> EngineHandle:
     """The variant's EngineActor on the placement group's GPU bundle (its server not started yet)."""
-    actor: "ActorHandle[EngineActorImpl]" = EngineActor.options(
+    if variant.endpoint is not None:  # nothing to launch: no GPU, no bundle (the placement group is the load's)
+        actor: "ActorHandle[EngineActorImpl]" = EngineActor.options(
+            name=actor_name("engine", experiment, variant.name), num_gpus=0,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0),
+            runtime_env={"env_vars": {"CUDA_VISIBLE_DEVICES": ""}},
+        ).remote(variant, launcher, log_dir, "127.0.0.1", None, api_key_for(variant))
+        return EngineHandle(actor)
+    actor = EngineActor.options(
         name=actor_name("engine", experiment, variant.name),
         num_gpus=variant.tp,
         scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0),
     ).remote(variant, launcher, log_dir, "127.0.0.1", None)
     return EngineHandle(actor)
+
+
+def api_key_for(variant: ResolvedVariant) -> Optional[str]:
+    """The key the variant's requests carry: an endpoint's from its named environment variable (read here, on the
+    driver), else the variant's --api-key."""
+    ep = variant.endpoint
+    if ep is not None:
+        return os.environ.get(ep.api_key_env) if ep.api_key_env else None
+    return api_key_of(variant.args)
+
+
+def load_bundle(variant: ResolvedVariant, index: int) -> int:
+    """The placement group bundle of load actor `index`: after the server's GPU bundle, or first for an endpoint
+    (whose group holds no GPU bundle)."""
+    return index if variant.endpoint is not None else 1 + index
 
 
 def new_load_actor(pg: PlacementGroup, experiment: str, variant: ResolvedVariant, index: int,
@@ -159,7 +188,8 @@ def new_load_actor(pg: PlacementGroup, experiment: str, variant: ResolvedVariant
         name=actor_name("load", experiment, variant.name),
         num_cpus=LOAD_ACTOR_CPUS,
         num_gpus=0,
-        scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=1 + index),
+        scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=load_bundle(variant,
+                                                                                                        index)),
         runtime_env={"env_vars": {"CUDA_VISIBLE_DEVICES": ""}},
-    ).remote(variant.engine, base_dir, variant.model_path, api_key_of(variant.args)))
+    ).remote(variant.engine, base_dir, variant.model_path, api_key_for(variant)))
     return LoadHandle(actor)

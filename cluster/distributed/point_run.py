@@ -107,7 +107,8 @@ class PointRunner:
         model_name = self.spec.model.served_name or self.spec.model.path
         loads = s.loads
         job = WindowJob.of_run(p, server.base_url, model_name, self.spec.request_timeout_s)
-        prep = loads[0].prepare(job, self.spec.warmup_requests)
+        ep = p.variant.endpoint  # an endpoint's cache is flushed only when the experiment allows it
+        prep = loads[0].prepare(job, self.spec.warmup_requests, flush_cache=ep is None or ep.flush_cache)
         if not engine.alive():
             raise DiedBeforeWindow("server died before the measured window")
         n = len(loads)
@@ -190,7 +191,9 @@ class PointRunner:
                                                        failure_reason="server died during the measured window"))
             return Death(f"it died in the window of run {p.order_index}", tail)
         # dead with every request answered: it died after this window, whose measurement is whole
-        row = build_run_row(p, out, server, seg, self.spec, sorted(neighbours), self.recorder.git_sha)
+        # an endpoint restarted under the run: measured, but not on the server that was checked and gated
+        restart = engine.restart_reason() if not server.launched else None
+        row = build_run_row(p, out, server, seg, self.spec, sorted(neighbours), self.recorder.git_sha, restart)
         self.recorder.result.attainment[p.run_key] = row.metrics.get("slo_attainment")
         from cluster.loadgen.output_sample import samples_table
 

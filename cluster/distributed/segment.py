@@ -86,7 +86,8 @@ class SegmentRunner:
         runs = [p for p in runs if p.run_key in todo]
         n_load = self.spec.load.actors_per_server
         self.gates.wait_baseline_placed(variant)
-        bundles = [{"GPU": float(r.gpus)}] + [{"CPU": float(r.cpus_for_load)}] * n_load
+        # an endpoint reserves no GPU: its group is its load actors' alone (handles.load_bundle)
+        bundles = ([{"GPU": float(r.gpus)}] if r.gpus else []) + [{"CPU": float(r.cpus_for_load)}] * n_load
         s = ServerStart(variant, placement_group(bundles, strategy="STRICT_PACK",
                                                  name=f"sglbench-{self.spec.name}-{variant.name}"), seg)
         try:
@@ -135,9 +136,13 @@ class SegmentRunner:
             s.seg = replace(s.seg, tuning_artifact=art.hash)
         self.result.servers[variant.name] = ServerRecord(server, s.seg)
         self.shared.enter(variant.name, server.node_id)
-        self.log(f"[{variant.name}] server healthy in {server.startup_s:.1f} s on GPUs "
-                 f"{server.cuda_visible_devices or '-'} (pid {server.pid}, port {server.port}, log "
-                 f"{server.hostname}:{server.log_path})")
+        if server.launched:
+            self.log(f"[{variant.name}] server healthy in {server.startup_s:.1f} s on GPUs "
+                     f"{server.cuda_visible_devices or '-'} (pid {server.pid}, port {server.port}, log "
+                     f"{server.hostname}:{server.log_path})")
+        else:
+            self.log(f"[{variant.name}] endpoint {server.base_url} answers (already running, not launched by "
+                     f"sglbench; cache flush {'allowed' if variant.endpoint and variant.endpoint.flush_cache else 'not allowed'})")
         self.on_event(ServerState(variant.name, "healthy", f"in {server.startup_s:.1f} s"))
         niceness = server.environment.get("server_niceness")
         if isinstance(niceness, int) and niceness > 0:

@@ -34,7 +34,7 @@ def teardown(engine: Optional[EngineHandle], loads: Sequence[LoadHandle], pg: Pl
             stopped = True
         except (RayActorError, RayTaskError, GetTimeoutError):
             pass
-        if not stopped and server is not None:
+        if not stopped and server is not None and server.launched:  # an endpoint is never killed
             # the actor is gone: kill its server's process group on that node so nothing outlives it
             try:
                 ray.get(cleanup_task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(

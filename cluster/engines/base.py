@@ -336,6 +336,24 @@ class Engine:
         """name → GET path of JSON documents recorded in provenance (e.g. server_info)."""
         return {}
 
+    def endpoint_info_paths(self, version: Optional[str]) -> dict[str, str]:
+        """What a run against an endpoint already running records of it: the engine's info documents (SGLang's
+        /server_info where it has one) and the OpenAI-compatible /v1/models."""
+        return {**self.info_paths(version), "models": "/v1/models"}
+
+    restart_mark: Optional[tuple[str, str]] = None
+    """(info document, key) whose value a server measures anew at each start, so a changed value means the server
+    restarted (None: the engine has none, and a restart under a run cannot be seen)."""
+
+    def start_mark(self, infos: Mapping[str, JsonValue]) -> Optional[str]:
+        """This start's restart mark (canonical JSON of `restart_mark`'s value), or None when the server gave none."""
+        if self.restart_mark is None:
+            return None
+        doc, key = self.restart_mark
+        d = infos.get(doc)
+        value = d.get(key) if isinstance(d, dict) else None
+        return None if value is None else json.dumps(value, sort_keys=True)
+
     def profile_request(self, output_dir: str, steps: int, profile_id: str, cpu: bool) -> Optional[HttpRequest]:
         """The POST that starts a kernel profile of the next `steps` forward steps (None: the engine has none)."""
         return None

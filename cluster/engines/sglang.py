@@ -193,6 +193,10 @@ class SGLangEngine(Engine):
     name = "sglang"
     label = "SGLang"
     module = "sglang.launch_server"
+    # 0.5.23's /server_info has no start timestamp; its `startup_time` is the dict of durations this start measured
+    # (load_weight, kv_cache_allocation, scheduler_e2e, cuda_graph, tokenizer_e2e: http_server.py server_info,
+    # observability/startup_time.py), measured anew by every start; the simulator answers its own measured start
+    restart_mark = ("server_info", "startup_time")
     cap_flags = frozenset({"max-running-requests"})
     scraped_metrics = (
         "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:gen_throughput", "sglang:token_usage",

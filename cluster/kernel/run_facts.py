@@ -43,6 +43,11 @@ class ServerFacts:
     """Package/driver versions captured on the node (or {"error": ...})."""
     cap_log_lines: tuple[str, ...] = ()
     """Server log lines (scrubbed) that state a lowered concurrency cap (engine.cap_log_marker), read at startup."""
+    launched: bool = True
+    """Whether sglbench launched this server (False: an endpoint already running; pid and pgid are then 0 and
+    nothing of it is ever killed)."""
+    start_mark: Optional[str] = None
+    """The engine's restart mark when the server was first checked (Engine.start_mark), None when it gave none."""
 
 
 class GateVerdictJson(TypedDict, total=False):

@@ -154,6 +154,11 @@ class RunRow:
     """ok requests decoded inside the stretch"""
     steady_rule: Optional[str] = column(pa.string())
     """the rule that chose it, with its numbers"""
+    launched_by_sglbench: Optional[bool] = column(pa.bool_())
+    """False: the variant is an endpoint already running (nothing launched, killed or flushed without leave); null in
+    runs files written before the column, all of whose servers sglbench launched"""
+    endpoint_url: Optional[str] = column(pa.string())
+    """The endpoint's URL (never its key), for a variant that is an endpoint already running"""
     metrics: Mapping[str, Optional[float]] = field(default_factory=dict)
     """The run's metrics by name (RUN_METRIC_NAMES and any extra one): the m_<name> float64 columns, not a field of
     RUN_FIELDS."""

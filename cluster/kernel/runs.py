@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+from cluster.config.deployment import EndpointDeployment
 from cluster.config.variants import ProfileSpec
 from cluster.config.workload import WorkloadSpec
 from cluster.config.tuning import ActiveTuning
@@ -73,6 +74,13 @@ class ResolvedVariant:
     """The spec variant this was expanded from (e.g. `nextn` for `nextn-2`)."""
     profile: Optional[ProfileSpec] = None
     """A kernel profile after the measured windows: not what the runs measure, so not in identity()."""
+    endpoint: Optional[EndpointDeployment] = None
+    """An endpoint already running that serves this variant: nothing is launched (no argv, no GPU reserved)."""
+
+    @property
+    def launched(self) -> bool:
+        """Whether sglbench launches this variant's server (False for an endpoint already running)."""
+        return self.endpoint is None
 
     # free-form JSON stored as given: the variant as declared (args, env, knobs), hashed into the run key and kept
     # in experiment.json
@@ -88,6 +96,10 @@ class ResolvedVariant:
         if d["speculative"] is not None and d["speculative"]["adaptive_config"] is None:
             del d["speculative"]["adaptive_config"]  # a fixed depth keeps the run key it had before adaptive existed
         d.pop("profile")
+        if self.endpoint is None:
+            del d["endpoint"]  # a launched variant keeps the run key it had before endpoints existed
+        else:  # the key's variable name is declared, its value never (it is read at run time)
+            d["endpoint"] = self.endpoint.model_dump(mode="json")
         return d
 
 

@@ -9,6 +9,7 @@ record back as is. Lines meant for the user go to `say` as `PreflightLine`s; the
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,7 +21,7 @@ from cluster.config.relevance import no_op_notes
 from cluster.engines.flagcheck import check_launch_flags
 from cluster.engines.interconnect import collect_interconnect
 from cluster.engines.registry import get_engine, is_simulated
-from cluster.errors import PreflightError
+from cluster.errors import EnvironmentFault, PreflightError
 from cluster.kernel.runs import ResolvedVariant
 from cluster.plan.fairness import Finding, ModelFacts, check_fairness, format_findings
 from cluster.plan.inputs import check_inputs, check_on_node, resolve_output_root
@@ -28,6 +29,7 @@ from cluster.plan.load_cap import load_above_cap
 from cluster.plan.preflight import check_speculative_support
 from cluster.plan.runs import expand_variants, launch_form
 from cluster.probe.checkpoint import ProbeReport, probe_here
+from cluster.server.endpoint import endpoint_status
 from cluster.tuning.stage import tuning_options_check
 
 LineKind = Literal["dataset", "note", "adaptive", "warning", "summary", "checkpoint"]
@@ -85,8 +87,9 @@ def _sglang_version(spec: ExperimentSpec, variants: Sequence[ResolvedVariant], p
 
 def _fairness(variants: Sequence[ResolvedVariant], reports: Mapping[str, ProbeReport], version: Optional[str],
               gpu_sm: Optional[int] = None) -> list[Finding]:
-    """The fairness rules with the probe's facts (none where nothing was probed)."""
-    return check_fairness(list(variants), {p: r.quant.kv_cache_quant_algo for p, r in reports.items()},
+    """The fairness rules with the probe's facts (none where nothing was probed); they judge the argv sglbench
+    launches, so an endpoint already running (no argv) is not theirs."""
+    return check_fairness([v for v in variants if v.launched], {p: r.quant.kv_cache_quant_algo for p, r in reports.items()},
                           facts={p: ModelFacts.from_report(r) for p, r in reports.items()}, gpu_sm=gpu_sm,
                           version=version)
 
@@ -114,7 +117,7 @@ def input_checks(spec: ExperimentSpec, base_dir: Path, say: Say, output: Optiona
     for note in notes:
         say(PreflightLine("adaptive", f"adaptive speculation of {note}"))
     # the simulator's flags here; SGLang's and vLLM's by their own parsers in the GPU node's preflight
-    with checkable([as_launched(spec, v, output, base_dir) for v in variants],
+    with checkable([as_launched(spec, v, output, base_dir) for v in variants if v.launched],  # endpoints: no argv
                    [] if write_adaptive else configs) as launched:
         lines = check_launch_flags(spec, launched, sys.executable, on_node=False)
     for line in lines + load_above_cap(spec, variants):
@@ -122,11 +125,43 @@ def input_checks(spec: ExperimentSpec, base_dir: Path, say: Say, output: Optiona
     return reports
 
 
+def check_endpoints(variants: Sequence[ResolvedVariant], say: Optional[Say] = None, on_node: bool = False) -> None:
+    """Every endpoint variant answers its health check from here, before anything runs: a variable named by
+    api_key_env that is unset is a PreflightError (exit 2; on the node it may be unset: the driver reads the key
+    and hands it to the actors), an endpoint that does not answer (refused, timed out, another status) an
+    EnvironmentFault naming its URL (exit 3), one that refuses the key (401, 403) a PreflightError."""
+    for v in variants:
+        ep = v.endpoint
+        if ep is None:
+            continue
+        key = os.environ.get(ep.api_key_env) if ep.api_key_env else None
+        if ep.api_key_env and not key and not on_node:
+            raise PreflightError(f"variant {v.name!r}: endpoint {ep.url}: the environment variable {ep.api_key_env} "
+                                 "(deployment.api_key_env) is not set", field=f"variants.{v.family}.deployment",
+                                 expected=f"{ep.api_key_env} set to the endpoint's API key")
+        engine = get_engine(v.engine).with_api_key(key)
+        status, why = endpoint_status(engine, ep.url)
+        if status in (401, 403) and on_node and not key:
+            continue  # it answers; the key is the driver's to send
+        if status in (401, 403):
+            raise PreflightError(f"variant {v.name!r}: endpoint {ep.url} refused the key"
+                                 f"{' in ' + ep.api_key_env if ep.api_key_env else ' (none given)'}: {why}",
+                                 field=f"variants.{v.family}.deployment.api_key_env", expected="a key it accepts")
+        if why is not None:
+            raise EnvironmentFault(f"variant {v.name!r}: endpoint {ep.url} is unreachable: {why}; nothing was run")
+        if say is not None:
+            say(PreflightLine("summary", f"endpoint {ep.url} ({v.name}) answers its health check; already running, "
+                                         "not launched by sglbench"))
+
+
 def local_preflight(spec: ExperimentSpec, base_dir: Path, say: Say, output: Optional[str] = None,
                     write_adaptive: bool = False) -> dict[str, ProbeReport]:
     """`plan` and `run` on this machine: the tuning back ends, the fairness rules and the checkpoint probe where this
-    machine can read the checkpoint, then `input_checks`. Returns the probe reports."""
+    machine can read the checkpoint, then `input_checks`; `run` (`write_adaptive`) first checks that every endpoint
+    variant answers. Returns the probe reports."""
     variants = expand_variants(spec)
+    if write_adaptive:
+        check_endpoints(variants, say)
     check_tuning(variants)
     reports = probe_readable(spec)
     findings = _fairness(variants, reports, _sglang_version(spec, variants, "python"))
@@ -154,11 +189,12 @@ def node_preflight(spec: ExperimentSpec, base_dir: Path, output_root: Optional[s
     node's prompt files, free ports and engine interpreters, each launch argv through its engine's own parser, then
     the fairness rules with the probe's facts, the node's GPUs (SM120?) and the installed version."""
     variants = expand_variants(spec)
+    check_endpoints(variants, on_node=True)  # reached from the node the load actors send from
     reports = check_speculative_support(spec, variants)
     modules = {v.engine: get_engine(v.engine).module for v in variants}
     check_on_node(spec, variants, reports, base_dir, modules, sys.executable, ray_ports)
     root = output_root or resolve_output_root(spec.output, base_dir)  # adaptive configs as launched
-    warnings = check_launch_flags(spec, [launch_form(spec, v, root, base_dir) for v in variants],
+    warnings = check_launch_flags(spec, [launch_form(spec, v, root, base_dir) for v in variants if v.launched],
                                   sys.executable, on_node=True)
     wiring = collect_interconnect()
     findings = _fairness(variants, reports, _sglang_version(spec, variants, sys.executable), wiring.compute_sm())

@@ -384,5 +384,5 @@ def check_on_node(spec: ExperimentSpec, variants: Sequence[ResolvedVariant], rep
     """What only the GPU node can answer: its prompt files, its free ports, its engine interpreters."""
     check_prompts(spec, variants, reports, base_dir)
     check_ports(variants, ray_ports, bind_host="127.0.0.1")
-    for engine in sorted({v.engine for v in variants}):
+    for engine in sorted({v.engine for v in variants if v.launched}):  # an endpoint's engine runs elsewhere
         check_engine_import(engine, engine_modules[engine], spec.engines.get(engine), default_python)

@@ -19,8 +19,9 @@ class Reservation:
 def reservation(variant: str, tp: int, isolation: Literal["node", "gpus"], gpus_per_node: int,
                 load_cpus: float = 1.0) -> Reservation:
     """isolation=node reserves the whole node (its other GPUs stay idle so nothing shares PCIe, host CPU or
-    power with the measured server); isolation=gpus reserves only the server's own tp GPUs."""
-    gpus = max(tp, gpus_per_node) if isolation == "node" else tp
+    power with the measured server); isolation=gpus reserves only the server's own tp GPUs. A deployment sglbench
+    does not launch (an endpoint already running, tp 0) reserves no GPU: it needs no placement."""
+    gpus = 0 if tp == 0 else max(tp, gpus_per_node) if isolation == "node" else tp
     return Reservation(variant=variant, tp=tp, gpus=gpus, cpus_for_load=load_cpus)
 
 

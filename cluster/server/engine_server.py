@@ -94,11 +94,11 @@ class ServerInstruments(Protocol):
 
 
 def read_infos(source: ServerInfoSource, base_url: str, version: Optional[str],
-               timeout_s: float = 10.0) -> dict[str, JsonValue]:
-    """Every info document the engine names, as parsed by it; one that cannot be read is recorded as
-    {"error": why}, never fatal (an info endpoint missing is evidence, not a failed start)."""
+               timeout_s: float = 10.0, paths: Optional[Mapping[str, str]] = None) -> dict[str, JsonValue]:
+    """Every info document the engine names (or `paths`: name → GET path), as parsed by it; one that cannot be read
+    is recorded as {"error": why}, never fatal (an info endpoint missing is evidence, not a failed start)."""
     infos: dict[str, JsonValue] = {}
-    for name, path in source.info_paths(version).items():
+    for name, path in (source.info_paths(version) if paths is None else paths).items():
         try:
             infos[name] = source.parse_info(name, http_get_json(base_url + path, timeout_s=timeout_s,
                                                                 headers=source.headers))

@@ -92,7 +92,8 @@ class FakeLoad:
         self.messages = messages
         self.jobs: list[WindowJob] = []
 
-    def prepare(self, job: WindowJob, warmup_requests: int, timeout_s: Optional[float] = None) -> Prepared:
+    def prepare(self, job: WindowJob, warmup_requests: int, timeout_s: Optional[float] = None,
+                flush_cache: bool = True) -> Prepared:
         return Prepared(warmup_requests, True)
 
     def stream(self, job: WindowJob) -> Iterator[Any]:
