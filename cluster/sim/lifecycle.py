@@ -32,21 +32,6 @@ def error_response(status: int, message: str) -> web.Response:
     return web.json_response(body, status=status)
 
 
-CATCH_UP_MAX_S = 1.0
-"""The longest the scheduler falls behind its model time and still makes it up (see step_due)."""
-
-
-def step_due(prev_due_s: float, delay_s: float, now_s: float) -> float:
-    """When the step starting at `now_s` is due to end (loop seconds): `delay_s` of model time after the previous
-    step's due end, not after now. The modelled GPU keeps stepping while the host process waits for a CPU, so steps
-    a stall made late are made up by the steps after it (they sleep less, or not at all) instead of every late wake
-    adding to the window: beside two CPU burners a 0.7 ms step woke ~20 ms late, and the demo ran 30x its model
-    time. A stall longer than CATCH_UP_MAX_S (a suspended process, not contention) is not made up: the step then
-    ends `delay_s` after now."""
-    due = prev_due_s + delay_s
-    return due if due >= now_s - CATCH_UP_MAX_S else now_s + delay_s
-
-
 class SimServer:
     """The scheduler loop, the fault knobs and the requests in flight, which the endpoints read and drive."""
 
@@ -88,7 +73,7 @@ class SimServer:
             batch = len(self.sched.running)
             delay_s = dt_ms / 1000.0 * scale * self.device.slowdown(batch)  # a throttled device runs slower
             now = loop.time()
-            next_t = step_due(next_t, delay_s, now)
+            next_t = max(next_t + delay_s, now)
             self.device.begin_step(batch)
             step_start = time.time()
             await asyncio.sleep(next_t - now if next_t > now else 0)

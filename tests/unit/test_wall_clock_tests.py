@@ -25,7 +25,6 @@ WALL_CLOCK_TESTS = (
     "tests/contract/test_sim_steady_state.py",
     "tests/contract/test_sim_fixed_latency.py",
     "tests/unit/loadgen/test_runner.py",
-    "tests/unit/sim/test_step_pacing.py",
 )
 NOT_WALL_CLOCK = {
     "tests/integration/test_progress_events.py": "its figures are compared with the runs table's own, not a bound",
