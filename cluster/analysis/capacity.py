@@ -130,7 +130,6 @@ def capacity_table(results: Results, baseline: Optional[str] = None, n_boot: int
     out["_v"] = out["variant"].map(vorder)
     out = out.sort_values(["workload", "_v"], kind="stable").drop(columns="_v").reset_index(drop=True)
     out.attrs["ci_method"] = CAPACITY_METHOD
-    out.attrs["baseline"] = baseline
     return out
 
 

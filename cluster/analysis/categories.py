@@ -153,7 +153,6 @@ def compare_by_category(results: Results, baseline: Optional[str] = None, n_boot
     out = out.reset_index(drop=True).rename(columns={"category": by})
     out.attrs["ci_method"] = CATEGORY_METHOD if by == "category" else CATEGORY_METHOD.replace(
         "per category", "per session turn").replace("category's", "turn's").replace("same category", "same turn")
-    out.attrs["baseline"] = baseline
     out.attrs["by"] = by
     return out
 
