@@ -98,7 +98,21 @@ SAMPLES: dict[str, Any] = {
     "variants[].tuning.options.exclude[].fp4_gemm_backend": "flashinfer_cutlass",
     "variants[].tuning.options.combination": {"moe_runner_backend": "triton"},
     "variants[].profile": {"steps": 5},
-    "variants[].deployment": {"kind": "endpoint", "url": "http://10.0.0.5:30000"},
+    "variants[].deployment.replicas": 3,
+    "variants[].deployment.policy": "round_robin",
+    "variants[].deployment.gateway_args": {"cache-threshold": 0.5},
+    "variants[].deployment.prefill": {"servers": 2, "tp": 1},
+    "variants[].deployment.decode": {"servers": 2, "tp": 1},
+    "variants[].deployment.prefill.args": {"chunked-prefill-size": 4096},
+    "variants[].deployment.decode.args": {"chunked-prefill-size": 4096},
+    "variants[].deployment.prefill.env": {"NCCL_DEBUG": "INFO"},
+    "variants[].deployment.decode.env": {"NCCL_DEBUG": "INFO"},
+    "variants[].deployment.prefill_policy": "random",
+    "variants[].deployment.nodes": 4,
+    "variants[].deployment.dist_init_port": 29500,
+    "variants[].deployment.bootstrap_port": 8999,
+    "variants[].deployment.transfer_backend": "nixl",
+    "variants[].deployment.decode_policy": "random",
     "variants[].deployment.url": "http://10.0.0.6:30000",
     "variants[].deployment.api_key_env": "ENDPOINT_KEY",
     "workloads[].prompts.path": "/data/p.jsonl",
@@ -159,6 +173,10 @@ MEMBERS: dict[str, dict[str, Any]] = {
                           "backend_sweep": {"kind": "backend_sweep", "options": {"moe_runner_backend": ["triton",
                                                                                                          "cutlass"]}},
                           "none": {"kind": "none"}},
+    "variants[].deployment": {"endpoint": {"kind": "endpoint", "url": "http://10.0.0.5:30000"},
+                              "replicas": {"kind": "replicas", "replicas": 2},
+                              "pd": {"kind": "pd", "prefill": {"tp": 1}, "decode": {"tp": 1}},
+                              "nodes": {"kind": "nodes", "nodes": 2}},
     "workloads[].input_tokens": {"count": 32, "dist": {"dist": "normal", "mean": 32.0, "std": 4.0, "min": 16,
                                                        "max": 48}, "dataset": "dataset"},
     "workloads[].output_tokens": {"count": 4, "dist": {"dist": "normal", "mean": 8.0, "std": 2.0, "min": 4,
@@ -169,6 +187,7 @@ MEMBERS: dict[str, dict[str, Any]] = {
 MEMBER_WITH: dict[tuple[str, str], dict[str, Any]] = {
     ("workloads[].prompts", "sharegpt"): {"input_tokens": "dataset"},
     ("workloads[].prompts", "trace"): {"input_tokens": "dataset", "output_tokens": "dataset"},
+    ("variants[].deployment", "nodes"): {"tp": 4},
 }
 """Members that need siblings set beside them (by name): a conversation source sends its prompts as written, a
 trace replays its own lengths; set in the member's step and under every field walked inside it."""
@@ -413,6 +432,10 @@ def _member_model(name: str, value: Any) -> Optional[type[BaseModel]]:
         return PROMPT_SOURCES[value["source"]]
     if name == "variants[].tuning":
         return TUNING_MODELS[value["kind"]]
+    if name == "variants[].deployment":
+        from cluster.config.deployment import DEPLOYMENT_MODELS
+
+        return DEPLOYMENT_MODELS[value["kind"]]
     if name.endswith("_tokens"):
         return LengthDist if isinstance(value, dict) else None
     return None
@@ -427,6 +450,7 @@ def settings(spec: Any) -> dict[str, Any]:
         "warmup_requests": spec.warmup_requests, "health_timeout_s": spec.health_timeout_s,
         "request_timeout_s": spec.request_timeout_s, "max_client_lag_ms": spec.max_client_lag_ms,
         "output": spec.output, "isolation": spec.isolation, "gpus_per_node": spec.cluster.gpus_per_node,
+        "nodes": spec.cluster.nodes,  # read by preflight's placement check (plan refuses what cannot be placed)
         "served_name": spec.model.served_name,
         "telemetry": t.rate_hz if t.enabled else None,
         "gate": c.model_dump(mode="json", exclude={"eval"}) if c.enabled else None,
@@ -447,6 +471,7 @@ def fingerprint(spec: Any) -> str:
     the settings above. The arrival schedule and prompts are functions of the run key's inputs (seed, workload,
     load point), so a change to them changes a run key."""
     from cluster.engines.registry import get_engine
+    from cluster.plan.deployment import planned_processes
     from cluster.plan.runs import expand_variants, make_plan
     from cluster.tuning.stage import with_artifact
 
@@ -455,8 +480,12 @@ def fingerprint(spec: Any) -> str:
     for v in expand_variants(spec):
         cmd = get_engine(v.engine).launch(with_artifact(v, None), "127.0.0.1", 30000, spec.engines.get(v.engine),
                                           "python")
+        # a deployment: every process's argv and env as launched, and the gateway's settings as the driver reads them
+        procs = [(p.name, list(c.argv), dict(c.env)) for p, pv in planned_processes(v) for c in [get_engine(
+            pv.engine).launch(with_artifact(pv, None), "127.0.0.1", 30000, spec.engines.get(pv.engine), "python")]]
         variants.append((v.name, list(cmd.argv), dict(cmd.env), v.tp, v.is_baseline,
-                         v.profile.model_dump(mode="json") if v.profile is not None else None))
+                         v.profile.model_dump(mode="json") if v.profile is not None else None, procs,
+                         v.deployment.model_dump(mode="json") if v.deployment is not None else None))
     return json.dumps([runs, variants, settings(spec)], sort_keys=True, default=str)
 
 

@@ -130,6 +130,9 @@ def _plan(spec: ExperimentSpec, port: int) -> None:
                           f"{'; key from $' + ep.api_key_env if ep.api_key_env else ''}", style="bold", markup=False,
                           highlight=False, soft_wrap=True)
             continue
+        if v.deployment is not None:
+            _plan_deployment(spec, v, port, base)
+            continue
         cmd = _launch_command(spec, _launched(spec, v, None), port)
         fixed = v.args.get("port")
         where = f"port {fixed} (fixed by args.port)" if fixed is not None else "a free port chosen at start"
@@ -159,6 +162,40 @@ def _plan(spec: ExperimentSpec, port: int) -> None:
                       f"{s.step():g} within [{s.min:g}, {s.max:g}] (a concurrency search stops at the server's own "
                       "cap); the later probes are decided at run time, each a recorded run", highlight=False,
                       soft_wrap=True)
+
+
+def _plan_deployment(spec: ExperimentSpec, v: ResolvedVariant, port: int, base: str) -> None:
+    """A deployment's headline, then every process's command, shell-quoted, one per line, each under a comment
+    naming its node and GPUs (Ray picks the node and the GPU ids at start: the comment says which bundle)."""
+    from cluster.kernel.deployment import placement_strategy
+    from cluster.plan.deployment import describe, planned_processes, variant_reservation
+
+    r = variant_reservation(v, spec.isolation, spec.cluster.gpus_per_node)
+    strategy = placement_strategy(v, spec.cluster.gpus_per_node)
+    console.print(f"# {v.name}{base} engine={v.engine}: {describe(v)}; {v.gpus} GPU(s) in one placement group "
+                  f"({strategy}: {'each process on its own node' if strategy == 'STRICT_SPREAD' else 'one node' if strategy == 'STRICT_PACK' else 'as few nodes as fit'}"
+                  f"{f'; {r.gpus - v.gpus} more held idle for isolation=node' if r.gpus > v.gpus else ''})",
+                  style="bold", markup=False, highlight=False, soft_wrap=True)
+    launched = _launched(spec, v, None)
+    for i, (p, pv) in enumerate(planned_processes(launched)):
+        node = f"node of rank {p.node_rank}" if p.role == "rank" else \
+            "the deployment's node" if strategy == "STRICT_PACK" else "a node Ray picks"
+        cmd = _launch_command(spec, pv, port + i)
+        console.print(f"# {v.name} {p.name}: {p.tp} GPU(s) (bundle {i}), on {node}; port {port + i} here, a free "
+                      "port at start", markup=False, highlight=False, soft_wrap=True)
+        shell = shell_command(cmd.argv, cmd.env)
+        if shell.comment():
+            console.print(shell.comment(), markup=False, highlight=False, soft_wrap=True)
+        console.print(shell.line, markup=False, highlight=False, soft_wrap=True)
+    gateway = _gateway_plan_line(spec, v, port)
+    if gateway:
+        for line in gateway:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _gateway_plan_line(spec: ExperimentSpec, v: ResolvedVariant, port: int) -> list[str]:
+    """The gateway's comment and command line for a deployment behind it ([] for one that has none)."""
+    return []
 
 
 def run(

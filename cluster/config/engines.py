@@ -36,7 +36,12 @@ class EngineEntry:
     reports_sglbench_version: bool = False
     """The engine is part of sglbench and reports sglbench's version: `engines.<name>.version` is refused (the spec
     judges it at its YAML line, before any adapter is imported)."""
+    deployments: tuple[str, ...] = ("endpoint",)
+    """The deployment kinds a variant of this engine may declare (its servers speak SGLang's gateway, prefill/decode
+    and multi-node flags, or not); the spec judges it at the variant's `deployment` line."""
 
+
+ALL_DEPLOYMENTS = ("endpoint", "replicas", "pd", "nodes")
 
 _ENTRIES: dict[str, EngineEntry] = {}
 
@@ -72,8 +77,9 @@ def engine_names() -> tuple[str, ...]:
     return tuple(_ENTRIES)
 
 
-register_engine(EngineEntry("sglang", "cluster.engines.sglang:SGLangEngine"))
-register_engine(EngineEntry("sim", "cluster.engines.sim:SimEngine", reports_sglbench_version=True))
+register_engine(EngineEntry("sglang", "cluster.engines.sglang:SGLangEngine", deployments=ALL_DEPLOYMENTS))
+register_engine(EngineEntry("sim", "cluster.engines.sim:SimEngine", reports_sglbench_version=True,
+                            deployments=ALL_DEPLOYMENTS))
 register_engine(EngineEntry("vllm", "cluster.engines.vllm:VLLMEngine"))
 
 

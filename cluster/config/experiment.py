@@ -18,7 +18,8 @@ from cluster.config import relevance as R
 from cluster.config.repeats import Repeats, RepeatsUntil
 from cluster.config.server import ServerSpec, arg_flag
 from cluster.config.model import ModelSpec
-from cluster.config.engines import EngineLauncher, EngineName
+from cluster.config.deployment import NodesDeployment, PDDeployment
+from cluster.config.engines import EngineLauncher, EngineName, engine_entry
 from cluster.config.sim_knobs import Knobs
 from cluster.config.statistics import SLOSpec
 from cluster.config.variants import VariantSpec, expanded_names
@@ -34,6 +35,9 @@ class ClusterSpec(FrozenModel):
 
     gpus_per_node: int = Field(default=8, ge=1, le=B.MAX_GPUS_PER_NODE)
     """GPUs on the largest node: a variant's tensor-parallel group must fit on one node."""
+    nodes: int = Field(default=1, ge=1, le=1024)
+    """GPU nodes the experiment assumes (each with gpus_per_node GPUs): `plan` refuses a deployment that needs more
+    (a server across nodes, replicas or pools that do not fit); `run` checks the live cluster again."""
 
 
 class ExperimentSpec(FrozenModel):
@@ -106,8 +110,28 @@ class ExperimentSpec(FrozenModel):
         if self.model.tp > node:
             raise FieldProblem(("model", "tp"), f"tp {self.model.tp} is larger than cluster.gpus_per_node {node}")
         for i, v in enumerate(self.variants):
-            if v.tp is not None and v.tp > node:
+            d = v.deployment
+            if isinstance(d, NodesDeployment):  # one process per node: each holds tp / nodes GPUs
+                tp = v.tp or self.model.tp
+                if tp % d.nodes:
+                    raise FieldProblem(("variants", i, "tp"), f"variant {v.name!r} spans {d.nodes} nodes: its tp "
+                                       f"{tp} (model.tp when not set) must be a multiple of deployment.nodes")
+                if tp // d.nodes > node:
+                    raise FieldProblem(("variants", i, "tp"), f"tp {tp} over {d.nodes} nodes is {tp // d.nodes} "
+                                       f"GPUs per node, more than cluster.gpus_per_node {node}")
+            elif isinstance(d, PDDeployment):
+                for pool in ("prefill", "decode"):
+                    if getattr(d, pool).tp > node:
+                        raise FieldProblem(("variants", i, "deployment", pool, "tp"), f"{pool}.tp "
+                                           f"{getattr(d, pool).tp} is larger than cluster.gpus_per_node {node}")
+            elif v.tp is not None and v.tp > node:
                 raise FieldProblem(("variants", i, "tp"), f"tp {v.tp} is larger than cluster.gpus_per_node {node}")
+            entry = engine_entry(v.engine or self.model.engine)
+            if d is not None and entry is not None and d.kind not in entry.deployments:
+                raise FieldProblem(("variants", i, "deployment", "kind"), f"variant {v.name!r}: engine "
+                                   f"{entry.name} cannot serve a deployment of kind {d.kind} (its servers do not "
+                                   f"speak SGLang's gateway, prefill/decode and multi-node flags); expected one of: "
+                                   f"{', '.join(entry.deployments)}")
         return self
 
     @model_validator(mode="after")

@@ -10,7 +10,7 @@ from pydantic import (Discriminator, Field, FieldSerializationInfo, Tag, field_s
                       model_validator)
 
 from cluster.config import bounds as B
-from cluster.config.deployment import Deployment, EndpointDeployment
+from cluster.config.deployment import Deployment, EndpointDeployment, NodesDeployment, PDDeployment
 from cluster.config.expansion import Pair, step_names, sweep_name, sweep_pairs
 from cluster.config.fields import FieldProblem, FrozenModel, LocalPath, check_name
 from cluster.config.server import ArgValue, _arg_shapes, _check_args, _check_env
@@ -168,13 +168,27 @@ class VariantSpec(FrozenModel):
     baseline: bool = False
     """Compare every other variant against this one (default: the first variant)."""
     deployment: Optional[Deployment] = None
-    """What serves this variant when it is not one server sglbench launches: {kind: endpoint, url, api_key_env,
-    flush_cache} measures a deployment that is already running (nothing launched, no GPU reserved)."""
+    """What serves this variant when it is not one server sglbench launches (default: one server of `tp` GPUs):
+    {kind: replicas, replicas, policy} servers behind SGLang's gateway; {kind: pd, prefill, decode,
+    transfer_backend} prefill/decode pools behind it; {kind: nodes, nodes} one server across nodes; {kind: endpoint,
+    url, api_key_env, flush_cache} a deployment already running (nothing launched, no GPU reserved)."""
 
     _n = field_validator("name")(classmethod(lambda cls, v: check_name(v, "variant name")))
     _s = field_validator("args", mode="before")(classmethod(lambda cls, v: _arg_shapes(v)))
     _a = field_validator("args")(classmethod(lambda cls, v: _check_args(v)))
     _e = field_validator("env")(classmethod(lambda cls, v: _check_env(v)))
+
+    @model_validator(mode="after")
+    def _deployment_shape(self) -> "VariantSpec":
+        d = self.deployment
+        if isinstance(d, PDDeployment) and self.tp is not None:
+            raise FieldProblem(("tp",), f"variant {self.name!r} is a prefill/decode deployment: each pool gives its "
+                               "own tp (deployment.prefill.tp, deployment.decode.tp), so tp would be ignored; leave "
+                               "it out")
+        if isinstance(d, NodesDeployment) and self.tp is not None and self.tp % d.nodes:
+            raise FieldProblem(("tp",), f"variant {self.name!r} spans {d.nodes} nodes: its tp {self.tp} must be a "
+                               f"multiple of deployment.nodes (each node's process holds tp / nodes GPUs)")
+        return self
 
     @model_validator(mode="after")
     def _endpoint_launches_nothing(self) -> "VariantSpec":

@@ -34,7 +34,8 @@ from cluster.errors import EnvironmentFault, UserError
 from cluster.kernel.runs import ResolvedVariant, RunPlan
 from cluster.plan.inputs import resolve_output_root
 from cluster.plan.runs import expand_variants, make_plan, server_segments
-from cluster.plan.schedule import Reservation, reservation, unplaceable
+from cluster.plan.deployment import variant_reservation
+from cluster.plan.schedule import Reservation, unplaceable
 from cluster.probe.checkpoint import ProbeReport
 from cluster.tuning.artifacts import TuningArtifact
 from cluster.version import __version__
@@ -122,8 +123,7 @@ class Driver:
         node_gpus = [n.gpus for n in nodes]
         gpn = max(node_gpus, default=0)
         variants = expand_variants(self.spec)
-        res = [reservation(v.name, v.tp if v.launched else 0, self.spec.isolation, gpn, LOAD_ACTOR_CPUS)
-               for v in variants]
+        res = [variant_reservation(v, self.spec.isolation, gpn, LOAD_ACTOR_CPUS) for v in variants]
         problems = unplaceable(res, node_gpus)
         if problems:
             raise PlacementError("; ".join(problems))

@@ -5,7 +5,7 @@ SGLang's own fields; the simulator serves SGLang's)."""
 from __future__ import annotations
 
 import json
-from typing import Mapping
+from typing import Mapping, Optional
 
 from cluster.config.server import ArgValue
 from cluster.engines.base import HttpRequest, StreamRequest, category_headers
@@ -82,3 +82,18 @@ def build_sglang_request(r: StreamRequest) -> HttpRequest:
     """A streaming request to SGLang's native /generate or its OpenAI endpoints (the sim serves the same)."""
     path, body = sglang_request_body(r)
     return encode_request(path, body, category_headers(r.prompt))
+
+
+def role_args(role: str, transfer_backend: Optional[str], nnodes: int, node_rank: int,
+              bootstrap_port: Optional[int], dist_init_addr: Optional[str]) -> dict[str, ArgValue]:
+    """SGLang 0.5.23's flags that make a server one process of a deployment: a prefill or decode server
+    (--disaggregation-mode, --disaggregation-transfer-backend, a prefill's --disaggregation-bootstrap-port) or one
+    rank of a server across nodes (--nnodes, --node-rank, --dist-init-addr); none for a server or a replica."""
+    if role in ("prefill", "decode"):
+        out: dict[str, ArgValue] = {"disaggregation-mode": role, "disaggregation-transfer-backend": transfer_backend}
+        if role == "prefill":
+            out["disaggregation-bootstrap-port"] = bootstrap_port
+        return out
+    if role == "rank":
+        return {"nnodes": nnodes, "node-rank": node_rank, "dist-init-addr": dist_init_addr}
+    return {}

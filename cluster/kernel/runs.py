@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from cluster.config.deployment import EndpointDeployment
+from cluster.config.deployment import (Deployment, EndpointDeployment, NodesDeployment, PDDeployment,
+                                       ReplicasDeployment)
 from cluster.config.variants import ProfileSpec
 from cluster.config.workload import WorkloadSpec
 from cluster.config.tuning import ActiveTuning
@@ -74,13 +75,49 @@ class ResolvedVariant:
     """The spec variant this was expanded from (e.g. `nextn` for `nextn-2`)."""
     profile: Optional[ProfileSpec] = None
     """A kernel profile after the measured windows: not what the runs measure, so not in identity()."""
-    endpoint: Optional[EndpointDeployment] = None
-    """An endpoint already running that serves this variant: nothing is launched (no argv, no GPU reserved)."""
+    deployment: Optional[Deployment] = None
+    """What serves this variant when it is not one server of `tp` GPUs (cluster/config/deployment.py): replicas
+    behind SGLang's gateway, prefill/decode pools, one server across nodes, or an endpoint already running (nothing
+    launched, no GPU reserved)."""
+
+    @property
+    def endpoint(self) -> Optional[EndpointDeployment]:
+        """The endpoint already running that serves this variant, or None when sglbench launches its servers."""
+        return self.deployment if isinstance(self.deployment, EndpointDeployment) else None
 
     @property
     def launched(self) -> bool:
         """Whether sglbench launches this variant's server (False for an endpoint already running)."""
         return self.endpoint is None
+
+    @property
+    def gpus(self) -> int:
+        """GPUs all of this variant's server processes hold (0 for an endpoint already running)."""
+        d = self.deployment
+        if isinstance(d, EndpointDeployment):
+            return 0
+        if isinstance(d, ReplicasDeployment):
+            return d.replicas * self.tp
+        if isinstance(d, PDDeployment):
+            return d.prefill.servers * d.prefill.tp + d.decode.servers * d.decode.tp
+        return self.tp  # one server, or one server across nodes (tp / nodes on each)
+
+    @property
+    def gateway(self) -> bool:
+        """Whether SGLang's gateway fronts this variant's servers (replicas, prefill/decode)."""
+        return isinstance(self.deployment, (ReplicasDeployment, PDDeployment))
+
+    @property
+    def processes(self) -> int:
+        """Server processes sglbench launches for this variant (0 for an endpoint; the gateway not counted)."""
+        d = self.deployment
+        if isinstance(d, EndpointDeployment):
+            return 0
+        if isinstance(d, ReplicasDeployment):
+            return d.replicas
+        if isinstance(d, PDDeployment):
+            return d.prefill.servers + d.decode.servers
+        return d.nodes if isinstance(d, NodesDeployment) else 1
 
     # free-form JSON stored as given: the variant as declared (args, env, knobs), hashed into the run key and kept
     # in experiment.json
@@ -96,10 +133,14 @@ class ResolvedVariant:
         if d["speculative"] is not None and d["speculative"]["adaptive_config"] is None:
             del d["speculative"]["adaptive_config"]  # a fixed depth keeps the run key it had before adaptive existed
         d.pop("profile")
-        if self.endpoint is None:
-            del d["endpoint"]  # a launched variant keeps the run key it had before endpoints existed
-        else:  # the key's variable name is declared, its value never (it is read at run time)
-            d["endpoint"] = self.endpoint.model_dump(mode="json")
+        # one server keeps the run key it had before deployments existed; an endpoint's keeps the key it had when
+        # it was the only kind (under "endpoint"); its api_key_env's name is declared, its value never (read at run time)
+        dep = d.pop("deployment")
+        if isinstance(self.deployment, EndpointDeployment):
+            d["endpoint"] = self.deployment.model_dump(mode="json")
+        elif self.deployment is not None:
+            d["deployment"] = self.deployment.model_dump(mode="json")
+        del dep
         return d
 
 

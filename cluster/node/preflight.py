@@ -29,6 +29,7 @@ from cluster.plan.load_cap import load_above_cap
 from cluster.plan.preflight import check_speculative_support
 from cluster.plan.runs import expand_variants, launch_form
 from cluster.probe.checkpoint import ProbeReport, probe_here
+from cluster.plan.deployment import placement_problems, processes_of
 from cluster.server.endpoint import endpoint_status
 from cluster.tuning.stage import tuning_options_check
 
@@ -101,6 +102,11 @@ def input_checks(spec: ExperimentSpec, base_dir: Path, say: Say, output: Optiona
     files and their fit to the model, the output root, Ray's ports, adaptive configs): PreflightError naming file
     and field. `write_adaptive` (run only): write the derived adaptive configs. Returns the probe reports."""
     variants = expand_variants(spec)
+    misfits = placement_problems(variants, spec.isolation, spec.cluster.gpus_per_node, spec.cluster.nodes)
+    if misfits:  # before the probe: nothing else matters for a deployment that can never start
+        raise PreflightError("; ".join(misfits), field="cluster",
+                             expected=f"deployments that fit {spec.cluster.nodes} node(s) of "
+                                      f"{spec.cluster.gpus_per_node} GPUs (cluster.nodes, cluster.gpus_per_node)")
     reports = probe_readable(spec) if reports is None else reports
     root = None if output is None else resolve_output_root(output, base_dir)
     for note in check_inputs(spec, variants, reports, base_dir, root):
@@ -117,7 +123,8 @@ def input_checks(spec: ExperimentSpec, base_dir: Path, say: Say, output: Optiona
     for note in notes:
         say(PreflightLine("adaptive", f"adaptive speculation of {note}"))
     # the simulator's flags here; SGLang's and vLLM's by their own parsers in the GPU node's preflight
-    with checkable([as_launched(spec, v, output, base_dir) for v in variants if v.launched],  # endpoints: no argv
+    # every process of a deployment as it is launched (each rank, pool and replica); an endpoint has no argv
+    with checkable([pv for v in variants if v.launched for pv in processes_of(as_launched(spec, v, output, base_dir))],
                    [] if write_adaptive else configs) as launched:
         lines = check_launch_flags(spec, launched, sys.executable, on_node=False)
     for line in lines + load_above_cap(spec, variants):

@@ -12,7 +12,7 @@ from cluster.errors import UserError
 from cluster.config.expansion import step_names, sweep_name, sweep_pairs
 from cluster.kernel.runs import RECORD_SCHEMA_VERSION, SWEPT_ARGS, LoadPoint, ResolvedVariant, RunPlan, SpecDecode
 from cluster.config.experiment import ExperimentSpec
-from cluster.config.deployment import EndpointDeployment
+from cluster.config.deployment import EndpointDeployment, PDDeployment
 from cluster.config.variants import SpeculativeSpec, VariantSpec
 from cluster.config.fields import check_name
 from cluster.config.workload import WorkloadSpec
@@ -63,7 +63,10 @@ def _expand_one(spec: ExperimentSpec, v: VariantSpec) -> list[ResolvedVariant]:
         profile=v.profile,
     )
     if isinstance(v.deployment, EndpointDeployment):  # launches nothing: server-wide args and env are not its own
-        common.update(args={}, env={}, endpoint=v.deployment)
+        common.update(args={}, env={})
+    if isinstance(v.deployment, PDDeployment):  # each pool gives its tp; the variant's is the prefill's
+        common.update(tp=v.deployment.prefill.tp)
+    common.update(deployment=v.deployment)
     sp: Optional[SpeculativeSpec] = v.speculative
     if sp is None:
         return [ResolvedVariant(name=v.name, **common)]  # type: ignore[arg-type]

@@ -14,6 +14,13 @@ class Reservation:
     tp: int
     gpus: int
     cpus_for_load: float
+    bundles: tuple[int, ...] = ()
+    """A deployment of several server processes: the GPUs of each (one bundle each, in start order); () for one
+    server (its one bundle of `gpus`)."""
+    strategy: str = "STRICT_PACK"
+    """Ray's placement strategy for the server bundles (kernel/deployment.placement_strategy)."""
+    what: str = ""
+    """The deployment in words, for a refusal ("2 replicas of tp 4 behind the gateway")."""
 
 
 def reservation(variant: str, tp: int, isolation: Literal["node", "gpus"], gpus_per_node: int,
@@ -25,11 +32,54 @@ def reservation(variant: str, tp: int, isolation: Literal["node", "gpus"], gpus_
     return Reservation(variant=variant, tp=tp, gpus=gpus, cpus_for_load=load_cpus)
 
 
+def deployment_reservation(variant: str, bundles: Sequence[int], strategy: str, what: str,
+                           isolation: Literal["node", "gpus"], gpus_per_node: int, load_cpus: float = 1.0
+                           ) -> Reservation:
+    """A deployment of several server processes: a bundle per process. isolation=node on a deployment packed on one
+    node pads it to the whole node (an extra bundle of the GPUs it leaves idle); a spread one holds its own GPUs."""
+    b = tuple(bundles)
+    if isolation == "node" and strategy == "STRICT_PACK" and 0 < sum(b) < gpus_per_node:
+        b = b + (gpus_per_node - sum(b),)
+    return Reservation(variant=variant, tp=max(bundles, default=0), gpus=sum(b), cpus_for_load=load_cpus,
+                       bundles=b, strategy=strategy, what=what)
+
+
+def _deployment_misfit(r: Reservation, node_gpus: Sequence[int]) -> Optional[str]:
+    """Why a deployment's bundles can never be placed on these nodes, or None."""
+    have = sorted(node_gpus, reverse=True)
+    need = [g for g in r.bundles if g]
+    fits = False
+    if r.strategy == "STRICT_PACK":
+        fits = sum(need) <= (have[0] if have else 0)
+    elif r.strategy == "STRICT_SPREAD":  # one bundle per node: the largest bundles on the largest nodes
+        fits = len(r.bundles) <= len(have) and all(g <= n for g, n in zip(sorted(r.bundles, reverse=True), have))
+    else:  # PACK / SPREAD: first fit, largest bundles first
+        free = list(have)
+        fits = True
+        for g in sorted(need, reverse=True):
+            i = next((j for j, f in enumerate(free) if f >= g), None)
+            if i is None:
+                fits = False
+                break
+            free[i] -= g
+    if fits:
+        return None
+    where = {"STRICT_PACK": "on one node", "STRICT_SPREAD": "one process per node"}.get(r.strategy, "over the nodes")
+    return (f"variant {r.variant!r} ({r.what}) needs {sum(r.bundles)} GPUs {where} "
+            f"({' + '.join(str(g) for g in r.bundles)} per process), but the cluster has {sum(have)} GPUs on "
+            f"{len(have)} node(s) (GPUs per node: {have})")
+
+
 def unplaceable(reservations: Sequence[Reservation], node_gpus: Sequence[int]) -> list[str]:
     """Messages for reservations no node can ever satisfy (fail fast instead of waiting forever)."""
     biggest = max(node_gpus, default=0)
     out = []
     for r in reservations:
+        if r.bundles:
+            why = _deployment_misfit(r, node_gpus)
+            if why:
+                out.append(why)
+            continue
         if r.tp > biggest:
             out.append(
                 f"variant {r.variant!r} needs tp={r.tp} GPUs on one node, but the largest node has {biggest} GPUs "

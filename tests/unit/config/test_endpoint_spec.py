@@ -60,7 +60,7 @@ def test_run_keys_of_launched_variants_are_unchanged_and_an_endpoint_keys_by_its
     ('{kind: endpoint, url: "http://h:99999"}', "variants.1.deployment.url", "port"),
     ('{kind: endpoint, url: "http://h:1", api_key_env: "1BAD"}', "variants.1.deployment.api_key_env", "name"),
     ('{kind: endpoint, url: "http://h:1", api_key: "x"}', "variants.1.deployment.api_key", ""),
-    ('{kind: replicas, url: "http://h:1"}', "variants.1.deployment", "unknown deployment kind"),
+    ('{kind: cluster, url: "http://h:1"}', "variants.1.deployment", "unknown deployment kind"),
 ])
 def test_a_bad_endpoint_is_refused_at_its_field(deployment: str, field: str, says: str) -> None:
     bad = BASE.replace('{kind: endpoint, url: "http://10.0.0.5:30000/", api_key_env: EP_KEY}', deployment)

@@ -29,6 +29,10 @@ EXEMPT = {
                             "port and the flags with a numeric domain (cluster/engines/flag_domains.py) are "
                             "bounded by _check_args",
     ("VariantSpec", "args"): "as ServerSpec.args",
+    ("PoolSpec", "args"): "as ServerSpec.args",
+    ("ReplicasDeployment", "gateway_args"): "the gateway's flags: smg's own parser judges each value at start; "
+                                            "bounded by _check_args as server flags are",
+    ("PDDeployment", "gateway_args"): "as ReplicasDeployment.gateway_args",
 }
 """Fields whose numbers are not the spec's to bound, with the reason."""
 
