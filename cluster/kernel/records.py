@@ -54,10 +54,11 @@ REQUEST_FIELDS = [
     pa.field("source_row", pa.int32()),
     pa.field("prompt_fingerprint", pa.int64()),
     pa.field("spec_correct_drafts_histogram", pa.list_(pa.int32())),
+    pa.field("worker", pa.string()),
 ]
 """Per-request columns (the `requests` table, after KEY_FIELDS). `source_row` and `prompt_fingerprint` came
-last (the workload audit), then `spec_correct_drafts_histogram` (acceptance per draft position): a dataset written
-before them reads them as nulls."""
+last (the workload audit), then `spec_correct_drafts_histogram` (acceptance per draft position), then `worker` (the
+gateway's worker that served it): a dataset written before them reads them as nulls."""
 
 CHUNK_FIELDS = [
     pa.field("request_index", pa.int32(), nullable=False),
@@ -145,6 +146,9 @@ class RequestRecord:
     """blake2b-64 of what was sent (token ids, else text; cluster/loadgen/selection.py); None when not sent."""
     spec_correct_drafts_histogram: Optional[list[int]] = None
     """The server's verify steps by drafts accepted (RequestMeta's field); None when the server sent none."""
+    worker: Optional[str] = None
+    """The worker that served it, as the gateway in front named it (engines/gateway.py ROUTED_WORKER_HEADER: its
+    URL); None when no gateway routed it (one server, an endpoint, or the gateway's own error)."""
 
     @property
     def ok(self) -> bool:

@@ -20,6 +20,7 @@ from cluster.kernel.records import RequestRecord
 from cluster.engines.answer_fields import MalformedAnswerError
 from cluster.engines.http_call import may_start_status_line
 from cluster.engines.base import StreamParser
+from cluster.engines.gateway import ROUTED_WORKER_HEADER
 from cluster.engines.streams import EVENT_END, event_data
 
 ERROR_BODY_CHARS = 300
@@ -34,6 +35,7 @@ _NL = b"\n"
 _CRLF = b"\r\n"
 _DATA = b"data: "
 _DONE = b"[DONE]"
+_WORKER = ROUTED_WORKER_HEADER.lower().encode("latin-1")
 
 # response parse states
 _HEAD, _SIZE, _DATA_LEFT, _DATA_CRLF, _TRAILER, _LENGTH, _TO_CLOSE, _DONE_STATE = range(8)
@@ -202,10 +204,12 @@ class Response:
         chunked = False
         length = -1
         for line in lines[1:]:
-            k, _, v = line.partition(b":")
+            k, _, raw = line.partition(b":")
             k = k.strip().lower()
-            v = v.strip().lower()
-            if k == b"transfer-encoding":
+            v = raw.strip().lower()
+            if k == _WORKER:  # the gateway's worker that served it (a URL: kept as sent, not lowercased)
+                self.rec.worker = raw.strip().decode("latin-1") or None
+            elif k == b"transfer-encoding":
                 chunked = b"chunked" in v
             elif k == b"content-length":
                 if not v.isdigit() or len(v) > 18 or (length >= 0 and int(v) != length):

@@ -87,6 +87,7 @@ class RecordSink:
         c["source_row"].append(rec.source_row)
         c["prompt_fingerprint"].append(rec.prompt_fingerprint)
         c["spec_correct_drafts_histogram"].append(rec.spec_correct_drafts_histogram)
+        c["worker"].append(rec.worker)
         if n:
             self._ch_req.extend([rec.request_index] * n)
             self._ch_idx.extend(range(n))
