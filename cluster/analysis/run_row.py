@@ -12,6 +12,7 @@ from typing import Iterable, Mapping, Optional
 
 import pyarrow as pa
 
+from cluster.analysis.deployment_cap import deployment_cap
 from cluster.analysis.engine_facts import EngineFacts
 from cluster.version import __version__
 from cluster.kernel.run_facts import SegmentFacts, ServerFacts
@@ -178,7 +179,7 @@ def concurrency_check(p: RunPlan, out: MeasuredWindow, server: ServerFacts, n_re
 
     engine: EngineFacts = get_engine(p.variant.engine)
     offered = offered_concurrency(p, n_requests)
-    cap = engine.concurrency_cap(server.infos, server.cap_log_lines)
+    cap = deployment_cap(engine, server)  # a deployment's: its servers' between them
     running = _peak_per_scrape(out.server_metrics, engine.running_gauge, out.duration_s)
     queue = _series(out.server_metrics, engine.queue_gauge, out.duration_s)
     queued = max(queue.values()) if queue else None

@@ -99,6 +99,19 @@ class EngineActorImpl:
     def gpu_ids(self) -> list[str]:
         return [str(g) for g in ray.get_gpu_ids()]
 
+    def node(self) -> tuple[str, str]:
+        """(Ray node id, node IP) of this actor: where a deployment's process runs."""
+        return str(ray.get_runtime_context().get_node_id()), str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
+
+    def free_port_on(self, host: str) -> int:
+        """A port free on this node now (a prefill's bootstrap port, rank 0's rendezvous)."""
+        return free_port(host)
+
+    def relaunch_as(self, variant: ResolvedVariant, host: str) -> None:
+        """Launch `variant` (one process of a deployment, its ports assigned) on `host` at the next start."""
+        self.variant, self.host = variant, host
+        self._profile_dir = self.log_dir / "profiles" / variant.name
+
     def telemetry_start(self, rate_hz: float) -> Optional[str]:
         """Start sampling this server's GPUs (NVML, or the simulator's device) in a thread of this actor; returns
         why not when there is nothing to sample (recorded, never fatal)."""
@@ -350,7 +363,9 @@ class LoadActorImpl:
         if warmup_requests > 0 and job.workload is not None:
             warm_prompts = self._prompts(job.workload, warmup_requests, job.seed ^ 0x5EED)
             warm_ok = asyncio.run(warmup(self.engine, job.warmup(min(conc, warmup_requests)), warm_prompts))
-        flushed = asyncio.run(flush(self.engine, job.base_url, flush_timeout_s)) if flush_cache else False
+        # a deployment's every server (a gateway forwards a flush to one worker at most)
+        flushed = all(asyncio.run(flush(self.engine, url, flush_timeout_s)) for _, url in job.metrics_targets()) \
+            if flush_cache else False
         return Prepared(warm_ok, flushed)
 
     def run_point_stream(self, job: WindowJob) -> Iterator[LoadMessage]:
@@ -370,9 +385,10 @@ class LoadActorImpl:
         q: "queue.Queue[Optional[LoadBatch]]" = queue.Queue()  # unbounded: blocking here would stall the event loop's timing
         scraper = None
         scrape_interval_s = job.scrape_interval_s if job.scrape_metrics else 0.0
-        if shard_index == 0 and scrape_interval_s and self.engine.metrics_path \
-                and http_status(base_url + self.engine.metrics_path) == 200:
-            scraper = MetricsScraper(base_url + self.engine.metrics_path, scrape_interval_s).start()
+        if shard_index == 0 and scrape_interval_s and self.engine.metrics_path:  # each server's, named
+            targets = [(name, url + self.engine.metrics_path) for name, url in job.metrics_targets()
+                       if http_status(url + self.engine.metrics_path) == 200]
+            scraper = MetricsScraper(targets, scrape_interval_s).start() if targets else None
         box: dict[str, Any] = {}
 
         def work() -> None:

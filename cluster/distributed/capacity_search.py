@@ -74,10 +74,11 @@ class CapacitySearches:
             measure: Callable[[RunPlan], Optional[Death]]) -> Optional[Death]:
         """Every capacity search of this segment, on its server: each probe a normal recorded run (measure), until
         the searches end or the server dies."""
+        from cluster.analysis.deployment_cap import deployment_cap
         from cluster.engines.registry import get_engine
 
         assert self.spec.load.search is not None
-        cap = get_engine(variant.engine).concurrency_cap(server.infos, server.cap_log_lines)
+        cap = deployment_cap(get_engine(variant.engine), server)
         search = clamped(from_spec(self.spec.load.search), cap.value if cap else None)
         death: Optional[Death] = None
         for w, r in self._cells(planned):

@@ -48,6 +48,10 @@ class EngineHandle:
         got: ServerFacts = ray.get(self._m.start.remote(health_timeout_s, port))
         return got
 
+    def actors(self) -> list[Any]:
+        """Every Ray actor behind this handle (one; a deployment's: one per process and its gateway)."""
+        return [self.actor]
+
     def alive(self, settle_s: float = 0.0) -> bool:
         """Whether the server runs (False when its actor is unreachable); with settle_s, keep looking that long for
         a death in progress."""
@@ -182,14 +186,15 @@ def load_bundle(variant: ResolvedVariant, index: int) -> int:
 
 
 def new_load_actor(pg: PlacementGroup, experiment: str, variant: ResolvedVariant, index: int,
-                   base_dir: str) -> LoadHandle:
-    """Load actor `index` of a server, on the placement group's CPU bundle 1 + index, seeing no GPU."""
+                   base_dir: str, first_bundle: Optional[int] = None) -> LoadHandle:
+    """Load actor `index` of a server, on the placement group's CPU bundle 1 + index (`first_bundle` + index for a
+    deployment), seeing no GPU."""
     actor = cast("ActorHandle[LoadActorImpl]", LoadActor.options(
         name=actor_name("load", experiment, variant.name),
         num_cpus=LOAD_ACTOR_CPUS,
         num_gpus=0,
-        scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=load_bundle(variant,
-                                                                                                        index)),
+        scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=(
+            load_bundle(variant, index) if first_bundle is None else first_bundle + index)),
         runtime_env={"env_vars": {"CUDA_VISIBLE_DEVICES": ""}},
     ).remote(variant.engine, base_dir, variant.model_path, api_key_for(variant)))
     return LoadHandle(actor)

@@ -76,6 +76,8 @@ class ServerStart:
     engine: Optional[EngineHandle] = None
     loads: list[LoadHandle] = field(default_factory=list)
     server: Optional[ServerFacts] = None
+    load_pg: Optional[PlacementGroup] = None
+    """A spread deployment's second group: its gateway's and load actors' CPU bundles (None: they share `pg`)."""
 
 
 NewLoadActor = Callable[[PlacementGroup, ResolvedVariant, int], LoadHandle]
@@ -106,7 +108,7 @@ class PointRunner:
         hold a whole long window, and the driver reads none of it back."""
         model_name = self.spec.model.served_name or self.spec.model.path
         loads = s.loads
-        job = WindowJob.of_run(p, server.base_url, model_name, self.spec.request_timeout_s)
+        job = WindowJob.of_run(p, server.base_url, model_name, self.spec.request_timeout_s, server.workers())
         ep = p.variant.endpoint  # an endpoint's cache is flushed only when the experiment allows it
         prep = loads[0].prepare(job, self.spec.warmup_requests, flush_cache=ep is None or ep.flush_cache)
         if not engine.alive():

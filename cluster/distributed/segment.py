@@ -18,6 +18,7 @@ from cluster.kernel.run_facts import GateVerdict, SegmentFacts, ServerRecord
 from cluster.distributed.capacity_search import CapacitySearches
 from cluster.distributed.eval_stage import EvalStage
 from cluster.distributed.gate_stage import GateStage
+from cluster.distributed.deployment_handle import DeploymentStartError, new_deployment
 from cluster.distributed.handles import LoadHandle, new_engine_actor, new_load_actor
 from cluster.distributed.point_run import PointRunner, ServerStart, SharedNodes
 from cluster.distributed.profile_stage import profile_variant
@@ -55,6 +56,8 @@ class SegmentRunner:
         """variant → its tuning artifact (tuning/stage.py), from the tuning stage."""
         self.tuning_failures = tuning_failures
         self.shared = SharedNodes()
+        self.load_places: dict[str, tuple[PlacementGroup, int]] = {}
+        """A deployment's variant → the group and first bundle of its load actors (its gateway's is the first)."""
         self.repeats: Optional[RepeatsUntilSure] = None
         """Repeats until sure (repeats: {until}): more repeats of each point after the planned runs."""
         self.points = PointRunner(spec, recorder.store, recorder, self.shared, log, on_event, live, batch_rows,
@@ -73,7 +76,23 @@ class SegmentRunner:
                      f"({free:g} GPU free cluster-wide; other variants are still running)")
 
     def new_load_actor(self, pg: PlacementGroup, variant: ResolvedVariant, index: int) -> LoadHandle:
+        place = self.load_places.get(variant.name)
+        if place is not None:  # a deployment's load bundles: after its servers', or a group of their own
+            return new_load_actor(place[0], self.spec.name, variant, index, str(self.base_dir), place[1])
         return new_load_actor(pg, self.spec.name, variant, index, str(self.base_dir))
+
+    def _deployment_groups(self, variant: ResolvedVariant, r: Reservation, n_load: int
+                           ) -> tuple[PlacementGroup, Optional[PlacementGroup], int]:
+        """A deployment's placement: one group with a bundle per server process (Ray pins each one's GPUs); packed
+        on one node, the gateway's and load actors' CPU bundles join it (first load bundle index returned); spread
+        (a server across nodes, or one that does not fit a node), they get a group of their own."""
+        gpu = [{"GPU": float(g)} for g in r.bundles]
+        load = [{"CPU": float(r.cpus_for_load)}] * n_load
+        name = f"sglbench-{self.spec.name}-{variant.name}"
+        if r.strategy == "STRICT_PACK":
+            return placement_group(gpu + load, strategy="STRICT_PACK", name=name), None, len(gpu)
+        return (placement_group(gpu, strategy=r.strategy, name=name),
+                placement_group(load, strategy="STRICT_PACK", name=name + "-load"), 0)
 
     def _record_all_failed(self, runs: list[RunPlan], reason: str, tail: str) -> None:
         for p in runs:
@@ -86,10 +105,14 @@ class SegmentRunner:
         runs = [p for p in runs if p.run_key in todo]
         n_load = self.spec.load.actors_per_server
         self.gates.wait_baseline_placed(variant)
-        # an endpoint reserves no GPU: its group is its load actors' alone (handles.load_bundle)
-        bundles = ([{"GPU": float(r.gpus)}] if r.gpus else []) + [{"CPU": float(r.cpus_for_load)}] * n_load
-        s = ServerStart(variant, placement_group(bundles, strategy="STRICT_PACK",
-                                                 name=f"sglbench-{self.spec.name}-{variant.name}"), seg)
+        load_pg: Optional[PlacementGroup] = None
+        if r.bundles:
+            pg, load_pg, first = self._deployment_groups(variant, r, n_load)
+            self.load_places[variant.name] = (load_pg or pg, first)
+        else:  # an endpoint reserves no GPU: its group is its load actors' alone (handles.load_bundle)
+            bundles = ([{"GPU": float(r.gpus)}] if r.gpus else []) + [{"CPU": float(r.cpus_for_load)}] * n_load
+            pg = placement_group(bundles, strategy="STRICT_PACK", name=f"sglbench-{self.spec.name}-{variant.name}")
+        s = ServerStart(variant, pg, seg, load_pg=load_pg)
         try:
             self._serve(s, planned, runs, r.gpus, n_load)
         finally:
@@ -99,6 +122,8 @@ class SegmentRunner:
                 self.gates.board.put(variant.name, None)
             self.shared.leave(variant.name)
             teardown(s.engine, s.loads, s.pg, s.server, self.log)
+            if s.load_pg is not None:
+                teardown(None, [], s.load_pg, None, self.log)
             self.on_event(ServerState(variant.name, "stopped"))
             if s.server is not None:
                 self.result.servers[variant.name] = ServerRecord(s.server, replace(s.seg, stopped_unix_s=time.time()))
@@ -113,11 +138,18 @@ class SegmentRunner:
             return
         self.on_event(ServerState(variant.name, "placing", f"{gpus} GPU(s)"))
         self.wait_pg(s.pg, variant.name, gpus)
+        if s.load_pg is not None:
+            self.wait_pg(s.load_pg, variant.name, 0)
         self.on_event(ServerState(variant.name, "starting"))
         self.gates.placed(variant)
         launched = launch_form(self.spec, variant, self.result.dataset_root, self.base_dir)  # absolute config path
-        s.engine = new_engine_actor(s.pg, self.spec.name, with_artifact(launched, art),
-                                    self.spec.engines.get(variant.engine), str(self.log_dir))
+        if variant.launched and variant.deployment is not None:  # a deployment: an EngineActor per process
+            place = self.load_places[variant.name]
+            s.engine = new_deployment(s.pg, self.spec.name, with_artifact(launched, art),
+                                      self.spec.engines.get(variant.engine), str(self.log_dir), place[1], place[0])
+        else:
+            s.engine = new_engine_actor(s.pg, self.spec.name, with_artifact(launched, art),
+                                        self.spec.engines.get(variant.engine), str(self.log_dir))
         # created now, not once the server is healthy: a load actor's worker process starts while the server does
         # (1.5 s per server start on a 2-core machine; teardown kills them whether or not the server came up)
         s.loads = [self.new_load_actor(s.pg, variant, i) for i in range(n_load)]
@@ -125,7 +157,7 @@ class SegmentRunner:
             port = variant.args.get("port")
             s.server = server = s.engine.start(self.spec.health_timeout_s,
                                                int(port) if isinstance(port, (int, str)) else None)
-        except (RayTaskError, RayActorError) as e:
+        except (RayTaskError, RayActorError, DeploymentStartError) as e:
             reason, tail = error_text(e)
             self.log(f"[{variant.name}] server failed to start: {reason}")
             self.on_event(ServerState(variant.name, "failed", reason))

@@ -3,7 +3,7 @@ actors, and the placement group; nothing outlives its segment."""
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
@@ -15,12 +15,12 @@ from cluster.distributed.actors import cleanup_task
 from cluster.distributed.handles import EngineHandle, LoadHandle
 
 
-def kill_actors(handles: Sequence[Union[EngineHandle, LoadHandle, None]]) -> None:
-    """ray.kill each actor, whatever state it is in."""
+def kill_actors(handles: Sequence[Union[EngineHandle, LoadHandle, Any, None]]) -> None:
+    """ray.kill each actor (a handle's, or an actor handle itself), whatever state it is in."""
     for h in handles:
         if h is not None:
             try:
-                ray.kill(h.actor)
+                ray.kill(h.actor if isinstance(h, (EngineHandle, LoadHandle)) else h)
             except Exception:  # noqa: BLE001
                 pass
 
@@ -34,14 +34,17 @@ def teardown(engine: Optional[EngineHandle], loads: Sequence[LoadHandle], pg: Pl
             stopped = True
         except (RayActorError, RayTaskError, GetTimeoutError):
             pass
-        if not stopped and server is not None and server.launched:  # an endpoint is never killed
-            # the actor is gone: kill its server's process group on that node so nothing outlives it
-            try:
-                ray.get(cleanup_task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-                    server.node_id, soft=False)).remote(server.pgid), timeout=60)
-            except Exception as e:  # noqa: BLE001
-                log(f"cleanup of server pgid {server.pgid} failed: {e}")
-    kill_actors([engine, *loads])
+        if server is not None and server.launched:  # an endpoint is never killed
+            # an actor that is gone (or every process, when the stop failed): kill each process group on its node
+            # so nothing outlives the segment (a group already stopped is gone: the task finds nothing)
+            for proc in server.process_facts() if not stopped or server.processes else ():
+                f = proc.facts
+                try:
+                    ray.get(cleanup_task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+                        f.node_id, soft=False)).remote(f.pgid), timeout=60)
+                except Exception as e:  # noqa: BLE001
+                    log(f"cleanup of {proc.name} pgid {f.pgid} failed: {e}")
+    kill_actors([*(engine.actors() if engine is not None else []), *loads])
     try:
         remove_placement_group(pg)
     except Exception:  # noqa: BLE001

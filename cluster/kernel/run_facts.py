@@ -48,6 +48,28 @@ class ServerFacts:
     nothing of it is ever killed)."""
     start_mark: Optional[str] = None
     """The engine's restart mark when the server was first checked (Engine.start_mark), None when it gave none."""
+    processes: tuple["ProcessFacts", ...] = ()
+    """A deployment of several processes: each one's own facts (servers in start order, then the gateway); the
+    fields above are then the front door's (the gateway's URL, or rank 0's), () for one server."""
+
+    def workers(self) -> tuple[tuple[str, str], ...]:
+        """(name, base URL) of a deployment's servers that answer HTTP requests (every one but a rank ≥ 1 and the
+        gateway); () for one server."""
+        return tuple((p.name, p.facts.base_url) for p in self.processes
+                     if p.role not in ("gateway", "rank") or p.name == "rank-0")
+
+    def process_facts(self) -> tuple["ProcessFacts", ...]:
+        """Every process this start launched, named (one server: itself as `server`)."""
+        return self.processes or (ProcessFacts("server", "server", self),)
+
+
+@dataclass(frozen=True)
+class ProcessFacts:
+    """One process of a deployment: its name (`replica-1`, `prefill-0`, `rank-1`, `gateway`), role, and facts."""
+
+    name: str
+    role: str
+    facts: ServerFacts
 
 
 class GateVerdictJson(TypedDict, total=False):

@@ -45,6 +45,10 @@ class WindowJob:
     eval_items: tuple[EvalItem, ...] = ()
     """The accuracy task's items sent beside the load (loadgen/eval.py during_window)."""
     eval_max_tokens: int = DEFAULT_EVAL_MAX_TOKENS
+    workers: tuple[tuple[str, str], ...] = ()
+    """A deployment's servers behind its front door, as (process name, base URL): their caches are flushed, their
+    /metrics scraped (labelled process=<name>) and summed for the speculative counters; () for one server, whose
+    base_url is all of it."""
 
     def __post_init__(self) -> None:
         if self.num_shards < 1 or not 0 <= self.shard_index < self.num_shards:
@@ -52,12 +56,18 @@ class WindowJob:
                              f"{self.shard_index}/{self.num_shards}")
 
     @classmethod
-    def of_run(cls, p: RunPlan, base_url: str, model_name: str, request_timeout_s: float) -> WindowJob:
+    def of_run(cls, p: RunPlan, base_url: str, model_name: str, request_timeout_s: float,
+               workers: tuple[tuple[str, str], ...] = ()) -> WindowJob:
         """The job of run `p`'s window, before it is split into shards."""
         w = p.workload
         return cls(base_url=base_url, api=w.api, max_tokens=w.output_tokens_nominal() or 1, load=p.load, seed=p.seed,
                    ignore_eos=w.ignore_eos, temperature=w.temperature, model_name=model_name,
-                   request_timeout_s=request_timeout_s, workload=w)
+                   request_timeout_s=request_timeout_s, workload=w, workers=workers)
+
+    def metrics_targets(self) -> tuple[tuple[str, str], ...]:
+        """(process name, base URL) of every server whose /metrics and cache count: the workers, or the one server
+        at base_url (named "")."""
+        return self.workers or (("", self.base_url),)
 
     def shard(self, index: int, num_shards: int, start_unix_s: Optional[float]) -> WindowJob:
         """This job's shard `index` of `num_shards` (the load actor's part of the window)."""

@@ -57,6 +57,15 @@ async def _scrape(session: aiohttp.ClientSession, engine: LoadTarget, base_url: 
     return dict(engine.spec_counters(text))
 
 
+async def _scrape_all(session: aiohttp.ClientSession, engine: LoadTarget, job: WindowJob) -> dict[str, float]:
+    """The speculative counters summed over every server of the window (one, or a deployment's workers)."""
+    total: dict[str, float] = {}
+    for _, url in job.metrics_targets():
+        for k, v in (await _scrape(session, engine, url.rstrip("/"))).items():
+            total[k] = total.get(k, 0.0) + v
+    return total
+
+
 @dataclass(frozen=True)
 class _Send:
     """What the dispatcher of one shard sends and where its records go (built by run_window inside the window)."""
@@ -200,7 +209,7 @@ async def run_window(engine: LoadTarget, job: WindowJob, prompts: Sequence[Promp
     fingerprints = prompt_fingerprints(prompts, indices) if sessions is None else None
     async with aiohttp.ClientSession(headers=engine.headers) as session, \
             StreamPool(base_url, max(limit, 1) if limit else 0, engine.headers, load.read_batch_s) as pool:
-        before = await _scrape(session, engine, base_url) if job.scrape_metrics else {}
+        before = await _scrape_all(session, engine, job) if job.scrape_metrics else {}
         if load.shape.closed:
             # the first wave's connections open before the window, so its TTFT holds no TCP set-up, like every
             # later request's on a kept-alive connection; an open loop's need is not known ahead and it connects
@@ -234,7 +243,7 @@ async def run_window(engine: LoadTarget, job: WindowJob, prompts: Sequence[Promp
             gc.unfreeze()
             load_done.set()
         sink.flush()
-        after = await _scrape(session, engine, base_url) if job.scrape_metrics else {}
+        after = await _scrape_all(session, engine, job) if job.scrape_metrics else {}
         eval_answers = await companion if companion is not None else ()
     assert sink.rows == len(indices), "every request must have exactly one record"
     requests, chunks = sink.kept_batches()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Optional, Sequence, Union
 
 import pyarrow as pa
 
@@ -28,11 +28,14 @@ SERVER_METRICS_BATCH_SCHEMA = pa.schema(SERVER_METRICS_FIELDS)
 class MetricsScraper:
     """GET base_url + path every interval_s until stopped; keeps the samples whose names are listed."""
 
-    def __init__(self, url: str, interval_s: float = 1.0, names: Optional[tuple[str, ...]] = None,
-                 max_rows: int = 2_000_000) -> None:
-        """`names`: the samples kept (default: every registered engine's scraped_metrics; gauges and counters worth
-        a time series, histograms left to the engine's own dashboards)."""
-        self.url = url
+    def __init__(self, url: Union[str, Sequence[tuple[str, str]]], interval_s: float = 1.0,
+                 names: Optional[tuple[str, ...]] = None, max_rows: int = 2_000_000) -> None:
+        """`url`: one server's /metrics, or (process name, /metrics URL) of each server of a deployment, whose
+        samples get the label process=<name> (one series per role and replica, on one clock). `names`: the samples
+        kept (default: every registered engine's scraped_metrics; gauges and counters worth a time series,
+        histograms left to the engine's own dashboards)."""
+        self.targets: list[tuple[str, str]] = [("", url)] if isinstance(url, str) else list(url)
+        self.url = self.targets[0][1]
         self.interval_s = interval_s
         self.names = set(names if names is not None else scraped_metric_names())
         self.max_rows = max_rows
@@ -53,9 +56,13 @@ class MetricsScraper:
             self._stop.wait(self.interval_s)
 
     def scrape_once(self) -> None:
-        t = time.time_ns()
+        t = time.time_ns()  # one time per round: a gauge summed over a deployment's servers sums one moment's values
+        for process, url in self.targets:
+            self._scrape(process, url, t)
+
+    def _scrape(self, process: str, url: str, t: int) -> None:
         try:  # 5 s in all for the whole answer (a deadline, not per read), its size bounded (http_call)
-            reply = call(self.url, "", timeout_s=SCRAPE_TIMEOUT_S)
+            reply = call(url, "", timeout_s=SCRAPE_TIMEOUT_S)
         except (EngineFault, EnvironmentFault):
             self.errors += 1
             return
@@ -65,6 +72,8 @@ class MetricsScraper:
         text = reply.text()
         for name, labels, value in parse_prometheus(text):
             if name in self.names and len(self.rows) < self.max_rows:
+                if process:
+                    labels = {**labels, "process": process}
                 lab = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
                 self.rows.append((t, name, lab, value))
 
