@@ -54,6 +54,12 @@ class RunInputs:
     """both over the ok requests that report both"""
     finish_reasons: Optional[np.ndarray]
     """None when the records carry no finish_reason"""
+    worker_requests: dict[str, int] = field(default_factory=dict)
+    """requests per worker that served them, as the gateway named it (requests.worker; every request that names
+    one, ok or not); {} when no request does (no gateway in front, or a dataset written before the column)"""
+    workers: int = 0
+    """the workers the gateway routes to, where the deployment says (a worker that served none counts); 0: unknown,
+    only the workers named count"""
     _percentiles: dict[tuple[str, tuple[float, ...]], np.ndarray] = field(default_factory=dict, compare=False,
                                                                           repr=False)
 
@@ -298,6 +304,15 @@ def _eos_mean(r: RunInputs) -> Optional[float]:
     return float(r.output_tokens[stop].mean()) if stop.any() else None
 
 
+def _worker_imbalance(r: RunInputs) -> Optional[float]:
+    counts = r.worker_requests
+    total = sum(counts.values())
+    if not total:
+        return None
+    # max share / mean share, the mean over every worker (max(count) / total) / (1 / workers)
+    return max(counts.values()) * max(len(counts), r.workers) / total
+
+
 def _gpu(name: str, unit: str, definition: str, better: Optional[Better] = None,
          interval: Optional[Interval] = None, column: Optional[Column] = None) -> None:
     declare(Metric(name, unit, definition, ("gpu_metrics",), producer="gpu", better=better, interval=interval,
@@ -393,6 +408,10 @@ _count("n_finish_length", "ok requests that finished at their max_tokens (finish
        _finish("length"), ("finish_reason",))
 declare(Metric("eos_output_tokens_mean", "tokens", "mean output tokens of the ok requests that finished on 'stop' "
                "(with ignore_eos: false, the lengths the model chose)", ("finish_reason",) + _OUT_SOURCES, _eos_mean))
+declare(Metric("worker_imbalance", "ratio", "the busiest worker's share of the requests a gateway routed / the mean "
+               "share (1 / workers): 1.0 is an even split, 2.0 one worker taking twice its share; null without a "
+               "gateway (no request names its worker). The split itself is the runs column worker_requests_json",
+               ("worker",), _worker_imbalance, better="lower"))
 
 _gpu("gpu_energy_j", "J", "energy of the server's GPUs over the window: Σ per GPU of the energy counter at the end "
      "minus at the start (linear interpolation; trapezoid of power where there is no counter), J", "lower")

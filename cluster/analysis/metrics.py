@@ -39,6 +39,9 @@ builds the inputs (run_inputs) that each run metric's formula, declared once in 
   one output token meets the TPOT SLO, as in SGLang's goodput); goodput_rps = such requests / duration_s.
   None when no SLO is given.
 - prefix_hit_rate: Σ cached_tokens / Σ prompt_tokens over ok requests that report both (prefix caching's share).
+- worker_imbalance: of the requests whose `worker` a gateway named, max(requests per worker) / mean(requests per
+  worker), the mean over every worker the gateway routes to; the split itself is the runs column
+  worker_requests_json. None without a gateway.
 - n_finish_stop / n_finish_length: ok requests by finish reason; eos_output_tokens_mean: mean output tokens of the
   'stop' ones (what the model chose to write when ignore_eos is false).
 A statistic over an empty set is None.
@@ -49,6 +52,7 @@ from __future__ import annotations
 from typing import Optional, Union
 
 import numpy as np
+import pyarrow.compute as pc
 
 from cluster.analysis.metric_catalog import RunInputs, declared, definitions
 from cluster.analysis.request_metrics import ACCEPT, E2E, TPOT, TTFT, chunk_gaps, int_column, request_columns
@@ -81,8 +85,17 @@ def token_chunks(requests: Records, chunks: Records, ok: np.ndarray) -> tuple[np
     return c_req[keep], c_t[keep], c_tok[keep]
 
 
+def worker_requests(requests: Records) -> dict[str, int]:
+    """Requests per worker named in `worker` (the gateway's routed worker), sorted by worker; {} when none is."""
+    if "worker" not in requests.schema.names:  # a dataset written before the column
+        return {}
+    counts = pc.value_counts(requests.column("worker")).to_pylist()
+    return {c["values"]: int(c["counts"]) for c in sorted(counts, key=lambda c: str(c["values"]))
+            if c["values"] is not None}
+
+
 def run_inputs(requests: Records, chunks: Union[Records, TokenChunks], duration_s: float,
-               slo: Optional[SLOSpec] = None) -> RunInputs:
+               slo: Optional[SLOSpec] = None, workers: int = 0) -> RunInputs:
     """The arrays every run metric's formula reads, computed once from one run's records."""
     c = request_columns(requests)
     ok = c.ok
@@ -124,12 +137,15 @@ def run_inputs(requests: Records, chunks: Union[Records, TokenChunks], duration_
         acceptance=acceptance(otok_ok, np.where(c.spec_verify_ct_ok, c.spec_verify_ct, 0)[ok]),
         accept_per_request=per_request[~np.isnan(per_request)],
         lag=client_lag(c.actual_send_ns - c.intended_send_ns), slo_good=slo_good,
-        cached_tokens=cached[both], prompt_tokens=ptok[both], finish_reasons=reasons)
+        cached_tokens=cached[both], prompt_tokens=ptok[both], finish_reasons=reasons,
+        worker_requests=worker_requests(requests), workers=workers)
 
 
 def summarize_run(
-    requests: Records, chunks: Union[Records, TokenChunks], duration_s: float, slo: Optional[SLOSpec] = None
+    requests: Records, chunks: Union[Records, TokenChunks], duration_s: float, slo: Optional[SLOSpec] = None,
+    workers: int = 0,
 ) -> dict[str, Optional[float]]:
-    """Every declared run metric for one run, in declaration order (see the module docstring for the definitions)."""
-    inputs = run_inputs(requests, chunks, duration_s, slo)
+    """Every declared run metric for one run, in declaration order (see the module docstring for the definitions);
+    `workers`: how many workers a gateway in front routes to (0: unknown, only those the requests name count)."""
+    inputs = run_inputs(requests, chunks, duration_s, slo, workers)
     return {m.name: m.formula(inputs) for m in declared("requests") if m.formula is not None}

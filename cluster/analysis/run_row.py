@@ -240,7 +240,7 @@ def build_run_row(p: RunPlan, out: MeasuredWindow, server: ServerFacts, segment:
                   spec: ExperimentSpec, neighbours: list[str], git_sha: Optional[str],
                   restart: Optional[str] = None) -> RunRow:
     """The run's row; `restart`: why the endpoint measured is not the one checked at the start (it restarted)."""
-    from cluster.analysis.metrics import summarize_run
+    from cluster.analysis.metrics import summarize_run, worker_requests
 
     m = summarize_run(out.requests, out.token_chunks if out.token_chunks is not None else out.chunks,
                       out.duration_s, spec.slo)
@@ -336,6 +336,7 @@ def build_run_row(p: RunPlan, out: MeasuredWindow, server: ServerFacts, segment:
         steady_share=ss.share if ss else None, steady_output_tps=ss.output_tps if ss else None,
         steady_tpot_ms=ss.tpot_ms if ss else None, steady_accept_length=ss.accept_length if ss else None,
         steady_requests=ss.requests if ss else None, steady_rule=ss.rule if ss else None,
+        worker_requests_json=json.dumps(split) if (split := worker_requests(out.requests)) else None,
         metrics=m,
     )
 

@@ -52,6 +52,7 @@ METRIC_NAMES: tuple[str, ...] = (
     "n_finish_stop",
     "n_finish_length",
     "eos_output_tokens_mean",
+    "worker_imbalance",
 )
 """The request metrics of the runs schema's fixed m_ columns, in order (declared in
 cluster/analysis/metric_catalog.py, computed by metrics.summarize_run): the runs table stores each as `m_<name>`."""
@@ -159,6 +160,9 @@ class RunRow:
     runs files written before the column, all of whose servers sglbench launched"""
     endpoint_url: Optional[str] = column(pa.string())
     """The endpoint's URL (never its key), for a variant that is an endpoint already running"""
+    worker_requests_json: Optional[str] = column(pa.string())
+    """JSON {worker URL: requests it served} of a run behind a gateway (requests.worker; m_worker_imbalance is its
+    imbalance); null when no request named a worker"""
     metrics: Mapping[str, Optional[float]] = field(default_factory=dict)
     """The run's metrics by name (RUN_METRIC_NAMES and any extra one): the m_<name> float64 columns, not a field of
     RUN_FIELDS."""

@@ -61,6 +61,9 @@ def test_a_runs_figures_are_the_stored_ones(path: Path) -> None:
     chunks = pq.read_table(DATA / EXPERIMENT / "chunks" / path.parent.name / path.name)
     gpu = pq.read_table(DATA / EXPERIMENT / "gpu_metrics" / path.parent.name / path.name)
     got = _figures(requests, chunks, gpu, row)
+    # a metric declared after the golden dataset was written reads as null from it (no gateway fronts this
+    # experiment, so m_worker_imbalance must be null); any other figure missing from the row is a change
+    row = {**{k: None for k in ("m_worker_imbalance",) if k not in row}, **row}
     assert set(got) <= set(row), sorted(set(got) - set(row))
     changed = [f"{k}: stored {row[k]!r}, now {got[k]!r}{_gap(got[k], row[k])}"
                                     for k in sorted(got) if not _same(got[k], row[k])]
