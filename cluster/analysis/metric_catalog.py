@@ -58,8 +58,8 @@ class RunInputs:
     """requests per worker that served them, as the gateway named it (requests.worker; every request that names
     one, ok or not); {} when no request does (no gateway in front, or a dataset written before the column)"""
     workers: int = 0
-    """the workers the gateway routes to, where the deployment says (a worker that served none counts); 0: unknown,
-    only the workers named count"""
+    """the workers whose URLs the gateway's header names, where the deployment says: its replicas, or its decode
+    servers in PD mode (so a worker that served none counts); 0: unknown, only the workers named count"""
     _percentiles: dict[tuple[str, tuple[float, ...]], np.ndarray] = field(default_factory=dict, compare=False,
                                                                           repr=False)
 

@@ -146,6 +146,7 @@ def summarize_run(
     workers: int = 0,
 ) -> dict[str, Optional[float]]:
     """Every declared run metric for one run, in declaration order (see the module docstring for the definitions);
-    `workers`: how many workers a gateway in front routes to (0: unknown, only those the requests name count)."""
+    `workers`: how many workers a gateway in front names (replicas; decode servers in PD mode; 0: unknown, only
+    those the requests name count)."""
     inputs = run_inputs(requests, chunks, duration_s, slo, workers)
     return {m.name: m.formula(inputs) for m in declared("requests") if m.formula is not None}

@@ -27,10 +27,12 @@ model_not_found)."""
 METRICS_PATH = "/metrics"
 """Served on the --prometheus-port listener, not the gateway's own port."""
 ROUTED_WORKER_HEADER = "x-smg-routed-worker-id"
-"""Response header naming the worker that served a proxied request: its URL as given to --worker-urls / --prefill /
---decode. Absent on the gateway's own errors (those carry x-smg-error-code)."""
+"""Response header naming the worker that served a proxied request: its URL as given to --worker-urls, or in PD mode
+the decode server's as given to --decode (the one that streams the answer; measured on two simulator servers).
+Absent on the gateway's own errors (those carry x-smg-error-code)."""
 WORKER_REQUESTS_METRIC = "smg_worker_requests_total"
-"""Requests sent to a worker (label `worker`: its URL), counted at each send: attempts, retries included."""
+"""Requests sent to a worker (label `worker`: its URL), counted at each send: attempts, retries included; in PD mode
+a request counts once on its prefill server and once on its decode server."""
 RETRIES_METRIC = "smg_worker_retries_total"
 """Retries of a request on another worker (labels worker_type, endpoint); 0 throughout with --disable-retries."""
 
