@@ -73,6 +73,7 @@ SAMPLES: dict[str, Any] = {
     "engines{}.python": "/usr/bin/python3",
     "engines{}.launcher": ["/usr/bin/sim-launcher"],
     "engines{}.version": "0.5.23",
+    "engines{}.gateway": "/opt/sglang/bin/smg",
     "server.args": {"mem-fraction-static": 0.8},
     "server.env": {"NCCL_DEBUG": "INFO"},
     "variants[].args": {"mem-fraction-static": 0.8},
@@ -471,7 +472,8 @@ def fingerprint(spec: Any) -> str:
     the settings above. The arrival schedule and prompts are functions of the run key's inputs (seed, workload,
     load point), so a change to them changes a run key."""
     from cluster.engines.registry import get_engine
-    from cluster.plan.deployment import planned_processes
+    from cluster.engines.gateway import PrefillWorker
+    from cluster.plan.deployment import gateway_command, planned_processes
     from cluster.plan.runs import expand_variants, make_plan
     from cluster.tuning.stage import with_artifact
 
@@ -483,6 +485,9 @@ def fingerprint(spec: Any) -> str:
         # a deployment: every process's argv and env as launched, and the gateway's settings as the driver reads them
         procs = [(p.name, list(c.argv), dict(c.env)) for p, pv in planned_processes(v) for c in [get_engine(
             pv.engine).launch(with_artifact(pv, None), "127.0.0.1", 30000, spec.engines.get(pv.engine), "python")]]
+        gw = gateway_command(v, spec.engines.get(v.engine), ["http://w:1"], [PrefillWorker("http://p:1", 1)],
+                             ["http://d:1"], 30000, 30001)
+        procs.append(("gateway", list(gw.argv) if gw is not None else [], {}))
         variants.append((v.name, list(cmd.argv), dict(cmd.env), v.tp, v.is_baseline,
                          v.profile.model_dump(mode="json") if v.profile is not None else None, procs,
                          v.deployment.model_dump(mode="json") if v.deployment is not None else None))

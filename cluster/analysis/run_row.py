@@ -13,6 +13,7 @@ from typing import Iterable, Mapping, Optional
 import pyarrow as pa
 
 from cluster.analysis.deployment_cap import deployment_cap
+from cluster.config.deployment import PDDeployment, ReplicasDeployment
 from cluster.analysis.engine_facts import EngineFacts
 from cluster.version import __version__
 from cluster.kernel.run_facts import SegmentFacts, ServerFacts
@@ -75,7 +76,33 @@ def _provenance(p: RunPlan, spec: ExperimentSpec, server: Optional[ServerFacts],
         "isolation": spec.isolation,
         "launched_by_sglbench": v.launched,
         "endpoint": _endpoint_facts(v, s, None),
+        "deployment": v.deployment.model_dump(mode="json") if v.deployment is not None else None,
+        "gpus": v.gpus,
+        "processes": _process_facts(s),
     }
+
+
+def gateway_workers(v: ResolvedVariant) -> int:
+    """How many workers a gateway in front routes requests to, as its routed-worker header names them: replicas, or
+    decode servers in PD mode (the header names the decode side); 0 without a gateway."""
+    d = v.deployment
+    if isinstance(d, ReplicasDeployment):
+        return d.replicas
+    return d.decode.servers if isinstance(d, PDDeployment) else 0
+
+
+def _process_facts(s: Optional[ServerFacts]) -> Optional[list[dict[str, object]]]:
+    """A deployment's processes as they ran (servers in start order, then the gateway): name, role, where, how
+    started, what each resolved (the per-server checks read these); None for one server."""
+    if s is None or not s.processes:
+        return None
+    return [{"name": p.name, "role": p.role, "pid": p.facts.server_pid or p.facts.pid, "pgid": p.facts.pgid,
+             "node_id": p.facts.node_id, "host": p.facts.hostname, "base_url": p.facts.base_url,
+             "port": p.facts.port, "gpu_ids": p.facts.gpu_ids, "cuda_visible_devices": p.facts.cuda_visible_devices,
+             "server_saw_cuda_visible_devices": p.facts.server_saw_cuda_visible_devices, "argv": p.facts.argv,
+             "env": p.facts.env, "startup_s": p.facts.startup_s, "log_path": p.facts.log_path,
+             "resolved_args": p.facts.resolved_args, "cap_log_lines": list(p.facts.cap_log_lines),
+             "version": p.facts.environment.get("gateway_version")} for p in s.processes]
 
 
 def _endpoint_facts(v: ResolvedVariant, s: Optional[ServerFacts],
@@ -243,7 +270,7 @@ def build_run_row(p: RunPlan, out: MeasuredWindow, server: ServerFacts, segment:
     from cluster.analysis.metrics import summarize_run, worker_requests
 
     m = summarize_run(out.requests, out.token_chunks if out.token_chunks is not None else out.chunks,
-                      out.duration_s, spec.slo)
+                      out.duration_s, spec.slo, workers=gateway_workers(p.variant))
     before, after = out.counters_before or {}, out.counters_after or {}
     deltas = counter_deltas(before, after)
     n_req = int(out.requests.num_rows)

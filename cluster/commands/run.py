@@ -194,8 +194,24 @@ def _plan_deployment(spec: ExperimentSpec, v: ResolvedVariant, port: int, base: 
 
 
 def _gateway_plan_line(spec: ExperimentSpec, v: ResolvedVariant, port: int) -> list[str]:
-    """The gateway's comment and command line for a deployment behind it ([] for one that has none)."""
-    return []
+    """The gateway's comment and command line for a deployment behind it ([] for one that has none): over the
+    servers at the ports printed above (free ports at start), beside the load actors."""
+    from cluster.engines.gateway import PrefillWorker
+    from cluster.plan.deployment import PLAN_BOOTSTRAP_PORT, gateway_command, planned_processes
+
+    procs = planned_processes(v)
+    url = {p.name: f"http://127.0.0.1:{port + i}" for i, (p, _) in enumerate(procs)}
+    boot = {p.name: pv.args.get("disaggregation-bootstrap-port") for p, pv in procs}
+    prefill = [PrefillWorker(url[p.name], int(b) if isinstance(b, int) else PLAN_BOOTSTRAP_PORT)
+               for p, _ in procs if p.role == "prefill" for b in [boot[p.name]]]
+    cmd = gateway_command(v, spec.engines.get(v.engine), [url[p.name] for p, _ in procs if p.role == "replica"],
+                          prefill, [url[p.name] for p, _ in procs if p.role == "decode"], port + len(procs),
+                          port + len(procs) + 1)
+    if cmd is None:
+        return []
+    return [f"# {v.name} gateway: no GPU, beside the load actors; port {port + len(procs)} here (metrics "
+            f"{port + len(procs) + 1}), free ports at start; ready when its /readiness answers 200",
+            shell_command(cmd.argv, cmd.env).line]
 
 
 def run(

@@ -122,6 +122,9 @@ class EngineLauncher(FrozenModel):
     """A full command that replaces `python -m <module>` (e.g. ["sglang", "serve"]); server args follow it."""
     version: Optional[str] = None
     """Engine version when it cannot be read from the installed package (a remote image)."""
+    gateway: Optional[LocalPath] = None
+    """SGLang's gateway executable (`smg`) for the deployments behind it (replicas, prefill/decode); default: `smg`
+    in the bin directory of `python` (or of sglbench's interpreter)."""
 
     @model_validator(mode="after")
     def _one_way(self) -> "EngineLauncher":

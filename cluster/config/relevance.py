@@ -90,6 +90,12 @@ def check_engines(engines: Mapping[EngineName, EngineLauncher], model: ModelSpec
         if name not in used:
             raise FieldProblem(("engines", name), f"no variant runs on {name} (model.engine is {model.engine!r}; "
                                f"the variants run on: {', '.join(sorted(used))}): remove it")
+        gated = [v.name for v in variants if (v.engine or model.engine) == name and v.deployment is not None
+                 and v.deployment.kind in ("replicas", "pd")]
+        if launcher.gateway is not None and not gated:
+            raise FieldProblem(("engines", name, "gateway"), f"no {name} variant is a deployment behind SGLang's "
+                               "gateway (deployment.kind replicas or pd): engines."
+                               f"{name}.gateway would never be run (remove it)")
         entry = engine_entry(name)
         if entry is not None and entry.reports_sglbench_version and launcher.version is not None:
             raise FieldProblem(("engines", name, "version"), f"the {name} engine is part of sglbench and reports "

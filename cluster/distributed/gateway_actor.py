@@ -13,14 +13,13 @@ from typing import Optional, Sequence
 
 import ray
 
-from cluster.config.deployment import PDDeployment, ReplicasDeployment
 from cluster.config.engines import EngineLauncher
-from cluster.engines.gateway import (METRICS_PATH, READINESS_PATH, PrefillWorker, gateway_program, pd_gateway,
-                                     regular_gateway, require_gateway)
+from cluster.engines.gateway import METRICS_PATH, READINESS_PATH, PrefillWorker, require_gateway
 from cluster.engines.http_call import call
 from cluster.errors import EngineFault, EnvironmentFault
 from cluster.kernel.run_facts import ServerFacts
 from cluster.kernel.runs import ResolvedVariant
+from cluster.plan.deployment import gateway_command
 from cluster.server.process import ServerProcess, ServerStartError, free_port, http_get_json
 
 GATEWAY_NAME = "gateway"
@@ -49,15 +48,11 @@ class GatewayActorImpl:
         self.metrics_url = ""
 
     def _command(self, workers: GatewayWorkers, port: int, metrics_port: int) -> Sequence[str]:
-        d = self.variant.deployment
-        program = require_gateway(gateway_program(self.launcher))
-        if isinstance(d, PDDeployment):
-            cmd = pd_gateway(program, workers.prefill, workers.decode, d.policy, port, metrics_port,
-                             d.prefill_policy, d.decode_policy, d.retries, d.gateway_args)
-        elif isinstance(d, ReplicasDeployment):
-            cmd = regular_gateway(program, workers.urls, d.policy, port, metrics_port, d.retries, d.gateway_args)
-        else:
-            raise ValueError(f"variant {self.variant.name}: a {d.kind if d else 'one-server'} deployment has no gateway")
+        cmd = gateway_command(self.variant, self.launcher, workers.urls, workers.prefill, workers.decode, port,
+                              metrics_port)
+        if cmd is None:
+            raise ValueError(f"variant {self.variant.name}: its deployment has no gateway")
+        require_gateway(cmd.argv[0])
         return cmd.argv
 
     def start(self, workers: GatewayWorkers, timeout_s: float) -> ServerFacts:

@@ -6,6 +6,9 @@ from __future__ import annotations
 from typing import Literal, Mapping, Optional, Sequence
 
 from cluster.config.deployment import NodesDeployment, PDDeployment, ReplicasDeployment
+from cluster.config.engines import EngineLauncher
+from cluster.engines.base import LaunchCommand
+from cluster.engines.gateway import PrefillWorker, gateway_program, pd_gateway, regular_gateway
 from cluster.engines.sglang_dialect import role_args
 from cluster.kernel.deployment import Assigned, ProcessRole, deployment_processes, placement_strategy, process_variant
 from cluster.kernel.runs import ResolvedVariant
@@ -92,3 +95,18 @@ def placement_problems(variants: Sequence[ResolvedVariant], isolation: Literal["
 def processes_of(v: ResolvedVariant) -> list[ResolvedVariant]:
     """The variants the deployment's processes are launched as (planned ports), or the variant itself."""
     return [pv for _, pv in planned_processes(v)] if v.deployment is not None else [v]
+
+
+def gateway_command(v: ResolvedVariant, launcher: Optional[EngineLauncher], urls: Sequence[str],
+                    prefill: Sequence[PrefillWorker], decode: Sequence[str], port: int,
+                    metrics_port: int) -> Optional[LaunchCommand]:
+    """The gateway's `smg launch` for the variant's deployment over its servers (`urls` for replicas; `prefill` and
+    `decode` for prefill/decode pools), or None when no gateway fronts it."""
+    d = v.deployment
+    program = gateway_program(launcher, launcher.gateway if launcher is not None else None)
+    if isinstance(d, PDDeployment):
+        return pd_gateway(program, prefill, decode, d.policy, port, metrics_port, d.prefill_policy, d.decode_policy,
+                          d.retries, d.gateway_args)
+    if isinstance(d, ReplicasDeployment):
+        return regular_gateway(program, urls, d.policy, port, metrics_port, d.retries, d.gateway_args)
+    return None
