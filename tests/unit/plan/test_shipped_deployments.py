@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from cluster.config.loader import load_spec
 from cluster.plan.deployment import processes_of, variant_reservation
 from cluster.plan.runs import expand_variants
+from tests.unit.test_plan_study_pins import PINS
 
 REPO = Path(__file__).resolve().parents[3]
 STUDY = REPO / "experiments" / "qwen35-397b-nvfp4-deployments.yaml"
@@ -63,6 +64,18 @@ def test_plan_prints_every_process_command_under_its_gpus() -> None:
         assert _flag(argv, "--max-running-requests") == "64" and _flag(argv, "--cuda-graph-max-bs-decode") == "64"
         ports.add(_flag(argv, "--port"))
     assert len(ports) == 2  # a deployment's processes print distinct ports (a free one each at start)
+
+
+def test_every_process_carries_the_studies_pins_and_plan_finds_nothing_unfair() -> None:
+    from cluster.cli import app
+
+    out = CliRunner().invoke(app, ["plan", str(STUDY)], terminal_width=400)
+    assert out.exit_code == 0, out.output
+    argv_lines = [ln for ln in out.output.splitlines() if "sglang.launch_server" in ln]
+    pins = PINS + ("--chunked-prefill-size 8192",)
+    assert len(argv_lines) == 5 and all(pin in ln for ln in argv_lines for pin in pins)
+    assert "warning:" not in out.output and "error:" not in out.output
+    assert "fairness: no findings" in out.output
 
 
 def test_every_deployment_holds_the_node_and_no_cap_binds() -> None:
