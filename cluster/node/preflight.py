@@ -201,7 +201,9 @@ def node_preflight(spec: ExperimentSpec, base_dir: Path, output_root: Optional[s
     modules = {v.engine: get_engine(v.engine).module for v in variants}
     check_on_node(spec, variants, reports, base_dir, modules, sys.executable, ray_ports)
     root = output_root or resolve_output_root(spec.output, base_dir)  # adaptive configs as launched
-    warnings = check_launch_flags(spec, [launch_form(spec, v, root, base_dir) for v in variants if v.launched],
+    # each process of a deployment as launched (role flags and pool args through the engine's own parser too)
+    warnings = check_launch_flags(spec, [pv for v in variants if v.launched
+                                         for pv in processes_of(launch_form(spec, v, root, base_dir))],
                                   sys.executable, on_node=True)
     wiring = collect_interconnect()
     findings = _fairness(variants, reports, _sglang_version(spec, variants, sys.executable), wiring.compute_sm())
