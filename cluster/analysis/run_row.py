@@ -330,6 +330,7 @@ def build_run_row(p: RunPlan, out: MeasuredWindow, server: ServerFacts, segment:
     provenance = _provenance(p, spec, server, segment, git_sha, out.peak_buffered_rows)
     provenance["concurrency"] = asdict(concurrency)
     provenance["endpoint"] = _endpoint_facts(p.variant, server, out.flushed)
+    provenance["load_event_loop"] = out.event_loop or None  # what paced the sends (uvloop in CI and on a node)
     telemetry: dict[str, object] = dict(out.telemetry.provenance()) if out.telemetry is not None else {
         "source": None, "unavailable": "telemetry disabled or not captured"}
     telemetry["throttle_reasons"] = throttle_summary(out.gpu_metrics, out.duration_s)

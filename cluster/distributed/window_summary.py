@@ -84,4 +84,5 @@ class WindowSummary:
             telemetry=telemetry,
             samples=tuple(sorted((x for sm in shards for x in sm.samples), key=lambda x: x.request_index)),
             selection=first.selection,
+            event_loop=" / ".join(sorted({x.event_loop for x in shards})),
         )

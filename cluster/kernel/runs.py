@@ -90,17 +90,23 @@ class ResolvedVariant:
         """Whether sglbench launches this variant's server (False for an endpoint already running)."""
         return self.endpoint is None
 
+    def _pools(self) -> tuple[tuple[int, int], ...]:
+        """(servers, GPUs each) of every pool of server processes sglbench launches for this variant."""
+        d = self.deployment
+        if isinstance(d, EndpointDeployment):
+            return ()
+        if isinstance(d, ReplicasDeployment):
+            return ((d.replicas, self.tp),)
+        if isinstance(d, PDDeployment):
+            return ((d.prefill.servers, d.prefill.tp), (d.decode.servers, d.decode.tp))
+        if isinstance(d, NodesDeployment):
+            return ((d.nodes, self.tp // d.nodes),)
+        return ((1, self.tp),)
+
     @property
     def gpus(self) -> int:
         """GPUs all of this variant's server processes hold (0 for an endpoint already running)."""
-        d = self.deployment
-        if isinstance(d, EndpointDeployment):
-            return 0
-        if isinstance(d, ReplicasDeployment):
-            return d.replicas * self.tp
-        if isinstance(d, PDDeployment):
-            return d.prefill.servers * d.prefill.tp + d.decode.servers * d.decode.tp
-        return self.tp  # one server, or one server across nodes (tp / nodes on each)
+        return sum(n * g for n, g in self._pools())
 
     @property
     def gateway(self) -> bool:
@@ -110,14 +116,7 @@ class ResolvedVariant:
     @property
     def processes(self) -> int:
         """Server processes sglbench launches for this variant (0 for an endpoint; the gateway not counted)."""
-        d = self.deployment
-        if isinstance(d, EndpointDeployment):
-            return 0
-        if isinstance(d, ReplicasDeployment):
-            return d.replicas
-        if isinstance(d, PDDeployment):
-            return d.prefill.servers + d.decode.servers
-        return d.nodes if isinstance(d, NodesDeployment) else 1
+        return sum(n for n, _ in self._pools())
 
     # free-form JSON stored as given: the variant as declared (args, env, knobs), hashed into the run key and kept
     # in experiment.json

@@ -84,6 +84,9 @@ class MeasuredWindow:
     """The window's GPU samples (records.GPU_METRIC_FIELDS), t_ns on the requests' zero; None without telemetry."""
     telemetry: Optional[TelemetryCapture] = None
     """How sampling went (source, rate, errors, why unavailable), for provenance."""
+    event_loop: str = ""
+    """The load generator's event loop, as `<module> <version>` (uvloop, a base dependency, in CI and on a node
+    alike; a shard's, and the merged window's: every shard's, joined when they differ)."""
     token_chunks: Optional[TokenChunks] = None
     """The merged window's token-bearing chunks of ok requests, summarised by the driver as they streamed (then
     `chunks` is empty); None: the figures come from `chunks`."""

@@ -8,6 +8,7 @@ Intended send times: open loop, the seeded Poisson offset; closed loop, the mome
 from __future__ import annotations
 
 import asyncio
+import sys
 import gc
 import time
 from dataclasses import dataclass
@@ -270,7 +271,18 @@ async def run_window(engine: LoadTarget, job: WindowJob, prompts: Sequence[Promp
         window_start_monotonic_ns=t0_ns,
         samples=tuple(sorted(samples, key=lambda x: x.request_index)),
         eval_answers=eval_answers,
+        event_loop=event_loop_name(asyncio.get_running_loop()),
     )
+
+
+def event_loop_name(loop: asyncio.AbstractEventLoop) -> str:
+    """`uvloop 0.23.0` or `asyncio` (with the Python version): what paced and timed the window's sends."""
+    module = type(loop).__module__.split(".")[0]
+    if module == "uvloop":
+        import uvloop
+
+        return f"uvloop {uvloop.__version__}"
+    return f"asyncio (Python {sys.version.split()[0]})"
 
 
 async def warmup(engine: LoadTarget, job: WindowJob, prompts: list[Prompt]) -> int:
@@ -317,7 +329,9 @@ async def flush(engine: LoadTarget, base_url: str, timeout_s: float) -> bool:
 
 
 def _run(coro_fn: Callable[[], Awaitable[Any]]) -> Any:
-    """Run a coroutine on a fresh event loop (uvloop when importable), closing it afterwards."""
+    """Run a coroutine on a fresh uvloop event loop, closing it afterwards. uvloop is a base dependency, so the
+    load generator paces with the same loop in CI as on a node (SGLang's image has it too); an install without it
+    falls back to asyncio's, and every run records which one timed it (MeasuredWindow.event_loop)."""
     try:
         import uvloop
 

@@ -99,6 +99,8 @@ def test_two_replicas_behind_the_gateway_against_one(ray_local: None, smg: Path,
     assert two["m_worker_imbalance"] == pytest.approx(1.0)
     assert rows["one"]["worker_requests_json"] is None
     prov = json.loads(two["provenance_json"])
+    assert prov["load_event_loop"].startswith("uvloop "), prov["load_event_loop"]  # the loop a node runs
+    assert prov["gpus"] == 2 and prov["deployment"]["kind"] == "replicas"
     names = [p["name"] for p in prov["processes"]]
     assert names == ["replica-0", "replica-1", "gateway"], names
     reqs = [r for r in _requests(tmp_path / "results", "dep") if r["variant"] == "two"]
