@@ -279,9 +279,9 @@ def event_loop_name(loop: asyncio.AbstractEventLoop) -> str:
     """`uvloop 0.23.0` or `asyncio` (with the Python version): what paced and timed the window's sends."""
     module = type(loop).__module__.split(".")[0]
     if module == "uvloop":
-        import uvloop
+        from importlib.metadata import version
 
-        return f"uvloop {uvloop.__version__}"
+        return f"uvloop {version('uvloop')}"
     return f"asyncio (Python {sys.version.split()[0]})"
 
 
