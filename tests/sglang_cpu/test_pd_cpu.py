@@ -28,6 +28,8 @@ MOONCAKE_ENV = {"MOONCAKE_PROTOCOL": "tcp"}
 PREFILL_STAGES = ("prefill_bootstrap", "prefill_forward", "prefill_transfer_kv_cache")
 DECODE_STAGES = ("decode_prepare", "decode_bootstrap", "decode_transferred", "decode_waiting")
 STAGE_SERIES = "sglang:per_stage_req_latency_seconds_count"
+SETTLE_S = 2.0
+SETTLE_TIMEOUT_S = 60.0
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +52,22 @@ def _stage_counts(server: SGLangCPUServer, stages: tuple[str, ...]) -> dict[str,
     assert status == 200, f"{server.url}/metrics answered {status}"
     samples = parse_prometheus(text)
     return {s: sum_metric(samples, STAGE_SERIES, stage=s) or 0.0 for s in stages}
+
+
+def _settled_counts(server: SGLangCPUServer, stages: tuple[str, ...]) -> dict[str, float]:
+    """Per-stage counts once no request is between stages: every stage equal, unchanged for SETTLE_S.
+
+    A `/health` answers 200 as soon as its fake-host generation is scheduled (http_server.py), so the probes of
+    the server start and of the gateway's worker registration may still be passing through the stages."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    last = _stage_counts(server, stages)
+    while time.monotonic() < deadline:
+        time.sleep(SETTLE_S)
+        now = _stage_counts(server, stages)
+        if now == last and len(set(now.values())) == 1:
+            return now
+        last = now
+    raise AssertionError(f"{server.url}: per-stage counts did not settle in {SETTLE_TIMEOUT_S:.0f} s: {last}")
 
 
 def _post(url: str, body: dict) -> tuple[int, dict[str, str], str]:
@@ -112,7 +130,7 @@ def test_prefill_decode_pair_serves_through_gateway(mooncake_python: Path, mimo_
                                        stdin=subprocess.DEVNULL)
         gateway_url = f"http://{HOST}:{port}"
         _wait_ready(gateway, gateway_url, gateway_log)
-        before = (_stage_counts(prefill, PREFILL_STAGES), _stage_counts(decode, DECODE_STAGES))
+        before = (_settled_counts(prefill, PREFILL_STAGES), _settled_counts(decode, DECODE_STAGES))
         for i in range(REQUESTS):
             t1 = time.monotonic()
             status, headers, body = _post(gateway_url + "/generate", {
@@ -125,7 +143,7 @@ def test_prefill_decode_pair_serves_through_gateway(mooncake_python: Path, mimo_
             # in PD mode the gateway names the decode worker only (deployments-facts.md §2)
             assert headers.get("x-smg-routed-worker-id") == decode.url
             print(f"[pd] /generate {i}: 200 in {time.monotonic() - t1:.2f} s")
-        after = (_stage_counts(prefill, PREFILL_STAGES), _stage_counts(decode, DECODE_STAGES))
+        after = (_settled_counts(prefill, PREFILL_STAGES), _settled_counts(decode, DECODE_STAGES))
         print(f"[pd] per-stage counts before {before} after {after}")
         for side_before, side_after in zip(before, after):
             for stage, n in side_after.items():
