@@ -8,6 +8,12 @@ SGLANG_VERSION="0.5.23"
 TORCH_VERSION="2.13.0"
 # SGLang's model gateway (formerly sglang-router): 1.13.0 is the release current when SGLang 0.5.23 shipped.
 SMG_VERSION="1.13.0"
+# Prefill/decode on the CPU: mooncake's transfer engine over TCP (MOONCAKE_PROTOCOL=tcp), its non-CUDA build. Its
+# engine.so links libibverbs.so.1 even for TCP; the pyverbs wheel (rdma-core 48's Python bindings, no CUDA) vendors
+# that library and its libnl-3/libnl-route-3 deps under pyverbs.libs/ (docs/sglang-cpu-tier.md, "Prefill/decode").
+MOONCAKE_VERSION="0.3.13.post1"
+PYVERBS_VERSION="56.0rc1"
+MSGPACK_VERSION="1.2.4"
 REPO_DIR="$(cd "$(dirname "$0")/.." && pwd)"
 # "-server" in the stamp: a venv stamped by the parser-only script lacks the server's packages and is upgraded in place.
 STAMP="$VENV_DIR/.sglbench-sglang-$SGLANG_VERSION-server-ok"
@@ -41,7 +47,39 @@ install_gateway() {
     quiet "${PIP[@]}" --no-deps "smg==$SMG_VERSION"
 }
 
+# mooncake and pyverbs --no-deps (pyverbs is wanted only for its vendored libraries; mooncake's other deps, aiohttp
+# and requests, are installed below). The auditwheel-renamed libibverbs is linked into mooncake/ as libibverbs.so.1,
+# beside its libnl deps, where engine.so's RPATH ($ORIGIN) finds them: no LD_LIBRARY_PATH, no system package.
+mooncake_current() {
+    "$VENV_DIR/bin/python" - "$MOONCAKE_VERSION" "$PYVERBS_VERSION" 2>/dev/null <<'PY'
+import importlib.metadata as m, pathlib, sys
+ok = m.version("mooncake-transfer-engine-non-cuda") == sys.argv[1] and m.version("pyverbs") == sys.argv[2]
+files = m.files("mooncake-transfer-engine-non-cuda") or []
+engine = [f for f in files if str(f) == "mooncake/engine.so"]
+sys.exit(not (ok and engine and (pathlib.Path(engine[0].locate()).parent / "libibverbs.so.1").exists()))
+PY
+}
+install_mooncake() {
+    quiet "${PIP[@]}" --no-deps "mooncake-transfer-engine-non-cuda==$MOONCAKE_VERSION" "pyverbs==$PYVERBS_VERSION" \
+        "msgpack==$MSGPACK_VERSION"
+    local site
+    site="$("$VENV_DIR/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    local libs=("$site"/pyverbs.libs/libibverbs-*.so.* "$site"/pyverbs.libs/libnl-3-*.so.* "$site"/pyverbs.libs/libnl-route-3-*.so.*)
+    if [[ ! -e "${libs[0]}" || ! -e "${libs[1]}" || ! -e "${libs[2]}" ]]; then
+        echo "FATAL: pyverbs $PYVERBS_VERSION did not vendor libibverbs and libnl-3/libnl-route-3: ${libs[*]}" >&2
+        return 1
+    fi
+    ln -sfn "../pyverbs.libs/$(basename "${libs[0]}")" "$site/mooncake/libibverbs.so.1"
+    ln -sfn "../pyverbs.libs/$(basename "${libs[1]}")" "$site/mooncake/$(basename "${libs[1]}")"
+    ln -sfn "../pyverbs.libs/$(basename "${libs[2]}")" "$site/mooncake/$(basename "${libs[2]}")"
+    "$VENV_DIR/bin/python" -c 'import mooncake.engine' || { echo "FATAL: mooncake.engine does not load" >&2; return 1; }
+}
+
 if [[ -f "$STAMP" ]]; then
+    if ! mooncake_current; then
+        install_mooncake
+        echo "sglang venv: mooncake $MOONCAKE_VERSION (TCP, non-CUDA) with pyverbs $PYVERBS_VERSION's libibverbs installed"
+    fi
     if ! gateway_current; then
         install_gateway
         echo "sglang venv: gateway smg $SMG_VERSION installed"
@@ -74,6 +112,7 @@ quiet "${PIP[@]}" "openai==2.8.0" "transformers==5.19.0" "tokenizers==0.23.2" di
 quiet "${PIP[@]}" uvloop prometheus-client setproctitle einops jsonschema xgrammar soundfile python-multipart
 install_standins
 install_gateway
+install_mooncake
 
 "$VENV_DIR/bin/python" - <<'PY'
 import torch
@@ -82,7 +121,7 @@ import importlib.metadata as m
 bad = [d.metadata["Name"] for d in m.distributions() if d.metadata["Name"].lower().startswith("nvidia")]
 assert not bad, f"CUDA packages pulled into the venv: {bad}"
 print("torch", torch.__version__, "sglang", m.version("sglang"), "stand-ins", m.version("sglbench-cpu-standins"),
-      "gateway smg", m.version("smg"))
+      "gateway smg", m.version("smg"), "mooncake", m.version("mooncake-transfer-engine-non-cuda"))
 PY
 installed="$("$VENV_DIR/bin/python" -c 'import importlib.metadata as m; print(m.version("sglang"))')"
 if [[ "$installed" != "$SGLANG_VERSION" ]]; then

@@ -61,6 +61,8 @@ class SGLangCPUServer:
     extra_args: list[str]
     log_path: Path
     port: int = field(default_factory=free_port)
+    env: dict[str, str] = field(default_factory=dict)
+    """Set for this server only, over SERVER_ENV."""
     proc: subprocess.Popen | None = None
     start_s: float = 0.0
 
@@ -84,7 +86,7 @@ class SGLangCPUServer:
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> float:
         """Launch and wait for /health to answer 200; returns the seconds that took."""
-        env = {**os.environ, **SERVER_ENV}
+        env = {**os.environ, **SERVER_ENV, **self.env}
         t0 = time.monotonic()
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT, env=env,

@@ -48,9 +48,12 @@ def test_every_checked_op_is_listed(op_results: dict) -> None:
 
 
 def test_platform_hook_is_gated(sglang_cpu_python: Path) -> None:
-    """has_amx turns true only with SGLBENCH_CPU_STANDINS=1; without it SGLang sees this machine as it is."""
+    """has_amx turns true, and mooncake's sender leaves the CUDA-only host-index path, only with
+    SGLBENCH_CPU_STANDINS=1; without it SGLang sees this machine as it is."""
     code = ("import sglang.srt.runtime_context as rc; from sglang.srt.utils import common; "
-            "print(rc.get_platform().has_amx, common.cpu_has_amx_support())")
+            "from sglang.srt.disaggregation.mooncake import conn; "
+            "print(rc.get_platform().has_amx, common.cpu_has_amx_support(), "
+            "conn.MooncakeKVSender.supports_host_tensor_indices)")
     # both interpreters at once: each spends ~8-10 s importing SGLang, and they share nothing
     procs = {flag: subprocess.Popen([str(sglang_cpu_python), "-c", code], stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, text=True,
@@ -69,5 +72,7 @@ def test_platform_hook_is_gated(sglang_cpu_python: Path) -> None:
                 proc.wait()
     assert all(proc.returncode == 0 for proc in procs.values()), {f: e[-3000:] for f, e in errs.items()}
     assert seen["1"].split()[0] == "True"
-    has_amx, probe = seen["0"].split()
+    assert seen["1"].split()[2] == "False", "the flag must turn MooncakeKVSender.supports_host_tensor_indices off"
+    has_amx, probe, host_indices = seen["0"].split()
     assert has_amx == probe, "without the flag SGLang's platform fact must be the machine's own probe"
+    assert host_indices == "True", "without the flag SGLang's own mooncake sender class must be left as shipped"
