@@ -190,6 +190,13 @@ class Knobs(BaseModel):
     """SM clock once the injected throttle starts, MHz."""
     gpu_throttle_reason: Literal["thermal", "power"] = "thermal"
     """The clock-event reason the injected throttle reports (sw_thermal, or sw_power_cap)."""
+    # prefill/decode roles (cluster/sim/disagg.py): the simulated KV transfer from a prefill to a decode server
+    kv_bytes_per_token: Annotated[int, Strict(), Field(ge=0, le=1 << 30)] = 30720
+    """SIMULATED: KV bytes one prompt token moves from prefill to decode (default: 15 full-attention layers x K and
+    V x 2 KV heads x 256 x 2 bytes, the simulator's stand-in for a Qwen3.5-style hybrid model, not measured)."""
+    kv_transfer_gb_s: Annotated[float, Strict(), Field(gt=0.0, le=10_000.0)] = 5.0
+    """SIMULATED: KV transfer speed between a prefill and a decode server, GB/s (a modest default, well below an
+    RDMA NIC's line rate); the transfer takes kv_bytes_per_token x prompt tokens / this, times time_scale."""
 
     _no_bools = field_validator("*", mode="before")(classmethod(lambda cls, v, info: _knob_value(v, info)))
 

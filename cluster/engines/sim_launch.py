@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 from cluster.config.bounds import PORT_MAX, PORT_MIN
 from cluster.config.sim_knobs import Knobs
+from cluster.engines.sim_roles import add_role_flags, role_error
 from cluster.engines.sglang_adaptive import AdaptiveBucket, bucket_for, candidate_union, parse_config, start_steps
 from cluster.input_files import parse_json, read_input_text
 from cluster.errors import UserError
@@ -97,6 +98,7 @@ def build_parser(prog: str = "python -m cluster.sim.server") -> argparse.Argumen
     p.add_argument("--attention-backend", default=None, help="attention back end, reported in /server_info")
     p.add_argument("--random-seed", type=int, default=None, help="accepted as SGLang's --random-seed")
     p.add_argument("--api-key", default=None, help="require this bearer key, as SGLang does")
+    add_role_flags(p)
     return p
 
 
@@ -142,6 +144,9 @@ def resolve_args(ns: argparse.Namespace, knobs: Knobs) -> tuple[dict[str, Any], 
     args = dict(vars(ns))
     if not PORT_MIN <= args["port"] <= PORT_MAX:  # before, bind()'s OverflowError: a traceback, reported as a bug
         raise LaunchError(f"--port {args['port']}: expected a TCP port from {PORT_MIN} to {PORT_MAX}")
+    refused = role_error(args)
+    if refused:
+        raise LaunchError(refused)
     spec: Optional[SpecParams] = None
     algo = args.get("speculative_algorithm")
     if algo:

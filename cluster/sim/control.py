@@ -70,7 +70,7 @@ class ControlEndpoints:
             "model_path": a["model_path"], "served_model_name": a["served_model_name"],
             "tokenizer_path": a["tokenizer_path"], "is_generation": True, "preferred_sampling_params": None,
             "weight_version": "default", "load_format": "auto", "reasoning_parser": None, "tool_call_parser": None,
-            "disaggregation_mode": "null", "has_image_understanding": False, "has_audio_understanding": False,
+            "disaggregation_mode": a["disaggregation_mode"], "has_image_understanding": False, "has_audio_understanding": False,
             "model_type": "sim", "architectures": ["SimulatedForCausalLM"],
         })
 
@@ -138,8 +138,10 @@ class ControlEndpoints:
 
     def metrics_text(self) -> str:
         s = self.server
-        return metrics_text(s.sched, s.spec, str(s.args["served_model_name"]), s.last_gen_throughput, s.streaming,
-                            s.knobs.max_total_num_tokens)
+        name = str(s.args["served_model_name"])
+        text = metrics_text(s.sched, s.spec, name, s.last_gen_throughput, s.streaming, s.knobs.max_total_num_tokens,
+                            "unified" if s.pd is None else s.pd.mode)
+        return text if s.pd is None else text + s.pd.metrics.text(name)
 
 
 def knobs_json(knobs: Knobs) -> dict[str, JsonValue]:

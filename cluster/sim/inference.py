@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
-from typing import Any, Optional
+import uuid
+from typing import Any, Optional, Union
 
 from aiohttp import web
 
 from cluster.engines.base import CATEGORY_HEADER, TEMPLATE_SETTING_HEADER
+from cluster.sim.disagg import PdError, Ticket
 from cluster.sim.lifecycle import SimServer, error_response
+from cluster.sim.model import SimRequest
 
 NATIVE_MAX_NEW_TOKENS_DEFAULT = 128
 COMPLETIONS_MAX_TOKENS_DEFAULT = 16
@@ -40,6 +44,11 @@ class InferenceEndpoints:
             # SGLang's SamplingParams.verify raises a ValueError: a 400 body, or an error event on a stream
             return await self._request_error(request, f"max_new_tokens must be at least 0, got {max_new}.", stream)
         batch = isinstance(text, list) or (isinstance(ids, list) and ids and isinstance(ids[0], list))
+        ticket = await self._pd_enter(request, body, stream, batch)
+        if isinstance(ticket, web.StreamResponse):
+            return ticket
+        if ticket is not None and ticket.role.prefill:
+            max_new = 1  # a prefill server computes the first token only (the decode server makes the rest)
         if batch:
             if stream:
                 return error_response(400, "the simulated engine streams only single prompts")
@@ -47,22 +56,59 @@ class InferenceEndpoints:
                 [(None, t) for t in text] if isinstance(text, list) else [(list(i), None) for i in ids or []])
             return web.json_response([await self.server.generate_one(p_ids, p_text, max_new, ignore_eos, None)
                                       for p_ids, p_text in prompts])
-        if stream and self.server.pacer is not None:
+        if stream and self.server.pacer is not None and ticket is None:
             return await self.server.stream_fixed(request, body.get("rid"), list(ids) if ids is not None else None,
                                                   text, max_new, ignore_eos, t_recv_ns)
         req, ev = self.server.submit(list(ids) if ids is not None else None, text, max_new, ignore_eos,
                                      body.get("rid"), request.headers.get(CATEGORY_HEADER),
                                      request.headers.get(TEMPLATE_SETTING_HEADER))
+        failed = await self._pd_pass(request, ticket, req, ev, stream)
+        if failed is not None:
+            return failed
         return await self.server.respond(request, req, ev, self.server.chunk_writer(req, "native"), stream)
 
-    async def _request_error(self, request: web.Request, message: str, stream: bool) -> web.StreamResponse:
+    async def _pd_enter(self, request: web.Request, body: dict[str, Any], stream: bool,
+                        batch: bool = False) -> Union[Ticket, web.StreamResponse, None]:
+        """A PD server's part before the scheduler: the request's bootstrap fields read, then (decode) the handshake
+        and the KV transfer, or (prefill) the wait for the decode's handshake. An error response when refused."""
+        pd = self.server.pd
+        if pd is None:
+            return None
+        try:
+            if batch:
+                raise PdError(400, "the simulated PD server takes single prompts only")
+            ticket = pd.ticket(body, str(body.get("rid") or uuid.uuid4().hex))
+            await ticket.before_submit()
+        except PdError as e:
+            return await self._request_error(request, e.message, stream, e.status)
+        return ticket
+
+    async def _pd_pass(self, request: web.Request, ticket: Optional[Ticket], req: SimRequest, ev: asyncio.Event,
+                       stream: bool) -> Optional[web.StreamResponse]:
+        """A submitted PD request: its first token timed; a prefill's KV handed off once its forward finished."""
+        if ticket is None:
+            return None
+        req.prefilled = not ticket.role.prefill
+        req.on_progress = ticket.watch(req.on_progress, lambda: req.generated)
+        if not ticket.role.prefill:
+            return None
+        await self.server.wait_finished(req, ev)
+        try:
+            await ticket.hand_off(req.prompt_tokens)
+        except PdError as e:
+            return await self._request_error(request, e.message, stream, e.status)
+        ev.set()  # respond() then writes the finished request at once
+        return None
+
+    async def _request_error(self, request: web.Request, message: str, stream: bool,
+                             status: int = 400) -> web.StreamResponse:
         """A ValueError inside SGLang's /generate: 400 {"error": {"message"}}; when streaming, 200 with one error
         event (message, type, code, retryable) and [DONE] (http_server.serve_generate_request)."""
         if not stream:
-            return web.json_response({"error": {"message": message}}, status=400)
+            return web.json_response({"error": {"message": message}}, status=status)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
-        err = {"error": {"message": message, "type": "invalid_request_error", "code": 400, "retryable": False}}
+        err = {"error": {"message": message, "type": "invalid_request_error", "code": status, "retryable": False}}
         await resp.write(b"data: " + json.dumps(err, separators=(",", ":")).encode() + b"\n\ndata: [DONE]\n\n")
         return resp
 
@@ -98,9 +144,17 @@ class InferenceEndpoints:
             max_new = int(max_new)
         except (ValueError, TypeError, AttributeError) as e:
             return error_response(400, str(e))
+        ticket = await self._pd_enter(request, body, bool(body.get("stream")))
+        if isinstance(ticket, web.StreamResponse):
+            return ticket
+        if ticket is not None and ticket.role.prefill:
+            max_new = 1
         req, ev = self.server.submit(ids, text, max_new, bool(body.get("ignore_eos", False)), body.get("rid"),
                                      request.headers.get(CATEGORY_HEADER),
                                      request.headers.get(TEMPLATE_SETTING_HEADER))
+        failed = await self._pd_pass(request, ticket, req, ev, bool(body.get("stream")))
+        if failed is not None:
+            return failed
         opts = body.get("stream_options") or {}
         writer = self.server.chunk_writer(
             req, "chat" if chat else "completions",

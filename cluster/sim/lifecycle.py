@@ -15,6 +15,7 @@ from aiohttp import web
 
 from cluster.input_files import JsonValue
 from cluster.sim.device import SimDevice
+from cluster.sim.disagg import pd_role
 from cluster.sim.profiler import SimProfiler
 from cluster.config.secrets import redact_argv
 from cluster.sim.model import Scheduler, SimRequest, effective_max_running_requests
@@ -55,6 +56,8 @@ class SimServer:
         self.pacer = Pacer.from_knobs(knobs.fixed_ttft_ms, knobs.fixed_itl_ms)
         self.device = SimDevice(knobs, int(args.get("tp_size") or 1))
         self.profiler = SimProfiler(int(args.get("tp_size") or 1))
+        self.pd = pd_role(args, knobs)
+        """Its prefill/decode role (--disaggregation-mode), or None for a unified server."""
 
     # ---- scheduler loop -------------------------------------------------------------------------------------
     async def run_scheduler(self) -> None:

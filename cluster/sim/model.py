@@ -206,6 +206,8 @@ class SimRequest:
     Req.update_spec_correct_drafts_histogram does: its length is the most drafts accepted + 1."""
     finished: bool = False
     admitted: bool = False
+    prefilled: bool = False
+    """Its prompt's KV came from a prefill server (a simulated PD decode): its first step computes no prefill."""
     on_progress: Optional[Callable[[], None]] = None
     """Called by the server after a step gave this request tokens (wakes its HTTP handler)."""
 
@@ -305,7 +307,7 @@ class Scheduler:
             self._new.append(req)
         if not self.running and not self._new:
             return None
-        prefill = sum(r.prompt_tokens - r.cached_tokens for r in self._new)
+        prefill = sum(r.prompt_tokens - r.cached_tokens for r in self._new if not r.prefilled)
         return step_time_ms(self.knobs, len(self.running), prefill, self.step_spec()) * self.window_factor
 
     def step_spec(self) -> Optional[SpecParams]:

@@ -11,7 +11,7 @@ from cluster.engines.sim_launch import SpecParams
 
 
 def metrics_text(sched: Scheduler, spec: Optional[SpecParams], model_name: str, gen_throughput: float,
-                 streaming: "StreamingCounts", max_total_num_tokens: int) -> str:
+                 streaming: "StreamingCounts", max_total_num_tokens: int, engine_type: str = "unified") -> str:
     """Prometheus text with SGLang 0.5.23's `sglang:` names and labels (sorted, as prometheus_client writes them)
     for the gauges and counters the simulator models.
 
@@ -19,11 +19,11 @@ def metrics_text(sched: Scheduler, spec: Optional[SpecParams], model_name: str, 
     `spec_verify_calls_total` neither (it counts verify steps, the sum of meta_info spec_verify_ct)."""
     c = sched.counters
     name = json.dumps(model_name)
-    gauge = f'engine_type="unified",model_name={name},moe_ep_rank="0",pp_rank="0",tp_rank="0"'
-    plain = f'engine_type="unified",model_name={name}'
+    gauge = f'engine_type="{engine_type}",model_name={name},moe_ep_rank="0",pp_rank="0",tp_rank="0"'
+    plain = f'engine_type="{engine_type}",model_name={name}'
 
     def split(label: str) -> str:
-        return f'engine_type="unified",is_streaming="{label}",model_name={name}'
+        return f'engine_type="{engine_type}",is_streaming="{label}",model_name={name}'
 
     rows: list[tuple[str, str, str, float]] = [
         ("num_running_reqs", "gauge", gauge, len(sched.running)),

@@ -24,6 +24,7 @@ from cluster.sim.control import VERSION, ControlEndpoints, knobs_json
 from cluster.sim.inference import InferenceEndpoints
 from cluster.sim.lifecycle import SimServer
 from cluster.sim.pacer import fine_timer_slack
+from cluster.sim.ranks import RankGroup, follow, lead_ranks
 
 READY_LINE = "The server is fired up and ready to roll!"
 
@@ -79,8 +80,23 @@ def build_app(server: SimServer) -> web.Application:
 
 
 async def serve(server: SimServer) -> int:
-    """Bind, become healthy after start_delay_s, serve until SIGTERM/SIGINT; return the exit code."""
+    """Bind, become healthy after start_delay_s, serve until SIGTERM/SIGINT; return the exit code.
+
+    Rank 0 of a multi-node server binds only once every rank joined, and exits 1 when one is lost; a prefill
+    server also runs its bootstrap listener."""
     t0 = time.monotonic()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    group, failed = await lead_ranks(server.args, stop)
+    if failed is None and server.pd is not None:
+        failed = await server.pd.start()
+    if failed is not None or stop.is_set():
+        if failed is not None:
+            print(f"error: {failed}", file=sys.stderr, flush=True)
+        await _close_roles(server, group)
+        return 1 if failed is not None else 0
     runner = web.AppRunner(build_app(server), access_log=None, handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()
     host, port = server.args["host"], int(server.args["port"])
@@ -90,11 +106,8 @@ async def serve(server: SimServer) -> int:
     except OSError as e:
         print(f"error: cannot bind {host}:{port}: {e.strerror or e}", file=sys.stderr, flush=True)
         await runner.cleanup()
+        await _close_roles(server, group)
         return 1
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     log.info("simulated SGLang %s listening on http://%s:%d (knobs: %s)", VERSION, host, port,
              json.dumps(knobs_json(server.knobs), sort_keys=True))
     server.start_loop()
@@ -108,11 +121,20 @@ async def serve(server: SimServer) -> int:
         server.startup_time_s = time.monotonic() - t0
         log.info(READY_LINE)
     await stop.wait()
-    log.info("received a termination signal; shutting down")
+    if group is None or group.lost is None:
+        log.info("received a termination signal; shutting down")
     server.state = "shutting_down"
     await server.stop_loop()
     await runner.cleanup()
-    return 0
+    await _close_roles(server, group)
+    return 1 if group is not None and group.lost is not None else 0
+
+
+async def _close_roles(server: SimServer, group: Optional[RankGroup]) -> None:
+    if server.pd is not None:
+        await server.pd.close()
+    if group is not None:
+        await group.close()
 
 
 def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m cluster.sim.server") -> int:
@@ -149,6 +171,8 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m cluster.si
     # as SGLang 0.5.23 does (entrypoints/engine.py: server_args={resolved dict}, api_key included): the actor
     # scrubs the log file of declared secrets once the server stopped
     log.info("server_args=%s", args)
+    if int(args["nnodes"]) > 1 and int(args["node_rank"]) > 0:
+        return asyncio.run(follow(args))  # a rank >= 1 runs no API (SGLang: a dummy health server only)
     if knobs.fixed_ttft_ms is not None or knobs.fixed_itl_ms is not None:
         fine_timer_slack()
     try:
