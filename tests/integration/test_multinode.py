@@ -85,3 +85,57 @@ def test_unplaceable_fails_fast(two_nodes: None, tmp_path: Path) -> None:
     with pytest.raises(PlacementError, match="tp=16.*largest node has 8 GPUs"):
         run_experiment(spec, base_dir=tmp_path, preflight=False)
     assert time.monotonic() - t0 < 10
+
+
+def test_one_server_across_two_nodes_one_rank_per_raylet_and_both_torn_down(two_nodes: None,
+                                                                             tmp_path: Path) -> None:
+    """`deployment: {kind: nodes, nodes: 2}` (the simulator speaking SGLang's --nnodes/--node-rank/--dist-init-addr):
+    tp 16 as two ranks of 8 GPUs, each on its own raylet (STRICT_SPREAD), served through rank 0; rank 1 killed
+    mid-window fails the run naming it, rank 0 exits with it (as SGLang's does) and no process group survives."""
+    import json
+    import signal
+
+    from cluster.distributed.driver import Driver
+    from cluster.distributed.progress import PointRecords, ProgressEvent
+    from cluster.server.process import wait_group_gone
+
+    variants = "  - {name: n2, tp: 16, deployment: {kind: nodes, nodes: 2}}"
+    spec = parse_spec_text(_spec(tmp_path, variants, "two-nodes", "cluster: {gpus_per_node: 8, nodes: 2}\n"
+                                 "repeats: 2").replace("num_requests: 6", "num_requests: 40"))
+    killed: list[int] = []
+    holder: dict[str, Driver] = {}
+
+    def on_event(e: ProgressEvent) -> None:
+        # rank 1 is killed during the second run's window (the first run measures the two-node server whole)
+        if isinstance(e, PointRecords) and e.plan.repeat == 1 and not killed:
+            facts = holder["drv"].result.servers["n2"].facts
+            rank1 = next(p for p in facts.processes if p.name == "rank-1").facts
+            os.kill(rank1.server_pid or rank1.pid, signal.SIGKILL)
+            killed.append(rank1.server_pid or rank1.pid)
+
+    drv = Driver(spec, tmp_path, None, lambda s: None, lambda p, s: None, on_event)
+    holder["drv"] = drv
+    result = drv.run()
+    assert killed, "the second window never streamed a record"
+    facts = result.servers["n2"].facts
+    ranks = {p.name: p.facts for p in facts.processes}
+    assert set(ranks) == {"rank-0", "rank-1"}
+    assert ranks["rank-0"].node_id != ranks["rank-1"].node_id, "each rank on its own raylet"
+    assert len(ranks["rank-0"].gpu_ids) == 8 and len(ranks["rank-1"].gpu_ids) == 8
+    argv0, argv1 = ranks["rank-0"].argv, ranks["rank-1"].argv
+    assert argv0[argv0.index("--node-rank") + 1] == "0" and argv1[argv1.index("--node-rank") + 1] == "1"
+    assert argv0[argv0.index("--dist-init-addr") + 1] == argv1[argv1.index("--dist-init-addr") + 1]
+    assert facts.base_url == ranks["rank-0"].base_url  # requests go to rank 0
+    statuses = dict(result.statuses)
+    ok = [k for k, s in statuses.items() if s == "ok"]
+    failed = [k for k, s in statuses.items() if s == "failed"]
+    assert len(ok) == 1 and len(failed) == 1, statuses
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(tmp_path / "results" / "two-nodes" / "runs").to_pylist()
+    bad = next(r for r in rows if r["status"] == "failed")
+    assert "rank-1" in (bad["failure_reason"] or "") + (bad["log_tail"] or ""), bad["failure_reason"]
+    good = next(r for r in rows if r["status"] == "ok")
+    assert json.loads(good["provenance_json"])["gpus"] == 16
+    for name, f in ranks.items():
+        assert wait_group_gone(f.pgid, 20, poll_s=0.2) == [], f"{name} group {f.pgid} survived"
