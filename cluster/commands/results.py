@@ -19,6 +19,7 @@ from cluster.commands.repeats_output import emit_show, print_repeats, recorded_r
 from cluster.commands.result_tables import (Format, NothingToShow, cell_text, clear_errors, console, emit,
                                             err_console, no_runs, nonempty_table, simulated_note)
 from cluster.commands.terminal import print_table
+from cluster.analysis.per_gpu import note_lines as gpus_note_lines
 from cluster.analysis.recommend import RECOMMEND_N_BOOT, RECOMMEND_SEED
 from cluster.analysis.results import Results
 from cluster.config.experiment import ExperimentSpec
@@ -112,7 +113,7 @@ def print_compare_ci(results: Results, baseline: Optional[str], fmt_name: str, n
     view["variant"] = [f"{v}{'*' if b else ''}{f' ({e})' if is_simulated(e) else ''}"
                        for v, b, e in zip(df["variant"], df["is_baseline"], df["engine"])]
     # the declared columns the terminal shows (metric_catalog Column.shown: e.g. prefix hit % once the cache served)
-    keep = ["load", "variant", "ok/failed/invalid"] + [label for label, _, shown in compare_columns(df) if shown]
+    keep = ["load", "variant", "GPUs", "ok/failed/invalid"] + [label for label, _, shown in compare_columns(df) if shown]
     if df["workload"].nunique() > 1:
         keep.insert(0, "workload")
     emit(view[keep].rename(columns={"ok/failed/invalid": "ok/f/i"}), fmt,
@@ -125,6 +126,8 @@ def print_compare_ci(results: Results, baseline: Optional[str], fmt_name: str, n
         console.print(f"adaptive vs fixed {line}", highlight=False, soft_wrap=True, markup=False)
     for text, points in grouped_warnings(df):
         console.print(f"[yellow]warning[/] {text} ({points})", highlight=False)
+    for line in gpus_note_lines(df):
+        console.print(f"[yellow]note[/] {escape(line)}", highlight=False, soft_wrap=True)
     print_acceptance_health(results)
 
 
@@ -217,7 +220,7 @@ def print_compare(results: Results, baseline: Optional[str], fmt_name: str) -> N
         from cluster.analysis.metric_catalog import terminal_means
 
         shown = terminal_means()
-        cols = ("load", "variant", "ok/f/i", *(str(c.short) for _, c in shown), "×base")
+        cols = ("load", "variant", "GPUs", "ok/f/i", *(str(c.short) for _, c in shown), "×base")
         on_cpu = "cpu" in served_devices(results)
         from cluster.analysis.accuracy import invalid_for_speed_claims
 
@@ -234,13 +237,14 @@ def print_compare(results: Results, baseline: Optional[str], fmt_name: str) -> N
                 [short_point_label(k, v) for k, v in zip(part["load_kind"], part["load_value"])],
                 [f"{v}{'*' if b else ''}" + ("" if one_engine else f" ({e})")
                  for v, b, e in zip(part["variant"], part["is_baseline"], part["engine"])],
+                [cell_text(g) for g in part["gpus"]],
                 [f"{a}/{b}/{c}" for a, b, c in zip(part["n_runs"], part["n_failed"], part["n_invalid"])],
                 *([cell_text(v, c.digits) + (c.mark[1] if c.mark is not None and flag else "")
                    for v, flag in zip(part[name], part[c.mark[0]] if c.mark is not None else [None] * len(part))]
                   for name, c in shown),
                 [cell_text(v, 2) + ("✗" if var in less_accurate else "")
                  for v, var in zip(part["speedup_output_tok_s"], part["variant"])]))
-            print_table(console, cols, rows, right=[False, False] + [True] * (len(shown) + 2), table=t)
+            print_table(console, cols, rows, right=[False, False] + [True] * (len(shown) + 3), table=t)
             marks: dict[str, list[str]] = {}  # each distinct mark once, with the points it concerns
             for r in part.itertuples(index=False):
                 at = f"{short_point_label(r.load_kind, r.load_value)} {r.variant}"
@@ -250,10 +254,13 @@ def print_compare(results: Results, baseline: Optional[str], fmt_name: str) -> N
                     marks.setdefault(f"[yellow]saturated[/] {at}: {r.saturated}", [])
             for text, points in marks.items():
                 console.print(text + (f" ({', '.join(points)})" if points else ""), highlight=False)
+            for line in gpus_note_lines(part):
+                console.print(f"[yellow]note[/] {escape(line)}", highlight=False, soft_wrap=True)
         console.print("ok/f/i = ok / failed / invalid repeats; steady = output tok/s over the steady stretch "
                       "(docs/steady-state.md; ! = a run's stretch too short to count, named above; - = none "
-                      "recorded); tok/s = over the whole window; ×base = output tok/s over the baseline at the same "
-                      "load; TTFT99 = TTFT p99 (mean over repeats); TPOT = mean (E2E − TTFT)/(tokens − 1); ITL/tok = "
+                      "recorded); tok/s = over the whole window; GPUs = held by all of a deployment's server "
+                      "processes (- = not known: an endpoint not launched by sglbench); tok/s/GPU = tok/s / GPUs; "
+                      "×base = output tok/s over the baseline at the same load; TTFT99 = TTFT p99 (mean over repeats); TPOT = mean (E2E − TTFT)/(tokens − 1); ITL/tok = "
                       "median chunk gap split over the tokens each chunk carried; accept = tokens per verify step. "
                       "--ci gives 95% intervals and verdicts (needs 2+ repeats), --format csv|markdown|json every "
                       "column.", highlight=False)

@@ -159,6 +159,9 @@ class RunRow:
     runs files written before the column, all of whose servers sglbench launched"""
     endpoint_url: Optional[str] = column(pa.string())
     """The endpoint's URL (never its key), for a variant that is an endpoint already running"""
+    gpus: Optional[int] = column(pa.int32())
+    """GPUs all the deployment's server processes held (ResolvedVariant.gpus; 0: an endpoint already running, whose
+    GPUs are not sglbench's); null in runs files written before the column, each of one server holding its tp"""
     metrics: Mapping[str, Optional[float]] = field(default_factory=dict)
     """The run's metrics by name (RUN_METRIC_NAMES and any extra one): the m_<name> float64 columns, not a field of
     RUN_FIELDS."""

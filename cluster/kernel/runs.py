@@ -82,6 +82,11 @@ class ResolvedVariant:
         """Whether sglbench launches this variant's server (False for an endpoint already running)."""
         return self.endpoint is None
 
+    @property
+    def gpus(self) -> int:
+        """GPUs all of this variant's server processes hold (0 for an endpoint already running)."""
+        return self.tp if self.launched else 0
+
     # free-form JSON stored as given: the variant as declared (args, env, knobs), hashed into the run key and kept
     # in experiment.json
     def identity(self) -> dict[str, Any]:
