@@ -146,11 +146,12 @@ def _ties(r: Evidence, best: Evidence) -> bool:
 
 
 def gpus_text(e: Evidence) -> str:
-    """What the served variant holds, for the choice text: '8 GPUs: 17.5 steady-state output tok/s per GPU'."""
+    """What the served variant holds, after the choice text: '; nextn holds 8 GPUs: 17.5 steady-state output tok/s
+    per GPU' ("" when its GPUs are not known: an endpoint's, which the point's gpus note names)."""
     if e.gpus is None:
-        return f"{e.variant} is an endpoint not launched by sglbench: its GPUs are not known"
+        return ""
     per = f": {e.tok_s_per_gpu:.1f} {e.metric} per GPU" if math.isfinite(e.tok_s_per_gpu) else ""
-    return f"{e.variant} holds {e.gpus} GPU{'s' if e.gpus != 1 else ''}{per}"
+    return f"; {e.variant} holds {e.gpus} GPU{'s' if e.gpus != 1 else ''}{per}"
 
 
 def _answer(rows: Sequence[Evidence], pick: Optional[Evidence], because: str, notes: list[str]) -> Recommendation:
@@ -171,7 +172,7 @@ def _answer(rows: Sequence[Evidence], pick: Optional[Evidence], because: str, no
     else:
         ratio = (pick.speedup, pick.speedup_lo, pick.speedup_hi)
     return Recommendation(first.workload, first.load_kind, first.load_value, pick.variant, pick.depth,
-                          f"{because}; {gpus_text(pick)}", *ratio, gate_text(pick), vouched, metric, tuple(notes),
+                          because + gpus_text(pick), *ratio, gate_text(pick), vouched, metric, tuple(notes),
                           gpus=pick.gpus, tok_s=pick.tok_s, tok_s_per_gpu=pick.tok_s_per_gpu, gpus_note=note)
 
 
