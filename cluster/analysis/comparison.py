@@ -334,7 +334,7 @@ def _speedup_cells(ci: pd.DataFrame, column: str) -> list[str]:
 def compare_columns(ci: pd.DataFrame) -> list[tuple[str, list[str], bool]]:
     """The declared metric and speedup columns of the compare table, in their places: (label, cells, shown in the
     terminal's table); a metric's shown rule (when_any, when_positive) is judged on `ci`."""
-    placed: list[tuple[int, str, list[str], bool]] = []
+    placed: list[tuple[float, str, list[str], bool]] = []
     for m in declared():
         if m.column is not None and m.name in ci.columns:
             shown = m.column.shown

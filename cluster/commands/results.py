@@ -14,12 +14,11 @@ from rich.table import Table
 
 from cluster.commands.acceptance_health_output import print_acceptance_health, with_health_column
 from cluster.commands.cross_output import cross_table, print_cross
-from cluster.commands.endpoint_notes import print_endpoints
+from cluster.commands.endpoint_notes import print_endpoints, print_gpus_notes
 from cluster.commands.repeats_output import emit_show, print_repeats, recorded_repeats
 from cluster.commands.result_tables import (Format, NothingToShow, cell_text, clear_errors, console, emit,
                                             err_console, no_runs, nonempty_table, simulated_note)
 from cluster.commands.terminal import print_table
-from cluster.analysis.per_gpu import note_lines as gpus_note_lines
 from cluster.analysis.recommend import RECOMMEND_N_BOOT, RECOMMEND_SEED
 from cluster.analysis.results import Results
 from cluster.config.experiment import ExperimentSpec
@@ -113,7 +112,7 @@ def print_compare_ci(results: Results, baseline: Optional[str], fmt_name: str, n
     view["variant"] = [f"{v}{'*' if b else ''}{f' ({e})' if is_simulated(e) else ''}"
                        for v, b, e in zip(df["variant"], df["is_baseline"], df["engine"])]
     # the declared columns the terminal shows (metric_catalog Column.shown: e.g. prefix hit % once the cache served)
-    keep = ["load", "variant", "GPUs", "ok/failed/invalid"] + [label for label, _, shown in compare_columns(df) if shown]
+    keep = ["load", "variant", "GPUs", "ok/failed/invalid"] + [lbl for lbl, _, shown in compare_columns(df) if shown]
     if df["workload"].nunique() > 1:
         keep.insert(0, "workload")
     emit(view[keep].rename(columns={"ok/failed/invalid": "ok/f/i"}), fmt,
@@ -126,8 +125,7 @@ def print_compare_ci(results: Results, baseline: Optional[str], fmt_name: str, n
         console.print(f"adaptive vs fixed {line}", highlight=False, soft_wrap=True, markup=False)
     for text, points in grouped_warnings(df):
         console.print(f"[yellow]warning[/] {text} ({points})", highlight=False)
-    for line in gpus_note_lines(df):
-        console.print(f"[yellow]note[/] {escape(line)}", highlight=False, soft_wrap=True)
+    print_gpus_notes(df)
     print_acceptance_health(results)
 
 
@@ -216,7 +214,6 @@ def print_compare(results: Results, baseline: Optional[str], fmt_name: str) -> N
         engines = sorted(set(df["engine"]))
         one_engine = len(engines) == 1
         from cluster.analysis.comparison import served_devices
-
         from cluster.analysis.metric_catalog import terminal_means
 
         shown = terminal_means()
@@ -254,16 +251,15 @@ def print_compare(results: Results, baseline: Optional[str], fmt_name: str) -> N
                     marks.setdefault(f"[yellow]saturated[/] {at}: {r.saturated}", [])
             for text, points in marks.items():
                 console.print(text + (f" ({', '.join(points)})" if points else ""), highlight=False)
-            for line in gpus_note_lines(part):
-                console.print(f"[yellow]note[/] {escape(line)}", highlight=False, soft_wrap=True)
+            print_gpus_notes(part)
         console.print("ok/f/i = ok / failed / invalid repeats; steady = output tok/s over the steady stretch "
                       "(docs/steady-state.md; ! = a run's stretch too short to count, named above; - = none "
                       "recorded); tok/s = over the whole window; GPUs = held by all of a deployment's server "
                       "processes (- = not known: an endpoint not launched by sglbench); tok/s/GPU = tok/s / GPUs; "
-                      "×base = output tok/s over the baseline at the same load; TTFT99 = TTFT p99 (mean over repeats); TPOT = mean (E2E − TTFT)/(tokens − 1); ITL/tok = "
-                      "median chunk gap split over the tokens each chunk carried; accept = tokens per verify step. "
-                      "--ci gives 95% intervals and verdicts (needs 2+ repeats), --format csv|markdown|json every "
-                      "column.", highlight=False)
+                      "×base = output tok/s over the baseline at the same load; TTFT99 = TTFT p99 (mean over "
+                      "repeats); TPOT = mean (E2E − TTFT)/(tokens − 1); ITL/tok = median chunk gap split over the "
+                      "tokens each chunk carried; accept = tokens per verify step. --ci gives 95% intervals and "
+                      "verdicts (needs 2+ repeats), --format csv|markdown|json every column.", highlight=False)
         for variant, why in less_accurate.items():  # ✗: the speed is shown, never claimed (docs/accuracy.md)
             console.print(f"[red]✗ not a speed claim[/] {variant}: {why}", highlight=False, soft_wrap=True)
         print_resolved_differences(results)
