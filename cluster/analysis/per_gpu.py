@@ -8,7 +8,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import pandas as pd
 
-from cluster.analysis.metric_catalog import declared, per_gpu
+from cluster.analysis.metric_catalog import Mean, declared, metric, per_gpu, terminal_means
 
 POINT = ("workload", "load_kind", "load_value")
 GPUS_NOTE = "gpus_note"
@@ -109,3 +109,18 @@ def note_lines(table: pd.DataFrame) -> list[str]:
         if note:
             seen.setdefault(f"{wl}: {note}" if multi else note, None)
     return list(seen)
+
+
+def terminal_gpus(table: pd.DataFrame) -> tuple[list[tuple[str, Mean]], bool, str]:
+    """How the terminal's compare table (one workload's rows) states the GPUs: (its metric columns, of
+    metric_catalog.terminal_means, whether it has a GPUs column, its title's part). Where the deployments' GPU counts differ or are not all known (a gpus_note),
+    the GPUs column and the per-GPU figures beside the totals; where every one holds the same count, the title
+    says it ('; 8 GPUs each') and the per-GPU columns (each total / that count, the same ratios) stay in CSV and
+    JSON, so the table still fits 80 columns."""
+    shown = terminal_means()
+    if any(table[GPUS_NOTE]):
+        return shown, True, ""
+    counts = {_int(g) for g in table["gpus"]}
+    n = counts.pop() if len(counts) == 1 else None
+    title = f"; {n} GPU{'s' if n != 1 else ''} each" if n is not None else ""
+    return [(n, m) for n, m in shown if metric(n).producer != "per_gpu"], False, title

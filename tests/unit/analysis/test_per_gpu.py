@@ -35,11 +35,12 @@ repeats: 2
 """
 
 # per variant, per repeat: (output tok/s, requests/s) as the runs row stores them
-FIGURES = {"tp8": [(800.0, 4.0), (880.0, 4.4)], "tp4": [(500.0, 3.0), (520.0, 3.2)], "ext": [(300.0, 2.0), (300.0, 2.0)]}
+FIGURES = {"tp8": [(800.0, 4.0), (880.0, 4.4)], "tp4": [(500.0, 3.0), (520.0, 3.2)],
+           "ext": [(300.0, 2.0), (300.0, 2.0)]}
 
 
-def _write(root: Path) -> Results:
-    spec = parse_spec_text(SPEC, "gpus.yaml")
+def _write(root: Path, spec_text: str = SPEC) -> Results:
+    spec = parse_spec_text(spec_text, "gpus.yaml")
     store = DatasetStore(str(root), "gpus")
     reqs, chunks = request_batches([])
     for p in make_plan(spec):

@@ -11,7 +11,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from cluster.cli import app
-from tests.unit.analysis.test_per_gpu import _write
+from tests.unit.analysis.test_per_gpu import SPEC, _write
 
 NOTE = "deployments hold different GPU counts: tp8 8, tp4 4, ext unknown (endpoint): compare per-GPU figures"
 
@@ -63,3 +63,16 @@ def test_compare_ci_table_and_recommend_state_the_gpus(tmp_path: Path) -> None:
     assert point["gpus_note"] == NOTE and NOTE in point["notes"]
     text = " ".join(_cli(tmp_path, "recommend").split())
     assert NOTE in text and "GPUs" in text
+
+
+def test_deployments_of_one_gpu_count_keep_the_80_column_table_and_say_it_in_the_title(tmp_path: Path) -> None:
+    # tp8 and a second tp8 (the spec's tp4 at tp 8): one count, so the title states it and the table stays narrow
+    _write(tmp_path, SPEC.replace("  - {name: tp4, tp: 4}", "  - {name: tp4, tp: 8}").replace(
+        '  - name: ext\n    deployment: {kind: endpoint, url: "http://127.0.0.1:9/"}\n', ""))
+    res = CliRunner().invoke(app, ["results", "compare", "gpus", "--root", str(tmp_path)], env={"COLUMNS": "80"})
+    assert res.exit_code == 0, res.output
+    assert "8 GPUs each" in " ".join(res.output.split()) and "note deployments" not in res.output
+    header = next(line for line in res.output.splitlines() if "variant" in line and "ok/f/i" in line)
+    assert "GPUs" not in header and "tok/s/GPU" not in header
+    rows = list(csv.DictReader(io.StringIO(_cli(tmp_path, "compare", "--format", "csv"))))
+    assert [float(r["output_tok_s_per_gpu"]) for r in rows] == [105.0, 63.75]  # 840 / 8; (500 + 520) / 2 / 8
