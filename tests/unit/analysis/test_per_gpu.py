@@ -127,3 +127,27 @@ def test_compare_ci_divides_the_interval_by_the_gpus(tmp_path: Path) -> None:
     view = compare_view(ci.reset_index())
     assert view["GPUs"].tolist() == ["8", "4", "-"]
     assert view["output tok/s per GPU"].tolist()[2] == "-"
+
+
+def test_runs_written_before_the_gpus_column_read_beside_new_ones(tmp_path: Path) -> None:
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from tests.golden.golden_outputs import DATA, EXPERIMENT, HERE
+
+    shutil.copytree(DATA, tmp_path / "data")  # golden-sim: 8 runs written before the column, every variant at tp 8
+    text = (HERE / "golden-sim.yaml").read_text().replace("  - name: nextn\n", "  - name: tp4\n    tp: 4\n", 1)
+    spec = parse_spec_text(text, "g.yaml")
+    store = DatasetStore(str(tmp_path / "data"), EXPERIMENT)
+    reqs, chunks = request_batches([])
+    for p in make_plan(spec):
+        if p.variant.name == "tp4":
+            store.write_run(p, RunRow(status="ok", duration_s=10.0, metrics={"output_tok_s": 200.0}), reqs, chunks)
+    files = sorted((tmp_path / "data" / EXPERIMENT / "runs").rglob("*.parquet"))
+    assert sum("gpus" not in pq.read_schema(f).names for f in files) == 8
+    t = compare_table(Results.open(str(tmp_path / "data"), EXPERIMENT)).set_index(["variant", "load_value"])
+    assert t.loc[("baseline", 1.0), "gpus"] == 8  # written before the column: its tp
+    assert t.loc[("tp4", 1.0), "gpus"] == 4 and t.loc[("tp4", 1.0), "output_tok_s_per_gpu"] == 50.0  # 200 / 4
+    assert t.loc[("baseline", 1.0), GPUS_NOTE] == ("deployments hold different GPU counts: baseline 8, nextn 8, "
+                                                   "tp4 4: compare per-GPU figures")
