@@ -32,6 +32,10 @@ _PRODUCERS = {
     "gpu": ("GPU figures", "Computed from the run's `gpu_metrics` telemetry samples (analysis/gpu_metrics.py)."),
     "steady": ("Steady stretch", "Computed over the window's steady-state stretch (analysis/steady_state.py, "
                "docs/steady-state.md); stored in its own runs column."),
+    "per_gpu": ("Per GPU", "A total divided by the GPUs all the deployment's server processes held (runs column "
+                "`gpus`; analysis/per_gpu.py): computed where a compare table is built, not stored in the runs "
+                "table; `compare --ci` divides the total's interval by the same GPUs; empty for an endpoint "
+                "already running (its GPUs are not known: never a division by 0)."),
 }
 
 

@@ -14,6 +14,7 @@ from cluster.kernel.load_shapes import load_shape
 from cluster.input_files import JsonObject, JsonValue
 from cluster.kernel import stats
 from cluster.analysis.metric_catalog import Metric, declared, with_intervals, with_speedups
+from cluster.analysis.per_gpu import cell_facts, with_gpus_notes, with_per_gpu
 from cluster.analysis.point_marks import with_marks
 from cluster.analysis.query import POINT_KEYS, connect, resolve_baseline
 from cluster.analysis.results import Results, ServerArgsRow
@@ -215,12 +216,16 @@ def compare_with_ci(results: Results, baseline: Optional[str] = None, n_boot: in
     repeats: dict[tuple[Any, ...], list[int]] = {}
     keys = list(POINT_KEYS) + ["variant"]
     estimated = ci_metrics()
+    facts = {tuple(r[:len(keys)]): r[len(keys):] for r in
+             cell_facts(runs, keys)[keys + ["gpus", "launched_by_sglbench"]].itertuples(index=False, name=None)}
     for i, (key, cell) in enumerate(runs.groupby(keys, sort=False)):
         ok = cell[cell["status"] == "ok"]
         rng = np.random.default_rng([seed, i])
         per_metric = {m.name: metric_runs(m, ok, arrays, request_level) for m in estimated}
         row: dict[str, Any] = dict(zip(keys, key))
-        row.update(engine=cell["engine"].iloc[0], is_baseline=key[-1] == baseline, n_runs=len(ok),
+        gpus, launched = facts[tuple(key)]
+        row.update(engine=cell["engine"].iloc[0], gpus=gpus, launched_by_sglbench=launched,
+                   is_baseline=key[-1] == baseline, n_runs=len(ok),
                    n_failed=int((cell["status"] == "failed").sum()),
                    n_invalid=int((cell["status"] == "invalid").sum()))
         for m in estimated:
@@ -238,7 +243,8 @@ def compare_with_ci(results: Results, baseline: Optional[str] = None, n_boot: in
         cells[tuple(key)] = per_metric
         repeats[tuple(key)] = [int(r) for r in ok["repeat"]]
         rows.append(row)
-    out = with_marks(pd.DataFrame(rows), runs)
+    out = with_per_gpu(with_marks(pd.DataFrame(rows), runs), ("", "_lo", "_hi"))
+    out["gpus"] = out["gpus"].astype("Int64")
     _clock_warnings(out, keys, baseline)
     for n_sp, (col, metric, higher) in enumerate(speedups()):
         ests: list[tuple[int, stats.RatioEstimate]] = []
@@ -268,7 +274,7 @@ def compare_with_ci(results: Results, baseline: Optional[str] = None, n_boot: in
     out = with_accuracy(out, results, baseline)
     out["_vorder"] = out["variant"].map({v: i for i, v in enumerate(variants)})
     out = out.sort_values(list(POINT_KEYS) + ["_vorder"], kind="stable").drop(columns="_vorder")
-    out = out.reset_index(drop=True)
+    out = with_gpus_notes(out.reset_index(drop=True))
     out.attrs["ci_method"] = CI_METHOD
     return out
 
@@ -328,7 +334,7 @@ def _speedup_cells(ci: pd.DataFrame, column: str) -> list[str]:
 def compare_columns(ci: pd.DataFrame) -> list[tuple[str, list[str], bool]]:
     """The declared metric and speedup columns of the compare table, in their places: (label, cells, shown in the
     terminal's table); a metric's shown rule (when_any, when_positive) is judged on `ci`."""
-    placed: list[tuple[int, str, list[str], bool]] = []
+    placed: list[tuple[float, str, list[str], bool]] = []
     for m in declared():
         if m.column is not None and m.name in ci.columns:
             shown = m.column.shown
@@ -349,6 +355,7 @@ def compare_view(ci: pd.DataFrame) -> pd.DataFrame:
         "load": [point_label(k, v) for k, v in zip(ci["load_kind"], ci["load_value"])],
         "variant": [f"{v}{' (baseline)' if b else ''}" for v, b in zip(ci["variant"], ci["is_baseline"])],
         "engine": [f"{e} (simulated)" if is_simulated(e) else e for e in ci["engine"]],
+        "GPUs": ["-" if pd.isna(g) else str(int(g)) for g in ci["gpus"]],
         "ok/failed/invalid": [f"{a}/{b}/{c}" for a, b, c in zip(ci["n_runs"], ci["n_failed"], ci["n_invalid"])],
         **{label: cells for label, cells, _ in compare_columns(ci)},
     })

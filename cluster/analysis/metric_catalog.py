@@ -19,7 +19,7 @@ from cluster.analysis.request_metrics import ACCEPT, E2E, ITL_CHUNK, ITL_TOKEN, 
 from cluster.kernel.window_figures import Acceptance, ClientLag
 
 Better = Literal["higher", "lower"]
-Producer = Literal["requests", "gpu", "steady"]
+Producer = Literal["requests", "gpu", "steady", "per_gpu"]
 Shown = Literal["always", "when_any", "when_positive"]
 
 
@@ -98,7 +98,7 @@ class Column:
     label: str
     digits: int = 1
     scale: float = 1.0
-    at: int = 1_000
+    at: float = 1_000
     shown: Optional[Shown] = None
     """always | when_any (some row has a value) | when_positive (some row above 0) | None (csv/markdown/json only)"""
     note: Optional[tuple[str, str]] = None
@@ -141,7 +141,8 @@ class Metric:
     sources: tuple[str, ...]
     """the stored columns it is computed from"""
     formula: Optional[Formula] = None
-    """None: its producer computes it (gpu_metrics.summarize_gpu from telemetry; steady_state for the stretch)"""
+    """None: its producer computes it (gpu_metrics.summarize_gpu from telemetry; steady_state for the stretch;
+    per_gpu from `per_gpu_of` when a table is read)"""
     producer: Producer = "requests"
     better: Optional[Better] = None
     interval: Optional[Interval] = None
@@ -151,7 +152,10 @@ class Metric:
     report_at: Optional[int] = None
     """its place in the report's metric definitions (None: not listed)"""
     runs_column: str = ""
-    """the runs table's column ("": m_<name>)"""
+    """the runs table's column ("": m_<name>); a per-GPU metric's is its own name, in the compare tables only"""
+    per_gpu_of: Optional[str] = None
+    """producer per_gpu: the metric this one divides by the GPUs of the deployment (per_gpu()); not stored in the
+    runs table, computed where a compare table is built (cluster/analysis/per_gpu.py)"""
 
     @property
     def stored(self) -> str:
@@ -167,6 +171,10 @@ def declare(metric: Metric) -> Metric:
         raise ValueError(f"metric {metric.name!r} is declared twice")
     if metric.producer == "requests" and metric.formula is None:
         raise ValueError(f"metric {metric.name!r}: a request metric needs its formula")
+    if (metric.producer == "per_gpu") != (metric.per_gpu_of is not None):
+        raise ValueError(f"metric {metric.name!r}: a per-GPU metric, and only one, names the metric it divides")
+    if metric.per_gpu_of is not None and metric.per_gpu_of not in _DECLARED:
+        raise ValueError(f"metric {metric.name!r}: divides {metric.per_gpu_of!r}, which is not declared before it")
     _DECLARED[metric.name] = metric
     return metric
 
@@ -239,6 +247,22 @@ def per_s(value: float, r: RunInputs) -> Optional[float]:
 
 def mean_of(x: np.ndarray) -> Optional[float]:
     return float(np.mean(x)) if x.size else None
+
+
+def per_gpu(value: Optional[float], gpus: Optional[float]) -> Optional[float]:
+    """A figure per GPU of the deployment: value / gpus; None when either is unknown (None or NaN) or gpus is not
+    positive (an endpoint already running holds no GPU of sglbench's: 0 means not known, never a division)."""
+    if value is None or gpus is None or not (np.isfinite(value) and np.isfinite(gpus)) or gpus <= 0:
+        return None
+    return float(value) / float(gpus)
+
+
+def _per_gpu(of: str, unit: str, mean: Optional[Mean] = None, column: Optional[Column] = None) -> None:
+    src = _DECLARED[of]
+    declare(Metric(f"{of}_per_gpu", unit, f"{of} / gpus: {src.unit} per GPU the deployment's server processes "
+                   "held (runs column gpus; empty for an endpoint already running, whose GPUs are not known)",
+                   (src.stored, "gpus"), producer="per_gpu", better=src.better, column=column, mean=mean,
+                   runs_column=f"{of}_per_gpu", per_gpu_of=of))
 
 
 
@@ -445,3 +469,7 @@ declare(Metric("steady_output_tps", "tok/s", "output tokens produced inside the 
 declare(Metric("steady_share", "share", "(steady_end_ns - steady_start_ns) / the window's duration: the share of the "
                "window the steady stretch covers", ("actual_send_ns", "first_chunk_ns", "last_chunk_ns"),
                producer="steady", mean=Mean(at=10), runs_column="steady_share"))
+_per_gpu("request_throughput_rps", "req/s/GPU", mean=Mean(at=0))
+_per_gpu("output_tok_s", "tok/s/GPU", Mean(at=1, short="tok/s/GPU", digits=2, short_at=1),
+         Column("output tok/s per GPU", 2, at=1.5, shown="always"))
+_per_gpu("steady_output_tps", "tok/s/GPU", mean=Mean(at=9))

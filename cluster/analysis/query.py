@@ -10,7 +10,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as pads
 
-from cluster.analysis.metric_catalog import with_means
+from cluster.analysis.metric_catalog import declared, with_means
 from cluster.analysis.point_marks import with_marks
 from cluster.analysis.request_metrics import chunk_gaps_view_sql, request_metrics_view_sql
 from cluster.analysis.results import Results
@@ -201,12 +201,17 @@ def compare_table(results: Results, baseline: Optional[str] = None) -> pd.DataFr
     The baseline is the variant whose runs have is_baseline (overridden by `baseline`). Rows are ordered by
     workload, load kind and value, then by the variant's first run in the plan.
     """
+    from cluster.analysis.per_gpu import GPUS_NOTE, cell_facts, with_gpus_notes, with_per_gpu
+
     df = results.runs()
-    cols = list(POINT_KEYS) + ["variant", "engine", "is_baseline", "n_runs", "n_failed", "n_invalid"]
-    metrics = compare_metrics()
-    cols += [c for c, _ in metrics] + ["speedup_output_tok_s"]
+    cols = list(POINT_KEYS) + ["variant", "engine", "gpus", "launched_by_sglbench", "is_baseline", "n_runs",
+                               "n_failed", "n_invalid"]
+    shown = compare_metrics()
+    cols += [c for c, _ in shown] + ["speedup_output_tok_s"]
     if df.empty:
-        return pd.DataFrame(columns=cols + ["steady_short", "saturated"])
+        return pd.DataFrame(columns=cols + ["steady_short", "saturated", GPUS_NOTE])
+    per_gpu_names = {m.name for m in declared("per_gpu")}
+    metrics = [(c, m) for c, m in shown if c not in per_gpu_names]  # divided from the means below
     df = df.sort_values("order_index", kind="stable")
     variants = list(dict.fromkeys(df["variant"]))
     baseline = resolve_baseline(df, baseline, results.experiment)
@@ -225,7 +230,8 @@ def compare_table(results: Results, baseline: Optional[str] = None) -> pd.DataFr
     means = ok.groupby(keys, sort=False)[[m for _, m in metrics]].mean()
     means.columns = [c for c, _ in metrics]
     out = counts.join(means, how="left").reset_index().rename(columns={"engine_name": "engine"})
-    return with_marks(_with_speedup(out, baseline, variants)[cols], df)
+    out = with_per_gpu(out.merge(cell_facts(df, keys), on=keys, how="left"))
+    return with_gpus_notes(with_marks(_with_speedup(out, baseline, variants)[cols], df))
 
 
 def resolve_baseline(runs: pd.DataFrame, baseline: Optional[str], experiment: str) -> Optional[str]:

@@ -76,6 +76,12 @@ class Evidence:
     """Which throughput the speedup is of: STEADY or WHOLE_WINDOW."""
     saturated: str = ""
     """Why the variant is over-saturated at this point (compare's mark, cluster/plan/saturation.py); "" when not."""
+    gpus: Optional[int] = None
+    """The GPUs its deployment holds (compare's gpus); None when not known (an endpoint not launched by sglbench)."""
+    tok_s: float = math.nan
+    """Its throughput of `metric` (the total over its GPUs), NaN without one."""
+    tok_s_per_gpu: float = math.nan
+    """tok_s per GPU (metric_catalog per_gpu), NaN when its GPUs are not known."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,13 @@ class Recommendation:
     """Whether every run at the point is vouched for (no variant there carries an unvouched flag)."""
     metric: str
     notes: tuple[str, ...]
+    gpus: Optional[int] = None
+    """The GPUs of what is served (None: nothing chosen, or an endpoint whose GPUs are not known)."""
+    tok_s: float = math.nan
+    """The served variant's throughput of `metric`, and per GPU beside it."""
+    tok_s_per_gpu: float = math.nan
+    gpus_note: str = ""
+    """per_gpu.gpus_note over the point's variants: "" when they hold the same known GPU count."""
 
 
 def load_text(kind: str, value: float) -> str:
@@ -132,20 +145,35 @@ def _ties(r: Evidence, best: Evidence) -> bool:
     return best.speedup_lo <= r.speedup <= best.speedup_hi
 
 
+def gpus_text(e: Evidence) -> str:
+    """What the served variant holds, after the choice text: '; nextn holds 8 GPUs: 17.5 steady-state output tok/s
+    per GPU' ("" when its GPUs are not known: an endpoint's, which the point's gpus note names)."""
+    if e.gpus is None:
+        return ""
+    per = f": {e.tok_s_per_gpu:.1f} {e.metric} per GPU" if math.isfinite(e.tok_s_per_gpu) else ""
+    return f"; {e.variant} holds {e.gpus} GPU{'s' if e.gpus != 1 else ''}{per}"
+
+
 def _answer(rows: Sequence[Evidence], pick: Optional[Evidence], because: str, notes: list[str]) -> Recommendation:
     """The Recommendation at the point of `rows`: serve `pick` (None: nothing chosen) because ..."""
+    from cluster.analysis.per_gpu import gpus_note
+
     first, nan = rows[0], math.nan
     vouched = not any(r.unvouched for r in rows)
     metric = next((r.metric for r in rows if r.is_baseline), first.metric)
+    note = gpus_note({r.variant: r.gpus for r in rows})
+    if note:
+        notes = notes + [note]
     if pick is None:
         return Recommendation(first.workload, first.load_kind, first.load_value, None, None, because, nan, nan, nan,
-                              "-", vouched, metric, tuple(notes))
+                              "-", vouched, metric, tuple(notes), gpus_note=note)
     if pick.is_baseline:  # the baseline against itself: 1.0 by definition, no interval
         ratio = (1.0, nan, nan)
     else:
         ratio = (pick.speedup, pick.speedup_lo, pick.speedup_hi)
-    return Recommendation(first.workload, first.load_kind, first.load_value, pick.variant, pick.depth, because,
-                          *ratio, gate_text(pick), vouched, metric, tuple(notes))
+    return Recommendation(first.workload, first.load_kind, first.load_value, pick.variant, pick.depth,
+                          because + gpus_text(pick), *ratio, gate_text(pick), vouched, metric, tuple(notes),
+                          gpus=pick.gpus, tok_s=pick.tok_s, tok_s_per_gpu=pick.tok_s_per_gpu, gpus_note=note)
 
 
 def recommend_point(rows: Sequence[Evidence]) -> Recommendation:
@@ -250,6 +278,22 @@ def depth_schedule(recs: Sequence[Recommendation], depths: Mapping[str, Optional
 SPEEDUP_COLUMNS: tuple[tuple[str, str], ...] = ((speedup_column("steady_output_tps"), STEADY),
                                                 (speedup_column("output_tok_s"), WHOLE_WINDOW))
 """compare's throughput speedup columns, preferred first (each with _lo, _hi and _verdict beside it)."""
+TOTALS = {STEADY: "steady_output_tps", WHOLE_WINDOW: "output_tok_s"}
+"""compare's column of each throughput a speedup is of (its per-GPU figure: `<column>_per_gpu`)."""
+
+
+def _figure(r: Mapping[str, object], column: str) -> float:
+    """A compare row's number (NaN when absent, null or not finite: pandas' NA and NaN alike)."""
+    try:
+        v = float(r.get(column))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return math.nan
+    return v if math.isfinite(v) else math.nan
+
+
+def _gpus(r: Mapping[str, object]) -> Optional[int]:
+    v = _figure(r, "gpus")
+    return int(v) if math.isfinite(v) else None
 
 
 def _point_metric(cell: pd.DataFrame) -> tuple[str, str]:
@@ -281,7 +325,8 @@ def evidence_from(ci: pd.DataFrame, depths: Mapping[str, Optional[int]],
                 n_ok=int(r["n_runs"]), speedup=float(r[col]), speedup_lo=float(r[f"{col}_lo"]),
                 speedup_hi=float(r[f"{col}_hi"]), verdict=str(r[f"{col}_verdict"]),
                 gate_passed=None if gate is None else gate[0], gate_reasons="" if gate is None else gate[1],
-                unvouched=tuple(r.get("unvouched") or ()), metric=metric, saturated=str(r.get("saturated") or "")))
+                unvouched=tuple(r.get("unvouched") or ()), metric=metric, saturated=str(r.get("saturated") or ""),
+                gpus=_gpus(r), tok_s=_figure(r, TOTALS[metric]), tok_s_per_gpu=_figure(r, f"{TOTALS[metric]}_per_gpu")))
     return out
 
 

@@ -20,14 +20,22 @@ def _speedup_text(r: Recommendation) -> str:
     return f"{r.speedup:.2f}× [{r.speedup_lo:.2f}, {r.speedup_hi:.2f}]"
 
 
+def _figure(v: float, digits: int) -> str:
+    return f"{v:.{digits}f}" if math.isfinite(v) else "-"
+
+
 def recommend_view(rec: Recommendations) -> pd.DataFrame:
-    """One row per load point: what to serve (or 'nothing chosen'), the speedup with its 95% interval, the gate,
-    whether the figures are vouched for, which throughput was compared, and why."""
+    """One row per load point: what to serve (or 'nothing chosen'), the speedup with its 95% interval, the GPUs
+    it holds with its throughput and that per GPU, the gate, whether the figures are vouched for, which throughput
+    was compared, and why."""
     return pd.DataFrame({
         "workload": [r.workload for r in rec.points],
         "load": [load_text(r.load_kind, r.load_value) for r in rec.points],
         "serve": [r.serve if r.serve is not None else "nothing chosen" for r in rec.points],
         "vs baseline [95% CI]": [_speedup_text(r) for r in rec.points],
+        "GPUs": ["-" if r.gpus is None else str(r.gpus) for r in rec.points],
+        "tok/s": [_figure(r.tok_s, 1) for r in rec.points],
+        "tok/s/GPU": [_figure(r.tok_s_per_gpu, 2) for r in rec.points],
         "gate": [r.gate for r in rec.points],
         "vouched": ["yes" if r.vouched else "no" for r in rec.points],
         "throughput": [r.metric.replace(" output tok/s", "") for r in rec.points],

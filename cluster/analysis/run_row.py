@@ -146,6 +146,7 @@ def _common(p: RunPlan, spec: ExperimentSpec, server: Optional[ServerFacts], seg
         tuning_artifact=g.tuning_artifact if g else None,
         launched_by_sglbench=v.launched,
         endpoint_url=v.endpoint.url if v.endpoint is not None else None,
+        gpus=v.gpus,
     )
 
 

@@ -1,8 +1,12 @@
-"""The line `results show` and `compare` print under their tables for each variant that is an endpoint already
-running: its URL, and that sglbench did not launch it (so its GPUs and argv are not sglbench's to state)."""
+"""The lines `results show` and `compare` print under their tables about the deployments: each variant that is an
+endpoint already running (its URL, and that sglbench did not launch it, so its GPUs and argv are not sglbench's to
+state), and compare's note when the deployments it compares hold different GPU counts."""
 
 from __future__ import annotations
 
+import pandas as pd
+
+from cluster.analysis.per_gpu import note_lines
 from cluster.analysis.results import Results
 
 
@@ -25,3 +29,12 @@ def print_endpoints(results: Results) -> None:
 
     for line in endpoint_lines(results):
         console.print(line, highlight=False, soft_wrap=True, markup=False)
+
+
+def print_gpus_notes(table: pd.DataFrame) -> None:
+    """Under compare's tables: each distinct note of a point whose deployments hold different (or unknown) GPU
+    counts (per_gpu.gpus_note, compare's gpus_note column)."""
+    from cluster.commands.result_tables import console
+
+    for line in note_lines(table):
+        console.print(f"note {line}", highlight=False, soft_wrap=True, markup=False)

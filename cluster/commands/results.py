@@ -14,7 +14,7 @@ from rich.table import Table
 
 from cluster.commands.acceptance_health_output import print_acceptance_health, with_health_column
 from cluster.commands.cross_output import cross_table, print_cross
-from cluster.commands.endpoint_notes import print_endpoints
+from cluster.commands.endpoint_notes import print_endpoints, print_gpus_notes
 from cluster.commands.repeats_output import emit_show, print_repeats, recorded_repeats
 from cluster.commands.result_tables import (Format, NothingToShow, cell_text, clear_errors, console, emit,
                                             err_console, no_runs, nonempty_table, simulated_note)
@@ -112,7 +112,7 @@ def print_compare_ci(results: Results, baseline: Optional[str], fmt_name: str, n
     view["variant"] = [f"{v}{'*' if b else ''}{f' ({e})' if is_simulated(e) else ''}"
                        for v, b, e in zip(df["variant"], df["is_baseline"], df["engine"])]
     # the declared columns the terminal shows (metric_catalog Column.shown: e.g. prefix hit % once the cache served)
-    keep = ["load", "variant", "ok/failed/invalid"] + [label for label, _, shown in compare_columns(df) if shown]
+    keep = ["load", "variant", "GPUs", "ok/failed/invalid"] + [lbl for lbl, _, shown in compare_columns(df) if shown]
     if df["workload"].nunique() > 1:
         keep.insert(0, "workload")
     emit(view[keep].rename(columns={"ok/failed/invalid": "ok/f/i"}), fmt,
@@ -125,6 +125,7 @@ def print_compare_ci(results: Results, baseline: Optional[str], fmt_name: str, n
         console.print(f"adaptive vs fixed {line}", highlight=False, soft_wrap=True, markup=False)
     for text, points in grouped_warnings(df):
         console.print(f"[yellow]warning[/] {text} ({points})", highlight=False)
+    print_gpus_notes(df)
     print_acceptance_health(results)
 
 
@@ -213,14 +214,10 @@ def print_compare(results: Results, baseline: Optional[str], fmt_name: str) -> N
         engines = sorted(set(df["engine"]))
         one_engine = len(engines) == 1
         from cluster.analysis.comparison import served_devices
-
-        from cluster.analysis.metric_catalog import terminal_means
-
-        shown = terminal_means()
-        cols = ("load", "variant", "ok/f/i", *(str(c.short) for _, c in shown), "×base")
-        on_cpu = "cpu" in served_devices(results)
+        from cluster.analysis.per_gpu import terminal_gpus
         from cluster.analysis.accuracy import invalid_for_speed_claims
 
+        on_cpu = "cpu" in served_devices(results)
         less_accurate = invalid_for_speed_claims(results, next(
             (str(v) for v, b in zip(df["variant"], df["is_baseline"]) if b), None))
         for wl, part in df.groupby("workload", sort=False):
@@ -228,19 +225,23 @@ def print_compare(results: Results, baseline: Optional[str], fmt_name: str) -> N
             eng = f"; engine {engines[0]}{sim}" if one_engine else ""
             if on_cpu and not all(is_simulated(x) for x in engines):
                 eng += "; served on CPU (CPU numbers, not GPU numbers)"
-            t = Table(title=f"{experiment} / {wl}: means over ok repeats; ms; * = baseline{eng}", box=box.SIMPLE_HEAD,
-                      pad_edge=False, collapse_padding=True, title_justify="left")
+            shown, gpus, each = terminal_gpus(part)
+            cols = ("load", "variant", *(["GPUs"] if gpus else []), "ok/f/i", *(str(c.short) for _, c in shown),
+                    "×base")
+            t = Table(title=f"{experiment} / {wl}: means over ok repeats; ms; * = baseline{each}{eng}",
+                      box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, title_justify="left")
             rows = list(zip(
                 [short_point_label(k, v) for k, v in zip(part["load_kind"], part["load_value"])],
                 [f"{v}{'*' if b else ''}" + ("" if one_engine else f" ({e})")
                  for v, b, e in zip(part["variant"], part["is_baseline"], part["engine"])],
+                *([[cell_text(g) for g in part["gpus"]]] if gpus else []),
                 [f"{a}/{b}/{c}" for a, b, c in zip(part["n_runs"], part["n_failed"], part["n_invalid"])],
                 *([cell_text(v, c.digits) + (c.mark[1] if c.mark is not None and flag else "")
                    for v, flag in zip(part[name], part[c.mark[0]] if c.mark is not None else [None] * len(part))]
                   for name, c in shown),
                 [cell_text(v, 2) + ("✗" if var in less_accurate else "")
                  for v, var in zip(part["speedup_output_tok_s"], part["variant"])]))
-            print_table(console, cols, rows, right=[False, False] + [True] * (len(shown) + 2), table=t)
+            print_table(console, cols, rows, right=[False, False] + [True] * (len(cols) - 2), table=t)
             marks: dict[str, list[str]] = {}  # each distinct mark once, with the points it concerns
             for r in part.itertuples(index=False):
                 at = f"{short_point_label(r.load_kind, r.load_value)} {r.variant}"
@@ -250,13 +251,15 @@ def print_compare(results: Results, baseline: Optional[str], fmt_name: str) -> N
                     marks.setdefault(f"[yellow]saturated[/] {at}: {r.saturated}", [])
             for text, points in marks.items():
                 console.print(text + (f" ({', '.join(points)})" if points else ""), highlight=False)
+            print_gpus_notes(part)
         console.print("ok/f/i = ok / failed / invalid repeats; steady = output tok/s over the steady stretch "
                       "(docs/steady-state.md; ! = a run's stretch too short to count, named above; - = none "
-                      "recorded); tok/s = over the whole window; ×base = output tok/s over the baseline at the same "
-                      "load; TTFT99 = TTFT p99 (mean over repeats); TPOT = mean (E2E − TTFT)/(tokens − 1); ITL/tok = "
-                      "median chunk gap split over the tokens each chunk carried; accept = tokens per verify step. "
-                      "--ci gives 95% intervals and verdicts (needs 2+ repeats), --format csv|markdown|json every "
-                      "column.", highlight=False)
+                      "recorded); tok/s = over the whole window; GPUs, tok/s/GPU (where the deployments' GPU counts "
+                      "differ) = held by a deployment's servers (- = an endpoint's, not known), tok/s / GPUs; ×base = "
+                      "output tok/s over the baseline at the same load; TTFT99 = TTFT p99 (mean over repeats); TPOT = "
+                      "mean (E2E − TTFT)/(tokens − 1); ITL/tok = median chunk gap split over the tokens each chunk "
+                      "carried; accept = tokens per verify step. --ci gives 95% intervals and verdicts (needs 2+ "
+                      "repeats), --format csv|markdown|json every column.", highlight=False)
         for variant, why in less_accurate.items():  # ✗: the speed is shown, never claimed (docs/accuracy.md)
             console.print(f"[red]✗ not a speed claim[/] {variant}: {why}", highlight=False, soft_wrap=True)
         print_resolved_differences(results)

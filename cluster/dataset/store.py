@@ -122,7 +122,7 @@ class DatasetStore(StoreReader):
             row["metrics_json"] = json.dumps(dict(metrics), sort_keys=True, default=_json_default)
         v, w = plan.variant, plan.workload
         defaults: dict[str, object] = {
-            "seed": plan.seed, "order_index": plan.order_index, "tp": v.tp,
+            "seed": plan.seed, "order_index": plan.order_index, "tp": v.tp, "gpus": v.gpus,
             "variant_family": v.family or v.name, "is_baseline": v.is_baseline,
             "spec_algorithm": v.speculative.algorithm if v.speculative else None,
             "spec_num_steps": v.speculative.num_steps if v.speculative else None,

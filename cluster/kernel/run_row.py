@@ -163,6 +163,9 @@ class RunRow:
     worker_requests_json: Optional[str] = column(pa.string())
     """JSON {worker URL: requests it served} of a run behind a gateway (requests.worker; m_worker_imbalance is its
     imbalance); null when no request named a worker"""
+    gpus: Optional[int] = column(pa.int32())
+    """GPUs all the deployment's server processes held (ResolvedVariant.gpus; 0: an endpoint already running, whose
+    GPUs are not sglbench's); null in runs files written before the column, each of one server holding its tp"""
     metrics: Mapping[str, Optional[float]] = field(default_factory=dict)
     """The run's metrics by name (RUN_METRIC_NAMES and any extra one): the m_<name> float64 columns, not a field of
     RUN_FIELDS."""

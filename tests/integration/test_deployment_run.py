@@ -141,3 +141,35 @@ def test_a_replica_killed_mid_window_fails_the_run_naming_it(ray_local: None, sm
     facts = result.servers["two"].facts
     for p in facts.processes:  # every process of the deployment torn down, the gateway too
         assert wait_group_gone(p.facts.pgid, 20, poll_s=0.2) == [], f"{p.name} group {p.facts.pgid} survived"
+
+
+def test_prefill_decode_pools_behind_the_gateway_in_pd_mode(ray_local: None, smg: Path, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """1 prefill + 2 decode simulator servers (SIMULATED prefill/decode: the simulator's own bootstrap exchange over
+    SGLang's request fields) behind the real gateway in PD mode, through `sglbench run`: every request answered by a
+    decode server, the split over the two decode servers recorded, each role's series scraped under its name."""
+    from cluster.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SGLBENCH_LOG_DIR", str(tmp_path / "logs"))
+    path = tmp_path / "pd.yaml"
+    path.write_text(yaml.safe_dump(_spec(tmp_path, smg, "pd", [
+        {"name": "pd", "deployment": {"kind": "pd", "prefill": {"tp": 1}, "decode": {"servers": 2, "tp": 1},
+                                      "policy": "round_robin"}}], num_requests=16)))
+    res = CliRunner().invoke(app, ["run", str(path), "--no-progress"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    rows = _runs(tmp_path / "results", "pd")
+    assert [r["status"] for r in rows] == ["ok"], [(r["status"], r["invalid_reasons"], r["failure_reason"]) for r in rows]
+    prov = json.loads(rows[0]["provenance_json"])
+    procs = {p["name"]: p for p in prov["processes"]}
+    assert set(procs) == {"prefill-0", "decode-0", "decode-1", "gateway"}
+    assert "--disaggregation-mode" in procs["prefill-0"]["argv"] and "--pd-disaggregation" in procs["gateway"]["argv"]
+    split = json.loads(rows[0]["worker_requests_json"])
+    decode_urls = {procs["decode-0"]["base_url"], procs["decode-1"]["base_url"]}
+    assert set(split) == decode_urls and sum(split.values()) == 16, split  # the header names the decode side
+    assert prov["gpus"] == 3
+    import pyarrow.parquet as pq
+
+    sm = pq.read_table(tmp_path / "results" / "pd" / "server_metrics").to_pylist()
+    assert {lab.split("process=")[1].split(",")[0] for r in sm if "process=" in (lab := r["labels"] or "")} >= {
+        "prefill-0", "decode-0", "decode-1"}

@@ -61,10 +61,12 @@ def test_intervals_speedups_columns_and_report_keep_their_order() -> None:
         ("gpu_power_w_mean", "mean", None), ("sm_clock_mhz_mean", "mean", None), ("sm_clock_mhz_p10", "mean", None)]
     assert [m.stored for m in ci_metrics()][:2] == ["m_output_tok_s", "steady_output_tps"]
     assert [c for c, _ in compare_metrics()] == [
-        "request_throughput_rps", "output_tok_s", "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_mean", "tpot_ms_p50",
-        "itl_chunk_ms_p50", "itl_token_ms_p50", "accept_length", "steady_output_tps", "steady_share"]
+        "request_throughput_rps", "request_throughput_rps_per_gpu", "output_tok_s", "output_tok_s_per_gpu",
+        "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_mean", "tpot_ms_p50", "itl_chunk_ms_p50", "itl_token_ms_p50",
+        "accept_length", "steady_output_tps", "steady_output_tps_per_gpu", "steady_share"]
     assert [(name, c.short, c.digits) for name, c in terminal_means()] == [
-        ("steady_output_tps", "steady", 1), ("output_tok_s", "tok/s", 1), ("ttft_ms_p99", "TTFT99", 1),
+        ("steady_output_tps", "steady", 1), ("output_tok_s", "tok/s", 1), ("output_tok_s_per_gpu", "tok/s/GPU", 2),
+        ("ttft_ms_p99", "TTFT99", 1),
         ("tpot_ms_mean", "TPOT", 2), ("itl_token_ms_p50", "ITL/tok", 2), ("accept_length", "accept", 2)]
     assert speedups() == (("speedup_tok_s", "output_tok_s", True), ("speedup_tpot", "tpot_ms_mean", False),
                           ("speedup_steady_tps", "steady_output_tps", True))
