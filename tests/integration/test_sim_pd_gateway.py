@@ -41,16 +41,6 @@ def _http(url: str, body: Optional[dict[str, object]] = None, timeout: float = 3
         return e.code, e.read(), dict(e.headers)
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-
-
 def test_a_simulated_pd_pair_serves_through_the_real_gateway(tmp_path: Path) -> None:
     if not SMG.exists():
         pytest.fail(MISSING + "; SGLBENCH_REQUIRE_TIERS requires this tier", pytrace=False)
@@ -61,9 +51,10 @@ def test_a_simulated_pd_pair_serves_through_the_real_gateway(tmp_path: Path) -> 
     decode: Optional[SimHandle] = None
     gateway: Optional[subprocess.Popen[bytes]] = None
     log = tmp_path / "smg.log"
+    port = free_port()
     try:
         decode = start_sim(["--enable-metrics", "--disaggregation-mode", "decode"], knobs)
-        port, prom = free_port(), free_port()
+        prom = free_port()
         with log.open("wb") as out:  # smg is started once both workers are healthy: it checks each once
             gateway = subprocess.Popen(
                 [str(SMG), "launch", "--host", "127.0.0.1", "--port", str(port), "--pd-disaggregation",
@@ -102,7 +93,7 @@ def test_a_simulated_pd_pair_serves_through_the_real_gateway(tmp_path: Path) -> 
             series_count(before["prefill"], "kv_transfer_latency_ms") == 2
     finally:
         if gateway is not None:
-            _stop(gateway)
+            stop_sim(SimHandle(gateway, port))  # terminate, then kill after 10 s: by its own handle
         for h in (decode, prefill):
             if h is not None:
                 stop_sim(h)
