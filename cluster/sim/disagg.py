@@ -162,8 +162,8 @@ class PdRole:
                       port if isinstance(port, int) else 0, fake)
 
     def client(self) -> aiohttp.ClientSession:
-        if self._client is None:
-            self._client = aiohttp.ClientSession()
+        if self._client is None:  # no connection cap: each request in flight holds one long poll
+            self._client = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         return self._client
 
 
