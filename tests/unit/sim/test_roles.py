@@ -224,3 +224,14 @@ def test_rank_one_exits_cleanly_when_rank_zero_is_stopped() -> None:
     finally:
         for h in (r1, r0):
             stop_sim(h)
+
+
+def test_plan_refuses_a_fake_prefill_before_anything_starts() -> None:
+    from cluster.engines.flagcheck import check_launch_flags
+    from cluster.errors import PreflightError
+    from cluster.plan.runs import expand_variants
+    from tests.unit.engines.test_flagcheck import _spec
+
+    spec = _spec(server={"args": {"disaggregation-mode": "prefill", "disaggregation-transfer-backend": "fake"}})
+    with pytest.raises(PreflightError, match=re.escape(FAKE_PREFILL_REFUSED)):
+        check_launch_flags(spec, expand_variants(spec), sys.executable, on_node=False)
