@@ -144,7 +144,9 @@ def resolve_args(ns: argparse.Namespace, knobs: Knobs) -> tuple[dict[str, Any], 
     args = dict(vars(ns))
     if not PORT_MIN <= args["port"] <= PORT_MAX:  # before, bind()'s OverflowError: a traceback, reported as a bug
         raise LaunchError(f"--port {args['port']}: expected a TCP port from {PORT_MIN} to {PORT_MAX}")
-    refused = role_error(args)
+    refused = role_error(args["disaggregation_mode"], args["disaggregation_transfer_backend"],
+                         args["disaggregation_bootstrap_port"], args["nnodes"], args["node_rank"],
+                         args["dist_init_addr"], args["tp_size"])
     if refused:
         raise LaunchError(refused)
     spec: Optional[SpecParams] = None

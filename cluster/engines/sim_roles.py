@@ -7,7 +7,7 @@ parallel.py). Defaults and choices are SGLang's; the rules marked "simulator" be
 from __future__ import annotations
 
 import argparse
-from typing import Any, Optional
+from typing import Optional
 
 from cluster.config.bounds import PORT_MAX, PORT_MIN
 
@@ -41,23 +41,21 @@ def split_host_port(addr: str) -> Optional[tuple[str, int]]:
     return host.strip("[]"), int(port)
 
 
-def role_error(args: dict[str, Any]) -> Optional[str]:
+def role_error(mode: str, backend: str, bootstrap_port: int, nnodes: int, rank: int, addr: Optional[str],
+               tp_size: int) -> Optional[str]:
     """Why SGLang (or, where marked, the simulator) refuses these role flags; None when they launch."""
-    mode = args["disaggregation_mode"]
-    if mode == "prefill" and args["disaggregation_transfer_backend"] == "fake":
+    if mode == "prefill" and backend == "fake":
         return FAKE_PREFILL_REFUSED
-    if mode == "prefill" and not PORT_MIN <= args["disaggregation_bootstrap_port"] <= PORT_MAX:
-        return (f"--disaggregation-bootstrap-port {args['disaggregation_bootstrap_port']}: expected a TCP port from "
-                f"{PORT_MIN} to {PORT_MAX}")
-    nnodes, rank, addr = args["nnodes"], args["node_rank"], args["dist_init_addr"]
+    if mode == "prefill" and not PORT_MIN <= bootstrap_port <= PORT_MAX:
+        return f"--disaggregation-bootstrap-port {bootstrap_port}: expected a TCP port from {PORT_MIN} to {PORT_MAX}"
     if nnodes < 1 or not 0 <= rank < nnodes:
         return f"--node-rank {rank} with --nnodes {nnodes}: expected 0 <= node rank < nnodes"
     if nnodes > 1:
         if addr is None or split_host_port(str(addr)) is None:
             return (f"--dist-init-addr {addr}: the simulator needs HOST:PORT with --nnodes {nnodes} "
                     "(rank 0 listens there for the other ranks)")
-        if int(args["tp_size"]) % nnodes:
-            return f"--tp-size {args['tp_size']} is not divisible by --nnodes {nnodes} (simulator rule: tp per node)"
+        if tp_size % nnodes:
+            return f"--tp-size {tp_size} is not divisible by --nnodes {nnodes} (simulator rule: tp per node)"
         if mode != "null":
             return "the simulator does not model a PD role across several nodes (--nnodes > 1 with a PD mode)"
     return None

@@ -67,8 +67,9 @@ def worker_names(procs: Sequence[ProcessRole]) -> list[str]:
 
 PLAN_BOOTSTRAP_PORT = 8998
 """The bootstrap port `plan` shows for a prefill server whose port is assigned at start (SGLang's default)."""
-PLAN_DIST_INIT = "<rank-0-host>:<free port>"
-"""What `plan` shows for --dist-init-addr: rank 0's node and a free port there are known only once placed."""
+PLAN_DIST_INIT = "rank-0-host:29500"
+"""What `plan` shows for --dist-init-addr (a placeholder host and port that parsers accept): rank 0's node address and
+a free port there (or the declared dist_init_port) are known only once Ray has placed it."""
 
 
 def planned_processes(v: ResolvedVariant) -> list[tuple[ProcessRole, ResolvedVariant]]:
@@ -78,7 +79,7 @@ def planned_processes(v: ResolvedVariant) -> list[tuple[ProcessRole, ResolvedVar
     boot = d.bootstrap_port if isinstance(d, PDDeployment) and d.bootstrap_port else PLAN_BOOTSTRAP_PORT
     init = PLAN_DIST_INIT
     if isinstance(d, NodesDeployment) and d.dist_init_port:
-        init = f"<rank-0-host>:{d.dist_init_port}"
+        init = f"rank-0-host:{d.dist_init_port}"
     return [(p, launched_process(v, p, Assigned(bootstrap_port=boot if p.role == "prefill" else None,
                                                 dist_init_addr=init if p.role == "rank" else None)))
             for p in deployment_processes(v)]

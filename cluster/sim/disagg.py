@@ -26,6 +26,7 @@ import aiohttp
 from aiohttp import web
 
 from cluster.config.sim_knobs import Knobs
+from cluster.input_files import JsonObject
 from cluster.sim.pd_metrics import PdMetrics
 
 log = logging.getLogger("sglbench.sim")
@@ -92,7 +93,7 @@ class PdRole:
         if not self.prefill:
             return None
         app = web.Application()
-        app.router.add_get("/health", lambda r: _ok())
+        app.router.add_get("/health", _ok)
         app.router.add_post(BOOTSTRAP_PATH + "/{room}/register", self._register)
         app.router.add_get(BOOTSTRAP_PATH + "/{room}/kv", self._kv)
         app.router.add_post(BOOTSTRAP_PATH + "/{room}/received", self._received)
@@ -122,7 +123,7 @@ class PdRole:
     async def _register(self, request: web.Request) -> web.Response:
         _, room = self._room(request)
         room.registered.set()
-        return _ok()
+        return await _ok()
 
     async def _kv(self, request: web.Request) -> web.Response:
         """Long poll: 200 {"kv_bytes"} once the room's KV is published, 409 when its prefill failed, 504 past the
@@ -141,10 +142,10 @@ class PdRole:
     async def _received(self, request: web.Request) -> web.Response:
         _, room = self._room(request)
         room.received.set()
-        return _ok()
+        return await _ok()
 
     # ---- one request ---------------------------------------------------------------------------------------------
-    def ticket(self, body: dict[str, Any], rid: str) -> "Ticket":
+    def ticket(self, body: JsonObject, rid: str) -> "Ticket":
         """The request's bootstrap fields read as SGLang reads them; PdError(400) without a room (managers/
         scheduler.py:3048-3065, its wording), or, as the simulator's own rule, without the prefill's address."""
         room, host, port = body.get("bootstrap_room"), body.get("bootstrap_host"), body.get("bootstrap_port")
@@ -157,11 +158,12 @@ class PdRole:
         if not fake and not self.prefill and (not isinstance(host, str) or not isinstance(port, int)):
             raise PdError(400, "the simulated decode server needs bootstrap_host and bootstrap_port (the prefill's "
                                f"bootstrap listener) with bootstrap_room, got {host!r}:{port!r}")
-        return Ticket(self, int(room or 0), str(host or ""), int(port or 0), fake)
+        return Ticket(self, room if isinstance(room, int) else 0, str(host or ""),
+                      port if isinstance(port, int) else 0, fake)
 
     def client(self) -> aiohttp.ClientSession:
-        if self._client is None:
-            self._client = aiohttp.ClientSession()
+        if self._client is None:  # no connection cap: each request in flight holds one long poll
+            self._client = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         return self._client
 
 
@@ -265,14 +267,10 @@ class Ticket:
         self._stage("prefill_transfer_kv_cache", now)
 
 
-def pd_role(args: dict[str, Any], knobs: Knobs) -> Optional[PdRole]:
-    """The server's PD role from its resolved args (None for a unified server)."""
-    mode = str(args.get("disaggregation_mode") or "null")
-    if mode == "null":
-        return None
-    return PdRole(mode, str(args["disaggregation_transfer_backend"]), str(args["host"]),
-                  int(args["disaggregation_bootstrap_port"]), knobs)
+def pd_role(mode: str, backend: str, host: str, bootstrap_port: int, knobs: Knobs) -> Optional[PdRole]:
+    """The server's PD role (None for a unified server, mode "null")."""
+    return None if mode == "null" else PdRole(mode, backend, host, bootstrap_port, knobs)
 
 
-def _ok() -> web.Response:
+async def _ok(request: Optional[web.Request] = None) -> web.Response:
     return web.Response(status=200)

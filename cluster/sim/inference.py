@@ -44,7 +44,7 @@ class InferenceEndpoints:
             # SGLang's SamplingParams.verify raises a ValueError: a 400 body, or an error event on a stream
             return await self._request_error(request, f"max_new_tokens must be at least 0, got {max_new}.", stream)
         batch = isinstance(text, list) or (isinstance(ids, list) and ids and isinstance(ids[0], list))
-        ticket = await self._pd_enter(request, body, stream, batch)
+        ticket = await self._pd_enter(request, body, stream, bool(batch))
         if isinstance(ticket, web.StreamResponse):
             return ticket
         if ticket is not None and ticket.role.prefill:

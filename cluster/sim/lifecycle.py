@@ -54,9 +54,12 @@ class SimServer:
         self.streaming = StreamingCounts()
         self.created = int(time.time())
         self.pacer = Pacer.from_knobs(knobs.fixed_ttft_ms, knobs.fixed_itl_ms)
-        self.device = SimDevice(knobs, int(args.get("tp_size") or 1))
-        self.profiler = SimProfiler(int(args.get("tp_size") or 1))
-        self.pd = pd_role(args, knobs)
+        # the GPUs this process holds: its share of tp when one server spans nodes (one process per node)
+        local_tp = max(1, int(args.get("tp_size") or 1) // int(args.get("nnodes") or 1))
+        self.device = SimDevice(knobs, local_tp)
+        self.profiler = SimProfiler(local_tp)
+        self.pd = pd_role(str(args["disaggregation_mode"]), str(args["disaggregation_transfer_backend"]),
+                          str(args["host"]), int(args["disaggregation_bootstrap_port"]), knobs)
         """Its prefill/decode role (--disaggregation-mode), or None for a unified server."""
 
     # ---- scheduler loop -------------------------------------------------------------------------------------

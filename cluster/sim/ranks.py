@@ -13,7 +13,7 @@ import asyncio
 import logging
 import sys
 import time
-from typing import Any, Optional
+from typing import Optional
 
 from aiohttp import web
 
@@ -90,32 +90,40 @@ class RankGroup:
             self._server.close()
 
 
-async def lead_ranks(args: dict[str, Any], stop: asyncio.Event) -> tuple[Optional[RankGroup], Optional[str]]:
+async def lead_ranks(nnodes: int, dist_init_addr: Optional[str],
+                     stop: asyncio.Event) -> tuple[Optional[RankGroup], Optional[str]]:
     """Rank 0 of a multi-node server: its group once every rank joined (None for one node), or the error."""
-    nnodes = int(args["nnodes"])
     if nnodes <= 1:
         return None, None
-    addr = split_host_port(str(args["dist_init_addr"]))
+    addr = split_host_port(str(dist_init_addr))
     assert addr is not None  # resolve_args refused it otherwise
     group = RankGroup(nnodes)
     return group, await group.lead(addr[0], addr[1], stop)
 
 
+async def _empty(request: web.Request) -> web.Response:
+    return web.Response(status=200)
+
+
+async def _no_metrics(request: web.Request) -> web.Response:
+    return web.Response(text="", content_type="text/plain")
+
+
 def _dummy_app(enable_metrics: bool) -> web.Application:
     app = web.Application()
     for path in ("/health", "/ping"):
-        app.router.add_get(path, lambda r: web.Response(status=200))
+        app.router.add_get(path, _empty)
     if enable_metrics:
-        app.router.add_get("/metrics", lambda r: web.Response(text="", content_type="text/plain"))
+        app.router.add_get("/metrics", _no_metrics)
     return app
 
 
-async def follow(args: dict[str, Any]) -> int:
+async def follow(rank: int, nnodes: int, host: str, port: int, dist_init_addr: Optional[str],
+                 enable_metrics: bool) -> int:
     """A rank >= 1: join rank 0, serve the dummy health server, exit when rank 0 stops (0) or is lost (1)."""
     import signal
 
-    rank, host, port = int(args["node_rank"]), str(args["host"]), int(args["port"])
-    addr = split_host_port(str(args["dist_init_addr"]))
+    addr = split_host_port(str(dist_init_addr))
     assert addr is not None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -136,7 +144,7 @@ async def follow(args: dict[str, Any]) -> int:
             await asyncio.sleep(RETRY_S)
     writer.write(f"rank {rank}\n".encode())
     await writer.drain()
-    runner = web.AppRunner(_dummy_app(bool(args["enable_metrics"])), access_log=None, handle_signals=False)
+    runner = web.AppRunner(_dummy_app(enable_metrics), access_log=None, handle_signals=False)
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port).start()
@@ -145,7 +153,7 @@ async def follow(args: dict[str, Any]) -> int:
         await runner.cleanup()
         return 1
     log.info("Dummy health check server started in background thread at %s:%d (node rank %d of %d, simulated)",
-             host, port, rank, args["nnodes"])
+             host, port, rank, nnodes)
     leader = asyncio.ensure_future(reader.readline())
     stopped = asyncio.ensure_future(stop.wait())
     await asyncio.wait([leader, stopped], return_when=asyncio.FIRST_COMPLETED)

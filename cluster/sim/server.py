@@ -89,7 +89,7 @@ async def serve(server: SimServer) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    group, failed = await lead_ranks(server.args, stop)
+    group, failed = await lead_ranks(int(server.args["nnodes"]), server.args["dist_init_addr"], stop)
     if failed is None and server.pd is not None:
         failed = await server.pd.start()
     if failed is not None or stop.is_set():
@@ -172,7 +172,8 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m cluster.si
     # scrubs the log file of declared secrets once the server stopped
     log.info("server_args=%s", args)
     if int(args["nnodes"]) > 1 and int(args["node_rank"]) > 0:
-        return asyncio.run(follow(args))  # a rank >= 1 runs no API (SGLang: a dummy health server only)
+        return asyncio.run(follow(int(args["node_rank"]), int(args["nnodes"]), str(args["host"]), int(args["port"]),
+                                  args["dist_init_addr"], bool(args["enable_metrics"])))  # a rank >= 1 runs no API (SGLang: a dummy health server only)
     if knobs.fixed_ttft_ms is not None or knobs.fixed_itl_ms is not None:
         fine_timer_slack()
     try:
