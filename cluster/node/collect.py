@@ -39,19 +39,25 @@ print(json.dumps({"sglang": v("sglang"), "flashinfer": v("flashinfer-python", "f
 metadata alone outlives a half-removed install)."""
 
 
+def _run(argv: list[str], timeout_s: float, missing: str) -> subprocess.CompletedProcess[str] | str:
+    """The finished program, or why it could not run (`missing`: what to say when there is no such file)."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except FileNotFoundError:
+        return missing
+    except PermissionError:
+        return "not executable"
+    except subprocess.TimeoutExpired:
+        return f"did not answer within {timeout_s:g} s"
+    except OSError as e:
+        return e.strerror or str(e)
+
+
 def interpreter_fact(python: str, timeout_s: float = INTERPRETER_TIMEOUT_S) -> InterpreterFact:
     """SGLang / FlashInfer / torch versions as the interpreter's own package metadata has them."""
-    try:
-        done = subprocess.run([python, "-c", _VERSIONS], capture_output=True, text=True, timeout=timeout_s,
-                              check=False)
-    except FileNotFoundError:
-        return InterpreterFact(path=python, runs=False, reason="no such interpreter")
-    except PermissionError:
-        return InterpreterFact(path=python, runs=False, reason="not executable")
-    except subprocess.TimeoutExpired:
-        return InterpreterFact(path=python, runs=False, reason=f"did not answer within {timeout_s:g} s")
-    except OSError as e:
-        return InterpreterFact(path=python, runs=False, reason=e.strerror or str(e))
+    done = _run([python, "-c", _VERSIONS], timeout_s, "no such interpreter")
+    if isinstance(done, str):
+        return InterpreterFact(path=python, runs=False, reason=done)
     return interpreter_answer(python, done.returncode, done.stdout, done.stderr)
 
 
@@ -86,16 +92,9 @@ def gateway_fact(path: str, timeout_s: float = INTERPRETER_TIMEOUT_S) -> Gateway
     """What `<path> --version` printed (SGLang's gateway: `smg 1.13.0`)."""
     from cluster.engines.deployment_needs import gateway_version
 
-    try:
-        done = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=timeout_s, check=False)
-    except FileNotFoundError:
-        return GatewayFact(path=path, runs=False, reason="not installed (no such file)")
-    except PermissionError:
-        return GatewayFact(path=path, runs=False, reason="not executable")
-    except subprocess.TimeoutExpired:
-        return GatewayFact(path=path, runs=False, reason=f"`--version` did not answer within {timeout_s:g} s")
-    except OSError as e:
-        return GatewayFact(path=path, runs=False, reason=e.strerror or str(e))
+    done = _run([path, "--version"], timeout_s, "not installed (no such file)")
+    if isinstance(done, str):
+        return GatewayFact(path=path, runs=False, reason=done)
     version = gateway_version(done.stdout) if done.returncode == 0 else None
     if version is None:
         said = (done.stderr.strip() or done.stdout.strip()).splitlines() or [f"exit status {done.returncode}"]
@@ -123,13 +122,9 @@ def module_facts(python: str, modules: tuple[str, ...], timeout_s: float = INTER
     def every(reason: str) -> tuple[ModuleFact, ...]:
         return tuple(ModuleFact(name=m, importable=False, reason=reason) for m in modules)
 
-    try:
-        done = subprocess.run([python, "-c", _IMPORTS, *modules], capture_output=True, text=True, timeout=timeout_s,
-                              check=False)
-    except subprocess.TimeoutExpired:
-        return every(f"{python} did not answer within {timeout_s:g} s")
-    except OSError as e:
-        return every(f"{python}: {e.strerror or e}")
+    done = _run([python, "-c", _IMPORTS, *modules], timeout_s, "no such interpreter")
+    if isinstance(done, str):
+        return every(f"{python}: {done}")
     lines = done.stdout.strip().splitlines()
     from cluster.errors import UserError
     from cluster.input_files import parse_json
