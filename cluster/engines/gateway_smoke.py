@@ -135,7 +135,7 @@ def _speculative(s: SmokeCalls) -> bool:
     usable, doc = s.json(name, expected, reply)
     if usable:
         s.add(name, reply.status == 200 and isinstance(doc, dict), expected,
-              f"{reply.status}" + (f" version {doc.get('version')}" if isinstance(doc, dict) else ""))
+              f"{reply.status} " + (f"version {doc.get('version')}" if isinstance(doc, dict) else short(reply.text(), 60)))
     return isinstance(doc, dict) and bool(doc.get("speculative_algorithm"))
 
 
