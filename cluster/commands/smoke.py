@@ -1,4 +1,5 @@
-"""`sglbench smoke URL`: check a live SGLang server against every assumption sglbench makes.
+"""`sglbench smoke URL`: check a live SGLang server against every assumption sglbench makes; against SGLang's gateway,
+the gateway's own contract and then every worker it lists (cluster/engines/gateway_smoke.py), one table each.
 
 Exit 0 when every check passed, 1 when an assumption missed (one `error:` line names the answer invariants
 broken), 2 for a URL that cannot be used (checked before any connection, a /v1 suffix included), 3 when the host's
