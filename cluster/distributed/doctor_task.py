@@ -54,8 +54,11 @@ def facts_on_cluster(query: FactQuery, timeout_s: float = 120.0) -> NodeFacts:
     cpus = next((float(n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes()  # type: ignore[no-untyped-call]
                  if n.get("NodeID") == node_id), None)
     available = ray.available_resources().get("CPU")  # type: ignore[no-untyped-call]
+    from cluster.distributed.cluster_state import gpu_nodes
+
     return facts.model_copy(update={"ray_node_cpus": cpus,
-                                    "ray_available_cpus": None if available is None else float(available)})
+                                    "ray_available_cpus": None if available is None else float(available),
+                                    "cluster_gpus": tuple(n.gpus for n in gpu_nodes())})
 
 
 def facts_at(address: str, query: FactQuery) -> NodeFacts:

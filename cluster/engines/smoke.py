@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Literal, Mapping, Optional
 
 from cluster.engines.answer_fields import MalformedAnswerError, as_object, decode_json, object_field, shown
 from cluster.engines.answer_invariants import BY_NAME, INVARIANTS
@@ -33,6 +33,19 @@ META_KEYS = ("id", "finish_reason", "prompt_tokens", "completion_tokens", "cache
 SERVER_INFO_TOP_KEYS = ("version", "max_running_requests", "internal_states")
 SPEC_KEYS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
 
+
+
+FAKE_BOOTSTRAP_HOST = "2.2.2.2"
+"""SGLang 0.5.23's marker of a synthetic decode-only request (disaggregation/utils.py:53): a decode server given it
+skips the KV transfer and makes the first token up, as its own /health probe does (http_server.py:762-765). A
+request to a decode server WITHOUT bootstrap fields kills its scheduler (decode.py:155 builds the prefill's address
+from None), so smoke never sends one."""
+
+
+def decode_only_fields() -> dict[str, str | int]:
+    """The /generate body fields that make a request to a decode server synthetic decode-only (its text is noise;
+    the framing, counts and invariants are still the server's)."""
+    return {"bootstrap_host": FAKE_BOOTSTRAP_HOST, "bootstrap_room": 0}
 
 
 FLUSH_IDLE_WAIT_S = 10.0
@@ -69,7 +82,7 @@ class Check:
     """The call itself failed (refused, deadline, malformed answer), not just the assumption it checks."""
 
 
-def _short(x: Any, n: int = 80) -> str:
+def short(x: Any, n: int = 80) -> str:
     try:
         s = x if isinstance(x, str) else json.dumps(x, default=str)
     except (RecursionError, ValueError):  # a value nested past the encoder's depth (a server's junk)
@@ -77,7 +90,7 @@ def _short(x: Any, n: int = 80) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
-class _Smoke:
+class SmokeCalls:
     """The checks so far, and the calls that make them: a call that fails becomes its check's `fault` row."""
 
     def __init__(self, url: ServerURL, timeout_s: float) -> None:
@@ -85,14 +98,14 @@ class _Smoke:
         self.checks: list[Check] = []
 
     def add(self, name: str, ok: bool, expected: str, found: Any) -> None:
-        self.checks.append(Check(name, ok, expected, _short(found)))
+        self.checks.append(Check(name, ok, expected, short(found)))
 
     def get(self, name: str, expected: str, path: str, method: str = "GET", body: Optional[bytes] = None
             ) -> Optional[HttpReply]:
         try:
             return call(self.url, path, method=method, body=body, timeout_s=self.timeout_s)
         except (EngineFault, EnvironmentFault) as e:
-            self.checks.append(Check(name, False, expected, _short(str(e), 200), fault=True))
+            self.checks.append(Check(name, False, expected, short(str(e), 200), fault=True))
             return None
 
     def json(self, name: str, expected: str, reply: HttpReply) -> tuple[bool, Any]:
@@ -103,22 +116,36 @@ class _Smoke:
         except MalformedAnswerError as e:
             if reply.status != 200:
                 return True, None
-            self.checks.append(Check(name, False, expected, _short(str(e), 200), fault=True))
+            self.checks.append(Check(name, False, expected, short(str(e), 200), fault=True))
             return False, None
 
 
-def run_smoke(base_url: str, timeout_s: float = 30.0) -> list[Check]:
-    """Probe a live server (idle, ideally) and return one Check per assumption.
-
-    Raises ServerURLError (exit 2) for an unusable URL and the /health call's own error (exit 3 or 4) when the
-    server cannot be reached at all; a later call's failure is its check's row, marked `fault`."""
+def smoke_url(base_url: str) -> ServerURL:
+    """The URL smoke may call: ServerURLError (exit 2) for an unusable one, or one that ends in /v1."""
     url = parse_server_url(base_url, base=True)
     if url.prefix == "/v1" or url.prefix.endswith("/v1"):
         root = ServerURL(url.scheme, url.host, url.port, url.prefix[:-3])
         raise ServerURLError(f"URL: {base_url!r} ends in /v1, the prefix of the OpenAI-compatible API; smoke checks "
                              f"SGLang's own endpoints (/health, /server_info, /generate) at the server's root: give "
                              f"{root}", field="URL", expected="the server's base URL, without /v1")
-    s = _Smoke(url, timeout_s)
+    return url
+
+
+Role = Literal["regular", "prefill", "decode"]
+"""What a server is to smoke: one that serves plain requests, or one side of a prefill/decode pair (its
+--disaggregation-mode)."""
+
+
+def run_smoke(base_url: str, timeout_s: float = 30.0, role: Role = "regular",
+              nnodes: Optional[int] = None) -> list[Check]:
+    """Probe a live server (idle, ideally) and return one Check per assumption.
+
+    `role` prefill: a plain /generate must be refused (the server serves only requests that carry the bootstrap
+    fields the gateway adds); decode: /generate is sent as a synthetic decode-only request (decode_only_fields).
+    `nnodes`: rank 0 of a server across that many nodes (its /server_info must say so).
+    Raises ServerURLError (exit 2) for an unusable URL and the /health call's own error (exit 3 or 4) when the
+    server cannot be reached at all; a later call's failure is its check's row, marked `fault`."""
+    s = SmokeCalls(smoke_url(base_url), timeout_s)
     health = call(s.url, "/health", timeout_s=timeout_s)  # nothing answers: there is nothing to check
     s.add("GET /health", health.status == 200, "200", health.status)
     reply = s.get("GET /model_info", "200 with model_path", "/model_info")
@@ -126,11 +153,11 @@ def run_smoke(base_url: str, timeout_s: float = 30.0) -> list[Check]:
     if reply is not None and usable:
         path_ok = isinstance(mi, dict) and isinstance(mi.get("model_path"), str)
         if reply.status == 200 and isinstance(mi, dict) and "model_path" in mi and not path_ok:
-            s.checks.append(Check("GET /model_info", False, "200 with model_path", _short(
+            s.checks.append(Check("GET /model_info", False, "200 with model_path", short(
                 f"model_path: expected a string, got {shown(mi['model_path'])}", 200), fault=True))  # malformed
         else:
             s.add("GET /model_info", reply.status == 200 and path_ok, "200 with model_path",
-                  f"{reply.status} {sorted(mi)[:6] if isinstance(mi, dict) else _short(reply.text(), 40)}")
+                  f"{reply.status} {sorted(mi)[:6] if isinstance(mi, dict) else short(reply.text(), 40)}")
     si, answered = _server_info(s)
     for key in SERVER_INFO_TOP_KEYS:
         if key in answered and key not in si:  # present, but the types row refused the document
@@ -158,7 +185,16 @@ def run_smoke(base_url: str, timeout_s: float = 30.0) -> list[Check]:
                   "int on a speculative server", value)
         if mrr == 48:
             s.add("max_running_requests not silently capped", False, "explicit value (48 is SGLang's spec cap)", mrr)
-    _check_generate(s, speculative)
+    if role != "regular":
+        mode = si.get("disaggregation_mode")
+        s.add("server_info.disaggregation_mode", mode == role, role, mode if "disaggregation_mode" in si else "missing")
+    if nnodes is not None:
+        s.add("server_info.nnodes", si.get("nnodes") == nnodes, f"{nnodes} (rank 0 and the --rank-url ranks)",
+              si.get("nnodes", "missing"))
+    if role == "prefill":
+        _check_prefill_refuses(s)
+    else:
+        check_generate(s, speculative, decode_only_fields() if role == "decode" else {})
     # SGLang refuses a flush (400) while a request is still being released, and the smoke's own streams may have
     # ended a moment ago: ask again until it is idle, within FLUSH_IDLE_WAIT_S, as the load runner's flush does
     deadline, tries = time.monotonic() + min(FLUSH_IDLE_WAIT_S, s.timeout_s), 0
@@ -170,7 +206,7 @@ def run_smoke(base_url: str, timeout_s: float = 30.0) -> list[Check]:
         time.sleep(FLUSH_RETRY_S)
     if reply is not None:
         s.add("POST /flush_cache when idle", reply.status == 200, "200",
-              f"{reply.status} {_short(reply.text(), 50)}" + (f" (after {tries} tries)" if tries > 1 else ""))
+              f"{reply.status} {short(reply.text(), 50)}" + (f" (after {tries} tries)" if tries > 1 else ""))
     return s.checks
 
 
@@ -185,7 +221,7 @@ def _wrong_type(key: str, value: Any) -> str:
     return f"{shown(value)} (its own type is right; another key's is not)"
 
 
-def _server_info(s: _Smoke) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+def _server_info(s: SmokeCalls) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
     """(the document when its types are SGLang's, else {}; the object as answered, else {}): a key that is there
     with the wrong type is then said to be, not 'missing' (F20)."""
     reply = s.get("GET /server_info", "200 JSON at /server_info", "/server_info")
@@ -208,42 +244,54 @@ def _server_info(s: _Smoke) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
         check_server_info(si)
     except MalformedAnswerError as e:
         s.checks.append(Check("server_info types", False, "SGLang's types for the keys sglbench reads",
-                              _short(str(e), 200), fault=True))
+                              short(str(e), 200), fault=True))
         return {}, si
     return si, si
 
 
-def _check_generate(s: _Smoke, speculative: bool) -> None:
-    body = json.dumps({"text": "Reply with exactly one word: OK", "stream": True,
+def _check_prefill_refuses(s: SmokeCalls) -> None:
+    """A prefill server answers a /generate without bootstrap fields with a refusal (SGLang 0.5.23: 400 "without
+    bootstrap room id"): expected, not a failure; only the gateway's requests carry them."""
+    body = json.dumps({"text": "Reply with exactly one word: OK",
+                       "sampling_params": {"max_new_tokens": 1, "temperature": 0.0}}).encode()
+    name, expected = "POST /generate refused (prefill)", "4xx: a prefill server serves only the gateway's requests"
+    reply = s.get(name, expected, "/generate", method="POST", body=body)
+    if reply is not None:
+        s.add(name, 400 <= reply.status < 500, expected, f"{reply.status} {short(reply.text(), 60)}")
+
+
+def check_generate(s: SmokeCalls, speculative: bool, extra: Mapping[str, str | int] = {}) -> Optional[HttpReply]:
+    """The streamed /generate and its rows; the reply (None when the call failed), for a gateway's header check."""
+    body = json.dumps({"text": "Reply with exactly one word: OK", "stream": True, **extra,
                        "sampling_params": {"max_new_tokens": 16, "temperature": 0.0, "ignore_eos": True}}).encode()
     reply = s.get("POST /generate (stream)", "200", "/generate", method="POST", body=body)
     if reply is None:
-        return
+        return None
     out = s.checks
     out.append(Check("POST /generate (stream)", reply.status == 200, "200", str(reply.status)))
     if reply.status != 200:
-        return
+        return reply
     events = split_events(reply.body)  # LF or CRLF line ends: both are SSE
     payloads = [event_data(e) for e in events]
     framed = all(p is not None for p in payloads)
     out.append(Check("SSE framing", framed and bool(events), "every event 'data: <json>'",
-                     _short(events[0].decode("utf-8", "replace") if events else "no events", 50)))
+                     short(events[0].decode("utf-8", "replace") if events else "no events", 50)))
     done = bool(payloads) and payloads[-1] == b"[DONE]"
     out.append(Check("stream ends with [DONE]", done, "data: [DONE]",
-                     _short(events[-1].decode("utf-8", "replace") if events else "", 40)))
+                     short(events[-1].decode("utf-8", "replace") if events else "", 40)))
     chunks = [p for p in payloads if p is not None and p != b"[DONE]"]
     parser = SGLangNativeParser(keep_text=True)  # the load generator's parser, every chunk decoded and typed
     tokens = [k for k in (parser.feed(p) for p in chunks) if k > 0]
     meta = parser.meta()
     if meta.malformed is not None:
         out.append(Check("meta_info types", False, "each chunk an object whose meta_info has SGLang's types",
-                         _short(meta.malformed, 200), fault=True))
-        return
+                         short(meta.malformed, 200), fault=True))
+        return reply
     answer = stream_answer(meta, tokens)
     if meta.error_event is not None:  # the server answered with an error: its counts are not there to judge
         inv = BY_NAME["no_error_event"]
-        out.append(Check(f"invariant {inv.name}", False, inv.statement, _short(inv.broken(answer), 200)))
-        return
+        out.append(Check(f"invariant {inv.name}", False, inv.statement, short(inv.broken(answer), 200)))
+        return reply
     metas = [object_field(as_object(decode_json(p, "a /generate chunk"), "a /generate chunk"), "meta_info",
                           "a /generate chunk") for p in chunks]  # decoded and typed by the parser already
     cts = [c if isinstance(c, int) else 0 for c in (m.get("completion_tokens") for m in metas)]
@@ -251,18 +299,19 @@ def _check_generate(s: _Smoke, speculative: bool) -> None:
     missing = [k for k in META_KEYS if k not in meta_last]
     out.append(Check("meta_info keys", not missing, ", ".join(META_KEYS), f"missing {missing}" if missing else "all"))
     out.append(Check("completion_tokens cumulative", cts == sorted(cts) and bool(cts) and cts[-1] == 16,
-                     "non-decreasing, 16 at the end (ignore_eos)", _short(cts[-5:])))
+                     "non-decreasing, 16 at the end (ignore_eos)", short(cts[-5:])))
     raw_fin = meta_last.get("finish_reason")
     out.append(Check("finish_reason on the last chunk", meta.finish_reason is not None and isinstance(raw_fin, dict),
-                     "object with 'type'", _short(raw_fin)))
+                     "object with 'type'", short(raw_fin)))
     if speculative:
         verify = meta.spec_verify_ct
         out.append(Check("meta_info.spec_verify_ct", verify is not None and verify > 0,
-                         "positive int on a speculative server", _short(verify)))
+                         "positive int on a speculative server", short(verify)))
     for inv in INVARIANTS:  # every answer invariant its own row, named, even where it holds
         why = inv.broken(answer)
         out.append(Check(f"invariant {inv.name}", why is None, inv.statement, "holds" if why is None else
-                         _short(why, 200)))
+                         short(why, 200)))
+    return reply
 
 
 def failed_calls(checks: list[Check]) -> list[Check]:

@@ -33,12 +33,30 @@ class _Record(BaseModel):
     model_config = ConfigDict(strict=True, frozen=True, extra="forbid")
 
 
+class NodesNeed(_Record):
+    """A variant served by one server across nodes: the cluster must have `nodes` GPU nodes of `gpus_per_node`."""
+
+    variant: str
+    nodes: int
+    gpus_per_node: int
+    """GPUs each rank holds (tp / nodes)."""
+
+
 class NodeNeeds(_Record):
     """What the experiment asks of the serving node (the defaults: no experiment given, everything assumed)."""
 
     from_spec: bool = False
     gpus: int = 1
-    """GPUs one server needs (its tp; 0: simulated or CPU engines only)."""
+    """GPUs the experiment needs on one node: its largest per-node need (one server's tp, a packed deployment's
+    total, a rank's tp / nodes; 0: simulated or CPU engines only)."""
+    gpus_for: str = ""
+    """The variant that needs them, in words (empty: one server assumed)."""
+    gateway: bool = False
+    """A variant is served behind SGLang's gateway (replicas, prefill/decode): `smg` must run beside the engine."""
+    gateway_variants: tuple[str, ...] = ()
+    transfer_backends: tuple[str, ...] = ()
+    """The prefill/decode variants' transfer backends: each one's module must import in the engine's interpreter."""
+    nodes: tuple[NodesNeed, ...] = ()
     sglang: bool = True
     sglang_launcher: bool = False
     """SGLang starts from a command (engines.sglang.launcher), not an interpreter this tool can ask."""
@@ -97,7 +115,8 @@ def check_gpus(facts: NodeFacts, needs: NodeNeeds) -> CheckResult:
     sm = ", ".join(f"{c} (SM{c.replace('.', '')})" for c in caps) or "unknown"
     msg = f"{seen} of {len(facts.gpus)} GPU(s) visible to the server (CUDA_VISIBLE_DEVICES {cvd}), compute capability {sm}"
     if seen < needs.gpus:
-        return CheckResult(name="gpus", level="fail", message=f"{msg}; a server needs {needs.gpus}",
+        who = f"{needs.gpus_for} needs" if needs.gpus_for else "a server needs"
+        return CheckResult(name="gpus", level="fail", message=f"{msg}; {who} {needs.gpus} on one node",
                            fix="unset or widen CUDA_VISIBLE_DEVICES, or lower model.tp")
     if len(caps) > 1:
         return CheckResult(name="gpus", level="warning", message=f"{msg}: mixed GPUs in one node",
@@ -175,6 +194,76 @@ def check_engine(facts: NodeFacts, needs: NodeNeeds) -> CheckResult:
         return CheckResult(name="engine", level="warning", message=found,
                            fix="install flashinfer-python: SGLang's default GPU attention and sampling need it")
     return CheckResult(name="engine", level="ok", message=found)
+
+
+def check_gateway(facts: NodeFacts, needs: NodeNeeds) -> CheckResult:
+    """SGLang's gateway beside the engine's interpreter, and its version (what replicas and prefill/decode need)."""
+    from cluster.engines.deployment_needs import GATEWAY_INSTALL, GATEWAY_VERSION
+
+    gw = facts.gateway
+    users = f" ({', '.join(needs.gateway_variants)})" if needs.gateway_variants else ""
+    if gw is None:
+        return CheckResult(name="gateway", level="info", message="SGLang's gateway not looked for" + (
+            "" if needs.gateway else ": no variant is served behind it"))
+    if not gw.runs:
+        if not needs.gateway:
+            return CheckResult(name="gateway", level="info", message=f"{gw.path}: {gw.reason}; no variant is served "
+                               "behind SGLang's gateway")
+        return CheckResult(name="gateway", level="fail", message=f"{gw.path}: {gw.reason}; the replicas/prefill-decode "
+                           f"variant(s){users} run behind SGLang's gateway", fix=GATEWAY_INSTALL)
+    msg = f"smg {gw.version} at {gw.path}" + (f" for {', '.join(needs.gateway_variants)}" if users else "")
+    if gw.version != GATEWAY_VERSION:
+        level: Level = "warning" if needs.gateway else "info"
+        return CheckResult(name="gateway", level=level, message=f"{msg}; sglbench's gateway flags and headers are "
+                           f"checked against smg {GATEWAY_VERSION}", fix=GATEWAY_INSTALL if needs.gateway else "")
+    return CheckResult(name="gateway", level="ok" if needs.gateway else "info", message=msg + (
+        "" if needs.gateway else "; no variant is served behind it"))
+
+
+def check_transfer(facts: NodeFacts, needs: NodeNeeds) -> list[CheckResult]:
+    """For prefill/decode: each transfer backend's module imports in the engine's interpreter (one line each)."""
+    from cluster.engines.deployment_needs import TRANSFER_MODULES
+
+    found = {m.name: m for m in facts.modules}
+    out = []
+    for backend in needs.transfer_backends:
+        module, package = TRANSFER_MODULES[backend]
+        fact = found.get(module)
+        where = facts.interpreter.path if facts.interpreter else "the engine's interpreter"
+        if fact is None:
+            out.append(CheckResult(name="transfer", level="warning" if not needs.sglang_launcher else "info",
+                                   message=f"{backend}: `import {module}` not tried (no interpreter to ask)"))
+        elif fact.importable:
+            out.append(CheckResult(name="transfer", level="ok", message=f"{backend}: `import {module}` works in "
+                                   f"{where}"))
+        else:
+            out.append(CheckResult(name="transfer", level="fail", message=f"{backend}: `import {module}` fails in "
+                                   f"{where}: {fact.reason}", fix=f"install {package} for that interpreter (and the "
+                                   "system libraries its extension links, e.g. libibverbs for mooncake), or change "
+                                   "the prefill/decode variants' transfer_backend"))
+    return out
+
+
+def check_nodes(facts: NodeFacts, needs: NodeNeeds) -> list[CheckResult]:
+    """For a server across nodes: the cluster must have that many GPU nodes, each with a rank's GPUs (one line per
+    variant; compared with the live cluster when the facts came from one)."""
+    out = []
+    for n in needs.nodes:
+        want = f"{n.variant} runs one server across {n.nodes} nodes with {n.gpus_per_node} GPU(s) each"
+        if facts.cluster_gpus is None:
+            out.append(CheckResult(name="nodes", level="info", message=f"{want}: the cluster must have {n.nodes} GPU "
+                                   f"nodes with at least {n.gpus_per_node} GPUs each (not compared: give --address "
+                                   "to check the live cluster)"))
+            continue
+        fit = sum(g >= n.gpus_per_node for g in facts.cluster_gpus)
+        msg = (f"{want}; the cluster has {fit} such node(s) (GPUs per node: "
+               f"{', '.join(map(str, facts.cluster_gpus)) or 'no GPU node'})")
+        if fit < n.nodes:
+            out.append(CheckResult(name="nodes", level="fail", message=msg, fix="join more GPU nodes to the cluster "
+                                   "(ray start --address ...), or lower the variant's deployment.nodes"))
+        else:
+            out.append(CheckResult(name="nodes", level="ok", message=msg))
+    return out
 
 
 def check_checkpoint(facts: NodeFacts, needs: NodeNeeds) -> CheckResult:
@@ -277,15 +366,20 @@ def check_clocksource(facts: NodeFacts, needs: NodeNeeds) -> CheckResult:
 
 
 CHECKS: tuple[Callable[[NodeFacts, NodeNeeds], CheckResult], ...] = (
-    check_gpus, check_nvml, check_topology, check_link_width, check_engine, check_checkpoint, check_shm,
-    check_nofile, check_cpu, check_clocksource)
+    check_gpus, check_nvml, check_topology, check_link_width, check_engine, check_gateway, check_checkpoint,
+    check_shm, check_nofile, check_cpu, check_clocksource)
 
 
 def run_checks(facts: NodeFacts, needs: NodeNeeds) -> list[CheckResult]:
-    """Every check's line, in a fixed order (disks after the checkpoint)."""
-    out = [check(facts, needs) for check in CHECKS[:6]]
+    """Every check's line, in a fixed order (the cluster's nodes after the GPUs, the transfer modules after the
+    gateway, disks after the checkpoint)."""
+    out = [check(facts, needs) for check in CHECKS[:4]]
+    out += check_nodes(facts, needs)
+    out += [check(facts, needs) for check in CHECKS[4:6]]
+    out += check_transfer(facts, needs)
+    out.append(check_checkpoint(facts, needs))
     out += check_disks(facts, needs)
-    out += [check(facts, needs) for check in CHECKS[6:]]
+    out += [check(facts, needs) for check in CHECKS[7:]]
     return out
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from cluster.input_files import symlink_loop_above
-from cluster.node.facts import CheckpointFact, DiskFact, FactQuery, GpuFact, InterpreterFact, NodeFacts
+from cluster.node.facts import (CheckpointFact, DiskFact, FactQuery, GatewayFact, GpuFact, InterpreterFact,
+                                ModuleFact, NodeFacts)
 
 INTERPRETER_TIMEOUT_S = 30.0
 
@@ -38,19 +39,25 @@ print(json.dumps({"sglang": v("sglang"), "flashinfer": v("flashinfer-python", "f
 metadata alone outlives a half-removed install)."""
 
 
+def _run(argv: list[str], timeout_s: float, missing: str) -> subprocess.CompletedProcess[str] | str:
+    """The finished program, or why it could not run (`missing`: what to say when there is no such file)."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except FileNotFoundError:
+        return missing
+    except PermissionError:
+        return "not executable"
+    except subprocess.TimeoutExpired:
+        return f"did not answer within {timeout_s:g} s"
+    except OSError as e:
+        return e.strerror or str(e)
+
+
 def interpreter_fact(python: str, timeout_s: float = INTERPRETER_TIMEOUT_S) -> InterpreterFact:
     """SGLang / FlashInfer / torch versions as the interpreter's own package metadata has them."""
-    try:
-        done = subprocess.run([python, "-c", _VERSIONS], capture_output=True, text=True, timeout=timeout_s,
-                              check=False)
-    except FileNotFoundError:
-        return InterpreterFact(path=python, runs=False, reason="no such interpreter")
-    except PermissionError:
-        return InterpreterFact(path=python, runs=False, reason="not executable")
-    except subprocess.TimeoutExpired:
-        return InterpreterFact(path=python, runs=False, reason=f"did not answer within {timeout_s:g} s")
-    except OSError as e:
-        return InterpreterFact(path=python, runs=False, reason=e.strerror or str(e))
+    done = _run([python, "-c", _VERSIONS], timeout_s, "no such interpreter")
+    if isinstance(done, str):
+        return InterpreterFact(path=python, runs=False, reason=done)
     return interpreter_answer(python, done.returncode, done.stdout, done.stderr)
 
 
@@ -79,6 +86,59 @@ def interpreter_answer(python: str, returncode: int, stdout: str, stderr: str) -
     return InterpreterFact(path=python, runs=True, sglang_importable=doc.get("sglang_found") is True,
                            sglang_version=ver("sglang"),
                            flashinfer_version=ver("flashinfer"), torch_version=ver("torch"))
+
+
+def gateway_fact(path: str, timeout_s: float = INTERPRETER_TIMEOUT_S) -> GatewayFact:
+    """What `<path> --version` printed (SGLang's gateway: `smg 1.13.0`)."""
+    from cluster.engines.deployment_needs import gateway_version
+
+    done = _run([path, "--version"], timeout_s, "not installed (no such file)")
+    if isinstance(done, str):
+        return GatewayFact(path=path, runs=False, reason=done)
+    version = gateway_version(done.stdout) if done.returncode == 0 else None
+    if version is None:
+        said = (done.stderr.strip() or done.stdout.strip()).splitlines() or [f"exit status {done.returncode}"]
+        return GatewayFact(path=path, runs=False, reason=f"`--version` did not print its version: {said[-1][:200]}")
+    return GatewayFact(path=path, runs=True, version=version)
+
+
+_IMPORTS = r"""
+import importlib, json, sys
+out = {}
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+        out[name] = None
+    except BaseException as e:
+        out[name] = (type(e).__name__ + ": " + str(e)).strip().splitlines()[-1][:300] if str(e) else type(e).__name__
+print(json.dumps(out))
+"""
+"""Each module imported for real (a compiled extension's missing system library shows only then), its error kept."""
+
+
+def module_facts(python: str, modules: tuple[str, ...], timeout_s: float = INTERPRETER_TIMEOUT_S
+                 ) -> tuple[ModuleFact, ...]:
+    """Whether the interpreter imports each of `modules`."""
+    def every(reason: str) -> tuple[ModuleFact, ...]:
+        return tuple(ModuleFact(name=m, importable=False, reason=reason) for m in modules)
+
+    done = _run([python, "-c", _IMPORTS, *modules], timeout_s, "no such interpreter")
+    if isinstance(done, str):
+        return every(f"{python}: {done}")
+    lines = done.stdout.strip().splitlines()
+    from cluster.errors import UserError
+    from cluster.input_files import parse_json
+
+    try:  # the bounded parser, as for the version report
+        doc = parse_json(lines[-1], python, UserError, "the import report") if done.returncode == 0 and lines else None
+    except UserError:
+        doc = None
+    if not isinstance(doc, dict):
+        tail = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        return every(f"{python} did not report its imports: {tail[:200]}")
+    return tuple(ModuleFact(name=m, importable=m in doc and doc[m] is None,
+                            reason=None if doc.get(m, "") is None else str(doc.get(m) or "not reported"))
+                 for m in modules)
 
 
 def checkpoint_fact(path: str) -> CheckpointFact:
@@ -177,6 +237,8 @@ def collect(query: FactQuery, environ: Optional[dict[str, str]] = None,
         topology_text=wiring.topology_text,
         topology_reason=None if wiring.topology_text else (wiring.reason or "nvidia-smi topo -m printed nothing"),
         interpreter=interpreter_fact(query.python) if query.python else None,
+        gateway=gateway_fact(query.gateway) if query.gateway else None,
+        modules=module_facts(query.python, query.modules) if query.python and query.modules else (),
         checkpoint=checkpoint_fact(query.model_path) if query.model_path else None,
         disks=tuple(disk_fact(p) for p in query.disk_paths), shm_bytes=shm_bytes, shm_reason=shm_reason,
         nofile_soft=int(soft), nofile_hard=int(hard), cpus=cpus,

@@ -23,6 +23,10 @@ class FactQuery(_Record):
     model_path: Optional[str] = None
     disk_paths: tuple[str, ...] = ()
     """Directories that fill up during a run (dataset root, tuning artifacts, server logs)."""
+    gateway: Optional[str] = None
+    """SGLang's gateway executable (smg beside the engine's interpreter); None: not asked."""
+    modules: tuple[str, ...] = ()
+    """Python modules the engine's interpreter must import (a prefill/decode transfer backend's)."""
     shm_path: str = "/dev/shm"
     clocksource_dir: str = "/sys/devices/system/clocksource/clocksource0"
 
@@ -46,6 +50,22 @@ class InterpreterFact(_Record):
     sglang_version: Optional[str] = None
     flashinfer_version: Optional[str] = None
     torch_version: Optional[str] = None
+
+
+class GatewayFact(_Record):
+    path: str
+    runs: bool
+    """`smg --version` ran and printed a version."""
+    version: Optional[str] = None
+    reason: Optional[str] = None
+
+
+class ModuleFact(_Record):
+    name: str
+    importable: bool
+    """`import <name>` succeeded in the engine's interpreter."""
+    reason: Optional[str] = None
+    """The import's error, its last line."""
 
 
 class CheckpointFact(_Record):
@@ -78,6 +98,8 @@ class NodeFacts(_Record):
     topology_text: Optional[str] = None
     topology_reason: Optional[str] = None
     interpreter: Optional[InterpreterFact] = None
+    gateway: Optional[GatewayFact] = None
+    modules: tuple[ModuleFact, ...] = ()
     checkpoint: Optional[CheckpointFact] = None
     disks: tuple[DiskFact, ...] = ()
     shm_bytes: Optional[int] = None
@@ -92,6 +114,8 @@ class NodeFacts(_Record):
     """The Ray node's CPU resource (None: not on a Ray cluster)."""
     ray_available_cpus: Optional[float] = None
     """CPU the Ray cluster has left unreserved right now."""
+    cluster_gpus: Optional[tuple[int, ...]] = None
+    """GPUs of each alive GPU node of the Ray cluster (None: not asked on a cluster)."""
     clocksource: Optional[str] = None
     clocksource_available: tuple[str, ...] = ()
     clocksource_reason: Optional[str] = None

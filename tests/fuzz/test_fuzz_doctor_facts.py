@@ -7,9 +7,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cluster.node.checks import NodeNeeds, exit_code, run_checks
+from cluster.node.checks import NodeNeeds, NodesNeed, exit_code, run_checks
 from cluster.node.collect import interpreter_answer
-from cluster.node.facts import CheckpointFact, DiskFact, GpuFact, InterpreterFact, NodeFacts
+from cluster.node.facts import CheckpointFact, DiskFact, GatewayFact, GpuFact, InterpreterFact, ModuleFact, NodeFacts
 from tests.fuzz.fuzzing import FUZZ
 
 TEXT = st.text(max_size=40)
@@ -24,6 +24,10 @@ FACTS = st.builds(
     topology_reason=OPT_TEXT,
     interpreter=st.none() | st.builds(InterpreterFact, path=TEXT, runs=st.booleans(), reason=OPT_TEXT,
                                       sglang_version=OPT_TEXT, flashinfer_version=OPT_TEXT, torch_version=OPT_TEXT),
+    gateway=st.none() | st.builds(GatewayFact, path=TEXT, runs=st.booleans(), version=OPT_TEXT, reason=OPT_TEXT),
+    modules=st.lists(st.builds(ModuleFact, name=st.sampled_from(["mooncake.engine", "nixl._api", "x"]),
+                               importable=st.booleans(), reason=OPT_TEXT), max_size=3).map(tuple),
+    cluster_gpus=st.none() | st.lists(st.integers(0, 16), max_size=4).map(tuple),
     checkpoint=st.none() | st.builds(CheckpointFact, path=TEXT, readable=st.booleans(), reason=OPT_TEXT,
                                      mtp_verdict=OPT_TEXT, mtp_weights_present=st.booleans(),
                                      tensors=st.integers(0, 10**6)),
@@ -35,7 +39,12 @@ FACTS = st.builds(
 NEEDS = st.builds(NodeNeeds, from_spec=st.booleans(), gpus=st.integers(0, 16), sglang=st.booleans(),
                   sglang_version=OPT_TEXT, target_version=st.none() | st.just("0.5.23"), speculative=st.booleans(),
                   concurrency_per_actor=st.integers(1, 100_000), load_actors=st.integers(1, 64),
-                  load_actor_cpus=st.floats(0.1, 8))
+                  load_actor_cpus=st.floats(0.1, 8), gpus_for=TEXT, gateway=st.booleans(),
+                  gateway_variants=st.lists(TEXT, max_size=2).map(tuple),
+                  transfer_backends=st.lists(st.sampled_from(["mooncake", "nixl", "mori"]), max_size=3,
+                                             unique=True).map(tuple),
+                  nodes=st.lists(st.builds(NodesNeed, variant=TEXT, nodes=st.integers(2, 8),
+                                           gpus_per_node=st.integers(1, 16)), max_size=2).map(tuple))
 
 
 @FUZZ
@@ -44,7 +53,7 @@ def test_any_facts_give_one_line_per_check(facts: NodeFacts, needs: NodeNeeds) -
     sent = NodeFacts.model_validate_json(facts.model_dump_json())  # what the pinned task's answer becomes
     assert sent == facts
     results = run_checks(sent, needs)
-    assert len(results) == 10 + len(facts.disks)
+    assert len(results) == 11 + len(facts.disks) + len(needs.transfer_backends) + len(needs.nodes)
     for r in results:
         assert r.line().isprintable(), r.line()
     worst = {"fail": 3, "warning": 1}

@@ -280,3 +280,21 @@ def test_smoke_ends_within_its_calls_deadlines_with_a_table_or_our_error(script:
             pass
         # at most one deadline per call smoke makes (health, model_info, server_info twice, generate, flush)
         assert time.monotonic() - t0 < 6 * DEADLINE_S + 1.5
+
+
+@settings(FUZZ, max_examples=budget(4))
+@given(scripts())
+def test_smoke_of_a_deployment_ends_within_its_calls_deadlines(script: Script) -> None:
+    """The deployment smoke asks GET /workers first (is it SGLang's gateway?): whatever that answer is, a table or
+    our error, within one deadline per call (health, workers, then the server's six or the gateway's five)."""
+    from cluster.engines.gateway_smoke import deployment_failure, smoke_deployment
+
+    with ReplayServer(lambda m, p: script) as srv:
+        t0 = time.monotonic()
+        try:
+            targets = smoke_deployment(srv.url, DEADLINE_S)
+            assert targets and all(c.ok or c.found for t in targets for c in t.checks)
+            deployment_failure(targets)
+        except SglbenchError:
+            pass
+        assert time.monotonic() - t0 < 8 * DEADLINE_S + 1.5

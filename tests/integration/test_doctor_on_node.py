@@ -41,6 +41,12 @@ def test_the_facts_come_from_the_gpu_node_not_the_driver(head_and_gpu_node: str,
     assert facts.ray_node_id == head_and_gpu_node != ray.get_runtime_context().get_node_id()
     assert facts.ray_node_cpus == 3.0  # the GPU node's CPU resource, not the head's 1
     assert facts.ray_available_cpus is not None and facts.disks[0].path == str(tmp_path)
+    # a server across 2 nodes of 8 GPUs: this cluster has one GPU node (the head has none)
+    from cluster.node.checks import NodeNeeds, NodesNeed, check_nodes
+
+    assert facts.cluster_gpus == (8,)
+    (line,) = check_nodes(facts, NodeNeeds(from_spec=True, nodes=(NodesNeed(variant="n2", nodes=2, gpus_per_node=8),)))
+    assert line.level == "fail" and "the cluster has 1 such node(s) (GPUs per node: 8)" in line.message
 
 
 def test_run_prints_the_failures_before_placement(head_and_gpu_node: str, tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ from cluster.node.checks import (
     run_checks,
 )
 from cluster.node.collect import collect, interpreter_fact
-from cluster.node.facts import CheckpointFact, DiskFact, FactQuery, GpuFact, InterpreterFact, NodeFacts
+from cluster.node.facts import CheckpointFact, DiskFact, FactQuery, GatewayFact, GpuFact, InterpreterFact, NodeFacts
 from tests.checkpoints import qwen35_nvfp4
 
 REPO = Path(__file__).resolve().parents[3]
@@ -45,13 +45,14 @@ HEALTHY = NodeFacts(
     interpreter=InterpreterFact(path="/opt/sglang/bin/python", runs=True, sglang_importable=True,
                                 sglang_version="0.5.23",
                                 flashinfer_version="0.6.1", torch_version="2.9.1"),
+    gateway=GatewayFact(path="/opt/sglang/bin/smg", runs=True, version="1.13.0"),
     checkpoint=CheckpointFact(path="/models/q", readable=True, mtp_verdict="present", mtp_weights_present=True,
                               tensors=1553),
     disks=(DiskFact(path="/data/results", measured_at="/data/results", free_bytes=500 * GIB, writable=True),),
     shm_bytes=64 * GIB, nofile_soft=65536, nofile_hard=65536, cpus=64, ray_node_cpus=64.0, ray_available_cpus=60.0,
     clocksource="tsc", clocksource_available=("tsc", "hpet", "acpi_pm"))
 NEEDS = NodeNeeds(from_spec=True, gpus=8, sglang=True, sglang_version="0.5.23", target_version="0.5.23",
-                  speculative=True, concurrency_per_actor=64)
+                  speculative=True, concurrency_per_actor=64, gateway=True, gateway_variants=("2xtp4",))
 
 
 def _with(**update: Any) -> NodeFacts:
@@ -62,8 +63,8 @@ def test_the_healthy_node_passes_every_check() -> None:
     results = run_checks(HEALTHY, NEEDS)
     assert [r.level for r in results] == ["ok"] * len(results), [r.line() for r in results]
     assert exit_code(results) == 0
-    assert {r.name for r in results} == {"gpus", "nvml", "topology", "link-width", "engine", "checkpoint", "disk",
-                                         "shm", "open-files", "cpu", "clock"}
+    assert {r.name for r in results} == {"gpus", "nvml", "topology", "link-width", "engine", "gateway", "checkpoint",
+                                         "disk", "shm", "open-files", "cpu", "clock"}
 
 
 SMALL_GPU = GpuFact(index=3, bus_id="0000:03:00.0", compute_cap="12.0", width_current=4, width_max=16)
