@@ -32,6 +32,9 @@ _PRODUCERS = {
     "gpu": ("GPU figures", "Computed from the run's `gpu_metrics` telemetry samples (analysis/gpu_metrics.py)."),
     "steady": ("Steady stretch", "Computed over the window's steady-state stretch (analysis/steady_state.py, "
                "docs/steady-state.md); stored in its own runs column."),
+    "server": ("Prefill/decode parts of TTFT", "Computed from the `server_metrics` the window scraped from a "
+               "prefill/decode deployment's servers: their stage histograms' _sum and _count (analysis/ttft_parts.py; "
+               "the whole split is the runs column `ttft_parts_json`)."),
 }
 
 

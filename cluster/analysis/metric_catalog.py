@@ -15,11 +15,12 @@ from typing import Callable, Literal, Optional
 import numpy as np
 
 from cluster.analysis.gpu_metrics import BUSY_IN_FLIGHT_SHARE, BUSY_UTIL_PCT_FLOOR
+from cluster.analysis.ttft_parts import CATALOG_PARTS
 from cluster.analysis.request_metrics import ACCEPT, E2E, ITL_CHUNK, ITL_TOKEN, LAG, NS_PER_MS, TPOT, TTFT, Quantity
 from cluster.kernel.window_figures import Acceptance, ClientLag
 
 Better = Literal["higher", "lower"]
-Producer = Literal["requests", "gpu", "steady"]
+Producer = Literal["requests", "gpu", "steady", "server"]
 Shown = Literal["always", "when_any", "when_positive"]
 
 
@@ -141,7 +142,8 @@ class Metric:
     sources: tuple[str, ...]
     """the stored columns it is computed from"""
     formula: Optional[Formula] = None
-    """None: its producer computes it (gpu_metrics.summarize_gpu from telemetry; steady_state for the stretch)"""
+    """None: its producer computes it (gpu_metrics.summarize_gpu from telemetry; steady_state for the stretch;
+    ttft_parts from the servers' histograms)"""
     producer: Producer = "requests"
     better: Optional[Better] = None
     interval: Optional[Interval] = None
@@ -445,3 +447,17 @@ declare(Metric("steady_output_tps", "tok/s", "output tokens produced inside the 
 declare(Metric("steady_share", "share", "(steady_end_ns - steady_start_ns) / the window's duration: the share of the "
                "window the steady stretch covers", ("actual_send_ns", "first_chunk_ns", "last_chunk_ns"),
                producer="steady", mean=Mean(at=10), runs_column="steady_share"))
+
+_PD_PARTS = {
+    "prefill_bootstrap_s": "the prefill server's bootstrap stage (SGLang stage prefill_bootstrap: bootstrap-queue "
+                           "entry to wait-queue entry, the handshake with the decode server and its KV allocation)",
+    "prefill_queue_s": "the prefill server's wait queue (sglang:queue_time_seconds: wait-queue entry to the first "
+                       "forward; SGLang's stage prefill_waiting, not observed as a stage)",
+    "prefill_transfer_kv_cache_s": "the KV cache transfer (SGLang stage prefill_transfer_kv_cache: transfer-queue "
+                                   "entry to the transfer finished)",
+}
+for _name, _part in CATALOG_PARTS.items():
+    declare(Metric(_name, "ms", f"mean time per request in {_PD_PARTS[_part]}, ms: Δ_sum / Δ_count of the prefill "
+                   "servers' histogram between their scrapes at or before the window's start and end (one scrape "
+                   "interval's resolution, not per request); a prefill/decode run only, else null. The whole split "
+                   "is the runs column ttft_parts_json", ("server_metrics",), producer="server", better="lower"))

@@ -163,6 +163,10 @@ class RunRow:
     worker_requests_json: Optional[str] = column(pa.string())
     """JSON {worker URL: requests it served} of a run behind a gateway (requests.worker; m_worker_imbalance is its
     imbalance); null when no request named a worker"""
+    ttft_parts_json: Optional[str] = column(pa.string())
+    """JSON of a prefill/decode run's TTFT split (cluster/analysis/ttft_parts.py): each role's mean per request of
+    each stage its servers' histograms report over the window ({"prefill_bootstrap_s": ..., "counts": {...},
+    "requests_counted": n}); null for a run that is not prefill/decode, or written before the column"""
     metrics: Mapping[str, Optional[float]] = field(default_factory=dict)
     """The run's metrics by name (RUN_METRIC_NAMES and any extra one): the m_<name> float64 columns, not a field of
     RUN_FIELDS."""
