@@ -36,6 +36,9 @@ _PRODUCERS = {
                 "`gpus`; analysis/per_gpu.py): computed where a compare table is built, not stored in the runs "
                 "table; `compare --ci` divides the total's interval by the same GPUs; empty for an endpoint "
                 "already running (its GPUs are not known: never a division by 0)."),
+    "server": ("Prefill/decode parts of TTFT", "Computed from the `server_metrics` the window scraped from a "
+               "prefill/decode deployment's servers: their stage histograms' _sum and _count (analysis/ttft_parts.py; "
+               "the whole split is the runs column `ttft_parts_json`)."),
 }
 
 

@@ -1,12 +1,12 @@
 """What assembling a run's `runs` row needs of its engine: the resolved concurrency cap, the names of the scraped
-running and queued gauges, and acceptance from the counters diffed around the window. Declared here, by the row's
+running and queued gauges (and of the histograms that split a prefill/decode TTFT), and acceptance from the counters diffed around the window. Declared here, by the row's
 builder; every adapter in cluster/engines/ satisfies it structurally."""
 
 from __future__ import annotations
 
 from typing import Mapping, Optional, Protocol, Sequence, runtime_checkable
 
-from cluster.engines.base import ConcurrencyCap
+from cluster.engines.base import ConcurrencyCap, PartHistogram
 from cluster.input_files import JsonValue
 
 
@@ -23,6 +23,11 @@ class EngineFacts(Protocol):
     @property
     def queue_gauge(self) -> Optional[str]:
         """Prometheus gauge of requests waiting to be scheduled (None when the engine has none)."""
+        ...
+
+    @property
+    def ttft_part_histograms(self) -> tuple[PartHistogram, ...]:
+        """The histograms whose means per request split a prefill/decode deployment's TTFT (() when none)."""
         ...
 
     def concurrency_cap(self, infos: Mapping[str, JsonValue],

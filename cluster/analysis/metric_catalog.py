@@ -15,11 +15,12 @@ from typing import Callable, Literal, Optional
 import numpy as np
 
 from cluster.analysis.gpu_metrics import BUSY_IN_FLIGHT_SHARE, BUSY_UTIL_PCT_FLOOR
+from cluster.analysis.ttft_parts import CATALOG_PARTS
 from cluster.analysis.request_metrics import ACCEPT, E2E, ITL_CHUNK, ITL_TOKEN, LAG, NS_PER_MS, TPOT, TTFT, Quantity
 from cluster.kernel.window_figures import Acceptance, ClientLag
 
 Better = Literal["higher", "lower"]
-Producer = Literal["requests", "gpu", "steady", "per_gpu"]
+Producer = Literal["requests", "gpu", "steady", "per_gpu", "server"]
 Shown = Literal["always", "when_any", "when_positive"]
 
 
@@ -142,7 +143,8 @@ class Metric:
     """the stored columns it is computed from"""
     formula: Optional[Formula] = None
     """None: its producer computes it (gpu_metrics.summarize_gpu from telemetry; steady_state for the stretch;
-    per_gpu from `per_gpu_of` when a table is read)"""
+    per_gpu from `per_gpu_of` when a table is read; server: the
+    ttft_parts from the servers' histograms)"""
     producer: Producer = "requests"
     better: Optional[Better] = None
     interval: Optional[Interval] = None
@@ -473,3 +475,17 @@ _per_gpu("request_throughput_rps", "req/s/GPU", mean=Mean(at=0))
 _per_gpu("output_tok_s", "tok/s/GPU", Mean(at=1, short="tok/s/GPU", digits=2, short_at=1),
          Column("output tok/s per GPU", 2, at=1.5, shown="always"))
 _per_gpu("steady_output_tps", "tok/s/GPU", mean=Mean(at=9))
+
+_PD_PARTS = {
+    "prefill_bootstrap_s": "the prefill server's bootstrap stage (SGLang stage prefill_bootstrap: bootstrap-queue "
+                           "entry to wait-queue entry, the handshake with the decode server and its KV allocation)",
+    "prefill_queue_s": "the prefill server's wait queue (sglang:queue_time_seconds: wait-queue entry to the first "
+                       "forward; SGLang's stage prefill_waiting, not observed as a stage)",
+    "prefill_transfer_kv_cache_s": "the KV cache transfer (SGLang stage prefill_transfer_kv_cache: transfer-queue "
+                                   "entry to the transfer finished)",
+}
+for _name, _part in CATALOG_PARTS.items():
+    declare(Metric(_name, "ms", f"mean time per request in {_PD_PARTS[_part]}, ms: Δ_sum / Δ_count of the prefill "
+                   "servers' histogram between their scrapes at or before the window's start and end (one scrape "
+                   "interval's resolution, not per request); a prefill/decode run only, else null. The whole split "
+                   "is the runs column ttft_parts_json", ("server_metrics",), producer="server", better="lower"))

@@ -15,6 +15,7 @@ import pyarrow as pa
 from cluster.analysis.deployment_cap import deployment_cap
 from cluster.config.deployment import PDDeployment, ReplicasDeployment
 from cluster.analysis.engine_facts import EngineFacts
+from cluster.analysis.ttft_parts import TtftParts, ttft_parts
 from cluster.version import __version__
 from cluster.kernel.run_facts import SegmentFacts, ServerFacts
 from cluster.kernel.window import MeasuredWindow
@@ -246,6 +247,13 @@ def reported_cap(provenance: Iterable[Optional[str]]) -> Optional[float]:
     return min(caps) if caps else None
 
 
+def pd_ttft_parts(v: ResolvedVariant, out: MeasuredWindow, engine: EngineFacts) -> Optional[TtftParts]:
+    """A prefill/decode run's TTFT split from its servers' scraped histograms; None for any other deployment."""
+    if not isinstance(v.deployment, PDDeployment):
+        return None
+    return ttft_parts(out.server_metrics, out.duration_s, engine.ttft_part_histograms)
+
+
 def _with_audit(row: RunRow, out: MeasuredWindow) -> tuple[RunRow, list[str]]:
     """The row with the workload audit's columns, and the audit's invalid reasons; nothing audited without a
     selection."""
@@ -289,6 +297,9 @@ def build_run_row(p: RunPlan, out: MeasuredWindow, server: ServerFacts, segment:
     from cluster.analysis.gpu_metrics import summarize_gpu, throttle_summary
 
     m.update(summarize_gpu(out.gpu_metrics, out.duration_s, m.get("output_tok_s"), out.requests))
+    parts = pd_ttft_parts(p.variant, out, facts)
+    if parts is not None:  # only then: the metrics of every other run keep their keys
+        m.update(parts.catalog_figures())
     n_ok = int(m.get("n_ok") or 0)
     invalid: list[str] = []
     gate = segment.correctness
@@ -366,6 +377,7 @@ def build_run_row(p: RunPlan, out: MeasuredWindow, server: ServerFacts, segment:
         steady_tpot_ms=ss.tpot_ms if ss else None, steady_accept_length=ss.accept_length if ss else None,
         steady_requests=ss.requests if ss else None, steady_rule=ss.rule if ss else None,
         worker_requests_json=json.dumps(split) if (split := worker_requests(out.requests)) else None,
+        ttft_parts_json=parts.as_json() if parts is not None else None,
         metrics=m,
     )
 

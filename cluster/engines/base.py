@@ -122,6 +122,23 @@ class RequestMeta:
 
 
 @dataclass(frozen=True)
+class PartHistogram:
+    """A Prometheus histogram whose mean per request (its _sum over its _count) is one part of a prefill/decode
+    deployment's TTFT: server_metrics keeps its _sum and _count series (cluster/analysis/ttft_parts.py)."""
+
+    metric: str
+    part: str
+    """the part's name; "" where `split_label` names the parts (one per value of that label)"""
+    unit: str
+    """"s" or "ms": the histogram's own unit, the suffix of the part's key"""
+    split_label: Optional[str] = None
+
+    @property
+    def series(self) -> tuple[str, str]:
+        return f"{self.metric}_sum", f"{self.metric}_count"
+
+
+@dataclass(frozen=True)
 class ConcurrencyCap:
     """The most requests the server runs at once as it resolved it, and where that figure was read."""
 
@@ -256,7 +273,9 @@ class Engine:
     """Its answers to the tuning stage (cluster/engines/tuning_surfaces.py)."""
     scraped_metrics: tuple[str, ...] = ()
     """Prometheus gauges and counters worth a time series in server_metrics (histograms are left to the engine's
-    own dashboards)."""
+    own dashboards, but for ttft_part_histograms' _sum and _count)."""
+    ttft_part_histograms: tuple[PartHistogram, ...] = ()
+    """The histograms whose means per request split a prefill/decode deployment's TTFT by role and stage."""
     packages: tuple[str, ...] = ()
     """Python distributions whose versions a run's environment records (read with the engine's interpreter)."""
     sglang_argv: bool = False

@@ -85,8 +85,11 @@ def _union(per_engine: list[tuple[str, ...]]) -> tuple[str, ...]:
 
 
 def scraped_metric_names() -> tuple[str, ...]:
-    """Every registered engine's scraped Prometheus names (a server only exposes its own engine's)."""
-    return _union([engine_class(e.name).scraped_metrics for e in engine_entries()])
+    """Every registered engine's scraped Prometheus names (a server only exposes its own engine's): its gauges and
+    counters, then its TTFT-part histograms' _sum and _count series."""
+    return _union([engine_class(e.name).scraped_metrics
+                   + tuple(x for h in engine_class(e.name).ttft_part_histograms for x in h.series)
+                   for e in engine_entries()])
 
 
 def reported_packages() -> tuple[str, ...]:

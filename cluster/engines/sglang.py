@@ -11,8 +11,8 @@ import subprocess
 from typing import Any, Mapping, Optional, Sequence
 
 from cluster.input_files import JsonValue
-from cluster.engines.base import (ConcurrencyCap, Engine, FlagParser, HttpRequest, LaunchCommand, StreamParser,
-                                  StreamRequest)
+from cluster.engines.base import (ConcurrencyCap, Engine, FlagParser, HttpRequest, LaunchCommand, PartHistogram,
+                                  StreamParser, StreamRequest)
 from cluster.engines.answer_invariants import checked_gate_output, counts_answer
 from cluster.engines.answer_fields import (MalformedAnswerError, as_object, count_field, finish_field, ids_field,
                                            object_field, str_field)
@@ -202,6 +202,16 @@ class SGLangEngine(Engine):
         "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:gen_throughput", "sglang:token_usage",
         "sglang:spec_accept_length", "sglang:spec_accept_rate", "sglang:cache_hit_rate", "sglang:utilization",
         "sglang:num_used_tokens", "sglang:spec_verify_calls_total", "sglang:generation_tokens_total",
+    )
+    # 0.5.23's prefill/decode parts of TTFT, Prometheus only (docs/deployments-facts.md §4): one stage label per
+    # phase (observability/req_time_stats.py RequestStage; prefill_waiting is not observed there, its time is
+    # queue_time_seconds), and the KV transfer's bootstrap, alloc and transfer figures (metrics_collector.py)
+    ttft_part_histograms = (
+        PartHistogram("sglang:per_stage_req_latency_seconds", "", "s", split_label="stage"),
+        PartHistogram("sglang:queue_time_seconds", "queue", "s"),
+        PartHistogram("sglang:kv_transfer_bootstrap_ms", "kv_transfer_bootstrap", "ms"),
+        PartHistogram("sglang:kv_transfer_alloc_ms", "kv_transfer_alloc", "ms"),
+        PartHistogram("sglang:kv_transfer_latency_ms", "kv_transfer_latency", "ms"),
     )
     packages = ("sglang", "flashinfer-python", "sglang-kernel", "torch", "triton", "transformers")
     sglang_argv = True

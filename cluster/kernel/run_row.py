@@ -166,6 +166,10 @@ class RunRow:
     gpus: Optional[int] = column(pa.int32())
     """GPUs all the deployment's server processes held (ResolvedVariant.gpus; 0: an endpoint already running, whose
     GPUs are not sglbench's); null in runs files written before the column, each of one server holding its tp"""
+    ttft_parts_json: Optional[str] = column(pa.string())
+    """JSON of a prefill/decode run's TTFT split (cluster/analysis/ttft_parts.py): each role's mean per request of
+    each stage its servers' histograms report over the window ({"prefill_bootstrap_s": ..., "counts": {...},
+    "requests_counted": n}); null for a run that is not prefill/decode, or written before the column"""
     metrics: Mapping[str, Optional[float]] = field(default_factory=dict)
     """The run's metrics by name (RUN_METRIC_NAMES and any extra one): the m_<name> float64 columns, not a field of
     RUN_FIELDS."""

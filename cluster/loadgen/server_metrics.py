@@ -32,8 +32,8 @@ class MetricsScraper:
                  names: Optional[tuple[str, ...]] = None, max_rows: int = 2_000_000) -> None:
         """`url`: one server's /metrics, or (process name, /metrics URL) of each server of a deployment, whose
         samples get the label process=<name> (one series per role and replica, on one clock). `names`: the samples
-        kept (default: every registered engine's scraped_metrics; gauges and counters worth a time series,
-        histograms left to the engine's own dashboards)."""
+        kept (default: every registered engine's scraped_metric_names; gauges and counters worth a time series,
+        and only the _sum and _count of the histograms that split a prefill/decode TTFT)."""
         self.targets: list[tuple[str, str]] = [("", url)] if isinstance(url, str) else list(url)
         self.url = self.targets[0][1]
         self.interval_s = interval_s

@@ -33,6 +33,9 @@ def test_the_tables_the_adapters_replaced() -> None:
         "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:gen_throughput", "sglang:token_usage",
         "sglang:spec_accept_length", "sglang:spec_accept_rate", "sglang:cache_hit_rate", "sglang:utilization",
         "sglang:num_used_tokens", "sglang:spec_verify_calls_total", "sglang:generation_tokens_total",
+        # the prefill/decode TTFT parts' histograms, their _sum and _count only (no buckets)
+        *(f"sglang:{h}_{x}" for h in ("per_stage_req_latency_seconds", "queue_time_seconds", "kv_transfer_bootstrap_ms",
+                                      "kv_transfer_alloc_ms", "kv_transfer_latency_ms") for x in ("sum", "count")),
         "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
         "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_drafts_total",
         "vllm:generation_tokens_total")

@@ -41,3 +41,22 @@ def test_a_bad_scrape_is_one_error_within_its_deadline(script: Script, monkeypat
         s.scrape_once()
         assert time.monotonic() - t0 < 1.2  # a per-read timeout would never end the trickle
     assert s.errors == 1 and s.rows == []
+
+
+HIST = (b'sglang:per_stage_req_latency_seconds_bucket{engine_type="prefill",le="0.001",stage="prefill_bootstrap"} 1\n'
+        b'sglang:per_stage_req_latency_seconds_sum{engine_type="prefill",stage="prefill_bootstrap"} 0.25\n'
+        b'sglang:per_stage_req_latency_seconds_count{engine_type="prefill",stage="prefill_bootstrap"} 2\n'
+        b'sglang:per_stage_req_latency_seconds_created{engine_type="prefill",stage="prefill_bootstrap"} 1.7e9\n'
+        b'sglang:kv_transfer_latency_ms_sum{engine_type="prefill"} 40\n'
+        b'sglang:kv_transfer_latency_ms_count{engine_type="prefill"} 2\n')
+
+
+def test_a_prefill_server_keeps_its_ttft_part_histograms_sum_and_count_not_their_buckets() -> None:
+    with ReplayServer(lambda m, p: whole(http(b"200 OK", HIST, ctype=b"text/plain"))) as srv:
+        s = MetricsScraper([("prefill-0", srv.url + "/metrics")])
+        s.scrape_once()
+    lab = "engine_type=prefill,process=prefill-0"
+    assert [(r[1], r[2], r[3]) for r in s.rows] == [
+        ("sglang:per_stage_req_latency_seconds_sum", lab + ",stage=prefill_bootstrap", 0.25),
+        ("sglang:per_stage_req_latency_seconds_count", lab + ",stage=prefill_bootstrap", 2.0),
+        ("sglang:kv_transfer_latency_ms_sum", lab, 40.0), ("sglang:kv_transfer_latency_ms_count", lab, 2.0)]
