@@ -48,6 +48,30 @@ class Wait:
 
 # (file, function, call) -> (deadline, why it takes no timeout argument). `call` is the callee as written.
 DECLARED: dict[tuple[str, str, str], tuple[str, str]] = {
+    ("cluster/sim/disagg.py", "PdRole._kv", "room.ready.wait"): (
+        "asyncio.wait_for(timeout=SGLANG_DISAGGREGATION_WAITING_TIMEOUT, 300 s as SGLang's)",
+        "a decode waits for its room's KV as long as SGLang's decode would"),
+    ("cluster/sim/disagg.py", "Ticket._prefill_bootstrap", "room.registered.wait"): (
+        "asyncio.wait_for(timeout=SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT, 300 s as SGLang's)",
+        "a prefill waits for the decode's handshake as long as SGLang's bootstrap would"),
+    ("cluster/sim/disagg.py", "Ticket.hand_off", "room.received.wait"): (
+        "asyncio.wait_for(timeout=SGLANG_DISAGGREGATION_WAITING_TIMEOUT)",
+        "the prefill holds the KV until the decode confirms, as long as SGLang's waiting timeout"),
+    ("cluster/sim/ranks.py", "RankGroup.lead", "self.joined.wait"): (
+        "the first of: every rank joined, or the process stopped (SIGTERM from its owner)",
+        "rank 0 waits for its ranks like SGLang's; its owner (the EngineActor's health timeout) bounds the start"),
+    ("cluster/sim/ranks.py", "RankGroup.lead", "stop.wait"): (
+        "the first of: every rank joined, or the process stopped (SIGTERM from its owner)",
+        "the same wait as joined: whichever comes first ends it"),
+    ("cluster/sim/ranks.py", "follow", "asyncio.open_connection"): (
+        "retried until JOIN_TIMEOUT_S; each try is a loopback/LAN connect that fails fast when nothing listens",
+        "a rank reaches rank 0's rendezvous or exits 1 naming it"),
+    ("cluster/sim/ranks.py", "follow", "stop.wait"): (
+        "the process's life: until rank 0's connection ends (it then exits) or its owner stops it",
+        "a rank >= 1 serves its health server while the server lives, as SGLang's does"),
+    ("cluster/sim/ranks.py", "follow", "leader.result"): (
+        "none: the future is already done (asyncio.wait returned it)",
+        "reading a finished future does not block"),
     ("cluster/distributed/cluster_state.py", "join_cluster", "ray.init"): (
         "SGLBENCH_RAY_JOIN_TIMEOUT_S (30 s); a ray:// address: the TCP check, then the Ray client's own 3 tries "
         "(5 + 10 + 15 s)",

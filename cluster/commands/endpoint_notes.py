@@ -24,11 +24,14 @@ def endpoint_lines(results: Results) -> list[str]:
 
 
 def print_endpoints(results: Results) -> None:
-    """Under `show` and `compare` (tables): each variant that is an endpoint sglbench did not launch, with its URL."""
+    """Under `show` and `compare` (tables), what the deployments add: each variant that is an endpoint sglbench did
+    not launch, with its URL, then a prefill/decode run's TTFT split (ttft_parts_notes)."""
     from cluster.commands.result_tables import console
+    from cluster.commands.ttft_parts_notes import print_ttft_parts
 
     for line in endpoint_lines(results):
         console.print(line, highlight=False, soft_wrap=True, markup=False)
+    print_ttft_parts(results)
 
 
 def print_gpus_notes(table: pd.DataFrame) -> None:

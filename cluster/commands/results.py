@@ -15,7 +15,6 @@ from rich.table import Table
 from cluster.commands.acceptance_health_output import print_acceptance_health, with_health_column
 from cluster.commands.cross_output import cross_table, print_cross
 from cluster.commands.endpoint_notes import print_endpoints, print_gpus_notes
-from cluster.commands.ttft_parts_notes import print_ttft_parts
 from cluster.commands.repeats_output import emit_show, print_repeats, recorded_repeats
 from cluster.commands.result_tables import (Format, NothingToShow, cell_text, clear_errors, console, emit,
                                             err_console, no_runs, nonempty_table, simulated_note)
@@ -270,7 +269,6 @@ def print_compare(results: Results, baseline: Optional[str], fmt_name: str) -> N
             console.print(line, highlight=False, soft_wrap=True, markup=False)
         print_acceptance_health(results)
         print_endpoints(results)
-        print_ttft_parts(results)
     else:
         emit(with_health_column(df, results) if fmt is Format.json else df, fmt)
 
@@ -369,7 +367,6 @@ def show_cmd(experiment: str = typer.Argument(...), root: str = ROOT_OPT,
     if fmt is Format.table:
         print_acceptance_health(results)
         print_endpoints(results)
-        print_ttft_parts(results)
 
 
 @results_app.command("query")

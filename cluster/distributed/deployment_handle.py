@@ -30,6 +30,11 @@ from cluster.distributed.gateway_actor import GATEWAY_NAME, GatewayActor, Gatewa
 from cluster.distributed.handles import EngineHandle, actor_name
 
 
+START_MARGIN_S = 120.0
+"""How much longer than its own health timeout a process's start may take before the driver gives up on its actor
+(reading infos and the environment after health)."""
+
+
 class DeploymentStartError(ServerStartError):
     """A process of a deployment did not start (its name first in the message, its log tail attached); every
     process already started has been stopped."""
@@ -79,9 +84,9 @@ class DeploymentHandle(EngineHandle):
         started: list[tuple[ProcessRole, ServerFacts]] = []
         first_err: Optional[tuple[ProcessRole, BaseException]] = None
         for p, f in futs:
-            try:
-                started.append((p, ray.get(f)))
-            except (RayTaskError, RayActorError) as e:
+            try:  # each start waits for its own health up to health_timeout_s (then raises): the margin is Ray's
+                started.append((p, ray.get(f, timeout=health_timeout_s + START_MARGIN_S)))
+            except (RayTaskError, RayActorError, GetTimeoutError) as e:
                 first_err = first_err or (p, e)
         if first_err is not None:
             self._stop_all()
@@ -92,8 +97,9 @@ class DeploymentHandle(EngineHandle):
         gateway_facts: Optional[ServerFacts] = None
         if self.gateway is not None:
             try:
-                gateway_facts = ray.get(self._g.start.remote(self._workers(started), health_timeout_s))
-            except (RayTaskError, RayActorError) as e:
+                gateway_facts = ray.get(self._g.start.remote(self._workers(started), health_timeout_s),
+                                        timeout=health_timeout_s + START_MARGIN_S)
+            except (RayTaskError, RayActorError, GetTimeoutError) as e:
                 self._stop_all()
                 cause = getattr(e, "cause", None) or e
                 raise DeploymentStartError(f"{self.variant.name} {GATEWAY_NAME} failed to start: {_one_line(cause)}",

@@ -26,6 +26,7 @@ import aiohttp
 from aiohttp import web
 
 from cluster.config.sim_knobs import Knobs
+from cluster.errors import EngineFault
 from cluster.input_files import JsonObject
 from cluster.sim.pd_metrics import PdMetrics
 
@@ -39,7 +40,7 @@ WAITING_TIMEOUT_ENV = "SGLANG_DISAGGREGATION_WAITING_TIMEOUT"
 TIMEOUT_DEFAULT_S = 300.0
 
 
-class PdError(Exception):
+class PdError(EngineFault):
     """A PD request SGLang would refuse (400) or fail (500), with its message."""
 
     def __init__(self, status: int, message: str) -> None:
