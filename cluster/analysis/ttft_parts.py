@@ -81,8 +81,9 @@ def ttft_parts(batch: Optional[pa.RecordBatch], duration_s: float,
     """The split of one window, None when no part histogram was scraped from a prefill or decode server.
 
     Aligned to the window: for each server (the scraper's `process` label, e.g. decode-1), its counters at its last
-    scrape at or before the window start (t_ns <= 0) and at its last scrape at or before the window end (t_ns <=
-    duration); a part is Σ Δ_sum / Σ Δ_count over the role's servers and label sets (a mean weighted by the requests
+    scrape at or before the window start (t_ns <= 0) and at its first scrape at or after the window end (t_ns >=
+    duration: the scraper closes every window with one, after the last answer, so a window shorter than the scrape
+    interval is still counted whole; its last scrape when none came after); a part is Σ Δ_sum / Σ Δ_count over the role's servers and label sets (a mean weighted by the requests
     each counted, not a mean of means). The resolution is one scrape interval at each edge: a request observed
     between the edge and the scrape before it counts on the other side. A series first seen after the start scrape
     counts from 0 (Prometheus clients create a labelled series at its first observation); a series whose count fell
@@ -112,7 +113,8 @@ def ttft_parts(batch: Optional[pa.RecordBatch], duration_s: float,
         if not before:
             unaligned.append(process)
             continue
-        edges[process] = (max(before), max(t for t in times if t <= end_ns))
+        after = [t for t in times if t >= end_ns]
+        edges[process] = (max(before), min(after) if after else max(times))
     sums: dict[str, float] = {}
     counts: dict[str, float] = {}
     for (process, name, text), at in values.items():

@@ -46,7 +46,7 @@ def _spec(tmp_path: Path, smg: Path, name: str, variants: list[dict[str, Any]], 
         "version": 1, "name": name,
         "model": {"path": "sim://tiny", "engine": "sim", "tp": 1},
         "engines": {"sim": {"gateway": str(smg)}},
-        "server": {"args": {"max-running-requests": 8}},
+        "server": {"args": {"max-running-requests": 8, "enable-metrics": True}},
         "sim": {"time_scale": time_scale},
         "variants": variants,
         "workloads": [{"name": "w", "input_tokens": 32, "output_tokens": 16, "num_requests": num_requests}],
@@ -172,4 +172,7 @@ def test_prefill_decode_pools_behind_the_gateway_in_pd_mode(ray_local: None, smg
 
     sm = pq.read_table(tmp_path / "results" / "pd" / "server_metrics").to_pylist()
     assert {lab.split("process=")[1].split(",")[0] for r in sm if "process=" in (lab := r["labels"] or "")} >= {
-        "prefill-0", "decode-0", "decode-1"}
+        "prefill-0", "decode-0", "decode-1"}  # each role's series under its name, on the window's clock
+    parts = json.loads(rows[0]["ttft_parts_json"] or "null")  # the TTFT split from the servers' stage histograms
+    assert parts is not None and parts.get("prefill_bootstrap_s") is not None, parts
+    assert parts.get("decode_transferred_s") is not None, parts

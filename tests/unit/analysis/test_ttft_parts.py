@@ -1,5 +1,6 @@
 """A prefill/decode run's TTFT split (runs.ttft_parts_json) from hand-built server_metrics batches: each part is
-Σ Δ_sum / Σ Δ_count over the role's servers between their last scrapes at or before the window's start and end
+Σ Δ_sum / Σ Δ_count over the role's servers between their last scrape at or before the window's start and their
+first at or after its end
 (arithmetic in the comments); null for a run that is not prefill/decode and for a runs file written before the
 column; `results show` and `compare` print the split with each part's share of the measured TTFT."""
 
@@ -32,9 +33,9 @@ PD_SPEC = SPEC.replace("  - {name: mtp, speculative: {algorithm: NEXTN, num_step
                        "  - name: pd\n    deployment: {kind: pd, prefill: {servers: 1, tp: 1}, "
                        "decode: {servers: 2, tp: 1}, transfer_backend: mooncake}")
 S = 1_000_000_000
-BEFORE, INSIDE, AFTER = -S // 2, 3 * S // 2, 5 * S // 2
-"""Scrapes at -0.5 s, 1.5 s and 2.5 s of a 2 s window: the window's parts run from the first to the second; the
-third (after the end) is never read."""
+BEFORE, INSIDE, AFTER = -S // 2, 21 * S // 10, 31 * S // 10
+"""Scrapes at -0.5 s, 2.1 s and 3.1 s of a 2 s window: the window's parts run from the last scrape at or before its
+start (-0.5 s) to the first at or after its end (2.1 s, the scraper's closing one); the third is never read."""
 STAGE = "sglang:per_stage_req_latency_seconds"
 HISTOGRAMS = get_engine("sim").ttft_part_histograms
 
@@ -57,7 +58,7 @@ def _batch(decode_1_from: int = BEFORE) -> pa.RecordBatch:
         rows.append(_gauge("decode-0", t))
         if t >= decode_1_from:
             rows.append(_gauge("decode-1", t))
-    # prefill_bootstrap: (1.6 - 1.0) s / (13 - 10) = 0.2 s (the 2.5 s scrape's 9.0/14 would give (9 - 1) / 4 = 2 s)
+    # prefill_bootstrap: (1.6 - 1.0) s / (13 - 10) = 0.2 s (the 3.1 s scrape's 9.0/14 would give (9 - 1) / 4 = 2 s)
     rows += _rows("prefill-0", BEFORE, STAGE, 1.0, 10, stage="prefill_bootstrap")
     rows += _rows("prefill-0", INSIDE, STAGE, 1.6, 13, stage="prefill_bootstrap")
     rows += _rows("prefill-0", AFTER, STAGE, 9.0, 14, stage="prefill_bootstrap")
