@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from cpu_faults import MidWindow, kill_main
+from cpu_faults import FLUSH_LINE, MidWindow, kill_main
 from cpu_pipeline import assert_group_gone, assert_none_marked, facts, load, run, spec_text, table
 from tests.conftest import tier_required
 
@@ -103,6 +103,13 @@ def test_two_replicas_behind_the_real_gateway_against_one(deployment_experiment:
         si = next(p for p in f.processes if p.name == name).facts.infos["server_info"]
         assert si["version"] == "0.5.23" and si["device"] == "cpu" and si["tp_size"] == 1, name
     assert f.base_url.rstrip("/") == gateway.facts.base_url.rstrip("/")
+    for p in f.processes:  # each replica's own cache flushed before both of its windows (r0, and r1 before the kill)
+        if p.name != "gateway":
+            assert Path(p.facts.log_path).read_text(errors="replace").count(FLUSH_LINE) >= 2, p.name
+    sm = table(result, deployment_experiment["spec"], "server_metrics")
+    labels = set(sm[(sm["run_key"] == two[0]["run_key"]) & (sm["metric"] == "sglang:num_running_reqs")]["labels"])
+    assert {"replica-0", "replica-1"} <= {part.split("=", 1)[1] for lab in labels for part in lab.split(",")
+                                          if part.startswith("process=")}, labels
 
 
 def test_replica_killed_mid_window_fails_the_runs_naming_it(deployment_experiment: dict[str, Any]) -> None:
