@@ -83,7 +83,7 @@ def test_two_replicas_behind_the_real_gateway_against_one(deployment_experiment:
     named = {n: split.get(u) for n, u in urls.items() if n != "gateway"}
     tok_s = {"one": float(one[0]["m_output_tok_s"]), "two": float(two[0]["m_output_tok_s"])}
     figures = (f"split {named} ({split}); output tok/s (r0, c{CONCURRENCY}, {REQUESTS} x {OUTPUT_TOKENS} tokens): "
-               f"one {tok_s['one']:.1f}, two {tok_s['two']:.1f}; one r1/r2 "
+               f"one {tok_s['one']:.1f}, two {tok_s['two']:.1f} ({tok_s['two'] / 2:.1f} per replica); one r1/r2 "
                f"{float(one[1]['m_output_tok_s']):.1f}/{float(one[2]['m_output_tok_s']):.1f}")
     print(f"[sglang_cpu] {figures}")
     assert set(split) == {urls["replica-0"], urls["replica-1"]}, (figures, urls)
@@ -99,9 +99,13 @@ def test_two_replicas_behind_the_real_gateway_against_one(deployment_experiment:
     gateway = next(p for p in f.processes if p.name == "gateway")
     assert gateway.facts.argv[0] == str(deployment_experiment["smg"]), gateway.facts.argv
     assert "--disable-retries" in gateway.facts.argv
-    for name in ("replica-0", "replica-1"):  # each replica is a real SGLang server on the CPU
-        si = next(p for p in f.processes if p.name == name).facts.infos["server_info"]
-        assert si["version"] == "0.5.23" and si["device"] == "cpu" and si["tp_size"] == 1, name
+    replicas = [p.facts for p in f.processes if p.name != "gateway"]
+    for r in replicas:  # each replica is a real SGLang server on the CPU, in its own process group
+        si = r.infos["server_info"]
+        assert si["version"] == "0.5.23" and si["device"] == "cpu" and si["tp_size"] == 1, r.log_path
+    assert len({r.pgid for r in replicas} | {gateway.facts.pgid}) == 3
+    # each on its own bundle of the deployment's placement group: disjoint (logical) GPUs
+    assert len({r.cuda_visible_devices for r in replicas}) == 2, [r.cuda_visible_devices for r in replicas]
     assert f.base_url.rstrip("/") == gateway.facts.base_url.rstrip("/")
     for p in f.processes:  # each replica's own cache flushed before both of its windows (r0, and r1 before the kill)
         if p.name != "gateway":
