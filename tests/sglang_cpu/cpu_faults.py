@@ -40,8 +40,9 @@ class MidWindow:
     it takes cannot include the next run's; the watcher finds the window by position in the log, so a window whose
     requests are all prefilled in one batch is not missed."""
 
-    def __init__(self, variant: str, action: Callable[[Any, Any, str], str]) -> None:
-        self.variant, self.action = variant, action
+    def __init__(self, variant: str, action: Callable[[Any, Any, str], str], process: str | None = None) -> None:
+        self.variant, self.action, self.process = variant, action, process
+        """`process`: one process of a deployment (`replica-1`), watched by its own log and passed to `action`."""
         self.done: dict[str, Any] = {}
         self.thread: threading.Thread | None = None
 
@@ -49,6 +50,8 @@ class MidWindow:
         if self.thread is not None:
             return
         f = facts(drv.result, self.variant)
+        if self.process is not None:
+            f = next(p.facts for p in f.processes if p.name == self.process)
         flushes = _log_text(f.log_path).count(FLUSH_LINE)
         self.thread = threading.Thread(target=self._watch, args=(drv, f, flushes), daemon=True,
                                        name=f"fault-{self.variant}")

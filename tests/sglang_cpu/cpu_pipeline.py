@@ -42,7 +42,7 @@ def cpu_args(max_running_requests: Optional[int] = 16) -> dict[str, Any]:
 def spec_text(name: str, model: Path, python: Path, out: Path, variants: str, *, concurrency: str = "[4]",
               num_requests: int = 8, output_tokens: int = 32, max_running_requests: Optional[int] = 16,
               warmup_requests: int = 2, gate: str = "{enabled: true, check_answers: false, max_new_tokens: 32}",
-              extra: str = "") -> str:
+              extra: str = "", health_timeout_s: float = HEALTH_TIMEOUT_S, repeats: int = 1) -> str:
     """One experiment's YAML: the tiny MiMo model at tp 1 from the tier's interpreter, CPU settings in server.args;
     every server carries SGLBENCH_TEST_MARK=<name> in its environment, so a test can find its own processes."""
     env = {**CPU_ENV, MARK: name}
@@ -62,7 +62,8 @@ workloads:
 load: {{concurrency: {concurrency}}}
 warmup_requests: {warmup_requests}
 correctness: {gate}
-health_timeout_s: {HEALTH_TIMEOUT_S}
+health_timeout_s: {health_timeout_s}
+repeats: {repeats}
 request_timeout_s: 300
 max_client_lag_ms: 1000
 output: {out}
