@@ -168,7 +168,13 @@ class SegmentRunner:
             s.seg = replace(s.seg, tuning_artifact=art.hash)
         self.result.servers[variant.name] = ServerRecord(server, s.seg)
         self.shared.enter(variant.name, server.node_id)
-        if server.launched:
+        for proc in server.processes:  # a deployment: each process where it runs, then its front door below
+            f = proc.facts
+            self.log(f"[{variant.name}] {proc.name} healthy in {f.startup_s:.1f} s on GPUs "
+                     f"{f.cuda_visible_devices or '-'} (pid {f.pid}, {f.base_url}, log {f.hostname}:{f.log_path})")
+        if server.processes:
+            self.log(f"[{variant.name}] serves at {server.base_url} ({len(server.processes)} processes)")
+        elif server.launched:
             self.log(f"[{variant.name}] server healthy in {server.startup_s:.1f} s on GPUs "
                      f"{server.cuda_visible_devices or '-'} (pid {server.pid}, port {server.port}, log "
                      f"{server.hostname}:{server.log_path})")

@@ -3,14 +3,9 @@
 
 from __future__ import annotations
 
-import os
 import re
-import sys
 from typing import Optional
 
-# one definition: move to engines/gateway.py at merge
-GATEWAY_EXECUTABLE = "smg"
-"""The console script of the `smg` package, installed beside the engine's interpreter (never in sglbench's own)."""
 GATEWAY_VERSION = "1.13.0"
 """The gateway release whose CLI, paths and headers sglbench was checked against (docs/deployments-facts.md §1)."""
 GATEWAY_INSTALL = f"<engine venv>/bin/python -m pip install --no-deps smg=={GATEWAY_VERSION}"
@@ -26,13 +21,6 @@ mooncake at distributed/device_communicators/mooncake_transfer_engine.py:120, ni
 mori at disaggregation/mori/conn.py:18 (its conn module fails to import without it)."""
 
 _VERSION = re.compile(r"\bsmg\s+v?([0-9][0-9A-Za-z.+-]*)")
-
-
-# one definition: move to engines/gateway.py at merge (gateway_program)
-def gateway_path(python: Optional[str]) -> str:
-    """The `smg` that a deployment runs: the one in the bin directory of the engine's interpreter (not resolved: a
-    venv's python links to a base interpreter whose bin holds no smg), else beside this interpreter."""
-    return os.path.join(os.path.dirname(python or sys.executable), GATEWAY_EXECUTABLE)
 
 
 def gateway_version(stdout: str) -> Optional[str]:

@@ -26,6 +26,12 @@ READINESS_PATH = "/readiness"
 model_not_found)."""
 METRICS_PATH = "/metrics"
 """Served on the --prometheus-port listener, not the gateway's own port."""
+LIVENESS_PATH = "/liveness"
+"""200 as soon as the gateway's process serves."""
+WORKERS_PATH = "/workers"
+"""The registered workers: {"workers": [{"url", "worker_type": regular|prefill|decode, ...}]}."""
+ERROR_CODE_HEADER = "x-smg-error-code"
+"""Carried by the gateway's own error answers (instead of the routed-worker header)."""
 ROUTED_WORKER_HEADER = "x-smg-routed-worker-id"
 """Response header naming the worker that served a proxied request: its URL as given to --worker-urls, or in PD mode
 the decode server's as given to --decode (the one that streams the answer; measured on two simulator servers).
@@ -64,14 +70,17 @@ class GatewayCounters:
     """smg_worker_retries_total summed over its labels"""
 
 
+def gateway_beside(python: Optional[str]) -> str:
+    """The `smg` in the bin directory of `python` (else of this interpreter). The interpreter's path is not resolved:
+    a venv's python is a link to the base interpreter, whose bin directory holds no smg."""
+    return os.path.join(os.path.dirname(python or sys.executable), GATEWAY_EXECUTABLE)
+
+
 def gateway_program(launcher: Optional[EngineLauncher], declared: Optional[str] = None) -> str:
-    """The `smg` to run: the one declared for the engine, else the one in the bin directory of the engine's
-    interpreter, else beside this interpreter. The interpreter's path is not resolved: a venv's python is a link
-    to the base interpreter, whose bin directory holds no smg."""
+    """The `smg` to run: the one declared for the engine, else the one beside the engine's interpreter."""
     if declared:
         return declared
-    python = launcher.python if launcher is not None and launcher.python else sys.executable
-    return os.path.join(os.path.dirname(python), GATEWAY_EXECUTABLE)
+    return gateway_beside(launcher.python if launcher is not None and launcher.python else None)
 
 
 def require_gateway(program: str) -> str:

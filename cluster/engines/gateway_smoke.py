@@ -16,23 +16,9 @@ from cluster.engines.smoke import (Check, Role, SmokeFault, SmokeMismatch, check
                                    failed_calls, mismatch, run_smoke, smoke_url)
 from cluster.errors import EngineFault, EnvironmentFault, SglbenchError
 
-# one definition: move to engines/gateway.py at merge
-READINESS_PATH = "/readiness"
-"""200 {"status": "ready", "healthy_workers": n, "total_workers": n} once the workers are registered (its /health
-answers 200 before any is)."""
-# one definition: move to engines/gateway.py at merge
-LIVENESS_PATH = "/liveness"
-"""200 as soon as the gateway's process serves."""
-# one definition: move to engines/gateway.py at merge
-WORKERS_PATH = "/workers"
-"""The registered workers: {"workers": [{"url", "worker_type": regular|prefill|decode, ...}]}."""
-# one definition: move to engines/gateway.py at merge
-ROUTED_WORKER_HEADER = "x-smg-routed-worker-id"
-"""Response header naming the worker that served a proxied request (its URL as registered; the decode worker in
-PD mode)."""
-# one definition: move to engines/gateway.py at merge
-ERROR_CODE_HEADER = "x-smg-error-code"
-"""Carried by the gateway's own error answers (instead of the routed-worker header)."""
+from cluster.engines.gateway import (ERROR_CODE_HEADER, LIVENESS_PATH, READINESS_PATH, ROUTED_WORKER_HEADER,
+                                     WORKERS_PATH)
+
 RANK_PATHS = ("/health", "/ping")
 """What a rank ≥ 1 of a server across nodes serves: SGLang's dummy health server, 200 with an empty body
 (utils/common.py launch_dummy_health_check_server); no API."""

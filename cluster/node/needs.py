@@ -82,13 +82,14 @@ def query_for(spec: Optional[ExperimentSpec], output: Optional[str], base_dir: P
     from cluster.plan.runs import expand_variants
 
     logs = os.environ.get("SGLBENCH_LOG_DIR", LOG_DIR_DEFAULT)
-    from cluster.engines.deployment_needs import TRANSFER_MODULES, gateway_path
+    from cluster.engines.deployment_needs import TRANSFER_MODULES
+    from cluster.engines.gateway import gateway_beside
 
     if spec is None:
         root = resolve_output_root(output or "results", base_dir)
         here = default_python()
         return FactQuery(python=here, disk_paths=tuple(p for p in (root, logs) if "://" not in p),
-                         gateway=gateway_path(here))
+                         gateway=gateway_beside(here))
     root = resolve_output_root(output or spec.output, base_dir)
     launcher = spec.engines.get("sglang")
     needs = needs_for(spec)
@@ -103,7 +104,7 @@ def query_for(spec: Optional[ExperimentSpec], output: Optional[str], base_dir: P
     engine = spec.engines.get(fronted[0].engine) if fronted else launcher  # the gateway sits beside its engine
     declared = _absolute(engine.python, base_dir) if engine and engine.python else None
     return FactQuery(python=python, model_path=model, disk_paths=tuple(p for p in (root, logs) if "://" not in p),
-                     gateway=gateway_path(declared or python),
+                     gateway=(engine.gateway if engine and engine.gateway else None) or gateway_beside(declared or python),
                      modules=tuple(TRANSFER_MODULES[b][0] for b in needs.transfer_backends))
 
 
