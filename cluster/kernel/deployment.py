@@ -63,7 +63,9 @@ class Assigned:
 
 def process_variant(v: ResolvedVariant, p: ProcessRole, role_args: Mapping[str, ArgValue]) -> ResolvedVariant:
     """The variant as process `p` is launched: its tp, its pool's args and env over the variant's, plus the
-    engine's role flags (`role_args`, from cluster/engines); one server launches as the variant itself."""
+    engine's role flags (`role_args`, from cluster/engines); one server launches as the variant itself. A rank
+    keeps the whole server's tp: SGLang's --tp-size counts every node's GPUs and each node runs tp / nnodes of them
+    (0.5.23 validation_hook.py:179 refuses tp % nnodes != 0; engine.py _calculate_rank_ranges)."""
     if p.role == "server":
         return v
     d = v.deployment
@@ -73,7 +75,8 @@ def process_variant(v: ResolvedVariant, p: ProcessRole, role_args: Mapping[str, 
         args.update(pool.args)
         env.update(pool.env)
     args.update(role_args)
-    return replace(v, name=f"{v.name}.{p.name}", tp=p.tp, args=args, env=env, deployment=None)
+    tp = v.tp if p.role == "rank" else p.tp
+    return replace(v, name=f"{v.name}.{p.name}", tp=tp, args=args, env=env, deployment=None)
 
 
 def placement_strategy(v: ResolvedVariant, gpus_per_node: int) -> str:

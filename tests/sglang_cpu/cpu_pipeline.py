@@ -77,9 +77,10 @@ def load(text: str) -> ExperimentSpec:
 
 def run(spec: ExperimentSpec, base_dir: Path, on_run: Optional[Callable[[Any, RunPlan, str], None]] = None,
         preflight: bool = True, log: Optional[list[str]] = None,
-        on_driver: Optional[Callable[[Any], None]] = None) -> Any:
+        on_driver: Optional[Callable[[Any], None]] = None, warn: Optional[Callable[[str], object]] = None) -> Any:
     """The driver as `sglbench run` drives it (Ray must be up): preflight, then Driver.run; on_run(driver, plan,
-    status) after each run; on_driver(driver) before it starts (for watcher threads)."""
+    status) after each run; on_driver(driver) before it starts (for watcher threads); warn(line): what the node's
+    preflight could not check (stderr when None)."""
     from cluster.distributed.cluster_state import remote_preflight
     from cluster.distributed.driver import Driver
 
@@ -101,7 +102,7 @@ def run(spec: ExperimentSpec, base_dir: Path, on_run: Optional[Callable[[Any, Ru
     if on_driver is not None:
         on_driver(drv)
     if preflight:
-        drv.preflight = remote_preflight(spec, base_dir)
+        drv.preflight = remote_preflight(spec, base_dir) if warn is None else remote_preflight(spec, base_dir, warn)
     return drv.run()
 
 

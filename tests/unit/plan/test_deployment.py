@@ -67,8 +67,10 @@ def test_each_kind_is_its_processes_with_their_gpus_and_role_flags() -> None:
     assert "disaggregation-bootstrap-port" not in dec.args and dec.args["disaggregation-mode"] == "decode"
     ranks = [v for _, v in launched_processes(n2, {p.name: Assigned(dist_init_addr="10.0.0.1:5000")  # type: ignore[arg-type]
                                                    for p in deployment_processes(n2)})]  # type: ignore[arg-type]
+    # each rank is launched with the whole server's --tp-size (SGLang splits it per node: tp // nnodes), while
+    # its bundle holds its share (deployment_processes: 8 each)
     assert [(r.tp, r.args["nnodes"], r.args["node-rank"], r.args["dist-init-addr"]) for r in ranks] == [
-        (8, 2, 0, "10.0.0.1:5000"), (8, 2, 1, "10.0.0.1:5000")]
+        (16, 2, 0, "10.0.0.1:5000"), (16, 2, 1, "10.0.0.1:5000")]
     assert all(r.deployment is None and r.name.startswith("n2.rank-") for r in ranks)
 
 
@@ -148,6 +150,6 @@ def test_plan_prints_every_process_command_one_per_line(tmp_path: Path) -> None:
         head = next(i for i, line in enumerate(lines) if line.startswith("# ") and f" {name}:" in line)
         assert "GPU(s)" in lines[head] and "cluster.sim.server" in lines[head + 1]
     rank1 = shlex.split(next(line for line in cmds if "--node-rank 1" in line))
-    assert rank1[rank1.index("--nnodes") + 1] == "2" and rank1[rank1.index("--tp-size") + 1] == "8"
+    assert rank1[rank1.index("--nnodes") + 1] == "2" and rank1[rank1.index("--tp-size") + 1] == "16"
     assert any("--disaggregation-bootstrap-port 8998" in line for line in cmds)
     assert all(pv.tp for v in expand_variants(parse_spec_text(SPEC, "d.yaml")) for _, pv in planned_processes(v))
