@@ -106,8 +106,8 @@ def kill_rank1(drv: Any, f: Any, variant: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def nodes_experiment(two_raylets: None, sglang_cpu_python: Path, mimo_models: Path,
-                     tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def nodes_experiment(sglang_cpu_python: Path, mimo_models: Path, two_raylets: None,
+                     tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:  # the venv checked before Ray
     from cluster.engines.flagcheck import launch_argvs, probe_answer
     from cluster.plan.deployment import processes_of
     from cluster.plan.runs import expand_variants
