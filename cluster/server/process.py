@@ -159,6 +159,12 @@ def _copy_masked(src: IO[bytes], log_path: Path, secrets: frozenset[str]) -> Non
     src.close()
 
 
+HEALTH_CALL_TIMEOUT_S = 5.0
+"""One health call's own limit. SGLang 0.5.23's /health, once the server is up, runs a one-token generation and
+sleeps 1 s before it looks (http_server.py health_generate): a limit near 1 s gave up on nearly every answer, and a
+start waited out 20-30 s more of them (a tiny CPU server: up at 11:35:42, seen at 11:36:12)."""
+
+
 @dataclass
 class ServerProcess:
     """A server subprocess. It is never daemonized: same session as its parent, own process group (pgid == pid),
@@ -258,7 +264,7 @@ class ServerProcess:
                     self.exit_code(),
                     log_line=line,
                 )
-            if http_status(base_url + health_path, timeout_s=min(5.0, max(0.5, poll_s * 5))) == 200:
+            if http_status(base_url + health_path, timeout_s=HEALTH_CALL_TIMEOUT_S) == 200:
                 stranger = foreign_holder(port, self.proc.pid) if port is not None and self.proc else None
                 if stranger is None:
                     return time.monotonic() - t0

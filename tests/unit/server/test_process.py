@@ -137,3 +137,41 @@ def test_a_secret_the_server_prints_never_reaches_its_log_file(tmp_path: Path) -
         sp.stop(5.0)
     final = (tmp_path / "server.log").read_text()
     assert secret not in final and "\nhalf" in final  # an unterminated line is kept too
+
+
+SLOW_HEALTH_SERVER = """
+import http.server, sys, time
+
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        time.sleep(1.2)  # SGLang 0.5.23's /health sleeps 1 s before it looks at its probe generation
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def test_a_health_answer_that_takes_over_a_second_is_seen(tmp_path: Path) -> None:
+    """A /health that answers 200 only after 1.2 s (as SGLang's does once started) ends the wait at its first
+    answer: each call's limit is longer than that answer, whatever the poll interval."""
+    import time
+
+    from cluster.server.process import ServerProcess
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    sp = ServerProcess([sys.executable, "-c", SLOW_HEALTH_SERVER, str(port)], dict(os.environ), tmp_path / "log",
+                       watchdog=False)
+    sp.start()
+    try:
+        t0 = time.monotonic()
+        waited = sp.wait_healthy(f"http://127.0.0.1:{port}", "/health", timeout_s=15.0)
+        assert waited < 6.0 and time.monotonic() - t0 < 6.0, waited
+    finally:
+        sp.stop(5.0)
