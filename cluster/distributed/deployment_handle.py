@@ -130,6 +130,11 @@ class DeploymentHandle(EngineHandle):
                 out.append(GATEWAY_NAME)
         return out
 
+    def dead_note(self) -> str:
+        """` (dead: replica-1)`: the processes of this deployment found not running, for a failure reason."""
+        dead = self.dead()
+        return f" (dead: {', '.join(dead)})" if dead else ""
+
     def alive(self, settle_s: float = 0.0) -> bool:
         deadline = time.monotonic() + settle_s
         while True:

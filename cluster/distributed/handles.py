@@ -52,6 +52,11 @@ class EngineHandle:
         """Every Ray actor behind this handle (one; a deployment's: one per process and its gateway)."""
         return [self.actor]
 
+    def dead_note(self) -> str:
+        """What a failure reason adds to "server died" to name what died: nothing for one server; a deployment's
+        dead processes (DeploymentHandle)."""
+        return ""
+
     def alive(self, settle_s: float = 0.0) -> bool:
         """Whether the server runs (False when its actor is unreachable); with settle_s, keep looking that long for
         a death in progress."""

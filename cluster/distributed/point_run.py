@@ -154,7 +154,7 @@ class PointRunner:
             # found dead between runs (its actor was killed, or it crashed after the last window): no warmup or
             # flush retries against a server that is gone
             tail = engine.log_tail()
-            self.recorder.failed(p, "server died before this run started", tail, server, seg)
+            self.recorder.failed(p, "server died before this run started" + engine.dead_note(), tail, server, seg)
             return Death(f"found dead before run {p.order_index} started", tail)
         neighbours = self.shared.neighbours(p.variant.name, server.node_id)
         writer = RunWriter(self.store, p)
@@ -164,8 +164,8 @@ class PointRunner:
         except DiedBeforeWindow:
             writer.abort()
             tail = engine.log_tail()
-            self.recorder.failed(p, "server died before this run's measured window (during warmup or the cache "
-                                    "flush)", tail, server, seg)
+            self.recorder.failed(p, f"server died{engine.dead_note()} before this run's measured window (during "
+                                    "warmup or the cache flush)", tail, server, seg)
             return Death(f"it died before the window of run {p.order_index}", tail)
         except (RayActorError, RayTaskError) as e:
             writer.abort()
@@ -173,7 +173,8 @@ class PointRunner:
             alive = engine.alive()
             tail = engine.log_tail()
             if not alive:
-                self.recorder.failed(p, f"server died during the measured window: {reason}", tail, server, seg)
+                self.recorder.failed(p, f"server died during the measured window{engine.dead_note()}: {reason}", tail,
+                                     server, seg)
                 return Death(f"it died in the window of run {p.order_index}", tail)
             self.recorder.failed(p, f"load actor failed: {reason}", tail, server, seg)
             kill_actors(s.loads)
@@ -186,8 +187,8 @@ class PointRunner:
         neighbours |= self.shared.neighbours(p.variant.name, server.node_id)
         if not alive and n_err:
             tail = engine.log_tail()
-            writer.commit(failed_run_row(p, with_decisive_line(f"server died during the measured window ({n_err} of "
-                                                               f"{n_req} requests failed)", tail),
+            why = f"server died during the measured window{engine.dead_note()} ({n_err} of {n_req} requests failed)"
+            writer.commit(failed_run_row(p, with_decisive_line(why, tail),
                                          tail, server, seg, self.spec, self.recorder.git_sha))
             self.recorder.finish(p, "failed", RunRow(status="failed",
                                                        failure_reason="server died during the measured window"))

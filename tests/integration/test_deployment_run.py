@@ -138,6 +138,7 @@ def test_a_replica_killed_mid_window_fails_the_run_naming_it(ray_local: None, sm
     assert [r["status"] for r in rows] == ["failed"], [(r["status"], r["failure_reason"]) for r in rows]
     text = (rows[0]["failure_reason"] or "") + "\n" + (rows[0]["log_tail"] or "")
     assert "replica-1" in text and "died" in text, text[:3000]
+    assert "(dead: replica-1" in rows[0]["failure_reason"], rows[0]["failure_reason"]  # the reason names it too
     facts = result.servers["two"].facts
     for p in facts.processes:  # every process of the deployment torn down, the gateway too
         assert wait_group_gone(p.facts.pgid, 20, poll_s=0.2) == [], f"{p.name} group {p.facts.pgid} survived"
