@@ -18,9 +18,10 @@ async def pace(target_ns: int, late_ns: int) -> int:
     delay_ns = target_ns - clock()
     if delay_ns > spin_ns:
         await asyncio.sleep((delay_ns - spin_ns) / 1e9)
-    # event-loop timers fire on a 1 ms grid: finish the wait by yielding, which still serves other tasks;
-    # a loop that is already late skips this (spinning would only take CPU from the streams)
-    while spin_ns and clock() < target_ns:
+    # event-loop timers fire on a 1 ms grid: finish the wait by yielding, which still serves other tasks; a loop that
+    # is already late spins only if its timer fired early (uvloop's, on libuv's millisecond clock, fires up to ~1 ms
+    # before the asked time), so no send is ever before its intended time
+    while clock() < target_ns:
         await asyncio.sleep(0)
     return clock() - target_ns
 
