@@ -143,7 +143,7 @@ DECLARED: dict[tuple[str, str, str], tuple[str, str]] = {
         "the simulator's own steps", "a simulated request waiting for its next step, not a wait on a peer"),
     ("cluster/sim/lifecycle.py", "SimServer.wait_finished", "ev.wait"): (
         "the simulator's own steps", "a simulated request waiting to finish, not a wait on a peer"),
-    ("cluster/loadgen/pacing.py", "pace", "while spin_ns and clock() < target_ns"): (
+    ("cluster/loadgen/pacing.py", "pace", "while clock() < target_ns"): (
         "the scheduled send time (target_ns) itself", "the arrival schedule's own wait: it ends at its target time"),
     ("cluster/server/watchdog.py", "main", "while True"): (
         "the server's exit, a stop signal or its owner's death", "the watchdog lives exactly as long as its server"),
