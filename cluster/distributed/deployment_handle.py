@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import ray
 from ray.actor import ActorHandle
@@ -51,14 +51,15 @@ class DeploymentHandle(EngineHandle):
         self.engines = list(engines)
         self.gateway = gateway
         self._g: Any = gateway
-        self.facts: Optional[ServerFacts] = None
+        self._boot: dict[str, Optional[int]] = {}
+        """A prefill server's bootstrap port as assigned at start, by process name (what the gateway is told)."""
 
     def actors(self) -> list[Any]:
         return [h.actor for _, h in self.engines] + ([self.gateway] if self.gateway is not None else [])
 
-    def _assign(self) -> str:
-        """Choose each process's ports and host; returns the host its servers listen on (loopback when the whole
-        deployment is on one node, else each node's IP so the gateway and the other ranks reach them)."""
+    def _assign(self) -> None:
+        """Choose each process's ports and host: its servers listen on loopback when the whole deployment is on one
+        node, else on each node's IP so the gateway and the other ranks reach them."""
         nodes = [ray.get(h._m.node.remote(), timeout=60) for _, h in self.engines]
         one_node = len({n for n, _ in nodes}) == 1
         d = self.variant.deployment
@@ -72,9 +73,9 @@ class DeploymentHandle(EngineHandle):
             boot: Optional[int] = None
             if p.role == "prefill" and isinstance(d, PDDeployment):
                 boot = d.bootstrap_port or int(ray.get(h._m.free_port_on.remote(host), timeout=60))
+            self._boot[p.name] = boot
             pv = launched_process(self.variant, p, Assigned(bootstrap_port=boot, dist_init_addr=init))
             ray.get(h._m.relaunch_as.remote(pv, host), timeout=60)
-        return "127.0.0.1" if one_node else "node IPs"
 
     def start(self, health_timeout_s: float, port: Optional[int]) -> ServerFacts:
         """Start every server process at once (the ranks of one server must, to meet), then the gateway over
@@ -109,13 +110,13 @@ class DeploymentHandle(EngineHandle):
             procs += (ProcessFacts(GATEWAY_NAME, GATEWAY_NAME, gateway_facts),)
         front = next(f for p, f in started if p.serves_http)
         door = gateway_facts or front
-        self.facts = replace(front, base_url=door.base_url, port=door.port, startup_s=max(
+        return replace(front, base_url=door.base_url, port=door.port, startup_s=max(
             f.startup_s for f in (*[f for _, f in started], door)), processes=procs)
-        return self.facts
 
     def _workers(self, started: Sequence[tuple[ProcessRole, ServerFacts]]) -> GatewayWorkers:
         if isinstance(self.variant.deployment, PDDeployment):
-            prefill = tuple(PrefillWorker(f.base_url, _bootstrap_port(f)) for p, f in started if p.role == "prefill")
+            prefill = tuple(PrefillWorker(f.base_url, self._boot.get(p.name)) for p, f in started
+                            if p.role == "prefill")
             return GatewayWorkers(prefill=prefill, decode=tuple(f.base_url for p, f in started if p.role == "decode"))
         return GatewayWorkers(urls=tuple(f.base_url for _, f in started))
 
@@ -214,13 +215,6 @@ def _stop_one(h: EngineHandle) -> Optional[StopResult]:
         return EngineHandle.stop(h, timeout_s=60)
     except (RayActorError, RayTaskError, GetTimeoutError):
         return None
-
-
-def _bootstrap_port(f: ServerFacts) -> Optional[int]:
-    for i, w in enumerate(f.argv[:-1]):
-        if w == "--disaggregation-bootstrap-port":
-            return int(f.argv[i + 1])
-    return None
 
 
 def new_deployment(pg: PlacementGroup, experiment: str, variant: ResolvedVariant,

@@ -15,8 +15,6 @@ import ray
 
 from cluster.config.engines import EngineLauncher
 from cluster.engines.gateway import METRICS_PATH, READINESS_PATH, PrefillWorker, require_gateway
-from cluster.engines.http_call import call
-from cluster.errors import EngineFault, EnvironmentFault
 from cluster.kernel.run_facts import ServerFacts
 from cluster.kernel.runs import ResolvedVariant
 from cluster.plan.deployment import gateway_command
@@ -71,24 +69,13 @@ class GatewayActorImpl:
         self.server.start()
         self.base_url = f"http://{host}:{port}"
         self.metrics_url = f"http://{host}:{metrics_port}"
-        deadline = time.monotonic() + timeout_s
-        last = ""
-        while True:
-            if not self.server.alive():
-                raise ServerStartError(f"the gateway exited with code {self.server.exit_code()} before it was ready",
-                                       self.server.log_tail(), self.server.exit_code())
-            try:
-                reply = call(self.base_url, READINESS_PATH, timeout_s=5.0)
-                if reply.status == 200:
-                    break
-                last = f"{READINESS_PATH} answered {reply.status}: {reply.text()[:200]}"
-            except (EngineFault, EnvironmentFault) as e:
-                last = str(e)
-            if time.monotonic() >= deadline:
-                self.server.stop(grace_s=5)
-                raise ServerStartError(f"the gateway was not ready in {timeout_s:.0f} s ({last})",
-                                       self.server.log_tail(), None)
-            time.sleep(0.2)
+        try:  # the server wait (and its proof that the port is this gateway's): /readiness, not /health, which
+            # answers 200 before any worker is registered
+            self.server.wait_healthy(self.base_url, READINESS_PATH, timeout_s, port=port)
+        except ServerStartError as e:
+            self.server.stop(grace_s=5)
+            raise ServerStartError(f"the gateway: {e}", self.server.log_tail(), e.server_exit_code,
+                                   log_line=e.log_line) from None
         try:
             listed = http_get_json(self.base_url + "/workers", timeout_s=10.0)
         except Exception as e:  # noqa: BLE001 - evidence, not a failed start
